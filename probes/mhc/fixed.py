@@ -1,0 +1,200 @@
+"""The fixed registration of the mHC operators: autograd on the dispatcher ops, no autograd.Function.
+
+Self-contained on purpose: a CANN engineer can lift this file into
+``cann_ops_transformer/ops/`` as is. It needs only that the four ``cann_ops_transformer::``
+operators exist with their CANN schemas and have fake (Meta) kernels, which the real package
+provides (and :mod:`mhc.ops` provides on CPU). It follows the package's ``compressor.py`` pattern:
+
+* ``torch.library.register_autograd`` on the existing ``mhc_pre_sinkhorn`` and ``mhc_post`` operators,
+  with ``setup_context`` saving what the CANN ``MhcPreSinkhornFunction`` / ``MhcPostFunction`` saved
+  (spec §5) and a backward that calls the ``*_backward`` dispatcher operators;
+* public wrappers that always call the dispatcher operator, so ``torch.compile`` sees one opaque
+  graph node per call (its fake kernel gives the shapes) instead of tracing into Python that calls
+  a pybind11 function;
+* ``mhc_post_backward`` (and ``mhc_pre_sinkhorn_backward``) exported beside them.
+
+Named dims: ``lead`` = ``(B, S)`` (or ``(T,)``); ``n`` = hc_mult streams (4 on NPU); ``C`` hidden size;
+``K = n*C``; ``M = n*n + 2n``; ``I`` = num_iters (20 on NPU).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "mhc_pre_sinkhorn",
+    "mhc_pre_sinkhorn_backward",
+    "mhc_post",
+    "mhc_post_backward",
+    "register",
+]
+
+_PRE = "cann_ops_transformer::mhc_pre_sinkhorn"
+_POST = "cann_ops_transformer::mhc_post"
+
+
+def _ops():
+    return torch.ops.cann_ops_transformer
+
+
+# ---------------------------------------------------------------------------------------------
+# mhc_pre_sinkhorn: autograd formula (spec §5, §6)
+# ---------------------------------------------------------------------------------------------
+
+
+def _pre_setup_context(ctx, inputs, output) -> None:
+    x, phi, alpha, bias, _hc_mult, _num_iters, hc_eps, _norm_eps, _out_flag = inputs
+    h_pre, hc_before_norm, inv_rms, sum_out, norm_out = output[3:]
+    ctx.save_for_backward(x, phi, alpha, bias, h_pre, hc_before_norm, inv_rms, sum_out, norm_out)
+    ctx.hc_eps = hc_eps
+    # Outputs 3-7 are saved intermediates, not results: a gradient through them would be dropped
+    # silently, so say they are not differentiable.
+    ctx.mark_non_differentiable(*output[3:])
+
+
+def _pre_backward(ctx, grad_h_in, grad_h_post, grad_h_res, *_grads_of_intermediates):
+    x, phi, alpha, bias, h_pre, hc_before_norm, inv_rms, sum_out, norm_out = ctx.saved_tensors
+    if h_pre.numel() == 0:
+        raise RuntimeError(
+            "cann_ops_transformer::mhc_pre_sinkhorn was called with outFlag=False, so the "
+            "intermediates its backward needs were not produced; call it with outFlag=True "
+            "(mhc_pre_sinkhorn() in this module does so whenever an input requires grad)."
+        )
+    lead = x.shape[:-2]
+    n, c = x.shape[-2], x.shape[-1]
+    # Autograd may hand None for an output that did not reach the loss (spec §5 [INFER]).
+    if grad_h_in is None:
+        grad_h_in = x.new_zeros((*lead, c))
+    if grad_h_post is None:
+        grad_h_post = phi.new_zeros((*lead, n))
+    if grad_h_res is None:
+        grad_h_res = phi.new_zeros((*lead, n * n))
+    grad_x, grad_phi, grad_alpha, grad_bias = _ops().mhc_pre_sinkhorn_backward(
+        grad_h_in, grad_h_post, grad_h_res, x, phi, alpha, bias,
+        h_pre, hc_before_norm, inv_rms, sum_out, norm_out, ctx.hc_eps,
+    )  # fmt: skip
+    # hcMult, numIters, hcEps, normEps, outFlag get no gradient.
+    return grad_x, grad_phi, grad_alpha, grad_bias, None, None, None, None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# mhc_post: autograd formula (spec §5, §8)
+# ---------------------------------------------------------------------------------------------
+
+
+def _post_setup_context(ctx, inputs, output) -> None:
+    x, h_res, h_out, h_post = inputs
+    ctx.save_for_backward(x, h_res, h_out, h_post)
+
+
+def _post_backward(ctx, grad_output):
+    x, h_res, h_out, h_post = ctx.saved_tensors
+    if grad_output is None:
+        grad_output = torch.zeros_like(x)
+    grad_x, grad_h_res, grad_h_out, grad_h_post = _ops().mhc_post_backward(grad_output, x, h_res, h_out, h_post)
+    return grad_x, grad_h_res, grad_h_out, grad_h_post
+
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Register the two autograd formulas on the dispatcher operators (idempotent).
+
+    Called when this module is imported. Raises ``RuntimeError`` (from torch.library) if an
+    operator is missing or already has an Autograd kernel from another Python registration.
+    """
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    torch.library.register_autograd(_PRE, _pre_backward, setup_context=_pre_setup_context)
+    torch.library.register_autograd(_POST, _post_backward, setup_context=_post_setup_context)
+    _REGISTERED = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Public wrappers (the CANN Python API, minus its autograd.Function branch)
+# ---------------------------------------------------------------------------------------------
+
+
+def mhc_pre_sinkhorn(
+    x: Tensor,
+    phi: Tensor,
+    alpha: Tensor,
+    bias: Tensor,
+    hc_mult: int,
+    num_iters: int,
+    hc_eps: float = 1e-6,
+    norm_eps: float = 1e-6,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """mHC pre-mixing and Sinkhorn: ``(h_in, h_post, h_res)`` (spec §4).
+
+    Always calls ``torch.ops.cann_ops_transformer.mhc_pre_sinkhorn``; asks for the five backward
+    intermediates (``outFlag=True``) only when grad mode is on and an input requires grad.
+
+    Args:
+        x: residual streams ``(B, S, n, C)`` (or ``(T, n, C)``), bfloat16/float16 (float32 also on CPU).
+        phi: ``(M, K)`` float32, nn.Linear layout. alpha: ``(3,)`` float32 gates (pre, post, res).
+        bias: ``(M,)`` float32. hc_mult: n (must equal ``x.size(-2)``). num_iters: Sinkhorn iterations.
+        hc_eps: eps added to ``h_pre`` and to every Sinkhorn divisor. norm_eps: eps in the RMS.
+
+    Returns:
+        ``h_in (*lead, C)`` x.dtype, ``h_post (*lead, n)`` float32 (``2*sigmoid``), ``h_res (*lead, n*n)``
+        float32 (row-major, reshape to ``(*lead, n, n)`` for :func:`mhc_post`).
+
+    Raises:
+        RuntimeError: shape/dtype violations (from the kernel or its fake).
+    """
+    out_flag = torch.is_grad_enabled() and (
+        x.requires_grad or phi.requires_grad or alpha.requires_grad or bias.requires_grad
+    )
+    outs = _ops().mhc_pre_sinkhorn(x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag)
+    return outs[0], outs[1], outs[2]
+
+
+def mhc_post(x: Tensor, h_res: Tensor, h_out: Tensor, h_post: Tensor) -> Tensor:
+    """mHC post: ``y[..., k, :] = h_post[..., k] * h_out + sum_j h_res[..., j, k] * x[..., j, :]`` (spec §7).
+
+    Args:
+        x: ``(*lead, n, D)`` bf16/fp16 (fp32 on CPU). h_res: ``(*lead, n, n)`` float32.
+        h_out: ``(*lead, D)`` x.dtype (the sublayer output). h_post: ``(*lead, n)`` float32.
+
+    Returns: y ``(*lead, n, D)`` x.dtype. Raises RuntimeError on shape/dtype violations.
+    """
+    return _ops().mhc_post(x, h_res, h_out, h_post)
+
+
+def mhc_pre_sinkhorn_backward(
+    grad_h_in: Tensor,
+    grad_h_post: Tensor,
+    grad_h_res: Tensor,
+    x: Tensor,
+    phi: Tensor,
+    alpha: Tensor,
+    bias: Tensor,
+    h_pre: Tensor,
+    hc_before_norm: Tensor,
+    inv_rms: Tensor,
+    sum_out: Tensor,
+    norm_out: Tensor,
+    hc_eps: float = 1e-6,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Backward of :func:`mhc_pre_sinkhorn` (spec §6): ``(grad_x, grad_phi, grad_alpha, grad_bias)``.
+
+    ``h_pre`` .. ``norm_out`` are outputs 3-7 of the operator called with ``outFlag=True``.
+    """
+    return _ops().mhc_pre_sinkhorn_backward(
+        grad_h_in, grad_h_post, grad_h_res, x, phi, alpha, bias,
+        h_pre, hc_before_norm, inv_rms, sum_out, norm_out, hc_eps,
+    )  # fmt: skip
+
+
+def mhc_post_backward(
+    grad_output: Tensor, x: Tensor, h_res: Tensor, h_out: Tensor, h_post: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Backward of :func:`mhc_post` (spec §8): ``(grad_x, grad_h_res, grad_h_out, grad_h_post)``."""
+    return _ops().mhc_post_backward(grad_output, x, h_res, h_out, h_post)
+
+
+register()

@@ -1,0 +1,134 @@
+"""``run``: discover -> run stages in isolation -> classify -> RunReport. The CLI is a thin shell over this."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import __version__, discover, environment, results
+from .exitcodes import UsageError
+from .report import LOAD_STAGE, SKIP, STAGES, ProbeReport, RunReport, StageResult
+from .runner import Outcome, Runner, Task
+
+#: Importing a model file may build a C++ extension (~25 s cold); give discovery more room than a stage.
+MIN_DISCOVERY_TIMEOUT_S = 600.0
+
+
+@dataclass
+class RunOptions:
+    """What ``tracecheck run`` was asked to do. ``timeout_s`` is per (probe, stage) process, in seconds."""
+
+    paths: list[str]
+    stages: list[str] = field(default_factory=lambda: list(STAGES))
+    select: str | None = None
+    jobs: int = os.cpu_count() or 1
+    timeout_s: float = 300.0
+    device: str = "auto"
+    command: list[str] = field(default_factory=list)
+
+
+class Progress:
+    """Callbacks for a live display; the default does nothing."""
+
+    def discovered(self, n_files: int) -> None: ...
+    def planned(self, n_tasks: int) -> None: ...
+    def started(self, probe_id: str, stage: str) -> None: ...
+    def finished(self, probe_id: str, result: StageResult) -> None: ...
+
+
+def validate_stages(stages: list[str]) -> list[str]:
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise UsageError(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    return [s for s in STAGES if s in stages]  # run order, deduplicated
+
+
+def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
+    """Diagnose every selected probe. Raises UsageError for bad input (exit 2)."""
+    progress = progress or Progress()
+    t0 = time.monotonic()
+    stages = validate_stages(opts.stages)
+    files = discover.find_files(opts.paths)
+    if not files:
+        raise UsageError(f"{' '.join(opts.paths)}: no Python files found")
+    device = environment.resolve_device(opts.device)
+    progress.discovered(len(files))
+    with Runner(opts.jobs) as runner:
+        probes = _discover(runner, files, opts)
+        tasks = [Task((p.id, stage), {"op": "stage", "file": p.file, "probe": p.name, "stage": stage,
+                                      "device": device}, opts.timeout_s)
+                 for p in probes if not _setup_failed(p) for stage in stages]
+        progress.planned(len(tasks))
+        by_id = {p.id: p for p in probes}
+        for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key)):
+            probe_id, stage = outcome.task.key
+            result = _stage_result(stage, outcome)
+            by_id[probe_id].stages[stage] = result
+            progress.finished(probe_id, result)
+    for p in probes:
+        if _setup_failed(p):
+            for stage in stages:
+                p.stages[stage] = StageResult(stage, SKIP, skip_reason="the probe function raised (see load)")
+        p.stages = _ordered(p.stages)
+    return RunReport(probes=probes, environment=environment.collect(device), stages=stages,
+                     command=opts.command, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))
+
+
+def _setup_failed(p: ProbeReport) -> bool:
+    load = p.stages.get(LOAD_STAGE)
+    return bool(load and any(f.evidence.get("phase") == "setup" for f in load.findings))
+
+
+def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
+    order = (LOAD_STAGE, *STAGES)
+    return dict(sorted(stages.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
+
+
+def _discover(runner: Runner, files: list[str], opts: RunOptions) -> list[ProbeReport]:
+    timeout = max(opts.timeout_s, MIN_DISCOVERY_TIMEOUT_S)
+    tasks = [Task(f, {"op": "discover", "file": f, "select": opts.select}, timeout) for f in files]
+    found: dict[str, list[ProbeReport]] = {}
+    total_candidates = 0
+    for outcome in runner.run(tasks):
+        path = outcome.task.key
+        res = outcome.result
+        if res is None:
+            raise UsageError(f"{os.path.relpath(path)}: loading the file {outcome.died}")
+        if "usage_error" in res:
+            raise UsageError(res["usage_error"])
+        if "internal_error" in res:
+            raise RuntimeError(f"discovering {path}:\n{res['internal_error']}")
+        total_candidates += res["n_candidates"]
+        reports = []
+        for entry in res["probes"]:
+            if entry.get("bad_shape"):
+                raise UsageError(entry["bad_shape"])
+            rel = os.path.relpath(path)
+            report = ProbeReport(id=f"{rel}::{entry['name']}", file=path, name=entry["name"])
+            load = results.load_result(entry)
+            if load:
+                report.stages[LOAD_STAGE] = load
+            reports.append(report)
+        found[path] = reports
+    probes = [p for f in files for p in found.get(f, [])]
+    if not probes:
+        what = f"matching -k {opts.select!r}" if opts.select and total_candidates else "(no probe() / probe_<name>() " \
+            "functions or @tracecheck.probe)"
+        raise UsageError(f"{' '.join(opts.paths)}: no probes found {what}")
+    return probes
+
+
+def _stage_result(stage: str, outcome: Outcome) -> StageResult:
+    seconds = round(outcome.seconds, 2)
+    res = outcome.result
+    if res is None:
+        return results.died_result(stage, outcome.died or "died", outcome.timed_out, outcome.log_tail, seconds)
+    if "internal_error" in res:
+        # tracecheck's own bug inside the stage: keep the run going and keep the evidence.
+        raw: dict[str, Any] = {"error": {"type": "tracecheck.InternalError", "message": res["internal_error"],
+                                         "phase": "internal"}}
+        return results.build_stage_result(stage, raw, seconds)
+    if "usage_error" in res:
+        raise UsageError(res["usage_error"])
+    return results.build_stage_result(stage, res, seconds)

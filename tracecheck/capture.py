@@ -1,0 +1,211 @@
+"""Evidence capture inside a stage process: graph breaks from the structured trace, warnings, exceptions.
+
+Graph breaks are counted from the ``dynamo_graph_break_reason`` artifact of the structured trace (a
+``logging.Handler`` on ``torch.__trace``, the way ``torch.export.draft_export`` listens), because on torch
+2.13 ``explain().graph_break_count`` is ``graph_count - 1`` (0 for two breaks inside an autograd.Function)
+and ``counters["graph_break"]`` misses data-dependent branches. Breaks are deduplicated by
+(gb_type, user file, line): Dynamo retries a frame and logs the same break again.
+"""
+from __future__ import annotations
+
+import linecache
+import logging
+import os
+import re
+import traceback
+import warnings
+from typing import Any
+
+from . import compat
+
+_LOCATION = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
+_REASON = re.compile(r"Graph Break Reason: (?P<reason>.*?)(?:\nUser code traceback:|\Z)", re.S)
+_CONTEXT = re.compile(r"Developer debug context: (?P<ctx>.*)")
+_FROM_USER_CODE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
+
+# Frames under these are library frames, never "the user's line".
+_LIB_DIRS = tuple(
+    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+    for m in (compat, os, __import__("torch"))  # tracecheck, the stdlib, torch
+)
+
+
+class TraceCollector(logging.Handler):
+    """Collects graph breaks and compile events from the structured trace while installed.
+
+    Use as a context manager. ``breaks`` holds raw break records (see ``classify.classify_break``);
+    ``recompile_reasons`` the recompile reasons, ``compiles`` the number of Dynamo frame compiles.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.breaks: list[dict[str, Any]] = []
+        self._seen: set[tuple[Any, ...]] = set()
+        self.dynamo_outputs = 0
+        self._logger = logging.getLogger("torch.__trace")
+        self._old_level = self._logger.level
+
+    def __enter__(self) -> "TraceCollector":
+        self._logger.addHandler(self)
+        self._logger.setLevel(logging.DEBUG)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._old_level)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            meta = getattr(record, "metadata", {}) or {}
+            if "dynamo_output_graph" in meta:
+                self.dynamo_outputs += 1
+            art = meta.get("artifact")
+            if isinstance(art, dict) and art.get("name") == "dynamo_graph_break_reason":
+                self._add_break(getattr(record, "payload", "") or "")
+        except Exception:  # a logging handler must never raise into torch
+            pass
+
+    def _add_break(self, payload: str) -> None:
+        loc = _LOCATION.search(payload)
+        reason_m = _REASON.search(payload)
+        reason = (reason_m.group("reason") if reason_m else payload).strip()
+        from .classify import _gb_type_from_text, gb_code_from_text
+
+        gb_type = _gb_type_from_text(reason) or reason.splitlines()[0] if reason else None
+        file = loc.group("file") if loc else None
+        line = int(loc.group("line")) if loc else None
+        key = (gb_type, file, line)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        code = gb_code_from_text(reason) or compat.gb_code(gb_type)
+        ctx = _CONTEXT.search(reason)
+        self.breaks.append({
+            "gb_type": gb_type, "gb_code": code, "doc": compat.gb_doc_link(code),
+            "file": file, "line": line, "reason": reason,
+            "code": linecache.getline(file, line).strip() if file and line else None,
+            "debug_context": ctx.group("ctx").strip() if ctx else None,
+        })
+
+
+class WarningCollector:
+    """Records every warning (Python and C++ TORCH_WARN) raised while active, ignoring filters/once-rules."""
+
+    def __enter__(self) -> "WarningCollector":
+        self._cm = warnings.catch_warnings(record=True)
+        self.records = self._cm.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._cm.__exit__(*exc)
+
+    @property
+    def messages(self) -> list[str]:
+        return [str(w.message) for w in self.records]
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception, then what it wraps: ``inner_exception`` (BackendCompilerFailed), cause, context."""
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in out and len(out) < 8:
+        out.append(cur)
+        cur = getattr(cur, "inner_exception", None) or cur.__cause__ or cur.__context__
+    return out
+
+
+def _qualname(exc: BaseException) -> str:
+    t = type(exc)
+    return f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__qualname__
+
+
+def user_frame(exc: BaseException) -> dict[str, Any] | None:
+    """The innermost frame in the user's code: from Dynamo's ``from user code:`` block, else the traceback."""
+    for e in _chain(exc):
+        msg = str(e)
+        if "from user code:" in msg:
+            frames = list(_FROM_USER_CODE.finditer(msg.split("from user code:", 1)[1]))
+            user = [m for m in frames if not _is_library(m.group("file"))]
+            if user:
+                m = user[-1]
+                return {"file": m.group("file"), "line": int(m.group("line")), "function": m.group("func"),
+                        "code": m.group("code").strip()}
+    for e in _chain(exc):
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if not _is_library(f.filename)]
+        if frames:
+            f = frames[-1]
+            return {"file": f.filename, "line": f.lineno, "function": f.name, "code": (f.line or "").strip()}
+    return None
+
+
+def _is_library(path: str) -> bool:
+    return path.startswith("<") or os.path.abspath(path).startswith(_LIB_DIRS) or "site-packages" in path
+
+
+def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
+    """Plain-data evidence of one exception, for ``classify.classify_error``."""
+    chain = _chain(exc)
+    gb_type = next((getattr(e, "gb_type", None) for e in chain if getattr(e, "gb_type", None)), None)
+    return {
+        "type": _qualname(exc),
+        "message": str(exc),
+        "chain": [{"type": _qualname(e), "message": str(e)} for e in chain],
+        "gb_type": gb_type if isinstance(gb_type, str) else None,
+        "gb_code": compat.gb_code(gb_type) if isinstance(gb_type, str) else None,
+        "phase": phase,
+        "user_frame": user_frame(exc),
+        "traceback": "".join(traceback.format_exception(exc))[-20000:],
+    }
+
+
+class OpRegistrationWatch:
+    """Sees every ``Library.define`` (custom_op and torch.library.define go through it) while active.
+
+    A name defined again with a different schema is an ``op-redefined`` event: ``torch.library.custom_op``
+    silently replaces the earlier op (pytorch PR #122344), the mutates_args case of pytorch#187319.
+    """
+
+    def __init__(self) -> None:
+        self.schemas: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        self.events: list[dict[str, Any]] = []
+
+    def __enter__(self) -> "OpRegistrationWatch":
+        import torch.library
+
+        self._orig = orig = torch.library.Library.define
+        watch = self
+
+        def define(lib: Any, schema: str, *args: Any, **kwargs: Any) -> Any:
+            result = orig(lib, schema, *args, **kwargs)
+            try:
+                watch._saw(lib.ns, schema)
+            except Exception:
+                pass
+            return result
+
+        torch.library.Library.define = define  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch.library
+
+        torch.library.Library.define = self._orig  # type: ignore[method-assign]
+
+    def _saw(self, ns: str, schema: str) -> None:
+        name = schema.split("(", 1)[0].strip()
+        qualname = name if "::" in name else f"{ns}::{name}"
+        full = f"{qualname}{schema[len(name):].strip()}" if "::" not in name else schema
+        frame = _caller_frame()
+        if qualname in self.schemas and self.schemas[qualname][0] != full:
+            first, first_frame = self.schemas[qualname]
+            self.events.append({"op": qualname, "first_schema": first, "second_schema": full,
+                                "first_frame": first_frame, "second_frame": frame})
+        self.schemas[qualname] = (full, frame)
+
+
+def _caller_frame() -> dict[str, Any] | None:
+    for f in reversed(traceback.extract_stack()[:-2]):
+        if not _is_library(f.filename):
+            return {"file": f.filename, "line": f.lineno, "function": f.name, "code": (f.line or "").strip()}
+    return None

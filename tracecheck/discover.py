@@ -1,0 +1,121 @@
+"""Discovery: which files hold probes, loading one model file, finding and selecting its probes.
+
+Directory rule (like pytest's collection, but for model files): every ``*.py`` below the directory, skipping
+hidden/underscore folders and Python packages (folders with ``__init__.py`` are libraries that probe files
+import, such as ``probes/mhc/``), and ``__init__.py``/``conftest.py``/``setup.py``. A file named explicitly
+is always loaded.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import sys
+import traceback
+from types import ModuleType
+from typing import Any, Callable
+
+from .exitcodes import UsageError
+from .probe import is_marked
+
+_SKIP_FILES = {"__init__.py", "conftest.py", "setup.py", "__main__.py"}
+_PROBE_NAME = re.compile(r"^probe(_\w+)?$")
+
+
+def find_files(paths: list[str]) -> list[str]:
+    """Model files named by ``paths`` (files or directories), sorted, absolute. Raises UsageError."""
+    found: list[str] = []
+    for p in paths:
+        if not os.path.exists(p):
+            raise UsageError(f"{p}: no such file or directory")
+        if os.path.isfile(p):
+            if not p.endswith(".py"):
+                raise UsageError(f"{p}: not a Python file")
+            found.append(os.path.abspath(p))
+            continue
+        for root, dirs, files in os.walk(p):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_"))
+                             and not os.path.exists(os.path.join(root, d, "__init__.py")))
+            found += [os.path.abspath(os.path.join(root, f)) for f in sorted(files)
+                      if f.endswith(".py") and f not in _SKIP_FILES]
+    return sorted(dict.fromkeys(found))
+
+
+def probe_names_in_source(path: str) -> list[str] | None:
+    """Cheap pre-filter without importing: names of module-level probe candidates, None if unparsable."""
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            decorated = any("probe" in ast.unparse(d) for d in node.decorator_list)
+            if _PROBE_NAME.match(node.name) or decorated:
+                names.append(node.name)
+    return names
+
+
+def module_name_for(path: str) -> str:
+    stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+    return stem if stem.isidentifier() and not stem[0].isdigit() else f"tc_model_{stem}"
+
+
+def load_module(path: str) -> ModuleType:
+    """Import a model file with its folder on sys.path. Raises UsageError naming the user's line."""
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = module_name_for(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{path}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise UsageError(f"{e.filename or path}:{e.lineno}: syntax error: {e.msg}: {(e.text or '').strip()}") from e
+    except BaseException as e:  # an import error, or any exception at module level
+        raise UsageError(f"{path}: {_where(e, path)}{type(e).__name__}: {e}".splitlines()[0]) from e
+    return module
+
+
+def _where(exc: BaseException, path: str) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(path)]
+    f = mine[-1] if mine else (frames[-1] if frames else None)
+    return f"line {f.lineno}: `{(f.line or '').strip()}`: " if f else ""
+
+
+def find_probes(module: ModuleType) -> list[tuple[str, Callable[[], Any]]]:
+    """Probe functions defined in ``module``, in source order."""
+    out = []
+    for name, obj in vars(module).items():
+        if not callable(obj) or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        if is_marked(obj) or (_PROBE_NAME.match(name) and callable(obj) and not isinstance(obj, type)):
+            out.append((name, obj))
+    out.sort(key=lambda item: getattr(getattr(item[1], "__code__", None), "co_firstlineno", 0))
+    return out
+
+
+def matches(expr: str | None, probe_id: str) -> bool:
+    """pytest-style ``-k``: substrings joined with ``and``/``or``/``not`` and parentheses.
+
+    Raises UsageError for a malformed expression.
+    """
+    if not expr:
+        return True
+    tokens = re.findall(r"\(|\)|[^\s()]+", expr)
+    py: list[str] = []
+    for tok in tokens:
+        if tok in ("and", "or", "not", "(", ")"):
+            py.append(tok)
+        else:
+            py.append(repr(tok.lower() in probe_id.lower()))
+    try:
+        return bool(eval(" ".join(py), {"__builtins__": {}}, {}))  # only True/False/and/or/not/() reach eval
+    except SyntaxError:
+        raise UsageError(f"-k {expr!r}: malformed expression") from None

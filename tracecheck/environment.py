@@ -1,0 +1,69 @@
+"""The environment section of a report, and the device probes run on.
+
+torch_npu is optional: it is found with importlib and imported only if installed; without Ascend's CANN
+runtime it fails to import and the report says so. tracecheck never claims an NPU ran when none did.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import platform
+import sys
+from typing import Any
+
+from .exitcodes import UsageError
+
+
+def npu_status() -> dict[str, Any]:
+    """``{"installed", "available", "version", "cann", "error"}`` for torch_npu."""
+    status: dict[str, Any] = {"installed": importlib.util.find_spec("torch_npu") is not None, "available": False}
+    if not status["installed"]:
+        status["error"] = "torch_npu is not installed"
+        return status
+    try:
+        torch_npu = importlib.import_module("torch_npu")
+        status["version"] = getattr(torch_npu, "__version__", None)
+        import torch
+
+        status["available"] = bool(torch.npu.is_available())  # type: ignore[attr-defined]
+        get_cann = getattr(getattr(torch_npu, "npu", None), "get_cann_version", None)
+        status["cann"] = get_cann() if callable(get_cann) else None
+    except Exception as e:  # typically: CANN runtime libraries missing
+        status["error"] = f"torch_npu is installed but does not import: {type(e).__name__}: {e}".splitlines()[0]
+    return status
+
+
+def resolve_device(requested: str) -> str:
+    """``auto`` -> npu when torch_npu works, else cpu. Raises UsageError for an unavailable device."""
+    import torch
+
+    if requested == "auto":
+        return "npu" if npu_status()["available"] else "cpu"
+    kind = requested.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {requested}: torch.cuda.is_available() is False on this machine")
+    if kind == "npu" and not npu_status()["available"]:
+        raise UsageError(f"--device {requested}: {npu_status().get('error') or 'no NPU available'}")
+    if kind not in ("cpu", "cuda", "npu", "xpu"):
+        raise UsageError(f"--device {requested}: unknown device (use auto, cpu, cuda or npu)")
+    return requested
+
+
+def collect(device: str) -> dict[str, Any]:
+    """Environment for the report: versions, platform, device; the full collect_env is left to torch."""
+    import torch
+
+    npu = npu_status()
+    return {
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "device": device,
+        "cuda_available": torch.cuda.is_available(),
+        "cuda": torch.version.cuda,
+        "torch_npu": npu.get("version") if npu["installed"] else None,
+        "npu_available": npu["available"],
+        "cann": npu.get("cann"),
+        "npu_note": npu.get("error"),
+    }

@@ -1,0 +1,17 @@
+"""Exit codes of the tracecheck CLI (documented in --help and the README)."""
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    #: Every probe passed every stage that ran.
+    OK = 0
+    #: A failure or graph break was found (or, with a baseline, a regression).
+    FINDINGS = 1
+    #: Bad input: missing path, unloadable model file, no probes, bad probe, unknown stage, unwritable output.
+    USAGE_ERROR = 2
+    #: tracecheck itself failed.
+    INTERNAL_ERROR = 3
+
+
+class UsageError(Exception):
+    """Bad input. The message is one line naming the path and the problem; the CLI exits USAGE_ERROR."""

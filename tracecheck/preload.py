@@ -1,0 +1,12 @@
+"""Imported once by the fork server, so each stage process starts with torch and the compiler stack loaded.
+
+Only imports: no tensor op runs here, so no OpenMP pool or compile worker exists before the fork.
+"""
+import torch  # noqa: F401
+import torch._dynamo  # noqa: F401
+import torch._functorch.aot_autograd  # noqa: F401
+import torch._inductor.compile_fx  # noqa: F401
+import torch.library  # noqa: F401
+import torch.testing._internal.optests  # noqa: F401  (torch.library.opcheck)
+
+from . import capture, stages, worker  # noqa: F401

@@ -1,0 +1,112 @@
+"""Terminal output: the probes x stages verdict table and the findings, as rich renderables."""
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ..classify import kinds
+from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
+
+
+def cell(result: StageResult | None) -> Text:
+    if result is None:
+        return Text("")
+    if result.status == PASS:
+        return Text("✓", style="green")
+    if result.status == SKIP:
+        return Text("–", style="dim")
+    kind = result.failure.kind if result.failure else "?"
+    icon = {FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗"}[result.status]
+    return Text(f"{icon} {kind}", style="red" if result.status == FAIL else "magenta")
+
+
+def verdict_table(report: RunReport) -> Table:
+    has_load = any(LOAD_STAGE in p.stages for p in report.probes)
+    columns = ([LOAD_STAGE] if has_load else []) + list(report.stages)
+    table = Table(title="tracecheck verdicts", title_justify="left")
+    table.add_column("probe", overflow="fold")
+    for c in columns:
+        table.add_column(c)
+    table.add_column("breaks", justify="right")
+    for p in report.probes:
+        breaks = max((s.graph_break_count or 0 for s in p.stages.values()), default=0)
+        table.add_row(p.id, *[cell(p.stages.get(c)) for c in columns], str(breaks))
+    return table
+
+
+def _frame(f: Finding) -> str:
+    fr = f.evidence.get("user_frame") or {}
+    if not fr or not fr.get("file"):
+        return ""
+    code = f"  `{fr['code']}`" if fr.get("code") else ""
+    return f"{fr['file']}:{fr.get('line')}{code}"
+
+
+def findings(report: RunReport, verbose: bool = False) -> Group:
+    parts: list = []
+    for p in report.probes:
+        v = p.verdict
+        if v.status == PASS:
+            continue
+        parts.append(Text(f"\n{p.id}: first failing stage {v.first_failing_stage}; kinds {', '.join(v.kinds)}",
+                          style="bold"))
+        for stages, f in group_findings(p):
+            parts.append(_finding_text(", ".join(stages), f, verbose))
+        for stage, s in p.stages.items():
+            if s.explain_graph_break_count is not None and s.graph_break_count is not None:
+                parts.append(Text(f"    note: explain() reported {s.explain_graph_break_count} graph break(s); "
+                                  f"the structured trace shows {s.graph_break_count}", style="dim"))
+    return Group(*parts)
+
+
+def finding_key(f: Finding) -> tuple:
+    """Findings equal under this key are the same problem seen by several stages."""
+    frame = f.evidence.get("user_frame") or {}
+    return (f.kind, f.evidence.get("gb_type"), frame.get("file"), frame.get("line"),
+            f.context.get("op"), f.context.get("builtin"), f.context.get("what"))
+
+
+def group_findings(p: ProbeReport) -> list[tuple[list[str], Finding]]:
+    """Each distinct finding once, with the stages that saw it (first stage's evidence is kept)."""
+    groups: dict[tuple, tuple[list[str], Finding]] = {}
+    for stage, s in p.stages.items():
+        for f in s.findings:
+            stages, _ = groups.setdefault(finding_key(f), ([], f))
+            if stage not in stages:
+                stages.append(stage)
+    return list(groups.values())
+
+
+def _finding_text(stage: str, f: Finding, verbose: bool) -> Text:
+    ev = f.evidence
+    t = Text(f"  [{stage}] ", style="cyan")
+    t.append(f"{f.kind}", style="red")
+    t.append(f": {f.summary}\n")
+    bits = []
+    if ev.get("exception_type"):
+        bits.append(f"exception {ev['exception_type']}")
+    if ev.get("gb_type"):
+        bits.append(f"gb_type {ev['gb_type']!r}" + (f" ({ev['gb_code']})" if ev.get("gb_code") else ""))
+    if ev.get("opcheck_test"):
+        bits.append(f"opcheck {ev['opcheck_test']}")
+    if bits:
+        t.append("    " + "; ".join(bits) + "\n", style="dim")
+    frame = _frame(f)
+    if frame:
+        t.append(f"    at {frame}\n", style="dim")
+    kind = kinds().get(f.kind)
+    if kind:
+        t.append(f"    fix: {kind.fix}  ({kind.doc})\n")
+    if verbose:
+        detail = ev.get("traceback") or ev.get("message") or ev.get("stderr_tail") or ""
+        if detail:
+            t.append("    " + detail.strip().replace("\n", "\n    ") + "\n", style="dim")
+    return t
+
+
+def render(report: RunReport, console: Console, verbose: bool = False) -> None:
+    console.print(verdict_table(report))
+    console.print(findings(report, verbose))
+    n_fail = sum(1 for p in report.probes if p.verdict.status != PASS)
+    console.print(f"\n{len(report.probes)} probes, {n_fail} failing, {report.seconds:.1f} s")

@@ -1,0 +1,210 @@
+"""Report data classes: RunReport -> ProbeReport -> StageResult -> Finding / GraphBreak.
+
+Plain data that crosses processes and files. Renderers only read these; `api.run` alone builds them.
+The JSON layout is documented in docs/report-schema.md; bump SCHEMA_VERSION on any breaking change.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: Stage ids, in run order. They equal the CLI values of ``--stages``.
+STAGES = ("eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck")
+#: Pseudo-stage for findings made while loading the file or calling the probe function.
+LOAD_STAGE = "load"
+
+#: StageResult.status values.
+PASS, FAIL, SKIP, TIMEOUT, CRASH = "pass", "fail", "skip", "timeout", "crash"
+
+
+@dataclass
+class Finding:
+    """One classified failure or graph break.
+
+    ``kind`` is a stable id from kinds.json; ``context`` holds what varies (op name, builtin, file:line);
+    ``evidence`` is the raw material the label was read from (exception type, gb_type, GB code, user
+    frame, message excerpt), so a reader can check the label.
+    """
+
+    kind: str
+    summary: str
+    context: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+        return cls(d["kind"], d.get("summary", ""), d.get("context", {}), d.get("evidence", {}))
+
+
+@dataclass
+class GraphBreak:
+    """One graph break, deduplicated by (gb_type, file, line)."""
+
+    kind: str
+    gb_type: str | None
+    gb_code: str | None
+    file: str | None
+    line: int | None
+    reason: str = ""
+    doc: str | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "GraphBreak":
+        return cls(
+            d["kind"], d.get("gb_type"), d.get("gb_code"), d.get("file"), d.get("line"),
+            d.get("reason", ""), d.get("doc"), d.get("context", {}),
+        )
+
+
+@dataclass
+class StageResult:
+    """Outcome of one (probe, stage) run in its own subprocess.
+
+    ``failure`` is the first finding (the one the verdict table shows); ``findings`` holds all of them.
+    ``graph_count``/``graph_break_count`` are tracecheck's own counts (breaks deduplicated by gb_type and
+    user location); ``explain_graph_break_count`` is what ``torch._dynamo.explain`` said, when it differs.
+    ``seconds`` is wall time of the stage process.
+    """
+
+    stage: str
+    status: str
+    failure: Finding | None = None
+    findings: list[Finding] = field(default_factory=list)
+    graph_count: int | None = None
+    graph_break_count: int | None = None
+    explain_graph_break_count: int | None = None
+    breaks: list[GraphBreak] = field(default_factory=list)
+    seconds: float = 0.0
+    skip_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "StageResult":
+        failure = d.get("failure")
+        return cls(
+            stage=d["stage"],
+            status=d["status"],
+            failure=Finding.from_dict(failure) if failure else None,
+            findings=[Finding.from_dict(f) for f in d.get("findings", [])],
+            graph_count=d.get("graph_count"),
+            graph_break_count=d.get("graph_break_count"),
+            explain_graph_break_count=d.get("explain_graph_break_count"),
+            breaks=[GraphBreak.from_dict(b) for b in d.get("breaks", [])],
+            seconds=d.get("seconds", 0.0),
+            skip_reason=d.get("skip_reason"),
+            extra=d.get("extra", {}),
+        )
+
+
+@dataclass
+class Verdict:
+    status: str  # "pass" | "fail"
+    first_failing_stage: str | None
+    kinds: list[str]
+
+
+@dataclass
+class ProbeReport:
+    """All stages of one probe. ``id`` is ``<file>::<name>`` with the file relative to the cwd."""
+
+    id: str
+    file: str
+    name: str
+    stages: dict[str, StageResult] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Verdict:
+        order = (LOAD_STAGE, *STAGES)
+        ranked = sorted(self.stages.values(), key=lambda s: order.index(s.stage) if s.stage in order else 99)
+        failing = [s for s in ranked if s.status in (FAIL, TIMEOUT, CRASH)]
+        kinds: list[str] = []
+        for s in failing:
+            for f in s.findings or ([s.failure] if s.failure else []):
+                if f.kind not in kinds:
+                    kinds.append(f.kind)
+        return Verdict(
+            status=FAIL if failing else PASS,
+            first_failing_stage=failing[0].stage if failing else None,
+            kinds=kinds,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "file": self.file,
+            "name": self.name,
+            "verdict": asdict(self.verdict),
+            "stages": {k: asdict(v) for k, v in self.stages.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ProbeReport":
+        return cls(
+            id=d["id"], file=d["file"], name=d["name"],
+            stages={k: StageResult.from_dict(v) for k, v in d.get("stages", {}).items()},
+        )
+
+
+@dataclass
+class RunReport:
+    """Top of the report tree; ``to_dict`` is the ``--json`` document."""
+
+    probes: list[ProbeReport]
+    environment: dict[str, Any]
+    stages: list[str]
+    command: list[str] = field(default_factory=list)
+    tracecheck_version: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tracecheck_version": self.tracecheck_version,
+            "command": self.command,
+            "stages": self.stages,
+            "seconds": self.seconds,
+            "environment": self.environment,
+            "probes": [p.to_dict() for p in self.probes],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunReport":
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"report schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+        return cls(
+            probes=[ProbeReport.from_dict(p) for p in d["probes"]],
+            environment=d.get("environment", {}),
+            stages=d.get("stages", []),
+            command=d.get("command", []),
+            tracecheck_version=d.get("tracecheck_version", ""),
+            seconds=d.get("seconds", 0.0),
+        )
+
+    @property
+    def passed(self) -> bool:
+        return all(p.verdict.status == PASS for p in self.probes)
+
+
+def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` via a temp file + rename, so readers never see half a file.
+
+    Raises OSError when the directory is not writable.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tracecheck-", suffix=".tc-tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,87 @@
+"""Turn raw stage records (stages.py) and process outcomes (runner.py) into classified ``StageResult``s.
+
+The one place that decides a stage's status; pure (no torch import), like pytest's
+``TestReport.from_item_and_call``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import classify
+from .report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult
+
+
+def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> StageResult:
+    """Classify one stage record. Status: fail when anything was found, skip with a reason, else pass."""
+    if raw.get("skip_reason"):
+        return StageResult(stage, SKIP, skip_reason=raw["skip_reason"], seconds=seconds)
+    findings: list[Finding] = []
+    if raw.get("error"):
+        findings.append(classify.classify_error(stage, raw["error"]))
+        if raw.get("same_as_eager") and findings[-1].kind in ("unknown", "backend-error"):
+            findings[-1] = classify.classify_error("eager", raw["error"])  # the probe's own failure, again
+    breaks = [classify.classify_break(b) for b in raw.get("breaks", [])]
+    findings += [classify.break_finding(b) for b in breaks]
+    for m in raw.get("mismatches", []):
+        findings.append(classify.mismatch_finding(m))
+    for msg in dict.fromkeys(raw.get("warnings", [])):
+        f = classify.classify_warning(msg)
+        if f and not any(x.kind == f.kind for x in findings):
+            findings.append(f)
+    for op, tests in (raw.get("opcheck") or {}).items():
+        for test, outcome in tests.items():
+            if isinstance(outcome, dict):
+                f = classify.classify_error(stage, outcome)
+                f.context.setdefault("op", op)
+                f.evidence["opcheck_test"] = test
+                findings.append(f)
+    graph_count = raw.get("graph_count")
+    explain_count = raw.get("explain_graph_break_count")
+    result = StageResult(
+        stage=stage,
+        status=FAIL if findings else PASS,
+        failure=findings[0] if findings else None,
+        findings=findings,
+        graph_count=graph_count,
+        graph_break_count=len(breaks) if "breaks" in raw else None,
+        explain_graph_break_count=explain_count if explain_count is not None and explain_count != len(breaks)
+        else None,
+        breaks=breaks,
+        seconds=seconds,
+    )
+    if raw.get("opcheck"):
+        result.extra["opcheck"] = {op: {t: ("SUCCESS" if v == "SUCCESS" else "FAIL" if isinstance(v, dict) else v)
+                                        for t, v in tests.items()} for op, tests in raw["opcheck"].items()}
+    if raw.get("explain_reasons"):
+        result.extra["explain_reasons"] = raw["explain_reasons"]
+    return result
+
+
+def died_result(stage: str, cause: str, timed_out: bool, log_tail: str, seconds: float) -> StageResult:
+    """A stage whose process never reported: ``timeout`` or ``crash``, with the cause and stderr tail."""
+    kind = "timeout" if timed_out else "crash"
+    finding = Finding(kind, f"The {stage} stage {cause}.", {"cause": cause},
+                      {"stderr_tail": log_tail[-3000:], "cause": cause})
+    return StageResult(stage, TIMEOUT if timed_out else CRASH, failure=finding, findings=[finding], seconds=seconds)
+
+
+def load_result(entry: dict[str, Any]) -> StageResult | None:
+    """Findings made while loading the file and calling the probe function (the ``load`` pseudo-stage)."""
+    findings: list[Finding] = []
+    for ev in entry.get("registrations", []):
+        findings.append(Finding(
+            "op-redefined",
+            f"Operator {ev['op']} was registered twice with different schemas; the second silently replaced "
+            "the first.",
+            {"op": ev["op"]},
+            {"first_schema": ev["first_schema"], "second_schema": ev["second_schema"],
+             "first_frame": ev.get("first_frame"), "user_frame": ev.get("second_frame")},
+        ))
+    if entry.get("setup_error"):
+        f = classify.classify_error(LOAD_STAGE, entry["setup_error"])
+        if f.kind == "unknown":
+            f = Finding("eager-error", "The probe function itself raises.", f.context, f.evidence)
+        findings.append(f)
+    if not findings:
+        return None
+    return StageResult(LOAD_STAGE, FAIL, failure=findings[0], findings=findings)

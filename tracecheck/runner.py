@@ -1,0 +1,144 @@
+"""Runs tasks in isolated processes, ``jobs`` at a time, with a per-task timeout.
+
+Processes come from a multiprocessing fork server that has already imported torch and the compiler stack
+(tracecheck/preload.py): each task is a fresh fork (fresh Dynamo counters, caches, warn-once state and op
+registry) without paying the ~5 s import again. A child that dies (signal, ``sys.exit``, OOM kill) or
+overruns its timeout becomes an outcome like any other; the others are unaffected.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any, Callable, Iterator
+
+from . import worker
+
+
+@dataclass
+class Task:
+    key: Any
+    payload: dict[str, Any]
+    timeout_s: float
+
+
+@dataclass
+class Outcome:
+    """What came back from one task process. ``result`` is None when the process died or timed out."""
+
+    task: Task
+    result: dict[str, Any] | None
+    exitcode: int | None
+    timed_out: bool
+    seconds: float
+    log_tail: str
+
+    @property
+    def died(self) -> str | None:
+        """Human-readable cause of death, or None."""
+        if self.timed_out:
+            return f"killed after the {self.task.timeout_s:g} s timeout"
+        if self.result is not None:
+            return None
+        code = self.exitcode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"process killed by {name}"
+        return f"process exited with code {code} without a result (sys.exit or os._exit in the probe?)"
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["tracecheck.preload"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+class Runner:
+    """Run ``Task``s ``jobs`` at a time; ``run`` yields ``Outcome``s as they finish."""
+
+    def __init__(self, jobs: int, threads_per_job: int | None = None) -> None:
+        self.jobs = max(1, jobs)
+        cores = os.cpu_count() or 1
+        self.threads = threads_per_job or max(1, cores // self.jobs)
+        self._ctx = _context()
+        self._tmp = tempfile.TemporaryDirectory(prefix="tracecheck-")
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def run(self, tasks: list[Task], on_start: Callable[[Task], None] | None = None) -> Iterator[Outcome]:
+        pending = deque(tasks)
+        running: dict[int, tuple[Task, Any, float, str, str]] = {}
+        counter = 0
+        while pending or running:
+            while pending and len(running) < self.jobs:
+                task = pending.popleft()
+                counter += 1
+                result_path = os.path.join(self._tmp.name, f"{counter}.json")
+                log_path = os.path.join(self._tmp.name, f"{counter}.log")
+                proc = self._ctx.Process(target=worker.child_main,
+                                         args=(task.payload, result_path, log_path, self.threads), daemon=True)
+                proc.start()
+                running[proc.sentinel] = (task, proc, time.monotonic(), result_path, log_path)
+                if on_start:
+                    on_start(task)
+            now = time.monotonic()
+            next_deadline = min(start + t.timeout_s for t, _, start, _, _ in running.values())
+            ready = wait(list(running), timeout=max(0.0, min(next_deadline - now, 1.0)))
+            now = time.monotonic()
+            for sentinel in list(running):
+                task, proc, start, result_path, log_path = running[sentinel]
+                timed_out = False
+                if sentinel not in ready:
+                    if now - start < task.timeout_s:
+                        continue
+                    timed_out = True
+                    _kill_group(proc)
+                proc.join()
+                del running[sentinel]
+                yield Outcome(task, None if timed_out else _read_json(result_path), proc.exitcode, timed_out,
+                              now - start, _tail(log_path))
+
+
+def _kill_group(proc: Any) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child called setpgrp(): pgid == pid
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    import json
+
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: str, limit: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -1,0 +1,251 @@
+"""Stage implementations. Each runs inside a fresh stage process and returns a raw, plain-data record.
+
+A record never holds a label: ``results.build_stage_result`` classifies it in the parent. Every stage builds
+its own fresh ``Case`` (the probe function is called again, seeded), so a stateful probe is compared with
+eager at the same step count, and no stage sees another's compile caches, counters or warn-once state.
+
+Record fields: ``error`` (capture.error_record), ``breaks`` (capture.TraceCollector.breaks),
+``warnings`` (messages), ``mismatches`` (compiled vs eager), ``graph_count``,
+``explain_graph_break_count``, ``skip_reason``, ``opcheck`` (per op: per test util, "SUCCESS" or an error
+record), ``extra``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from . import capture, compat
+from .probe import Case
+
+# Namespaces that belong to PyTorch itself: ops elsewhere are the user's custom ops (opcheck targets).
+_TORCH_NAMESPACES = {"aten", "prims", "prim", "rngprims", "_c10d_functional", "c10d", "c10d_functional",
+                     "profiler", "quantized", "_quantized", "inductor", "debugprims", "higher_order",
+                     "_refs", "mkldnn", "mkl", "onednn", "_inductor_test", "_dynamo_testing", "streams"}
+
+#: allclose tolerances per dtype (rtol, atol): loose enough for inductor's reordered reductions, tight enough
+#: that the silent failures tracecheck hunts (e.g. pytorch#153389-style 1e-1 differences) cannot pass.
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-3),
+    torch.bfloat16: (5e-2, 1e-2),
+}
+
+
+class StageSetupError(Exception):
+    """The probe function raised or returned a bad shape; ``record`` is its error record."""
+
+    def __init__(self, record: dict[str, Any]):
+        super().__init__(record["message"])
+        self.record = record
+
+
+@dataclass
+class Execution:
+    """Result of running ``fn`` forward (and backward when the case needs gradients)."""
+
+    outputs: Any = None
+    grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    ran_backward: bool = False
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(obj) if isinstance(t, torch.Tensor)]
+
+
+def needs_grad(case: Case) -> bool:
+    if isinstance(case.grad, bool):
+        return case.grad
+    if callable(case.grad):
+        return True
+    return any(t.requires_grad and t.is_floating_point() for t in _tensors((case.args, case.kwargs)))
+
+
+def grad_targets(case: Case) -> dict[str, torch.Tensor]:
+    """Leaf tensors whose ``.grad`` is compared: inputs that require grad, then module parameters."""
+    targets: dict[str, torch.Tensor] = {}
+    leaves, _ = pytree.tree_flatten((case.args, case.kwargs))
+    for i, t in enumerate(leaves):
+        if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf:
+            targets[f"input[{i}]"] = t
+    if isinstance(case.fn, torch.nn.Module):
+        for name, p in case.fn.named_parameters():
+            if p.requires_grad:
+                targets[f"param:{name}"] = p
+    return targets
+
+
+def execute(fn: Callable[..., Any], case: Case) -> Execution:
+    """Forward, then backward on the sum of floating outputs (or ``case.grad(outputs)``). Never raises."""
+    ex = Execution()
+    torch.manual_seed(0)
+    try:
+        ex.outputs = fn(*case.args, **case.kwargs)
+    except Exception as e:
+        ex.error = capture.error_record(e, "forward")
+        return ex
+    if not needs_grad(case):
+        return ex
+    try:
+        if callable(case.grad):
+            loss = case.grad(ex.outputs)
+        else:
+            diff = [t for t in _tensors(ex.outputs) if t.is_floating_point() and t.requires_grad]
+            if not diff:
+                return ex  # nothing differentiable came out: no backward to run
+            loss = sum(t.float().sum() for t in diff)
+        loss.backward()
+        ex.ran_backward = True
+        ex.grads = {k: (t.grad.detach().clone() if t.grad is not None else None)
+                    for k, t in grad_targets(case).items()}
+    except Exception as e:
+        ex.error = capture.error_record(e, "backward")
+    return ex
+
+
+def compare(ref: Execution, got: Execution) -> list[dict[str, Any]]:
+    """Outputs and gradients of ``got`` vs ``ref`` with dtype-aware allclose; a list of mismatches."""
+    pairs: list[tuple[str, Any, Any]] = []
+    ref_out, got_out = _tensors(ref.outputs), _tensors(got.outputs)
+    if len(ref_out) != len(got_out):
+        return [{"what": "outputs", "detail": f"{len(got_out)} tensor outputs vs {len(ref_out)} in eager",
+                 "max_abs_diff": float("nan"), "dtype": None, "rtol": None, "atol": None}]
+    pairs += [(f"output[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_out, got_out))]
+    if ref.ran_backward and got.ran_backward:
+        pairs += [(f"grad {k}", ref.grads[k], got.grads.get(k)) for k in ref.grads]
+    out = []
+    for what, a, b in pairs:
+        m = _mismatch(what, a, b)
+        if m:
+            out.append(m)
+    return out
+
+
+def _mismatch(what: str, a: torch.Tensor | None, b: torch.Tensor | None) -> dict[str, Any] | None:
+    if a is None and b is None:
+        return None
+    base = {"what": what, "dtype": str(a.dtype if a is not None else b.dtype), "rtol": None, "atol": None}
+    if a is None or b is None:
+        return {**base, "detail": "gradient missing on one side", "max_abs_diff": float("nan")}
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return {**base, "detail": f"eager {tuple(a.shape)} {a.dtype} vs compiled {tuple(b.shape)} {b.dtype}",
+                "max_abs_diff": float("nan")}
+    if not a.is_floating_point() and not a.is_complex():
+        equal = torch.equal(a, b)
+        return None if equal else {**base, "detail": "integer outputs differ",
+                                   "max_abs_diff": float((a.long() - b.long()).abs().max())}
+    rtol, atol = TOLERANCES.get(a.dtype, (1e-4, 1e-4))
+    a, b = a.detach().cpu(), b.detach().cpu()
+    if torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
+        return None
+    diff = (a.double() - b.double()).abs().nan_to_num(nan=float("inf"))
+    return {**base, "rtol": rtol, "atol": atol, "max_abs_diff": float(diff.max())}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Stages
+
+
+def stage_eager(make_case: Callable[[], Case]) -> dict[str, Any]:
+    with capture.WarningCollector() as w:
+        case = make_case()
+        ex = execute(case.fn, case)
+    return {"error": ex.error, "warnings": w.messages, "ran_backward": ex.ran_backward}
+
+
+def _reference(make_case: Callable[[], Case]) -> Execution:
+    case = make_case()
+    return execute(case.fn, case)
+
+
+def stage_compile(make_case: Callable[[], Case], backend: str, fullgraph: bool = False) -> dict[str, Any]:
+    """``torch.compile(fn, backend=..., fullgraph=...)`` forward+backward, compared with eager."""
+    ref = _reference(make_case)
+    if ref.error and ref.error["phase"] == "forward":
+        return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
+    case = make_case()
+    compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
+    with capture.TraceCollector() as trace, capture.WarningCollector() as w:
+        got = execute(compiled, case)
+    from torch._dynamo.utils import counters
+
+    record: dict[str, Any] = {
+        "error": got.error, "breaks": trace.breaks, "warnings": w.messages,
+        "graph_count": int(counters["stats"]["unique_graphs"]),
+        "ran_backward": got.ran_backward,
+    }
+    if got.error is None:
+        record["mismatches"] = compare(ref, got)
+    elif ref.error and ref.error["type"] == got.error["type"] and ref.error["phase"] == got.error["phase"]:
+        record["same_as_eager"] = True  # the compiled run fails exactly where eager does
+    return record
+
+
+def stage_explain(make_case: Callable[[], Case]) -> dict[str, Any]:
+    """``torch._dynamo.explain`` (forward only) plus tracecheck's own break count from the trace."""
+    ref = _reference(make_case)
+    if ref.error and ref.error["phase"] == "forward":
+        return {"skip_reason": "the eager forward fails (see the eager stage)"}
+    case = make_case()
+    with capture.TraceCollector() as trace:
+        try:
+            out = compat.explain(case.fn, *case.args, **case.kwargs)
+        except Exception as e:
+            return {"error": capture.error_record(e, "forward"), "breaks": trace.breaks}
+    return {
+        "breaks": trace.breaks,
+        "graph_count": out.graph_count,
+        "explain_graph_break_count": out.graph_break_count,
+        "explain_reasons": [str(getattr(b, "reason", b))[:500] for b in out.break_reasons][:20],
+    }
+
+
+class _OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the first call of every custom op (inputs cloned before the call, which may mutate them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[Any, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace not in _TORCH_NAMESPACES and func not in self.calls:
+            def snap(t: Any) -> Any:
+                if isinstance(t, torch.Tensor):
+                    c = t.detach().clone()
+                    return c.requires_grad_(t.requires_grad) if t.is_floating_point() else c
+                return t
+
+            self.calls[func] = (pytree.tree_map(snap, tuple(args)), pytree.tree_map(snap, dict(kwargs)))
+        return func(*args, **kwargs)
+
+
+def opcheck_utils(device: str) -> list[str]:
+    """opcheck's autograd-registration test only runs on CPU/CUDA/XPU tensors (NotImplementedError elsewhere)."""
+    utils = ["test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"]
+    return utils if device.split(":")[0] in ("cpu", "cuda", "xpu") else [u for u in utils if "autograd" not in u]
+
+
+def stage_opcheck(make_case: Callable[[], Case], device: str) -> dict[str, Any]:
+    """``torch.library.opcheck`` on every custom op the probe calls, with the inputs it called them with."""
+    case = make_case()
+    rec = _OpRecorder()
+    try:
+        with rec:
+            case.fn(*case.args, **case.kwargs)
+    except Exception as e:
+        if not rec.calls:
+            return {"skip_reason": f"the eager forward fails before any custom op ran ({type(e).__name__})"}
+    if not rec.calls:
+        return {"skip_reason": "the probe calls no custom op"}
+    results: dict[str, dict[str, Any]] = {}
+    for op, (args, kwargs) in rec.calls.items():
+        res = torch.library.opcheck(op, args, kwargs, test_utils=opcheck_utils(device), raise_exception=False)
+        results[str(op)] = {
+            test: (v if isinstance(v, str) else capture.error_record(v, test)) for test, v in res.items()
+        }
+    return {"opcheck": results}

@@ -1,0 +1,127 @@
+"""What runs inside one isolated process: discovering a file's probes, or one (probe, stage).
+
+The parent (runner.py) starts ``child_main`` in a fresh process per task; the child writes one JSON result
+file and exits. Probe code may print, segfault, hang or call ``sys.exit``: its stdout/stderr go to a log file
+the parent tails, and a missing result file is how the parent learns the child died.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+from .exitcodes import UsageError
+from .probe import Case, ProbeShapeError, to_case
+
+
+def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: int) -> None:
+    """Entry point of a task process. Writes ``result_path`` (JSON) unless the process dies first."""
+    os.setpgrp()  # own process group: the parent can kill whatever the probe spawned on timeout
+    _redirect_output(log_path)
+    try:
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+        from . import compat
+
+        compat.set_single_compile_thread()
+        result = handle(task)
+    except UsageError as e:
+        result = {"usage_error": str(e)}
+    except Exception:
+        result = {"internal_error": traceback.format_exc()}
+    tmp = result_path + ".tc-tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, default=str)
+    os.replace(tmp, result_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def _redirect_output(log_path: str) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def handle(task: dict[str, Any]) -> dict[str, Any]:
+    if task["op"] == "discover":
+        return discover_file(task["file"], task.get("select"))
+    if task["op"] == "stage":
+        return run_stage(task)
+    raise ValueError(f"unknown task {task['op']!r}")
+
+
+def discover_file(path: str, select: str | None) -> dict[str, Any]:
+    """Load one model file; call each selected probe once to check what it returns and what it registers."""
+    from . import capture, discover
+
+    with capture.OpRegistrationWatch() as watch:
+        module = discover.load_module(path)
+        file_events = list(watch.events)
+        probes = []
+        for name, fn in discover.find_probes(module):
+            if not discover.matches(select, f"{os.path.relpath(path)}::{name}"):
+                continue
+            before = len(watch.events)
+            entry: dict[str, Any] = {"name": name}
+            try:
+                to_case(_call_probe(fn))
+            except ProbeShapeError as e:
+                entry["bad_shape"] = f"{os.path.relpath(path)}::{name}: {e}"
+            except Exception as e:
+                entry["setup_error"] = capture.error_record(e, "setup")
+            entry["registrations"] = file_events + watch.events[before:]
+            probes.append(entry)
+    return {"probes": probes, "n_candidates": len(discover.find_probes(module))}
+
+
+def _call_probe(fn: Callable[[], Any]) -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    return fn()
+
+
+def _to_device(case: Case, device: str) -> Case:
+    if device == "cpu":
+        return case
+    import torch
+    from torch.utils import _pytree as pytree
+
+    def move(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            return t.detach().to(device).requires_grad_(t.requires_grad)
+        return t
+
+    fn = case.fn.to(device) if isinstance(case.fn, torch.nn.Module) else case.fn
+    return Case(fn, pytree.tree_map(move, case.args), pytree.tree_map(move, case.kwargs), case.grad)
+
+
+def run_stage(task: dict[str, Any]) -> dict[str, Any]:
+    from . import discover, stages
+
+    module = discover.load_module(task["file"])
+    probe_fn = dict(discover.find_probes(module))[task["probe"]]
+    device = task.get("device", "cpu")
+
+    def make_case() -> Case:
+        return _to_device(to_case(_call_probe(probe_fn)), device)
+
+    stage = task["stage"]
+    if stage == "eager":
+        return stages.stage_eager(make_case)
+    if stage == "explain":
+        return stages.stage_explain(make_case)
+    if stage in ("aot_eager", "inductor"):
+        return stages.stage_compile(make_case, stage)
+    if stage == "fullgraph":
+        return stages.stage_compile(make_case, "aot_eager", fullgraph=True)
+    if stage == "opcheck":
+        return stages.stage_opcheck(make_case, device)
+    raise UsageError(f"unknown stage {stage!r}")
