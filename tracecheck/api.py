@@ -96,7 +96,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions) -> list[ProbeR
         if res is None:
             raise UsageError(f"{os.path.relpath(path)}: loading the file {outcome.died}")
         if "usage_error" in res:
-            raise UsageError(res["usage_error"])
+            raise UsageError(res["usage_error"], res.get("detail"))
         if "internal_error" in res:
             raise RuntimeError(f"discovering {path}:\n{res['internal_error']}")
         total_candidates += res["n_candidates"]
@@ -130,5 +130,5 @@ def _stage_result(stage: str, outcome: Outcome) -> StageResult:
                                          "phase": "internal"}}
         return results.build_stage_result(stage, raw, seconds)
     if "usage_error" in res:
-        raise UsageError(res["usage_error"])
+        raise UsageError(res["usage_error"], res.get("detail"))
     return results.build_stage_result(stage, res, seconds)

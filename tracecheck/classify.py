@@ -49,7 +49,7 @@ _PYBIND = [
     re.compile(r"Dynamo does not know how to trace the builtin `(?P<name>[^`]+?)\.?`"),
     re.compile(r"Dynamo cannot trace optree C/C\+\+ function (?P<name>\S+?)\.?(\s|$)"),
     # <=2.3: "Graph break due to unsupported builtin flash_attn_2_cuda.PyCapsule.fwd"
-    re.compile(r"unsupported builtin (?P<name>[\w.]+)"),
+    re.compile(r"unsupported builtin (?P<name>\w+(?:\.\w+)*)"),
 ]
 _NO_FAKE = [
     re.compile(r"There was no fake impl registered for <CustomOpDef\((?P<op>[^)]+)\)>"),

@@ -27,7 +27,8 @@ class _LiveProgress(api.Progress):
 
     def __init__(self, console: Console) -> None:
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=console, transient=True)
+                            TimeElapsedColumn(), console=console, transient=True,
+                            disable=not console.is_terminal)
         self.task = self.bar.add_task("discovering probes", total=None)
         self.running: list[str] = []
 
@@ -92,8 +93,9 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, verbose):
             write_json_atomic(json_path, report.to_dict())
     except UsageError as e:
         console.print(f"tracecheck: error: {e}", highlight=False, markup=False)
-        if verbose and e.__cause__:
-            console.print("".join(traceback.format_exception(e.__cause__)), markup=False, highlight=False)
+        detail = e.detail or ("".join(traceback.format_exception(e.__cause__)) if e.__cause__ else None)
+        if verbose and detail:
+            console.print(detail, markup=False, highlight=False)
         sys.exit(ExitCode.USAGE_ERROR)
     except Exception as e:  # our bug: one line, traceback behind --verbose
         console.print(f"tracecheck: internal error: {type(e).__name__}: {e}".splitlines()[0], markup=False)

@@ -14,4 +14,11 @@ class ExitCode(enum.IntEnum):
 
 
 class UsageError(Exception):
-    """Bad input. The message is one line naming the path and the problem; the CLI exits USAGE_ERROR."""
+    """Bad input. The message is one line naming the path and the problem; the CLI exits USAGE_ERROR.
+
+    ``detail`` optionally holds the full traceback (shown with --verbose), e.g. from a stage process.
+    """
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail

@@ -29,7 +29,8 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
         compat.set_single_compile_thread()
         result = handle(task)
     except UsageError as e:
-        result = {"usage_error": str(e)}
+        cause = e.__cause__ or e
+        result = {"usage_error": str(e), "detail": "".join(traceback.format_exception(cause))}
     except Exception:
         result = {"internal_error": traceback.format_exc()}
     tmp = result_path + ".tc-tmp"

@@ -1,0 +1,52 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+class CliResult:
+    def __init__(self, proc: subprocess.CompletedProcess, json_path: Path | None):
+        self.returncode = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        self.report = json.loads(json_path.read_text()) if json_path and json_path.exists() else None
+
+    def probe(self, name: str) -> dict:
+        matches = [p for p in self.report["probes"] if p["id"].endswith("::" + name)]
+        assert len(matches) == 1, [p["id"] for p in self.report["probes"]]
+        return matches[0]
+
+
+@pytest.fixture
+def tracecheck(tmp_path):
+    """Run the real CLI in a subprocess: tracecheck(*args, json=True) -> CliResult."""
+
+    def run(*args: str, json_report: bool = True, timeout: float = 900, cwd: Path | None = None) -> CliResult:
+        out = tmp_path / "report.json" if json_report else None
+        cmd = [sys.executable, "-m", "tracecheck", *args]
+        if out:
+            cmd += ["--json", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or tmp_path,
+                              env={**os.environ, "COLUMNS": "200"})
+        return CliResult(proc, out)
+
+    return run
+
+
+@pytest.fixture
+def write_probe(tmp_path):
+    """write_probe(source, name="model.py") -> path of a dedented model file in tmp_path."""
+
+    def write(source: str, name: str = "model.py") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    return write

@@ -1,0 +1,62 @@
+"""Bad input: one clear line naming the path and the problem, exit 2, no traceback (issue 2, 'Bad input')."""
+import pytest
+
+
+def assert_usage_error(res, *needles):
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = [l for l in res.stderr.strip().splitlines() if l.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("tracecheck: error:")
+    assert "Traceback" not in res.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_missing_path(tracecheck, tmp_path):
+    assert_usage_error(tracecheck("run", str(tmp_path / "nope.py"), json_report=False), "nope.py",
+                       "no such file")
+
+
+def test_syntax_error_shows_user_line(tracecheck, write_probe):
+    p = write_probe("import torch\ndef probe(:\n    pass\n")
+    assert_usage_error(tracecheck("run", str(p), json_report=False), "model.py:2", "syntax error", "def probe(:")
+
+
+def test_import_error_shows_user_line(tracecheck, write_probe):
+    p = write_probe("import torch\nimport not_a_real_module_xyz\ndef probe():\n    return torch.sin, (torch.ones(2),)\n")
+    assert_usage_error(tracecheck("run", str(p), json_report=False), "model.py", "line 2",
+                       "ModuleNotFoundError", "not_a_real_module_xyz")
+
+
+def test_no_probes(tracecheck, write_probe):
+    p = write_probe("def helper():\n    return 1\n")
+    assert_usage_error(tracecheck("run", str(p), json_report=False), "no probes found")
+
+
+def test_k_selects_nothing(tracecheck, write_probe):
+    p = write_probe("import torch\ndef probe_a():\n    return torch.sin, (torch.ones(2),)\n")
+    assert_usage_error(tracecheck("run", str(p), "-k", "zzz", json_report=False), "no probes found", "zzz")
+
+
+def test_probe_returns_wrong_shape(tracecheck, write_probe):
+    p = write_probe("def probe_bad():\n    return 42\n")
+    assert_usage_error(tracecheck("run", str(p), json_report=False), "probe_bad", "returned int")
+
+
+def test_unknown_stage(tracecheck, write_probe):
+    p = write_probe("import torch\ndef probe():\n    return torch.sin, (torch.ones(2),)\n")
+    assert_usage_error(tracecheck("run", str(p), "--stages", "eager,warp", json_report=False), "warp",
+                       "unknown stage")
+
+
+def test_unwritable_output(tracecheck, write_probe, tmp_path):
+    p = write_probe("import torch\ndef probe():\n    return torch.sin, (torch.ones(2),)\n")
+    res = tracecheck("run", str(p), "--json", str(tmp_path / "no" / "such" / "dir" / "r.json"), json_report=False)
+    assert_usage_error(res, "--json", "cannot write")
+
+
+def test_verbose_shows_the_traceback(tracecheck, write_probe):
+    p = write_probe("import torch\nraise ValueError('bad model')\n")
+    res = tracecheck("run", str(p), "--verbose", json_report=False)
+    assert res.returncode == 2
+    assert "Traceback" in res.stderr and "bad model" in res.stderr

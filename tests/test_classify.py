@@ -1,0 +1,196 @@
+"""Classifier rules on recorded messages from several torch versions (../shared/torch_failure_wording.md §4).
+
+Each case is a message as torch prints it, with the kind a compiler engineer would give it; none of the
+expected labels was read back from tracecheck's output.
+"""
+import pytest
+
+from tracecheck import classify
+
+PYBIND_213 = (
+    "Attempted to call function marked as skipped\n"
+    "  Higher Order Operator: autograd.Function\n"
+    "  Explanation: Dynamo does not know how to trace the builtin "
+    "`tc_ext.pybind11_detail_function_record_v1_system_libstdcpp_gxx_abi_1xxx_use_cxx11_abi_1.fwd.` This function is "
+    "either a Python builtin (e.g. _warnings.warn) or a third-party C/C++ Python extension (perhaps created with pybind).\n"
+    "  Hint: If it is a third-party C/C++ Python extension, please either wrap it into a PyTorch-understood custom "
+    "operator\n\n  Developer debug context: module: tc_ext, qualname: fwd, skip reason: cannot determine source file\n\n"
+    " For more details about this graph break, please visit: "
+    "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0007.html\n\nfrom user code:\n"
+    '   File "/x/_functorch/autograd_function.py", line 10, in inner\n    outs = orig_fwd(*args, **kwargs)\n'
+)
+PYBIND_28_CAPSULE = (
+    "Attempted to call function marked as skipped\n  Explanation: Dynamo does not know how to trace the builtin "
+    "`kernel_ext.PyCapsule.dq_uint8_mxfp4_to_half.` This function is either a Python builtin (e.g. _warnings.warn) "
+    "or a third-party C/C++ Python extension (perhaps created with pybind).\n"
+    "  Developer debug context: module: kernel_ext, qualname: PyCapsule.dq_uint8_mxfp4_to_half, skip reason: "
+    "<missing reason>\n"
+)
+PYBIND_OLD = "Graph break due to unsupported builtin flash_attn_2_cuda.PyCapsule.fwd. This function is either..."
+
+NO_FAKE_213 = (
+    "RuntimeError when making fake tensor call\n  Explanation: Dynamo failed to run FX node with fake tensors: "
+    "call_function tc.myop.default(*(FakeTensor(..., size=(4,)),), **{}): got RuntimeError('There was no fake impl "
+    "registered for <CustomOpDef(tc::myop)>. This is necessary for torch.compile/export/fx tracing to work. Please "
+    "use `myop.register_fake` to add an fake impl.')\n"
+    " For more details about this graph break, please visit: "
+    "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb4315.html"
+)
+NO_FAKE_28 = (
+    "Dynamo failed to run FX node with fake tensors: call_function tc.myop.default(*(FakeTensor(..., size=(4,)),), "
+    "**{}): got RuntimeError('There was no fake impl registered for <CustomOpDef(tc::myop)>. This is necessary for "
+    "torch.compile/export/fx tracing to work. Please use `myop.register_fake` to add an fake impl.')"
+)
+NO_META_BREAK = (
+    "Operator does not support running with fake tensors\n  Explanation: \n  Hint: see https://docs.google.com/"
+    "document/d/1GgvOe7C8_NVOMLOCwDaYV1mXXyHMXY7ExoewHqooxrs/edit#heading=h.64r4npvq0w0 for how to fix\n\n"
+    "  Developer debug context: unsupported operator: tclib.cpu_only.default\n"
+)
+NO_AUTOGRAD = ("Trying to backward through tc.myop2.default but no autograd formula was registered. Please use "
+               "register_autograd to add one.")
+CPP_AUTOGRAD_WARN = (
+    "tclib::cpu_only: an autograd kernel was not registered to the Autograd key(s) but we are trying to backprop "
+    "through it. This may lead to silently incorrect behavior."
+)
+MUTATES = "Argument buf is not defined as mutable but was mutated"
+FAKE_META = ("When comparing the output of tc.moe.default on FakeTensor and concrete Tensors, found mismatched tensor "
+             "metadata: Shapes torch.Size([12, 8]) and torch.Size([3, 8]) are not equal!")
+FAKE_INDUCTOR = ("expected size 12==3, stride 8==8 at dim=0\nError in op: torch.ops.tc_case27.moe_dispatch.default\n"
+                 "This error most often comes from a incorrect fake (aka meta) kernel for a custom op.")
+DATA_DEP_210 = (
+    "Consider annotating your code using torch._check*(). Could not guard on data-dependent expression u0 > 2 "
+    "(unhinted: u0 > 2).  (Size-like symbols: u0)\n\nconsider using data-dependent friendly APIs such as "
+    "guard_or_false, guard_or_true and statically_known_true."
+)
+DATA_DEP_28 = "Could not guard on data-dependent expression Eq(u0, 1) (unhinted: Eq(u0, 1)).  (Size-like symbols: u0)"
+
+
+def err(message, type_="torch._dynamo.exc.Unsupported", gb_type=None, chain=None):
+    return {"type": type_, "message": message, "gb_type": gb_type,
+            "chain": chain or [{"type": type_, "message": message}]}
+
+
+@pytest.mark.parametrize("message, gb_type, builtin", [
+    (PYBIND_213, "Attempted to call function marked as skipped",
+     "tc_ext.pybind11_detail_function_record_v1_system_libstdcpp_gxx_abi_1xxx_use_cxx11_abi_1.fwd"),
+    (PYBIND_213, None,  # no structured gb_type (pre-2.13): read from the text past the HOP line
+     "tc_ext.pybind11_detail_function_record_v1_system_libstdcpp_gxx_abi_1xxx_use_cxx11_abi_1.fwd"),
+    (PYBIND_28_CAPSULE, None, "kernel_ext.PyCapsule.dq_uint8_mxfp4_to_half"),
+    (PYBIND_OLD, None, "flash_attn_2_cuda.PyCapsule.fwd"),
+])
+def test_pybind_builtin_names_the_builtin(message, gb_type, builtin):
+    f = classify.classify_error("fullgraph", err(message, gb_type=gb_type))
+    assert f.kind == "pybind-builtin"
+    assert f.context["builtin"] == builtin
+    assert f.context.get("pybind11") is True
+
+
+def test_pybind_inside_autograd_function_is_said():
+    f = classify.classify_error("fullgraph", err(PYBIND_213, gb_type="Attempted to call function marked as skipped"))
+    assert f.context["in_autograd_function"] is True
+    assert "autograd.Function" in f.summary
+    plain = classify.classify_error("fullgraph", err(PYBIND_28_CAPSULE))
+    assert "in_autograd_function" not in plain.context
+
+
+def test_gb_type_skips_hop_line_and_code_from_link():
+    f = classify.classify_error("fullgraph", err(PYBIND_213))
+    assert f.evidence["gb_type"] == "Attempted to call function marked as skipped"
+    assert f.evidence["gb_code"] == "GB0007"
+
+
+@pytest.mark.parametrize("message, type_", [
+    (NO_FAKE_213, "torch._dynamo.exc.TorchRuntimeError"),
+    (NO_FAKE_28, "torch._dynamo.exc.TorchRuntimeError"),
+])
+def test_missing_fake_custom_op(message, type_):
+    f = classify.classify_error("aot_eager", err(message, type_))
+    assert f.kind == "missing-fake"
+    assert f.context["op"] == "tc::myop"
+
+
+def test_missing_meta_kernel_graph_break():
+    b = classify.classify_break({"reason": NO_META_BREAK, "file": "m.py", "line": 3})
+    assert b.kind == "missing-fake"
+    assert b.context["op"] == "tclib.cpu_only.default"
+    assert b.gb_type == "Operator does not support running with fake tensors"
+
+
+def test_missing_autograd_unwraps_backend_compiler_failed():
+    wrapped = "backend='aot_eager' raised:\nRuntimeError: " + NO_AUTOGRAD
+    raw = err(wrapped, "torch._dynamo.exc.BackendCompilerFailed",
+              chain=[{"type": "torch._dynamo.exc.BackendCompilerFailed", "message": wrapped},
+                     {"type": "RuntimeError", "message": NO_AUTOGRAD}])
+    f = classify.classify_error("aot_eager", raw)
+    assert f.kind == "missing-autograd"
+    assert f.context["op"] == "tc.myop2.default"
+
+
+def test_missing_autograd_at_eager_backward():
+    assert classify.classify_error("eager", err(NO_AUTOGRAD, "RuntimeError")).kind == "missing-autograd"
+
+
+def test_cpp_autograd_fallback_warning_is_a_finding():
+    f = classify.classify_warning(CPP_AUTOGRAD_WARN)
+    assert f is not None and f.kind == "missing-autograd" and f.context["op"] == "tclib::cpu_only"
+    assert classify.classify_warning("some unrelated UserWarning") is None
+
+
+def test_mutates_args_lie():
+    f = classify.classify_error("opcheck", err(MUTATES, "RuntimeError"))
+    assert f.kind == "mutates-args-mismatch" and f.context["argument"] == "buf"
+
+
+@pytest.mark.parametrize("message, type_", [(FAKE_META, "MetadataMismatchError"), (FAKE_INDUCTOR, "AssertionError")])
+def test_fake_mismatch(message, type_):
+    assert classify.classify_error("inductor", err(message, type_)).kind == "fake-mismatch"
+
+
+@pytest.mark.parametrize("message, type_", [
+    (DATA_DEP_210, "torch._dynamo.exc.UserError"),
+    (DATA_DEP_28, "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode"),
+])
+def test_data_dependent_errors(message, type_):
+    assert classify.classify_error("fullgraph", err(message, type_)).kind == "data-dependent"
+
+
+def test_data_dependent_break_by_gb_type():
+    reason = ("Data-dependent branching\n  Explanation: Detected data-dependent branching (e.g. `if my_tensor.sum() > "
+              "0:`).\n  Developer debug context: attempted to jump with TensorVariable()\n")
+    assert classify.classify_break({"reason": reason}).kind == "data-dependent"
+
+
+def test_other_graph_break_keeps_gb_type():
+    reason = ("Encountered graph break when attempting to trace CALL:\n\nFailed to trace builtin operator\n"
+              "  Explanation: Dynamo does not know how to trace builtin operator `print` with argument types ['str']"
+              "\n For more details about this graph break, please visit: "
+              "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0059.html")
+    b = classify.classify_break({"reason": reason, "file": "m.py", "line": 7})
+    assert (b.kind, b.gb_type, b.gb_code) == ("graph-break", "Failed to trace builtin operator", "GB0059")
+
+
+def test_python_builtin_is_not_pybind():
+    reason = ("Attempted to call function marked as skipped\n  Explanation: Dynamo does not know how to trace the "
+              "Python builtin `_warnings.warn`.\n")
+    assert classify.classify_break({"reason": reason}).kind == "graph-break"
+
+
+def test_fallbacks_depend_on_stage_and_keep_evidence():
+    eager = classify.classify_error("eager", err("boom", "ValueError"))
+    assert eager.kind == "eager-error"
+    backend = classify.classify_error("inductor", err("backend='inductor' raised:\nCppCompileError: x",
+                                                       "torch._dynamo.exc.BackendCompilerFailed"))
+    assert backend.kind == "backend-error"
+    unknown = classify.classify_error("aot_eager", err("something odd", "KeyError"))
+    assert unknown.kind == "unknown"
+    assert unknown.evidence["message"] == "something odd"
+    assert unknown.evidence["exception_type"] == "KeyError"
+
+
+def test_every_kind_has_a_doc_page_and_a_fix():
+    import pathlib
+
+    docs = pathlib.Path(__file__).resolve().parents[1] / "docs" / "failures"
+    for kind in classify.kinds().values():
+        assert kind.fix, kind.id
+        assert (docs / f"{kind.id}.md").is_file(), f"missing {kind.doc}"

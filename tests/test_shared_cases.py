@@ -1,0 +1,57 @@
+"""End-to-end: ``tracecheck run ../shared/cases`` against each reproducer's EXPECTED verdict.
+
+Each case file (written from a public bug report) carries ``EXPECTED = {"kind", "also", "notes"}``: the
+report must contain ``kind`` and nothing outside ``kind + also``; a ``pass`` case must come out clean.
+"""
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SHARED
+
+CASES = SHARED / "cases"
+CASE_FILES = sorted(p for p in CASES.glob("*.py")) if CASES.is_dir() else []
+
+
+def expected(path):
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "EXPECTED":
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path} has no EXPECTED")
+
+
+@pytest.fixture(scope="module")
+def cases_report(tmp_path_factory):
+    assert CASE_FILES, f"the shared reproducers are missing: {CASES}"
+    out = tmp_path_factory.mktemp("cases") / "cases.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(CASES), "--json", str(out)],
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the set holds failing cases
+    return {p["file"]: p for p in json.loads(out.read_text())["probes"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASE_FILES, ids=lambda p: p.stem)
+def test_case_verdict(cases_report, case):
+    exp = expected(case)
+    probe = cases_report[str(case)]
+    kinds = set(probe["verdict"]["kinds"])
+    if exp["kind"] == "pass":
+        assert probe["verdict"]["status"] == "pass", kinds
+    else:
+        assert exp["kind"] in kinds, (kinds, exp["notes"])
+        assert kinds <= {exp["kind"], *exp["also"]}, f"misclassified: {kinds - {exp['kind'], *exp['also']}}"
+
+
+@pytest.mark.slow
+def test_every_finding_carries_evidence(cases_report):
+    for probe in cases_report.values():
+        for stage in probe["stages"].values():
+            for f in stage["findings"]:
+                ev = f["evidence"]
+                assert f["kind"] and f["summary"]
+                assert ev.get("exception_type") or ev.get("gb_type") or ev.get("cause") or \
+                    ev.get("max_abs_diff") is not None or ev.get("second_schema") or ev.get("reason"), f

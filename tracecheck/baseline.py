@@ -1,0 +1,412 @@
+"""CI gate: baselines, comparing two runs, sharding a run, merging shard reports.
+
+A *baseline* is a run report reduced to what must not get worse, and nothing that differs between
+machines: no timings, no absolute paths, no message text. Layout (docs/ci.md has the JSON schema)::
+
+    {"format": "tracecheck-baseline", "schema_version": 1, "torch": "2.13.0+cpu", "stages": [...],
+     "probes": {"<file>::<name>": {"stages": {"<stage>": {
+         "status": "fail", "kinds": ["graph-break"], "graph_count": 2, "graph_break_count": 1,
+         "breaks": [{"kind": "graph-break", "gb_type": "...", "file": "model.py", "line": 12}],
+         "recompiles": null, "compiled_autograd": {...}}}}}}
+
+Probe ids are the report's relative ``file::name``; break files are made relative the same way (see
+``relative_location``). ``compare`` works on two such documents (a full ``--json`` report is reduced first),
+so a baseline, a report and a merged shard report all compare the same way. Pure: no torch import.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .exitcodes import UsageError
+from .report import CRASH, FAIL, LOAD_STAGE, PASS, STAGES, TIMEOUT, ProbeReport, RunReport, StageResult
+
+BASELINE_FORMAT = "tracecheck-baseline"
+BASELINE_SCHEMA_VERSION = 1
+
+#: Compiled-autograd counters (StageResult.extra of the ``compiled_autograd`` stage) that must not grow.
+CA_COUNTS_LOWER_IS_BETTER = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles")
+#: Compiled-autograd counters that are shown when they change but are neither better nor worse.
+CA_COUNTS_NEUTRAL = ("hooks_captured",)
+
+REGRESSED, IMPROVED, CHANGED = "regressed", "improved", "changed"
+_FAILED = (FAIL, TIMEOUT, CRASH)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Baseline documents
+
+
+def relative_location(file: str | None, probe: ProbeReport) -> str | None:
+    """A break's file, relative the way the probe id is, so that it is the same on every machine.
+
+    ``probe.file`` is absolute and the id's file part is relative to where the run started; the break's file
+    is re-anchored on the id's directory (``/ci/repo/probes/mhc/model.py`` for the probe
+    ``probes/mhc_probes.py::probe`` becomes ``probes/mhc/model.py``). Files inside an installed package keep
+    the part after ``site-packages/``.
+    """
+    if not file:
+        return None
+    norm = file.replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in norm:
+            return marker + norm.split(marker, 1)[1]
+    if not os.path.isabs(file):
+        return norm
+    id_dir = os.path.dirname(probe.id.split("::", 1)[0])
+    rel = os.path.relpath(file, os.path.dirname(probe.file))
+    return os.path.normpath(os.path.join(id_dir, rel)).replace("\\", "/")
+
+
+def recompiles(s: StageResult) -> int | None:
+    """Recompile count of a stage, when the stage measured one."""
+    value = getattr(s, "recompiles", None)
+    if value is None:
+        value = s.extra.get("recompiles")
+    return value if isinstance(value, int) else None
+
+
+def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
+    kinds = sorted({f.kind for f in s.findings or ([s.failure] if s.failure else [])})
+    breaks = sorted(
+        ({"kind": b.kind, "gb_type": b.gb_type, "file": relative_location(b.file, probe), "line": b.line}
+         for b in s.breaks),
+        key=_break_sort_key,
+    )
+    snap: dict[str, Any] = {
+        "status": s.status,
+        "kinds": kinds,
+        "graph_count": s.graph_count,
+        "graph_break_count": s.graph_break_count,
+        "breaks": breaks,
+        "recompiles": recompiles(s),
+    }
+    ca = {k: s.extra[k] for k in (*CA_COUNTS_LOWER_IS_BETTER, *CA_COUNTS_NEUTRAL) if k in s.extra}
+    if ca:
+        snap["compiled_autograd"] = ca
+    return snap
+
+
+def _break_sort_key(b: dict[str, Any]) -> tuple:
+    return (b.get("kind") or "", b.get("gb_type") or "", b.get("file") or "", b.get("line") or 0)
+
+
+def from_report(report: RunReport) -> dict[str, Any]:
+    """The baseline document of a run report (sorted, so rewriting an unchanged baseline is a no-op diff)."""
+    probes = {}
+    for p in sorted(report.probes, key=lambda p: p.id):
+        probes[p.id] = {"stages": {name: stage_snapshot(s, p) for name, s in p.stages.items()}}
+    return {
+        "format": BASELINE_FORMAT,
+        "schema_version": BASELINE_SCHEMA_VERSION,
+        "torch": report.environment.get("torch"),
+        "stages": list(report.stages),
+        "probes": probes,
+    }
+
+
+def is_baseline(doc: dict[str, Any]) -> bool:
+    return doc.get("format") == BASELINE_FORMAT
+
+
+def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
+    """A baseline document from either a baseline or a full ``--json`` report. Raises ValueError."""
+    if is_baseline(doc):
+        version = doc.get("schema_version")
+        if version != BASELINE_SCHEMA_VERSION:
+            raise ValueError(f"baseline schema_version {version!r} is not supported "
+                             f"(expected {BASELINE_SCHEMA_VERSION}); rewrite it with --update-baseline")
+        if not isinstance(doc.get("probes"), dict):
+            raise ValueError("baseline has no 'probes' object")
+        return doc
+    if "probes" in doc and "schema_version" in doc:
+        return from_report(RunReport.from_dict(doc))
+    raise ValueError("neither a tracecheck baseline nor a tracecheck JSON report")
+
+
+def read_json(path: str, what: str) -> dict[str, Any]:
+    """Load a JSON document; a missing or malformed file is a UsageError naming the path."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{what} {path}: not readable JSON ({type(e).__name__}: {e})".splitlines()[0]) from e
+    if not isinstance(doc, dict):
+        raise UsageError(f"{what} {path}: not a tracecheck JSON document")
+    return doc
+
+
+def load_baseline(path: str, what: str = "baseline") -> dict[str, Any]:
+    """Read a baseline (or a full report, reduced to one). Raises UsageError."""
+    doc = read_json(path, what)
+    try:
+        return to_baseline(doc)
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{what} {path}: {e}") from e
+
+
+def load_report(path: str, what: str = "report") -> RunReport:
+    """Read a full ``--json`` report. Raises UsageError."""
+    doc = read_json(path, what)
+    if is_baseline(doc):
+        raise UsageError(f"{what} {path}: this is a baseline, not a full report (use the --json output)")
+    try:
+        return RunReport.from_dict(doc)
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{what} {path}: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Comparison
+
+
+@dataclass
+class Change:
+    """One difference between baseline and new run. ``effect`` is regressed, improved or changed (neutral).
+
+    ``location`` is ``{"file", "line"}`` (relative) for a graph break, so CI can annotate the user's line.
+    """
+
+    probe: str
+    stage: str | None
+    aspect: str
+    before: Any
+    after: Any
+    effect: str
+    detail: str
+    location: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class Comparison:
+    """All differences of a new run against a baseline, in probe/stage order."""
+
+    changes: list[Change] = field(default_factory=list)
+    compared_probes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [c for c in self.changes if c.effect == REGRESSED]
+
+    @property
+    def improvements(self) -> list[Change]:
+        return [c for c in self.changes if c.effect == IMPROVED]
+
+    @property
+    def regressed(self) -> bool:
+        """True when anything got worse; the CLI exits 1."""
+        return bool(self.regressions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compared_probes": self.compared_probes, "regressed": self.regressed, "notes": self.notes,
+                "changes": [c.to_dict() for c in self.changes]}
+
+
+def _order(stage: str) -> int:
+    order = (LOAD_STAGE, *STAGES)
+    return order.index(stage) if stage in order else len(order)
+
+
+def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | None = None) -> Comparison:
+    """Compare two baseline documents (see ``to_baseline``).
+
+    Per probe and stage: status, failure kinds, graph count, graph breaks (count, and each by kind, gb_type
+    and relative location), recompiles and compiled-autograd counts. A regression is a new failure or kind,
+    more breaks, more graphs, more recompiles or compiled-autograd graphs, or a probe that went missing.
+    ``only`` restricts the comparison to those probe ids (a shard compares the probes it ran).
+    """
+    cmp = Comparison()
+    base_probes: dict[str, Any] = base.get("probes", {})
+    new_probes: dict[str, Any] = new.get("probes", {})
+    ids = sorted(set(base_probes) | set(new_probes))
+    if only is not None:
+        keep = set(only)
+        ids = [i for i in ids if i in keep]
+    for pid in ids:
+        b, n = base_probes.get(pid), new_probes.get(pid)
+        if n is None:
+            cmp.changes.append(Change(pid, None, "probe", "present", "missing", REGRESSED,
+                                      "probe went missing (not found in the new run)"))
+            continue
+        cmp.compared_probes += 1
+        if b is None:
+            failing = _failing_kinds(n)
+            if failing:
+                cmp.changes.append(Change(pid, None, "probe", "absent", "fail", REGRESSED,
+                                          f"new probe fails: {', '.join(failing)}"))
+            else:
+                cmp.changes.append(Change(pid, None, "probe", "absent", "pass", CHANGED, "new probe, passes"))
+            continue
+        b_stages, n_stages = b.get("stages", {}), n.get("stages", {})
+        for stage in sorted(set(b_stages) | set(n_stages), key=_order):
+            cmp.changes += _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage))
+    return cmp
+
+
+def _failing_kinds(probe: dict[str, Any]) -> list[str]:
+    kinds: list[str] = []
+    for s in probe.get("stages", {}).values():
+        if s.get("status") in _FAILED:
+            kinds += [k for k in s.get("kinds", []) if k not in kinds]
+    return kinds
+
+
+def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, Any] | None) -> list[Change]:
+    if n is None:
+        return [Change(pid, stage, "stage", b.get("status") if b else None, "not run", CHANGED,
+                       "stage not run in the new run; not compared")]
+    if b is None:
+        if n.get("status") in _FAILED:
+            return [Change(pid, stage, "stage", "not run", n.get("status"), REGRESSED,
+                           f"stage not in the baseline, now fails: {', '.join(n.get('kinds', [])) or n['status']}")]
+        return [Change(pid, stage, "stage", "not run", n.get("status"), CHANGED, "stage not in the baseline")]
+    out: list[Change] = []
+    bs, ns = b.get("status"), n.get("status")
+    if bs != ns:
+        if bs == PASS and ns in _FAILED:
+            effect = REGRESSED
+        elif bs in _FAILED and ns == PASS:
+            effect = IMPROVED
+        else:
+            effect = CHANGED  # to/from skip, or between fail/timeout/crash (the kinds tell the rest)
+        out.append(Change(pid, stage, "status", bs, ns, effect, f"status {bs} -> {ns}"))
+    bk, nk = set(b.get("kinds", [])), set(n.get("kinds", []))
+    for k in sorted(nk - bk):
+        out.append(Change(pid, stage, "kind", None, k, REGRESSED, f"new failure kind {k}"))
+    for k in sorted(bk - nk):
+        out.append(Change(pid, stage, "kind", k, None, IMPROVED, f"failure kind {k} gone"))
+    out += _lower_is_better(pid, stage, "graph_count", b.get("graph_count"), n.get("graph_count"), "graphs")
+    out += _lower_is_better(pid, stage, "graph_break_count", b.get("graph_break_count"),
+                            n.get("graph_break_count"), "graph breaks")
+    out += _compare_breaks(pid, stage, b.get("breaks", []), n.get("breaks", []))
+    out += _lower_is_better(pid, stage, "recompiles", b.get("recompiles"), n.get("recompiles"), "recompiles")
+    bca, nca = b.get("compiled_autograd") or {}, n.get("compiled_autograd") or {}
+    for key in CA_COUNTS_LOWER_IS_BETTER:
+        out += _lower_is_better(pid, stage, f"compiled_autograd.{key}", bca.get(key), nca.get(key),
+                                f"compiled autograd {key.replace('_', ' ')}")
+    for key in CA_COUNTS_NEUTRAL:
+        if key in bca and key in nca and bca[key] != nca[key]:
+            out.append(Change(pid, stage, f"compiled_autograd.{key}", bca[key], nca[key], CHANGED,
+                              f"compiled autograd {key.replace('_', ' ')} {bca[key]} -> {nca[key]}"))
+    return out
+
+
+def _lower_is_better(pid: str, stage: str, aspect: str, before: Any, after: Any, what: str) -> list[Change]:
+    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)) or before == after:
+        return []
+    effect = REGRESSED if after > before else IMPROVED
+    return [Change(pid, stage, aspect, before, after, effect, f"{what} {before} -> {after}")]
+
+
+def _break_key(b: dict[str, Any]) -> tuple:
+    return (b.get("kind"), b.get("gb_type"), b.get("file"), b.get("line"))
+
+
+def _describe_break(b: dict[str, Any]) -> str:
+    where = f" at {b['file']}:{b['line']}" if b.get("file") else ""
+    return f"{b.get('kind')} ({b.get('gb_type') or 'no gb_type'}){where}"
+
+
+def _compare_breaks(pid: str, stage: str, before: list[dict], after: list[dict]) -> list[Change]:
+    """Breaks matched by (kind, gb_type, file, line); an unmatched pair in the same file with the same
+    kind and gb_type is a break that *moved* (lines shifted by an edit), which is neither better nor worse."""
+    added = Counter(_break_key(b) for b in after) - Counter(_break_key(b) for b in before)
+    removed = Counter(_break_key(b) for b in before) - Counter(_break_key(b) for b in after)
+    added_l, removed_l = sorted(added.elements(), key=str), sorted(removed.elements(), key=str)
+    out: list[Change] = []
+    for a in list(added_l):
+        match = next((r for r in removed_l if r[:3] == a[:3]), None)
+        if match is not None:
+            removed_l.remove(match)
+            added_l.remove(a)
+            out.append(Change(pid, stage, "break", f"line {match[3]}", f"line {a[3]}", CHANGED,
+                              f"graph break moved: {_describe_break(_as_break(a))} (was line {match[3]})",
+                              {"file": a[2], "line": a[3]}))
+    for a in added_l:
+        out.append(Change(pid, stage, "break", None, _describe_break(_as_break(a)), REGRESSED,
+                          f"new graph break {_describe_break(_as_break(a))}", {"file": a[2], "line": a[3]}))
+    for r in removed_l:
+        out.append(Change(pid, stage, "break", _describe_break(_as_break(r)), None, IMPROVED,
+                          f"graph break gone: {_describe_break(_as_break(r))}", {"file": r[2], "line": r[3]}))
+    return out
+
+
+def _as_break(key: tuple) -> dict[str, Any]:
+    return dict(zip(("kind", "gb_type", "file", "line"), key))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sharding and merging
+
+_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> (K, N), 1 <= K <= N. Raises UsageError."""
+    m = _SHARD.match(text or "")
+    if not m:
+        raise UsageError(f"--shard {text}: expected K/N, e.g. 2/4")
+    k, n = int(m.group(1)), int(m.group(2))
+    if n < 1 or not 1 <= k <= n:
+        raise UsageError(f"--shard {text}: K must be between 1 and N (N >= 1)")
+    return k, n
+
+
+def shard_ids(ids: Iterable[str], k: int, n: int) -> list[str]:
+    """Every N-th id, starting at the K-th (1-based), after sorting: deterministic on every runner."""
+    return [pid for i, pid in enumerate(sorted(ids)) if i % n == k - 1]
+
+
+def shard_from_command(command: list[str]) -> tuple[int, int] | None:
+    """The ``--shard K/N`` a report was run with, read back from its recorded command line."""
+    for i, arg in enumerate(command):
+        value = None
+        if arg == "--shard" and i + 1 < len(command):
+            value = command[i + 1]
+        elif arg.startswith("--shard="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                return parse_shard(value)
+            except UsageError:
+                return None
+    return None
+
+
+def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
+    """Join shard reports into one. A probe id found in two inputs is a UsageError (shards are disjoint)."""
+    if not reports:
+        raise UsageError("merge: no reports given")
+    seen: dict[str, str] = {}
+    probes: list[ProbeReport] = []
+    stages: list[str] = []
+    for report, src in zip(reports, sources):
+        for p in report.probes:
+            if p.id in seen:
+                raise UsageError(f"merge: probe {p.id} is in both {seen[p.id]} and {src} (overlapping shards?)")
+            seen[p.id] = src
+            probes.append(p)
+        stages += [s for s in report.stages if s not in stages]
+    first = reports[0]
+    torch_versions = sorted({str(r.environment.get("torch")) for r in reports})
+    environment = dict(first.environment)
+    if len(torch_versions) > 1:
+        environment["merged_torch_versions"] = torch_versions
+    return RunReport(
+        probes=sorted(probes, key=lambda p: p.id),
+        environment=environment,
+        stages=sorted(stages, key=_order),
+        command=["tracecheck", "merge", *[os.path.basename(s) for s in sources]],
+        tracecheck_version=first.tracecheck_version,
+        seconds=round(sum(r.seconds for r in reports), 2),
+    )
