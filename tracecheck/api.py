@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import __version__, discover, environment, results
+from . import __version__, baseline, discover, environment, results
 from .exitcodes import UsageError
 from .report import LOAD_STAGE, SKIP, STAGES, ProbeReport, RunReport, StageResult
 from .runner import Outcome, Runner, Task
@@ -26,6 +27,10 @@ class RunOptions:
     timeout_s: float = 300.0
     device: str = "auto"
     command: list[str] = field(default_factory=list)
+    #: (K, N): run only every N-th probe after sorting ids, starting at the K-th (1-based); see baseline.py.
+    shard: tuple[int, int] | None = None
+    #: Keep each stage's structured trace (TORCH_TRACE) under ``<trace_dir>/<probe>/<stage>/`` for tlparse.
+    trace_dir: str | None = None
 
 
 class Progress:
@@ -56,8 +61,11 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     progress.discovered(len(files))
     with Runner(opts.jobs) as runner:
         probes = _discover(runner, files, opts)
+        if opts.shard:
+            keep = set(baseline.shard_ids([p.id for p in probes], *opts.shard))
+            probes = [p for p in probes if p.id in keep]
         tasks = [Task((p.id, stage), {"op": "stage", "file": p.file, "probe": p.name, "stage": stage,
-                                      "device": device}, opts.timeout_s)
+                                      "device": device, "trace_dir": _trace_dir(opts, p, stage)}, opts.timeout_s)
                  for p in probes if not _setup_failed(p) for stage in stages]
         progress.planned(len(tasks))
         by_id = {p.id: p for p in probes}
@@ -73,6 +81,12 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         p.stages = _ordered(p.stages)
     return RunReport(probes=probes, environment=environment.collect(device), stages=stages,
                      command=opts.command, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))
+
+
+def _trace_dir(opts: RunOptions, p: ProbeReport, stage: str) -> str | None:
+    if not opts.trace_dir:
+        return None
+    return os.path.join(os.path.abspath(opts.trace_dir), re.sub(r"[^\w.-]+", "_", p.id).strip("._"), stage)
 
 
 def _setup_failed(p: ProbeReport) -> bool:

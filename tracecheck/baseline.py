@@ -410,3 +410,25 @@ def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
         tracecheck_version=first.tracecheck_version,
         seconds=round(sum(r.seconds for r in reports), 2),
     )
+
+
+def compare_report(base: dict[str, Any], report: RunReport) -> Comparison:
+    """Compare a run (or merged) report with a baseline document.
+
+    A shard report (run with ``--shard K/N``, read back from its command line) is compared on the probes
+    it ran only; probes that went missing are caught when the merged report is compared.
+    """
+    shard = shard_from_command(report.command)
+    only = [p.id for p in report.probes] if shard else None
+    cmp = compare(base, from_report(report), only=only)
+    if shard:
+        cmp.notes.append(f"shard {shard[0]}/{shard[1]}: compared the {len(report.probes)} probe(s) this shard ran; "
+                         "compare the merged report (tracecheck merge) to catch probes that went missing")
+    return cmp
+
+
+def write_baseline(path: str, report: RunReport) -> None:
+    """Rewrite the baseline at ``path`` from ``report`` (atomically)."""
+    from .report import write_json_atomic
+
+    write_json_atomic(path, from_report(report))

@@ -27,6 +27,8 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
         from . import compat
 
         compat.set_single_compile_thread()
+        if task.get("trace_dir"):
+            _keep_structured_trace(task["trace_dir"])
         result = handle(task)
     except UsageError as e:
         cause = e.__cause__ or e
@@ -39,6 +41,21 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
     os.replace(tmp, result_path)
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+def _keep_structured_trace(trace_dir: str) -> None:
+    """Write this process's structured trace (TORCH_TRACE) under ``trace_dir``, for tlparse.
+
+    torch reads TORCH_TRACE once, in ``torch._logging._init_logs()`` at import; this process was forked from a
+    server that imported torch without it, so set the variable, drop the trace handler made then, and
+    re-run ``_init_logs`` (torch 2.8 - 2.14 keep the handler in ``_internal.LOG_TRACE_HANDLER``).
+    """
+    from torch._logging import _internal
+
+    os.makedirs(trace_dir, exist_ok=True)
+    os.environ["TORCH_TRACE"] = trace_dir
+    _internal.LOG_TRACE_HANDLER = None
+    _internal._init_logs()
 
 
 def _redirect_output(log_path: str) -> None:

@@ -1,0 +1,82 @@
+"""Discovery rules: which files, which probes, -k selection, probe return shapes."""
+import pytest
+import torch
+
+from tracecheck import Case, discover, probe
+from tracecheck.exitcodes import UsageError
+from tracecheck.probe import ProbeShapeError, to_case
+
+
+def test_directory_skips_packages_hidden_and_init(tmp_path):
+    (tmp_path / "model_a.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "model_b.py").write_text("")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "kernels.py").write_text("")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "x.py").write_text("")
+    (tmp_path / "conftest.py").write_text("")
+    found = [p.replace(str(tmp_path), "") for p in discover.find_files([str(tmp_path)])]
+    assert found == ["/model_a.py", "/sub/model_b.py"]
+
+
+def test_missing_path_and_non_python_file(tmp_path):
+    with pytest.raises(UsageError, match="no such file"):
+        discover.find_files([str(tmp_path / "missing.py")])
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(UsageError, match="not a Python file"):
+        discover.find_files([str(tmp_path / "notes.txt")])
+
+
+def test_probes_in_source_order_and_only_own(tmp_path):
+    (tmp_path / "helper_mod.py").write_text("def probe_imported():\n    return None\n")
+    (tmp_path / "m.py").write_text(
+        "import tracecheck\nfrom helper_mod import probe_imported\n"
+        "def probe_z():\n    pass\n"
+        "@tracecheck.probe\ndef custom_name():\n    pass\n"
+        "def probe():\n    pass\n"
+        "def not_a_probe():\n    pass\n"
+        "class probe_class:\n    pass\n")
+    module = discover.load_module(str(tmp_path / "m.py"))  # the folder goes on sys.path: helper_mod imports
+    assert [n for n, _ in discover.find_probes(module)] == ["probe_z", "custom_name", "probe"]
+
+
+def test_module_name_for_digit_files():
+    assert discover.module_name_for("/x/01_case.py") == "tc_model_01_case"
+    assert discover.module_name_for("/x/mhc_probes.py") == "mhc_probes"
+
+
+@pytest.mark.parametrize("expr, expected", [
+    ("fixed", True), ("FIXED", True), ("broken", False), ("fixed and model", True), ("fixed and not model", False),
+    ("broken or mhc", True), ("not (fixed or x)", False), (None, True),
+])
+def test_k_expression(expr, expected):
+    assert discover.matches(expr, "probes/mhc_probes.py::probe_model_fixed") is expected
+
+
+def test_k_expression_malformed():
+    with pytest.raises(UsageError):
+        discover.matches("fixed and", "a::b")
+
+
+def test_to_case_forms():
+    fn = torch.sin
+    x = torch.ones(2)
+    assert to_case((fn, (x,))).kwargs == {}
+    assert to_case((fn, [x], {"out": None})).args == (x,)
+    c = Case(fn, (x,), grad=False)
+    assert to_case(c) is c
+    for bad in (42, (fn,), (fn, x), ("notcallable", (x,)), (fn, (x,), [1])):
+        with pytest.raises(ProbeShapeError):
+            to_case(bad)
+
+
+def test_probe_decorator_marks():
+    @probe
+    def p():
+        return None
+
+    from tracecheck.probe import is_marked
+
+    assert is_marked(p)

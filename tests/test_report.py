@@ -1,0 +1,50 @@
+"""Report data classes: JSON round trip, verdict rules, atomic write."""
+import json
+
+import pytest
+
+from tracecheck.report import (FAIL, PASS, SKIP, Finding, GraphBreak, ProbeReport, RunReport, StageResult,
+                               write_json_atomic)
+
+
+def sample() -> RunReport:
+    f = Finding("pybind-builtin", "s", {"builtin": "ext.fwd"}, {"gb_code": "GB0007"})
+    b = GraphBreak("pybind-builtin", "Attempted to call function marked as skipped", "GB0007", "m.py", 3)
+    p = ProbeReport("m.py::probe", "/abs/m.py", "probe", {
+        "eager": StageResult("eager", PASS),
+        "explain": StageResult("explain", FAIL, failure=f, findings=[f], graph_count=2, graph_break_count=1,
+                               breaks=[b]),
+        "opcheck": StageResult("opcheck", SKIP, skip_reason="no custom op"),
+    })
+    return RunReport([p], {"torch": "2.13.0"}, ["eager", "explain", "opcheck"])
+
+
+def test_round_trip():
+    r = sample()
+    d = json.loads(json.dumps(r.to_dict()))
+    assert RunReport.from_dict(d).to_dict() == d
+    assert d["schema_version"] == 1
+
+
+def test_verdict_first_failing_stage_and_kinds():
+    v = sample().probes[0].verdict
+    assert (v.status, v.first_failing_stage, v.kinds) == ("fail", "explain", ["pybind-builtin"])
+
+
+def test_skips_do_not_fail():
+    p = ProbeReport("a::b", "a", "b", {"eager": StageResult("eager", PASS), "opcheck": StageResult("opcheck", SKIP)})
+    assert p.verdict.status == "pass" and p.verdict.kinds == []
+
+
+def test_other_schema_version_is_refused():
+    d = sample().to_dict()
+    d["schema_version"] = 99
+    with pytest.raises(ValueError, match="schema_version"):
+        RunReport.from_dict(d)
+
+
+def test_atomic_write(tmp_path):
+    path = tmp_path / "r.json"
+    write_json_atomic(str(path), {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind

@@ -1,0 +1,188 @@
+"""Optional pytest integration: "no graph breaks beyond the baseline" inside a project's own tests.
+
+For projects that would rather not add a second CI step. Enable it explicitly (it is not auto-loaded)::
+
+    pytest -p tracecheck.pytest_plugin            # or, in conftest.py:
+    pytest_plugins = ["tracecheck.pytest_plugin"]
+
+Then::
+
+    def test_block_compiles(tracecheck):
+        tracecheck.assert_no_new_graph_breaks(block, x)          # fails on any break not in the baseline
+
+    @pytest.mark.tracecheck(key="probes/model.py::probe")        # reuse an entry of a `tracecheck run` baseline
+    def test_model(tracecheck): ...
+
+The function is compiled in-process (``torch.compile(backend=<counting eager backend>)``) and its graph
+breaks are read from the structured trace, as ``tracecheck run``'s explain stage does. The allowed breaks
+come from ``--tracecheck-baseline PATH`` (ini ``tracecheck_baseline``), a baseline file in the format of
+``tracecheck run --update-baseline`` (docs/ci.md): entry ``probes[<key>].stages.explain.breaks``, where
+``<key>`` is the marker's ``key`` or the test's node id. No entry means no break is allowed. Breaks match by
+(kind, gb_type, file relative to the rootdir, line); a break whose line merely moved is tolerated.
+``--tracecheck-update-baseline`` records what the tests saw into that file instead of failing.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+
+from . import baseline as bl
+
+STAGE = "explain"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tracecheck", "graph-break baseline (tracecheck)")
+    group.addoption("--tracecheck-baseline", metavar="PATH", default=None,
+                    help="Baseline JSON listing the graph breaks each test may have.")
+    group.addoption("--tracecheck-update-baseline", action="store_true", default=False,
+                    help="Record the graph breaks the tests see into the baseline instead of failing.")
+    parser.addini("tracecheck_baseline", "Baseline JSON for the tracecheck fixture.", default="")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "tracecheck(key=None): baseline key for the tracecheck fixture "
+                                       "(default: the test's node id)")
+    path = config.getoption("--tracecheck-baseline") or config.getini("tracecheck_baseline") or None
+    if path and not os.path.isabs(path):
+        path = str(config.rootpath / path)
+    config.stash[_STATE] = _State(path=path, update=config.getoption("--tracecheck-update-baseline"),
+                                  root=str(config.rootpath))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(_STATE, None)
+    if state is None or not state.update or not state.recorded or not state.path:
+        return
+    doc = state.load() or {"format": bl.BASELINE_FORMAT, "schema_version": bl.BASELINE_SCHEMA_VERSION,
+                           "torch": _torch_version(), "stages": [STAGE], "probes": {}}
+    for key, snap in state.recorded.items():
+        doc["probes"].setdefault(key, {"stages": {}})["stages"][STAGE] = snap
+    doc["probes"] = dict(sorted(doc["probes"].items()))
+    tmp = state.path + ".tc-tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, state.path)
+
+
+@dataclass
+class _State:
+    path: str | None
+    update: bool
+    root: str
+    recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _doc: dict[str, Any] | None = None
+
+    def load(self) -> dict[str, Any] | None:
+        if self._doc is None and self.path and os.path.exists(self.path):
+            self._doc = bl.load_baseline(self.path)
+        return self._doc
+
+
+_STATE = pytest.StashKey[_State]()
+
+
+@dataclass
+class Measurement:
+    """What compiling ``fn`` once showed. ``breaks`` are tracecheck GraphBreaks (deduplicated)."""
+
+    graph_count: int
+    breaks: list[Any]
+
+
+def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
+    """Compile ``fn`` with a counting eager backend, call it once, return graphs and graph breaks.
+
+    Resets Dynamo before and after, so earlier compiles in the test process do not leak in or out.
+    """
+    import torch
+
+    from . import capture, classify
+
+    graphs = 0
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        nonlocal graphs
+        graphs += 1
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        with capture.TraceCollector() as tc:
+            torch.compile(fn, backend=backend)(*args, **kwargs)
+    finally:
+        torch._dynamo.reset()
+    return Measurement(graphs, [classify.classify_break(b) for b in tc.breaks])
+
+
+class TracecheckFixture:
+    """The ``tracecheck`` fixture. ``key`` names the baseline entry (marker ``key`` or the node id)."""
+
+    def __init__(self, state: _State, key: str) -> None:
+        self._state = state
+        self.key = key
+
+    def graph_breaks(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        return measure(fn, *args, **kwargs).breaks
+
+    def _snapshot(self, m: Measurement) -> dict[str, Any]:
+        breaks = sorted(({"kind": b.kind, "gb_type": b.gb_type, "file": self._relative(b.file), "line": b.line}
+                         for b in m.breaks), key=bl._break_sort_key)
+        kinds = sorted({b.kind for b in m.breaks})
+        return {"status": "fail" if breaks else "pass", "kinds": kinds, "graph_count": m.graph_count,
+                "graph_break_count": len(breaks), "breaks": breaks, "recompiles": None}
+
+    def _relative(self, file: str | None) -> str | None:
+        if not file:
+            return None
+        norm = file.replace("\\", "/")
+        for marker in ("site-packages/", "dist-packages/"):
+            if marker in norm:
+                return marker + norm.split(marker, 1)[1]
+        rel = os.path.relpath(file, self._state.root) if os.path.isabs(file) else file
+        return rel.replace("\\", "/")
+
+    def allowed(self) -> dict[str, Any] | None:
+        doc = self._state.load()
+        return ((doc or {}).get("probes", {}).get(self.key) or {}).get("stages", {}).get(STAGE)
+
+    def assert_no_new_graph_breaks(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
+        """Compile and call ``fn(*args, **kwargs)``; fail the test on any graph break not in the baseline."""
+        m = measure(fn, *args, **kwargs)
+        snap = self._snapshot(m)
+        if self._state.update:
+            self._state.recorded[self.key] = snap
+            return m
+        allowed = self.allowed() or {"breaks": []}
+        new = [c for c in bl._compare_breaks(self.key, STAGE, allowed.get("breaks", []), snap["breaks"])
+               if c.effect == bl.REGRESSED]
+        if new:
+            lines = "\n".join(f"  - {c.detail}" for c in new)
+            where = f"baseline {self._state.path}" if self._state.path else "no baseline (--tracecheck-baseline)"
+            pytest.fail(f"{len(new)} graph break(s) beyond the baseline for {self.key} ({where}):\n{lines}\n"
+                        "Fix them, or accept them with --tracecheck-update-baseline.", pytrace=False)
+        return m
+
+
+@pytest.fixture
+def tracecheck(request: pytest.FixtureRequest) -> TracecheckFixture:
+    marker = request.node.get_closest_marker("tracecheck")
+    key = (marker.kwargs.get("key") if marker else None) or request.node.nodeid
+    state = request.config.stash.get(_STATE, None)
+    if state is None:  # plugin imported as a module of fixtures without pytest_configure having run
+        state = _State(path=None, update=False, root=str(request.config.rootpath))
+    return TracecheckFixture(state, key)
+
+
+def _torch_version() -> str | None:
+    try:
+        import torch
+
+        return torch.__version__
+    except Exception:
+        return None

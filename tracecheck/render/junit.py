@@ -1,0 +1,146 @@
+"""JUnit XML (``--junit-xml PATH``): one ``<testcase>`` per probe x stage, for Jenkins, GitLab and GitHub.
+
+Shape (the common JUnit schema that those tools read)::
+
+    <testsuites name="tracecheck" tests= failures= errors= skipped= time=>
+      <testsuite name="<probe file>" tests= failures= errors= skipped= time= timestamp=>
+        <properties><property name="torch" value="2.13.0+cpu"/>...</properties>
+        <testcase classname="<probe file, dotted>" name="<probe>[<stage>]" file="<probe file>" time="1.2">
+          <failure type="<kind>" message="<summary>">evidence</failure>   a failing stage
+          <error type="timeout|crash" message="...">stderr tail</error>   a stage whose process died
+          <skipped message="reason"/>                                     a skipped stage
+        </testcase>
+
+With a baseline comparison, a failure the baseline already has is reported as ``<skipped>`` ("known
+failure") so the job's test view shows only regressions as failures; a probe that went missing gets a
+failing ``<probe>[missing]`` testcase.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from ..report import CRASH, FAIL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+
+_XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_MAX_TEXT = 20000
+
+
+def _clean(text: Any, limit: int = _MAX_TEXT) -> str:
+    s = _XML_ILLEGAL.sub("", str(text if text is not None else ""))
+    return s if len(s) <= limit else s[:limit] + f"\n... [{len(s) - limit} more characters]"
+
+
+def _classname(file_part: str) -> str:
+    stem = os.path.splitext(file_part)[0].lstrip("./")
+    return re.sub(r"[\\/]+", ".", stem) or "tracecheck"
+
+
+def _evidence_text(s: StageResult) -> str:
+    out = []
+    for f in s.findings or ([s.failure] if s.failure else []):
+        ev = f.evidence
+        out.append(f"[{f.kind}] {f.summary}")
+        frame = ev.get("user_frame") or {}
+        if frame.get("file"):
+            out.append(f"  at {frame['file']}:{frame.get('line')}" + (f"  {frame['code']}" if frame.get("code") else ""))
+        if ev.get("gb_type"):
+            out.append(f"  gb_type: {ev['gb_type']} ({ev.get('gb_code') or 'no GB code'})")
+        detail = ev.get("traceback") or ev.get("message") or ev.get("stderr_tail")
+        if detail:
+            out.append(str(detail).rstrip())
+        out.append("")
+    return "\n".join(out)
+
+
+def _known(comparison: Any, probe_id: str, stage: str) -> bool:
+    """True when the comparison found no regression for this (probe, stage): the failure is in the baseline."""
+    return not any(c.probe == probe_id and c.stage in (stage, None) for c in comparison.regressions)
+
+
+def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None) -> ET.Element:
+    file_part = p.id.split("::", 1)[0]
+    case = ET.Element("testcase", {"classname": _classname(file_part), "name": f"{p.name}[{stage}]",
+                                   "file": file_part, "time": f"{s.seconds:.3f}"})
+    failed = s.status in (FAIL, TIMEOUT, CRASH)
+    if failed and comparison is not None and _known(comparison, p.id, stage):
+        kinds = ", ".join(dict.fromkeys(f.kind for f in s.findings)) or s.status
+        ET.SubElement(case, "skipped", {"message": _clean(f"known failure in the baseline: {kinds}", 500)})
+        return case
+    if s.status == FAIL:
+        f = s.failure
+        el = ET.SubElement(case, "failure", {"type": f.kind if f else "fail",
+                                             "message": _clean(f.summary if f else "failed", 1000)})
+        el.text = _clean(_evidence_text(s))
+    elif s.status in (TIMEOUT, CRASH):
+        f = s.failure
+        el = ET.SubElement(case, "error", {"type": s.status, "message": _clean(f.summary if f else s.status, 1000)})
+        el.text = _clean(_evidence_text(s))
+    elif s.status == SKIP:
+        ET.SubElement(case, "skipped", {"message": _clean(s.skip_reason or "skipped", 1000)})
+    return case
+
+
+def to_element(report: RunReport, comparison: Any = None) -> ET.Element:
+    root = ET.Element("testsuites", {"name": "tracecheck"})
+    suites: dict[str, ET.Element] = {}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    for p in report.probes:
+        file_part = p.id.split("::", 1)[0]
+        suite = suites.get(file_part)
+        if suite is None:
+            suite = ET.SubElement(root, "testsuite", {"name": file_part, "timestamp": stamp})
+            props = ET.SubElement(suite, "properties")
+            for key in ("torch", "python", "device"):
+                if report.environment.get(key) is not None:
+                    ET.SubElement(props, "property", {"name": key, "value": _clean(report.environment[key], 200)})
+            ET.SubElement(props, "property", {"name": "tracecheck", "value": report.tracecheck_version})
+            suites[file_part] = suite
+        for stage, s in p.stages.items():
+            suite.append(testcase(p, stage, s, comparison))
+    if comparison is not None:
+        for c in comparison.regressions:
+            if c.aspect == "probe" and c.after == "missing":
+                file_part, _, name = c.probe.partition("::")
+                suite = suites.get(file_part)
+                if suite is None:
+                    suite = suites[file_part] = ET.SubElement(root, "testsuite", {"name": file_part,
+                                                                                  "timestamp": stamp})
+                case = ET.SubElement(suite, "testcase", {"classname": _classname(file_part),
+                                                         "name": f"{name}[missing]", "file": file_part,
+                                                         "time": "0"})
+                el = ET.SubElement(case, "failure", {"type": "missing", "message": c.detail})
+                el.text = c.detail
+    total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
+    for suite in root.findall("testsuite"):
+        cases = suite.findall("testcase")
+        counts = {
+            "tests": len(cases),
+            "failures": sum(1 for c in cases if c.find("failure") is not None),
+            "errors": sum(1 for c in cases if c.find("error") is not None),
+            "skipped": sum(1 for c in cases if c.find("skipped") is not None),
+            "time": sum(float(c.get("time", 0)) for c in cases),
+        }
+        for k, v in counts.items():
+            suite.set(k, f"{v:.3f}" if k == "time" else str(v))
+            total[k] += v
+    for k, v in total.items():
+        root.set(k, f"{v:.3f}" if k == "time" else str(v))
+    return root
+
+
+def render(report: RunReport, comparison: Any = None) -> str:
+    """The JUnit XML document as a string (UTF-8, with an XML declaration)."""
+    root = to_element(report, comparison)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write(path: str, report: RunReport, comparison: Any = None) -> None:
+    tmp = path + ".tc-tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(render(report, comparison))
+    os.replace(tmp, path)

@@ -1,0 +1,553 @@
+"""Markdown triage attachment (``tracecheck run --report report.md``, ``tracecheck show --format md``).
+
+The document can be pasted into a GitHub or GitCode issue as is: environment, a probes x stages verdict
+table, one section per finding (kind, diagnosis, first failing stage, gb_type / GB code / link, user frame,
+op or builtin, trimmed message, fix with snippet, repro command), collapsed ``<details>`` (traceback,
+explain output, graph counts), compiled-autograd counts and the structured-trace (tlparse) pointer.
+
+Size: GitHub rejects comments of 65,536 characters or more. ``render`` shrinks the largest ``<details>``
+bodies first, then drops details, then whole finding sections from the end, and says so at the top.
+Privacy: the home directory becomes ``~``; ``redact=True`` strips every directory from paths. No
+environment variables are read into the document.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..classify import kinds
+from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
+from .terminal import finding_key, group_findings
+
+#: GitHub's limit on an issue or comment body, in characters; the document stays strictly below it.
+GITHUB_COMMENT_LIMIT = 65536
+#: Room kept free for the truncation notice that is written once the final size is known, in characters.
+_NOTICE_RESERVE = 700
+#: A shrunk ``<details>`` body keeps at least this many characters before it is dropped altogether.
+_DETAIL_FLOOR = 600
+#: Trimmed exception message shown in a finding section: at most this many lines / characters.
+_MESSAGE_LINES, _MESSAGE_CHARS = 14, 1200
+#: Verdict rows shown before the table only lists failing probes.
+_MAX_VERDICT_ROWS = 60
+
+#: Fields picked from ``torch.utils.collect_env.get_env_info()`` (label, field), in display order.
+COLLECT_ENV_FIELDS = (
+    ("torch", "torch_version"),
+    ("Python", "python_version"),
+    ("OS", "os"),
+    ("platform", "python_platform"),
+    ("libc", "libc_version"),
+    ("GCC", "gcc_version"),
+    ("Clang", "clang_version"),
+    ("CUDA (torch built with)", "cuda_compiled_version"),
+    ("CUDA runtime", "cuda_runtime_version"),
+    ("CUDA available", "is_cuda_available"),
+    ("GPU models", "nvidia_gpu_models"),
+    ("NVIDIA driver", "nvidia_driver_version"),
+    ("cuDNN", "cudnn_version"),
+    ("HIP", "hip_compiled_version"),
+    ("XPU available", "is_xpu_available"),
+)
+
+
+def collect_env_summary() -> dict[str, Any]:
+    """The ``COLLECT_ENV_FIELDS`` of ``torch.utils.collect_env.get_env_info()`` (runs gcc/pip; ~1 s).
+
+    Never raises: a failure is recorded under ``"error"``. Environment variables (e.g. the allocator
+    config collect_env reads) are left out on purpose.
+    """
+    try:
+        from torch.utils import collect_env
+
+        info = collect_env.get_env_info()
+    except Exception as e:  # collect_env shells out; a broken toolchain must not cost the report
+        return {"error": f"torch.utils.collect_env failed: {type(e).__name__}: {e}".splitlines()[0]}
+    out: dict[str, Any] = {}
+    for _, name in COLLECT_ENV_FIELDS:
+        value = getattr(info, name, None)
+        if value not in (None, "", "N/A", "Could not collect"):
+            out[name] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Paths
+
+
+_SITE = re.compile(r"(?:[\w.~/\\:-]*[/\\])?((?:site|dist)-packages)[/\\]")
+_POSIX_PATH = re.compile(
+    r"(?<![\w.~:/-])(?:~|\.\.?)?/(?:[^\s\"'`(),:;<>\[\]{}|*/]+/)*([^\s\"'`(),:;<>\[\]{}|*/]+)")
+_WINDOWS_PATH = re.compile(r"\b[A-Za-z]:\\(?:[^\\\s\"'`]+\\)*([^\\\s\"'`]+)")
+
+
+class PathScrubber:
+    """Rewrites file paths in text: home -> ``~``; with ``redact``, every path is cut to its file name.
+
+    Paths into an installed package become ``site-packages/...`` in both modes (shorter, and the same on
+    every machine).
+    """
+
+    def __init__(self, redact: bool = False, home: str | None = None) -> None:
+        self.redact = redact
+        home = home if home is not None else os.path.expanduser("~")
+        homes = {h.rstrip("/\\") for h in (home, os.path.realpath(home) if home else "") if h}
+        self.homes = sorted((h for h in homes if h not in ("", "/")), key=len, reverse=True)
+
+    def __call__(self, text: str | None) -> str:
+        if not text:
+            return text or ""
+        text = _SITE.sub(lambda m: m.group(1) + "/", text)
+        for h in self.homes:
+            text = re.sub(re.escape(h) + r"(?=[/\\]|$|[\s\"'`:)])", "~", text)
+        if self.redact:
+            text = _WINDOWS_PATH.sub(lambda m: m.group(1), text)
+            text = _POSIX_PATH.sub(lambda m: m.group(1), text)
+        return text
+
+    def probe_id(self, pid: str) -> str:
+        if not self.redact:
+            return self(pid)
+        file, _, name = pid.partition("::")
+        return f"{os.path.basename(file)}::{name}" if name else os.path.basename(file)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Document pieces
+
+
+@dataclass
+class Details:
+    """A collapsed ``<details>`` block whose body may be shortened to fit the size limit."""
+
+    summary: str
+    body: str
+    lang: str = "text"
+    keep: str = "head"  # "head" keeps the start when shortened, "tail" the end (tracebacks end at the error)
+    original: int = 0
+    dropped: bool = False
+    shrunk: bool = False
+
+    def __post_init__(self) -> None:
+        self.original = len(self.body)
+        self._source = self.body
+
+    def render(self) -> str:
+        if self.dropped:
+            return (f"<details><summary>{self.summary}</summary>\n\n_Removed to fit GitHub's comment limit "
+                    f"({self.original:,} characters); see the JSON report._\n\n</details>\n")
+        fence = _fence(self.body)
+        return (f"<details><summary>{self.summary}</summary>\n\n{fence}{self.lang}\n{self.body}\n{fence}\n\n"
+                "</details>\n")
+
+    def shrink_to(self, n: int) -> None:
+        """Keep ``n`` characters of the original body (its start or its end) and say how much was cut."""
+        marker = f"[... {self.original - n:,} characters cut to fit GitHub's comment limit ...]"
+        if self.keep == "tail":
+            self.body = marker + "\n" + self._source[-n:]
+        else:
+            self.body = self._source[:n] + "\n" + marker
+        self.shrunk = True
+
+
+@dataclass
+class Section:
+    """A piece of the document: text and details, in order. ``droppable`` sections go last-first."""
+
+    parts: list[str | Details] = field(default_factory=list)
+    droppable: bool = False
+    is_finding: bool = False
+
+    def render(self) -> str:
+        return "".join(p.render() if isinstance(p, Details) else p for p in self.parts)
+
+    def details(self) -> list[Details]:
+        return [p for p in self.parts if isinstance(p, Details)]
+
+
+def _fence(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _code(text: str) -> str:
+    """Inline code that survives backticks inside ``text``."""
+    text = text.replace("\n", " ")
+    ticks = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _trim_message(text: str) -> str:
+    lines = text.strip().splitlines()
+    out = "\n".join(lines[:_MESSAGE_LINES])
+    if len(out) > _MESSAGE_CHARS:
+        out = out[:_MESSAGE_CHARS]
+    if len(out) < len(text.strip()):
+        out += "\n[... trimmed; the full message is in the traceback below and in the JSON report]"
+    return out
+
+
+_ICON = {PASS: "✅", FAIL: "❌", TIMEOUT: "⏱️", CRASH: "💥", SKIP: "➖"}
+
+
+def verdict_cell(s: StageResult | None) -> str:
+    if s is None:
+        return ""
+    if s.status in (PASS, SKIP):
+        return _ICON[s.status]
+    kinds_seen = list(dict.fromkeys(f.kind for f in (s.findings or ([s.failure] if s.failure else []))))
+    return f"{_ICON.get(s.status, '❌')} {', '.join(kinds_seen) or s.status}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Renderer
+
+
+class MarkdownRenderer:
+    """Builds the document from a ``RunReport``; decides nothing about outcomes."""
+
+    def __init__(self, report: RunReport, *, redact: bool = False, home: str | None = None,
+                 trace_dir: str | None = None, limit: int = GITHUB_COMMENT_LIMIT,
+                 comparison: Any = None) -> None:
+        self.report = report
+        self.scrub = PathScrubber(redact, home)
+        self.redact = redact
+        self.trace_dir = trace_dir
+        self.limit = limit
+        self.comparison = comparison
+
+    # -- sections -------------------------------------------------------------------------------------
+    def header(self) -> str:
+        r = self.report
+        failing = [p for p in r.probes if p.verdict.status != PASS]
+        n_findings = sum(len(group_findings(p)) for p in failing)
+        return (f"# tracecheck report: {len(r.probes)} probe(s), {len(failing)} failing, "
+                f"{n_findings} finding(s)\n\n"
+                f"Stages run: {', '.join(_code(s) for s in r.stages) or '(none)'}.\n\n")
+
+    def environment(self) -> str:
+        r, env = self.report, self.report.environment
+        rows: list[tuple[str, str]] = [("tracecheck", r.tracecheck_version or "?")]
+        if r.command:
+            rows.append(("command", _code(self.scrub(shlex.join(r.command)))))
+        ce = env.get("collect_env") or {}
+        if ce and "error" not in ce:
+            for label, name in COLLECT_ENV_FIELDS:
+                if name in ce:
+                    rows.append((label, self.scrub(str(ce[name])).replace("\n", "; ")))
+        else:
+            rows += [("torch", str(env.get("torch", "?"))), ("Python", str(env.get("python", "?"))),
+                     ("platform", str(env.get("platform", "?"))),
+                     ("CUDA", str(env.get("cuda")) if env.get("cuda") else "not built with CUDA")]
+        rows.append(("device", str(env.get("device", "?"))))
+        if env.get("torch_npu"):
+            rows.append(("torch_npu", f"{env['torch_npu']} (NPU available: {env.get('npu_available')})"))
+            rows.append(("CANN", str(env.get("cann") or "unknown")))
+        else:
+            rows.append(("torch_npu", self.scrub(env.get("npu_note") or "not installed")))
+        if env.get("merged_torch_versions"):
+            rows.append(("merged from torch", ", ".join(env["merged_torch_versions"])))
+        note = "" if ce and "error" not in ce else (
+            "\n_Summary of tracecheck's own environment record; `python -m torch.utils.collect_env` gives "
+            "the full picture._\n")
+        body = "\n".join(f"| {k} | {_cell(v)} |" for k, v in rows)
+        return f"## Environment\n\n| | |\n|---|---|\n{body}\n{note}\n"
+
+    def verdicts(self) -> str:
+        r = self.report
+        has_load = any(LOAD_STAGE in p.stages for p in r.probes)
+        columns = ([LOAD_STAGE] if has_load else []) + list(r.stages)
+        probes = r.probes
+        hidden = 0
+        if len(probes) > _MAX_VERDICT_ROWS:
+            failing = [p for p in probes if p.verdict.status != PASS]
+            shown = failing[:_MAX_VERDICT_ROWS]
+            hidden = len(probes) - len(shown)
+            probes = shown
+        head = "| probe | " + " | ".join(columns) + " | breaks |\n|---|" + "---|" * len(columns) + "---:|\n"
+        rows = []
+        for p in probes:
+            breaks = max((s.graph_break_count or 0 for s in p.stages.values()), default=0)
+            cells = [verdict_cell(p.stages.get(c)) for c in columns]
+            rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | " + " | ".join(cells) + f" | {breaks} |")
+        more = (f"\n_{hidden} more probe(s) not listed (passing probes, and failing ones past the first "
+                f"{_MAX_VERDICT_ROWS}); see the JSON report._\n" if hidden else "")
+        legend = "✅ pass · ❌ fail (kinds) · ⏱️ timeout · 💥 crash · ➖ skipped"
+        return f"## Verdicts\n\n{legend}\n\n{head}" + "\n".join(rows) + f"\n{more}\n"
+
+    def compiled_autograd(self) -> str:
+        rows = []
+        keys = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles", "hooks_captured")
+        for p in self.report.probes:
+            s = p.stages.get("compiled_autograd")
+            if s is None or s.status == SKIP and not any(k in s.extra for k in keys):
+                continue
+            vals = [str(s.extra.get(k, "–")) for k in keys]
+            rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | {verdict_cell(s)} | " + " | ".join(vals) + " |")
+        if not rows:
+            return ""
+        head = ("| probe | verdict | unique graphs without CA | unique graphs with CA | captures | recompiles "
+                "| hooks captured |\n|---|---|---:|---:|---:|---:|---:|\n")
+        return "## Compiled autograd\n\n" + head + "\n".join(rows) + "\n\n"
+
+    def structured_trace(self) -> str:
+        if not self.trace_dir or not os.path.isdir(self.trace_dir):
+            return ""
+        where = "the trace directory" if self.redact else _code(self.scrub(os.path.abspath(self.trace_dir)))
+        shown = "TRACE_DIR" if self.redact else self.scrub(self.trace_dir)
+        return ("## Structured trace\n\n"
+                f"Each (probe, stage) kept its structured compile trace (TORCH_TRACE) under {where}, one "
+                "folder per probe and stage. Render one with "
+                "[tlparse](https://github.com/pytorch/tlparse) and attach the output:\n\n"
+                f"```sh\npip install tlparse\ntlparse {shlex.quote(shown)}/<probe>/<stage> -o tlparse_out\n```\n\n")
+
+    def baseline(self) -> str:
+        c = self.comparison
+        if c is None:
+            return ""
+        rows = [f"| {c2.effect} | {_cell(_code(self.scrub.probe_id(c2.probe)))} | {c2.stage or ''} | "
+                f"{_cell(self.scrub(c2.detail))} |" for c2 in c.changes]
+        if not rows:
+            return "## Against the baseline\n\nNo differences.\n\n"
+        return ("## Against the baseline\n\n| effect | probe | stage | change |\n|---|---|---|---|\n"
+                + "\n".join(rows) + "\n\n")
+
+    def probe_sections(self, p: ProbeReport, start: int) -> list[Section]:
+        v = p.verdict
+        head = Section(droppable=True, parts=[f"### {_code(self.scrub.probe_id(p.id))}: first failing stage {_code(str(v.first_failing_stage))}"
+                        f"\n\nKinds: {', '.join(_code(k) for k in v.kinds)}\n\n"])
+        counts = self.graph_counts(p)
+        if counts:
+            head.parts.append(counts)
+        explain = self.explain_output(p)
+        if explain:
+            head.parts.append(explain)
+        head.parts.append("\n")
+        sections = [head]
+        for i, (stages, f) in enumerate(group_findings(p), start):
+            sections.append(self.finding_section(i, p, stages, f))
+        return sections
+
+    def graph_counts(self, p: ProbeReport) -> Details | None:
+        lines = []
+        for name, s in p.stages.items():
+            if s.graph_count is None and s.graph_break_count is None:
+                continue
+            explain_note = (f" (explain() said {s.explain_graph_break_count})"
+                            if s.explain_graph_break_count is not None else "")
+            lines.append(f"{name:<12} status={s.status:<7} graphs={s.graph_count} "
+                         f"graph_breaks={s.graph_break_count}{explain_note}")
+            for b in s.breaks:
+                where = f"{self.scrub(b.file)}:{b.line}" if b.file else "?"
+                lines.append(f"    break {b.kind}: {b.gb_type} ({b.gb_code or 'no GB code'}) at {where}")
+        if not lines:
+            return None
+        return Details("Graph counts", "\n".join(lines))
+
+    def explain_output(self, p: ProbeReport) -> Details | None:
+        s = p.stages.get("explain")
+        reasons = (s.extra.get("explain_reasons") if s else None) or []
+        if not reasons:
+            return None
+        body = "\n\n".join(f"[{i}] {self.scrub(str(r))}" for i, r in enumerate(reasons, 1))
+        return Details("explain() output: break reasons", body)
+
+    def finding_section(self, index: int, p: ProbeReport, stages: list[str], f: Finding) -> Section:
+        ev, ctx = f.evidence, f.context
+        kind = kinds().get(f.kind)
+        lines = [f"#### {index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
+        bullets = [f"- **Kind:** {_code(f.kind)}" + (f" ({kind.title})" if kind else "")]
+        also = f" (also seen at {', '.join(_code(s) for s in stages[1:])})" if len(stages) > 1 else ""
+        bullets.append(f"- **First failing stage:** {_code(stages[0])}{also}")
+        if ev.get("gb_type"):
+            link = ev.get("doc") or _gb_link(ev.get("gb_code"))
+            code = f"[{ev['gb_code']}]({link})" if ev.get("gb_code") and link else (ev.get("gb_code") or "no GB code")
+            bullets.append(f"- **Graph break:** gb_type {_code(ev['gb_type'])}, {code}")
+        frame = ev.get("user_frame") or {}
+        if frame.get("file"):
+            fn = f" in `{frame['function']}`" if frame.get("function") else ""
+            bullets.append(f"- **User frame:** {_code(self.scrub(frame['file']) + ':' + str(frame.get('line')))}{fn}")
+        named = [(label, ctx[key]) for key, label in (("op", "Op"), ("builtin", "Builtin")) if ctx.get(key)]
+        for label, value in named:
+            where = " (inside a torch.autograd.Function)" if label == "Builtin" and ctx.get("in_autograd_function") else ""
+            bullets.append(f"- **{label}:** {_code(str(value))}{where}")
+        if ctx.get("argument"):
+            bullets.append(f"- **Argument:** {_code(str(ctx['argument']))}")
+        if ev.get("exception_type"):
+            chain = [t for t in (ev.get("exception_chain") or []) if t and t != ev["exception_type"]]
+            via = f" (wrapping {', '.join(_code(t) for t in chain)})" if chain else ""
+            bullets.append(f"- **Exception:** {_code(ev['exception_type'])}{via}")
+        lines.append("\n".join(bullets) + "\n\n")
+        if frame.get("code"):
+            lines.append(f"Source line:\n\n```python\n{self.scrub(frame['code'])}\n```\n\n")
+        if f.kind == "op-redefined" and ev.get("first_schema"):
+            lines.append(f"Schemas:\n\n```text\nfirst:  {ev['first_schema']}\nsecond: {ev['second_schema']}\n```\n\n")
+        message = ev.get("message") or ev.get("cause") or ""
+        if message:
+            trimmed = self.scrub(_trim_message(str(message)))
+            lines.append(f"Message (trimmed):\n\n{_fence(trimmed)}text\n{trimmed}\n{_fence(trimmed)}\n\n")
+        if kind:
+            lines.append(f"**Fix:** {kind.fix}\n\n")
+            if kind.snippet:
+                lines.append(f"```python\n{kind.snippet}\n```\n\n")
+            lines.append(f"Background: `{kind.doc}` in the tracecheck repository.\n\n")
+        lines.append(f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n")
+        section = Section(list(lines), droppable=True, is_finding=True)
+        tb = ev.get("traceback") or _traceback_from_other_stages(p, f)
+        if tb:
+            section.parts.append(Details("Full traceback", self.scrub(str(tb).rstrip()), "python-traceback", "tail"))
+            section.parts.append("\n")
+        tail = ev.get("stderr_tail")
+        if tail:
+            section.parts.append(Details("stderr tail", self.scrub(str(tail).rstrip()), "text", "tail"))
+            section.parts.append("\n")
+        if ev.get("message") and len(str(ev["message"]).strip()) > len(_trim_message(str(ev["message"]))) \
+                and not tb:
+            section.parts.append(Details("Full message", self.scrub(str(ev["message"]).rstrip())))
+            section.parts.append("\n")
+        return section
+
+    def repro(self, p: ProbeReport, stage: str) -> str:
+        file = p.id.split("::", 1)[0]
+        file = os.path.basename(file) if self.redact else self.scrub(file)
+        stage = "eager" if stage == LOAD_STAGE else stage  # load findings come back on any run
+        return f"tracecheck run {shlex.quote(file)} -k {shlex.quote(p.name)} --stages {stage}"
+
+    # -- assembly -------------------------------------------------------------------------------------
+    def sections(self) -> list[Section]:
+        out = [Section([self.header()]), Section([self.environment()]), Section([self.verdicts()])]
+        for extra in (self.baseline(), self.compiled_autograd(), self.structured_trace()):
+            if extra:
+                out.append(Section([extra]))
+        failing = [p for p in self.report.probes if p.verdict.status != PASS]
+        if failing:
+            out.append(Section(["## Findings\n\n"]))
+            n = 1
+            for p in failing:
+                secs = self.probe_sections(p, n)
+                n += len(secs) - 1
+                out += secs
+        else:
+            out.append(Section(["## Findings\n\nNo failures and no graph breaks.\n\n"]))
+        return out
+
+    def render(self) -> str:
+        sections = self.sections()
+        footer = ("---\n_Generated by tracecheck; `tracecheck show report.json --format md` re-renders the "
+                  "full JSON report._\n")
+        budget = self.limit - 1 - _NOTICE_RESERVE - len(footer)
+        stats = _fit(sections, budget)
+        notice = ""
+        if stats.any:
+            notice = (f"> **Shortened to stay under GitHub's {GITHUB_COMMENT_LIMIT:,}-character comment limit:** "
+                      f"{stats.describe()}. The JSON report (`--json`) has everything.\n\n")
+        doc = sections[0].render() + notice + "".join(s.render() for s in sections[1:]) + footer
+        if len(doc) >= self.limit:  # last resort; the budget above makes this unreachable in practice
+            cut = "\n\n[... cut at GitHub's comment limit ...]\n"
+            doc = doc[: self.limit - 1 - len(cut)] + cut
+        return doc
+
+
+def _traceback_from_other_stages(p: ProbeReport, f: Finding) -> str | None:
+    """A graph break has no traceback of its own; the same finding raised at another stage often has."""
+    key = finding_key(f)
+    for s in p.stages.values():
+        for other in s.findings:
+            if other.evidence.get("traceback") and finding_key(other) == key:
+                return other.evidence["traceback"]
+    return None
+
+
+def _gb_link(code: str | None) -> str | None:
+    return f"https://meta-pytorch.github.io/compile-graph-break-site/gb/gb{code[2:]}.html" if code else None
+
+
+@dataclass
+class _FitStats:
+    shrunk: int = 0
+    dropped: int = 0
+    sections_dropped: int = 0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.shrunk or self.dropped or self.sections_dropped)
+
+    def describe(self) -> str:
+        bits = []
+        if self.shrunk:
+            bits.append(f"{self.shrunk} collapsed detail(s) shortened, largest first")
+        if self.dropped:
+            bits.append(f"{self.dropped} detail(s) removed")
+        if self.sections_dropped:
+            bits.append(f"the last {self.sections_dropped} finding section(s) left out")
+        return "; ".join(bits)
+
+
+def _fit(sections: list[Section], budget: int) -> _FitStats:
+    """Shrink ``sections`` in place until they render within ``budget`` characters.
+
+    Order: shorten the largest ``<details>`` body first (down to ``_DETAIL_FLOOR``), then remove details
+    (largest first), then drop droppable sections from the end.
+    """
+    stats = _FitStats()
+    sizes = [len(s.render()) for s in sections]
+    total = sum(sizes)
+    if total <= budget:
+        return stats
+    details = [d for s in sections for d in s.details()]
+    owner = {id(d): i for i, s in enumerate(sections) for d in s.details()}
+
+    def resize(d: Details, fn: Callable[[], None]) -> None:
+        nonlocal total
+        i = owner[id(d)]
+        before = len(d.render())
+        fn()
+        after = len(d.render())
+        total += after - before
+        sizes[i] += after - before
+
+    # 1. shorten the largest bodies, one at a time, just enough or down to the floor
+    while total > budget:
+        candidates = [d for d in details if not d.dropped and len(d.body) > _DETAIL_FLOOR + 100]
+        if not candidates:
+            break
+        d = max(candidates, key=lambda x: len(x.body))
+        target = max(_DETAIL_FLOOR, len(d.body) - (total - budget) - 80)
+        if target >= len(d.body):
+            break
+        resize(d, lambda: d.shrink_to(target))
+    # 2. remove details entirely, largest first
+    for d in sorted(details, key=lambda x: len(x.body), reverse=True):
+        if total <= budget:
+            break
+        if not d.dropped:
+            resize(d, lambda: setattr(d, "dropped", True))
+            stats.dropped += 1
+    stats.shrunk = sum(1 for d in details if d.shrunk and not d.dropped)
+    # 3. drop whole finding sections (and their probe headings) from the end
+    i = len(sections) - 1
+    while total > budget and i > 0:
+        if sections[i].droppable:
+            total -= sizes[i]
+            stats.sections_dropped += sections[i].is_finding
+            del sections[i]
+            del sizes[i]
+        i -= 1
+    if stats.sections_dropped:
+        sections.append(Section([f"_{stats.sections_dropped} further finding section(s) left out for size; "
+                                 "`tracecheck show report.json` lists them all._\n\n"]))
+    return stats
+
+
+def render(report: RunReport, *, redact: bool = False, trace_dir: str | None = None, home: str | None = None,
+           limit: int = GITHUB_COMMENT_LIMIT, comparison: Any = None) -> str:
+    """The Markdown document for ``report``; always shorter than ``limit`` characters."""
+    return MarkdownRenderer(report, redact=redact, trace_dir=trace_dir, home=home, limit=limit,
+                            comparison=comparison).render()

@@ -1,0 +1,79 @@
+"""Tabular exports of a report with pandas (``tracecheck show report.json --format table|csv``).
+
+``stages_frame``: one row per probe x stage (long form; the CSV export).
+``findings_frame``: one row per finding.
+``verdict_frame``: probes x stages, each cell ``pass`` / ``skip`` / the failure kinds (the table export).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..report import LOAD_STAGE, RunReport
+
+STAGE_COLUMNS = ["probe", "file", "name", "stage", "status", "kinds", "first_kind", "graph_count",
+                 "graph_break_count", "explain_graph_break_count", "gb_types", "seconds", "skip_reason"]
+FINDING_COLUMNS = ["probe", "stage", "kind", "summary", "gb_type", "gb_code", "user_file", "user_line", "op",
+                   "builtin"]
+
+
+def stages_frame(report: RunReport) -> pd.DataFrame:
+    rows = []
+    for p in report.probes:
+        for stage, s in p.stages.items():
+            found = list(dict.fromkeys(f.kind for f in s.findings))
+            rows.append({
+                "probe": p.id, "file": p.id.split("::", 1)[0], "name": p.name, "stage": stage,
+                "status": s.status, "kinds": ";".join(found), "first_kind": s.failure.kind if s.failure else "",
+                "graph_count": s.graph_count, "graph_break_count": s.graph_break_count,
+                "explain_graph_break_count": s.explain_graph_break_count,
+                "gb_types": ";".join(dict.fromkeys(b.gb_type or "" for b in s.breaks)),
+                "seconds": s.seconds, "skip_reason": s.skip_reason or "",
+            })
+    df = pd.DataFrame(rows, columns=STAGE_COLUMNS)
+    for col in ("graph_count", "graph_break_count", "explain_graph_break_count"):
+        df[col] = df[col].astype("Int64")  # nullable: "not measured" stays empty, not NaN-float
+    return df
+
+
+def findings_frame(report: RunReport) -> pd.DataFrame:
+    rows = []
+    for p in report.probes:
+        for stage, s in p.stages.items():
+            for f in s.findings:
+                frame = f.evidence.get("user_frame") or {}
+                rows.append({
+                    "probe": p.id, "stage": stage, "kind": f.kind, "summary": f.summary,
+                    "gb_type": f.evidence.get("gb_type"), "gb_code": f.evidence.get("gb_code"),
+                    "user_file": frame.get("file"), "user_line": frame.get("line"),
+                    "op": f.context.get("op"), "builtin": f.context.get("builtin"),
+                })
+    df = pd.DataFrame(rows, columns=FINDING_COLUMNS)
+    df["user_line"] = df["user_line"].astype("Int64")
+    return df
+
+
+def verdict_frame(report: RunReport) -> pd.DataFrame:
+    """Probes (index) x stages (columns); a cell is pass, skip, or the failure kinds joined by ``,``."""
+    df = stages_frame(report)
+    columns = ([LOAD_STAGE] if (df["stage"] == LOAD_STAGE).any() else []) + list(report.stages)
+    if df.empty:
+        return pd.DataFrame(columns=columns)
+    cell = df["kinds"].where(~df["status"].isin(["pass", "skip"]), df["status"])
+    cell = cell.where(cell != "", df["status"])
+    table = df.assign(cell=cell).pivot(index="probe", columns="stage", values="cell")
+    table = table.reindex(index=[p.id for p in report.probes], columns=columns).fillna("")
+    table.columns.name = None
+    return table
+
+
+def to_csv(report: RunReport) -> str:
+    return stages_frame(report).to_csv(index=False)
+
+
+def to_table(report: RunReport) -> str:
+    table = verdict_frame(report)
+    if table.empty:
+        return "(no probes)\n"
+    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 250,
+                           "display.max_colwidth", 80):
+        return table.to_string() + "\n"
