@@ -194,3 +194,10 @@ def test_every_kind_has_a_doc_page_and_a_fix():
     for kind in classify.kinds().values():
         assert kind.fix, kind.id
         assert (docs / f"{kind.id}.md").is_file(), f"missing {kind.doc}"
+
+
+def test_inductor_fake_assert_on_an_input_is_not_fake_mismatch():
+    # `.data` swapped inside the compiled region: inductor's assertion blames "a custom op" but names an input
+    msg = ("expected size 4==2, stride 1==1 at dim=0\nError in op: input\n"
+           "This error most often comes from a incorrect fake (aka meta) kernel for a custom op.")
+    assert classify.classify_error("inductor", err(msg, "AssertionError")).kind != "fake-mismatch"

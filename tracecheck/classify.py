@@ -74,10 +74,13 @@ _MUTATES = [
 ]
 _FAKE_MISMATCH = [
     re.compile(r"When comparing the output of (?P<op>\S+) on FakeTensor and concrete Tensors"),
-    re.compile(r"incorrect fake \(aka meta\) kernel for a custom op"),
     re.compile(r"Mismatched fake kernel"),
     re.compile(r"Real tensor propagation found an output size mismatch"),
 ]
+# Inductor's size/stride assertion blames "a custom op" even when the op is an input (`.data` swaps), so it
+# counts only when it names a non-aten op.
+_INDUCTOR_FAKE_ASSERT = re.compile(
+    r"Error in op: torch\.ops\.(?!aten\.)(?P<op>\S+)[\s\S]*incorrect fake \(aka meta\) kernel for a custom op")
 _FAKE_MISMATCH_TYPES = {"MetadataMismatchError"}
 _DATA_DEP = [
     re.compile(r"Could not guard on data-dependent expression"),
@@ -170,11 +173,9 @@ def _rule_mutates(text, types, gb_type, raw):
 
 
 def _rule_fake_mismatch(text, types, gb_type, raw):
-    m = _search(_FAKE_MISMATCH, text)
+    m = _search(_FAKE_MISMATCH + [_INDUCTOR_FAKE_ASSERT], text)
     if m or types & _FAKE_MISMATCH_TYPES:
         op = _group(m, "op")
-        op_m = re.search(r"Error in op: torch\.ops\.(\S+)", text)
-        op = op or (op_m.group(1) if op_m else None)
         return "fake-mismatch", ({"op": op} if op else {})
     return None
 
@@ -249,18 +250,21 @@ def _summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
     return f"Unclassified failure at stage {stage}; raw evidence kept."
 
 
-def classify_error(stage: str, raw: dict[str, Any]) -> Finding:
+def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Finding:
     """Label one stage exception.
 
     ``raw`` is the worker's error record: ``type`` (qualified name), ``message``, ``chain`` (list of
     ``{"type", "message"}`` for the exception, its ``inner_exception``/``__cause__``/``__context__``),
-    optional ``gb_type``, ``gb_code``, ``user_frame`` and ``traceback``. Never raises.
+    optional ``gb_type``, ``gb_code``, ``user_frame`` and ``traceback``. ``op`` names the op when the caller
+    knows it (opcheck) and the message does not. Never raises.
     """
     chain = raw.get("chain") or [{"type": raw.get("type", ""), "message": raw.get("message", "")}]
     types = {_short_type(c.get("type", "")) for c in chain}
     text = "\n".join(c.get("message", "") for c in chain)
     gb_type = raw.get("gb_type") or _gb_type_from_text(text)
     kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types), {})
+    if op and not ctx.get("op"):
+        ctx["op"] = op
     if gb_type:
         ctx.setdefault("gb_type", gb_type)
     evidence = {

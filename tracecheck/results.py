@@ -5,6 +5,7 @@ The one place that decides a stage's status; pure (no torch import), like pytest
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from . import classify
@@ -31,10 +32,10 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     for op, tests in (raw.get("opcheck") or {}).items():
         for test, outcome in tests.items():
             if isinstance(outcome, dict):
-                f = classify.classify_error(stage, outcome)
-                f.context.setdefault("op", op)
+                f = classify.classify_error(stage, outcome, op=op)
                 f.evidence["opcheck_test"] = test
                 findings.append(f)
+    findings += recompile_findings(raw.get("steady_state_recompiles") or [])
     graph_count = raw.get("graph_count")
     explain_count = raw.get("explain_graph_break_count")
     result = StageResult(
@@ -54,7 +55,37 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
                                         for t, v in tests.items()} for op, tests in raw["opcheck"].items()}
     if raw.get("explain_reasons"):
         result.extra["explain_reasons"] = raw["explain_reasons"]
+    if raw.get("extra"):
+        result.extra.update(raw["extra"])
     return result
+
+
+def recompile_findings(records: list[dict[str, Any]]) -> list[Finding]:
+    """One ``recompile`` finding per steady-state cause (compiled_autograd.steady_state picked the records).
+
+    Records of one cause differ only in numbers from step to step (``self.step == 2``, ``previous key
+    sizes=[142,142]``), so they are grouped by source and reason with digits masked; the finding keeps the
+    first reason, its user frame and the steps it happened on. Dynamo causes come first: they carry the
+    user's line.
+    """
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        key = (r.get("source", "?"), re.sub(r"\d+", "N", r.get("reason", "")))
+        groups.setdefault(key, []).append(r)
+    findings = []
+    for (source, _), rs in sorted(groups.items(), key=lambda kv: kv[0][0] != "dynamo"):
+        first = rs[0]
+        frame = next((r.get("user_frame") for r in rs if r.get("user_frame")), None)
+        what = "Dynamo recompiles" if source == "dynamo" else "Compiled autograd captures a new backward graph"
+        where = f" ({frame.get('file')}:{frame.get('line')})" if frame else ""
+        findings.append(Finding(
+            "recompile",
+            f"{what} on every step after warm-up{where}: {first.get('reason', '')[:300]}",
+            {"reason": first.get("reason", ""), "source": source},
+            {"user_frame": frame, "reason": first.get("reason", ""), "steps": sorted({r.get("step") for r in rs}),
+             **({"user_frame_from": first["user_frame_from"]} if first.get("user_frame_from") else {})},
+        ))
+    return findings
 
 
 def died_result(stage: str, cause: str, timed_out: bool, log_tail: str, seconds: float) -> StageResult:

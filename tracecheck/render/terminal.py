@@ -105,7 +105,15 @@ def _finding_text(stage: str, f: Finding, verbose: bool) -> Text:
     return t
 
 
+def environment_line(report: RunReport) -> Text:
+    env = report.environment
+    npu = f"torch_npu {env['torch_npu']}" if env.get("torch_npu") else (env.get("npu_note") or "no torch_npu")
+    return Text(f"torch {env.get('torch')} · Python {env.get('python')} · device {env.get('device')} · {npu}",
+                style="dim")
+
+
 def render(report: RunReport, console: Console, verbose: bool = False) -> None:
+    console.print(environment_line(report))
     console.print(verdict_table(report))
     console.print(findings(report, verbose))
     n_fail = sum(1 for p in report.probes if p.verdict.status != PASS)
