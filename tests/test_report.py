@@ -48,3 +48,17 @@ def test_atomic_write(tmp_path):
     write_json_atomic(str(path), {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def test_same_op_seen_by_compile_and_opcheck_is_one_finding():
+    from tracecheck.report import group_findings
+
+    compile_f = Finding("missing-fake", "s", {"op": "tc::myop"}, {"user_frame": {"file": "m.py", "line": 3}})
+    opcheck_f = Finding("missing-fake", "s", {"op": "tc.myop.default"}, {"opcheck_test": "test_faketensor"})
+    other = Finding("missing-fake", "s", {"op": "tc.other.default"}, {})
+    p = ProbeReport("a::b", "a", "b", {
+        "explain": StageResult("explain", FAIL, compile_f, [compile_f]),
+        "opcheck": StageResult("opcheck", FAIL, opcheck_f, [opcheck_f, other]),
+    })
+    groups = group_findings(p)
+    assert [stages for stages, _ in groups] == [["explain", "opcheck"], ["opcheck"]]

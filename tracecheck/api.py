@@ -83,10 +83,13 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
                      command=opts.command, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))
 
 
+def trace_subdir(probe_id: str, stage: str) -> str:
+    """Where ``--trace-dir`` keeps one (probe, stage)'s TORCH_TRACE logs, relative to the trace dir."""
+    return os.path.join(re.sub(r"[^\w.-]+", "_", probe_id).strip("._"), stage)
+
+
 def _trace_dir(opts: RunOptions, p: ProbeReport, stage: str) -> str | None:
-    if not opts.trace_dir:
-        return None
-    return os.path.join(os.path.abspath(opts.trace_dir), re.sub(r"[^\w.-]+", "_", p.id).strip("._"), stage)
+    return os.path.join(os.path.abspath(opts.trace_dir), trace_subdir(p.id, stage)) if opts.trace_dir else None
 
 
 def _setup_failed(p: ProbeReport) -> bool:

@@ -29,7 +29,8 @@ BASELINE_FORMAT = "tracecheck-baseline"
 BASELINE_SCHEMA_VERSION = 1
 
 #: Compiled-autograd counters (StageResult.extra of the ``compiled_autograd`` stage) that must not grow.
-CA_COUNTS_LOWER_IS_BETTER = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles")
+#: Its ``recompiles`` is the stage's top-level ``recompiles`` (see ``recompiles``), compared once.
+CA_COUNTS_LOWER_IS_BETTER = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures")
 #: Compiled-autograd counters that are shown when they change but are neither better nor worse.
 CA_COUNTS_NEUTRAL = ("hooks_captured",)
 
@@ -63,11 +64,19 @@ def relative_location(file: str | None, probe: ProbeReport) -> str | None:
 
 
 def recompiles(s: StageResult) -> int | None:
-    """Recompile count of a stage, when the stage measured one."""
-    value = getattr(s, "recompiles", None)
-    if value is None:
-        value = s.extra.get("recompiles")
-    return value if isinstance(value, int) else None
+    """Recompile count of a stage, when the stage measured one.
+
+    Read from a ``recompiles`` attribute, else ``extra["recompile_count"]``, else ``extra["recompiles"]`` (a
+    count, or the list of recompile records the compiled_autograd stage keeps there).
+    """
+    for value in (getattr(s, "recompiles", None), s.extra.get("recompile_count"), s.extra.get("recompiles")):
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            return value
+        if isinstance(value, list):
+            return len(value)
+    return None
 
 
 def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
@@ -107,6 +116,12 @@ def from_report(report: RunReport) -> dict[str, Any]:
         "stages": list(report.stages),
         "probes": probes,
     }
+
+
+def empty() -> dict[str, Any]:
+    """A baseline with no probes (what ``--update-baseline`` compares with when the file does not exist)."""
+    return {"format": BASELINE_FORMAT, "schema_version": BASELINE_SCHEMA_VERSION, "torch": None, "stages": [],
+            "probes": {}}
 
 
 def is_baseline(doc: dict[str, Any]) -> bool:

@@ -1,22 +1,25 @@
 """Command line (click). Parses, calls ``api.run``, renders, returns an ExitCode; decides nothing else."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
+from typing import Iterator
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import __version__, api
+from . import __version__, api, baseline
 from .exitcodes import ExitCode, UsageError
+from .render import annotations, diff, junit, markdown
 from .report import PASS, STAGES, StageResult, write_json_atomic
 
 EXIT_CODES_HELP = """\b
 Exit codes:
-  0  every probe passed every stage
-  1  a failure or graph break was found
+  0  every probe passed every stage (with --baseline: nothing regressed; --update-baseline: written)
+  1  a failure or graph break was found (with --baseline: a regression against it)
   2  usage or input error (bad path, unloadable model file, no probes, bad probe, unknown stage,
      unwritable output)
   3  internal error in tracecheck"""
@@ -50,6 +53,13 @@ class _LiveProgress(api.Progress):
                                    highlight=False, markup=False, soft_wrap=True)
 
 
+SIMPLE_EXIT_CODES_HELP = """\b
+Exit codes:
+  0  done
+  2  usage or input error (missing, malformed or unwritable file)
+  3  internal error in tracecheck"""
+
+
 def _check_writable(path: str | None, option: str) -> None:
     if path is None:
         return
@@ -76,36 +86,215 @@ def cli() -> None:
 @click.option("--device", default="auto", show_default=True,
               help="auto (npu if torch_npu works, else cpu), cpu, cuda or npu.")
 @click.option("--json", "json_path", metavar="PATH", help="Write the full report as JSON (atomically).")
+@click.option("--report", "report_path", metavar="PATH",
+              help="Write a Markdown triage report to paste into an issue (< 65,536 characters).")
+@click.option("--redact", is_flag=True, help="Remove all paths from the --report (home is always shortened to ~).")
+@click.option("--trace-dir", metavar="DIR",
+              help="Keep each stage's structured trace (TORCH_TRACE) under DIR/<probe>/<stage>/ for tlparse.")
+@click.option("--baseline", "baseline_path", metavar="PATH",
+              help="Compare with this baseline (or saved --json report); exit 1 on regression, 0 otherwise.")
+@click.option("--update-baseline", is_flag=True, help="Rewrite the --baseline file from this run, on purpose.")
+@click.option("--junit-xml", "junit_path", metavar="PATH", help="Write JUnit XML: one testcase per probe x stage.")
+@click.option("--shard", metavar="K/N", help="Run every N-th probe (sorted ids), starting at the K-th (1-based).")
 @click.option("-v", "--verbose", is_flag=True, help="Full evidence: tracebacks, messages, stderr tails.")
-def run(paths, select, stages, jobs, timeout_s, device, json_path, verbose):
+def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, redact, trace_dir, baseline_path,
+        update_baseline, junit_path, shard, verbose):
     """Diagnose the probes in PATHS (model files or directories) under every stage."""
     console = Console(stderr=True)
-    out = Console() if Console().is_terminal else Console(width=160)  # logs and pipes: don't fold at 80
-    try:
-        _check_writable(json_path, "--json")
+    out = _stdout()
+    with _errors(console, verbose):
+        for path, option in ((json_path, "--json"), (report_path, "--report"), (junit_path, "--junit-xml")):
+            _check_writable(path, option)
+        shard_kn = baseline.parse_shard(shard) if shard else None
+        if trace_dir:
+            try:
+                os.makedirs(trace_dir, exist_ok=True)
+            except OSError as e:
+                raise UsageError(f"--trace-dir {trace_dir}: cannot create it ({e.strerror})") from e
+        base = None
+        if update_baseline:
+            if not baseline_path:
+                raise UsageError("--update-baseline needs --baseline PATH (the file to rewrite)")
+            if shard_kn:
+                raise UsageError("--update-baseline with --shard would drop the other shards' probes; "
+                                 "merge the shard reports, then: tracecheck compare BASE MERGED --update-baseline")
+            _check_writable(baseline_path, "--baseline")
+        if baseline_path and not (update_baseline and not os.path.exists(baseline_path)):
+            base = baseline.load_baseline(baseline_path, "--baseline")  # before the run: fail fast
         opts = api.RunOptions(paths=list(paths), stages=[s.strip() for s in stages.split(",") if s.strip()],
                               select=select, jobs=jobs, timeout_s=timeout_s, device=device,
-                              command=["tracecheck", *sys.argv[1:]])
+                              command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir)
         live = _LiveProgress(console)
         with live.bar:
             report = api.run(opts, live)
+        if json_path or report_path:
+            report.environment["collect_env"] = markdown.collect_env_summary()
+        comparison = baseline.compare_report(base, report) if base is not None else None
         if json_path:
             write_json_atomic(json_path, report.to_dict())
+        if report_path:
+            _write_text(report_path, markdown.render(report, redact=redact, trace_dir=trace_dir,
+                                                     comparison=comparison))
+        if junit_path:
+            junit.write(junit_path, report, comparison)
+        if update_baseline:
+            baseline.write_baseline(baseline_path, report)
+    from .render import terminal
+
+    terminal.render(report, out, verbose=verbose)
+    _report_comparison(out, report, comparison, baseline_path)
+    if update_baseline:
+        out.print(f"baseline {baseline_path} rewritten from this run ({len(report.probes)} probes)", highlight=False)
+    sys.exit(_exit_code(report, comparison, update_baseline))
+
+
+@cli.command(epilog=SIMPLE_EXIT_CODES_HELP)
+@click.argument("report_json", metavar="REPORT.json")
+@click.option("--format", "fmt", type=click.Choice(["md", "table", "csv"]), default="md", show_default=True,
+              help="md: the Markdown triage report; table: probes x stages; csv: one row per probe x stage.")
+@click.option("-o", "--output", metavar="PATH", help="Write to PATH instead of stdout.")
+@click.option("--redact", is_flag=True, help="Markdown: remove all paths (home is always shortened to ~).")
+@click.option("--trace-dir", metavar="DIR", help="Markdown: the --trace-dir the run used (default: from its command).")
+@click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
+def show(report_json, fmt, output, redact, trace_dir, verbose):
+    """Re-render a saved --json report as Markdown, a table or CSV (tables via pandas)."""
+    console = Console(stderr=True)
+    with _errors(console, verbose):
+        _check_writable(output, "-o")
+        report = baseline.load_report(report_json)
+        if fmt == "md":
+            trace_dir = trace_dir or _option_from_command(report.command, "--trace-dir")
+            text = markdown.render(report, redact=redact, trace_dir=trace_dir)
+        else:
+            from .render import tables
+
+            text = tables.to_csv(report) if fmt == "csv" else tables.to_table(report)
+        if output:
+            _write_text(output, text)
+        else:
+            click.echo(text, nl=False)
+    sys.exit(ExitCode.OK)
+
+
+@cli.command(epilog="""\b
+Exit codes:
+  0  nothing regressed (equal or better)
+  1  a regression: new failure or kind, more graph breaks, graphs or recompiles, or a missing probe
+  2  usage or input error (missing or malformed file)
+  3  internal error in tracecheck""")
+@click.argument("base_json", metavar="BASE.json")
+@click.argument("new_json", metavar="NEW.json")
+@click.option("--junit-xml", "junit_path", metavar="PATH", help="Write JUnit XML of NEW (needs a full report).")
+@click.option("--update-baseline", is_flag=True, help="Rewrite BASE.json as a baseline of NEW.json.")
+@click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
+def compare(base_json, new_json, junit_path, update_baseline, verbose):
+    """Compare two saved reports or baselines: what regressed and what improved."""
+    console = Console(stderr=True)
+    out = _stdout()
+    with _errors(console, verbose):
+        _check_writable(junit_path, "--junit-xml")
+        if update_baseline and not os.path.exists(base_json):
+            base = baseline.empty()  # the first run on main: nothing to compare with yet
+        else:
+            base = baseline.load_baseline(base_json, "BASE")
+        new_doc = baseline.read_json(new_json, "NEW")
+        report = baseline.load_report(new_json, "NEW") if not baseline.is_baseline(new_doc) else None
+        if report is not None:
+            comparison = baseline.compare_report(base, report)
+        else:
+            comparison = baseline.compare(base, baseline.load_baseline(new_json, "NEW"))
+        if junit_path:
+            if report is None:
+                raise UsageError(f"--junit-xml: {new_json} is a baseline; JUnit needs a full --json report")
+            junit.write(junit_path, report, comparison)
+        if update_baseline:
+            _check_writable(base_json, "BASE")
+            if report is not None and baseline.shard_from_command(report.command):
+                raise UsageError(f"--update-baseline: {new_json} is one shard; merge the shards first "
+                                 "(tracecheck merge ... -o all.json)")
+            doc = baseline.from_report(report) if report is not None else baseline.load_baseline(new_json, "NEW")
+            write_json_atomic(base_json, doc)
+    _report_comparison(out, report, comparison, base_json)
+    if update_baseline:
+        out.print(f"baseline {base_json} rewritten from {new_json}", highlight=False)
+    sys.exit(_exit_code(report, comparison, update_baseline))
+
+
+@cli.command(epilog=SIMPLE_EXIT_CODES_HELP)
+@click.argument("reports", nargs=-1, required=True, metavar="REPORT.json...")
+@click.option("-o", "--output", metavar="PATH", required=True, help="Merged JSON report to write.")
+@click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
+def merge(reports, output, verbose):
+    """Join shard reports (run --shard K/N --json) into one report."""
+    console = Console(stderr=True)
+    with _errors(console, verbose):
+        _check_writable(output, "-o")
+        merged = baseline.merge([baseline.load_report(p) for p in reports], list(reports))
+        write_json_atomic(output, merged.to_dict())
+    n_fail = sum(1 for p in merged.probes if p.verdict.status != PASS)
+    console.print(f"merged {len(reports)} report(s): {len(merged.probes)} probes, {n_fail} failing -> {output}",
+                  highlight=False, markup=False)
+    sys.exit(ExitCode.OK)
+
+
+def _stdout() -> Console:
+    return Console() if Console().is_terminal else Console(width=160)  # logs and pipes: don't fold at 80
+
+
+@contextlib.contextmanager
+def _errors(console: Console, verbose: bool) -> Iterator[None]:
+    """Usage errors: one line, exit 2; our own bugs: one line, exit 3; tracebacks only with --verbose."""
+    try:
+        yield
     except UsageError as e:
-        console.print(f"tracecheck: error: {e}", highlight=False, markup=False)
+        console.print(f"tracecheck: error: {e}", highlight=False, markup=False, soft_wrap=True)
         detail = e.detail or ("".join(traceback.format_exception(e.__cause__)) if e.__cause__ else None)
         if verbose and detail:
             console.print(detail, markup=False, highlight=False)
         sys.exit(ExitCode.USAGE_ERROR)
+    except OSError as e:  # an output that could not be written after all
+        console.print(f"tracecheck: error: {e}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(ExitCode.USAGE_ERROR)
     except Exception as e:  # our bug: one line, traceback behind --verbose
-        console.print(f"tracecheck: internal error: {type(e).__name__}: {e}".splitlines()[0], markup=False)
+        console.print(f"tracecheck: internal error: {type(e).__name__}: {e}".splitlines()[0], markup=False,
+                      soft_wrap=True)
         if verbose:
             console.print(traceback.format_exc(), markup=False, highlight=False)
         sys.exit(ExitCode.INTERNAL_ERROR)
-    from .render import terminal
 
-    terminal.render(report, out, verbose=verbose)
-    sys.exit(ExitCode.OK if report.passed else ExitCode.FINDINGS)
+
+def _write_text(path: str, text: str) -> None:
+    tmp = path + ".tc-tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _option_from_command(command: list[str], option: str) -> str | None:
+    for i, arg in enumerate(command):
+        if arg == option and i + 1 < len(command):
+            return command[i + 1]
+        if arg.startswith(option + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _report_comparison(out: Console, report, comparison, source: str | None) -> None:
+    """The diff table, and GitHub annotations on stdout when GITHUB_ACTIONS=true."""
+    if comparison is not None:
+        out.print(diff.render(comparison, source or ""))
+    if annotations.enabled() and (report is not None or comparison is not None):
+        for line in annotations.lines(report, comparison):
+            click.echo(line)
+
+
+def _exit_code(report, comparison, updated_baseline: bool) -> ExitCode:
+    """The one mapping from results to the exit code: a baseline decides when given, else the verdicts."""
+    if updated_baseline:
+        return ExitCode.OK
+    if comparison is not None:
+        return ExitCode.FINDINGS if comparison.regressed else ExitCode.OK
+    return ExitCode.OK if report.passed else ExitCode.FINDINGS
 
 
 def main() -> None:

@@ -7,11 +7,11 @@ For projects that would rather not add a second CI step. Enable it explicitly (i
 
 Then::
 
-    def test_block_compiles(tracecheck):
-        tracecheck.assert_no_new_graph_breaks(block, x)          # fails on any break not in the baseline
+    def test_block_compiles(tracecheck_baseline):
+        tracecheck_baseline.assert_no_new_graph_breaks(block, x)   # fails on any break not in the baseline
 
-    @pytest.mark.tracecheck(key="probes/model.py::probe")        # reuse an entry of a `tracecheck run` baseline
-    def test_model(tracecheck): ...
+    @pytest.mark.tracecheck(key="probes/model.py::probe")          # reuse an entry of a `tracecheck run` baseline
+    def test_model(tracecheck_baseline): ...
 
 The function is compiled in-process (``torch.compile(backend=<counting eager backend>)``) and its graph
 breaks are read from the structured trace, as ``tracecheck run``'s explain stage does. The allowed breaks
@@ -24,6 +24,7 @@ come from ``--tracecheck-baseline PATH`` (ini ``tracecheck_baseline``), a baseli
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -41,11 +42,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Baseline JSON listing the graph breaks each test may have.")
     group.addoption("--tracecheck-update-baseline", action="store_true", default=False,
                     help="Record the graph breaks the tests see into the baseline instead of failing.")
-    parser.addini("tracecheck_baseline", "Baseline JSON for the tracecheck fixture.", default="")
+    parser.addini("tracecheck_baseline", "Baseline JSON for the tracecheck_baseline fixture.", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "tracecheck(key=None): baseline key for the tracecheck fixture "
+    config.addinivalue_line("markers", "tracecheck(key=None): baseline key for the tracecheck_baseline fixture "
                                        "(default: the test's node id)")
     path = config.getoption("--tracecheck-baseline") or config.getini("tracecheck_baseline") or None
     if path and not os.path.isabs(path):
@@ -111,17 +112,25 @@ def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
         graphs += 1
         return gm.forward
 
+    # pytest's log capture hooks onto torch's non-propagating trace logger too; keep its thousands of
+    # structured-trace records out of the test report while we listen.
+    trace_logger = logging.getLogger("torch.__trace")
+    pytest_handlers = [h for h in trace_logger.handlers if type(h).__module__.startswith("_pytest")]
+    for h in pytest_handlers:
+        trace_logger.removeHandler(h)
     torch._dynamo.reset()
     try:
         with capture.TraceCollector() as tc:
             torch.compile(fn, backend=backend)(*args, **kwargs)
     finally:
         torch._dynamo.reset()
+        for h in pytest_handlers:
+            trace_logger.addHandler(h)
     return Measurement(graphs, [classify.classify_break(b) for b in tc.breaks])
 
 
 class TracecheckFixture:
-    """The ``tracecheck`` fixture. ``key`` names the baseline entry (marker ``key`` or the node id)."""
+    """The ``tracecheck_baseline`` fixture. ``key`` names the baseline entry (marker ``key`` or the node id)."""
 
     def __init__(self, state: _State, key: str) -> None:
         self._state = state
@@ -170,7 +179,7 @@ class TracecheckFixture:
 
 
 @pytest.fixture
-def tracecheck(request: pytest.FixtureRequest) -> TracecheckFixture:
+def tracecheck_baseline(request: pytest.FixtureRequest) -> TracecheckFixture:
     marker = request.node.get_closest_marker("tracecheck")
     key = (marker.kwargs.get("key") if marker else None) or request.node.nodeid
     state = request.config.stash.get(_STATE, None)

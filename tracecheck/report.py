@@ -14,7 +14,7 @@ from typing import Any
 SCHEMA_VERSION = 1
 
 #: Stage ids, in run order. They equal the CLI values of ``--stages``.
-STAGES = ("eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck")
+STAGES = ("eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck", "compiled_autograd")
 #: Pseudo-stage for findings made while loading the file or calling the probe function.
 LOAD_STAGE = "load"
 
@@ -190,6 +190,36 @@ class RunReport:
     @property
     def passed(self) -> bool:
         return all(p.verdict.status == PASS for p in self.probes)
+
+
+def _op_identity(op: str) -> str:
+    """``ns.name.default`` and ``ns::name`` name the same op."""
+    op = op.removesuffix(".default")
+    return op if "::" in op else op.replace(".", "::", 1)
+
+
+def finding_key(f: Finding) -> tuple[Any, ...]:
+    """Findings equal under this key are the same problem seen by several stages.
+
+    An op-level finding is identified by kind and op (opcheck sees no user frame, compile stages do);
+    any other by kind, gb_type and user location.
+    """
+    if f.context.get("op"):
+        return (f.kind, _op_identity(str(f.context["op"])))
+    frame = f.evidence.get("user_frame") or {}
+    return (f.kind, f.evidence.get("gb_type"), frame.get("file"), frame.get("line"),
+            f.context.get("builtin"), f.context.get("what"))
+
+
+def group_findings(p: ProbeReport) -> list[tuple[list[str], Finding]]:
+    """Each distinct finding once, with the stages that saw it (the first stage's evidence is kept)."""
+    groups: dict[tuple[Any, ...], tuple[list[str], Finding]] = {}
+    for stage, s in p.stages.items():
+        for f in s.findings:
+            stages, _ = groups.setdefault(finding_key(f), ([], f))
+            if stage not in stages:
+                stages.append(stage)
+    return list(groups.values())
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:

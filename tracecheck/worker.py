@@ -142,4 +142,9 @@ def run_stage(task: dict[str, Any]) -> dict[str, Any]:
         return stages.stage_compile(make_case, "aot_eager", fullgraph=True)
     if stage == "opcheck":
         return stages.stage_opcheck(make_case, device)
+    if stage == "compiled_autograd":
+        from .compiled_autograd import stage_compiled_autograd
+
+        return stage_compiled_autograd(make_case, steps=int(task.get("steps", 3)),
+                                       dynamic=bool(task.get("dynamic", False)))
     raise UsageError(f"unknown stage {stage!r}")

@@ -42,21 +42,27 @@ def command(file: str | None, line: int | None, title: str, message: str) -> str
     return f"::error {','.join(props)}::{_escape_data(message)}"
 
 
-def lines(report: RunReport, comparison: Any = None, environ: Mapping[str, str] | None = None) -> list[str]:
+def lines(report: RunReport | None, comparison: Any = None, environ: Mapping[str, str] | None = None) -> list[str]:
     """The workflow-command lines to print: one per (probe, break location), naming the stages that saw it."""
     env = environ if environ is not None else os.environ
     found: dict[tuple, list[str]] = {}  # (probe, file, line, what) -> stages
+    # Without a baseline every break is new; with one, the regressed breaks are, and so are all the breaks
+    # of a probe or stage the baseline did not have.
+    everything_new: set[tuple[str, str | None]] = set()
     if comparison is not None:
         for c in comparison.regressions:
             if c.aspect == "break":
                 loc = c.location or {}
                 found.setdefault((c.probe, loc.get("file"), loc.get("line"), str(c.after)), []).append(c.stage)
-    else:
-        for p in report.probes:
-            for stage, s in p.stages.items():
-                for b in s.breaks:
-                    file = _workspace_relative(b.file, env) if b.file else None
-                    what = f"{b.kind} ({b.gb_type or 'no gb_type'})" + (f" {b.gb_code}" if b.gb_code else "")
-                    found.setdefault((p.id, file, b.line, what), []).append(stage)
+            elif c.aspect in ("probe", "stage") and c.before in ("absent", "not run"):
+                everything_new.add((c.probe, c.stage))
+    for p in report.probes if report is not None else []:
+        for stage, s in p.stages.items():
+            if comparison is not None and (p.id, None) not in everything_new and (p.id, stage) not in everything_new:
+                continue
+            for b in s.breaks:
+                file = _workspace_relative(b.file, env) if b.file else None
+                what = f"{b.kind} ({b.gb_type or 'no gb_type'})" + (f" at {file}:{b.line}" if file else "")
+                found.setdefault((p.id, file, b.line, what), []).append(stage)
     return [command(file, line, "tracecheck: new graph break", f"{probe}: {what} [stages: {', '.join(stages)}]")
             for (probe, file, line, what), stages in found.items()]

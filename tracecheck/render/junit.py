@@ -46,7 +46,8 @@ def _evidence_text(s: StageResult) -> str:
         out.append(f"[{f.kind}] {f.summary}")
         frame = ev.get("user_frame") or {}
         if frame.get("file"):
-            out.append(f"  at {frame['file']}:{frame.get('line')}" + (f"  {frame['code']}" if frame.get("code") else ""))
+            code = f"  {frame['code']}" if frame.get("code") else ""
+            out.append(f"  at {frame['file']}:{frame.get('line')}{code}")
         if ev.get("gb_type"):
             out.append(f"  gb_type: {ev['gb_type']} ({ev.get('gb_code') or 'no GB code'})")
         detail = ev.get("traceback") or ev.get("message") or ev.get("stderr_tail")

@@ -18,9 +18,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..baseline import recompiles
 from ..classify import kinds
 from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
-from .terminal import finding_key, group_findings
+from ..report import finding_key, group_findings
 
 #: GitHub's limit on an issue or comment body, in characters; the document stays strictly below it.
 GITHUB_COMMENT_LIMIT = 65536
@@ -77,10 +78,25 @@ def collect_env_summary() -> dict[str, Any]:
 # Paths
 
 
-_SITE = re.compile(r"(?:[\w.~/\\:-]*[/\\])?((?:site|dist)-packages)[/\\]")
+_SITE = re.compile(r"(?:site|dist)-packages[/\\]")
+_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.~/\\:-")
 _POSIX_PATH = re.compile(
     r"(?<![\w.~:/-])(?:~|\.\.?)?/(?:[^\s\"'`(),:;<>\[\]{}|*/]+/)*([^\s\"'`(),:;<>\[\]{}|*/]+)")
 _WINDOWS_PATH = re.compile(r"\b[A-Za-z]:\\(?:[^\\\s\"'`]+\\)*([^\\\s\"'`]+)")
+
+
+def _shorten_site_packages(text: str) -> str:
+    """``/any/venv/lib/python3.11/site-packages/torch/x.py`` -> ``site-packages/torch/x.py`` (linear time)."""
+    out, last = [], 0
+    for m in _SITE.finditer(text):
+        i = m.start()
+        while i > last and text[i - 1] in _PATH_CHARS:
+            i -= 1
+        out.append(text[last:i])
+        out.append(m.group(0).replace("\\", "/"))
+        last = m.end()
+    out.append(text[last:])
+    return "".join(out)
 
 
 class PathScrubber:
@@ -99,7 +115,7 @@ class PathScrubber:
     def __call__(self, text: str | None) -> str:
         if not text:
             return text or ""
-        text = _SITE.sub(lambda m: m.group(1) + "/", text)
+        text = _shorten_site_packages(text)
         for h in self.homes:
             text = re.sub(re.escape(h) + r"(?=[/\\]|$|[\s\"'`:)])", "~", text)
         if self.redact:
@@ -190,7 +206,7 @@ def _trim_message(text: str) -> str:
     if len(out) > _MESSAGE_CHARS:
         out = out[:_MESSAGE_CHARS]
     if len(out) < len(text.strip()):
-        out += "\n[... trimmed; the full message is in the traceback below and in the JSON report]"
+        out += "\n[... trimmed; the full text is in the details below and in the JSON report]"
     return out
 
 
@@ -289,7 +305,7 @@ class MarkdownRenderer:
             s = p.stages.get("compiled_autograd")
             if s is None or s.status == SKIP and not any(k in s.extra for k in keys):
                 continue
-            vals = [str(s.extra.get(k, "–")) for k in keys]
+            vals = [str(s.extra.get(k, "–")) if k != "recompiles" else str(_none_dash(recompiles(s))) for k in keys]
             rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | {verdict_cell(s)} | " + " | ".join(vals) + " |")
         if not rows:
             return ""
@@ -300,13 +316,23 @@ class MarkdownRenderer:
     def structured_trace(self) -> str:
         if not self.trace_dir or not os.path.isdir(self.trace_dir):
             return ""
+        from ..api import trace_subdir
+
+        root = "TRACE_DIR" if self.redact else self.scrub(self.trace_dir)
         where = "the trace directory" if self.redact else _code(self.scrub(os.path.abspath(self.trace_dir)))
-        shown = "TRACE_DIR" if self.redact else self.scrub(self.trace_dir)
+        kept = [(p, stage) for p in self.report.probes for stage, s in p.stages.items()
+                if s.status in (FAIL, TIMEOUT, CRASH)
+                and _has_log(os.path.join(self.trace_dir, trace_subdir(p.id, stage)))]
+        example = (f"{root}/{trace_subdir(kept[0][0].id, kept[0][1])}" if kept else f"{root}/<probe>/<stage>")
+        listed = "".join(f"- {_code(self.scrub.probe_id(p.id))} `{stage}`: "
+                         f"{_code(root + '/' + trace_subdir(p.id, stage))}\n" for p, stage in kept[:12])
+        more = f"- ... and {len(kept) - 12} more\n" if len(kept) > 12 else ""
         return ("## Structured trace\n\n"
                 f"Each (probe, stage) kept its structured compile trace (TORCH_TRACE) under {where}, one "
-                "folder per probe and stage. Render one with "
-                "[tlparse](https://github.com/pytorch/tlparse) and attach the output:\n\n"
-                f"```sh\npip install tlparse\ntlparse {shlex.quote(shown)}/<probe>/<stage> -o tlparse_out\n```\n\n")
+                "folder per probe and stage. Render one with [tlparse](https://github.com/pytorch/tlparse) and "
+                "attach its output:\n\n"
+                f"```sh\npip install tlparse\ntlparse {shlex.quote(example)} --latest -o tlparse_out/\n```\n\n"
+                + (f"Traces of the failing stages:\n\n{listed}{more}\n" if kept else ""))
 
     def baseline(self) -> str:
         c = self.comparison
@@ -321,8 +347,8 @@ class MarkdownRenderer:
 
     def probe_sections(self, p: ProbeReport, start: int) -> list[Section]:
         v = p.verdict
-        head = Section(droppable=True, parts=[f"### {_code(self.scrub.probe_id(p.id))}: first failing stage {_code(str(v.first_failing_stage))}"
-                        f"\n\nKinds: {', '.join(_code(k) for k in v.kinds)}\n\n"])
+        title = f"### {_code(self.scrub.probe_id(p.id))}: first failing stage {_code(str(v.first_failing_stage))}"
+        head = Section(droppable=True, parts=[f"{title}\n\nKinds: {', '.join(_code(k) for k in v.kinds)}\n\n"])
         counts = self.graph_counts(p)
         if counts:
             head.parts.append(counts)
@@ -375,8 +401,13 @@ class MarkdownRenderer:
             fn = f" in `{frame['function']}`" if frame.get("function") else ""
             bullets.append(f"- **User frame:** {_code(self.scrub(frame['file']) + ':' + str(frame.get('line')))}{fn}")
         named = [(label, ctx[key]) for key, label in (("op", "Op"), ("builtin", "Builtin")) if ctx.get(key)]
+        if not named and ev.get("gb_type"):
+            name = named_in_message(str(ev.get("message") or ""))
+            if name:
+                named.append(("Builtin", name))
         for label, value in named:
-            where = " (inside a torch.autograd.Function)" if label == "Builtin" and ctx.get("in_autograd_function") else ""
+            in_fn = label == "Builtin" and ctx.get("in_autograd_function")
+            where = " (inside a torch.autograd.Function)" if in_fn else ""
             bullets.append(f"- **{label}:** {_code(str(value))}{where}")
         if ctx.get("argument"):
             bullets.append(f"- **Argument:** {_code(str(ctx['argument']))}")
@@ -453,6 +484,39 @@ class MarkdownRenderer:
             cut = "\n\n[... cut at GitHub's comment limit ...]\n"
             doc = doc[: self.limit - 1 - len(cut)] + cut
         return doc
+
+
+def _none_dash(value: Any) -> Any:
+    return "–" if value is None else value
+
+
+def _has_log(folder: str) -> bool:
+    try:
+        return any(name.endswith(".log") for name in os.listdir(folder))
+    except OSError:
+        return False
+
+
+#: Where Dynamo's messages name the builtin or function it refused (for the "Builtin" line when the
+#: classifier's context has none), newest wording first.
+_NAMED_IN_MESSAGE = [
+    re.compile(r"trace builtin operator `(?P<name>[^`]+)`"),
+    re.compile(r"trace the builtin `(?P<name>[^`]+?)\.?`"),
+    re.compile(r"Developer debug context: (?:module: (?P<mod>[\w.]+), qualname: (?P<qual>[\w.]+))"),
+    re.compile(r"Developer debug context: <function (?P<name>[\w.]+) at 0x"),  # a disable()d function
+]
+
+
+def named_in_message(message: str) -> str | None:
+    """The builtin/function a Dynamo message names, e.g. ``print`` in "trace builtin operator `print`"."""
+    for pattern in _NAMED_IN_MESSAGE:
+        m = pattern.search(message or "")
+        if m:
+            groups = m.groupdict()
+            if groups.get("name"):
+                return groups["name"]
+            return f"{groups['mod']}.{groups['qual']}"
+    return None
 
 
 def _traceback_from_other_stages(p: ProbeReport, f: Finding) -> str | None:

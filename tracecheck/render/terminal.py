@@ -6,7 +6,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..classify import kinds
-from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
+from ..report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult,
+                      group_findings)
 
 
 def cell(result: StageResult | None) -> Text:
@@ -58,24 +59,6 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
                 parts.append(Text(f"    note: explain() reported {s.explain_graph_break_count} graph break(s); "
                                   f"the structured trace shows {s.graph_break_count}", style="dim"))
     return Group(*parts)
-
-
-def finding_key(f: Finding) -> tuple:
-    """Findings equal under this key are the same problem seen by several stages."""
-    frame = f.evidence.get("user_frame") or {}
-    return (f.kind, f.evidence.get("gb_type"), frame.get("file"), frame.get("line"),
-            f.context.get("op"), f.context.get("builtin"), f.context.get("what"))
-
-
-def group_findings(p: ProbeReport) -> list[tuple[list[str], Finding]]:
-    """Each distinct finding once, with the stages that saw it (first stage's evidence is kept)."""
-    groups: dict[tuple, tuple[list[str], Finding]] = {}
-    for stage, s in p.stages.items():
-        for f in s.findings:
-            stages, _ = groups.setdefault(finding_key(f), ([], f))
-            if stage not in stages:
-                stages.append(stage)
-    return list(groups.values())
 
 
 def _finding_text(stage: str, f: Finding, verbose: bool) -> Text:

@@ -1,0 +1,289 @@
+"""Baselines, comparison rules, sharding, merging and GitHub annotations (pure; no torch, no subprocess)."""
+import copy
+import json
+
+import pytest
+
+from report_factory import break_finding, small_report
+from tracecheck import baseline
+from tracecheck.exitcodes import UsageError
+from tracecheck.render import annotations
+from tracecheck.report import FAIL, PASS, Finding, StageResult
+
+
+def base_and_new(**kw):
+    old = small_report(**kw)
+    return old, copy.deepcopy(old)
+
+
+def compare(old, new):
+    return baseline.compare(baseline.from_report(old), baseline.from_report(new))
+
+
+def effects(cmp):
+    return sorted((c.probe.split("::")[1], c.stage, c.aspect, c.effect) for c in cmp.changes)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The document
+
+
+def test_baseline_holds_no_timings_and_no_paths():
+    doc = baseline.from_report(small_report(root="/home/alice/proj"))
+    text = json.dumps(doc)
+    assert doc["format"] == "tracecheck-baseline" and doc["schema_version"] == 1
+    assert "seconds" not in text and "/home/alice" not in text and "proj" not in text
+    brk = doc["probes"]["model.py::probe_bad"]["stages"]["explain"]["breaks"]
+    assert brk == [{"kind": "graph-break", "gb_type": "Failed to trace builtin operator", "file": "model.py",
+                    "line": 5}]
+
+
+def test_two_machines_with_different_checkouts_compare_equal():
+    a = small_report(root="/ci/runner-1/work/repo")
+    b = small_report(root="/home/bob/src/repo")
+    for s in b.probes[1].stages.values():  # timings and wording differ between machines: not compared
+        s.seconds = 99.0
+        for f in s.findings:
+            f.summary = "reworded"
+            f.evidence["message"] = "a different torch wording"
+    assert baseline.from_report(a) == baseline.from_report(b)
+    assert compare(a, b).changes == []
+
+
+def test_a_full_report_and_its_baseline_compare_the_same():
+    r = small_report()
+    as_report = baseline.to_baseline(json.loads(json.dumps(r.to_dict())))
+    assert as_report == baseline.from_report(r)
+
+
+def test_unsupported_baseline_version_is_refused():
+    doc = baseline.from_report(small_report())
+    doc["schema_version"] = 7
+    with pytest.raises(ValueError, match="schema_version"):
+        baseline.to_baseline(doc)
+
+
+def test_unreadable_baseline_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="no such file"):
+        baseline.load_baseline(str(tmp_path / "nope.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(UsageError, match="not readable JSON"):
+        baseline.load_baseline(str(bad))
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    with pytest.raises(UsageError, match="neither"):
+        baseline.load_baseline(str(other))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Comparison rules
+
+
+def test_identical_runs_do_not_regress():
+    old, new = base_and_new()
+    cmp = compare(old, new)
+    assert cmp.changes == [] and not cmp.regressed and cmp.compared_probes == 2
+
+
+def test_a_new_graph_break_is_a_named_regression():
+    old, new = base_and_new()
+    f, b = break_finding(new.probes[0].file, 7, gb_type="Unsupported context manager")
+    new.probes[0].stages["explain"] = StageResult("explain", FAIL, failure=f, findings=[f], graph_count=2,
+                                                  graph_break_count=1, breaks=[b])
+    cmp = compare(old, new)
+    assert cmp.regressed
+    assert ("probe_ok", "explain", "break", "regressed") in effects(cmp)
+    assert ("probe_ok", "explain", "status", "regressed") in effects(cmp)
+    assert ("probe_ok", "explain", "graph_count", "regressed") in effects(cmp)
+    assert ("probe_ok", "explain", "graph_break_count", "regressed") in effects(cmp)
+    brk = next(c for c in cmp.changes if c.aspect == "break")
+    assert "Unsupported context manager" in brk.detail and "model.py:7" in brk.detail
+    assert brk.location == {"file": "model.py", "line": 7}
+
+
+def test_a_removed_break_is_an_improvement_not_a_regression():
+    old, new = base_and_new()
+    new.probes[1].stages["explain"] = StageResult("explain", PASS, graph_count=1, graph_break_count=0)
+    cmp = compare(old, new)
+    assert not cmp.regressed
+    assert {c.aspect for c in cmp.improvements} == {"status", "kind", "graph_count", "graph_break_count", "break"}
+
+
+def test_a_break_whose_line_moved_is_neither_better_nor_worse():
+    old, new = base_and_new()
+    new.probes[1].stages["explain"].breaks[0].line = 12  # lines above were edited (the same break object
+    cmp = compare(old, new)                               # is seen by explain and aot_eager)
+    assert not cmp.regressed and not cmp.improvements
+    assert [(c.stage, c.aspect, c.effect) for c in cmp.changes] == [("explain", "break", "changed"),
+                                                                     ("aot_eager", "break", "changed")]
+    assert "moved" in cmp.changes[0].detail and "was line 5" in cmp.changes[0].detail
+
+
+def test_a_second_break_of_the_same_type_in_the_same_file_is_a_regression():
+    old, new = base_and_new()
+    s = new.probes[1].stages["explain"]
+    extra = copy.deepcopy(s.breaks[0])
+    extra.line = 30
+    s.breaks.append(extra)
+    s.graph_break_count = 2
+    cmp = compare(old, new)
+    assert [(c.aspect, c.effect) for c in cmp.regressions] == [("graph_break_count", "regressed"),
+                                                               ("break", "regressed")]
+
+
+def test_a_new_kind_at_a_failing_stage_is_a_regression():
+    old, new = base_and_new()
+    s = new.probes[1].stages["fullgraph"]
+    s.findings.append(Finding("missing-autograd", "no autograd", {"op": "mylib::x"}, {}))
+    cmp = compare(old, new)
+    assert [(c.aspect, c.after, c.effect) for c in cmp.changes] == [("kind", "missing-autograd", "regressed")]
+
+
+@pytest.mark.parametrize("key,aspect", [("unique_graphs_with_ca", "compiled_autograd.unique_graphs_with_ca"),
+                                        ("unique_graphs_without_ca", "compiled_autograd.unique_graphs_without_ca"),
+                                        ("captures", "compiled_autograd.captures"),
+                                        ("recompiles", "recompiles")])
+def test_more_compiled_autograd_graphs_or_recompiles_regress(key, aspect):
+    old, new = base_and_new()
+    old.probes[0].stages["compiled_autograd"].extra[key] = 1
+    new.probes[0].stages["compiled_autograd"].extra[key] = 3
+    assert [(c.aspect, c.effect) for c in compare(old, new).changes] == [(aspect, "regressed")]
+    new.probes[0].stages["compiled_autograd"].extra[key] = 0
+    assert [(c.aspect, c.effect) for c in compare(old, new).changes] == [(aspect, "improved")]
+
+
+def test_recompiles_read_from_the_compiled_autograd_record_list():
+    old, new = base_and_new()
+    ca_old, ca_new = old.probes[0].stages["compiled_autograd"], new.probes[0].stages["compiled_autograd"]
+    ca_old.extra["recompiles"] = [{"source": "dynamo", "reason": "a"}]
+    ca_new.extra["recompiles"] = [{"source": "dynamo", "reason": "a"}, {"source": "compiled_autograd", "reason": "b"}]
+    assert baseline.recompiles(ca_new) == 2
+    assert [(c.aspect, c.before, c.after) for c in compare(old, new).regressions] == [("recompiles", 1, 2)]
+    ca_new.extra["recompile_count"] = 1  # an explicit count wins over the list
+    assert compare(old, new).changes == []
+
+
+def test_more_recompiles_regress():
+    old, new = base_and_new()
+    old.probes[0].stages["explain"].extra["recompiles"] = 1
+    new.probes[0].stages["explain"].extra["recompiles"] = 3
+    assert [(c.aspect, c.effect) for c in compare(old, new).changes] == [("recompiles", "regressed")]
+
+
+def test_a_missing_probe_regresses_and_a_new_passing_probe_does_not():
+    old, new = base_and_new()
+    new.probes = new.probes[:1]
+    cmp = compare(old, new)
+    assert [(c.probe, c.after, c.effect) for c in cmp.changes] == [("model.py::probe_bad", "missing", "regressed")]
+    cmp = compare(new, old)  # the other way round: probe_bad is new, and it fails
+    assert cmp.regressed and "new probe fails" in cmp.changes[0].detail
+    passing_new, _ = base_and_new()
+    only_bad = copy.deepcopy(passing_new)
+    only_bad.probes = only_bad.probes[1:]
+    cmp = compare(only_bad, passing_new)  # probe_ok is new and passes
+    assert not cmp.regressed and cmp.changes[0].effect == "changed"
+
+
+def test_a_stage_not_run_any_more_is_not_compared():
+    old, new = base_and_new()
+    del new.probes[1].stages["fullgraph"]
+    cmp = compare(old, new)
+    assert not cmp.regressed and [c.aspect for c in cmp.changes] == ["stage"]
+
+
+def test_compare_only_restricts_to_the_given_probes():
+    old, new = base_and_new()
+    new.probes = new.probes[:1]
+    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new), only=["model.py::probe_ok"])
+    assert cmp.changes == []
+
+
+def test_a_shard_report_is_compared_on_its_own_probes():
+    old, new = base_and_new()
+    new.probes = new.probes[:1]
+    new.command = ["tracecheck", "run", ".", "--shard", "1/2"]
+    cmp = baseline.compare_report(baseline.from_report(old), new)
+    assert not cmp.regressed and "shard 1/2" in cmp.notes[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sharding and merging
+
+
+@pytest.mark.parametrize("text,expected", [("1/1", (1, 1)), ("2/4", (2, 4)), (" 4 / 4 ", (4, 4))])
+def test_parse_shard(text, expected):
+    assert baseline.parse_shard(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0/4", "5/4", "1/0", "a/b", "3", ""])
+def test_parse_shard_rejects(text):
+    with pytest.raises(UsageError, match="--shard"):
+        baseline.parse_shard(text)
+
+
+def test_shards_partition_the_sorted_ids_deterministically():
+    ids = [f"m{i % 7}.py::probe_{i}" for i in range(23)]
+    shards = [baseline.shard_ids(ids, k, 4) for k in range(1, 5)]
+    assert sorted(sum(shards, [])) == sorted(ids)  # every id exactly once
+    assert baseline.shard_ids(list(reversed(ids)), 2, 4) == shards[1]  # input order does not matter
+    assert baseline.shard_ids(["c", "a", "b", "d"], 1, 2) == ["a", "c"]
+    assert baseline.shard_ids(["c", "a", "b", "d"], 2, 2) == ["b", "d"]
+
+
+def test_shard_is_read_back_from_the_command():
+    assert baseline.shard_from_command(["tracecheck", "run", "x", "--shard", "3/5"]) == (3, 5)
+    assert baseline.shard_from_command(["tracecheck", "run", "x", "--shard=2/2"]) == (2, 2)
+    assert baseline.shard_from_command(["tracecheck", "run", "x"]) is None
+
+
+def test_merge_joins_disjoint_shards_and_refuses_overlap():
+    r = small_report()
+    a, b = copy.deepcopy(r), copy.deepcopy(r)
+    a.probes, b.probes = r.probes[1:], r.probes[:1]
+    merged = baseline.merge([a, b], ["a.json", "b.json"])
+    assert [p.id for p in merged.probes] == sorted(p.id for p in r.probes)
+    assert baseline.from_report(merged) == baseline.from_report(r)
+    with pytest.raises(UsageError, match="in both a.json and b.json"):
+        baseline.merge([r, r], ["a.json", "b.json"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GitHub annotations
+
+
+def test_annotations_only_under_github_actions():
+    assert annotations.enabled({"GITHUB_ACTIONS": "true"})
+    assert not annotations.enabled({})
+
+
+def test_annotation_at_the_user_frame_of_each_new_break():
+    old, new = base_and_new()
+    f, b = break_finding(new.probes[0].file, 7, gb_type="Unsupported: a, b")
+    for stage in ("explain", "aot_eager"):
+        new.probes[0].stages[stage] = StageResult(stage, FAIL, failure=f, findings=[f], graph_count=2,
+                                                  graph_break_count=1, breaks=[b])
+    lines = annotations.lines(new, compare(old, new), environ={})
+    assert len(lines) == 1  # one per location, naming both stages
+    assert lines[0].startswith("::error file=model.py,line=7,title=tracecheck%3A new graph break::")
+    assert "Unsupported: a, b" in lines[0] and "explain, aot_eager" in lines[0]
+
+
+def test_without_a_baseline_every_break_is_annotated_relative_to_the_workspace():
+    r = small_report(root="/ws/repo")
+    lines = annotations.lines(r, None, environ={"GITHUB_WORKSPACE": "/ws/repo"})
+    assert lines == [annotations.command("model.py", 5, "tracecheck: new graph break",
+                                         "model.py::probe_bad: graph-break (Failed to trace builtin operator) "
+                                         "at model.py:5 [stages: explain, aot_eager]")]
+
+
+def test_breaks_of_a_probe_the_baseline_did_not_have_are_annotated():
+    old, new = base_and_new()
+    old.probes = old.probes[:1]
+    lines = annotations.lines(new, compare(old, new), environ={"GITHUB_WORKSPACE": "/home/alice/proj"})
+    assert len(lines) == 1 and lines[0].startswith("::error file=model.py,line=5,")
+
+
+def test_annotation_escaping():
+    line = annotations.command("a,b:c.py", 3, "t", "50% done\nnext")
+    assert line == "::error file=a%2Cb%3Ac.py,line=3,title=t::50%25 done%0Anext"

@@ -1,0 +1,86 @@
+"""JUnit XML: parsed back with xml.etree, checked against the common JUnit schema shape."""
+import xml.etree.ElementTree as ET
+
+from report_factory import mixed_status_report, small_report
+from tracecheck import baseline
+from tracecheck.render import junit
+
+#: Attributes the common JUnit schema (Jenkins junit.xsd, GitLab, GitHub test reporters) requires.
+SUITE_ATTRS = {"name", "tests", "failures", "errors", "skipped", "time"}
+CASE_ATTRS = {"classname", "name", "time"}
+
+
+def parse(xml: str) -> ET.Element:
+    assert xml.startswith('<?xml version="1.0" encoding="UTF-8"?>')
+    return ET.fromstring(xml.encode("utf-8"))
+
+
+def outcome(case: ET.Element) -> str:
+    children = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
+    assert len(children) <= 1, children
+    return children[0] if children else "passed"
+
+
+def test_shape_and_counts_match_the_schema():
+    root = parse(junit.render(mixed_status_report()))
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["sub/m.py", "n.py"]
+    for s in suites:
+        assert SUITE_ATTRS <= set(s.attrib)
+        cases = s.findall("testcase")
+        assert int(s.get("tests")) == len(cases)
+        assert int(s.get("failures")) == sum(outcome(c) == "failure" for c in cases)
+        assert int(s.get("errors")) == sum(outcome(c) == "error" for c in cases)
+        assert int(s.get("skipped")) == sum(outcome(c) == "skipped" for c in cases)
+        for c in cases:
+            assert CASE_ATTRS <= set(c.attrib)
+            float(c.get("time"))
+    assert int(root.get("tests")) == 6 and int(root.get("failures")) == 1 and int(root.get("errors")) == 2
+
+
+def test_one_testcase_per_probe_and_stage_with_the_right_outcome():
+    root = parse(junit.render(mixed_status_report()))
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    assert set(cases) == {"probe[eager]", "probe[explain]", "probe[aot_eager]", "probe[inductor]",
+                          "probe[fullgraph]", "probe_two[eager]"}
+    assert {n: outcome(c) for n, c in cases.items()} == {
+        "probe[eager]": "passed", "probe[explain]": "failure", "probe[aot_eager]": "skipped",
+        "probe[inductor]": "error", "probe[fullgraph]": "error", "probe_two[eager]": "passed"}
+    failure = cases["probe[explain]"].find("failure")
+    assert failure.get("type") == "graph-break"
+    assert "Failed to trace builtin operator" in failure.get("message")
+    assert "/w/m.py:3" in failure.text
+    assert cases["probe[inductor]"].find("error").get("type") == "timeout"
+    assert cases["probe[aot_eager]"].find("skipped").get("message") == "the probe function raised"
+    assert cases["probe[explain]"].get("classname") == "sub.m"
+    assert cases["probe[explain]"].get("time") == "1.250"
+
+
+def test_control_characters_in_evidence_do_not_break_the_xml():
+    xml = junit.render(mixed_status_report())  # the timeout's stderr tail holds ANSI escapes
+    assert "\x1b" not in xml
+    parse(xml)
+
+
+def test_with_a_baseline_known_failures_are_skipped_and_regressions_fail():
+    old = small_report(with_ca=False)
+    new = small_report(with_ca=False)
+    # regression: probe_ok now breaks at explain; probe_bad is unchanged (its failures are known)
+    bad_explain = new.probes[1].stages["explain"]
+    new.probes[0].stages["explain"] = bad_explain
+    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    root = parse(junit.render(new, cmp))
+    by_name = {(c.get("classname"), c.get("name")): outcome(c) for c in root.iter("testcase")}
+    assert by_name[("model", "probe_ok[explain]")] == "failure"
+    assert by_name[("model", "probe_bad[explain]")] == "skipped"
+    assert by_name[("model", "probe_bad[fullgraph]")] == "skipped"
+
+
+def test_a_missing_probe_becomes_a_failing_testcase():
+    old, new = small_report(with_ca=False), small_report(with_ca=False)
+    new.probes = new.probes[:1]
+    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    root = parse(junit.render(new, cmp))
+    missing = [c for c in root.iter("testcase") if c.get("name") == "probe_bad[missing]"]
+    assert len(missing) == 1 and outcome(missing[0]) == "failure"

@@ -1,0 +1,222 @@
+"""Markdown triage report: golden structure, GitHub's size limit, path privacy."""
+import re
+
+import pytest
+
+from report_factory import ROOT, break_finding, probe, small_report
+from tracecheck.classify import kinds
+from tracecheck.render import markdown
+from tracecheck.report import FAIL, RunReport, StageResult
+
+LIMIT = 65536
+
+
+def headings(md: str) -> list[str]:
+    return [line for line in md.splitlines() if line.startswith("#")]
+
+
+def section(md: str, heading: str) -> str:
+    """Text from ``heading`` to the next heading of the same or a higher level."""
+    level = len(heading) - len(heading.lstrip("#"))
+    start = md.index(heading + "\n")
+    rest = md[start + len(heading):]
+    m = re.search(rf"^#{{1,{level}}} ", rest, re.M)
+    return heading + (rest[: m.start()] if m else rest)
+
+
+def assert_well_formed(md: str) -> None:
+    assert md.count("<details>") == md.count("</details>")
+    fences = [line for line in md.splitlines() if re.match(r"^`{3,}", line)]
+    assert len(fences) % 2 == 0, "unbalanced code fences"
+
+
+def test_sections_present_in_order():
+    md = markdown.render(small_report(), home="/home/alice")
+    top = [h for h in headings(md) if h.startswith("## ")]
+    assert top == ["## Environment", "## Verdicts", "## Compiled autograd", "## Findings"]
+    assert md.startswith("# tracecheck report: 2 probe(s), 1 failing, 2 finding(s)")
+    assert_well_formed(md)
+
+
+def test_environment_names_versions_and_the_exact_command():
+    md = markdown.render(small_report(), home="/home/alice")
+    env = section(md, "## Environment")
+    for expected in ("| tracecheck | 0.1.0 |", "| torch | 2.13.0+cpu |", "Debian GNU/Linux 12", "| GCC | 12.2.0 |",
+                     "| torch_npu | torch_npu is not installed |",
+                     "`tracecheck run ~/proj/model.py --json ~/proj/out/r.json`"):
+        assert expected in env
+
+
+def test_verdict_table_is_probes_by_stages():
+    md = markdown.render(small_report())
+    table = [line for line in section(md, "## Verdicts").splitlines() if line.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert header == ["probe", "eager", "explain", "aot_eager", "fullgraph", "compiled_autograd", "breaks"]
+    rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")] for r in table[2:]}
+    assert set(rows) == {"`model.py::probe_ok`", "`model.py::probe_bad`"}
+    bad = rows["`model.py::probe_bad`"]
+    assert bad[1] == "✅" and "graph-break" in bad[2] and "graph-break" in bad[3] and "missing-fake" in bad[4]
+    assert bad[-1] == "1"
+    assert all(c == "✅" for c in rows["`model.py::probe_ok`"][1:-1])
+
+
+def test_one_section_per_finding_with_every_required_part():
+    md = markdown.render(small_report(), home="/home/alice")
+    findings = section(md, "## Findings")
+    finding_heads = [h for h in headings(findings) if h.startswith("#### ")]
+    assert len(finding_heads) == 2  # the break seen by explain and aot_eager is one finding
+    brk = section(findings, next(h for h in finding_heads if "graph-break" in h))
+    assert "Graph break: Failed to trace builtin operator." in brk.splitlines()[0]  # one-sentence diagnosis
+    assert "**First failing stage:** `explain` (also seen at `aot_eager`)" in brk
+    assert "gb_type `Failed to trace builtin operator`" in brk
+    assert "[GB0059](https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0059.html)" in brk
+    assert "`~/proj/model.py:5`" in brk
+    assert '```python\nprint("hi")\n```' in brk  # the source line
+    assert "**Builtin:** `print`" in brk
+    assert "Message (trimmed):" in brk
+    assert "**Fix:** " + kinds()["graph-break"].fix in brk
+    assert "<details><summary>Full traceback</summary>" in brk
+    assert "tracecheck run model.py -k probe_bad --stages explain" in brk
+
+    fake = section(findings, next(h for h in finding_heads if "missing-fake" in h))
+    assert "**First failing stage:** `fullgraph`" in fake
+    assert "**Op:** `mylib::bucketize`" in fake
+    assert kinds()["missing-fake"].snippet in fake
+    assert "UnsupportedOperatorException" in fake
+    assert "--stages fullgraph" in fake
+
+
+def test_probe_details_hold_graph_counts_and_explain_output():
+    md = markdown.render(small_report())
+    probe_head = section(md, "### `model.py::probe_bad`: first failing stage `explain`")
+    assert "<details><summary>Graph counts</summary>" in probe_head
+    assert re.search(r"explain\s+status=fail\s+graphs=2 graph_breaks=1", probe_head)
+    assert "<details><summary>explain() output: break reasons</summary>" in probe_head
+
+
+def test_compiled_autograd_counts_only_when_that_stage_ran():
+    md = markdown.render(small_report(with_ca=True))
+    ca = section(md, "## Compiled autograd")
+    row = next(line for line in ca.splitlines() if "probe_bad" in line)
+    assert [c.strip() for c in row.strip("|").split("|")][2:] == ["3", "1", "2", "0", "1"]
+    assert "## Compiled autograd" not in markdown.render(small_report(with_ca=False))
+
+
+def test_tlparse_is_mentioned_only_when_the_trace_dir_exists(tmp_path):
+    traces = tmp_path / "traces"
+    assert "tlparse" not in markdown.render(small_report(), trace_dir=str(traces))
+    (traces / "model.py_probe_bad" / "explain").mkdir(parents=True)
+    (traces / "model.py_probe_bad" / "explain" / "dedicated_log_torch_trace_x.log").write_text("{}\n")
+    md = markdown.render(small_report(), trace_dir=str(traces))
+    assert "## Structured trace" in md and "tlparse" in md
+    assert "model.py_probe_bad/explain" in md
+
+
+def test_a_clean_report_says_so_and_is_not_shortened():
+    r = small_report()
+    r.probes = r.probes[:1]
+    md = markdown.render(r)
+    assert "No failures and no graph breaks." in md
+    assert "Shortened" not in md
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Size
+
+
+def big_report(n_probes: int, findings_per_probe: int, tb_chars: int) -> RunReport:
+    probes = []
+    for i in range(n_probes):
+        findings, breaks = [], []
+        for j in range(findings_per_probe):
+            tb = f"TB-{i}-{j}\n" + ("  File \"x.py\", line 1, in f\n" * (tb_chars // 30))
+            f, b = break_finding(f"{ROOT}/m{i}.py", j + 1, gb_type=f"Unsupported thing {j}", traceback=tb)
+            findings.append(f)
+            breaks.append(b)
+        st = StageResult("explain", FAIL, failure=findings[0], findings=findings, graph_count=len(breaks) + 1,
+                         graph_break_count=len(breaks), breaks=breaks)
+        probes.append(probe(f"m{i}.py", "probe", f"{ROOT}/m{i}.py", {"explain": st}))
+    return RunReport(probes, {"torch": "2.13.0"}, ["explain"], ["tracecheck", "run", "."], "0.1.0")
+
+
+def test_500_findings_stay_under_githubs_limit_and_say_they_were_cut():
+    report = big_report(n_probes=50, findings_per_probe=10, tb_chars=3000)
+    assert sum(len(p.stages["explain"].findings) for p in report.probes) == 500
+    md = markdown.render(report)
+    assert len(md) < LIMIT
+    assert "Shortened to stay under GitHub's 65,536-character comment limit" in md
+    assert "finding section(s) left out" in md and "cut at GitHub's comment limit" not in md
+    assert_well_formed(md)
+    # what is kept comes first: the environment, the verdicts and the first finding survive intact
+    assert "## Verdicts" in md and "#### 1. `graph-break`" in md
+
+
+def test_a_single_500_finding_probe_also_fits():
+    md = markdown.render(big_report(n_probes=1, findings_per_probe=500, tb_chars=200))
+    assert len(md) < LIMIT
+    assert_well_formed(md)
+    assert "Shortened to stay under" in md and "cut at GitHub's comment limit" not in md  # no blind cut
+
+
+def test_the_largest_details_are_cut_first():
+    report = big_report(n_probes=3, findings_per_probe=1, tb_chars=1000)
+    huge = report.probes[1].stages["explain"].findings[0]
+    huge.evidence["traceback"] = "HUGE-START\n" + "x" * 120_000 + "\nHUGE-END"
+    md = markdown.render(report)
+    assert len(md) < LIMIT
+    assert "characters cut to fit GitHub's comment limit" in md
+    assert "HUGE-END" in md and "HUGE-START" not in md  # a traceback keeps its end, where the error is
+    for i in (0, 2):  # the small tracebacks are untouched
+        small = report.probes[i].stages["explain"].findings[0].evidence["traceback"]
+        assert small.rstrip() in md
+    assert "finding section(s) left out" not in md
+
+
+def test_custom_limit_is_honoured():
+    md = markdown.render(big_report(5, 5, 2000), limit=20000)
+    assert len(md) < 20000
+    assert "Shortened to stay under" in md and "cut at GitHub's comment limit" not in md
+    assert_well_formed(md)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Privacy
+
+
+def test_home_is_shortened_to_tilde():
+    md = markdown.render(small_report(), home="/home/alice")
+    assert "/home/alice" not in md
+    assert "~/proj/model.py" in md
+    assert "site-packages/torch/_dynamo/eval_frame.py" in md and "/opt/venv" not in md
+
+
+def test_redact_removes_paths_entirely():
+    md = markdown.render(small_report(), home="/home/alice", redact=True)
+    for leaked in ("/home/alice", "alice", "~/proj", "proj/", "/opt/venv", "out/r.json"):
+        assert leaked not in md, leaked
+    assert "`model.py:5`" in md  # the file name stays, so the finding is still useful
+    assert "tracecheck run model.py --json r.json" in md
+    assert "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0059.html" in md  # URLs are not paths
+
+
+def test_no_environment_variables_are_dumped(monkeypatch):
+    monkeypatch.setenv("TRACECHECK_TEST_SECRET", "hunter2-token")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "hunter2-alloc")
+    summary = markdown.collect_env_summary()
+    assert "torch_version" in summary
+    r = small_report()
+    r.environment["collect_env"] = summary
+    md = markdown.render(r)
+    assert "hunter2" not in md and "hunter2" not in repr(summary)
+
+
+@pytest.mark.parametrize("path,expected", [
+    ("/home/alice/proj/a.py:3", "a.py:3"),
+    ('File "/srv/x/y.py", line 2', 'File "y.py", line 2'),
+    ("see ../other/dir/z.py now", "see z.py now"),
+    (r"C:\Users\alice\m.py", "m.py"),
+    ("a / b and x/y", "a / b and x/y"),
+    ("https://pytorch.org/docs/stable/x.html", "https://pytorch.org/docs/stable/x.html"),
+])
+def test_redaction_of_path_shapes(path, expected):
+    assert markdown.PathScrubber(redact=True, home="/home/alice")(path) == expected
