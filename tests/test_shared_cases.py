@@ -7,12 +7,11 @@ import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import SHARED
-
-CASES = SHARED / "cases"
+CASES = Path(__file__).resolve().parents[2] / "shared" / "cases"  # ../shared beside the repo
 CASE_FILES = sorted(p for p in CASES.glob("*.py")) if CASES.is_dir() else []
 
 

@@ -31,6 +31,10 @@ class RunOptions:
     shard: tuple[int, int] | None = None
     #: Keep each stage's structured trace (TORCH_TRACE) under ``<trace_dir>/<probe>/<stage>/`` for tlparse.
     trace_dir: str | None = None
+    #: compiled_autograd stage: training steps per run (>= 3 to tell warm-up from steady-state recompiles)
+    steps: int = 3
+    #: compiled_autograd stage: also run with a second input shape (batch dim x10) to show shape recompiles
+    dynamic: bool = False
 
 
 class Progress:
@@ -65,7 +69,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
             keep = set(baseline.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
         tasks = [Task((p.id, stage), {"op": "stage", "file": p.file, "probe": p.name, "stage": stage,
-                                      "device": device, "trace_dir": _trace_dir(opts, p, stage)}, opts.timeout_s)
+                                      "device": device, "trace_dir": _trace_dir(opts, p, stage),
+                                      "steps": opts.steps, "dynamic": opts.dynamic}, opts.timeout_s)
                  for p in probes if not _setup_failed(p) for stage in stages]
         progress.planned(len(tasks))
         by_id = {p.id: p for p in probes}

@@ -96,9 +96,13 @@ def cli() -> None:
 @click.option("--update-baseline", is_flag=True, help="Rewrite the --baseline file from this run, on purpose.")
 @click.option("--junit-xml", "junit_path", metavar="PATH", help="Write JUnit XML: one testcase per probe x stage.")
 @click.option("--shard", metavar="K/N", help="Run every N-th probe (sorted ids), starting at the K-th (1-based).")
+@click.option("--steps", type=click.IntRange(min=3), default=3, show_default=True,
+              help="compiled_autograd stage: training steps per run (warm-up is 2).")
+@click.option("--dynamic", is_flag=True,
+              help="compiled_autograd stage: add steps with a second input shape (batch dim x10).")
 @click.option("-v", "--verbose", is_flag=True, help="Full evidence: tracebacks, messages, stderr tails.")
 def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, redact, trace_dir, baseline_path,
-        update_baseline, junit_path, shard, verbose):
+        update_baseline, junit_path, shard, steps, dynamic, verbose):
     """Diagnose the probes in PATHS (model files or directories) under every stage."""
     console = Console(stderr=True)
     out = _stdout()
@@ -123,7 +127,8 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
             base = baseline.load_baseline(baseline_path, "--baseline")  # before the run: fail fast
         opts = api.RunOptions(paths=list(paths), stages=[s.strip() for s in stages.split(",") if s.strip()],
                               select=select, jobs=jobs, timeout_s=timeout_s, device=device,
-                              command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir)
+                              command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir,
+                                  steps=steps, dynamic=dynamic)
         live = _LiveProgress(console)
         with live.bar:
             report = api.run(opts, live)

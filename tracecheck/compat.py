@@ -49,23 +49,73 @@ def explain(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 @contextlib.contextmanager
-def compiled_autograd(compiler: Callable[..., Any] | str = "aot_eager") -> Iterator[None]:
-    """Turn compiled autograd on for the enclosed backward passes.
+def compiled_autograd(compiler: Callable[..., Any] | str = "aot_eager", dynamic: bool = False) -> Iterator[None]:
+    """Turn compiled autograd on for every backward run inside the block (forward compiles included).
 
-    Paths: 2.13+ has ``torch._dynamo.compiled_autograd._enable`` (the tutorials' ``enable`` is gone);
-    2.8 - 2.12 have ``enable``. Both take a compiler fn; a backend name is wrapped in torch.compile.
+    ``compiler`` is the compiled-autograd compiler fn (it receives the captured backward ``GraphModule`` and
+    returns a callable) or a backend name, wrapped as ``torch.compile(gm, backend=name)`` (not fullgraph, so
+    a graph break in the backward, e.g. inside a hook, is a break and not an error, as with the config flag).
+    ``dynamic=False`` starts the captured sizes static and lets compiled autograd mark a size dynamic when it
+    changes, which is what ``torch._dynamo.config.compiled_autograd = True`` with a plain ``torch.compile``
+    does (``dynamic = not assume_static_by_default``).
+
+    Paths, tried in this order (the installed one is checked by tests/test_compiled_autograd.py):
+
+    * ``torch._dynamo.compiled_autograd._enable(compiler_fn, dynamic=...)``: torch 2.13.0 has only this
+      one (``_enable(compiler_fn, dynamic=True, ignore_active_disable_ctx=True)``, no ``enable``). Public
+      source snapshots show ``enable`` still next to the ``set_stance("force_eager")`` code that came in
+      2.6, then ``_enable(compiler_fn, dynamic=False)`` in place of it: the supported releases (2.8 - 2.14)
+      are expected to take this path, but only 2.13.0 was run here, hence the probing.
+    * ``torch._dynamo.compiled_autograd.enable(compiler_fn)``: the tutorials' name (2.4 - 2.6 era source),
+      no ``dynamic`` parameter (sizes start static, as ``dynamic=False`` here).
+    * Not a path here: ``torch._dynamo.config.compiled_autograd = True``. It turns compiled autograd on only
+      while a frame compiled by ``torch.compile`` runs, so the backward must be called inside the compiled
+      function (on 2.13 ``loss.backward()`` there is a graph break, GB0123, but still runs under compiled
+      autograd); it cannot wrap a backward called outside, which is what a stage needs.
+
+    ``dynamic`` is passed only where the signature has it. Raises AttributeError when torch has neither
+    name (compiled autograd removed).
     """
+    import inspect
+
     from torch._dynamo import compiled_autograd as ca
 
     if isinstance(compiler, str):
         backend = compiler
 
         def compiler(gm):  # noqa: F811 - compiled autograd wants a callable
-            return torch.compile(gm, backend=backend, fullgraph=True)
+            return torch.compile(gm, backend=backend)
 
     enable = getattr(ca, "_enable", None) or getattr(ca, "enable")
-    with enable(compiler):
+    kwargs = {"dynamic": dynamic} if "dynamic" in inspect.signature(enable).parameters else {}
+    with enable(compiler, **kwargs):
         yield
+
+
+@contextlib.contextmanager
+def log_artifacts_enabled(*names: str) -> Iterator[None]:
+    """Mark torch log artifacts as enabled, without adding a handler or printing anything.
+
+    torch code asks ``log_state.is_artifact_enabled(name)`` before doing costly logging work: compiled
+    autograd installs its verbose C++ logger (and so logs its cache-miss reasons to the structured trace
+    as ``compiled_autograd_compile_reasons``) only when ``compiled_autograd_verbose`` is enabled at
+    ``_enable`` time. The artifact loggers' own levels are left alone, so nothing reaches stderr.
+    ``torch._logging._internal.log_state`` (a private name, checked on 2.13.0) predates 2.8; without it this
+    is a no-op and the stage reports captures without their reasons.
+    """
+    try:
+        from torch._logging._internal import log_state
+    except ImportError:
+        yield
+        return
+    added = [n for n in names if not log_state.is_artifact_enabled(n)]
+    for n in added:
+        log_state.enable_artifact(n)
+    try:
+        yield
+    finally:
+        for n in added:
+            log_state.artifact_names.discard(n)
 
 
 def set_single_compile_thread() -> None:

@@ -63,28 +63,33 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
 def recompile_findings(records: list[dict[str, Any]]) -> list[Finding]:
     """One ``recompile`` finding per steady-state cause (compiled_autograd.steady_state picked the records).
 
-    Records of one cause differ only in numbers from step to step (``self.step == 2``, ``previous key
-    sizes=[142,142]``), so they are grouped by source and reason with digits masked; the finding keeps the
-    first reason, its user frame and the steps it happened on. Dynamo causes come first: they carry the
-    user's line.
+    A cause is the source plus the reason with digits masked (``self.step == 2``, ``key size 142`` change
+    from step to step); for compiled autograd only the kind of cache miss before the colon counts (a new
+    node each step is one cause, whichever node). The finding keeps the first reason, the user frame, the
+    steps and the distinct reasons. Dynamo causes come first: they carry the user's line.
     """
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
-        key = (r.get("source", "?"), re.sub(r"\d+", "N", r.get("reason", "")))
-        groups.setdefault(key, []).append(r)
+        source, reason = r.get("source", "?"), r.get("reason", "")
+        cause = reason.split(":", 1)[0] if source == "compiled_autograd" else reason
+        groups.setdefault((source, re.sub(r"\d+", "N", cause)), []).append(r)
     findings = []
     for (source, _), rs in sorted(groups.items(), key=lambda kv: kv[0][0] != "dynamo"):
         first = rs[0]
         frame = next((r.get("user_frame") for r in rs if r.get("user_frame")), None)
         what = "Dynamo recompiles" if source == "dynamo" else "Compiled autograd captures a new backward graph"
         where = f" ({frame.get('file')}:{frame.get('line')})" if frame else ""
+        reasons = list(dict.fromkeys(r.get("reason", "") for r in rs))
+        evidence: dict[str, Any] = {"user_frame": frame, "reason": first.get("reason", ""),
+                                    "steps": sorted({r.get("step") for r in rs})}
+        if len(reasons) > 1:
+            evidence["reasons"] = reasons[:10]
+        if first.get("user_frame_from"):
+            evidence["user_frame_from"] = first["user_frame_from"]
+        short = first.get("reason", "").split(" (HINT:", 1)[0][:300]  # the hint stays in context.reason
         findings.append(Finding(
-            "recompile",
-            f"{what} on every step after warm-up{where}: {first.get('reason', '')[:300]}",
-            {"reason": first.get("reason", ""), "source": source},
-            {"user_frame": frame, "reason": first.get("reason", ""), "steps": sorted({r.get("step") for r in rs}),
-             **({"user_frame_from": first["user_frame_from"]} if first.get("user_frame_from") else {})},
-        ))
+            "recompile", f"{what} on every step after warm-up{where}: {short}",
+            {"reason": first.get("reason", ""), "source": source}, evidence))
     return findings
 
 

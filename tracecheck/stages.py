@@ -7,7 +7,9 @@ eager at the same step count, and no stage sees another's compile caches, counte
 Record fields: ``error`` (capture.error_record), ``breaks`` (capture.TraceCollector.breaks),
 ``warnings`` (messages), ``mismatches`` (compiled vs eager), ``graph_count``,
 ``explain_graph_break_count``, ``skip_reason``, ``opcheck`` (per op: per test util, "SUCCESS" or an error
-record), ``extra``.
+record), ``recompiles`` and ``steady_state_recompiles`` (compiled_autograd.py: ``{"reason", "step",
+"source", "user_frame"}``; the second list makes ``recompile`` findings), ``extra`` (copied into
+``StageResult.extra``). The ``compiled_autograd`` stage lives in compiled_autograd.py.
 """
 from __future__ import annotations
 

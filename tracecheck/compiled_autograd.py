@@ -1,0 +1,424 @@
+"""The ``compiled_autograd`` stage: backward graphs with and without compiled autograd, captures, recompiles.
+
+Runs inside one stage process (see stages.py for the record format). Three runs of the same training step
+(forward, then backward on the summed outputs), each on a fresh ``Case`` so that stateful probes start from
+the same state, with ``.grad`` accumulating over the steps as in a loop without ``zero_grad``:
+
+1. eager, the reference for outputs and gradients, compared at the same step count;
+2. ``torch.compile(fn, backend="aot_eager")`` with compiled autograd on (``compat.compiled_autograd``):
+   ``captures`` (compiled-autograd cache misses, ``counters["compiled_autograd"]["captures"]``), ``compiles``
+   (backend compiles of captured backward graphs, counted by tracecheck's backend the way PyTorch's own
+   tests count them), the Dynamo graphs made while a captured backward graph ran (per capture, and in all),
+   the hooks inside the captured graph (``call_hook`` nodes by ``hook_type``), graph breaks, gradients, and
+   every recompile with its reason and step;
+3. the same steps without compiled autograd: ``counters["stats"]["unique_graphs"]`` and the graph breaks
+   (the AOTAutograd backward follows the forward's graphs, one backward graph per forward graph).
+
+Recompile reasons come from the structured trace (``torch.__trace``), never from stderr: the
+``recompile_reasons`` artifact (Dynamo guard failures, with the user stack on 2.13) and
+``compiled_autograd_compile_reasons`` (compiled-autograd cache misses, logged only while the
+``compiled_autograd_verbose`` artifact is enabled, which ``compat.log_artifacts_enabled`` does silently).
+
+A recompile is *steady state*, the ``recompile`` finding, only when every step after the warm-up
+(``WARMUP_STEPS``) recompiled: the first capture and the second one (``.grad`` goes from None to defined,
+or an attribute settles) are normal. When the last planned step still recompiles, up to ``CONFIRM_STEPS``
+more run, so that a model that settles on the third step is not reported. With ``dynamic=True`` two more
+steps follow: every tensor input whose dim 0 is the batch size, tiled ``SECOND_SHAPE_FACTOR`` times along
+dim 0 (shape B), then the first shape again (A, B, A as in the compiled-autograd tutorial's 10 -> 100 ->
+10); their recompiles are reported with their reasons but are not steady state.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from typing import Any, Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from . import capture, compat
+from .probe import Case
+from .stages import Execution, compare, execute, grad_targets, needs_grad
+
+#: Steps that may recompile without a finding: the first capture, and the one when ``.grad`` becomes defined.
+WARMUP_STEPS = 2
+#: Extra steps, at most, while the last step still recompiles: tells "settles late" from "never settles".
+CONFIRM_STEPS = 2
+#: Dim 0 of the second input shape (``dynamic=True``) is this many times the first one.
+SECOND_SHAPE_FACTOR = 10
+#: Structured-trace artifacts read here.
+_DYNAMO_REASONS = "recompile_reasons"
+_CA_REASONS = "compiled_autograd_compile_reasons"
+
+_COMPILE_ID = re.compile(r"^\s*!?[\d/]+:\s*")
+_USER_STACK = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
+_GUARD_SITE = re.compile(r"#\s*(?P<code>.*?)\s*#\s*(?P<file>\S+\.py):(?P<line>\d+) in (?P<func>\w+)")
+
+
+class RecompileCollector(logging.Handler):
+    """Recompile reasons from the structured trace, tagged with the step that was running.
+
+    ``records``: ``{"reason", "step", "source", "user_frame", "graph"}`` where ``source`` is
+    ``"compiled_autograd"`` (a capture, i.e. a compiled-autograd cache miss) or ``"dynamo"`` (a guard
+    failure), and ``graph`` is ``"backward"`` when the recompiled frame is a captured backward graph.
+    Use as a context manager; set ``step`` before each step.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.records: list[dict[str, Any]] = []
+        self.step = 0
+        self._logger = logging.getLogger("torch.__trace")
+        self._old_level = self._logger.level
+
+    def __enter__(self) -> "RecompileCollector":
+        self._logger.addHandler(self)
+        self._logger.setLevel(logging.DEBUG)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._old_level)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            meta = getattr(record, "metadata", {}) or {}
+            art = meta.get("artifact")
+            if not isinstance(art, dict) or art.get("name") not in (_DYNAMO_REASONS, _CA_REASONS):
+                return
+            reasons = _payload_list(getattr(record, "payload", None))
+            if not reasons:
+                return
+            graph = "backward" if "compiled_autograd_id" in meta else "forward"
+            if art["name"] == _CA_REASONS:
+                # The list grows per cache node: every capture ever made there; the newest is last.
+                self.records.append({"reason": _clean(reasons[-1]), "step": self.step,
+                                     "source": "compiled_autograd", "user_frame": None, "graph": "backward"})
+            else:
+                # One reason per cache entry that failed its guards; the newest entry comes first.
+                self.records.append({"reason": _clean(reasons[0]), "step": self.step, "source": "dynamo",
+                                     "user_frame": _guard_user_frame(reasons[0]), "graph": graph})
+        except Exception:  # a logging handler must never raise into torch
+            pass
+
+
+def _payload_list(payload: Any) -> list[str]:
+    """A reasons payload as a list: torch JSON-encodes a list but passes a single reason as the bare string."""
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return [payload]
+    if isinstance(payload, str):
+        return [payload]
+    return [str(p) for p in payload or []]
+
+
+def _clean(reason: str) -> str:
+    """First line of a reason, without the compile id (``0/1:``, ``!2:``) and the column padding."""
+    first = _COMPILE_ID.sub("", str(reason).strip().split("\nUser stack trace:", 1)[0])
+    return re.sub(r"[ \t]{2,}", "  ", first.strip())[:1000]
+
+
+def _guard_user_frame(reason: str) -> dict[str, Any] | None:
+    """The user line a guard came from: the ``User stack trace`` (2.13), else the ``# code  # file:line``
+    comment Dynamo puts after the guard."""
+    if "User stack trace:" in reason:
+        frames = [m for m in _USER_STACK.finditer(reason.split("User stack trace:", 1)[1])
+                  if not capture._is_library(m.group("file"))]
+        if frames:
+            m = frames[-1]
+            return {"file": m.group("file"), "line": int(m.group("line")), "function": m.group("func"),
+                    "code": m.group("code").strip()}
+    m = _GUARD_SITE.search(reason)
+    if m:
+        return {"file": m.group("file"), "line": int(m.group("line")), "function": m.group("func"),
+                "code": m.group("code").strip()}
+    return None
+
+
+class _BackwardGraphs:
+    """The compiled-autograd compiler fn: counts what happens to each captured backward graph.
+
+    ``torch.compile(gm, backend=<counting aot_eager>)``; Dynamo compiles lazily at the first call, so the
+    unique graphs and breaks made while the returned callable runs belong to the backward.
+    """
+
+    def __init__(self, backend: str = "aot_eager") -> None:
+        from torch._dynamo.backends.registry import lookup_backend
+
+        self._inner = lookup_backend(backend)
+        self.compiles = 0
+        self.unique_graphs = 0
+        self.graphs_per_capture: list[int] = []  # Dynamo graphs each captured backward graph became
+        self.hooks: list[Counter[str]] = []  # per capture: call_hook nodes by hook_type
+        self.breaks: list[dict[str, Any]] = []
+
+    def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        self.compiles += 1
+        return self._inner(gm, example_inputs)
+
+    def __call__(self, gm: torch.fx.GraphModule) -> Callable[..., Any]:
+        from torch._dynamo.utils import counters
+
+        self.hooks.append(Counter(
+            str(n.kwargs.get("hook_type")) for n in gm.graph.nodes
+            if n.op == "call_function" and getattr(n.target, "__name__", "") == "call_hook"))
+        compiled = torch.compile(gm, backend=self._backend)
+        index = len(self.graphs_per_capture)
+        self.graphs_per_capture.append(0)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            before = counters["stats"]["unique_graphs"]
+            # A fresh collector per call: it restores the trace logger's level as it found it, so the
+            # stage's own collectors keep listening afterwards.
+            trace = capture.TraceCollector()
+            try:
+                with trace:
+                    return compiled(*args, **kwargs)
+            finally:
+                made = counters["stats"]["unique_graphs"] - before
+                self.unique_graphs += made
+                self.graphs_per_capture[index] += made
+                seen = {(b["gb_type"], b["file"], b["line"]) for b in self.breaks}
+                self.breaks += [b for b in trace.breaks if (b["gb_type"], b["file"], b["line"]) not in seen]
+
+        return run
+
+
+def _second_shape(case: Case) -> tuple[Case, str | None]:
+    """``case`` with every tensor input whose dim 0 equals the batch size tiled along dim 0.
+
+    The batch size is dim 0 of the first tensor input with a dim. Tiling keeps integer inputs (indices,
+    labels) valid. Parameters are the module's and keep their shape. Returns ``(case, None)`` or
+    ``(case, why not)`` when no input has a dim 0.
+    """
+    tensors = [t for t in pytree.tree_leaves((case.args, case.kwargs)) if isinstance(t, torch.Tensor) and t.dim()]
+    if not tensors:
+        return case, "no tensor input has a dim 0 to change"
+    batch = tensors[0].shape[0]
+
+    def tile(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.dim() and t.shape[0] == batch:
+            new = t.detach().repeat(SECOND_SHAPE_FACTOR, *([1] * (t.dim() - 1)))
+            return new.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else new
+        return t
+
+    return Case(case.fn, pytree.tree_map(tile, case.args), pytree.tree_map(tile, case.kwargs), case.grad), None
+
+
+def _shapes(case: Case) -> list[list[int]]:
+    return [list(t.shape) for t in pytree.tree_leaves((case.args, case.kwargs)) if isinstance(t, torch.Tensor)]
+
+
+def _hook_registrations(case: Case) -> dict[str, int]:
+    """Hooks registered on the inputs and parameters before the step (what compiled autograd should capture)."""
+    targets = grad_targets(case).values()
+    return {
+        "register_hook": sum(len(getattr(t, "_backward_hooks", None) or {}) for t in targets),
+        "register_post_accumulate_grad_hook": sum(
+            len(getattr(t, "_post_accumulate_grad_hooks", None) or {}) for t in targets),
+    }
+
+
+def steady_state(records: list[dict[str, Any]], steady_steps: int) -> list[dict[str, Any]]:
+    """The records that make a ``recompile`` finding: those of steps ``WARMUP_STEPS+1 .. steady_steps``,
+    and only when every one of those steps has at least one record (a recompile on every step)."""
+    window = range(WARMUP_STEPS + 1, steady_steps + 1)
+    if not window:
+        return []
+    stepped = {r["step"] for r in records}
+    if not all(s in stepped for s in window):
+        return []
+    return [r for r in records if r["step"] in window]
+
+
+def _run(fn: Callable[..., Any], cases: list[Case], schedule: list[int],
+         on_step: Callable[[int], None] = lambda s: None) -> tuple[list[Execution], dict[str, Any] | None]:
+    """Run the step once per schedule entry (an index into ``cases``); stop at the first error."""
+    execs: list[Execution] = []
+    for step, which in enumerate(schedule, start=1):
+        on_step(step)
+        ex = execute(fn, cases[which])
+        execs.append(ex)
+        if ex.error:
+            return execs, {**ex.error, "step": step}
+    return execs, None
+
+
+def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = 3, dynamic: bool = False) -> dict[str, Any]:
+    """Measure one probe with and without compiled autograd (see the module docstring). Never raises:
+    an exception outside the measured steps (turning compiled autograd on or off, the counters) becomes
+    the record's ``error`` with phase ``compiled_autograd``.
+
+    ``steps``: steps with the probe's own inputs, at least ``WARMUP_STEPS + 1`` (3); up to
+    ``CONFIRM_STEPS`` more run while the last one still recompiles, so that a model which settles on the
+    third step is not reported. ``dynamic``: then one step with the second input shape and one with the
+    first again. Returns the raw record: ``error``, ``breaks``, ``warnings``, ``mismatches``,
+    ``graph_count`` (Dynamo graphs of the compiled-autograd run, forward and backward), ``recompiles``
+    (all), ``steady_state_recompiles`` (the finding's subset) and ``extra``; or ``{"skip_reason": ...}``
+    when nothing runs backward or eager already fails.
+    """
+    try:
+        return _measure(make_case, steps, dynamic)
+    except Exception as e:
+        return {"error": capture.error_record(e, "compiled_autograd"), "breaks": [], "warnings": []}
+
+
+def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[str, Any]:
+    """The body of ``stage_compiled_autograd``."""
+    from torch._dynamo.utils import counters
+
+    steps = max(int(steps), WARMUP_STEPS + 1)
+    first = make_case()
+    if not needs_grad(first):
+        return {"skip_reason": "the probe runs no backward (no floating input requires grad)"}
+
+    def cases_for(case: Case) -> list[Case]:
+        return [case, _second_shape(case)[0]] if dynamic else [case]
+
+    shape_phase: list[int] = []
+    dynamic_note = None
+    if dynamic:
+        _, dynamic_note = _second_shape(first)
+        if dynamic_note is None:
+            shape_phase = [1, 0]
+
+    # 1. eager reference (again below if the compiled-autograd run takes confirmation steps)
+    ref_case = make_case()
+    ref_execs, ref_error = _run(ref_case.fn, cases_for(ref_case), [0] * steps + shape_phase)
+    if ref_error and ref_error["step"] > steps:  # the second shape itself fails in eager: drop it
+        dynamic_note = f"the second input shape fails in eager ({ref_error['type']}); ran the first shape only"
+        shape_phase, ref_execs, ref_error = [], ref_execs[:steps], None
+    if ref_error:
+        where = "forward" if ref_error["phase"] == "forward" else "backward"
+        return {"skip_reason": f"the eager {where} fails (see the eager stage); nothing to compare"}
+    if not ref_execs[-1].ran_backward:
+        return {"skip_reason": "no floating output requires grad, so no backward runs"}
+
+    # 2. torch.compile with compiled autograd
+    torch._dynamo.reset()  # also resets compiled autograd's cache (torch._dynamo.compiled_autograd.reset)
+    case_b = make_case()
+    cases_b = cases_for(case_b)
+    hooks_registered = _hook_registrations(case_b)
+    compiled_b = torch.compile(case_b.fn, backend="aot_eager")
+    backward = _BackwardGraphs("aot_eager")
+    marks: list[int] = []  # the captures counter before each step, then after the last
+    execs_b: list[Execution] = []
+    error_b: dict[str, Any] | None = None
+    snap = {"unique": counters["stats"]["unique_graphs"], "captures": counters["compiled_autograd"]["captures"]}
+    with capture.TraceCollector() as trace_b, capture.WarningCollector() as warn, RecompileCollector() as rc, \
+            compat.log_artifacts_enabled("compiled_autograd_verbose"), compat.compiled_autograd(backward):
+
+        def step_once(which: int) -> bool:
+            nonlocal error_b
+            step = len(execs_b) + 1
+            marks.append(counters["compiled_autograd"]["captures"])
+            rc.step = step
+            execs_b.append(execute(compiled_b, cases_b[which]))
+            if execs_b[-1].error:
+                error_b = {**execs_b[-1].error, "step": step}
+            return error_b is None
+
+        def recompiled(step: int) -> bool:
+            return counters["compiled_autograd"]["captures"] > marks[step - 1] or \
+                any(r["step"] == step for r in rc.records)
+
+        ok = all(step_once(0) for _ in range(steps))
+        while ok and len(execs_b) < steps + CONFIRM_STEPS and recompiled(len(execs_b)):
+            ok = step_once(0)
+        static_steps = len(execs_b)
+        for which in shape_phase if ok else []:
+            if not step_once(which):
+                break
+        marks.append(counters["compiled_autograd"]["captures"])
+    captures_per_step = [b - a for a, b in zip(marks, marks[1:])]
+    captures = counters["compiled_autograd"]["captures"] - snap["captures"]
+    graphs_with_ca = counters["stats"]["unique_graphs"] - snap["unique"]
+    schedule = [0] * static_steps + shape_phase
+    if static_steps != steps:
+        ref_case = make_case()
+        ref_execs, _ = _run(ref_case.fn, cases_for(ref_case), schedule)
+
+    # 3. torch.compile, plain autograd, the same steps
+    torch._dynamo.reset()
+    case_a = make_case()
+    compiled_a = torch.compile(case_a.fn, backend="aot_eager")
+    before = counters["stats"]["unique_graphs"]
+    with capture.TraceCollector() as trace_a:
+        _, error_a = _run(compiled_a, cases_for(case_a), schedule)
+    unique_without = counters["stats"]["unique_graphs"] - before
+    breaks_without = len(trace_a.breaks)
+
+    recompiles = _recompile_records(rc.records, captures_per_step)
+    clean_until = static_steps if error_b is None else min(static_steps, error_b["step"] - 1)
+    steady = steady_state(recompiles, clean_until)
+    in_graph = backward.hooks[-1] if backward.hooks else Counter()
+    extra: dict[str, Any] = {
+        "unique_graphs_without_ca": unique_without,
+        "unique_graphs_with_ca": backward.unique_graphs,
+        "backward_graphs_per_capture": backward.graphs_per_capture,
+        "unique_graphs_forward_with_ca": graphs_with_ca - backward.unique_graphs,
+        "graph_breaks_without_ca": breaks_without,
+        "backward_graph_breaks": len(backward.breaks),
+        "captures": captures,
+        "captures_per_step": captures_per_step,
+        "compiles": backward.compiles,
+        "recompiles": recompiles,
+        "recompile_count": len(recompiles),
+        "hooks_captured": sum(in_graph.values()),
+        "hooks": {
+            "registered": hooks_registered,
+            "in_graph": dict(in_graph),
+            "evidence": "call_hook nodes by hook_type in the last captured compiled-autograd graph "
+                        "(register_hook -> tensor_pre_hook, register_post_accumulate_grad_hook -> "
+                        "post_acc_grad_hook)",
+        },
+        "steps": len(execs_b),
+        "steady_shape_steps": static_steps,
+        "warmup_steps": WARMUP_STEPS,
+    }
+    if dynamic:
+        extra["schedule"] = ["AB"[i] for i in schedule]
+        extra["shapes"] = {"A": _shapes(first), **({"B": _shapes(_second_shape(first)[0])} if 1 in schedule else {})}
+        if dynamic_note:
+            extra["dynamic_note"] = dynamic_note
+    if error_a:
+        extra["error_without_ca"] = f"{error_a['type']}: {error_a['message'][:300]} (step {error_a['step']})"
+
+    record: dict[str, Any] = {
+        "error": error_b, "breaks": trace_b.breaks, "warnings": warn.messages,
+        "graph_count": graphs_with_ca,
+        "recompiles": recompiles, "steady_state_recompiles": steady, "extra": extra,
+    }
+    if error_b is None:
+        record["mismatches"] = compare(ref_execs[len(execs_b) - 1], execs_b[-1])
+    return record
+
+
+def _recompile_records(records: list[dict[str, Any]], captures_per_step: list[int]) -> list[dict[str, Any]]:
+    """Recompiles in step order: every Dynamo guard failure, and every compiled-autograd capture but the
+    run's first (that one is the initial compile). A capture torch logged no reason for (verbose logging
+    unavailable) gets a placeholder reason, so the counts stay right.
+
+    A capture caused by a new ``CompiledFunctionBackward`` node in a step whose forward recompiled is
+    credited to that forward recompile's user frame (``user_frame_from`` says so).
+    """
+    out: list[dict[str, Any]] = []
+    for step, n_captures in enumerate(captures_per_step, start=1):
+        dyn = [r for r in records if r["step"] == step and r["source"] == "dynamo"]
+        ca = [r for r in records if r["step"] == step and r["source"] == "compiled_autograd"][:n_captures]
+        ca += [{"reason": "compiled-autograd capture (torch logged no reason)", "step": step,
+                "source": "compiled_autograd", "user_frame": None, "graph": "backward"}
+               for _ in range(n_captures - len(ca))]
+        forward_frame = next((r["user_frame"] for r in dyn if r["graph"] == "forward" and r["user_frame"]), None)
+        for r in ca:
+            if forward_frame and "CompiledFunctionBackward" in r["reason"]:
+                r.update(user_frame=forward_frame, user_frame_from="the forward recompile of the same step")
+        out += dyn + ca
+    firsts = [i for i, r in enumerate(out) if r["source"] == "compiled_autograd"]
+    if firsts and out[firsts[0]]["step"] == 1:
+        del out[firsts[0]]
+    return out
