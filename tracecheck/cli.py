@@ -243,7 +243,7 @@ def merge(reports, output, verbose):
 
 
 def _stdout() -> Console:
-    return Console() if Console().is_terminal else Console(width=160)  # logs and pipes: don't fold at 80
+    return Console() if Console().is_terminal else Console(width=200)  # logs and pipes: don't fold at 80
 
 
 @contextlib.contextmanager

@@ -1,6 +1,8 @@
 """Terminal output: the probes x stages verdict table and the findings, as rich renderables."""
 from __future__ import annotations
 
+import os
+
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
@@ -22,17 +24,25 @@ def cell(result: StageResult | None) -> Text:
     return Text(f"{icon} {kind}", style="red" if result.status == FAIL else "magenta")
 
 
+def short_labels(report: RunReport) -> dict[str, str]:
+    """``file.py::name`` per probe id; the full id where two files share a base name."""
+    base = {p.id: f"{os.path.basename(p.file)}::{p.name}" for p in report.probes}
+    clash = {b for b in base.values() if list(base.values()).count(b) > 1}
+    return {pid: (pid if b in clash else b) for pid, b in base.items()}
+
+
 def verdict_table(report: RunReport) -> Table:
     has_load = any(LOAD_STAGE in p.stages for p in report.probes)
     columns = ([LOAD_STAGE] if has_load else []) + list(report.stages)
     table = Table(title="tracecheck verdicts", title_justify="left")
-    table.add_column("probe", overflow="fold")
+    table.add_column("probe", overflow="fold", min_width=24)
     for c in columns:
         table.add_column(c)
     table.add_column("breaks", justify="right")
+    labels = short_labels(report)
     for p in report.probes:
         breaks = max((s.graph_break_count or 0 for s in p.stages.values()), default=0)
-        table.add_row(p.id, *[cell(p.stages.get(c)) for c in columns], str(breaks))
+        table.add_row(labels[p.id], *[cell(p.stages.get(c)) for c in columns], str(breaks))
     return table
 
 
