@@ -26,6 +26,8 @@ Each variant has its own operators or path, so none of them touches the dispatch
 
 from __future__ import annotations
 
+import types
+
 import torch
 from torch import Tensor
 
@@ -131,9 +133,11 @@ def _post_backward_pybind(gradOutput, x, hRes, hOut, hPost):  # noqa: N803
 
 
 def _custom_op(namespace: str, name: str, impl):
-    return torch.library.custom_op(
-        f"{namespace}::{name}", impl, mutates_args=(), schema=_signature(name)
-    )
+    # A copy of impl named like the op, so torch's messages say "mhc_post.register_fake", as they
+    # would for a custom_op written with the decorator on a function of that name.
+    named = types.FunctionType(impl.__code__, impl.__globals__, name, impl.__defaults__, impl.__closure__)
+    named.__qualname__ = name
+    return torch.library.custom_op(f"{namespace}::{name}", named, mutates_args=(), schema=_signature(name))
 
 
 def _make_pre_wrapper(op):

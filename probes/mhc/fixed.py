@@ -32,6 +32,8 @@ __all__ = [
 
 _PRE = "cann_ops_transformer::mhc_pre_sinkhorn"
 _POST = "cann_ops_transformer::mhc_post"
+_PRE_BACKWARD = "cann_ops_transformer::mhc_pre_sinkhorn_backward"
+_POST_BACKWARD = "cann_ops_transformer::mhc_post_backward"
 
 
 def _ops():
@@ -44,10 +46,13 @@ def _ops():
 
 
 def _pre_setup_context(ctx, inputs, output) -> None:
-    x, phi, alpha, bias, _hc_mult, _num_iters, hc_eps, _norm_eps, _out_flag = inputs
+    x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag = inputs
     h_pre, hc_before_norm, inv_rms, sum_out, norm_out = output[3:]
     ctx.save_for_backward(x, phi, alpha, bias, h_pre, hc_before_norm, inv_rms, sum_out, norm_out)
     ctx.hc_eps = hc_eps
+    # Only needed when the op was called with outFlag=False (intermediates are (0,) placeholders):
+    # then the backward recomputes them, see _pre_backward.
+    ctx.recompute_args = None if out_flag else (hc_mult, num_iters, norm_eps)
     # Outputs 3-7 are saved intermediates, not results: a gradient through them would be dropped
     # silently, so say they are not differentiable.
     ctx.mark_non_differentiable(*output[3:])
@@ -55,12 +60,13 @@ def _pre_setup_context(ctx, inputs, output) -> None:
 
 def _pre_backward(ctx, grad_h_in, grad_h_post, grad_h_res, *_grads_of_intermediates):
     x, phi, alpha, bias, h_pre, hc_before_norm, inv_rms, sum_out, norm_out = ctx.saved_tensors
-    if h_pre.numel() == 0:
-        raise RuntimeError(
-            "cann_ops_transformer::mhc_pre_sinkhorn was called with outFlag=False, so the "
-            "intermediates its backward needs were not produced; call it with outFlag=True "
-            "(mhc_pre_sinkhorn() in this module does so whenever an input requires grad)."
-        )
+    if ctx.recompute_args is not None:
+        # Called with outFlag=False while an input required grad (only possible by calling the
+        # operator directly; the wrapper below asks for the intermediates). Recompute them rather
+        # than fail; spec §6.3 allows a backward to recompute.
+        hc_mult, num_iters, norm_eps = ctx.recompute_args
+        outs = _ops().mhc_pre_sinkhorn(x, phi, alpha, bias, hc_mult, num_iters, ctx.hc_eps, norm_eps, True)
+        h_pre, hc_before_norm, inv_rms, sum_out, norm_out = outs[3:]
     lead = x.shape[:-2]
     n, c = x.shape[-2], x.shape[-1]
     # Autograd may hand None for an output that did not reach the loss (spec §5 [INFER]).
@@ -96,20 +102,42 @@ def _post_backward(ctx, grad_output):
     return grad_x, grad_h_res, grad_h_out, grad_h_post
 
 
+# ---------------------------------------------------------------------------------------------
+# The backward operators: declared not differentiable (no double backward)
+# ---------------------------------------------------------------------------------------------
+
+
+def _backward_op_setup_context(ctx, inputs, output) -> None:
+    # Without an Autograd kernel, torch's fallback marks these outputs as requiring grad and only
+    # *warns* ("may lead to silently incorrect behavior") when something backprops through them.
+    # Marking them non-differentiable makes double backward a loud error instead.
+    ctx.mark_non_differentiable(*output)
+
+
+def _backward_op_backward(ctx, *grads):
+    raise RuntimeError("double backward through the mHC backward operators is not supported")
+
+
 _REGISTERED = False
 
 
 def register() -> None:
-    """Register the two autograd formulas on the dispatcher operators (idempotent).
+    """Register autograd on the four dispatcher operators (idempotent).
+
+    ``mhc_pre_sinkhorn`` and ``mhc_post`` get their formulas; the two ``*_backward`` operators are
+    declared not differentiable (their outputs never require grad, so double backward is an error).
 
     Called when this module is imported. Raises ``RuntimeError`` (from torch.library) if an
-    operator is missing or already has an Autograd kernel from another Python registration.
+    operator is missing. An Autograd kernel registered earlier for the same operator is replaced,
+    with torch's "Overriding a previously registered kernel" warning (observed on torch 2.13).
     """
     global _REGISTERED
     if _REGISTERED:
         return
     torch.library.register_autograd(_PRE, _pre_backward, setup_context=_pre_setup_context)
     torch.library.register_autograd(_POST, _post_backward, setup_context=_post_setup_context)
+    for op in (_PRE_BACKWARD, _POST_BACKWARD):
+        torch.library.register_autograd(op, _backward_op_backward, setup_context=_backward_op_setup_context)
     _REGISTERED = True
 
 

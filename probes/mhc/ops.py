@@ -91,7 +91,9 @@ def _post_backward_cpu(gradOutput, x, hRes, hOut, hPost):  # noqa: N803
 
 
 def _check_pre(x: Tensor, phi: Tensor, alpha: Tensor, bias: Tensor, n: int) -> None:
-    torch._check(x.dim() in (3, 4), lambda: f"mhc_pre_sinkhorn: x must be (B, S, n, C) or (T, n, C), got {tuple(x.shape)}")
+    torch._check(
+        x.dim() in (3, 4), lambda: f"mhc_pre_sinkhorn: x must be (B, S, n, C) or (T, n, C), got {tuple(x.shape)}"
+    )
     torch._check(x.dtype in _X_DTYPES, lambda: f"mhc_pre_sinkhorn: x must be bf16/fp16/fp32, got {x.dtype}")
     torch._check(x.shape[-2] == n, lambda: f"mhc_pre_sinkhorn: hcMult ({n}) must equal x.size(-2) ({x.shape[-2]})")
     m = n * n + 2 * n
@@ -102,7 +104,8 @@ def _check_pre(x: Tensor, phi: Tensor, alpha: Tensor, bias: Tensor, n: int) -> N
     torch._check(alpha.dim() == 1 and alpha.shape[0] == 3, lambda: "mhc_pre_sinkhorn: alpha must be (3,)")
     torch._check(bias.dim() == 1 and bias.shape[0] == m, lambda: f"mhc_pre_sinkhorn: bias must be ({m},)")
     for name, t in (("phi", phi), ("alpha", alpha), ("bias", bias)):
-        torch._check(t.dtype == torch.float32, lambda: f"mhc_pre_sinkhorn: {name} must be float32, got {t.dtype}")
+        msg = f"mhc_pre_sinkhorn: {name} must be float32, got {t.dtype}"
+        torch._check(t.dtype == torch.float32, lambda msg=msg: msg)
 
 
 def mhc_pre_sinkhorn_fake(x, phi, alpha, bias, hcMult, numIters, hcEps, normEps, outFlag):  # noqa: N803
@@ -149,11 +152,13 @@ def _check_post(x: Tensor, hRes: Tensor, hOut: Tensor, hPost: Tensor) -> None:  
     torch._check(x.dtype in _X_DTYPES, lambda: f"mhc_post: x must be bf16/fp16/fp32, got {x.dtype}")
     lead = tuple(x.shape[:-2])
     n, d = x.shape[-2], x.shape[-1]
-    torch._check(tuple(hRes.shape) == (*lead, n, n), lambda: f"mhc_post: hRes must be (*lead, n, n), got {tuple(hRes.shape)}")
+    torch._check(tuple(hRes.shape) == (*lead, n, n), lambda: f"mhc_post: hRes must be (*lead, n, n), got {hRes.shape}")
     torch._check(tuple(hOut.shape) == (*lead, d), lambda: f"mhc_post: hOut must be (*lead, D), got {tuple(hOut.shape)}")
-    torch._check(tuple(hPost.shape) == (*lead, n), lambda: f"mhc_post: hPost must be (*lead, n), got {tuple(hPost.shape)}")
+    torch._check(tuple(hPost.shape) == (*lead, n), lambda: f"mhc_post: hPost must be (*lead, n), got {hPost.shape}")
     torch._check(hOut.dtype == x.dtype, lambda: f"mhc_post: hOut must have x's dtype {x.dtype}, got {hOut.dtype}")
-    torch._check(hRes.dtype == torch.float32 and hPost.dtype == torch.float32, lambda: "mhc_post: hRes, hPost must be float32")
+    torch._check(
+        hRes.dtype == torch.float32 and hPost.dtype == torch.float32, lambda: "mhc_post: hRes, hPost must be float32"
+    )
 
 
 def mhc_post_fake(x, hRes, hOut, hPost):  # noqa: N803
@@ -211,7 +216,10 @@ def install() -> str:
             importlib.import_module("torch_npu")
             importlib.import_module("cann_ops_transformer")
         except Exception as exc:  # noqa: BLE001 - any import failure means "use the reference"
-            warnings.warn(f"mhc: cann_ops_transformer found but failed to import ({exc!r}); using the CPU reference ops")
+            warnings.warn(
+                f"mhc: cann_ops_transformer found but failed to import ({exc!r}); using the CPU reference ops",
+                stacklevel=2,
+            )
         else:
             if all(_op_defined(name) for name in SCHEMAS):
                 BACKEND, DEVICE = "npu", "npu"

@@ -37,6 +37,12 @@ std::vector<int64_t> with_head(int64_t head, const std::vector<int64_t>& sizes) 
   return out;
 }
 
+// Contiguous float32 copy (or the tensor itself when it already is one). Every kernel input goes
+// through this, so results do not depend on input strides: autograd hands expanded (stride-0)
+// gradients in eager mode where a compiled graph hands contiguous ones, and BLAS sums in a different
+// order for the two, which at C=4096 shows up as 1e-4-level float32 differences.
+Tensor f32(const Tensor& t) { return t.to(at::kFloat).contiguous(); }
+
 void check_x_dtype(const Tensor& x, const char* name) {
   const auto dt = x.scalar_type();
   TORCH_CHECK(dt == at::kBFloat16 || dt == at::kHalf || dt == at::kFloat,
@@ -78,6 +84,7 @@ void check_pre_args(const Tensor& x, const Tensor& phi, const Tensor& alpha, con
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> mhc_pre_sinkhorn(
     const Tensor& x, const Tensor& phi, const Tensor& alpha, const Tensor& bias, int64_t hc_mult,
     int64_t num_iters, double hc_eps, double norm_eps, bool out_flag) {
+  const at::NoGradGuard no_grad;  // a kernel: never record autograd history, whatever the caller
   const int64_t n = hc_mult;
   check_pre_args(x, phi, alpha, bias, n);
   TORCH_CHECK(num_iters >= 1, "mhc_pre_sinkhorn: numIters must be >= 1, got ", num_iters);
@@ -87,10 +94,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> mhc_p
   const int64_t T = x.numel() / K;
 
   // spec §4.3 steps 1-4: exact upcast, inv_rms = 1/sqrt(mean(x^2) + normEps), hbn = x_flat @ phi^T.
-  const Tensor xf = x.to(at::kFloat).reshape({T, n, C});
+  const Tensor xf = f32(x).reshape({T, n, C});
   const Tensor xk = xf.reshape({T, K});
   const Tensor inv_rms = at::reciprocal(at::sqrt(xk.square().mean({-1}, true) + norm_eps));  // (T,1)
-  const Tensor hbn = at::matmul(xk, phi.t());                                                 // (T,M)
+  const Tensor hbn = at::matmul(xk, f32(phi).t());                                                 // (T,M)
   const Tensor mix = hbn * inv_rms;
 
   // step 5: logits, order mix * alpha + bias.
@@ -155,6 +162,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> mhc_pre_sinkhorn_backward(
     const Tensor& phi, const Tensor& alpha, const Tensor& bias, const Tensor& h_pre,
     const Tensor& hc_before_norm, const Tensor& inv_rms, const Tensor& sum_out,
     const Tensor& norm_out, double hc_eps) {
+  const at::NoGradGuard no_grad;
   TORCH_CHECK(x.dim() == 3 || x.dim() == 4,
               "mhc_pre_sinkhorn_backward: x must be (B, S, n, C) or (T, n, C), got ", x.sizes());
   const int64_t n = x.size(-2);
@@ -178,14 +186,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> mhc_pre_sinkhorn_backward(
   const int64_t slots = sum_out.size(0);
 
   // step 1: recompute.
-  const Tensor xf = x.to(at::kFloat).reshape({T, n, C});
+  const Tensor xf = f32(x).reshape({T, n, C});
   const Tensor xk = xf.reshape({T, K});
-  const Tensor r = inv_rms.to(at::kFloat).reshape({T, 1});
-  const Tensor hbn = hc_before_norm.to(at::kFloat).reshape({T, M});
+  const Tensor r = f32(inv_rms).reshape({T, 1});
+  const Tensor hbn = f32(hc_before_norm).reshape({T, M});
   const Tensor mix = hbn * r;
-  const Tensor hp = h_pre.to(at::kFloat).reshape({T, n});
+  const Tensor hp = f32(h_pre).reshape({T, n});
   const Tensor z_post = mix.narrow(-1, n, n) * alpha[1] + bias.narrow(0, n, n);
-  const Tensor gh_in = grad_h_in.to(at::kFloat).reshape({T, 1, C});
+  const Tensor gh_in = f32(grad_h_in).reshape({T, 1, C});
 
   // step 2: h_in branch.
   const Tensor gx_a = gh_in * hp.unsqueeze(-1);  // (T,n,C)
@@ -195,11 +203,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> mhc_pre_sinkhorn_backward(
   const Tensor g_zpre = g_hpre * sp * (1.0 - sp);
   // step 4: post sigmoid.
   const Tensor sq = at::sigmoid(z_post);
-  const Tensor g_zpost = grad_h_post.to(at::kFloat).reshape({T, n}) * 2.0 * sq * (1.0 - sq);
+  const Tensor g_zpost = f32(grad_h_post).reshape({T, n}) * 2.0 * sq * (1.0 - sq);
   // step 5: Sinkhorn backward, slots 2I-1 .. 1, then the softmax step on slot 0.
-  const Tensor S = sum_out.to(at::kFloat).reshape({slots, T, n});
-  const Tensor P = norm_out.to(at::kFloat).reshape({slots, T, n, n});
-  Tensor G = grad_h_res.to(at::kFloat).reshape({T, n, n});
+  const Tensor S = f32(sum_out).reshape({slots, T, n});
+  const Tensor P = f32(norm_out).reshape({slots, T, n, n});
+  Tensor G = f32(grad_h_res).reshape({T, n, n});
   for (int64_t t = slots - 1; t >= 1; --t) {
     const Tensor Pt = P[t];
     const Tensor St = S[t];
@@ -227,7 +235,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> mhc_pre_sinkhorn_backward(
   const Tensor g_r = (g_mix * hbn).sum(-1, true);  // (T,1)
   const Tensor gx_b = -g_r * r.pow(3) * xk / static_cast<double>(K);
   // step 8: matmul.
-  const Tensor gx_c = at::matmul(g_hbn, phi);  // (T,K)
+  const Tensor gx_c = at::matmul(g_hbn, f32(phi));  // (T,K)
   const Tensor grad_phi = at::matmul(g_hbn.t(), xk);  // (M,K)
   // step 9.
   const Tensor grad_x =
@@ -262,10 +270,11 @@ void check_post_args(const Tensor& x, const Tensor& h_res, const Tensor& h_out,
 
 // spec §7: y[..., k, :] = hPost[k] * hOut + sum_j hRes[j, k] * x[j]; y like x.
 Tensor mhc_post(const Tensor& x, const Tensor& h_res, const Tensor& h_out, const Tensor& h_post) {
+  const at::NoGradGuard no_grad;
   check_post_args(x, h_res, h_out, h_post, "mhc_post");
-  const Tensor xf = x.to(at::kFloat);
-  const Tensor y = h_post.unsqueeze(-1) * h_out.to(at::kFloat).unsqueeze(-2) +
-                   at::matmul(h_res.transpose(-1, -2), xf);
+  const Tensor xf = f32(x);
+  const Tensor y = f32(h_post).unsqueeze(-1) * f32(h_out).unsqueeze(-2) +
+                   at::matmul(f32(h_res).transpose(-1, -2), xf);
   return y.to(x.scalar_type());
 }
 
@@ -275,18 +284,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> mhc_post_backward(const Tensor& grad_
                                                              const Tensor& x, const Tensor& h_res,
                                                              const Tensor& h_out,
                                                              const Tensor& h_post) {
+  const at::NoGradGuard no_grad;
   check_post_args(x, h_res, h_out, h_post, "mhc_post_backward");
   TORCH_CHECK(grad_output.sizes() == x.sizes(),
               "mhc_post_backward: gradOutput must have x's shape ", x.sizes(), ", got ",
               grad_output.sizes());
-  const Tensor g = grad_output.to(at::kFloat);
-  const Tensor xf = x.to(at::kFloat);
-  const Tensor grad_x = at::matmul(h_res, g).to(x.scalar_type());
+  const Tensor g = f32(grad_output);
+  const Tensor xf = f32(x);
+  const Tensor grad_x = at::matmul(f32(h_res), g).to(x.scalar_type());
   const Tensor grad_h_res = at::matmul(xf, g.transpose(-1, -2));
   const Tensor grad_h_out =
-      at::matmul(h_post.unsqueeze(-2), g).squeeze(-2).to(h_out.scalar_type());
+      at::matmul(f32(h_post).unsqueeze(-2), g).squeeze(-2).to(h_out.scalar_type());
   const Tensor grad_h_post =
-      at::matmul(g, h_out.to(at::kFloat).unsqueeze(-1)).squeeze(-1);
+      at::matmul(g, f32(h_out).unsqueeze(-1)).squeeze(-1);
   return {grad_x, grad_h_res, grad_h_out, grad_h_post};
 }
 
