@@ -30,6 +30,7 @@ def serial_main(paths: list[str], stages: list[str]) -> None:
     from torch._dynamo.utils import counters
 
     from tracecheck import discover, stages as st
+    from tracecheck.compiled_autograd import stage_compiled_autograd
     from tracecheck.probe import to_case
 
     for path in discover.find_files(paths):
@@ -57,6 +58,8 @@ def serial_main(paths: list[str], stages: list[str]) -> None:
                         st.stage_compile(make_case, "aot_eager", fullgraph=True)
                     elif stage == "opcheck":
                         st.stage_opcheck(make_case, "cpu")
+                    elif stage == "compiled_autograd":
+                        stage_compiled_autograd(make_case)
                 except Exception as e:  # the serial script survives what it can
                     print(f"{name} {stage}: {type(e).__name__}", file=sys.stderr)
 
@@ -72,7 +75,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*", default=[os.path.join(REPO, "probes")])
-    ap.add_argument("--stages", default=",".join(s for s in STAGES if s != "compiled_autograd"))
+    ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--serial-worker", action="store_true", help=argparse.SUPPRESS)
