@@ -105,9 +105,35 @@ def environment_line(report: RunReport) -> Text:
                 style="dim")
 
 
+def compiled_autograd_table(report: RunReport) -> Table | None:
+    """probe x (graphs without CA, with CA, captures, recompiles and why), when that stage ran."""
+    rows = [(p, p.stages["compiled_autograd"]) for p in report.probes
+            if p.stages.get("compiled_autograd") and p.stages["compiled_autograd"].extra.get("steps")]
+    if not rows:
+        return None
+    table = Table(title="compiled autograd", title_justify="left")
+    for col in ("probe", "steps", "graphs without CA", "graphs with CA", "backward graphs / capture", "captures",
+                "hooks captured", "recompiles (steady-state: why)"):
+        table.add_column(col, overflow="fold")
+    labels = short_labels(report)
+    for p, s in rows:
+        e = s.extra
+        steady = [f.context.get("reason", "")[:80] for f in s.findings if f.kind == "recompile"]
+        recompiles = e.get("recompile_count", len(e.get("recompiles") or []))
+        why = f"{recompiles}" + (f" (every step: {'; '.join(steady)})" if steady else " (warm-up only)"
+                                 if recompiles else "")
+        table.add_row(labels[p.id], str(e.get("steps")), str(e.get("unique_graphs_without_ca")),
+                      str(e.get("unique_graphs_with_ca")), str(e.get("backward_graphs_per_capture")),
+                      str(e.get("captures")), str(e.get("hooks_captured")), why)
+    return table
+
+
 def render(report: RunReport, console: Console, verbose: bool = False) -> None:
     console.print(environment_line(report))
     console.print(verdict_table(report))
+    ca = compiled_autograd_table(report)
+    if ca is not None:
+        console.print(ca)
     console.print(findings(report, verbose))
     n_fail = sum(1 for p in report.probes if p.verdict.status != PASS)
     console.print(f"\n{len(report.probes)} probes, {n_fail} failing, {report.seconds:.1f} s")
