@@ -42,6 +42,15 @@ _FAILED = (FAIL, TIMEOUT, CRASH)
 # Baseline documents
 
 
+def package_relative(file: str) -> str | None:
+    """``site-packages/pkg/mod.py`` for a file inside an installed package, else None."""
+    norm = file.replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in norm:
+            return marker + norm.split(marker, 1)[1]
+    return None
+
+
 def relative_location(file: str | None, probe: ProbeReport) -> str | None:
     """A break's file, relative the way the probe id is, so that it is the same on every machine.
 
@@ -52,12 +61,9 @@ def relative_location(file: str | None, probe: ProbeReport) -> str | None:
     """
     if not file:
         return None
-    norm = file.replace("\\", "/")
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in norm:
-            return marker + norm.split(marker, 1)[1]
-    if not os.path.isabs(file):
-        return norm
+    installed = package_relative(file)
+    if installed or not os.path.isabs(file):
+        return installed or file.replace("\\", "/")
     id_dir = os.path.dirname(probe.id.split("::", 1)[0])
     rel = os.path.relpath(file, os.path.dirname(probe.file))
     return os.path.normpath(os.path.join(id_dir, rel)).replace("\\", "/")

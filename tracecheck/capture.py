@@ -30,22 +30,18 @@ _LIB_DIRS = tuple(
 )
 
 
-class TraceCollector(logging.Handler):
-    """Collects graph breaks and compile events from the structured trace while installed.
+class StructuredTraceHandler(logging.Handler):
+    """Base for listeners on the structured trace (``torch.__trace``); a context manager that installs itself.
 
-    Use as a context manager. ``breaks`` holds raw break records (see ``classify.classify_break``);
-    ``recompile_reasons`` the recompile reasons, ``compiles`` the number of Dynamo frame compiles.
+    torch emits a record only while the logger has a handler, so installing one is what turns the trace on.
     """
 
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
-        self.breaks: list[dict[str, Any]] = []
-        self._seen: set[tuple[Any, ...]] = set()
-        self.dynamo_outputs = 0
         self._logger = logging.getLogger("torch.__trace")
         self._old_level = self._logger.level
 
-    def __enter__(self) -> "TraceCollector":
+    def __enter__(self):
         self._logger.addHandler(self)
         self._logger.setLevel(logging.DEBUG)
         return self
@@ -53,6 +49,20 @@ class TraceCollector(logging.Handler):
     def __exit__(self, *exc: Any) -> None:
         self._logger.removeHandler(self)
         self._logger.setLevel(self._old_level)
+
+
+class TraceCollector(StructuredTraceHandler):
+    """Collects graph breaks from the structured trace while installed.
+
+    Use as a context manager. ``breaks`` holds raw break records (see ``classify.classify_break``);
+    ``dynamo_outputs`` counts the Dynamo graphs produced.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.breaks: list[dict[str, Any]] = []
+        self._seen: set[tuple[Any, ...]] = set()
+        self.dynamo_outputs = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

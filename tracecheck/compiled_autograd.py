@@ -57,7 +57,7 @@ _USER_STACK = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fu
 _GUARD_SITE = re.compile(r"#\s*(?P<code>.*?)\s*#\s*(?P<file>\S+\.py):(?P<line>\d+) in (?P<func>\w+)")
 
 
-class RecompileCollector(logging.Handler):
+class RecompileCollector(capture.StructuredTraceHandler):
     """Recompile reasons from the structured trace, tagged with the step that was running.
 
     ``records``: ``{"reason", "step", "source", "user_frame", "graph"}`` where ``source`` is
@@ -67,20 +67,9 @@ class RecompileCollector(logging.Handler):
     """
 
     def __init__(self) -> None:
-        super().__init__(level=logging.DEBUG)
+        super().__init__()
         self.records: list[dict[str, Any]] = []
         self.step = 0
-        self._logger = logging.getLogger("torch.__trace")
-        self._old_level = self._logger.level
-
-    def __enter__(self) -> "RecompileCollector":
-        self._logger.addHandler(self)
-        self._logger.setLevel(logging.DEBUG)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._logger.removeHandler(self)
-        self._logger.setLevel(self._old_level)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

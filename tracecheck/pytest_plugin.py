@@ -149,10 +149,9 @@ class TracecheckFixture:
     def _relative(self, file: str | None) -> str | None:
         if not file:
             return None
-        norm = file.replace("\\", "/")
-        for marker in ("site-packages/", "dist-packages/"):
-            if marker in norm:
-                return marker + norm.split(marker, 1)[1]
+        installed = bl.package_relative(file)
+        if installed:
+            return installed
         rel = os.path.relpath(file, self._state.root) if os.path.isabs(file) else file
         return rel.replace("\\", "/")
 
