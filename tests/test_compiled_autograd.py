@@ -284,7 +284,7 @@ def tutorial_report(probes_dir):
 
 
 @pytest.fixture(scope="module")
-def cases_report(tmp_path_factory):
+def cases_report(tmp_path_factory, shared_cases):
     files = [CASES / f"{n}.py" for n in ("10_ca_custom_op_backward_inline", "22_module_setattr_in_forward",
                                          "24_ca_step_counter_new_node")]
     for f in files:

@@ -23,8 +23,7 @@ def expected(path):
 
 
 @pytest.fixture(scope="module")
-def cases_report(tmp_path_factory):
-    assert CASE_FILES, f"the shared reproducers are missing: {CASES}"
+def cases_report(tmp_path_factory, shared_cases):
     out = tmp_path_factory.mktemp("cases") / "cases.json"
     proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(CASES), "--json", str(out)],
                           capture_output=True, text=True, timeout=1500)

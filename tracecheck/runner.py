@@ -46,6 +46,9 @@ class Outcome:
         if self.result is not None:
             return None
         code = self.exitcode
+        if code == worker.SETUP_FAILED_EXIT:
+            return ("tracecheck could not set up the stage process (its run folder was removed?); this is not "
+                    "the probe's fault")
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -90,6 +93,8 @@ class Runner:
             while pending and len(running) < self.jobs:
                 task = pending.popleft()
                 counter += 1
+                # a run folder under /tmp can be removed by tmp cleaners mid-run: recreate it, don't blame probes
+                os.makedirs(self._tmp.name, exist_ok=True)
                 result_path = os.path.join(self._tmp.name, f"{counter}.json")
                 log_path = os.path.join(self._tmp.name, f"{counter}.log")
                 proc = self._ctx.Process(target=worker.child_main,

@@ -16,10 +16,17 @@ from .exitcodes import UsageError
 from .probe import Case, ProbeShapeError, to_case
 
 
+#: Exit status of a task process that could not even set up its log file (e.g. its run folder was deleted).
+SETUP_FAILED_EXIT = 86
+
+
 def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: int) -> None:
     """Entry point of a task process. Writes ``result_path`` (JSON) unless the process dies first."""
     os.setpgrp()  # own process group: the parent can kill whatever the probe spawned on timeout
-    _redirect_output(log_path)
+    try:
+        _redirect_output(log_path)
+    except OSError:
+        os._exit(SETUP_FAILED_EXIT)  # tracecheck's problem, not the probe's: the parent says so
     try:
         import torch
 
