@@ -112,7 +112,7 @@ def test_missing_fake_custom_op(message, type_):
 def test_missing_meta_kernel_graph_break():
     b = classify.classify_break({"reason": NO_META_BREAK, "file": "m.py", "line": 3})
     assert b.kind == "missing-fake"
-    assert b.context["op"] == "tclib.cpu_only.default"
+    assert b.context["op"] == "tclib::cpu_only"  # one spelling: ns::name
     assert b.gb_type == "Operator does not support running with fake tensors"
 
 
@@ -123,7 +123,7 @@ def test_missing_autograd_unwraps_backend_compiler_failed():
                      {"type": "RuntimeError", "message": NO_AUTOGRAD}])
     f = classify.classify_error("aot_eager", raw)
     assert f.kind == "missing-autograd"
-    assert f.context["op"] == "tc.myop2.default"
+    assert f.context["op"] == "tc::myop2"
 
 
 def test_missing_autograd_at_eager_backward():
@@ -201,3 +201,21 @@ def test_inductor_fake_assert_on_an_input_is_not_fake_mismatch():
     msg = ("expected size 4==2, stride 1==1 at dim=0\nError in op: input\n"
            "This error most often comes from a incorrect fake (aka meta) kernel for a custom op.")
     assert classify.classify_error("inductor", err(msg, "AssertionError")).kind != "fake-mismatch"
+
+
+def test_op_names_have_one_spelling_and_builtins_read_short():
+    from tracecheck.report import op_name
+
+    assert op_name("tc.myop.default") == "tc::myop"
+    assert op_name("tc.myop.out") == "tc::myop.out"
+    assert op_name("tc::myop") == "tc::myop"
+    f = classify.classify_error("fullgraph", err(PYBIND_213, gb_type="Attempted to call function marked as skipped"))
+    assert "`tc_ext.fwd`" in f.summary  # the pybind11 record name stays in context, not in the sentence
+
+
+def test_break_inside_autograd_function_seen_from_user_stack():
+    reason = PYBIND_28_CAPSULE
+    stack = ('  File "/x/torch/_functorch/autograd_function.py", line 890, in inner\n    outs = orig_fwd(*args)\n'
+             '  File "/m/broken.py", line 53, in forward\n    y = ext.fwd(x)\n')
+    assert classify.classify_break({"reason": reason, "user_stack": stack}).context["in_autograd_function"] is True
+    assert "in_autograd_function" not in classify.classify_break({"reason": reason, "user_stack": ""}).context

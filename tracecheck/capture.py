@@ -90,11 +90,14 @@ class TraceCollector(StructuredTraceHandler):
         self._seen.add(key)
         code = gb_code_from_text(reason) or compat.gb_code(gb_type)
         ctx = _CONTEXT.search(reason)
+        stack = payload.split("User code traceback:", 1)[1] if "User code traceback:" in payload else ""
+        stack = stack.split("\nTraceback (most recent call last)", 1)[0]
         self.breaks.append({
             "gb_type": gb_type, "gb_code": code, "doc": compat.gb_doc_link(code),
             "file": file, "line": line, "reason": reason,
             "code": linecache.getline(file, line).strip() if file and line else None,
             "debug_context": ctx.group("ctx").strip() if ctx else None,
+            "user_stack": stack[-6000:],  # tells e.g. that the break is inside an autograd.Function forward
         })
 
 

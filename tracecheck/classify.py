@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Callable
 
-from .report import Finding, GraphBreak
+from .report import Finding, GraphBreak, op_name
 
 # ---------------------------------------------------------------------------------------------------------
 # Kind metadata (kinds.json)
@@ -225,10 +225,16 @@ def _fallback(stage: str, types: set[str]) -> str:
     return "unknown"
 
 
+def short_builtin(name: str) -> str:
+    """``mod.pybind11_detail_function_record_v1_….fn`` / ``mod.PyCapsule.fn`` -> ``mod.fn`` (for reading)."""
+    parts = [p for p in name.split(".") if not p.startswith("pybind11_detail_function_record") and p != "PyCapsule"]
+    return ".".join(parts)
+
+
 def _summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
     if kind == "pybind-builtin":
         where = " inside a torch.autograd.Function" if ctx.get("in_autograd_function") else ""
-        return f"Dynamo cannot trace the C/pybind11 builtin `{ctx.get('builtin', '?')}`{where}."
+        return f"Dynamo cannot trace the C/pybind11 builtin `{short_builtin(ctx.get('builtin', '?'))}`{where}."
     if kind == "missing-fake":
         return f"Custom op {ctx.get('op', '(unnamed)')} has no fake impl, so Dynamo cannot run it on FakeTensors."
     if kind == "missing-autograd":
@@ -264,7 +270,7 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
     gb_type = raw.get("gb_type") or _gb_type_from_text(text)
     kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types), {})
     if op and not ctx.get("op"):
-        ctx["op"] = op
+        ctx["op"] = op_name(op)
     if gb_type:
         ctx.setdefault("gb_type", gb_type)
     evidence = {
@@ -284,7 +290,8 @@ def classify_break(raw: dict[str, Any]) -> GraphBreak:
     """Label one graph break from the structured trace (``dynamo_graph_break_reason`` artifact)."""
     text = raw.get("reason", "")
     gb_type = raw.get("gb_type") or _gb_type_from_text(text)
-    found = _apply_rules(text, {"Unsupported"}, gb_type, {**raw, "is_break": True})
+    found = _apply_rules(text, {"Unsupported"}, gb_type,
+                         {**raw, "is_break": True, "traceback": raw.get("user_stack", "")})
     kind, ctx = found if found else ("graph-break" if gb_type else "unknown", {})
     if raw.get("code"):
         ctx["code"] = raw["code"]
@@ -329,7 +336,10 @@ def _apply_rules(text, types, gb_type, raw):
     for rule in RULES:
         found = rule(text, types, gb_type, raw)
         if found:
-            return found
+            kind, ctx = found
+            if ctx.get("op"):
+                ctx["op"] = op_name(ctx["op"])
+            return kind, ctx
     return None
 
 

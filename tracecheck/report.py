@@ -192,10 +192,15 @@ class RunReport:
         return all(p.verdict.status == PASS for p in self.probes)
 
 
-def _op_identity(op: str) -> str:
-    """``ns.name.default`` and ``ns::name`` name the same op."""
-    op = op.removesuffix(".default")
-    return op if "::" in op else op.replace(".", "::", 1)
+def op_name(op: str) -> str:
+    """One spelling for an op: ``ns::name`` (``ns.name.default`` -> ``ns::name``; other overloads kept)."""
+    if "::" in op:
+        return op
+    parts = op.split(".")
+    if len(parts) >= 2:
+        overload = f".{parts[2]}" if len(parts) > 2 and parts[2] != "default" else ""
+        return f"{parts[0]}::{parts[1]}{overload}"
+    return op
 
 
 def finding_key(f: Finding) -> tuple[Any, ...]:
@@ -205,7 +210,7 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     any other by kind, gb_type and user location.
     """
     if f.context.get("op"):
-        return (f.kind, _op_identity(str(f.context["op"])))
+        return (f.kind, op_name(str(f.context["op"])))
     frame = f.evidence.get("user_frame") or {}
     return (f.kind, f.evidence.get("gb_type"), frame.get("file"), frame.get("line"),
             f.context.get("builtin"), f.context.get("what"))

@@ -31,6 +31,12 @@ def short_labels(report: RunReport) -> dict[str, str]:
     return {pid: (pid if b in clash else b) for pid, b in base.items()}
 
 
+def explain_breaks(p: ProbeReport) -> str:
+    """tracecheck's forward graph-break count (structured trace) from the explain stage; '–' if it didn't count."""
+    s = p.stages.get("explain")
+    return "–" if s is None or s.graph_break_count is None else str(s.graph_break_count)
+
+
 def verdict_table(report: RunReport) -> Table:
     has_load = any(LOAD_STAGE in p.stages for p in report.probes)
     columns = ([LOAD_STAGE] if has_load else []) + list(report.stages)
@@ -38,11 +44,10 @@ def verdict_table(report: RunReport) -> Table:
     table.add_column("probe", overflow="fold", min_width=24)
     for c in columns:
         table.add_column(c)
-    table.add_column("breaks", justify="right")
+    table.add_column("breaks (explain)", justify="right")
     labels = short_labels(report)
     for p in report.probes:
-        breaks = max((s.graph_break_count or 0 for s in p.stages.values()), default=0)
-        table.add_row(labels[p.id], *[cell(p.stages.get(c)) for c in columns], str(breaks))
+        table.add_row(labels[p.id], *[cell(p.stages.get(c)) for c in columns], explain_breaks(p))
     return table
 
 
@@ -68,6 +73,9 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
             if s.explain_graph_break_count is not None and s.graph_break_count is not None:
                 parts.append(Text(f"    note: explain() reported {s.explain_graph_break_count} graph break(s); "
                                   f"the structured trace shows {s.graph_break_count}", style="dim"))
+        skipped = [f"{stage} ({s.skip_reason})" for stage, s in p.stages.items() if s.status == SKIP]
+        if skipped:
+            parts.append(Text("    skipped: " + "; ".join(skipped), style="dim"))
     return Group(*parts)
 
 
@@ -88,6 +96,8 @@ def _finding_text(stage: str, f: Finding, verbose: bool) -> Text:
     frame = _frame(f)
     if frame:
         t.append(f"    at {frame}\n", style="dim")
+    if ev.get("doc"):
+        t.append(f"    gb_type doc: {ev['doc']}\n", style="dim")
     kind = kinds().get(f.kind)
     if kind:
         t.append(f"    fix: {kind.fix}  ({kind.doc})\n")
@@ -136,4 +146,5 @@ def render(report: RunReport, console: Console, verbose: bool = False) -> None:
         console.print(ca)
     console.print(findings(report, verbose))
     n_fail = sum(1 for p in report.probes if p.verdict.status != PASS)
-    console.print(f"\n{len(report.probes)} probes, {n_fail} failing, {report.seconds:.1f} s")
+    n = len(report.probes)
+    console.print(f"\n{n} probe{'s' if n != 1 else ''}, {n_fail} failing, {report.seconds:.1f} s")
