@@ -202,8 +202,12 @@ def stage_explain(make_case: Callable[[], Case]) -> dict[str, Any]:
         "breaks": trace.breaks,
         "graph_count": out.graph_count,
         "explain_graph_break_count": out.graph_break_count,
-        "explain_reasons": [str(getattr(b, "reason", b))[:500] for b in out.break_reasons][:20],
+        "explain_reasons": [_clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
     }
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more characters]"
 
 
 class _OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):

@@ -232,6 +232,7 @@ class MarkdownRenderer:
     def __init__(self, report: RunReport, *, redact: bool = False, home: str | None = None,
                  trace_dir: str | None = None, limit: int = GITHUB_COMMENT_LIMIT,
                  comparison: Any = None) -> None:
+        self._fix_shown: dict[str, int] = {}  # kind -> the finding number that showed its fix snippet
         self.report = report
         self.scrub = PathScrubber(redact, home)
         self.redact = redact
@@ -368,8 +369,8 @@ class MarkdownRenderer:
                 continue
             explain_note = (f" (explain() said {s.explain_graph_break_count})"
                             if s.explain_graph_break_count is not None else "")
-            lines.append(f"{name:<12} status={s.status:<7} graphs={s.graph_count} "
-                         f"graph_breaks={s.graph_break_count}{explain_note}")
+            lines.append(f"{name:<12} status={s.status:<7} graphs={_none_dash(s.graph_count)} "
+                         f"graph_breaks={_none_dash(s.graph_break_count)}{explain_note}")
             for b in s.breaks:
                 where = f"{self.scrub(b.file)}:{b.line}" if b.file else "?"
                 lines.append(f"    break {b.kind}: {b.gb_type} ({b.gb_code or 'no GB code'}) at {where}")
@@ -424,7 +425,10 @@ class MarkdownRenderer:
         if message:
             trimmed = self.scrub(_trim_message(str(message)))
             lines.append(f"Message (trimmed):\n\n{_fence(trimmed)}text\n{trimmed}\n{_fence(trimmed)}\n\n")
-        if kind:
+        if kind and f.kind in self._fix_shown:
+            lines.append(f"**Fix:** as in finding {self._fix_shown[f.kind]} above. {kind.fix}\n\n")
+        elif kind:
+            self._fix_shown[f.kind] = index  # the snippet once per kind keeps the report short
             lines.append(f"**Fix:** {kind.fix}\n\n")
             if kind.snippet:
                 lines.append(f"```python\n{kind.snippet}\n```\n\n")
@@ -453,6 +457,7 @@ class MarkdownRenderer:
 
     # -- assembly -------------------------------------------------------------------------------------
     def sections(self) -> list[Section]:
+        self._fix_shown = {}
         out = [Section([self.header()]), Section([self.environment()]), Section([self.verdicts()])]
         for extra in (self.baseline(), self.compiled_autograd(), self.structured_trace()):
             if extra:
