@@ -62,3 +62,22 @@ def test_same_op_seen_by_compile_and_opcheck_is_one_finding():
     })
     groups = group_findings(p)
     assert [stages for stages, _ in groups] == [["explain", "opcheck"], ["opcheck"]]
+
+
+def test_crash_inside_an_op_call_after_a_redefinition_is_op_redefined():
+    from tracecheck import results
+
+    redefined = Finding("op-redefined", "s", {"op": "ns::soft_clip"}, {})
+    load = StageResult("load", FAIL, redefined, [redefined])
+    in_op = results.died_result("eager", "process killed by SIGSEGV", False,
+                                'File "/x/torch/_library/custom_ops.py", line 863 in __call__\n', 1.0)
+    elsewhere = results.died_result("explain", "process killed by SIGSEGV", False, 'File "/m.py", line 3\n', 1.0)
+    stages = {"load": load, "eager": in_op, "explain": elsewhere}
+    results.attribute_crashes(stages)
+    assert stages["eager"].status == "crash" and stages["eager"].failure.kind == "op-redefined"
+    assert "SIGSEGV" in stages["eager"].failure.summary
+    assert stages["explain"].failure.kind == "crash"  # no evidence that the redefinition caused it
+    alone = {"eager": results.died_result("eager", "process killed by SIGSEGV", False,
+                                          'File "/x/torch/_ops.py", line 875 in __call__\n', 1.0)}
+    results.attribute_crashes(alone)
+    assert alone["eager"].failure.kind == "crash"  # no redefinition in this probe

@@ -83,6 +83,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         if _setup_failed(p):
             for stage in stages:
                 p.stages[stage] = StageResult(stage, SKIP, skip_reason="the probe function raised (see load)")
+        results.attribute_crashes(p.stages)
         p.stages = _ordered(p.stages)
     return RunReport(probes=probes, environment=environment.collect(device), stages=stages,
                      command=opts.command, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))

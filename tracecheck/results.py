@@ -101,6 +101,33 @@ def died_result(stage: str, cause: str, timed_out: bool, log_tail: str, seconds:
     return StageResult(stage, TIMEOUT if timed_out else CRASH, failure=finding, findings=[finding], seconds=seconds)
 
 
+_IN_OP_CALL = ("torch/_ops.py", "torch/_library/custom_ops.py")
+
+
+def attribute_crashes(stages: dict[str, StageResult]) -> None:
+    """A process that died inside an op call after that probe redefined an op died of the redefinition.
+
+    ``custom_op`` leaves the first handle pointing at a destroyed registration (pytorch PR #122344): calling
+    it may raise or may segfault, run to run. The crash is then labelled ``op-redefined`` (status stays
+    ``crash``), keeping the signal and stack as evidence; any other crash keeps the ``crash`` label.
+    """
+    load = stages.get(LOAD_STAGE)
+    redefined = [f for f in (load.findings if load else []) if f.kind == "op-redefined"]
+    if not redefined:
+        return
+    for s in stages.values():
+        if s.status != CRASH or not s.failure:
+            continue
+        tail = s.failure.evidence.get("stderr_tail", "")
+        if any(marker in tail for marker in _IN_OP_CALL):
+            op = redefined[0].context.get("op")
+            f = Finding("op-redefined",
+                        f"The {s.stage} stage died ({s.failure.context.get('cause')}) inside an op call, after "
+                        f"{op} was redefined: the earlier handle points at a destroyed registration.",
+                        {"op": op, "cause": s.failure.context.get("cause")}, dict(s.failure.evidence))
+            s.failure, s.findings = f, [f]
+
+
 def load_result(entry: dict[str, Any]) -> StageResult | None:
     """Findings made while loading the file and calling the probe function (the ``load`` pseudo-stage)."""
     findings: list[Finding] = []

@@ -6,6 +6,7 @@ the parent tails, and a missing result file is how the parent learns the child d
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -27,6 +28,7 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
         _redirect_output(log_path)
     except OSError:
         os._exit(SETUP_FAILED_EXIT)  # tracecheck's problem, not the probe's: the parent says so
+    faulthandler.enable()  # a segfault in the probe leaves its Python stack in the stderr tail
     try:
         import torch
 
