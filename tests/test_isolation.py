@@ -5,18 +5,18 @@ MODEL = '''
 import ctypes, sys, time
 import torch
 
+def _segv(x):
+    ctypes.string_at(0)          # reads address 0: SIGSEGV
+    return x
+
+def probe_segfault():            # first: its stage is the run's first task after discovery
+    return _segv, (torch.randn(4),)
+
 def _ok(x):
     return torch.sin(x) * 2
 
 def probe_ok():
     return _ok, (torch.randn(4, requires_grad=True),)
-
-def _segv(x):
-    ctypes.string_at(0)          # reads address 0: SIGSEGV
-    return x
-
-def probe_segfault():
-    return _segv, (torch.randn(4),)
 
 def _hang(x):
     time.sleep(3600)
@@ -59,11 +59,12 @@ def test_good_probe_survives(isolation_run):
     assert _stage(isolation_run[1], "probe_ok")["status"] == "pass"
 
 
-def test_segfault_is_a_crash_with_signal(isolation_run):
+def test_segfault_is_a_crash_with_signal_and_python_stack(isolation_run):
     s = _stage(isolation_run[1], "probe_segfault")
     assert s["status"] == "crash"
     assert s["failure"]["kind"] == "crash"
     assert "SIGSEGV" in s["failure"]["evidence"]["cause"]
+    assert "in _segv" in s["failure"]["evidence"]["stderr_tail"]  # faulthandler's stack names the frame
 
 
 def test_hang_is_a_timeout(isolation_run):
@@ -76,3 +77,43 @@ def test_sys_exit_is_a_crash_with_exit_code(isolation_run):
     s = _stage(isolation_run[1], "probe_exit")
     assert s["status"] == "crash"
     assert "code 7" in s["failure"]["evidence"]["cause"]
+
+
+def test_interrupt_kills_stage_processes_and_exits_130(tmp_path):
+    import os, signal, subprocess, sys, time
+
+    (tmp_path / "model.py").write_text(MODEL)
+    marker = "tc-interrupt-test-hang"
+    proc = subprocess.Popen([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "model.py"), "-k", "hang",
+                             "--stages", "eager", "--timeout", "120"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TC_MARK": marker})
+    deadline = time.time() + 120
+    while time.time() < deadline and not _stage_processes(marker, proc.pid):
+        time.sleep(0.5)
+    stage_pids = _stage_processes(marker, proc.pid)
+    assert stage_pids, "the hanging stage never started"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    time.sleep(1)
+    assert not set(stage_pids) & set(_stage_processes(marker, proc.pid)), "a stage process outlived tracecheck"
+
+
+def _stage_processes(marker, cli_pid):
+    """Live stage processes: they inherit the marker from the CLI's environment and are children of the fork
+    server (grandchildren of the CLI), unlike the CLI itself, the fork server and the resource tracker."""
+    import os
+
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                state, ppid = f.read().split(")")[-1].split()[:2]
+        except OSError:
+            continue
+        if marker.encode() in env and state != "Z" and int(pid) != cli_pid and int(ppid) != cli_pid:
+            pids.append(int(pid))
+    return pids

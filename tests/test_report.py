@@ -64,20 +64,27 @@ def test_same_op_seen_by_compile_and_opcheck_is_one_finding():
     assert [stages for stages, _ in groups] == [["explain", "opcheck"], ["opcheck"]]
 
 
-def test_crash_inside_an_op_call_after_a_redefinition_is_op_redefined():
+def test_crash_calling_a_redefined_op_is_op_redefined(tmp_path):
     from tracecheck import results
 
+    model = tmp_path / "m.py"
+    model.write_text("def head(x):\n    return soft_clip(x, 5.0) * 0.5\n\ndef other(x):\n    return crashy(x)\n")
+    stack = ('Fatal Python error: Segmentation fault\n\n'
+             'File "/v/torch/_ops.py", line 875 in __call__\n'
+             'File "/v/torch/_library/custom_ops.py", line 863 in __call__\n'
+             f'File "{model}", line {{line}} in head\n')
     redefined = Finding("op-redefined", "s", {"op": "ns::soft_clip"}, {})
     load = StageResult("load", FAIL, redefined, [redefined])
-    in_op = results.died_result("eager", "process killed by SIGSEGV", False,
-                                'File "/x/torch/_library/custom_ops.py", line 863 in __call__\n', 1.0)
-    elsewhere = results.died_result("explain", "process killed by SIGSEGV", False, 'File "/m.py", line 3\n', 1.0)
-    stages = {"load": load, "eager": in_op, "explain": elsewhere}
+
+    def crash(stage, line):
+        return results.died_result(stage, "process killed by SIGSEGV", False, stack.format(line=line), 1.0)
+
+    stages = {"load": load, "eager": crash("eager", 2), "explain": crash("explain", 5)}
     results.attribute_crashes(stages)
     assert stages["eager"].status == "crash" and stages["eager"].failure.kind == "op-redefined"
     assert "SIGSEGV" in stages["eager"].failure.summary
-    assert stages["explain"].failure.kind == "crash"  # no evidence that the redefinition caused it
-    alone = {"eager": results.died_result("eager", "process killed by SIGSEGV", False,
-                                          'File "/x/torch/_ops.py", line 875 in __call__\n', 1.0)}
+    # a crash in a call of another op is not blamed on the redefinition
+    assert stages["explain"].failure.kind == "crash"
+    alone = {"eager": crash("eager", 2)}
     results.attribute_crashes(alone)
     assert alone["eager"].failure.kind == "crash"  # no redefinition in this probe

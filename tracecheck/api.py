@@ -1,6 +1,7 @@
 """``run``: discover -> run stages in isolation -> classify -> RunReport. The CLI is a thin shell over this."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -11,10 +12,6 @@ from . import __version__, baseline, discover, environment, results
 from .exitcodes import UsageError
 from .report import LOAD_STAGE, SKIP, STAGES, ProbeReport, RunReport, StageResult
 from .runner import Outcome, Runner, Task
-
-#: Importing a model file may build a C++ extension (~25 s cold); give discovery more room than a stage.
-MIN_DISCOVERY_TIMEOUT_S = 600.0
-
 
 @dataclass
 class RunOptions:
@@ -47,6 +44,8 @@ class Progress:
 
 
 def validate_stages(stages: list[str]) -> list[str]:
+    if not stages:
+        raise UsageError(f"--stages selects no stage; choose from {', '.join(STAGES)}")
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise UsageError(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
@@ -57,13 +56,16 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     """Diagnose every selected probe. Raises UsageError for bad input (exit 2)."""
     progress = progress or Progress()
     t0 = time.monotonic()
+    if not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
+        raise UsageError(f"--timeout {opts.timeout_s}: must be a positive number of seconds")
     stages = validate_stages(opts.stages)
     files = discover.find_files(opts.paths)
     if not files:
         raise UsageError(f"{' '.join(opts.paths)}: no Python files found")
     device = environment.resolve_device(opts.device)
     progress.discovered(len(files))
-    with Runner(opts.jobs) as runner:
+    # more stage processes than cores only adds memory pressure: each holds torch and a compiler
+    with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
         probes = _discover(runner, files, opts)
         if opts.shard:
             keep = set(baseline.shard_ids([p.id for p in probes], *opts.shard))
@@ -109,7 +111,7 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
 
 
 def _discover(runner: Runner, files: list[str], opts: RunOptions) -> list[ProbeReport]:
-    timeout = max(opts.timeout_s, MIN_DISCOVERY_TIMEOUT_S)
+    timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
     tasks = [Task(f, {"op": "discover", "file": f, "select": opts.select}, timeout) for f in files]
     found: dict[str, list[ProbeReport]] = {}
     total_candidates = 0

@@ -168,7 +168,7 @@ def load_baseline(path: str, what: str = "baseline") -> dict[str, Any]:
     doc = read_json(path, what)
     try:
         return to_baseline(doc)
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"{what} {path}: {e}") from e
 
 
@@ -179,8 +179,8 @@ def load_report(path: str, what: str = "report") -> RunReport:
         raise UsageError(f"{what} {path}: this is a baseline, not a full report (use the --json output)")
     try:
         return RunReport.from_dict(doc)
-    except (ValueError, KeyError, TypeError) as e:
-        raise UsageError(f"{what} {path}: {e}") from e
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"{what} {path}: not a valid tracecheck report ({type(e).__name__}: {e})") from e
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -128,6 +128,14 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
+def safe_str(obj: Any) -> str:
+    """``str(obj)``, even when the probe's exception class breaks ``__str__``."""
+    try:
+        return str(obj)
+    except Exception as e:
+        return f"<{type(obj).__name__}: str() raised {type(e).__name__}>"
+
+
 def _qualname(exc: BaseException) -> str:
     t = type(exc)
     return f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__qualname__
@@ -136,7 +144,7 @@ def _qualname(exc: BaseException) -> str:
 def user_frame(exc: BaseException) -> dict[str, Any] | None:
     """The innermost frame in the user's code: from Dynamo's ``from user code:`` block, else the traceback."""
     for e in _chain(exc):
-        msg = str(e)
+        msg = safe_str(e)
         if "from user code:" in msg:
             frames = list(_FROM_USER_CODE.finditer(msg.split("from user code:", 1)[1]))
             user = [m for m in frames if not _is_library(m.group("file"))]
@@ -160,15 +168,19 @@ def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
     """Plain-data evidence of one exception, for ``classify.classify_error``."""
     chain = _chain(exc)
     gb_type = next((getattr(e, "gb_type", None) for e in chain if getattr(e, "gb_type", None)), None)
+    try:
+        tb = "".join(traceback.format_exception(exc))[-20000:]
+    except Exception:
+        tb = ""
     return {
         "type": _qualname(exc),
-        "message": str(exc),
-        "chain": [{"type": _qualname(e), "message": str(e)} for e in chain],
+        "message": safe_str(exc),
+        "chain": [{"type": _qualname(e), "message": safe_str(e)} for e in chain],
         "gb_type": gb_type if isinstance(gb_type, str) else None,
         "gb_code": compat.gb_code(gb_type) if isinstance(gb_type, str) else None,
         "phase": phase,
         "user_frame": user_frame(exc),
-        "traceback": "".join(traceback.format_exception(exc))[-20000:],
+        "traceback": tb,
     }
 
 

@@ -59,11 +59,12 @@ _NO_FAKE = [
     re.compile(r"we cannot infer a Fake kernel"),
 ]
 _NO_FAKE_GB = {"Operator does not support running with fake tensors"}
+# Bounded op-name quantifiers keep matching linear on long messages (a probe may raise a 200 kB message).
 _NO_AUTOGRAD = [
-    re.compile(r"Trying to backward through (?P<op>\S+) but no autograd formula was registered"),
-    re.compile(r"(?P<op>[\w.:]+): an autograd kernel was not registered to the Autograd key"),
-    re.compile(r"(?P<op>[\w.:]+): at least one output of this operator has requires_grad=True but the operator "
-               r"does not have an autograd kernel"),
+    re.compile(r"Trying to backward through (?P<op>\S{1,300}) but no autograd formula was registered"),
+    re.compile(r"(?<![\w.:])(?P<op>[\w.:]{1,300}): an autograd kernel was not registered to the Autograd key"),
+    re.compile(r"(?<![\w.:])(?P<op>[\w.:]{1,300}): at least one output of this operator has requires_grad=True "
+               r"but the operator does not have an autograd kernel"),
 ]
 _MUTATES = [
     re.compile(r"Argument (?P<arg>\w+) is not defined as mutable but was mutated"),
@@ -151,8 +152,21 @@ def _rule_pybind(text, types, gb_type, raw):
     return "pybind-builtin", ctx
 
 
+# Exceptions torch raises for compile-time problems; message patterns that a user could also write are only
+# trusted when one of these is in the chain (or the evidence is a graph break).
+_TORCH_TYPES = {"Unsupported", "TorchRuntimeError", "UserError", "BackendCompilerFailed", "InductorError",
+                "InternalTorchDynamoError", "GuardOnDataDependentSymNode", "DataDependentOutputException",
+                "DynamicOutputShapeException", "UnsupportedOperatorException", "OpCheckError"}
+
+
+def _from_torch(types: set[str], raw: dict[str, Any]) -> bool:
+    return bool(types & _TORCH_TYPES) or bool(raw.get("is_break")) or str(raw.get("phase", "")).startswith("test_")
+
+
 def _rule_missing_fake(text, types, gb_type, raw):
     m = _search(_NO_FAKE, text)
+    if m and m.re is _NO_FAKE[1] and not _from_torch(types, raw):
+        m = None  # "unsupported operator: x" in a user's own exception is not evidence
     if m or gb_type in _NO_FAKE_GB or "UnsupportedOperatorException" in types:
         op = _group(m, "op")
         return "missing-fake", ({"op": op} if op else {})
@@ -181,7 +195,7 @@ def _rule_fake_mismatch(text, types, gb_type, raw):
 
 
 def _rule_data_dependent(text, types, gb_type, raw):
-    if gb_type in _DATA_DEP_GB or types & _DATA_DEP_TYPES or _search(_DATA_DEP, text):
+    if gb_type in _DATA_DEP_GB or types & _DATA_DEP_TYPES or (_from_torch(types, raw) and _search(_DATA_DEP, text)):
         return "data-dependent", {}
     return None
 
@@ -266,7 +280,7 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
     """
     chain = raw.get("chain") or [{"type": raw.get("type", ""), "message": raw.get("message", "")}]
     types = {_short_type(c.get("type", "")) for c in chain}
-    text = "\n".join(c.get("message", "") for c in chain)
+    text = "\n".join(_head_tail(c.get("message", "")) for c in chain)
     gb_type = raw.get("gb_type") or _gb_type_from_text(text)
     kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types), {})
     if op and not ctx.get("op"):
@@ -323,13 +337,15 @@ def classify_warning(message: str) -> Finding | None:
 
 
 def mismatch_finding(raw: dict[str, Any]) -> Finding:
-    """Compiled vs eager disagreement; ``raw`` has ``what``, ``max_abs_diff``, ``rtol``, ``atol``, ``dtype``."""
-    return Finding(
-        "numeric-mismatch",
-        f"Compiled {raw.get('what')} differs from eager (max abs diff {raw.get('max_abs_diff'):.3g}, "
-        f"dtype {raw.get('dtype')}, rtol {raw.get('rtol')}, atol {raw.get('atol')}).",
-        {"what": raw.get("what")}, dict(raw),
-    )
+    """Compiled vs eager disagreement; ``raw`` has ``what`` and either ``detail`` (structure, shape, dtype,
+    value) or ``max_abs_diff`` with ``rtol``, ``atol``, ``dtype``."""
+    if raw.get("detail"):
+        how = raw["detail"]
+    else:
+        how = (f"max abs diff {raw.get('max_abs_diff'):.3g}, dtype {raw.get('dtype')}, rtol {raw.get('rtol')}, "
+               f"atol {raw.get('atol')}")
+    return Finding("numeric-mismatch", f"Compiled {raw.get('what')} differs from eager ({how}).",
+                   {"what": raw.get("what")}, dict(raw))
 
 
 def _apply_rules(text, types, gb_type, raw):
@@ -341,6 +357,11 @@ def _apply_rules(text, types, gb_type, raw):
                 ctx["op"] = op_name(ctx["op"])
             return kind, ctx
     return None
+
+
+def _head_tail(text: str, limit: int = 40000) -> str:
+    """What the rules read of one message: torch's wording sits at the start and end, never 40 kB deep."""
+    return text if len(text) <= limit else text[: limit // 2] + "\n" + text[-limit // 2:]
 
 
 def _trim(text: str, limit: int = 4000) -> str:

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import traceback
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import click
 from rich.console import Console
@@ -22,7 +23,8 @@ Exit codes:
   1  a failure or graph break was found (with --baseline: a regression against it)
   2  usage or input error (bad path, unloadable model file, no probes, bad probe, unknown stage,
      unwritable output)
-  3  internal error in tracecheck"""
+  3  internal error in tracecheck
+  130  interrupted (Ctrl-C, SIGTERM, SIGHUP): stage processes killed, no report written"""
 
 
 class _LiveProgress(api.Progress):
@@ -61,10 +63,16 @@ Exit codes:
 
 
 def _check_writable(path: str | None, option: str) -> None:
+    """Fail before the run, not after it. Outputs are regular files: never a device, FIFO or directory."""
     if path is None:
         return
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    if os.path.isdir(path) or not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+    if path == "":
+        raise UsageError(f"{option}: empty path")
+    real = os.path.realpath(path)
+    directory = os.path.dirname(real) or "."
+    if os.path.exists(real) and not os.path.isfile(real):
+        raise UsageError(f"{option} {path}: exists and is not a regular file")
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         raise UsageError(f"{option} {path}: cannot write there")
 
 
@@ -135,18 +143,19 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
         if json_path or report_path:
             report.environment["collect_env"] = markdown.collect_env_summary()
         comparison = baseline.compare_report(base, report) if base is not None else None
-        if json_path:
-            write_json_atomic(json_path, report.to_dict())
-        if report_path:
-            _write_text(report_path, markdown.render(report, redact=redact, trace_dir=trace_dir,
-                                                     comparison=comparison))
-        if junit_path:
-            junit.write(junit_path, report, comparison)
-        if update_baseline:
-            baseline.write_baseline(baseline_path, report)
     from .render import terminal
 
-    terminal.render(report, out, verbose=verbose)
+    terminal.render(report, out, verbose=verbose)  # first: a failed write below must not hide the results
+    with _errors(console, verbose):
+        if json_path:
+            _write_output("--json", json_path, lambda: write_json_atomic(json_path, report.to_dict()))
+        if report_path:
+            _write_output("--report", report_path, lambda: _write_text(report_path, markdown.render(
+                report, redact=redact, trace_dir=trace_dir, comparison=comparison)))
+        if junit_path:
+            _write_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison))
+        if update_baseline:
+            _write_output("--baseline", baseline_path, lambda: baseline.write_baseline(baseline_path, report))
     _report_comparison(out, report, comparison, baseline_path)
     if update_baseline:
         out.print(f"baseline {baseline_path} rewritten from this run ({len(report.probes)} probes)", highlight=False)
@@ -252,27 +261,42 @@ def _errors(console: Console, verbose: bool) -> Iterator[None]:
     try:
         yield
     except UsageError as e:
-        console.print(f"tracecheck: error: {e}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"tracecheck: error: {e}", highlight=False, markup=False, emoji=False, soft_wrap=True)
         detail = e.detail or ("".join(traceback.format_exception(e.__cause__)) if e.__cause__ else None)
         if verbose and detail:
             console.print(detail, markup=False, highlight=False)
         sys.exit(ExitCode.USAGE_ERROR)
     except OSError as e:  # an output that could not be written after all
-        console.print(f"tracecheck: error: {e}", highlight=False, markup=False, soft_wrap=True)
+        console.print(f"tracecheck: error: {e}", highlight=False, markup=False, emoji=False, soft_wrap=True)
         sys.exit(ExitCode.USAGE_ERROR)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM/SIGHUP: the runner has already killed its stage processes
+        console.print("tracecheck: interrupted; no report written", highlight=False, markup=False)
+        sys.exit(ExitCode.INTERRUPTED)
     except Exception as e:  # our bug: one line, traceback behind --verbose
         console.print(f"tracecheck: internal error: {type(e).__name__}: {e}".splitlines()[0], markup=False,
-                      soft_wrap=True)
+                      emoji=False, soft_wrap=True)
         if verbose:
             console.print(traceback.format_exc(), markup=False, highlight=False)
         sys.exit(ExitCode.INTERNAL_ERROR)
 
 
+def _write_output(option: str, path: str, write: Callable[[], None]) -> None:
+    try:
+        write()
+    except OSError as e:
+        raise UsageError(f"{option} {path}: could not write it ({e.strerror or e})") from e
+
+
 def _write_text(path: str, text: str) -> None:
+    path = os.path.realpath(path)  # write through a symlink, never replace it
     tmp = path + ".tc-tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _option_from_command(command: list[str], option: str) -> str | None:
@@ -302,7 +326,13 @@ def _exit_code(report, comparison, updated_baseline: bool) -> ExitCode:
     return ExitCode.OK if report.passed else ExitCode.FINDINGS
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # unwinds through the runner, which kills every running stage process group
+
+
 def main() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     cli()
 
 

@@ -29,6 +29,8 @@ def find_files(paths: list[str]) -> list[str]:
     for p in paths:
         if not os.path.exists(p):
             raise UsageError(f"{p}: no such file or directory")
+        if not os.path.isdir(p) and not os.path.isfile(p):
+            raise UsageError(f"{p}: not a regular file")
         if os.path.isfile(p):
             if not p.endswith(".py"):
                 raise UsageError(f"{p}: not a Python file")
@@ -38,7 +40,7 @@ def find_files(paths: list[str]) -> list[str]:
             dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_"))
                              and not os.path.exists(os.path.join(root, d, "__init__.py")))
             found += [os.path.abspath(os.path.join(root, f)) for f in sorted(files)
-                      if f.endswith(".py") and f not in _SKIP_FILES]
+                      if f.endswith(".py") and f not in _SKIP_FILES and os.path.isfile(os.path.join(root, f))]
     return sorted(dict.fromkeys(found))
 
 
@@ -58,8 +60,16 @@ def probe_names_in_source(path: str) -> list[str] | None:
 
 
 def module_name_for(path: str) -> str:
+    """The file's stem, unless that would shadow another module (``random.py``, ``torch.py``) or is no identifier."""
     stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
-    return stem if stem.isidentifier() and not stem[0].isdigit() else f"tc_model_{stem}"
+    if not stem.isidentifier() or stem[0].isdigit() or stem in sys.modules:
+        return f"tc_model_{stem}"
+    try:
+        spec = importlib.util.find_spec(stem)
+    except (ImportError, ValueError):
+        spec = None
+    same_file = spec is not None and spec.origin and os.path.abspath(spec.origin) == os.path.abspath(path)
+    return stem if spec is None or same_file else f"tc_model_{stem}"
 
 
 def load_module(path: str) -> ModuleType:
@@ -76,7 +86,8 @@ def load_module(path: str) -> ModuleType:
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:
-        raise UsageError(f"{e.filename or path}:{e.lineno}: syntax error: {e.msg}: {(e.text or '').strip()}") from e
+        where = f"{e.filename or path}:{e.lineno}" if e.lineno else f"{e.filename or path}"
+        raise UsageError(f"{where}: syntax error: {e.msg}: {(e.text or '').strip()}"[:300]) from e
     except BaseException as e:  # an import error, or any exception at module level
         raise UsageError(f"{path}: {_where(e, path)}{type(e).__name__}: {e}".splitlines()[0]) from e
     return module
@@ -117,5 +128,5 @@ def matches(expr: str | None, probe_id: str) -> bool:
             py.append(repr(tok.lower() in probe_id.lower()))
     try:
         return bool(eval(" ".join(py), {"__builtins__": {}}, {}))  # only True/False/and/or/not/() reach eval
-    except SyntaxError:
-        raise UsageError(f"-k {expr!r}: malformed expression") from None
+    except (SyntaxError, RecursionError, MemoryError):
+        raise UsageError(f"-k {expr[:80]!r}: malformed or too deeply nested expression") from None

@@ -39,7 +39,9 @@ def resolve_device(requested: str) -> str:
 
     if requested == "auto":
         return "npu" if npu_status()["available"] else "cpu"
-    kind = requested.split(":")[0]
+    kind, _, index = requested.partition(":")
+    if index and (not index.isdigit() or kind == "cpu"):
+        raise UsageError(f"--device {requested}: malformed device (e.g. cpu, cuda, cuda:1, npu:0)")
     if kind == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {requested}: torch.cuda.is_available() is False on this machine")
     if kind == "npu" and not npu_status()["available"]:

@@ -11,6 +11,8 @@ class ExitCode(enum.IntEnum):
     USAGE_ERROR = 2
     #: tracecheck itself failed.
     INTERNAL_ERROR = 3
+    #: Interrupted (Ctrl-C, SIGTERM, SIGHUP): stage processes were killed and no report was written.
+    INTERRUPTED = 130
 
 
 class UsageError(Exception):

@@ -232,9 +232,13 @@ def write_json_atomic(path: str, data: dict[str, Any]) -> None:
 
     Raises OSError when the directory is not writable.
     """
-    directory = os.path.dirname(os.path.abspath(path))
+    path = os.path.realpath(path)  # write through a symlink, never replace it
+    directory = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tracecheck-", suffix=".tc-tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, default=str)
             f.write("\n")

@@ -5,6 +5,7 @@ The one place that decides a stage's status; pure (no torch import), like pytest
 """
 from __future__ import annotations
 
+import linecache
 import re
 from typing import Any
 
@@ -101,31 +102,44 @@ def died_result(stage: str, cause: str, timed_out: bool, log_tail: str, seconds:
     return StageResult(stage, TIMEOUT if timed_out else CRASH, failure=finding, findings=[finding], seconds=seconds)
 
 
-_IN_OP_CALL = ("torch/_ops.py", "torch/_library/custom_ops.py")
+_FAULT_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in ')
+_OP_CALL_FILES = ("torch/_ops.py", "torch/_library/custom_ops.py")
+
+
+def _crashed_calling(tail: str, op: str) -> bool:
+    """Did the faulthandler stack (innermost first) die in an op call made from a user line that names ``op``?"""
+    frames = [(m.group("file"), int(m.group("line"))) for m in _FAULT_FRAME.finditer(tail)]
+    short = op.split("::")[-1].split(".")[0]
+    for i, (file, _) in enumerate(frames):
+        if file.endswith(_OP_CALL_FILES):
+            caller = next(((f, ln) for f, ln in frames[i + 1:] if "/torch/" not in f), None)
+            return bool(caller) and short in linecache.getline(caller[0], caller[1])
+    return False
 
 
 def attribute_crashes(stages: dict[str, StageResult]) -> None:
-    """A process that died inside an op call after that probe redefined an op died of the redefinition.
+    """A process that died calling a redefined op died of the redefinition.
 
     ``custom_op`` leaves the first handle pointing at a destroyed registration (pytorch PR #122344): calling
-    it may raise or may segfault, run to run. The crash is then labelled ``op-redefined`` (status stays
-    ``crash``), keeping the signal and stack as evidence; any other crash keeps the ``crash`` label.
+    it may raise or may segfault, run to run. When the faulthandler stack shows the process dying inside an
+    op call made from a line that names the redefined op, the crash is labelled ``op-redefined`` (status stays
+    ``crash``, signal and stack kept as evidence). Any other crash keeps the ``crash`` label.
     """
     load = stages.get(LOAD_STAGE)
     redefined = [f for f in (load.findings if load else []) if f.kind == "op-redefined"]
-    if not redefined:
-        return
     for s in stages.values():
         if s.status != CRASH or not s.failure:
             continue
         tail = s.failure.evidence.get("stderr_tail", "")
-        if any(marker in tail for marker in _IN_OP_CALL):
-            op = redefined[0].context.get("op")
-            f = Finding("op-redefined",
-                        f"The {s.stage} stage died ({s.failure.context.get('cause')}) inside an op call, after "
-                        f"{op} was redefined: the earlier handle points at a destroyed registration.",
-                        {"op": op, "cause": s.failure.context.get("cause")}, dict(s.failure.evidence))
-            s.failure, s.findings = f, [f]
+        for r in redefined:
+            op = r.context.get("op", "")
+            if op and _crashed_calling(tail, op):
+                f = Finding("op-redefined",
+                            f"The {s.stage} stage died ({s.failure.context.get('cause')}) calling {op}, which was "
+                            "redefined: the earlier handle points at a destroyed registration.",
+                            {"op": op, "cause": s.failure.context.get("cause")}, dict(s.failure.evidence))
+                s.failure, s.findings = f, [f]
+                break
 
 
 def load_result(entry: dict[str, Any]) -> StageResult | None:

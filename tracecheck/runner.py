@@ -37,6 +37,8 @@ class Outcome:
     timed_out: bool
     seconds: float
     log_tail: str
+    #: the child never created its log file: tracecheck's own set-up failed, not the probe
+    setup_failed: bool = False
 
     @property
     def died(self) -> str | None:
@@ -46,7 +48,7 @@ class Outcome:
         if self.result is not None:
             return None
         code = self.exitcode
-        if code == worker.SETUP_FAILED_EXIT:
+        if self.setup_failed:
             return ("tracecheck could not set up the stage process (its run folder was removed?); this is not "
                     "the probe's fault")
         if code is not None and code < 0:
@@ -75,6 +77,7 @@ class Runner:
         self.threads = threads_per_job or max(1, cores // self.jobs)
         self._ctx = _context()
         self._tmp = tempfile.TemporaryDirectory(prefix="tracecheck-")
+        self._counter = 0
 
     def close(self) -> None:
         self._tmp.cleanup()
@@ -86,17 +89,26 @@ class Runner:
         self.close()
 
     def run(self, tasks: list[Task], on_start: Callable[[Task], None] | None = None) -> Iterator[Outcome]:
-        pending = deque(tasks)
+        """Yield an Outcome per task as it finishes. On any exit (an exception, Ctrl-C, SIGTERM turned into
+        SystemExit by the CLI, or the caller abandoning the iterator) every running task's process group is
+        killed, so no probe keeps running behind tracecheck."""
         running: dict[int, tuple[Task, Any, float, str, str]] = {}
-        counter = 0
+        try:
+            yield from self._schedule(deque(tasks), running, on_start)
+        finally:
+            for _, proc, _, _, _ in running.values():
+                _kill_group(proc)
+                proc.join(timeout=5)
+
+    def _schedule(self, pending: deque, running: dict, on_start: Callable[[Task], None] | None) -> Iterator[Outcome]:
         while pending or running:
             while pending and len(running) < self.jobs:
                 task = pending.popleft()
-                counter += 1
+                self._counter += 1  # unique over the Runner's life: discovery and stage files never collide
                 # a run folder under /tmp can be removed by tmp cleaners mid-run: recreate it, don't blame probes
                 os.makedirs(self._tmp.name, exist_ok=True)
-                result_path = os.path.join(self._tmp.name, f"{counter}.json")
-                log_path = os.path.join(self._tmp.name, f"{counter}.log")
+                result_path = os.path.join(self._tmp.name, f"{self._counter}.json")
+                log_path = os.path.join(self._tmp.name, f"{self._counter}.log")
                 proc = self._ctx.Process(target=worker.child_main,
                                          args=(task.payload, result_path, log_path, self.threads), daemon=True)
                 proc.start()
@@ -114,18 +126,20 @@ class Runner:
                     if now - start < task.timeout_s:
                         continue
                     timed_out = True
-                    _kill_group(proc)
+                proc.join(timeout=0 if timed_out else None)
+                _kill_group(proc)  # also reaps what the probe spawned into its group and left running
                 proc.join()
                 del running[sentinel]
                 yield Outcome(task, None if timed_out else _read_json(result_path), proc.exitcode, timed_out,
-                              now - start, _tail(log_path))
+                              now - start, _tail(log_path), setup_failed=not os.path.exists(log_path))
 
 
 def _kill_group(proc: Any) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child called setpgrp(): pgid == pid
     except (ProcessLookupError, PermissionError):
-        proc.kill()
+        if proc.exitcode is None:
+            proc.kill()
 
 
 def _read_json(path: str) -> dict[str, Any] | None:

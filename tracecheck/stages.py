@@ -109,14 +109,16 @@ def execute(fn: Callable[..., Any], case: Case) -> Execution:
     return ex
 
 
+_PLAIN = (int, float, bool, str, bytes, type(None), torch.dtype, torch.Size)
+
+
 def compare(ref: Execution, got: Execution) -> list[dict[str, Any]]:
-    """Outputs and gradients of ``got`` vs ``ref`` with dtype-aware allclose; a list of mismatches."""
-    pairs: list[tuple[str, Any, Any]] = []
-    ref_out, got_out = _tensors(ref.outputs), _tensors(got.outputs)
-    if len(ref_out) != len(got_out):
-        return [{"what": "outputs", "detail": f"{len(got_out)} tensor outputs vs {len(ref_out)} in eager",
-                 "max_abs_diff": float("nan"), "dtype": None, "rtol": None, "atol": None}]
-    pairs += [(f"output[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_out, got_out))]
+    """Outputs (tensors with dtype-aware allclose, other leaves with ==) and gradients of ``got`` vs ``ref``."""
+    ref_leaves, ref_spec = pytree.tree_flatten(ref.outputs)
+    got_leaves, got_spec = pytree.tree_flatten(got.outputs)
+    if ref_spec != got_spec:
+        return [{"what": "outputs", "detail": f"output structure differs: compiled {got_spec} vs eager {ref_spec}"}]
+    pairs: list[tuple[str, Any, Any]] = [(f"output[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_leaves, got_leaves))]
     if ref.ran_backward and got.ran_backward:
         pairs += [(f"grad {k}", ref.grads[k], got.grads.get(k)) for k in ref.grads]
     out = []
@@ -127,25 +129,30 @@ def compare(ref: Execution, got: Execution) -> list[dict[str, Any]]:
     return out
 
 
-def _mismatch(what: str, a: torch.Tensor | None, b: torch.Tensor | None) -> dict[str, Any] | None:
+def _mismatch(what: str, a: Any, b: Any) -> dict[str, Any] | None:
     if a is None and b is None:
         return None
-    base = {"what": what, "dtype": str(a.dtype if a is not None else b.dtype), "rtol": None, "atol": None}
-    if a is None or b is None:
-        return {**base, "detail": "gradient missing on one side", "max_abs_diff": float("nan")}
+    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        # plain values only: other objects compare by identity and would always "differ"
+        if not isinstance(a, _PLAIN) or not isinstance(b, _PLAIN) or a == b:
+            return None
+        return {"what": what, "detail": f"eager {a!r:.80} vs compiled {b!r:.80}"}
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return {"what": what, "detail": f"eager {type(a).__name__} vs compiled {type(b).__name__}"}
+    base = {"what": what, "dtype": str(a.dtype)}
     if a.shape != b.shape or a.dtype != b.dtype:
-        return {**base, "detail": f"eager {tuple(a.shape)} {a.dtype} vs compiled {tuple(b.shape)} {b.dtype}",
-                "max_abs_diff": float("nan")}
+        return {**base, "detail": f"eager {tuple(a.shape)} {a.dtype} vs compiled {tuple(b.shape)} {b.dtype}"}
     if not a.is_floating_point() and not a.is_complex():
-        equal = torch.equal(a, b)
-        return None if equal else {**base, "detail": "integer outputs differ",
-                                   "max_abs_diff": float((a.long() - b.long()).abs().max())}
+        return None if torch.equal(a.cpu(), b.cpu()) else {**base, "detail": "integer/bool values differ"}
     rtol, atol = TOLERANCES.get(a.dtype, (1e-4, 1e-4))
     a, b = a.detach().cpu(), b.detach().cpu()
     if torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
         return None
-    diff = (a.double() - b.double()).abs().nan_to_num(nan=float("inf"))
-    return {**base, "rtol": rtol, "atol": atol, "max_abs_diff": float(diff.max())}
+    diff = (a - b).abs().double().nan_to_num(nan=float("inf"), posinf=float("inf"))
+    worst = float(diff.max())
+    return {**base, "rtol": rtol, "atol": atol,
+            "max_abs_diff": worst if worst != float("inf") else None,  # JSON has no Infinity
+            **({} if worst != float("inf") else {"detail": "NaN or Inf where the other side is finite"})}
 
 
 # ---------------------------------------------------------------------------------------------------------

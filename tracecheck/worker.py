@@ -17,8 +17,8 @@ from .exitcodes import UsageError
 from .probe import Case, ProbeShapeError, to_case
 
 
-#: Exit status of a task process that could not even set up its log file (e.g. its run folder was deleted).
-SETUP_FAILED_EXIT = 86
+#: Largest file a stage process may write (its log included): a probe printing in a loop must not fill the disk.
+MAX_FILE_BYTES = 1 << 30
 
 
 def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: int) -> None:
@@ -27,8 +27,9 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
     try:
         _redirect_output(log_path)
     except OSError:
-        os._exit(SETUP_FAILED_EXIT)  # tracecheck's problem, not the probe's: the parent says so
+        os._exit(1)  # no log file: the parent knows it was tracecheck's set-up, not the probe
     faulthandler.enable()  # a segfault in the probe leaves its Python stack in the stderr tail
+    _limit_file_size()
     try:
         import torch
 
@@ -67,6 +68,15 @@ def _keep_structured_trace(trace_dir: str) -> None:
     _internal._init_logs()
 
 
+def _limit_file_size() -> None:
+    """Past MAX_FILE_BYTES a write fails with EFBIG (an error in the probe) instead of growing the file."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+
+
 def _redirect_output(log_path: str) -> None:
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -97,6 +107,12 @@ def discover_file(path: str, select: str | None) -> dict[str, Any]:
                 continue
             before = len(watch.events)
             entry: dict[str, Any] = {"name": name}
+            required = _required_params(fn)
+            if required:
+                entry["bad_shape"] = (f"{os.path.relpath(path)}::{name}: a probe takes no arguments, this one "
+                                      f"requires {', '.join(required)}")
+                probes.append(entry)
+                continue
             try:
                 to_case(_call_probe(fn))
             except ProbeShapeError as e:
@@ -106,6 +122,17 @@ def discover_file(path: str, select: str | None) -> dict[str, Any]:
             entry["registrations"] = file_events + watch.events[before:]
             probes.append(entry)
     return {"probes": probes, "n_candidates": len(discover.find_probes(module))}
+
+
+def _required_params(fn: Callable[..., Any]) -> list[str]:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD,
+                                                                           p.KEYWORD_ONLY)]
 
 
 def _call_probe(fn: Callable[[], Any]) -> Any:

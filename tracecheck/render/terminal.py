@@ -93,6 +93,9 @@ def _finding_text(stage: str, f: Finding, verbose: bool) -> Text:
         bits.append(f"opcheck {ev['opcheck_test']}")
     if bits:
         t.append("    " + "; ".join(bits) + "\n", style="dim")
+    first_line = next((ln.strip() for ln in str(ev.get("message") or "").splitlines() if ln.strip()), "")
+    if first_line and not verbose and f.kind in ("eager-error", "backend-error", "unknown"):
+        t.append(f"    message: {first_line[:200]}\n", style="dim")
     frame = _frame(f)
     if frame:
         t.append(f"    at {frame}\n", style="dim")
