@@ -42,9 +42,12 @@ def test_probes_in_source_order_and_only_own(tmp_path):
     assert [n for n, _ in discover.find_probes(module)] == ["probe_z", "custom_name", "probe"]
 
 
-def test_module_name_for_digit_files():
+def test_module_name_for_digit_files_and_shadowing_names():
     assert discover.module_name_for("/x/01_case.py") == "tc_model_01_case"
-    assert discover.module_name_for("/x/mhc_probes.py") == "mhc_probes"
+    assert discover.module_name_for("/x/tc_unlikely_model_name.py") == "tc_unlikely_model_name"
+    # a model file must never replace a real module in sys.modules
+    assert discover.module_name_for("/x/random.py") == "tc_model_random"
+    assert discover.module_name_for("/x/torch.py") == "tc_model_torch"
 
 
 @pytest.mark.parametrize("expr, expected", [
