@@ -1,5 +1,4 @@
 """Bad input: one clear line naming the path and the problem, exit 2, no traceback (issue 2, 'Bad input')."""
-import pytest
 
 
 def assert_usage_error(res, *needles):

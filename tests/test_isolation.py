@@ -35,7 +35,7 @@ def probe_exit():
 
 @pytest.fixture(scope="module")
 def isolation_run(tmp_path_factory):
-    import json, os, subprocess, sys
+    import json, subprocess, sys
 
     d = tmp_path_factory.mktemp("iso")
     (d / "model.py").write_text(MODEL)

@@ -6,7 +6,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import __version__, baseline, discover, environment, results
 from .exitcodes import UsageError
