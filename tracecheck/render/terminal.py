@@ -40,11 +40,13 @@ def explain_breaks(p: ProbeReport) -> str:
 def verdict_table(report: RunReport) -> Table:
     has_load = any(LOAD_STAGE in p.stages for p in report.probes)
     columns = ([LOAD_STAGE] if has_load else []) + list(report.stages)
-    table = Table(title="tracecheck verdicts", title_justify="left")
+    table = Table(title="tracecheck verdicts", title_justify="left", caption_justify="left",
+                  caption="graph breaks: tracecheck's count in the explain stage (structured trace, deduplicated "
+                          "by gb_type and user line); explain()'s own number is noted where it differs")
     table.add_column("probe", overflow="fold", min_width=24)
     for c in columns:
         table.add_column(c)
-    table.add_column("breaks (explain)", justify="right")
+    table.add_column("graph breaks", justify="right")
     labels = short_labels(report)
     for p in report.probes:
         table.add_row(labels[p.id], *[cell(p.stages.get(c)) for c in columns], explain_breaks(p))
