@@ -54,21 +54,17 @@ class StructuredTraceHandler(logging.Handler):
 class TraceCollector(StructuredTraceHandler):
     """Collects graph breaks from the structured trace while installed.
 
-    Use as a context manager. ``breaks`` holds raw break records (see ``classify.classify_break``);
-    ``dynamo_outputs`` counts the Dynamo graphs produced.
+    Use as a context manager. ``breaks`` holds raw break records (see ``classify.classify_break``).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.breaks: list[dict[str, Any]] = []
         self._seen: set[tuple[Any, ...]] = set()
-        self.dynamo_outputs = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             meta = getattr(record, "metadata", {}) or {}
-            if "dynamo_output_graph" in meta:
-                self.dynamo_outputs += 1
             art = meta.get("artifact")
             if isinstance(art, dict) and art.get("name") == "dynamo_graph_break_reason":
                 self._add_break(getattr(record, "payload", "") or "")
@@ -81,7 +77,7 @@ class TraceCollector(StructuredTraceHandler):
         reason = (reason_m.group("reason") if reason_m else payload).strip()
         from .classify import _gb_type_from_text, gb_code_from_text
 
-        gb_type = _gb_type_from_text(reason) or reason.splitlines()[0] if reason else None
+        gb_type = _gb_type_from_text(reason)  # None when unparsable: never invent one from message text
         file = loc.group("file") if loc else None
         line = int(loc.group("line")) if loc else None
         key = (gb_type, file, line)

@@ -104,9 +104,6 @@ _BACKEND_TYPES = {"BackendCompilerFailed", "InductorError", "LoweringException",
 _GB_CODE = re.compile(r"/gb/gb(\d{4})\.html")
 _AUTOGRAD_FN = re.compile(r"Higher Order Operator: autograd\.Function|autograd_function\.py|in (forward|backward)\(ctx")
 
-COMPILE_STAGES = ("explain", "aot_eager", "inductor", "fullgraph", "compiled_autograd")
-
-
 def _short_type(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
 

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__, api, baseline
 from .exitcodes import ExitCode, UsageError
 from .render import annotations, diff, junit, markdown
-from .report import PASS, STAGES, StageResult, write_json_atomic
+from .report import PASS, STAGES, StageResult, write_json_atomic, write_text_atomic
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -150,7 +150,7 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
         if json_path:
             _write_output("--json", json_path, lambda: write_json_atomic(json_path, report.to_dict()))
         if report_path:
-            _write_output("--report", report_path, lambda: _write_text(report_path, markdown.render(
+            _write_output("--report", report_path, lambda: write_text_atomic(report_path, markdown.render(
                 report, redact=redact, trace_dir=trace_dir, comparison=comparison)))
         if junit_path:
             _write_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison))
@@ -184,7 +184,7 @@ def show(report_json, fmt, output, redact, trace_dir, verbose):
 
             text = tables.to_csv(report) if fmt == "csv" else tables.to_table(report)
         if output:
-            _write_text(output, text)
+            write_text_atomic(output, text)
         else:
             click.echo(text, nl=False)
     sys.exit(ExitCode.OK)
@@ -287,18 +287,6 @@ def _write_output(option: str, path: str, write: Callable[[], None]) -> None:
         raise UsageError(f"{option} {path}: could not write it ({e.strerror or e})") from e
 
 
-def _write_text(path: str, text: str) -> None:
-    path = os.path.realpath(path)  # write through a symlink, never replace it
-    tmp = path + ".tc-tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def _option_from_command(command: list[str], option: str) -> str | None:
     for i, arg in enumerate(command):
         if arg == option and i + 1 < len(command):
@@ -321,6 +309,9 @@ def _exit_code(report, comparison, updated_baseline: bool) -> ExitCode:
     """The one mapping from results to the exit code: a baseline decides when given, else the verdicts."""
     if updated_baseline:
         return ExitCode.OK
+    if any(f.evidence.get("exception_type") == "tracecheck.InternalError"
+           for p in report.probes for s in p.stages.values() for f in s.findings):
+        return ExitCode.INTERNAL_ERROR  # the run went on, but a stage hit a tracecheck bug: say so
     if comparison is not None:
         return ExitCode.FINDINGS if comparison.regressed else ExitCode.OK
     return ExitCode.OK if report.passed else ExitCode.FINDINGS

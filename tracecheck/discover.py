@@ -7,7 +7,6 @@ is always loaded.
 """
 from __future__ import annotations
 
-import ast
 import importlib.util
 import os
 import re
@@ -42,21 +41,6 @@ def find_files(paths: list[str]) -> list[str]:
             found += [os.path.abspath(os.path.join(root, f)) for f in sorted(files)
                       if f.endswith(".py") and f not in _SKIP_FILES and os.path.isfile(os.path.join(root, f))]
     return sorted(dict.fromkeys(found))
-
-
-def probe_names_in_source(path: str) -> list[str] | None:
-    """Cheap pre-filter without importing: names of module-level probe candidates, None if unparsable."""
-    try:
-        tree = ast.parse(open(path, encoding="utf-8").read(), filename=path)
-    except (SyntaxError, UnicodeDecodeError, ValueError):
-        return None
-    names = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            decorated = any("probe" in ast.unparse(d) for d in node.decorator_list)
-            if _PROBE_NAME.match(node.name) or decorated:
-                names.append(node.name)
-    return names
 
 
 def module_name_for(path: str) -> str:
@@ -106,7 +90,7 @@ def find_probes(module: ModuleType) -> list[tuple[str, Callable[[], Any]]]:
     for name, obj in vars(module).items():
         if not callable(obj) or getattr(obj, "__module__", None) != module.__name__:
             continue
-        if is_marked(obj) or (_PROBE_NAME.match(name) and callable(obj) and not isinstance(obj, type)):
+        if is_marked(obj) or (_PROBE_NAME.match(name) and not isinstance(obj, type)):
             out.append((name, obj))
     out.sort(key=lambda item: getattr(getattr(item[1], "__code__", None), "co_firstlineno", 0))
     return out

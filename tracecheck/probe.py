@@ -18,8 +18,7 @@ _MARK = "__tracecheck_probe__"
 class Case:
     """One call to diagnose: ``fn(*args, **kwargs)``.
 
-    ``grad``: ``None`` runs backward when any floating-point input requires grad (or ``fn`` is a module with
-    trainable parameters and an input requires grad); ``True``/``False`` force it. A callable is used as the
+    ``grad``: ``None`` runs backward when any floating-point input requires grad; ``True``/``False`` force it. A callable is used as the
     loss: ``grad(outputs) -> scalar tensor`` instead of the default ``sum`` of the floating outputs.
     """
 

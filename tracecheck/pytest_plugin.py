@@ -23,7 +23,6 @@ come from ``--tracecheck-baseline PATH`` (ini ``tracecheck_baseline``), a baseli
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any, Callable
 import pytest
 
 from . import baseline as bl
+from .report import write_json_atomic
 
 STAGE = "explain"
 
@@ -64,11 +64,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     for key, snap in state.recorded.items():
         doc["probes"].setdefault(key, {"stages": {}})["stages"][STAGE] = snap
     doc["probes"] = dict(sorted(doc["probes"].items()))
-    tmp = state.path + ".tc-tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, state.path)
+    write_json_atomic(state.path, doc)
 
 
 @dataclass

@@ -227,23 +227,27 @@ def group_findings(p: ProbeReport) -> list[tuple[list[str], Finding]]:
     return list(groups.values())
 
 
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    """Write ``data`` as JSON to ``path`` via a temp file + rename, so readers never see half a file.
+def write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file + rename, so readers never see half a file.
 
-    Raises OSError when the directory is not writable.
+    A symlink is written through (its target is replaced, not the link); the file gets the umask's mode, not
+    mkstemp's 0600. Raises OSError when the directory is not writable; no temp file is left behind.
     """
-    path = os.path.realpath(path)  # write through a symlink, never replace it
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tracecheck-", suffix=".tc-tmp")
+    path = os.path.realpath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tracecheck-", suffix=".tc-tmp")
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str)
-            f.write("\n")
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    """``data`` as indented JSON, atomically (see write_text_atomic). Raises OSError."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")

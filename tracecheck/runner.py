@@ -71,10 +71,9 @@ def _context() -> multiprocessing.context.BaseContext:
 class Runner:
     """Run ``Task``s ``jobs`` at a time; ``run`` yields ``Outcome``s as they finish."""
 
-    def __init__(self, jobs: int, threads_per_job: int | None = None) -> None:
+    def __init__(self, jobs: int) -> None:
         self.jobs = max(1, jobs)
-        cores = os.cpu_count() or 1
-        self.threads = threads_per_job or max(1, cores // self.jobs)
+        self.threads = max(1, (os.cpu_count() or 1) // self.jobs)  # torch threads per stage: no oversubscription
         self._ctx = _context()
         self._tmp = tempfile.TemporaryDirectory(prefix="tracecheck-")
         self._counter = 0
@@ -89,8 +88,8 @@ class Runner:
         self.close()
 
     def run(self, tasks: list[Task], on_start: Callable[[Task], None] | None = None) -> Iterator[Outcome]:
-        """Yield an Outcome per task as it finishes. On any exit (an exception, Ctrl-C, SIGTERM turned into
-        SystemExit by the CLI, or the caller abandoning the iterator) every running task's process group is
+        """Yield an Outcome per task as it finishes. On any exit (an exception, Ctrl-C, SIGTERM/SIGHUP turned
+        into KeyboardInterrupt by the CLI, or the caller abandoning the iterator) every running task's process group is
         killed, so no probe keeps running behind tracecheck."""
         running: dict[int, tuple[Task, Any, float, str, str]] = {}
         try:

@@ -100,16 +100,26 @@ def execute(fn: Callable[..., Any], case: Case) -> Execution:
             if not diff:
                 return ex  # nothing differentiable came out: no backward to run
             loss = sum(t.float().sum() for t in diff)
+        targets = grad_targets(case)
+        # the probe may hand out the same module or leaf tensor on every call: compare this backward's
+        # contribution, not whatever .grad already held
+        before = {k: (t.grad.detach().clone() if t.grad is not None else None) for k, t in targets.items()}
         loss.backward()
         ex.ran_backward = True
-        ex.grads = {k: (t.grad.detach().clone() if t.grad is not None else None)
-                    for k, t in grad_targets(case).items()}
+        ex.grads = {k: _grad_delta(t.grad, before[k]) for k, t in targets.items()}
     except Exception as e:
         ex.error = capture.error_record(e, "backward")
     return ex
 
 
 _PLAIN = (int, float, bool, str, bytes, type(None), torch.dtype, torch.Size)
+
+
+def _grad_delta(grad: torch.Tensor | None, before: torch.Tensor | None) -> torch.Tensor | None:
+    if grad is None:
+        return None
+    grad = grad.detach().clone()
+    return grad if before is None else grad - before
 
 
 def compare(ref: Execution, got: Execution) -> list[dict[str, Any]]:
@@ -119,9 +129,12 @@ def compare(ref: Execution, got: Execution) -> list[dict[str, Any]]:
     if ref_spec != got_spec:
         return [{"what": "outputs", "detail": f"output structure differs: compiled {got_spec} vs eager {ref_spec}"}]
     pairs: list[tuple[str, Any, Any]] = [(f"output[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_leaves, got_leaves))]
+    out = []
+    if ref.ran_backward != got.ran_backward:  # e.g. the compiled outputs lost requires_grad
+        out.append({"what": "backward", "detail": f"backward ran in eager: {ref.ran_backward}, "
+                                                  f"in the compiled run: {got.ran_backward}"})
     if ref.ran_backward and got.ran_backward:
         pairs += [(f"grad {k}", ref.grads[k], got.grads.get(k)) for k in ref.grads]
-    out = []
     for what, a, b in pairs:
         m = _mismatch(what, a, b)
         if m:

@@ -23,7 +23,7 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..report import CRASH, FAIL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..report import CRASH, FAIL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult, write_text_atomic
 
 _XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _MAX_TEXT = 20000
@@ -141,7 +141,4 @@ def render(report: RunReport, comparison: Any = None) -> str:
 
 
 def write(path: str, report: RunReport, comparison: Any = None) -> None:
-    tmp = path + ".tc-tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(render(report, comparison))
-    os.replace(tmp, path)
+    write_text_atomic(path, render(report, comparison))
