@@ -51,7 +51,7 @@ def test_verdict_table_is_probes_by_stages():
     md = markdown.render(small_report())
     table = [line for line in section(md, "## Verdicts").splitlines() if line.startswith("|")]
     header = [c.strip() for c in table[0].strip("|").split("|")]
-    assert header == ["probe", "eager", "explain", "aot_eager", "fullgraph", "compiled_autograd", "breaks"]
+    assert header == ["probe", "eager", "explain", "aot_eager", "fullgraph", "compiled_autograd", "graph breaks"]
     rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")] for r in table[2:]}
     assert set(rows) == {"`model.py::probe_ok`", "`model.py::probe_bad`"}
     bad = rows["`model.py::probe_bad`"]

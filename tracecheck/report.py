@@ -134,6 +134,12 @@ class ProbeReport:
             kinds=kinds,
         )
 
+    @property
+    def graph_breaks(self) -> int | None:
+        """tracecheck's forward graph-break count from the explain stage; None when explain did not count."""
+        s = self.stages.get("explain")
+        return None if s is None else s.graph_break_count
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,

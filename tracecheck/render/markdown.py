@@ -288,10 +288,10 @@ class MarkdownRenderer:
             shown = failing[:_MAX_VERDICT_ROWS]
             hidden = len(probes) - len(shown)
             probes = shown
-        head = "| probe | " + " | ".join(columns) + " | breaks |\n|---|" + "---|" * len(columns) + "---:|\n"
+        head = "| probe | " + " | ".join(columns) + " | graph breaks |\n|---|" + "---|" * len(columns) + "---:|\n"
         rows = []
         for p in probes:
-            breaks = max((s.graph_break_count or 0 for s in p.stages.values()), default=0)
+            breaks = _none_dash(p.graph_breaks)
             cells = [verdict_cell(p.stages.get(c)) for c in columns]
             rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | " + " | ".join(cells) + f" | {breaks} |")
         more = (f"\n_{hidden} more probe(s) not listed (passing probes, and failing ones past the first "

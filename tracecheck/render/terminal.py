@@ -31,12 +31,6 @@ def short_labels(report: RunReport) -> dict[str, str]:
     return {pid: (pid if b in clash else b) for pid, b in base.items()}
 
 
-def explain_breaks(p: ProbeReport) -> str:
-    """tracecheck's forward graph-break count (structured trace) from the explain stage; '–' if it didn't count."""
-    s = p.stages.get("explain")
-    return "–" if s is None or s.graph_break_count is None else str(s.graph_break_count)
-
-
 def verdict_table(report: RunReport) -> Table:
     has_load = any(LOAD_STAGE in p.stages for p in report.probes)
     columns = ([LOAD_STAGE] if has_load else []) + list(report.stages)
@@ -49,7 +43,8 @@ def verdict_table(report: RunReport) -> Table:
     table.add_column("graph breaks", justify="right")
     labels = short_labels(report)
     for p in report.probes:
-        table.add_row(labels[p.id], *[cell(p.stages.get(c)) for c in columns], explain_breaks(p))
+        table.add_row(labels[p.id], *[cell(p.stages.get(c)) for c in columns],
+                      "–" if p.graph_breaks is None else str(p.graph_breaks))
     return table
 
 
