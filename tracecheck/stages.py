@@ -13,6 +13,7 @@ record), ``recompiles`` and ``steady_state_recompiles`` (compiled_autograd.py: `
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -179,15 +180,23 @@ def stage_eager(make_case: Callable[[], Case]) -> dict[str, Any]:
     return {"error": ex.error, "warnings": w.messages, "ran_backward": ex.ran_backward}
 
 
-def _reference(make_case: Callable[[], Case]) -> Execution:
+def _reference(make_case: Callable[[], Case], backward: bool = True) -> Execution:
+    """The eager run a stage compares against (or, with ``backward=False``, only checks that it runs)."""
     case = make_case()
+    if not backward:
+        case = dataclasses.replace(case, grad=False)
     return execute(case.fn, case)
+
+
+def _forward_fails(ref: Execution) -> bool:
+    """When eager cannot even run forward, a compiled stage has nothing to diagnose that eager didn't."""
+    return bool(ref.error and ref.error["phase"] == "forward")
 
 
 def stage_compile(make_case: Callable[[], Case], backend: str, fullgraph: bool = False) -> dict[str, Any]:
     """``torch.compile(fn, backend=..., fullgraph=...)`` forward+backward, compared with eager."""
     ref = _reference(make_case)
-    if ref.error and ref.error["phase"] == "forward":
+    if _forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
     case = make_case()
     compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
@@ -209,8 +218,7 @@ def stage_compile(make_case: Callable[[], Case], backend: str, fullgraph: bool =
 
 def stage_explain(make_case: Callable[[], Case]) -> dict[str, Any]:
     """``torch._dynamo.explain`` (forward only) plus tracecheck's own break count from the trace."""
-    ref = _reference(make_case)
-    if ref.error and ref.error["phase"] == "forward":
+    if _forward_fails(_reference(make_case, backward=False)):  # explain is forward-only: no eager backward
         return {"skip_reason": "the eager forward fails (see the eager stage)"}
     case = make_case()
     with capture.TraceCollector() as trace:

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..classify import kinds
-from ..report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult,
+from ..report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
                       group_findings)
 
 
