@@ -20,6 +20,8 @@ class RunOptions:
     paths: list[str]
     stages: list[str] = field(default_factory=lambda: list(STAGES))
     select: str | None = None
+    #: only the probe function of exactly this name (``tracecheck fix file.py::name``)
+    only: str | None = None
     jobs: int = os.cpu_count() or 1
     timeout_s: float = 300.0
     device: str = "auto"
@@ -112,7 +114,7 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
 
 def _discover(runner: Runner, files: list[str], opts: RunOptions) -> list[ProbeReport]:
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
-    tasks = [Task(f, {"op": "discover", "file": f, "select": opts.select}, timeout) for f in files]
+    tasks = [Task(f, {"op": "discover", "file": f, "select": opts.select, "only": opts.only}, timeout) for f in files]
     found: dict[str, list[ProbeReport]] = {}
     total_candidates = 0
     for outcome in runner.run(tasks):
@@ -138,8 +140,9 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions) -> list[ProbeR
         found[path] = reports
     probes = [p for f in files for p in found.get(f, [])]
     if not probes:
-        what = f"matching -k {opts.select!r}" if opts.select and total_candidates else "(no probe() / probe_<name>() " \
-            "functions or @tracecheck.probe)"
+        what = f"matching -k {opts.select!r}" if opts.select and total_candidates else \
+            f"named {opts.only!r}" if opts.only and total_candidates else \
+            "(no probe() / probe_<name>() functions or @tracecheck.probe)"
         raise UsageError(f"{' '.join(opts.paths)}: no probes found {what}")
     return probes
 

@@ -162,6 +162,46 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
     sys.exit(_exit_code(report, comparison, update_baseline))
 
 
+FIX_EXIT_CODES_HELP = """\b
+Exit codes:
+  0  the fix is verified (every stage passes on the patched probe, eager outputs and
+     gradients match the original), or there was nothing to fix
+  1  a fix was written but is not verified (a TODO, a stage still failing), or the kind
+     found has no code fix
+  2  usage or input error (bad target, unloadable file, unwritable output)
+  3  internal error in tracecheck
+  130  interrupted"""
+
+
+@cli.command(epilog=FIX_EXIT_CODES_HELP)
+@click.argument("target", metavar="MODEL.py::PROBE")
+@click.option("-o", "--output", default="fixed_ops.py", show_default=True, metavar="PATH",
+              help="The fixed-ops module to write (a .py file with a module name).")
+@click.option("--patched", metavar="PATH", help="The patched copy of the probe file [default: <model>_fixed.py "
+              "beside -o].")
+@click.option("--namespace", default="tracecheck_fix", show_default=True, help="Custom-op namespace of the new ops.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="cores",
+              help="Stage processes at once.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+              help="Seconds per stage process.")
+@click.option("--no-verify", is_flag=True, help="Write the fix without re-running the stages on it.")
+@click.option("-v", "--verbose", is_flag=True, help="Perturbations the op refused, full evidence, tracebacks.")
+def fix(target, output, patched, namespace, jobs, timeout_s, no_verify, verbose):
+    """Generate the fixed registration for a failing probe, and prove it passes every stage."""
+    from .fix import FixOptions, fix as run_fix
+    from .fix.pipeline import NOTHING_TO_FIX, VERIFIED
+    from .render import fix as render_fix
+
+    console = Console(stderr=True)
+    with _errors(console, verbose):
+        live = _LiveProgress(console)
+        with live.bar:
+            outcome = run_fix(FixOptions(target, output, patched, namespace, min(jobs, os.cpu_count() or 1),
+                                         timeout_s, verify=not no_verify), live)
+    render_fix.render(outcome, _stdout(), verbose=verbose)
+    sys.exit(ExitCode.OK if outcome.status in (VERIFIED, NOTHING_TO_FIX) else ExitCode.FINDINGS)
+
+
 @cli.command(epilog=SIMPLE_EXIT_CODES_HELP)
 @click.argument("report_json", metavar="REPORT.json")
 @click.option("--format", "fmt", type=click.Choice(["md", "table", "csv"]), default="md", show_default=True,

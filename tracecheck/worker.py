@@ -88,13 +88,18 @@ def _redirect_output(log_path: str) -> None:
 
 def handle(task: dict[str, Any]) -> dict[str, Any]:
     if task["op"] == "discover":
-        return discover_file(task["file"], task.get("select"))
+        return discover_file(task["file"], task.get("select"), task.get("only"))
     if task["op"] == "stage":
         return run_stage(task)
+    if task["op"] in ("fix-analyze", "eager-dump", "eager-compare"):
+        from .fix import analysis
+
+        return {"fix-analyze": analysis.analyze, "eager-dump": analysis.eager_dump,
+                "eager-compare": analysis.eager_compare}[task["op"]](task)
     raise ValueError(f"unknown task {task['op']!r}")
 
 
-def discover_file(path: str, select: str | None) -> dict[str, Any]:
+def discover_file(path: str, select: str | None, only: str | None = None) -> dict[str, Any]:
     """Load one model file; call each selected probe once to check what it returns and what it registers."""
     from . import capture, discover
 
@@ -103,7 +108,7 @@ def discover_file(path: str, select: str | None) -> dict[str, Any]:
         file_events = list(watch.events)
         probes = []
         for name, fn in discover.find_probes(module):
-            if not discover.matches(select, f"{os.path.relpath(path)}::{name}"):
+            if not discover.matches(select, f"{os.path.relpath(path)}::{name}") or (only and name != only):
                 continue
             before = len(watch.events)
             entry: dict[str, Any] = {"name": name}

@@ -1,0 +1,138 @@
+"""Worker side of ``tracecheck fix``: runs inside a stage process (user code never runs in the CLI process).
+
+``analyze``   loads the probe, runs it eagerly once while recording every autograd.Function it applies, asks
+              Dynamo (fullgraph, eager backend) about each Function alone, and plans + renders the fix for each
+              one that fails as pybind-builtin. Returns the generated sources as text.
+``eager_dump`` / ``eager_compare``  run the original and the patched probe eagerly and compare outputs and
+              gradients, so "verified" also means "computes what the original computed".
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, Iterator
+
+import torch
+
+from .. import capture, classify, discover, stages
+from ..probe import to_case
+from . import autograd_fn, codegen
+
+
+@contextlib.contextmanager
+def record_function_calls(calls: dict[type, tuple]) -> Iterator[None]:
+    """Record the first ``apply`` args of every autograd.Function subclass (cloned before the call)."""
+    original = torch.autograd.Function.__dict__["apply"]
+
+    def apply(cls, *args, **kwargs):
+        if cls not in calls and not kwargs:
+            calls[cls] = tuple(a.detach().clone().requires_grad_(a.requires_grad)
+                               if isinstance(a, torch.Tensor) and a.is_floating_point() else
+                               a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+        return original.__func__(cls, *args, **kwargs)
+
+    torch.autograd.Function.apply = classmethod(apply)
+    try:
+        yield
+    finally:
+        torch.autograd.Function.apply = original
+
+
+def _case(task: dict[str, Any]):
+    from ..worker import _call_probe
+
+    module = discover.load_module(task["file"])
+    return module, to_case(_call_probe(dict(discover.find_probes(module))[task["probe"]]))
+
+
+def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
+    """None when Dynamo traces ``cls.apply`` alone under fullgraph; else the classified finding as a dict."""
+    torch._dynamo.reset()
+    fn = torch.compile(lambda *a: cls.apply(*a), backend="eager", fullgraph=True)
+    try:
+        fn(*[a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor)
+             and a.is_floating_point() else a for a in args])
+    except Exception as e:
+        f = classify.classify_error("fullgraph", capture.error_record(e, "fullgraph"))
+        return {"kind": f.kind, "summary": f.summary, "evidence": f.evidence}
+    finally:
+        torch._dynamo.reset()
+    return None
+
+
+def analyze(task: dict[str, Any]) -> dict[str, Any]:
+    module, case = _case(task)
+    calls: dict[type, tuple] = {}
+    with record_function_calls(calls):
+        stages.execute(case.fn, case)
+    found: list[dict[str, Any]] = []
+    plans: list[autograd_fn.FunctionPlan] = []
+    for cls, args in calls.items():
+        entry: dict[str, Any] = {"function": cls.__qualname__, "module": cls.__module__}
+        found.append(entry)
+        verdict = dynamo_verdict(cls, args)
+        entry["dynamo"] = verdict
+        if verdict is None:
+            entry["action"] = "left alone: Dynamo traces it under fullgraph"
+            continue
+        if verdict["kind"] != "pybind-builtin":
+            entry["action"] = f"left alone: Dynamo fails on it with {verdict['kind']}, which this fix does not cover"
+            continue
+        home = sys.modules.get(cls.__module__)
+        if home is None or getattr(home, cls.__qualname__, None) is not cls:
+            entry["action"] = "no code generated: the class is not defined at module level, so it cannot be rebound"
+            continue
+        try:
+            plan = autograd_fn.analyse(cls, args)
+        except autograd_fn.Unfixable as e:
+            entry["action"] = f"no code generated: {e}"
+            continue
+        plan.probe_names = [n for n, v in vars(module).items() if v is cls]
+        plans.append(plan)
+        entry["action"] = "fixed"
+        entry["todo"] = [f"{o}: {t}" for o, m in zip([*plan.outputs, *plan.residuals], plan.fwd_meta) for t in m.todo]
+        entry["todo"] += [f"grad_{n}: {t}" for n, m in zip(plan.grads_for, plan.bwd_meta) for t in m.todo]
+        entry["check"] = [f"{o} {u}" for o, m in zip([*plan.outputs, *plan.residuals], plan.fwd_meta)
+                          for u in m.unconfirmed]
+        entry["check"] += [f"{p.qualname}: ctx.{a} is a constant" for p in [plan]
+                           for a, (_, _, src) in p.scalar_attrs.items() if src[0] == "const"]
+        entry["mutates_args"] = {"forward": plan.fwd_mutates, "backward": plan.bwd_mutates}
+        entry["runs"], entry["refused"] = plan.runs, plan.refused
+    out: dict[str, Any] = {"functions": found}
+    if plans:
+        out["fixed_module"] = codegen.fixed_module(plans, task["namespace"], task["module_name"], task["target"],
+                                                   task["versions"])
+        rebinds: list[tuple[str | None, str]] = []
+        for p in plans:
+            name = p.qualname
+            if os.path.abspath(p.module_file) == os.path.abspath(task["file"]):
+                rebinds.append((None, name))
+            else:
+                rebinds.append((p.module, name))
+                rebinds += [(None, n) for n in p.probe_names]  # `from mod import Fn` in the probe file
+        with open(task["file"], encoding="utf-8") as f:
+            source = f.read()
+        out["patched_probe"] = codegen.patched_probe(source, task["file"], task["patched_path"], task["fixed_path"],
+                                                     rebinds)
+    return out
+
+
+def eager_dump(task: dict[str, Any]) -> dict[str, Any]:
+    """Run the original probe eagerly (forward + backward) and save outputs and gradients to task["dump"]."""
+    _, case = _case(task)
+    ran = stages.execute(case.fn, case)
+    if ran.error:
+        return {"error": ran.error}
+    torch.save({"outputs": ran.outputs, "grads": ran.grads, "ran_backward": ran.ran_backward}, task["dump"])
+    return {}
+
+
+def eager_compare(task: dict[str, Any]) -> dict[str, Any]:
+    """Run the patched probe eagerly and compare with the original's dump: mismatches (empty when equal)."""
+    _, case = _case(task)
+    ran = stages.execute(case.fn, case)
+    if ran.error:
+        return {"error": ran.error}
+    ref = torch.load(task["dump"], weights_only=False)
+    return {"mismatches": stages.compare(stages.Execution(ref["outputs"], ref["grads"], None, ref["ran_backward"]), ran)}

@@ -1,0 +1,41 @@
+"""Terminal output of ``tracecheck fix``: what was found, what was generated, and whether it is verified."""
+from __future__ import annotations
+
+from rich.console import Console
+
+from ..fix.pipeline import NO_CODE_FIX, NOTHING_TO_FIX, VERIFIED, FixOutcome
+from . import terminal
+
+
+def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
+    p = lambda text="": out.print(text, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+    p(f"{o.probe_id}: {', '.join(o.kinds) or 'passes every diagnosis stage'}")
+    for kind, doc in o.no_code_fix.items():
+        p(f"  {kind}: no code fix is generated for this kind; see {doc}")
+    for f in o.functions:
+        p(f"  {f['function']} ({f['module']}): {f['action']}")
+        if f.get("mutates_args") and any(f["mutates_args"].values()):
+            p(f"    mutates_args observed: forward {f['mutates_args']['forward']}, backward "
+              f"{f['mutates_args']['backward']}")
+        for t in f.get("todo", []):
+            p(f"    TODO: {t}")
+        for c in f.get("check", []):
+            p(f"    CHECK: {c}")
+        if verbose:
+            for r in f.get("refused", []):
+                p(f"    perturbation refused by the op: {r}")
+    for path in o.written:
+        p(f"  wrote {path}")
+    if o.verification is not None:
+        terminal.render(o.verification, out, verbose=verbose)
+    if o.eager_mismatches:
+        p("eager outputs/gradients of the patched probe vs the original:")
+        for m in o.eager_mismatches[:10]:
+            p(f"  {m.get('what', '')}: {m.get('detail', m)}")
+    for r in o.reasons:
+        p(f"not verified: {r}" if o.status not in (NO_CODE_FIX, NOTHING_TO_FIX) else f"  {r}")
+    line = {VERIFIED: "fix VERIFIED: every stage passes on the patched probe, and its eager outputs and gradients "
+                      "match the original's",
+            NOTHING_TO_FIX: "nothing to fix: the probe passes the diagnosis stages",
+            NO_CODE_FIX: "no code fix generated"}.get(o.status, "fix NOT verified (see above)")
+    p(line)
