@@ -18,12 +18,13 @@ section (PyTorch docs); the shipped hand-written equivalent is probes/mhc/fixed.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import keyword
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch.autograd.function import _is_setup_context_defined
@@ -78,6 +79,9 @@ class FunctionPlan:
     grads_alias_inputs: list[int] = field(default_factory=list)
     #: module-level names bound to the class in the probe's module, besides its defining module
     probe_names: list[str] = field(default_factory=list)
+    #: forward or backward ran the autograd engine itself (a kernel written with torch.autograd.grad): the ops
+    #: must then re-enable autograd dispatch, which custom-op kernels otherwise run below
+    uses_autograd: bool = False
     fwd_meta: list[observe.OutputMeta] = field(default_factory=list)
     bwd_meta: list[observe.OutputMeta] = field(default_factory=list)
     runs: int = 0
@@ -260,6 +264,27 @@ def _locate(t: Any, args: dict[str, Any], outs: list[Any], residuals: list[Any])
     return ("residual", len(residuals) - 1)
 
 
+@contextlib.contextmanager
+def _watch_engine(hits: list[int]) -> Iterator[None]:
+    """Count runs of the autograd engine (torch.autograd.grad and .backward both go through it)."""
+    import torch.autograd.graph as graph
+
+    original = graph._engine_run_backward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        hits.append(1)
+        return original(*args, **kwargs)
+
+    patched = [(m, "_engine_run_backward") for m in (graph, torch.autograd) if hasattr(m, "_engine_run_backward")]
+    for m, attr in patched:
+        setattr(m, attr, counting)
+    try:
+        yield
+    finally:
+        for m, attr in patched:
+            setattr(m, attr, original)
+
+
 def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     """Plan the two-op fix of ``cls`` from one eager call with ``example`` args (as passed to ``apply``).
 
@@ -282,7 +307,8 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     # ---- the base run: structure --------------------------------------------------------------
     base = {n: observe._clone(v) for n, v in args.items()}
     before = _snapshot(base)
-    with torch.no_grad():
+    engine_runs: list[int] = []
+    with torch.no_grad(), _watch_engine(engine_runs):
         fctx, outs, returns_tuple = _run_forward(cls, base, needs)
     if fctx._state["dirty"]:
         raise Unfixable("forward calls ctx.mark_dirty (an in-place Function); write it as a custom op with "
@@ -302,7 +328,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     saved_values = tuple(_value(ref, base, outs, residuals) for ref in saved)
     bctx = _BackwardCtx(saved_values, {**attrs}, needs)
     bw_before = _snapshot({f"g{j}": g for j, g in enumerate(grads)})
-    with torch.no_grad():
+    with torch.no_grad(), _watch_engine(engine_runs):
         gin = cls.backward(bctx, *grads)
     gin = list(gin) if isinstance(gin, tuple) else [gin]
     if len(gin) != len(args):
@@ -355,7 +381,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
         residuals_alias_inputs=[r for r, t in enumerate(residuals) if any(_aliases(t, v) for v in base.values()
                                                                          if isinstance(v, torch.Tensor))],
         fwd_mutates=fwd_mutates,
-        grads_alias_inputs=grads_alias,
+        grads_alias_inputs=grads_alias, uses_autograd=bool(engine_runs),
         bwd_mutates=[grad_names[int(n[1:])] for n in _mutated(bw_before, {f"g{j}": g for j, g in enumerate(grads)})],
     )
     _observe(cls, plan, args, needs)

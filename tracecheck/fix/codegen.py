@@ -27,6 +27,7 @@ ops run the original ``forward``/``backward`` code, so keep it importable.
 """
 from __future__ import annotations
 
+import contextlib  # noqa: F401  (used when the original code runs autograd itself)
 from typing import Optional  # noqa: F401  (schemas may use Optional[Tensor])
 
 import torch
@@ -66,6 +67,25 @@ class _BackwardCtx:
         self.saved_tensors = saved
         self.needs_input_grad = needs_input_grad
         self.__dict__.update(attrs)
+'''
+
+
+_EAGER_AUTOGRAD = '''
+
+#: every autograd dispatch key: custom-op kernels run with these excluded
+_AUTOGRAD_KEYS = [k for k in torch._C.DispatchKey.__members__.values()
+                  if k.name.startswith("Autograd") or k.name == "ADInplaceOrView"]
+
+
+@contextlib.contextmanager
+def _eager_autograd():
+    """Autograd dispatch back on, as in eager: the original code runs torch.autograd itself (tracecheck saw its
+    forward or backward run the autograd engine), and a custom-op kernel otherwise runs below autograd."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    for key in _AUTOGRAD_KEYS:
+        exclude = exclude.remove(key)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude):
+        yield
 '''
 
 
@@ -120,11 +140,15 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
         '    """',
         f"    ctx = _ForwardCtx({needs})",
     ]
+    pad = "    "
+    if plan.uses_autograd:
+        L.append("    with _eager_autograd():")
+        pad = "        "
     if plan.setup_context_style:
-        L += [f"    result = _original({q!r}).forward({', '.join(arg_names)})",
-              f"    _original({q!r}).setup_context(ctx, {_tuple(arg_names)}, result)"]
+        L += [f"{pad}result = _original({q!r}).forward({', '.join(arg_names)})",
+              f"{pad}_original({q!r}).setup_context(ctx, {_tuple(arg_names)}, result)"]
     else:
-        L.append(f"    result = _original({q!r}).forward(ctx, {', '.join(arg_names)})")
+        L.append(f"{pad}result = _original({q!r}).forward(ctx, {', '.join(arg_names)})")
     L.append(f"    {', '.join(plan.outputs)}{',' if len(plan.outputs) == 1 and plan.returns_tuple else ''} = result")
     for r, name in enumerate(plan.residuals):
         src = next((f"ctx.saved[{i}]" for i, ref in enumerate(plan.saved) if ref == ("residual", r)), None)
@@ -150,7 +174,8 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
           f'    """{q}.backward as one opaque op: the gradients of {", ".join(plan.grads_for)}."""',
           f"    ctx = _BackwardCtx({_tuple(plan.saved_names) if plan.saved_names else '()'}, {needs}"
           + "".join(f", {k}" for k in attr_kwargs) + ")",
-          f"    grads = _original({q!r}).backward(ctx, {', '.join(plan.grad_names)})",
+          *(["    with _eager_autograd():"] if plan.uses_autograd else []),
+          f"{pad}grads = _original({q!r}).backward(ctx, {', '.join(plan.grad_names)})",
           "    grads = grads if isinstance(grads, tuple) else (grads,)"]
     positions = {a.name: i for i, a in enumerate(plan.inputs)}
     for i, (n, g) in enumerate(zip(plan.grads_for, grads_ret)):
@@ -163,7 +188,7 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
     # autograd: setup_context saves what the original saved; backward calls the backward op
     L += ["", "", f"def _{plan.op_base}_setup_context(ctx, inputs, output):",
           f"    {', '.join(arg_names)}{',' if len(arg_names) == 1 else ''} = inputs",
-          f"    {', '.join(fwd_outs)}{',' if len(fwd_outs) == 1 else ''} = output"]
+          f"    {', '.join(fwd_outs)} = output  # a Tensor when the op has one output, else a tuple"]
     if plan.saved_names:
         L.append(f"    ctx.save_for_backward({', '.join(_ref_name(plan, ref) for ref in plan.saved)})")
     for a, ref in plan.tensor_attrs.items():
@@ -182,7 +207,7 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
         L.append(f"    {', '.join(plan.saved_names)}{',' if len(plan.saved_names) == 1 else ''} = ctx.saved_tensors")
     call_args = [*plan.grad_names, *plan.saved_names, *(f"ctx.{a}" for a in plan.tensor_attrs),
                  *(f"ctx.{a}" for a in plan.scalar_attrs)]
-    L.append(f"    {', '.join(grads_ret)}{',' if len(grads_ret) == 1 else ''} = {bwd}({', '.join(call_args)})")
+    L.append(f"    {', '.join(grads_ret)} = {bwd}({', '.join(call_args)})")
     ret = [f"grad_{a.name}" if a.name in plan.grads_for else "None" for a in plan.inputs]
     L += [f"    return {', '.join(ret)}", "", "",
           f"{fwd}.register_autograd(_{plan.op_base}_backward, setup_context=_{plan.op_base}_setup_context)", "", ""]
@@ -194,7 +219,7 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
           f'    """Drop-in for {q}: ``{cls}.apply({", ".join(arg_names)})`` runs the custom ops above."""', "",
           "    @staticmethod",
           f"    def apply({', '.join(apply_params)}):",
-          f"        {', '.join(fwd_outs)}{',' if len(fwd_outs) == 1 else ''} = {fwd}({', '.join(arg_names)})",
+          f"        {', '.join(fwd_outs)} = {fwd}({', '.join(arg_names)})",
           f"        return {result}", ""]
     return "\n".join(L)
 
@@ -216,7 +241,8 @@ def fixed_module(plans: list[FunctionPlan], ns: str, module_name: str, target: s
             "op: torch.compile sees one graph node per call, shapes come from register_fake, and gradients from "
             "register_autograd, which calls the backward op. See docs/fix.md and "
             "https://pytorch.org/tutorials/advanced/python_custom_ops.html", 100))
-    body = "".join(function_section(p, ns) for p in plans)
+    body = (_EAGER_AUTOGRAD if any(p.uses_autograd for p in plans) else "") + \
+        "".join(function_section(p, ns) for p in plans)
     table = ",\n".join(f"    {p.qualname!r}: {p.qualname.split('.')[-1]}" for p in plans)
     tail = f'''
 
