@@ -97,7 +97,7 @@ def _ret_type(n: int) -> str:
     return "Tensor" if n == 1 else f"tuple[{', '.join(['Tensor'] * n)}]"
 
 
-def fake_lines(names: list[str], metas: list[OutputMeta], tensor_names: list[str], indent: str = "    ") -> list[str]:
+def fake_lines(names: list[str], metas: list[OutputMeta], indent: str = "    ") -> list[str]:
     """Body lines of a fake impl creating ``names`` from ``metas``; raises NotImplementedError on the TODO path."""
     lines: list[str] = []
     for name, meta in zip(names, metas):
@@ -109,7 +109,7 @@ def fake_lines(names: list[str], metas: list[OutputMeta], tensor_names: list[str
         codes = [d.code for d in meta.shape or []]
         for note in meta.unconfirmed:
             lines.append(f"{indent}# CHECK {name} {note}")
-        same = next((t for t in tensor_names if codes == [f"{t}.size({i})" for i in range(len(codes))]), None)
+        same = meta.like if meta.like and codes == [f"{meta.like}.size({i})" for i in range(len(codes))] else None
         shape = f"{same}.shape" if same and codes else _tuple(codes) if codes else "()"
         lines.append(f"{indent}{name} = torch.empty({shape}, dtype={meta.dtype}, device={meta.device})")
     lines.append(f"{indent}return {', '.join(names)}")
@@ -126,7 +126,6 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
     cls, q = plan.qualname.split(".")[-1], plan.qualname
     params = [f"{a.name}: {a.annotation}" for a in plan.inputs]
     arg_names = [a.name for a in plan.inputs]
-    tensor_in = [a.name for a in plan.inputs if "Tensor" in a.annotation]
     fwd_outs = [*plan.outputs, *plan.residuals]
     needs = _tuple(["True" if "Tensor" in a.annotation else "False" for a in plan.inputs])
     L: list[str] = [
@@ -161,7 +160,7 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
     L.append(f"    return {', '.join(fwd_outs)}")
     L += ["", "", f"@{fwd}.register_fake", f"def _({', '.join(arg_names)}):",
           f"    # from {plan.runs} eager runs at the probe's inputs and perturbed ones (tracecheck fix.observe)"]
-    L += fake_lines(fwd_outs, plan.fwd_meta, tensor_in)
+    L += fake_lines(fwd_outs, plan.fwd_meta)
 
     bw_params = plan.backward_inputs
     bw_types = {n: "Tensor" for n in bw_params}
@@ -183,7 +182,7 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
         L.append(f"    {g} = grads[{positions[n]}]{clone}")
     L.append(f"    return {', '.join(grads_ret)}")
     L += ["", "", f"@{bwd}.register_fake", f"def _({', '.join(bw_params)}):"]
-    L += fake_lines(grads_ret, plan.bwd_meta, [n for n in plan.saved_names + plan.grad_names])
+    L += fake_lines(grads_ret, plan.bwd_meta)
 
     # autograd: setup_context saves what the original saved; backward calls the backward op
     L += ["", "", f"def _{plan.op_base}_setup_context(ctx, inputs, output):",

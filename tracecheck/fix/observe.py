@@ -41,6 +41,8 @@ class OutputMeta:
     dtype: str | None
     device: str
     rank_note: str = ""
+    #: an input with this output's exact shape in every run (the fake may then write ``torch.empty(like.shape)``)
+    like: str | None = None
 
     @property
     def todo(self) -> list[str]:
@@ -209,7 +211,7 @@ def _infer_output(runs: list[list[Group]], g: int, k: int) -> OutputMeta:
         for inputs, out in samples:
             r.add(symbols_of(inputs), out.shape[i])
         dims.append(shapes.infer_dim(names, r))
-    return OutputMeta(dims, dtype, device)
+    return OutputMeta(dims, dtype, device, like=like)
 
 
 def _promoted(inputs: dict[str, Any], names: list[str]) -> torch.dtype:

@@ -102,6 +102,12 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
     if not opts.namespace.isidentifier():
         raise UsageError(f"--namespace {opts.namespace!r}: must be a Python identifier")
 
+    # Inductor's FX-graph and AOTAutograd caches do not key on a custom op's fake impl: a regenerated fix with
+    # the same op names would reuse graphs compiled against the previous fakes (seen on torch 2.13: "mismatch in
+    # length of strides and shape"). Verify from scratch. Set before the stage fork server starts (it keeps the
+    # environment it started with).
+    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+    os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
     diagnosis = api.run(api.RunOptions([path], stages=DIAGNOSE_STAGES, only=name, jobs=opts.jobs,
                                        timeout_s=opts.timeout_s, command=["fix", opts.target]), progress)
     if len(diagnosis.probes) != 1:
