@@ -238,7 +238,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more characters]"
 
 
-class _OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
     """Records the first call of every custom op (inputs cloned before the call, which may mutate them)."""
 
     def __init__(self) -> None:
@@ -267,7 +267,7 @@ def opcheck_utils(device: str) -> list[str]:
 def stage_opcheck(make_case: Callable[[], Case], device: str) -> dict[str, Any]:
     """``torch.library.opcheck`` on every custom op the probe calls, with the inputs it called them with."""
     case = make_case()
-    rec = _OpRecorder()
+    rec = OpRecorder()
     try:
         with rec:
             case.fn(*case.args, **case.kwargs)

@@ -1,8 +1,9 @@
 """Worker side of ``tracecheck fix``: runs inside a stage process (user code never runs in the CLI process).
 
-``analyze``   loads the probe, runs it eagerly once while recording every autograd.Function it applies, asks
-              Dynamo (fullgraph, eager backend) about each Function alone, and plans + renders the fix for each
-              one that fails as pybind-builtin. Returns the generated sources as text.
+``analyze``   loads the probe, runs it eagerly once while recording every autograd.Function it applies and every
+              custom op it calls; asks Dynamo (fullgraph, eager backend) about each Function alone and fixes those
+              that fail as pybind-builtin (fix.autograd_fn); checks each custom op for the kinds the diagnosis
+              found (fix.custom_op). Returns the generated sources as text.
 ``eager_dump`` / ``eager_compare``  run the original and the patched probe eagerly and compare outputs and
               gradients, so "verified" also means "computes what the original computed".
 """
@@ -17,7 +18,7 @@ import torch
 
 from .. import capture, classify, discover, stages
 from ..probe import to_case
-from . import autograd_fn, codegen
+from . import autograd_fn, codegen, custom_op
 
 
 @contextlib.contextmanager
@@ -62,12 +63,47 @@ def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
 
 
 def analyze(task: dict[str, Any]) -> dict[str, Any]:
+    """Plan and render the fix for the kinds the diagnosis found (task["kinds"]); sources come back as text."""
     module, case = _case(task)
+    kinds = set(task["kinds"])
     calls: dict[type, tuple] = {}
-    with record_function_calls(calls):
-        stages.execute(case.fn, case)
+    recorder = stages.OpRecorder()
+    with record_function_calls(calls), recorder:
+        stages.execute(case.fn, case)  # forward and backward: backward ops are recorded too
     found: list[dict[str, Any]] = []
-    plans: list[autograd_fn.FunctionPlan] = []
+    plans = _function_plans(module, calls, found) if "pybind-builtin" in kinds else []
+    op_plans: list[custom_op.OpPlan] = []
+    for op, (args, kwargs) in recorder.calls.items():
+        if op.namespace == task["namespace"]:
+            continue
+        plan = custom_op.analyse_op(op, args, kwargs, kinds, set(task.get("autograd_ops", [])))
+        if plan is None:
+            continue
+        op_plans.append(plan)
+        found.append(_op_entry(plan, task["file"]))
+    out: dict[str, Any] = {"functions": found}
+    if not plans and not op_plans:
+        return out
+    out["fixed_module"] = codegen.fixed_module(plans, op_plans, task["namespace"], task["module_name"], task["target"],
+                                               task["versions"])
+    rebinds: list[tuple[str | None, str]] = []
+    for p in plans:
+        if os.path.abspath(p.module_file) == os.path.abspath(task["file"]):
+            rebinds.append((None, p.qualname))
+        else:
+            rebinds.append((p.module, p.qualname))
+            rebinds += [(None, n) for n in p.probe_names]  # `from mod import Fn` in the probe file
+    mutates = {p.qualname: p.observed_mutates for p in op_plans if p.mutates_mismatch and p.defined_at
+               and os.path.abspath(p.defined_at[0]) == os.path.abspath(task["file"])}
+    with open(task["file"], encoding="utf-8") as f:
+        source = f.read()
+    out["patched_probe"] = codegen.patched_probe(source, task["file"], task["patched_path"], task["fixed_path"],
+                                                 rebinds, mutates)
+    return out
+
+
+def _function_plans(module: Any, calls: dict[type, tuple], found: list[dict[str, Any]]) -> list[Any]:
+    plans = []
     for cls, args in calls.items():
         entry: dict[str, Any] = {"function": cls.__qualname__, "module": cls.__module__}
         found.append(entry)
@@ -90,32 +126,38 @@ def analyze(task: dict[str, Any]) -> dict[str, Any]:
             continue
         plan.probe_names = [n for n, v in vars(module).items() if v is cls]
         plans.append(plan)
-        entry["action"] = "fixed"
-        entry["todo"] = [f"{o}: {t}" for o, m in zip([*plan.outputs, *plan.residuals], plan.fwd_meta) for t in m.todo]
+        names = [*plan.outputs, *plan.residuals]
+        entry["action"] = "forward and backward custom ops generated"
+        entry["todo"] = [f"{o}: {t}" for o, m in zip(names, plan.fwd_meta) for t in m.todo]
         entry["todo"] += [f"grad_{n}: {t}" for n, m in zip(plan.grads_for, plan.bwd_meta) for t in m.todo]
-        entry["check"] = [f"{o} {u}" for o, m in zip([*plan.outputs, *plan.residuals], plan.fwd_meta)
-                          for u in m.unconfirmed]
-        entry["check"] += [f"{p.qualname}: ctx.{a} is a constant" for p in [plan]
-                           for a, (_, _, src) in p.scalar_attrs.items() if src[0] == "const"]
+        entry["check"] = [f"{o} {u}" for o, m in zip(names, plan.fwd_meta) for u in m.unconfirmed]
+        entry["check"] += [f"ctx.{a} is a constant ({src[1]}), not an input"
+                           for a, (_, _, src) in plan.scalar_attrs.items() if src[0] == "const"]
         entry["mutates_args"] = {"forward": plan.fwd_mutates, "backward": plan.bwd_mutates}
         entry["runs"], entry["refused"] = plan.runs, plan.refused
-    out: dict[str, Any] = {"functions": found}
-    if plans:
-        out["fixed_module"] = codegen.fixed_module(plans, task["namespace"], task["module_name"], task["target"],
-                                                   task["versions"])
-        rebinds: list[tuple[str | None, str]] = []
-        for p in plans:
-            name = p.qualname
-            if os.path.abspath(p.module_file) == os.path.abspath(task["file"]):
-                rebinds.append((None, name))
-            else:
-                rebinds.append((p.module, name))
-                rebinds += [(None, n) for n in p.probe_names]  # `from mod import Fn` in the probe file
-        with open(task["file"], encoding="utf-8") as f:
-            source = f.read()
-        out["patched_probe"] = codegen.patched_probe(source, task["file"], task["patched_path"], task["fixed_path"],
-                                                     rebinds)
-    return out
+    return plans
+
+
+def _op_entry(plan: custom_op.OpPlan, probe_file: str) -> dict[str, Any]:
+    done, todo, check = [], list(plan.todo), []
+    if plan.needs_fake:
+        done.append("register_fake generated")
+        check += [f"{o} {u}" for b in plan.fake for o, m in zip(plan.outputs, b.metas) for u in m.unconfirmed]
+    if plan.mutates_mismatch:
+        done.append(f"mutates_args={tuple(plan.observed_mutates)!r} (declared {tuple(plan.declared_mutates)!r})")
+        here = plan.defined_at and os.path.abspath(plan.defined_at[0]) == os.path.abspath(probe_file)
+        if not here:
+            where = f"{plan.defined_at[0]}:{plan.defined_at[1]}" if plan.defined_at else "where it is defined"
+            todo.append(f"the op is not defined in the probe file: change its mutates_args at {where}")
+    if plan.needs_autograd:
+        if plan.backward_op:
+            done.append(f"register_autograd wired to {plan.backward_op[0]}")
+            check.append(plan.backward_note)
+        else:
+            done.append("register_autograd skeleton")
+            todo.append(plan.backward_note)
+    return {"function": plan.qualname, "module": "custom op", "action": "; ".join(done), "todo": todo,
+            "check": check, "runs": plan.runs}
 
 
 def eager_dump(task: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,12 @@ from ..runner import Runner, Task
 #: stages that tell the kinds this command fixes apart, fastest first (inductor adds nothing to the diagnosis)
 DIAGNOSE_STAGES = ["eager", "explain", "fullgraph", "opcheck"]
 #: kinds with a code fix, and the fixer that handles them
-CODE_FIXES = {"pybind-builtin": "autograd.Function -> forward and backward custom ops"}
+CODE_FIXES = {
+    "pybind-builtin": "autograd.Function -> forward and backward custom ops",
+    "missing-fake": "register_fake inferred from perturbed eager runs",
+    "mutates-args-mismatch": "mutates_args from observed mutation",
+    "missing-autograd": "register_autograd wired to an existing backward op, else a skeleton",
+}
 VERIFIED, NOT_VERIFIED, NO_CODE_FIX, NOTHING_TO_FIX = "verified", "not verified", "no code fix", "nothing to fix"
 
 
@@ -124,7 +129,10 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
         return out
 
     with Runner(1) as runner:
+        autograd_ops = sorted({f.context["op"] for s in probe.stages.values() for f in s.findings
+                               if f.kind == "missing-autograd" and f.context.get("op")})
         res = _one(runner, {"op": "fix-analyze", "file": path, "probe": probe.name, "namespace": opts.namespace,
+                            "kinds": kinds, "autograd_ops": autograd_ops,
                             "module_name": os.path.splitext(os.path.basename(opts.output))[0],
                             "target": opts.target, "patched_path": patched, "fixed_path": opts.output,
                             "versions": {"tracecheck": __version__, "torch": _torch_version()}},
@@ -133,8 +141,8 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
         if "fixed_module" not in res:
             out.status = NO_CODE_FIX
             out.reasons = [f"{f['function']}: {f['action']}" for f in out.functions] or [
-                "the probe applies no autograd.Function, so the pybind11 call is elsewhere: wrap it in a custom op "
-                "by hand (docs/failures/pybind-builtin.md)"]
+                "tracecheck found no autograd.Function or custom op to fix: the failing call is elsewhere (see the "
+                "doc page of the kind)"]
             return out
         write_text_atomic(opts.output, res["fixed_module"])
         write_text_atomic(patched, res["patched_probe"])

@@ -1,0 +1,217 @@
+"""Analyse the custom ops a probe calls, for the register_fake / mutates_args / register_autograd fixes.
+
+Every custom op the probe calls (forward and backward, recorded with a TorchDispatchMode) is checked
+empirically, not from what the registration claims:
+
+* **fake**: called under ``FakeTensorMode``; an op that has none gets one inferred from perturbed eager runs
+  (fix.observe). A ``bool`` argument that changes the output shapes (mHC's ``outFlag``) becomes an ``if``;
+* **mutates_args**: each tensor argument's version counter and data before and after a real call, against the
+  schema's ``(a!)`` annotations;
+* **autograd**: an op the diagnosis reported as ``missing-autograd`` gets ``register_autograd``: wired to an
+  existing ``<name>_backward`` op when one is registered and its arguments bind by name, else a skeleton.
+
+Reference: PyTorch custom-ops manual (``register_fake``, ``mutates_args``, ``register_autograd``).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .. import capture, classify
+from . import observe
+
+
+@dataclass
+class FakeBranch:
+    """Output metadata when ``flag`` (a bool argument) is ``value``; ``flag`` None: no branch."""
+
+    flag: str | None
+    value: bool | None
+    metas: list[observe.OutputMeta]
+
+
+@dataclass
+class OpPlan:
+    qualname: str
+    args: list[str]
+    outputs: list[str]
+    #: the schema returns one Tensor (not a tuple)
+    single: bool
+    needs_fake: bool = False
+    fake: list[FakeBranch] = field(default_factory=list)
+    fake_error: str = ""
+    declared_mutates: list[str] = field(default_factory=list)
+    observed_mutates: list[str] = field(default_factory=list)
+    needs_autograd: bool = False
+    #: backward op wiring: (qualname, per backward-op argument its source: "grad:<j>", "input:<name>", "output:<j>")
+    backward_op: tuple[str, list[str]] | None = None
+    backward_note: str = ""
+    tensor_inputs: list[str] = field(default_factory=list)
+    differentiable_inputs: list[str] = field(default_factory=list)
+    #: file and line of the ``custom_op(...)`` definition, when tracecheck can find it
+    defined_at: tuple[str, int] | None = None
+    runs: int = 0
+
+    @property
+    def mutates_mismatch(self) -> bool:
+        return sorted(self.declared_mutates) != sorted(self.observed_mutates)
+
+    @property
+    def todo(self) -> list[str]:
+        return [t for b in self.fake for m in b.metas for t in m.todo] + ([self.fake_error] if self.fake_error else [])
+
+
+def _named(op: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    schema = op._schema
+    out: dict[str, Any] = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(args):
+            out[a.name] = args[i]
+        elif a.name in kwargs:
+            out[a.name] = kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+    return out
+
+
+def _outputs(result: Any) -> list[torch.Tensor]:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _has_fake(op: Any, named: dict[str, Any]) -> str | None:
+    """None when the op runs under FakeTensorMode, else the classified reason."""
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+            fake = {n: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for n, v in named.items()}
+            op(**fake)
+    except Exception as e:
+        f = classify.classify_error("opcheck", capture.error_record(e, "fake"))
+        return f.kind if f.kind == "missing-fake" else None  # another failure is not this fix's business
+    return None
+
+
+def _mutated(op: Any, named: dict[str, Any]) -> list[str]:
+    args = {n: observe._clone(v) for n, v in named.items()}
+    before = {n: (v._version, v.detach().clone()) for n, v in args.items() if isinstance(v, torch.Tensor)}
+    with torch.no_grad():
+        op(**args)
+    return [n for n, (ver, data) in before.items()
+            if args[n]._version != ver or not torch.equal(torch.nan_to_num(args[n]), torch.nan_to_num(data))]
+
+
+def _infer_fake(op: Any, named: dict[str, Any]) -> tuple[list[FakeBranch], int]:
+    def call(args: dict[str, Any]) -> list[observe.Group]:
+        return [(args, _outputs(op(**args)))]
+
+    base = _outputs(op(**{n: observe._clone(v) for n, v in named.items()}))
+    # a bool argument that changes the output shapes becomes an `if` in the fake (first such flag only)
+    for flag, value in named.items():
+        if type(value) is not bool:
+            continue
+        try:
+            flipped = _outputs(op(**{**{n: observe._clone(v) for n, v in named.items()}, flag: not value}))
+        except Exception:
+            continue
+        if [tuple(t.shape) for t in flipped] != [tuple(t.shape) for t in base]:
+            branches, runs = [], 0
+            for v in (True, False):
+                seen = observe.observe(call, {**named, flag: v})
+                branches.append(FakeBranch(flag, v, seen.groups[0]))
+                runs += seen.runs
+            return branches, runs
+    seen = observe.observe(call, named)
+    return [FakeBranch(None, None, seen.groups[0])], seen.runs
+
+
+def _definition(qualname: str) -> tuple[str, int] | None:
+    import torch._library.custom_ops as custom_ops
+
+    opdef = custom_ops.OPDEFS.get(qualname)
+    fn = getattr(opdef, "_init_fn", None)
+    try:
+        return (inspect.getsourcefile(fn), inspect.getsourcelines(fn)[1]) if fn else None
+    except (OSError, TypeError):
+        return None
+
+
+def _find_backward(qualname: str, plan: OpPlan) -> None:
+    """Wire ``<ns>::<name>_backward`` (or the same name in another namespace) when its arguments bind by name:
+    ``grad*`` -> the output grads in order, a forward argument's name -> that argument, and the rest -> the
+    forward's remaining outputs in order. Anything else leaves the skeleton."""
+    ns, name = qualname.split("::")
+    candidates = [f"{ns}::{name}_backward"] + [f"{other}::{name}_backward" for other in _namespaces() if other != ns]
+    for cand in candidates:
+        o, n = cand.split("::")
+        packet = getattr(getattr(torch.ops, o), n, None) if hasattr(torch.ops, o) else None
+        if packet is None or not hasattr(packet, "default"):
+            continue
+        args = packet.default._schema.arguments
+        grads = [a for a in args if a.name.lower().startswith("grad")]
+        rest_outputs = list(range(len(grads), len(plan.outputs)))
+        sources: list[str] = []
+        lower = {a.lower(): a for a in plan.args}
+        ok = True
+        for a in args:
+            if a in grads:
+                sources.append(f"grad:{grads.index(a)}")
+            elif a.name.lower() in lower:
+                sources.append(f"input:{lower[a.name.lower()]}")
+            elif str(a.type) == "Tensor" and rest_outputs:
+                sources.append(f"output:{rest_outputs.pop(0)}")
+            else:
+                ok = False
+                break
+        returns = packet.default._schema.returns
+        if ok and len(returns) == len(plan.tensor_inputs) and len(grads) <= len(plan.outputs):
+            plan.backward_op = (cand, sources)
+            plan.backward_note = (f"found {cand}; its arguments were bound by name (grad* -> output grads, "
+                                  f"same-name -> inputs, the rest -> the remaining outputs in order)")
+            return
+        plan.backward_note = f"found {cand}, but its arguments do not bind to this op's inputs and outputs by name"
+    if not plan.backward_note:
+        plan.backward_note = f"no {name}_backward op is registered: needs a backward formula"
+
+
+def _namespaces() -> list[str]:
+    import torch._library.custom_ops as custom_ops
+
+    seen = {q.split("::")[0] for q in custom_ops.OPDEFS}
+    seen |= {str(s).split("::")[0] for s in torch._C._dispatch_get_all_op_names() if "::" in str(s)}
+    return sorted(seen)
+
+
+def analyse_op(op: Any, args: tuple, kwargs: dict, kinds: set[str], autograd_ops: set[str]) -> OpPlan | None:
+    """The plan for one recorded custom op, or None when it needs nothing from the kinds found."""
+    qualname = op.name()
+    schema = op._schema
+    named = _named(op, args, kwargs)
+    returns = schema.returns
+    plan = OpPlan(qualname, [a.name for a in schema.arguments],
+                  ["out"] if len(returns) == 1 else [f"out{j}" for j in range(len(returns))],
+                  single=len(returns) == 1,
+                  tensor_inputs=[n for n, v in named.items() if isinstance(v, torch.Tensor)],
+                  defined_at=_definition(qualname))
+    plan.differentiable_inputs = [n for n in plan.tensor_inputs if named[n].is_floating_point()]
+    plan.declared_mutates = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    needed = False
+    if "missing-fake" in kinds and _has_fake(op, named):
+        plan.needs_fake = True
+        needed = True
+        if any("[]" in str(r.type) for r in returns):
+            plan.fake_error = "the op returns a list of tensors; the number of outputs needs a hand-written fake"
+        else:
+            plan.fake, plan.runs = _infer_fake(op, named)
+    if "mutates-args-mismatch" in kinds:
+        plan.observed_mutates = _mutated(op, named)
+        needed |= plan.mutates_mismatch
+    else:
+        plan.observed_mutates = list(plan.declared_mutates)
+    if "missing-autograd" in kinds and qualname in autograd_ops:
+        plan.needs_autograd = True
+        needed = True
+        _find_backward(qualname, plan)
+    return plan if needed else None
