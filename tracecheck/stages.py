@@ -82,6 +82,15 @@ def grad_targets(case: Case) -> dict[str, torch.Tensor]:
     return targets
 
 
+def loss_of(case: Case, outputs: Any) -> torch.Tensor | None:
+    """The scalar tracecheck backpropagates: ``case.grad(outputs)``, else the sum of the floating outputs that
+    require grad (None when there is none)."""
+    if callable(case.grad):
+        return case.grad(outputs)
+    diff = [t for t in _tensors(outputs) if t.is_floating_point() and t.requires_grad]
+    return sum(t.float().sum() for t in diff) if diff else None
+
+
 def execute(fn: Callable[..., Any], case: Case) -> Execution:
     """Forward, then backward on the sum of floating outputs (or ``case.grad(outputs)``). Never raises."""
     ex = Execution()
@@ -94,13 +103,9 @@ def execute(fn: Callable[..., Any], case: Case) -> Execution:
     if not needs_grad(case):
         return ex
     try:
-        if callable(case.grad):
-            loss = case.grad(ex.outputs)
-        else:
-            diff = [t for t in _tensors(ex.outputs) if t.is_floating_point() and t.requires_grad]
-            if not diff:
-                return ex  # nothing differentiable came out: no backward to run
-            loss = sum(t.float().sum() for t in diff)
+        loss = loss_of(case, ex.outputs)
+        if loss is None:
+            return ex  # nothing differentiable came out: no backward to run
         targets = grad_targets(case)
         # the probe may hand out the same module or leaf tensor on every call: compare this backward's
         # contribution, not whatever .grad already held

@@ -91,11 +91,12 @@ def handle(task: dict[str, Any]) -> dict[str, Any]:
         return discover_file(task["file"], task.get("select"), task.get("only"))
     if task["op"] == "stage":
         return run_stage(task)
-    if task["op"] in ("fix-analyze", "eager-dump", "eager-compare"):
+    if task["op"] in ("fix-analyze", "eager-dump", "eager-compare", "directional-check"):
         from .fix import analysis
 
         return {"fix-analyze": analysis.analyze, "eager-dump": analysis.eager_dump,
-                "eager-compare": analysis.eager_compare}[task["op"]](task)
+                "eager-compare": analysis.eager_compare,
+                "directional-check": analysis.directional_check}[task["op"]](task)
     raise ValueError(f"unknown task {task['op']!r}")
 
 

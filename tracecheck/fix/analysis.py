@@ -178,3 +178,43 @@ def eager_compare(task: dict[str, Any]) -> dict[str, Any]:
         return {"error": ran.error}
     ref = torch.load(task["dump"], weights_only=False)
     return {"mismatches": stages.compare(stages.Execution(ref["outputs"], ref["grads"], None, ref["ran_backward"]), ran)}
+
+
+def directional_check(task: dict[str, Any]) -> dict[str, Any]:
+    """Gradients of the patched probe against a central finite difference along a random direction.
+
+    The reference when the original probe has no working backward (missing-autograd): ``<grad, v>`` must match
+    ``(L(p + eps v) - L(p - eps v)) / (2 eps)`` over every leaf that gets a gradient, in float64 accumulation;
+    ``eps`` = 1e-3 times each leaf's RMS. Tolerance: 2e-2 relative (float32 kernels), see ``gradcheck``'s docs
+    for why finite differences need loose tolerances below float64.
+    """
+    _, case = _case(task)
+    ran = stages.execute(case.fn, case)
+    if ran.error:
+        return {"error": ran.error}
+    targets = {k: t for k, t in stages.grad_targets(case).items() if ran.grads.get(k) is not None}
+    if not targets:
+        return {"skip": "no gradient reached a leaf"}
+    gen = torch.Generator().manual_seed(1)
+    steps = {}
+    for k, t in targets.items():
+        scale = float(t.detach().double().pow(2).mean().sqrt()) or 1.0
+        steps[k] = torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype) * (1e-3 * scale)
+    analytic = sum(float((ran.grads[k].double() * steps[k].double()).sum()) for k in targets)
+
+    def loss_at(sign: float) -> float:
+        with torch.no_grad():
+            for k, t in targets.items():
+                t.add_(steps[k], alpha=sign)
+        try:
+            torch.manual_seed(0)  # grad mode on: loss_of picks the outputs that require grad, as execute did
+            loss = stages.loss_of(case, case.fn(*case.args, **case.kwargs))
+        finally:
+            with torch.no_grad():
+                for k, t in targets.items():
+                    t.sub_(steps[k], alpha=sign)
+        return float(loss.detach().double())
+
+    numeric = (loss_at(1.0) - loss_at(-1.0)) / 2.0
+    tol = 2e-2 * max(abs(analytic), abs(numeric)) + 1e-6
+    return {"analytic": analytic, "numeric": numeric, "ok": abs(analytic - numeric) <= tol}

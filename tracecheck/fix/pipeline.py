@@ -50,6 +50,8 @@ class FixOutcome:
     diagnosis: RunReport | None = None
     verification: RunReport | None = None
     eager_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    #: when the original has no working backward: <grad, v> vs a central finite difference (analysis.py)
+    gradient_check: dict[str, Any] | None = None
     reasons: list[str] = field(default_factory=list)
 
 
@@ -156,7 +158,20 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
             dump = os.path.join(tmp, "eager.pt")
             ref = _one(runner, {"op": "eager-dump", "file": path, "probe": probe.name, "dump": dump},
                        opts.timeout_s, "running the original probe eagerly")
-            if "error" in ref:
+            if "error" in ref and ref["error"].get("phase") == "backward":
+                # no reference gradients (missing-autograd): check the new ones against finite differences
+                fd = _one(runner, {"op": "directional-check", "file": os.path.abspath(patched), "probe": probe.name},
+                          opts.timeout_s, "checking gradients against finite differences")
+                out.gradient_check = fd
+                if "error" in fd:
+                    out.reasons.append(f"the patched probe's {fd['error']['phase']} fails eagerly: "
+                                       f"{fd['error']['type']}: {fd['error']['message'][:300]}")
+                elif "skip" in fd:
+                    out.reasons.append(f"no gradient check possible: {fd['skip']}")
+                elif not fd["ok"]:
+                    out.reasons.append(f"the patched probe's gradients disagree with finite differences ("
+                                       f"{fd['analytic']:.6g} vs {fd['numeric']:.6g} along a random direction)")
+            elif "error" in ref:
                 out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}), so the fix cannot be "
                                    "compared with it")
             else:

@@ -28,6 +28,10 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
         p(f"  wrote {path}")
     if o.verification is not None:
         terminal.render(o.verification, out, verbose=verbose)
+    g = o.gradient_check
+    if g and "analytic" in g:
+        p(f"gradient check (the original has no backward to compare with): <grad, v> = {g['analytic']:.6g}, finite "
+          f"difference = {g['numeric']:.6g} along a random direction v: {'agree' if g['ok'] else 'DISAGREE'}")
     if o.eager_mismatches:
         p("eager outputs/gradients of the patched probe vs the original:")
         for m in o.eager_mismatches[:10]:
@@ -35,7 +39,7 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
     for r in o.reasons:
         p(f"not verified: {r}" if o.status not in (NO_CODE_FIX, NOTHING_TO_FIX) else f"  {r}")
     line = {VERIFIED: "fix VERIFIED: every stage passes on the patched probe, and its eager outputs and gradients "
-                      "match the original's",
+                      "match " + ("finite differences" if g and "analytic" in g else "the original's"),
             NOTHING_TO_FIX: "nothing to fix: the probe passes the diagnosis stages",
             NO_CODE_FIX: "no code fix generated"}.get(o.status, "fix NOT verified (see above)")
     p(line)
