@@ -216,8 +216,7 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
           f"{fwd}.register_autograd(_{plan.op_base}_backward, setup_context=_{plan.op_base}_setup_context)", "", ""]
 
     apply_params = [a.name + (f"={a.default}" if a.default is not None else "") for a in plan.inputs]
-    picked = plan.outputs if len(plan.outputs) > 1 or plan.returns_tuple else plan.outputs
-    result = _tuple(picked) if plan.returns_tuple else picked[0]
+    result = _tuple(plan.outputs) if plan.returns_tuple else plan.outputs[0]
     L += [f"class {cls}:",
           f'    """Drop-in for {q}: ``{cls}.apply({", ".join(arg_names)})`` runs the custom ops above."""', "",
           "    @staticmethod",

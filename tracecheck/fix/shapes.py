@@ -113,8 +113,10 @@ def _confirmed(names: list[str], runs: Runs) -> DimExpr:
     for a, b in combinations(names, 2):
         if a not in varied and b not in varied:
             continue
-        for code, f in ((f"{a} + {b}", lambda s: s[a] + s[b]), (f"{a} * {b}", lambda s: s[a] * s[b]),
-                        (f"{a} - {b}", lambda s: s[a] - s[b]), (f"{b} - {a}", lambda s: s[b] - s[a])):
+        for code, f in ((f"{a} + {b}", lambda s, a=a, b=b: s[a] + s[b]),
+                        (f"{a} * {b}", lambda s, a=a, b=b: s[a] * s[b]),
+                        (f"{a} - {b}", lambda s, a=a, b=b: s[a] - s[b]),
+                        (f"{b} - {a}", lambda s, a=a, b=b: s[b] - s[a])):
             if _fits(f, runs):
                 return DimExpr(code, confirmed=True)
     for n in varied:
