@@ -188,11 +188,25 @@ def test_infer_plain_symbol_preferred_over_others():
 
 def test_infer_affine():
     runs = Runs()
-    for n in (3, 6):
+    for n in (3, 6, 12):
         runs.add({"n": n}, 2 * n + 1)
     d = infer_dim(["n"], runs)
     assert d.code == "2 * n + 1"
     assert d.confirmed
+
+
+def test_affine_through_two_sizes_is_unconfirmed():
+    # any curve passes a line through two points: n*n at n=3, 6 (9, 36) is also 9*n - 18 there, so a line
+    # fitted from two sizes must not be called confirmed (s*s is tried first and wins here).
+    runs = Runs()
+    for n in (3, 6):
+        runs.add({"n": n}, n * n)
+    assert infer_dim(["n"], runs).code == "n * n"
+    runs = Runs()
+    for n in (3, 6):
+        runs.add({"n": n}, 2 * n + 1)
+    d = infer_dim(["n"], runs)
+    assert d.code == "2 * n + 1" and not d.confirmed and "two sizes" in d.reason
 
 
 def test_infer_unconfirmed_pick_lists_alternatives():
