@@ -191,7 +191,7 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
     # autograd: setup_context saves what the original saved; backward calls the backward op
     L += ["", "", f"def _{plan.op_base}_setup_context(ctx, inputs, output):",
           f"    {', '.join(arg_names)}{',' if len(arg_names) == 1 else ''} = inputs",
-          f"    {', '.join(fwd_outs)} = output  # a Tensor when the op has one output, else a tuple"]
+          f"    {', '.join(fwd_outs)} = output" + ("  # one output: a Tensor, not a tuple" if len(fwd_outs) == 1 else "")]
     if plan.saved_names:
         L.append(f"    ctx.save_for_backward({', '.join(_ref_name(plan, ref) for ref in plan.saved)})")
     for a, ref in plan.tensor_attrs.items():
@@ -406,11 +406,14 @@ def patched_probe(source: str, probe_file: str, patched_path: str, fixed_path: s
     tail = ["", "", "# ---- tracecheck fix: the registrations in " + os.path.basename(fixed_path) +
             (", and the autograd.Functions Dynamo cannot trace routed through custom ops" if rebinds else "") + " ----",
             f"import {fixed_mod} as _tracecheck_fixed  # noqa: E402,F401"]
+    imported: set[str] = set()
     for module, name in rebinds:
         if module is None:
             tail.append(f"{name} = _tracecheck_fixed.install({name})")
-        else:
-            alias = "_tc_" + module.replace(".", "_")
-            tail += [f"import {module} as {alias}  # noqa: E402",
-                     f"{alias}.{name} = _tracecheck_fixed.install({alias}.{name})"]
+            continue
+        alias = "_tc_" + module.replace(".", "_")
+        if module not in imported:
+            tail.append(f"import {module} as {alias}  # noqa: E402")
+            imported.add(module)
+        tail.append(f"{alias}.{name} = _tracecheck_fixed.install({alias}.{name})")
     return "\n".join(lines[:at] + prelude + lines[at:] + tail) + "\n"
