@@ -127,10 +127,36 @@ def test_setup_context_style_and_an_int_argument_in_the_shape():
     plan = autograd_fn.analyse(NewStyle, (torch.randn(5), 3))
     assert plan.setup_context_style
     assert [d.code for d in plan.fwd_meta[0].shape] == ["x.size(0) * repeats"]  # repeat: n * repeats
-    # ctx.n equals no input: kept as a constant and flagged
-    assert plan.scalar_attrs["n"][2] == ("const", "5")
+    # ctx.n = x.numel() equals no input, but follows x's length in every run: an expression, not the constant 5
+    assert plan.scalar_attrs["n"][2] == ("expr", "x.size(0)") and "n" not in plan.attr_notes
+    assert plan.scalar_attrs["repeats"][2] == ("input", "repeats")
     src = codegen.function_section(plan, "tc_test_new")
-    assert "setup_context(ctx, (x, repeats), result)" in src and "# CHECK: forward set ctx.n" in src
+    assert "setup_context(ctx, (x, repeats), result)" in src and "ctx.n = x.size(0)" in src
+
+
+class CoincidentScalars(torch.autograd.Function):
+    """Two float inputs equal at the probe: the attribute must come from the right one (`ctx.a = a`)."""
+
+    @staticmethod
+    def forward(ctx, x, b, a):
+        ctx.a = a
+        ctx.inv = 1.0 / x.shape[-1]  # depends on a size, not expressible as an int
+        return x * a + b
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.a * ctx.inv * x_last_dim_guard(g), None, None
+
+
+def x_last_dim_guard(g):
+    return g.shape[-1]  # keeps the gradient right: a * (1/n) * n = a
+
+
+def test_scalar_attributes_follow_the_source_and_the_runs():
+    plan = autograd_fn.analyse(CoincidentScalars, (torch.randn(4, 8), 2.0, 2.0))
+    assert plan.scalar_attrs["a"][2] == ("input", "a")  # from `ctx.a = a`, not the first equal value (b)
+    # 1/8 at the probe, 1/16 when the last dim doubled: a TODO, never the constant 0.125 silently
+    assert plan.attr_notes["inv"][0] == "todo"
 
 
 def test_mutates_edit_rewrites_only_that_op():

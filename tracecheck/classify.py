@@ -22,6 +22,12 @@ from .report import Finding, GraphBreak, op_name
 # Kind metadata (kinds.json)
 
 
+# Namespaces that belong to PyTorch itself: ops elsewhere are the user's custom ops (opcheck targets).
+TORCH_NAMESPACES = {"aten", "prims", "prim", "rngprims", "_c10d_functional", "c10d", "c10d_functional",
+                    "profiler", "quantized", "_quantized", "inductor", "debugprims", "higher_order",
+                    "_refs", "mkldnn", "mkl", "onednn", "_inductor_test", "_dynamo_testing", "streams"}
+
+
 @dataclass(frozen=True)
 class Kind:
     id: str

@@ -21,12 +21,9 @@ import torch
 from torch.utils import _pytree as pytree
 
 from . import capture, compat
+from .classify import TORCH_NAMESPACES
 from .probe import Case
 
-# Namespaces that belong to PyTorch itself: ops elsewhere are the user's custom ops (opcheck targets).
-_TORCH_NAMESPACES = {"aten", "prims", "prim", "rngprims", "_c10d_functional", "c10d", "c10d_functional",
-                     "profiler", "quantized", "_quantized", "inductor", "debugprims", "higher_order",
-                     "_refs", "mkldnn", "mkl", "onednn", "_inductor_test", "_dynamo_testing", "streams"}
 
 #: allclose tolerances per dtype (rtol, atol): loose enough for inductor's reordered reductions, tight enough
 #: that the silent failures tracecheck hunts (e.g. pytorch#153389-style 1e-1 differences) cannot pass.
@@ -252,7 +249,7 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func.namespace not in _TORCH_NAMESPACES and func not in self.calls:
+        if func.namespace not in TORCH_NAMESPACES and func not in self.calls:
             def snap(t: Any) -> Any:
                 if isinstance(t, torch.Tensor):
                     c = t.detach().clone()

@@ -65,6 +65,9 @@ def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
 def analyze(task: dict[str, Any]) -> dict[str, Any]:
     """Plan and render the fix for the kinds the diagnosis found (task["kinds"]); sources come back as text."""
     module, case = _case(task)
+    if task["module_name"] in sys.modules:  # the patched probe would import that module instead of the fix
+        return {"usage_error": f"-o {task['fixed_path']}: the module name {task['module_name']!r} is already "
+                               "taken by a module the probe imports; choose another file name"}
     kinds = set(task["kinds"])
     calls: dict[type, tuple] = {}
     recorder = stages.OpRecorder()
@@ -93,6 +96,7 @@ def analyze(task: dict[str, Any]) -> dict[str, Any]:
         else:
             rebinds.append((p.module, p.qualname))
             rebinds += [(None, n) for n in p.probe_names]  # `from mod import Fn` in the probe file
+        rebinds += [b for b in p.other_bindings if b[0] != p.module]
     mutates = {p.qualname: p.observed_mutates for p in op_plans if p.mutates_mismatch and p.defined_at
                and os.path.abspath(p.defined_at[0]) == os.path.abspath(task["file"])}
     with open(task["file"], encoding="utf-8") as f:
@@ -125,17 +129,44 @@ def _function_plans(module: Any, calls: dict[type, tuple], found: list[dict[str,
             entry["action"] = f"no code generated: {e}"
             continue
         plan.probe_names = [n for n, v in vars(module).items() if v is cls]
+        plan.other_bindings = _bindings(cls, skip=(home, module))
         plans.append(plan)
         names = [*plan.outputs, *plan.residuals]
         entry["action"] = "forward and backward custom ops generated"
         entry["todo"] = [f"{o}: {t}" for o, m in zip(names, plan.fwd_meta) for t in m.todo]
         entry["todo"] += [f"grad_{n}: {t}" for n, m in zip(plan.grads_for, plan.bwd_meta) for t in m.todo]
         entry["check"] = [f"{o} {u}" for o, m in zip(names, plan.fwd_meta) for u in m.unconfirmed]
-        entry["check"] += [f"ctx.{a} is a constant ({src[1]}), not an input"
-                           for a, (_, _, src) in plan.scalar_attrs.items() if src[0] == "const"]
+        entry["check"] += [why for kind, why in plan.attr_notes.values() if kind == "check"]
+        entry["todo"] += [why for kind, why in plan.attr_notes.values() if kind == "todo"]
         entry["mutates_args"] = {"forward": plan.fwd_mutates, "backward": plan.bwd_mutates}
         entry["runs"], entry["refused"] = plan.runs, plan.refused
+    _disambiguate(plans)
     return plans
+
+
+def _bindings(cls: type, skip: tuple[Any, ...]) -> list[tuple[str, str]]:
+    """Other modules' globals bound to ``cls`` (``from kern import Fn`` in model_lib.py): they are rebound too."""
+    out = []
+    for name, mod in list(sys.modules.items()):
+        if mod is None or any(mod is m for m in skip) or name.split(".")[0] in ("tracecheck", "torch", "__main__"):
+            continue
+        for attr, value in list(getattr(mod, "__dict__", {}).items()):
+            if value is cls:
+                out.append((name, attr))
+    return out
+
+
+def _disambiguate(plans: list[Any]) -> None:
+    """Two Functions of the same name from different modules get module-prefixed ops, keys and drop-ins."""
+    counts: dict[str, int] = {}
+    for p in plans:
+        counts[p.qualname] = counts.get(p.qualname, 0) + 1
+    for p in plans:
+        if counts[p.qualname] > 1:
+            prefix = autograd_fn.snake(p.module.split(".")[-1])
+            p.key = f"{p.module}:{p.qualname}"
+            p.op_base = f"{prefix}_{p.op_base}"
+            p.dropin = f"{prefix}_{p.qualname.split('.')[-1]}"
 
 
 def _op_entry(plan: custom_op.OpPlan, probe_file: str) -> dict[str, Any]:

@@ -65,7 +65,7 @@ class FunctionPlan:
     #: tensor ctx attributes: attr -> ("input", name) | ("output", j) | ("residual", r)
     tensor_attrs: dict[str, tuple[str, Any]]
     #: non-tensor ctx attributes the backward reads: attr -> (backward-op argument, annotation, source), source
-    #: ("input", name) when it equals that forward input, else ("const", repr) (flagged in the fixed module)
+    #: ("input", name), ("expr", code over the forward's inputs) or ("const", repr); see _resolve_scalar_attrs
     scalar_attrs: dict[str, tuple[str, str, tuple[str, str]]]
     grad_names: list[str]
     grads_for: list[str]
@@ -79,6 +79,14 @@ class FunctionPlan:
     grads_alias_inputs: list[int] = field(default_factory=list)
     #: module-level names bound to the class in the probe's module, besides its defining module
     probe_names: list[str] = field(default_factory=list)
+    #: per scalar attr whose source is not certain: ("check" | "todo", why)
+    attr_notes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: the key of this Function in the fixed module (its qualname, or module:qualname when two share a name)
+    key: str = ""
+    #: the drop-in class's name in the fixed module (the Function's name, module-prefixed on a clash)
+    dropin: str = ""
+    #: (module, name) of other module globals bound to the class: rebound too (model.py -> lib.py -> Fn)
+    other_bindings: list[tuple[str, str]] = field(default_factory=list)
     #: forward or backward ran the autograd engine itself (a kernel written with torch.autograd.grad): the ops
     #: must then re-enable autograd dispatch, which custom-op kernels otherwise run below
     uses_autograd: bool = False
@@ -213,6 +221,26 @@ def _saved_arg_names(fn: Any) -> list[str] | None:
         if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(".save_for_backward"):
             return [a.id for a in node.args] if all(isinstance(a, ast.Name) for a in node.args) else None
     return None
+
+
+def _ctx_assignments(fn: Any) -> dict[str, str | None]:
+    """``ctx.<attr> = <name>`` in ``fn``'s source: attr -> the name, or None when assigned something else."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    out: dict[str, str | None] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "ctx":
+                out[target.attr] = node.value.id if isinstance(node.value, ast.Name) else None
+            elif isinstance(target, ast.Tuple):
+                for t in target.elts:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "ctx":
+                        out[t.attr] = None
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -364,15 +392,16 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     for i, ref in enumerate(saved):
         want = ref[1] if ref[0] == "input" else outputs[ref[1]] if ref[0] == "output" else res_names[ref[1]]
         saved_names.append(_ident(want, bw_taken))
+    assigned = _ctx_assignments(cls.setup_context if _is_setup_context_defined(cls.setup_context) else cls.forward)
     scalar_attrs: dict[str, tuple[str, str, tuple[str, str]]] = {}
     for a in scalar_reads:
         v = attrs[a]
-        src = next((("input", n) for n, x in args.items() if type(x) is type(v) and x == v), None)
-        scalar_attrs[a] = (_ident(a, bw_taken), _annotation(v), src or ("const", repr(v)))
+        src = ("input", assigned[a]) if assigned.get(a) in args else ("const", repr(v))  # settled after the runs
+        scalar_attrs[a] = (_ident(a, bw_taken), _annotation(v), src)
 
     plan = FunctionPlan(
         qualname=cls.__qualname__, module=cls.__module__, module_file=inspect.getsourcefile(cls.forward) or "",
-        op_base=snake(cls.__name__), setup_context_style=_is_setup_context_defined(cls.setup_context),
+        op_base=snake(cls.__name__), key=cls.__qualname__, dropin=cls.__name__, setup_context_style=_is_setup_context_defined(cls.setup_context),
         inputs=inputs, outputs=outputs, returns_tuple=returns_tuple, residuals=res_names, saved=saved,
         saved_names=saved_names, tensor_attrs=tensor_attrs, scalar_attrs=scalar_attrs, grad_names=grad_names,
         grads_for=grads_for, backward_returns=len(gin), nondiff_outputs=nondiff,
@@ -396,6 +425,8 @@ def _value(ref: tuple[str, Any], args: dict[str, Any], outs: list[Any], residual
 def _observe(cls: type, plan: FunctionPlan, args: dict[str, Any], needs: tuple[bool, ...]) -> None:
     """Fill the plan's fake metadata: run forward+backward at perturbed inputs, in the base run's structure."""
 
+    attr_runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
     def call(run_args: dict[str, Any]) -> list[observe.Group]:
         fctx, outs, _ = _run_forward(cls, run_args, needs)
         residuals: list[Any] = []
@@ -418,8 +449,53 @@ def _observe(cls: type, plan: FunctionPlan, args: dict[str, Any], needs: tuple[b
         grads_out = [g for (n, _), g in zip(run_args.items(), gin) if n in plan.grads_for]
         if not all(isinstance(g, torch.Tensor) for g in grads_out):
             raise Unfixable("backward returned None for an input it gave a gradient before")
+        attr_runs.append((run_args, {a: attrs[a] for a in plan.scalar_attrs}))
         return [(run_args, [*outs, *residuals]), (bw_inputs, grads_out)]
 
     seen = observe.observe(call, args)
     plan.fwd_meta, plan.bwd_meta = seen.groups
     plan.runs, plan.refused = seen.runs, seen.refused
+    _resolve_scalar_attrs(plan, attr_runs)
+
+
+def _resolve_scalar_attrs(plan: FunctionPlan, runs: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """Where each non-tensor ctx attribute comes from, checked against every run, never by one value alone.
+
+    An input the forward assigns by name (``ctx.a = a``) and that matches in every run is certain. Otherwise: the
+    one input equal to it in every run (certain only if that input changed between runs), an int expression of
+    the input sizes (``ctx.n = x.shape[0]``), or a constant; anything else is a TODO (``ctx.inv_n = 1 / n``).
+    """
+    from . import shapes
+
+    for a, (param, ann, src) in list(plan.scalar_attrs.items()):
+        values = [attrs[a] for _, attrs in runs]
+        if src[0] == "input" and all(v == r[src[1]] for v, (r, _) in zip(values, runs)):
+            continue
+        same = [n for n in runs[0][0] if all(type(r[n]) is type(v) and r[n] == v for v, (r, _) in zip(values, runs))]
+        same.sort(key=lambda n: n != a)  # the input of the same name first
+        if same:
+            varied = len({repr(r[same[0]]) for r, _ in runs}) > 1
+            plan.scalar_attrs[a] = (param, ann, ("input", same[0]))
+            if not varied or len(same) > 1:
+                plan.attr_notes[a] = ("check", f"ctx.{a} equals input {same[0]} in every run"
+                                               + (f" (so do {', '.join(same[1:])})" if len(same) > 1 else "")
+                                               + ("" if varied else f", but {same[0]} never changed"))
+            continue
+        if all(type(v) is int for v in values):
+            dim_runs = shapes.Runs()
+            for v, (r, _) in zip(values, runs):
+                dim_runs.add(observe.symbols_of(r), v)
+            expr = shapes.infer_dim(list(observe.symbols_of(runs[0][0])), dim_runs)
+            if expr.code is not None and (expr.confirmed or len(set(values)) > 1):
+                plan.scalar_attrs[a] = (param, ann, ("expr", expr.code))
+                if not expr.confirmed:
+                    plan.attr_notes[a] = ("check", f"ctx.{a} = {expr.code}: {expr.reason}")
+                continue
+        if len({repr(v) for v in values}) == 1:
+            plan.scalar_attrs[a] = (param, ann, ("const", repr(values[0])))
+            plan.attr_notes[a] = ("check", f"ctx.{a} was {values[0]!r} in every run and equals no input")
+            continue
+        plan.scalar_attrs[a] = (param, ann, ("const", repr(values[0])))
+        plan.attr_notes[a] = ("todo", f"ctx.{a} changes with the inputs ({values[0]!r} at the probe's, "
+                                      f"{next(v for v in values if repr(v) != repr(values[0]))!r} in another run) in "
+                                      "a way tracecheck cannot express: compute it in setup_context from inputs")

@@ -127,7 +127,7 @@ def _op_decorator(ns: str, op: str, mutates: list[str]) -> str:
 def function_section(plan: FunctionPlan, ns: str) -> str:
     """The custom ops, fakes, autograd registration and drop-in for one Function."""
     fwd, bwd = f"{plan.op_base}_forward", f"{plan.op_base}_backward"
-    cls, q = plan.qualname.split(".")[-1], plan.qualname
+    cls, q, key = plan.dropin, plan.qualname, plan.key
     params = [f"{a.name}: {a.annotation}" for a in plan.inputs]
     arg_names = [a.name for a in plan.inputs]
     fwd_outs = [*plan.outputs, *plan.residuals]
@@ -148,10 +148,10 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
         L.append("    with _eager_autograd():")
         pad = "        "
     if plan.setup_context_style:
-        L += [f"{pad}result = _original({q!r}).forward({', '.join(arg_names)})",
-              f"{pad}_original({q!r}).setup_context(ctx, {_tuple(arg_names)}, result)"]
+        L += [f"{pad}result = _original({key!r}).forward({', '.join(arg_names)})",
+              f"{pad}_original({key!r}).setup_context(ctx, {_tuple(arg_names)}, result)"]
     else:
-        L.append(f"{pad}result = _original({q!r}).forward(ctx, {', '.join(arg_names)})")
+        L.append(f"{pad}result = _original({key!r}).forward(ctx, {', '.join(arg_names)})")
     L.append(f"    {', '.join(plan.outputs)}{',' if len(plan.outputs) == 1 and plan.returns_tuple else ''} = result")
     for r, name in enumerate(plan.residuals):
         src = next((f"ctx.saved[{i}]" for i, ref in enumerate(plan.saved) if ref == ("residual", r)), None)
@@ -178,7 +178,7 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
           f"    ctx = _BackwardCtx({_tuple(plan.saved_names) if plan.saved_names else '()'}, {needs}"
           + "".join(f", {k}" for k in attr_kwargs) + ")",
           *(["    with _eager_autograd():"] if plan.uses_autograd else []),
-          f"{pad}grads = _original({q!r}).backward(ctx, {', '.join(plan.grad_names)})",
+          f"{pad}grads = _original({key!r}).backward(ctx, {', '.join(plan.grad_names)})",
           "    grads = grads if isinstance(grads, tuple) else (grads,)"]
     positions = {a.name: i for i, a in enumerate(plan.inputs)}
     for i, (n, g) in enumerate(zip(plan.grads_for, grads_ret)):
@@ -197,10 +197,9 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
     for a, ref in plan.tensor_attrs.items():
         L.append(f"    ctx.{a} = {_ref_name(plan, ref)}")
     for a, (_, _, src) in plan.scalar_attrs.items():
-        if src[0] == "input":
-            L.append(f"    ctx.{a} = {src[1]}")
-        else:
-            L.append(f"    ctx.{a} = {src[1]}  # CHECK: forward set ctx.{a} to this value, which equals no input")
+        note = plan.attr_notes.get(a)
+        tag = "" if note is None else f"  # {'CHECK' if note[0] == 'check' else 'TODO(tracecheck)'}: {note[1]}"
+        L.append(f"    ctx.{a} = {src[1]}{tag}")
     nondiff = [plan.outputs[j] for j in plan.nondiff_outputs] + plan.residuals
     if nondiff:
         L.append(f"    ctx.mark_non_differentiable({', '.join(nondiff)})  # saved intermediates are not results")
@@ -327,7 +326,7 @@ def fixed_module(plans: list[FunctionPlan], op_plans: list[OpPlan], ns: str, mod
         "".join(function_section(p, ns) for p in plans) + "".join(op_section(p) for p in op_plans)
     if not plans:
         return head + body
-    table = ",\n".join(f"    {p.qualname!r}: {p.qualname.split('.')[-1]}" for p in plans)
+    table = ",\n".join(f"    {p.key!r}: {p.dropin}" for p in plans)
     tail = f'''
 
 _DROP_INS = {{
@@ -341,9 +340,10 @@ def install(original: type) -> type:
     Rebind the name the callers use: ``MyFn = install(MyFn)``. Raises KeyError for a class this module was not
     generated for.
     """
-    drop_in = _DROP_INS[original.__qualname__]
-    _ORIGINALS[original.__qualname__] = original
-    return drop_in
+    key = f"{{original.__module__}}:{{original.__qualname__}}"
+    key = key if key in _DROP_INS else original.__qualname__  # module-qualified only when two share a name
+    _ORIGINALS[key] = original
+    return _DROP_INS[key]
 '''
     return head + body + tail
 

@@ -5,12 +5,14 @@ named values an op sees (tensors, ints, ...) and ``outputs`` its tensors (an aut
 groups: the forward op and the backward op). Perturbations change the primary ``args`` only:
 
 1. the probe's inputs, unchanged (cloned);
-2. the same shapes with fresh data: a dim that changes here depends on the data (the TODO path);
+2. the same shapes with fresh data, in the original's range and then of either sign: a dim that changes
+   here depends on the data (the TODO path);
 3. per class of equal sizes (all dims and int arguments of value ``v >= 2``, changed together so that a
    shared dim stays consistent): ``v -> 2v``, then each member alone (to tell ``Lq`` from ``Lk``); when the
    op rejects the class change, also double every size that is a multiple of ``v`` (``K = n*C`` follows ``C``). Sizes the op never accepted changing stay fixed, and an
    expression over them is reported unconfirmed (see ``fix.shapes``);
-4. per floating input: another dtype (float64, then bfloat16), alone, then with every input of its dtype.
+4. per int argument of value 0 or 1: the two next values;
+5. per floating input: another dtype (float64, then bfloat16), alone, then with every input of its dtype.
 
 Runs the op rejects are dropped (their error is kept for the report). Everything runs under ``no_grad`` on
 the inputs' device. Source for the approach: the fake-impl contract in the PyTorch custom-ops manual
@@ -55,7 +57,8 @@ class OutputMeta:
 
     @property
     def unconfirmed(self) -> list[str]:
-        return [f"dim {i} = {d.code}: {d.reason}" for i, d in enumerate(self.shape or []) if not d.confirmed]
+        return [f"dim {i} = {d.code}: {d.reason}" for i, d in enumerate(self.shape or [])
+                if d.code is not None and not d.confirmed]
 
 
 @dataclass
@@ -79,8 +82,10 @@ def symbols_of(inputs: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def _resample(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Fresh data of ``shape`` in the original's range (ints: [min, max]; floats: its mean/std, sign kept)."""
+def _resample(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | None = None,
+              signed: bool = False) -> torch.Tensor:
+    """Fresh data of ``shape`` in the original's range (ints: [min, max]; floats: its mean/std, and non-negative
+    when the original is, unless ``signed``)."""
     dtype = dtype or t.dtype
     with torch.no_grad():
         if t.dtype == torch.bool:
@@ -93,9 +98,12 @@ def _resample(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | None
             mean = float(ref.mean()) if t.numel() else 0.0
             std = float(ref.std()) if t.numel() > 1 else 1.0
             std = std if math.isfinite(std) and std > 0 else 1.0
-            new = torch.randn(shape, dtype=torch.float64, device=t.device) * std + mean
-            if t.numel() and float(ref.min()) >= 0:
-                new = new.abs()
+            if signed:  # centred at zero: about half of the values change sign
+                new = torch.randn(shape, dtype=torch.float64, device=t.device) * max(std, abs(mean))
+            else:
+                new = torch.randn(shape, dtype=torch.float64, device=t.device) * std + mean
+                if t.numel() and float(ref.min()) >= 0:
+                    new = new.abs()
         new = new.to(dtype)
     return new.requires_grad_(t.requires_grad) if new.is_floating_point() else new
 
@@ -107,13 +115,14 @@ def _clone(v: Any) -> Any:
     return v
 
 
-def _with_sizes(args: dict[str, Any], new: dict[str, int], fresh: bool = False) -> dict[str, Any]:
+def _with_sizes(args: dict[str, Any], new: dict[str, int], fresh: bool = False,
+                signed: bool = False) -> dict[str, Any]:
     """``args`` with the symbols in ``new`` set to new values (tensors resampled at their new shape)."""
     out: dict[str, Any] = {}
     for name, v in args.items():
         if isinstance(v, torch.Tensor):
             shape = tuple(new.get(f"{name}.size({i})", s) for i, s in enumerate(v.shape))
-            out[name] = _resample(v, shape) if fresh or shape != tuple(v.shape) else _clone(v)
+            out[name] = _resample(v, shape, signed=signed) if fresh or shape != tuple(v.shape) else _clone(v)
         elif isinstance(v, int) and not isinstance(v, bool) and name in new:
             out[name] = new[name]
         else:
@@ -172,6 +181,8 @@ def observe(call: Callable[[dict[str, Any]], list[Group]], args: dict[str, Any])
     with torch.no_grad():
         rec.runs.append(call({n: _clone(v) for n, v in args.items()}))
     rec("fresh data", _with_sizes(args, {}, fresh=True))
+    # non-negative probe data (probabilities, post-ReLU) would hide `x[x > 0]`: also try data of either sign
+    rec("fresh data of either sign", _with_sizes(args, {}, fresh=True, signed=True))
     classes = _size_classes(args)
     for value, members in classes.items():
         label = f"{'='.join(members)}: {value} -> {2 * value}"
@@ -183,6 +194,12 @@ def observe(call: Callable[[dict[str, Any]], list[Group]], args: dict[str, Any])
         multiples = {m: 2 * v for v, ms in classes.items() if v % value == 0 for m in ms}
         if len(multiples) > len(members):
             rec(label + " with its multiples", _with_sizes(args, multiples))
+    # int arguments of 0 or 1 are in no size class (a size-1 dim is a broadcast axis), but `repeat(n)` at n=1
+    # must still be told from a constant: two more values each (three points pin a line)
+    for name, v in args.items():
+        if type(v) is int and v in (0, 1):
+            for new in (v + 1, v + 2):
+                rec(f"{name}: {v} -> {new}", _with_sizes(args, {name: new}))
     for label, new in _dtype_variants(args):
         rec(label, new)
     groups = [[_infer_output(rec.runs, g, k) for k in range(len(rec.runs[0][g][1]))]

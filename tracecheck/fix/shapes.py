@@ -5,7 +5,7 @@ over, per run, the value of every *symbol* (``"x.size(2)"``, ``"num_iters"``) an
 ``infer_dim`` finds the simplest small expression that reproduces the dim in every run:
 
 * a symbol ``s``, ``k*s``, ``s // k``, ``s + c``, ``a*s + c``;
-* ``s1 + s2``, ``s1 - s2``, ``s1 * s2``, ``s * s`` (``n*n`` for a flattened ``n x n`` matrix);
+* ``s1 + s2``, ``s1 - s2``, ``s1 * s2``, ``s1 // s2`` (exact), ``s * s`` (``n*n`` for a flattened ``n x n`` matrix);
 * a constant.
 
 An expression is *confirmed* when some symbol in it changed between runs and the dim followed it. A dim that
@@ -116,7 +116,9 @@ def _confirmed(names: list[str], runs: Runs) -> DimExpr:
         for code, f in ((f"{a} + {b}", lambda s, a=a, b=b: s[a] + s[b]),
                         (f"{a} * {b}", lambda s, a=a, b=b: s[a] * s[b]),
                         (f"{a} - {b}", lambda s, a=a, b=b: s[a] - s[b]),
-                        (f"{b} - {a}", lambda s, a=a, b=b: s[b] - s[a])):
+                        (f"{b} - {a}", lambda s, a=a, b=b: s[b] - s[a]),
+                        (f"{a} // {b}", lambda s, a=a, b=b: s[a] // s[b] if s[b] and s[a] % s[b] == 0 else None),
+                        (f"{b} // {a}", lambda s, a=a, b=b: s[b] // s[a] if s[a] and s[b] % s[a] == 0 else None)):
             if _fits(f, runs):
                 return DimExpr(code, confirmed=True)
     for n in varied:
@@ -140,7 +142,15 @@ def _unconfirmed(names: list[str], runs: Runs) -> DimExpr:
     fits = [n for n in fixed if first[n] == value]
     fits += [f"{a} * {b}" for a, b in combinations(fixed, 2) if first[a] * first[b] == value]
     fits += [f"{n} * {n}" for n in fixed if first[n] * first[n] == value]
-    if value in (0, 1) or not fits:  # 0 and 1 are literal far more often than a size that happens to be 1
+    if value in (0, 1):
+        # a size-0/1 *dim* equal to it is nearly always a coincidence (keepdim, broadcast axis): literal. An int
+        # argument equal to it that the op never let change (repeat(n) at n=1) is a real alternative.
+        ints = [f for f in fits if ".size(" not in f and " * " not in f]
+        if not ints:
+            return DimExpr(str(value), confirmed=True)
+        return DimExpr(str(value), confirmed=False, alternatives=tuple(ints[:3]),
+                       reason=f"constant {value}, or {', '.join(ints[:3])}, which never changed between runs")
+    if not fits:
         return DimExpr(str(value), confirmed=True)
     unvaried = sorted({t for f in fits[:1] for t in f.replace("*", " ").split()})
     return DimExpr(fits[0], confirmed=False, alternatives=(*fits[1:3], str(value)),

@@ -35,11 +35,15 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
     if o.eager_mismatches:
         p("eager outputs/gradients of the patched probe vs the original:")
         for m in o.eager_mismatches[:10]:
-            p(f"  {m.get('what', '')}: {m.get('detail', m)}")
+            detail = m.get("detail") or f"max abs diff {m.get('max_abs_diff')} (rtol {m.get('rtol')}, atol {m.get('atol')})"
+            p(f"  {m.get('what', '')}: {detail}")
     for r in o.reasons:
         p(f"not verified: {r}" if o.status not in (NO_CODE_FIX, NOTHING_TO_FIX) else f"  {r}")
     line = {VERIFIED: "fix VERIFIED: every stage passes on the patched probe, and its eager outputs and gradients "
                       "match " + ("finite differences" if g and "analytic" in g else "the original's"),
             NOTHING_TO_FIX: "nothing to fix: the probe passes the diagnosis stages",
             NO_CODE_FIX: "no code fix generated"}.get(o.status, "fix NOT verified (see above)")
+    checks = sum(len(f.get("check", [])) for f in o.functions)
+    if o.status == VERIFIED and checks:
+        line += f" (at the probe's inputs; review the {checks} CHECK line{'s' if checks > 1 else ''} above, in the code)"
     p(line)
