@@ -183,6 +183,8 @@ def test_patched_probe_puts_its_path_setup_after_future_imports(tmp_path):
     assert isinstance(tree.body[1], ast.ImportFrom) and tree.body[1].module == "__future__"
     assert out.index("_tc_sys.path.insert") < out.index("import helper")
     assert "'../src'" in out  # the original's folder, relative to the copy
+    # the fixed module is loaded from its own path: no namesake on sys.path can stand in for it
+    assert "spec_from_file_location('fixed_ops', _tc_os.path.join(_tc_here, 'fixed_ops.py'))" in out
     assert out.count("import pkg.mod as _tc_pkg_mod") == 1
     assert out.rstrip().endswith("_tc_pkg_mod.H = _tracecheck_fixed.install(_tc_pkg_mod.H)")
 

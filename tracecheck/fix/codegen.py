@@ -392,20 +392,25 @@ def patched_probe(source: str, probe_file: str, patched_path: str, fixed_path: s
     at = body[first].lineno - 1 if first < len(body) else len(lines)
     here = os.path.dirname(os.path.abspath(patched_path))
     rel_src = os.path.relpath(os.path.dirname(os.path.abspath(probe_file)), here)
-    rel_fix = os.path.relpath(os.path.dirname(os.path.abspath(fixed_path)), here)
+    rel_fix = os.path.relpath(os.path.abspath(fixed_path), here)
     prelude = [
         "# ---- tracecheck fix: this is a patched copy of " + os.path.abspath(probe_file),
         "import os as _tc_os, sys as _tc_sys  # noqa: E401",
         "_tc_here = _tc_os.path.dirname(_tc_os.path.abspath(__file__))",
-        f"for _tc_p in ({rel_fix!r}, {rel_src!r}):  # the fixed ops, then the original's own imports",
-        "    _tc_sys.path.insert(0, _tc_os.path.normpath(_tc_os.path.join(_tc_here, _tc_p)))",
+        "# the original's imports resolve as they did next to it (a file beside this copy cannot shadow them)",
+        f"_tc_sys.path.insert(0, _tc_os.path.normpath(_tc_os.path.join(_tc_here, {rel_src!r})))",
         "# ----",
         "",
     ]
     fixed_mod = os.path.splitext(os.path.basename(fixed_path))[0]
     tail = ["", "", "# ---- tracecheck fix: the registrations in " + os.path.basename(fixed_path) +
             (", and the autograd.Functions Dynamo cannot trace routed through custom ops" if rebinds else "") + " ----",
-            f"import {fixed_mod} as _tracecheck_fixed  # noqa: E402,F401"]
+            "import importlib.util as _tc_util  # noqa: E402",
+            "# loaded from its path, so that no module of the same name elsewhere on sys.path can stand in for it",
+            f"_tc_spec = _tc_util.spec_from_file_location({fixed_mod!r}, _tc_os.path.join(_tc_here, {rel_fix!r}))",
+            "_tracecheck_fixed = _tc_util.module_from_spec(_tc_spec)",
+            f"_tc_sys.modules[{fixed_mod!r}] = _tracecheck_fixed",
+            "_tc_spec.loader.exec_module(_tracecheck_fixed)"]
     imported: set[str] = set()
     for module, name in rebinds:
         if module is None:
