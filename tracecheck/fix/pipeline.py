@@ -126,19 +126,7 @@ def _one(runner: Runner, payload: dict[str, Any], timeout_s: float, what: str) -
 
 def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
     """Diagnose ``opts.target``, generate the fix for the kinds that have one, verify it. Raises UsageError."""
-    path, name = _split_target(opts.target)
-    if os.path.abspath(opts.output) == os.path.abspath(path):
-        raise UsageError(f"-o {opts.output}: is the probe file itself")
-    _check_output(opts.output, "-o", GENERATED_MARK)
-    patched = opts.patched or os.path.join(os.path.dirname(opts.output) or ".",
-                                           f"{os.path.splitext(os.path.basename(path))[0]}_fixed.py")
-    if os.path.abspath(patched) in (os.path.abspath(path), os.path.abspath(opts.output)):
-        raise UsageError(f"--patched {patched}: must differ from the probe file and from -o")
-    _check_output(patched, "--patched", PATCHED_MARK, module=False)  # tracecheck loads it by path
-    if not opts.namespace.isidentifier() or opts.namespace in TORCH_NAMESPACES:
-        raise UsageError(f"--namespace {opts.namespace!r}: must be a Python identifier that is not one of "
-                         "PyTorch's own op namespaces")
-
+    path, name, patched = _validate(opts)
     # Inductor's FX-graph and AOTAutograd caches do not key on a custom op's fake impl: a regenerated fix with
     # the same op names would reuse graphs compiled against the previous fakes (seen on torch 2.13: "mismatch in
     # length of strides and shape"). Verify from scratch. Set before the stage fork server starts (it keeps the
@@ -147,28 +135,17 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
     os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
     diagnosis = api.run(api.RunOptions([path], stages=DIAGNOSE_STAGES, only=name, jobs=opts.jobs,
                                        timeout_s=opts.timeout_s, command=["fix", opts.target]), progress)
-    if len(diagnosis.probes) != 1:
-        raise UsageError(f"{opts.target}: {len(diagnosis.probes)} probes in the file; name one with ::probe_name")
     probe = diagnosis.probes[0]
-    kinds = probe.verdict.kinds
-    out = FixOutcome(NOTHING_TO_FIX, probe.id, kinds, diagnosis=diagnosis)
-    if not kinds:
+    out = FixOutcome(NOTHING_TO_FIX, probe.id, probe.verdict.kinds, diagnosis=diagnosis)
+    if not out.kinds:
         return out
-    out.no_code_fix = {k: classify.kinds()[k].doc if k in classify.kinds() else "" for k in kinds
+    out.no_code_fix = {k: classify.kinds()[k].doc if k in classify.kinds() else "" for k in out.kinds
                        if k not in CODE_FIXES}
-    if not any(k in CODE_FIXES for k in kinds):
+    if not any(k in CODE_FIXES for k in out.kinds):
         out.status = NO_CODE_FIX
         return out
-
     with Runner(1) as runner:
-        autograd_ops = sorted({f.context["op"] for s in probe.stages.values() for f in s.findings
-                               if f.kind == "missing-autograd" and f.context.get("op")})
-        res = _one(runner, {"op": "fix-analyze", "file": path, "probe": probe.name, "namespace": opts.namespace,
-                            "kinds": kinds, "autograd_ops": autograd_ops,
-                            "module_name": os.path.splitext(os.path.basename(opts.output))[0],
-                            "target": opts.target, "patched_path": patched, "fixed_path": opts.output,
-                            "versions": {"tracecheck": __version__, "torch": _torch_version()}},
-                   opts.timeout_s, "analysing the probe")
+        res = _analyse(runner, opts, path, probe, patched)
         out.functions = res["functions"]
         if "fixed_module" not in res:
             out.status = NO_CODE_FIX
@@ -184,42 +161,86 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
             out.status = NOT_VERIFIED
             out.reasons.append("--no-verify: the fix was not run")
             return out
-        with tempfile.TemporaryDirectory(prefix="tracecheck-fix-") as tmp:
-            dump = os.path.join(tmp, "eager.pt")
-            ref = _one(runner, {"op": "eager-dump", "file": path, "probe": probe.name, "dump": dump},
-                       opts.timeout_s, "running the original probe eagerly")
-            if "error" in ref and ref["error"].get("phase") == "backward":
-                # no reference gradients (missing-autograd): check the new ones against finite differences
-                fd = _one(runner, {"op": "directional-check", "file": os.path.abspath(patched), "probe": probe.name},
-                          opts.timeout_s, "checking gradients against finite differences")
-                out.gradient_check = fd
-                if "error" in fd:
-                    out.reasons.append(f"the patched probe's {fd['error']['phase']} fails eagerly: "
-                                       f"{fd['error']['type']}: {fd['error']['message'][:300]}")
-                elif "skip" in fd:
-                    out.reasons.append(f"no gradient check possible: {fd['skip']}")
-                elif not fd["ok"]:
-                    out.reasons.append(f"the patched probe's gradients disagree with finite differences ("
-                                       f"{fd['analytic']:.6g} vs {fd['numeric']:.6g} along a random direction)")
-            elif "error" in ref:
-                out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}), so the fix cannot be "
-                                   "compared with it")
-            else:
-                got = _one(runner, {"op": "eager-compare", "file": os.path.abspath(patched), "probe": probe.name,
-                                    "dump": dump}, opts.timeout_s, "running the patched probe eagerly")
-                out.eager_mismatches = got.get("mismatches", [])
-                if "error" in got:
-                    out.reasons.append(f"the patched probe fails eagerly: {got['error']['type']}: "
-                                       f"{got['error']['message'][:300]}")
-    out.verification = api.run(api.RunOptions([patched], stages=list(STAGES), only=probe.name, jobs=opts.jobs,
-                                              timeout_s=opts.timeout_s, command=["fix", "--verify", patched]),
-                               progress)
+        _compare_eager(runner, opts, path, probe.name, patched, out)
+    _verify(opts, patched, probe.name, out, progress)
+    out.status = NOT_VERIFIED if out.reasons else VERIFIED
+    return out
+
+
+def _validate(opts: FixOptions) -> tuple[str, str, str]:
+    """``(probe file, probe name, patched path)``; every usage error before anything runs or is written."""
+    path, name = _split_target(opts.target)
+    if os.path.abspath(opts.output) == os.path.abspath(path):
+        raise UsageError(f"-o {opts.output}: is the probe file itself")
+    _check_output(opts.output, "-o", GENERATED_MARK)
+    patched = opts.patched or os.path.join(os.path.dirname(opts.output) or ".",
+                                           f"{os.path.splitext(os.path.basename(path))[0]}_fixed.py")
+    if os.path.abspath(patched) in (os.path.abspath(path), os.path.abspath(opts.output)):
+        raise UsageError(f"--patched {patched}: must differ from the probe file and from -o")
+    _check_output(patched, "--patched", PATCHED_MARK, module=False)  # tracecheck loads it by path
+    if not opts.namespace.isidentifier() or opts.namespace in TORCH_NAMESPACES:
+        raise UsageError(f"--namespace {opts.namespace!r}: must be a Python identifier that is not one of "
+                         "PyTorch's own op namespaces")
+    return path, name, patched
+
+
+def _analyse(runner: Runner, opts: FixOptions, path: str, probe: Any, patched: str) -> dict[str, Any]:
+    autograd_ops = sorted({f.context["op"] for s in probe.stages.values() for f in s.findings
+                           if f.kind == "missing-autograd" and f.context.get("op")})
+    return _one(runner, {"op": "fix-analyze", "file": path, "probe": probe.name, "namespace": opts.namespace,
+                         "kinds": probe.verdict.kinds, "autograd_ops": autograd_ops,
+                         "module_name": os.path.splitext(os.path.basename(opts.output))[0],
+                         "target": opts.target, "patched_path": patched, "fixed_path": opts.output,
+                         "versions": {"tracecheck": __version__, "torch": _torch_version()}},
+                opts.timeout_s, "analysing the probe")
+
+
+def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patched: str, out: FixOutcome) -> None:
+    """The patched probe's eager outputs and gradients against the original's; against finite differences when
+    the original has no working backward (missing-autograd). Adds a reason for each disagreement."""
+    with tempfile.TemporaryDirectory(prefix="tracecheck-fix-") as tmp:
+        dump = os.path.join(tmp, "eager.pt")
+        ref = _one(runner, {"op": "eager-dump", "file": path, "probe": name, "dump": dump},
+                   opts.timeout_s, "running the original probe eagerly")
+        if "error" not in ref:
+            got = _one(runner, {"op": "eager-compare", "file": os.path.abspath(patched), "probe": name,
+                                "dump": dump}, opts.timeout_s, "running the patched probe eagerly")
+            out.eager_mismatches = got.get("mismatches", [])
+            if "error" in got:
+                out.reasons.append(f"the patched probe fails eagerly: {got['error']['type']}: "
+                                   f"{got['error']['message'][:300]}")
+            if out.eager_mismatches:
+                out.reasons.append(f"the patched probe's eager outputs/gradients differ from the original's "
+                                   f"({len(out.eager_mismatches)} mismatches)")
+            return
+    if ref["error"].get("phase") != "backward":
+        out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}), so the fix cannot be "
+                           "compared with it")
+        return
+    fd = _one(runner, {"op": "directional-check", "file": os.path.abspath(patched), "probe": name},
+              opts.timeout_s, "checking gradients against finite differences")
+    out.gradient_check = fd
+    if "error" in fd:
+        out.reasons.append(f"the patched probe's {fd['error']['phase']} fails eagerly: "
+                           f"{fd['error']['type']}: {fd['error']['message'][:300]}")
+    elif "skip" in fd:
+        out.reasons.append(f"no gradient check possible: {fd['skip']}")
+    elif not fd["ok"]:
+        out.reasons.append(f"the patched probe's gradients disagree with finite differences ("
+                           f"{fd['analytic']:.6g} vs {fd['numeric']:.6g} along a random direction)")
+
+
+def _verify(opts: FixOptions, patched: str, name: str, out: FixOutcome, progress: api.Progress | None) -> None:
+    """Every stage on the patched probe. A patched probe that does not even load is a reason, not exit 2: the
+    user's input was fine, the fix is what failed."""
+    try:
+        out.verification = api.run(api.RunOptions([patched], stages=list(STAGES), only=name, jobs=opts.jobs,
+                                                  timeout_s=opts.timeout_s, command=["fix", "--verify", patched]),
+                                   progress)
+    except UsageError as e:
+        out.reasons.append(f"the patched probe does not load: {e}")
+        return
     verdict = out.verification.probes[0].verdict
     if verdict.status != "pass":
         out.reasons.append(f"the patched probe still fails: {', '.join(verdict.kinds)} (first at "
                            f"{verdict.first_failing_stage})")
-    if out.eager_mismatches:
-        out.reasons.append(f"the patched probe's eager outputs/gradients differ from the original's "
-                           f"({len(out.eager_mismatches)} mismatches)")
-    out.status = NOT_VERIFIED if out.reasons else VERIFIED
-    return out
