@@ -119,13 +119,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions) -> list[ProbeR
     total_candidates = 0
     for outcome in runner.run(tasks):
         path = outcome.task.key
-        res = outcome.result
-        if res is None:
-            raise UsageError(f"{os.path.relpath(path)}: loading the file {outcome.died}")
-        if "usage_error" in res:
-            raise UsageError(res["usage_error"], res.get("detail"))
-        if "internal_error" in res:
-            raise RuntimeError(f"discovering {path}:\n{res['internal_error']}")
+        res = outcome.checked(f"{os.path.relpath(path)}: loading the file")
         total_candidates += res["n_candidates"]
         reports = []
         for entry in res["probes"]:

@@ -60,6 +60,21 @@ class Outcome:
         return f"process exited with code {code} without a result (sys.exit or os._exit in the probe?)"
 
 
+    def checked(self, what: str) -> dict[str, Any]:
+        """The result, or the error a caller reports: the process died running user code, or the worker said
+        the input was bad -> UsageError (exit 2); tracecheck's own bug inside the worker -> RuntimeError."""
+        from .exitcodes import UsageError
+
+        res = self.result
+        if res is None:
+            raise UsageError(f"{what} {self.died}", self.log_tail)
+        if "usage_error" in res:
+            raise UsageError(res["usage_error"], res.get("detail"))
+        if "internal_error" in res:
+            raise RuntimeError(f"{what}:\n{res['internal_error']}")
+        return res
+
+
 def _context() -> multiprocessing.context.BaseContext:
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")

@@ -69,7 +69,6 @@ class FunctionPlan:
     scalar_attrs: dict[str, tuple[str, str, tuple[str, str]]]
     grad_names: list[str]
     grads_for: list[str]
-    backward_returns: int
     nondiff_outputs: list[int]
     outputs_alias_inputs: list[int]
     residuals_alias_inputs: list[int]
@@ -404,7 +403,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
         op_base=snake(cls.__name__), key=cls.__qualname__, dropin=cls.__name__, setup_context_style=_is_setup_context_defined(cls.setup_context),
         inputs=inputs, outputs=outputs, returns_tuple=returns_tuple, residuals=res_names, saved=saved,
         saved_names=saved_names, tensor_attrs=tensor_attrs, scalar_attrs=scalar_attrs, grad_names=grad_names,
-        grads_for=grads_for, backward_returns=len(gin), nondiff_outputs=nondiff,
+        grads_for=grads_for, nondiff_outputs=nondiff,
         outputs_alias_inputs=[j for j, o in enumerate(outs) if any(_aliases(o, v) for v in base.values()
                                                                   if isinstance(v, torch.Tensor))],
         residuals_alias_inputs=[r for r, t in enumerate(residuals) if any(_aliases(t, v) for v in base.values()

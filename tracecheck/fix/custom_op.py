@@ -51,7 +51,6 @@ class OpPlan:
     backward_op: tuple[str, list[str]] | None = None
     backward_note: str = ""
     tensor_inputs: list[str] = field(default_factory=list)
-    differentiable_inputs: list[str] = field(default_factory=list)
     #: file and line of the ``custom_op(...)`` definition, when tracecheck can find it
     defined_at: tuple[str, int] | None = None
     runs: int = 0
@@ -195,7 +194,6 @@ def analyse_op(op: Any, args: tuple, kwargs: dict, kinds: set[str], autograd_ops
                   single=len(returns) == 1,
                   tensor_inputs=[n for n, v in named.items() if isinstance(v, torch.Tensor)],
                   defined_at=_definition(qualname))
-    plan.differentiable_inputs = [n for n in plan.tensor_inputs if named[n].is_floating_point()]
     plan.declared_mutates = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     needed = False
     if "missing-fake" in kinds and _has_fake(op, named):

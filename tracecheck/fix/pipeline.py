@@ -113,15 +113,8 @@ def _check_output(path: str, option: str, mark: str, module: bool = True) -> Non
 
 
 def _one(runner: Runner, payload: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any]:
-    outcome = next(runner.run([Task(what, payload, timeout_s)]))
-    res = outcome.result
-    if res is None:
-        raise RuntimeError(f"{what}: the process {outcome.died}\n{outcome.log_tail}")
-    if "usage_error" in res:
-        raise UsageError(res["usage_error"], res.get("detail"))
-    if "internal_error" in res:
-        raise RuntimeError(f"{what}:\n{res['internal_error']}")
-    return res
+    """One task in a stage process (user code runs there, never here); see Outcome.checked for the errors."""
+    return next(runner.run([Task(what, payload, timeout_s)])).checked(what + ":")
 
 
 def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
