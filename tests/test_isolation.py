@@ -1,4 +1,8 @@
 """One probe that segfaults, hangs or exits must not take down the run or lose the other results."""
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 MODEL = '''
@@ -117,3 +121,23 @@ def _stage_processes(marker, cli_pid):
         if marker.encode() in env and state != "Z" and int(pid) != cli_pid and int(ppid) != cli_pid:
             pids.append(int(pid))
     return pids
+
+
+def test_a_tracecheck_folder_in_the_working_directory_is_not_imported(tmp_path, write_probe):
+    """The fork server is a `python -c` interpreter (cwd first on sys.path; Python 3.11 ignores the sys_path
+    multiprocessing passes it): a ./tracecheck/ clone must not replace the installed one in stage processes."""
+    shadow = tmp_path / "tracecheck"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("import os\nos._exit(9)  # a stale clone that must never be imported\n")
+    write_probe("""
+        import torch
+
+        def probe():
+            return (lambda x: x.sin()), (torch.randn(3),)
+    """)
+    # the console script, as a user runs it (`python -m` would put the folder on the CLI's own path, as always)
+    script = Path(sys.executable).parent / "tracecheck"
+    proc = subprocess.run([str(script), "run", "model.py", "--stages", "eager"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "1 probe, 0 failing" in proc.stdout

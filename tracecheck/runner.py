@@ -71,16 +71,28 @@ class Outcome:
         if "usage_error" in res:
             raise UsageError(res["usage_error"], res.get("detail"))
         if "internal_error" in res:
-            raise RuntimeError(f"{what}:\n{res['internal_error']}")
+            lines = res["internal_error"].strip().splitlines() or [""]
+            raise RuntimeError(f"{what} {lines[-1]}\n{res['internal_error']}")  # the cause on the first line
         return res
 
 
 def _context() -> multiprocessing.context.BaseContext:
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["tracecheck.preload"])
-        return ctx
-    return multiprocessing.get_context("spawn")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["tracecheck.preload"])
+    # The server is a `python -c` interpreter: the current directory comes first on its sys.path, and Python 3.11
+    # ignores the sys_path multiprocessing hands it. A ./tracecheck/ folder (a clone, a checkout) would then stand
+    # in for the installed tracecheck in every stage process. PYTHONSAFEPATH keeps the directory off.
+    if "PYTHONSAFEPATH" not in os.environ:
+        from multiprocessing import forkserver
+
+        os.environ["PYTHONSAFEPATH"] = os.environ[worker.SAFEPATH_MARK] = "1"
+        try:
+            forkserver.ensure_running()
+        finally:
+            del os.environ["PYTHONSAFEPATH"], os.environ[worker.SAFEPATH_MARK]
+    return ctx
 
 
 class Runner:

@@ -16,6 +16,10 @@ from typing import Any, Callable
 from .exitcodes import UsageError
 from .probe import Case, ProbeShapeError, to_case
 
+#: set with PYTHONSAFEPATH in the fork server's environment by tracecheck (runner._context), not by the user:
+#: stage processes drop both, so a probe's own subprocesses see the user's environment
+SAFEPATH_MARK = "TRACECHECK_SET_PYTHONSAFEPATH"
+
 
 #: Largest file a stage process may write (its log included): a probe printing in a loop must not fill the disk.
 MAX_FILE_BYTES = 1 << 30
@@ -24,6 +28,8 @@ MAX_FILE_BYTES = 1 << 30
 def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: int) -> None:
     """Entry point of a task process. Writes ``result_path`` (JSON) unless the process dies first."""
     os.setpgrp()  # own process group: the parent can kill whatever the probe spawned on timeout
+    if os.environ.pop(SAFEPATH_MARK, None):  # tracecheck's, for the fork server only: not the probe's
+        os.environ.pop("PYTHONSAFEPATH", None)
     try:
         _redirect_output(log_path)
     except OSError:
