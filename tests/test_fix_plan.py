@@ -36,7 +36,7 @@ def test_plan_of_saved_inputs_intermediate_and_attribute():
     assert plan.residuals == ["h"]  # named from `x, w, h = ctx.saved_tensors`
     # backward reads alpha (it equals the input alpha), never `unused`
     assert plan.scalar_attrs == {"alpha": ("alpha", "float", ("input", "alpha"))}
-    assert plan.grads_for == ["x", "w"] and plan.fwd_mutates == [] and not plan.uses_autograd
+    assert plan.grads_for == ["x", "w"] and plan.fwd_mutates == [] and plan.uses_autograd == (False, False)
     out_shape = [d.code for d in plan.fwd_meta[0].shape]
     h_shape = [d.code for d in plan.fwd_meta[1].shape]
     assert out_shape == h_shape == ["x.size(0)", "w.size(1)"]  # matmul: (M, K) @ (K, N) -> (M, N)

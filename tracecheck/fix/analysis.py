@@ -109,7 +109,7 @@ def analyze(task: dict[str, Any]) -> dict[str, Any]:
 def _function_plans(module: Any, calls: dict[type, tuple], found: list[dict[str, Any]]) -> list[Any]:
     plans = []
     for cls, args in calls.items():
-        entry: dict[str, Any] = {"function": cls.__qualname__, "module": cls.__module__}
+        entry: dict[str, Any] = {"function": cls.__qualname__, "module": _where(cls, module)}
         found.append(entry)
         verdict = dynamo_verdict(cls, args)
         entry["dynamo"] = verdict
@@ -136,12 +136,21 @@ def _function_plans(module: Any, calls: dict[type, tuple], found: list[dict[str,
         entry["todo"] = [f"{o}: {t}" for o, m in zip(names, plan.fwd_meta) for t in m.todo]
         entry["todo"] += [f"grad_{n}: {t}" for n, m in zip(plan.grads_for, plan.bwd_meta) for t in m.todo]
         entry["check"] = [f"{o} {u}" for o, m in zip(names, plan.fwd_meta) for u in m.unconfirmed]
+        entry["check"] += [f"grad_{n} {u}" for n, m in zip(plan.grads_for, plan.bwd_meta) for u in m.unconfirmed]
         entry["check"] += [why for kind, why in plan.attr_notes.values() if kind == "check"]
         entry["todo"] += [why for kind, why in plan.attr_notes.values() if kind == "todo"]
         entry["mutates_args"] = {"forward": plan.fwd_mutates, "backward": plan.bwd_mutates}
         entry["runs"], entry["refused"] = plan.runs, plan.refused
     _disambiguate(plans)
     return plans
+
+
+def _where(cls: type, probe_module: Any) -> str:
+    """The module as the user knows it: the probe file's path (tracecheck names that module itself), else the
+    dotted name."""
+    if sys.modules.get(cls.__module__) is probe_module and getattr(probe_module, "__file__", None):
+        return os.path.relpath(probe_module.__file__)
+    return cls.__module__
 
 
 def _bindings(cls: type, skip: tuple[Any, ...]) -> list[tuple[str, str]]:

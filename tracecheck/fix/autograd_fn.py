@@ -88,7 +88,10 @@ class FunctionPlan:
     other_bindings: list[tuple[str, str]] = field(default_factory=list)
     #: forward or backward ran the autograd engine itself (a kernel written with torch.autograd.grad): the ops
     #: must then re-enable autograd dispatch, which custom-op kernels otherwise run below
-    uses_autograd: bool = False
+    uses_autograd: tuple[bool, bool] = (False, False)  # (forward, backward)
+    #: tensor ranks at the probe, per op input (the fakes are inferred at these ranks and check them)
+    fwd_ranks: dict[str, int] = field(default_factory=dict)
+    bwd_ranks: dict[str, int] = field(default_factory=dict)
     fwd_meta: list[observe.OutputMeta] = field(default_factory=list)
     bwd_meta: list[observe.OutputMeta] = field(default_factory=list)
     runs: int = 0
@@ -334,7 +337,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     # ---- the base run: structure --------------------------------------------------------------
     base = {n: observe._clone(v) for n, v in args.items()}
     before = _snapshot(base)
-    engine_runs: list[int] = []
+    engine_runs: list[int] = []  # forward's, then backward's below
     with torch.no_grad(), _watch_engine(engine_runs):
         fctx, outs, returns_tuple = _run_forward(cls, base, needs)
     if fctx._state["dirty"]:
@@ -355,6 +358,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     saved_values = tuple(_value(ref, base, outs, residuals) for ref in saved)
     bctx = _BackwardCtx(saved_values, {**attrs}, needs)
     bw_before = _snapshot({f"g{j}": g for j, g in enumerate(grads)})
+    fwd_engine, engine_runs = bool(engine_runs), []
     with torch.no_grad(), _watch_engine(engine_runs):
         gin = cls.backward(bctx, *grads)
     gin = list(gin) if isinstance(gin, tuple) else [gin]
@@ -409,9 +413,11 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
         residuals_alias_inputs=[r for r, t in enumerate(residuals) if any(_aliases(t, v) for v in base.values()
                                                                          if isinstance(v, torch.Tensor))],
         fwd_mutates=fwd_mutates,
-        grads_alias_inputs=grads_alias, uses_autograd=bool(engine_runs),
+        grads_alias_inputs=grads_alias, uses_autograd=(fwd_engine, bool(engine_runs)),
         bwd_mutates=[grad_names[int(n[1:])] for n in _mutated(bw_before, {f"g{j}": g for j, g in enumerate(grads)})],
     )
+    plan.fwd_ranks = {n: v.dim() for n, v in args.items() if isinstance(v, torch.Tensor)}
+    plan.bwd_ranks = {n: t.dim() for n, t in zip([*plan.grad_names, *plan.saved_names], [*grads, *saved_values])}
     _observe(cls, plan, args, needs)
     return plan
 

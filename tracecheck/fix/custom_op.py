@@ -51,6 +51,8 @@ class OpPlan:
     backward_op: tuple[str, list[str]] | None = None
     backward_note: str = ""
     tensor_inputs: list[str] = field(default_factory=list)
+    #: tensor ranks at the probe, per argument (the fake checks them)
+    ranks: dict[str, int] = field(default_factory=dict)
     #: file and line of the ``custom_op(...)`` definition, when tracecheck can find it
     defined_at: tuple[str, int] | None = None
     runs: int = 0
@@ -193,6 +195,7 @@ def analyse_op(op: Any, args: tuple, kwargs: dict, kinds: set[str], autograd_ops
                   ["out"] if len(returns) == 1 else [f"out{j}" for j in range(len(returns))],
                   single=len(returns) == 1,
                   tensor_inputs=[n for n, v in named.items() if isinstance(v, torch.Tensor)],
+                  ranks={n: v.dim() for n, v in named.items() if isinstance(v, torch.Tensor)},
                   defined_at=_definition(qualname))
     plan.declared_mutates = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     needed = False

@@ -220,8 +220,9 @@ def _infer_output(runs: list[list[Group]], g: int, k: int) -> OutputMeta:
     # an input with the output's shape in every run (grad_k and k) explains it best: its dims go first
     like = next((n for n, v in base_inputs.items() if isinstance(v, torch.Tensor)
                  and all(isinstance(i.get(n), torch.Tensor) and i[n].shape == o.shape for i, o in samples)), None)
-    if like:
-        names = [s for s in names if s.startswith(f"{like}.size(")] + [s for s in names if not s.startswith(f"{like}.size(")]
+    if like:  # same shape as that input in every run: its shape, dim for dim (grad_x is x.shape)
+        return OutputMeta([shapes.DimExpr(f"{like}.size({i})", confirmed=True) for i in range(base.dim())], dtype,
+                          device, like=like)
     dims = []
     for i in range(base.dim()):
         r = shapes.Runs()

@@ -150,9 +150,11 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
         write_text_atomic(patched, res["patched_probe"])
         out.written = [opts.output, patched]
         out.reasons = [f"{f['function']}: {t}" for f in out.functions for t in f.get("todo", [])]
-        if not opts.verify:
+        if not opts.verify or out.reasons:
+            # a TODO (a skeleton backward, a data-dependent size) is known to fail: running it proves nothing
             out.status = NOT_VERIFIED
-            out.reasons.append("--no-verify: the fix was not run")
+            out.reasons.append("--no-verify: the fix was not run" if not opts.verify else
+                               f"stages not run: finish the TODOs in {opts.output}, then: tracecheck run {patched}")
             return out
         _compare_eager(runner, opts, path, probe.name, patched, out)
     _verify(opts, patched, probe.name, out, progress)
