@@ -392,7 +392,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     grad_names = [_ident(grad_params[j] if j < len(grad_params) and not grad_params[j].startswith("*")
                          else f"grad_{outputs[j]}", bw_taken) for j in range(len(outs))]
     saved_names = []
-    for i, ref in enumerate(saved):
+    for ref in saved:
         want = ref[1] if ref[0] == "input" else outputs[ref[1]] if ref[0] == "output" else res_names[ref[1]]
         saved_names.append(_ident(want, bw_taken))
     assigned = _ctx_assignments(cls.setup_context if _is_setup_context_defined(cls.setup_context) else cls.forward)
