@@ -18,7 +18,7 @@ import torch
 
 from .. import capture, classify, discover, stages
 from ..probe import to_case
-from . import autograd_fn, codegen, custom_op
+from . import autograd_fn, codegen, custom_op, observe
 
 
 @contextlib.contextmanager
@@ -28,9 +28,7 @@ def record_function_calls(calls: dict[type, tuple]) -> Iterator[None]:
 
     def apply(cls, *args, **kwargs):
         if cls not in calls and not kwargs:
-            calls[cls] = tuple(a.detach().clone().requires_grad_(a.requires_grad)
-                               if isinstance(a, torch.Tensor) and a.is_floating_point() else
-                               a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+            calls[cls] = tuple(observe.clone(a) for a in args)
         return original.__func__(cls, *args, **kwargs)
 
     torch.autograd.Function.apply = classmethod(apply)
@@ -52,8 +50,7 @@ def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
     torch._dynamo.reset()
     fn = torch.compile(lambda *a: cls.apply(*a), backend="eager", fullgraph=True)
     try:
-        fn(*[a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor)
-             and a.is_floating_point() else a for a in args])
+        fn(*[observe.clone(a) for a in args])
     except Exception as e:
         f = classify.classify_error("fullgraph", capture.error_record(e, "fullgraph"))
         return {"kind": f.kind, "summary": f.summary, "evidence": f.evidence}

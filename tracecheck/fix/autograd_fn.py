@@ -193,11 +193,18 @@ def _forward_params(cls: type) -> list[inspect.Parameter]:
     return params
 
 
+def _source_tree(fn: Any) -> ast.AST | None:
+    """``fn``'s parsed source, or None when it has none (a builtin, a lambda in a REPL)."""
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
 def _source_names(fn: Any, pattern: str) -> list[str] | None:
     """Names bound by the first ``a, b = <pattern>`` (or returned by ``return a, b``) in ``fn``'s source."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
+    tree = _source_tree(fn)
+    if tree is None:
         return None
     for node in ast.walk(tree):
         if pattern == "return" and isinstance(node, ast.Return) and node.value is not None:
@@ -215,9 +222,8 @@ def _source_names(fn: Any, pattern: str) -> list[str] | None:
 
 def _saved_arg_names(fn: Any) -> list[str] | None:
     """The names passed to ``ctx.save_for_backward(a, b, ...)`` in ``fn``'s source, when all are plain names."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
+    tree = _source_tree(fn)
+    if tree is None:
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(".save_for_backward"):
@@ -227,9 +233,8 @@ def _saved_arg_names(fn: Any) -> list[str] | None:
 
 def _ctx_assignments(fn: Any) -> dict[str, str | None]:
     """``ctx.<attr> = <name>`` in ``fn``'s source: attr -> the name, or None when assigned something else."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
+    tree = _source_tree(fn)
+    if tree is None:
         return {}
     out: dict[str, str | None] = {}
     for node in ast.walk(tree):
@@ -254,19 +259,6 @@ def _aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.numel() > 0
     except RuntimeError:
         return False
-
-
-def _mutated(before: dict[str, tuple[int, torch.Tensor]], values: dict[str, Any]) -> list[str]:
-    out = []
-    for name, (version, data) in before.items():
-        t = values[name]
-        if t._version != version or not torch.equal(torch.nan_to_num(t.detach()), torch.nan_to_num(data)):
-            out.append(name)
-    return out
-
-
-def _snapshot(values: dict[str, Any]) -> dict[str, tuple[int, torch.Tensor]]:
-    return {n: (v._version, v.detach().clone()) for n, v in values.items() if isinstance(v, torch.Tensor)}
 
 
 def _run_forward(cls: type, args: dict[str, Any], needs: tuple[bool, ...]) -> tuple[_ForwardCtx, list[Any], bool]:
@@ -335,8 +327,8 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     needs = tuple(isinstance(v, torch.Tensor) and v.is_floating_point() for v in args.values())
 
     # ---- the base run: structure --------------------------------------------------------------
-    base = {n: observe._clone(v) for n, v in args.items()}
-    before = _snapshot(base)
+    base = {n: observe.clone(v) for n, v in args.items()}
+    before = observe.snapshot(base)
     engine_runs: list[int] = []  # forward's, then backward's below
     with torch.no_grad(), _watch_engine(engine_runs):
         fctx, outs, returns_tuple = _run_forward(cls, base, needs)
@@ -345,7 +337,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
                         "mutates_args by hand")
     if not all(isinstance(o, torch.Tensor) for o in outs):
         raise Unfixable("forward returns a non-tensor; a custom op returns tensors only")
-    fwd_mutates = _mutated(before, base)
+    fwd_mutates = observe.mutated(before, base)
     residuals: list[Any] = []
     saved = [_locate(t, base, outs, residuals) for t in fctx._state["saved"] if isinstance(t, torch.Tensor)]
     if len(saved) != len(fctx._state["saved"]):
@@ -357,7 +349,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     grads = [torch.randn_like(o) if o.is_floating_point() else torch.zeros_like(o) for o in outs]
     saved_values = tuple(_value(ref, base, outs, residuals) for ref in saved)
     bctx = _BackwardCtx(saved_values, {**attrs}, needs)
-    bw_before = _snapshot({f"g{j}": g for j, g in enumerate(grads)})
+    bw_before = observe.snapshot({f"g{j}": g for j, g in enumerate(grads)})
     fwd_engine, engine_runs = bool(engine_runs), []
     with torch.no_grad(), _watch_engine(engine_runs):
         gin = cls.backward(bctx, *grads)
@@ -414,7 +406,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
                                                                          if isinstance(v, torch.Tensor))],
         fwd_mutates=fwd_mutates,
         grads_alias_inputs=grads_alias, uses_autograd=(fwd_engine, bool(engine_runs)),
-        bwd_mutates=[grad_names[int(n[1:])] for n in _mutated(bw_before, {f"g{j}": g for j, g in enumerate(grads)})],
+        bwd_mutates=[grad_names[int(n[1:])] for n in observe.mutated(bw_before, {f"g{j}": g for j, g in enumerate(grads)})],
     )
     plan.fwd_ranks = {n: v.dim() for n, v in args.items() if isinstance(v, torch.Tensor)}
     plan.bwd_ranks = {n: t.dim() for n, t in zip([*plan.grad_names, *plan.saved_names], [*grads, *saved_values])}

@@ -96,25 +96,24 @@ def _has_fake(op: Any, named: dict[str, Any]) -> str | None:
 
 
 def _mutated(op: Any, named: dict[str, Any]) -> list[str]:
-    args = {n: observe._clone(v) for n, v in named.items()}
-    before = {n: (v._version, v.detach().clone()) for n, v in args.items() if isinstance(v, torch.Tensor)}
+    args = {n: observe.clone(v) for n, v in named.items()}
+    before = observe.snapshot(args)
     with torch.no_grad():
         op(**args)
-    return [n for n, (ver, data) in before.items()
-            if args[n]._version != ver or not torch.equal(torch.nan_to_num(args[n]), torch.nan_to_num(data))]
+    return observe.mutated(before, args)
 
 
 def _infer_fake(op: Any, named: dict[str, Any]) -> tuple[list[FakeBranch], int]:
     def call(args: dict[str, Any]) -> list[observe.Group]:
         return [(args, _outputs(op(**args)))]
 
-    base = _outputs(op(**{n: observe._clone(v) for n, v in named.items()}))
+    base = _outputs(op(**{n: observe.clone(v) for n, v in named.items()}))
     # a bool argument that changes the output shapes becomes an `if` in the fake (first such flag only)
     for flag, value in named.items():
         if type(value) is not bool:
             continue
         try:
-            flipped = _outputs(op(**{**{n: observe._clone(v) for n, v in named.items()}, flag: not value}))
+            flipped = _outputs(op(**{**{n: observe.clone(v) for n, v in named.items()}, flag: not value}))
         except Exception:  # noqa: S112  (the op rejects the other value: nothing to branch on)
             continue
         if [tuple(t.shape) for t in flipped] != [tuple(t.shape) for t in base]:

@@ -108,11 +108,24 @@ def _resample(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | None
     return new.requires_grad_(t.requires_grad) if new.is_floating_point() else new
 
 
-def _clone(v: Any) -> Any:
+def clone(v: Any) -> Any:
+    """A detached copy of a tensor that keeps ``requires_grad`` (floating only); anything else as is."""
     if isinstance(v, torch.Tensor):
         c = v.detach().clone()
         return c.requires_grad_(v.requires_grad) if c.is_floating_point() else c
     return v
+
+
+def snapshot(values: dict[str, Any]) -> dict[str, tuple[int, torch.Tensor]]:
+    """Version counter and a copy of the data of every tensor in ``values``, for ``mutated``."""
+    return {n: (v._version, v.detach().clone()) for n, v in values.items() if isinstance(v, torch.Tensor)}
+
+
+def mutated(before: dict[str, tuple[int, torch.Tensor]], values: dict[str, Any]) -> list[str]:
+    """Names whose version counter moved or whose data changed since ``snapshot`` (NaN-safe)."""
+    return [n for n, (version, data) in before.items()
+            if values[n]._version != version
+            or not torch.equal(torch.nan_to_num(values[n].detach()), torch.nan_to_num(data))]
 
 
 def _with_sizes(args: dict[str, Any], new: dict[str, int], fresh: bool = False,
@@ -122,7 +135,7 @@ def _with_sizes(args: dict[str, Any], new: dict[str, int], fresh: bool = False,
     for name, v in args.items():
         if isinstance(v, torch.Tensor):
             shape = tuple(new.get(f"{name}.size({i})", s) for i, s in enumerate(v.shape))
-            out[name] = _resample(v, shape, signed=signed) if fresh or shape != tuple(v.shape) else _clone(v)
+            out[name] = _resample(v, shape, signed=signed) if fresh or shape != tuple(v.shape) else clone(v)
         elif isinstance(v, int) and not isinstance(v, bool) and name in new:
             out[name] = new[name]
         else:
@@ -147,7 +160,7 @@ def _dtype_variants(args: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             if dtype == t.dtype:
                 continue
             for group in ([name], same) if len(same) > 1 else ([name],):
-                new = {n: (_resample(v, tuple(v.shape), dtype) if n in group else _clone(v)) for n, v in args.items()}
+                new = {n: (_resample(v, tuple(v.shape), dtype) if n in group else clone(v)) for n, v in args.items()}
                 out.append((f"{'+'.join(group)} as {dtype}", new))
     return out
 
@@ -179,7 +192,7 @@ def observe(call: Callable[[dict[str, Any]], list[Group]], args: dict[str, Any])
     """
     rec = _Recorder(call)
     with torch.no_grad():
-        rec.runs.append(call({n: _clone(v) for n, v in args.items()}))
+        rec.runs.append(call({n: clone(v) for n, v in args.items()}))
     rec("fresh data", _with_sizes(args, {}, fresh=True))
     # non-negative probe data (probabilities, post-ReLU) would hide `x[x > 0]`: also try data of either sign
     rec("fresh data of either sign", _with_sizes(args, {}, fresh=True, signed=True))
