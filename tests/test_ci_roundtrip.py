@@ -139,3 +139,29 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
     assert r.stderr.strip() == f"tracecheck: error: {r.stderr.strip().split('error: ', 1)[1]}"
     assert len(r.stderr.strip().splitlines()) == 1 and message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_baseline_recorded_in_one_folder_gates_a_run_from_another(tmp_path):
+    (tmp_path / ".git").mkdir()                      # the project root (a rootdir marker)
+    (tmp_path / "models").mkdir()
+    broken = PROBE.replace("    y = x * 2\n", "    y = x * 2\n    torch._dynamo.graph_break()\n")
+    (tmp_path / "models" / "model.py").write_text(broken)
+    r = cli(tmp_path, "run", "models/model.py", "--stages", "explain", "-j", "1", "--json", "base.json")
+    assert r.returncode == 1, r.stderr               # the graph break is a finding, recorded in the baseline
+    report = json.loads((tmp_path / "base.json").read_text())
+    assert report["rootdir"] == str(tmp_path)
+    assert [p["id"] for p in report["probes"]] == ["models/model.py::probe_block"]
+    # the same file, run from inside models/ and from an unrelated folder: same ids, no regression, exit 0
+    for cwd, path in ((tmp_path / "models", "model.py"), (tmp_path.parent, str(tmp_path / "models" / "model.py"))):
+        r = cli(cwd, "run", path, "--stages", "explain", "-j", "1", "--baseline", str(tmp_path / "base.json"),
+                "--report", str(tmp_path / "r.md"))
+        assert r.returncode == 0, (cwd, r.stdout, r.stderr)
+        assert "went missing" not in r.stdout
+    # the report's repro command, pasted in the rootdir, runs that probe again
+    md = (tmp_path / "r.md").read_text()
+    repro = next(line for line in md.splitlines() if line.startswith("tracecheck run "))
+    assert repro == "tracecheck run models/model.py -k probe_block --stages explain"
+    r = cli(tmp_path, *repro.split()[1:], "--json", "again.json")
+    assert r.returncode == 1, r.stderr
+    assert [p["id"] for p in json.loads((tmp_path / "again.json").read_text())["probes"]] == \
+        ["models/model.py::probe_block"]

@@ -83,3 +83,38 @@ def test_probe_decorator_marks():
     from tracecheck.probe import is_marked
 
     assert is_marked(p)
+
+
+def test_rootdir_is_the_nearest_marked_folder_above_the_paths(tmp_path):
+    (tmp_path / "proj" / "models" / "sub").mkdir(parents=True)
+    (tmp_path / "proj" / "pyproject.toml").write_text("")
+    a = tmp_path / "proj" / "models" / "a.py"
+    b = tmp_path / "proj" / "models" / "sub" / "b.py"
+    a.write_text(""), b.write_text("")
+    assert discover.rootdir([str(a)]) == str(tmp_path / "proj")
+    assert discover.rootdir([str(a), str(b)]) == str(tmp_path / "proj")
+    assert discover.probe_id(str(b), "probe_x", str(tmp_path / "proj")) == "models/sub/b.py::probe_x"
+    for marker in ("setup.cfg", "tox.ini", ".git"):
+        other = tmp_path / f"other_{marker.strip('.')}"
+        (other / "m").mkdir(parents=True)
+        (other / marker).mkdir() if marker == ".git" else (other / marker).write_text("")
+        assert discover.rootdir([str(other / "m")]) == str(other), marker
+
+
+def test_rootdir_without_markers_is_the_common_ancestor(tmp_path, monkeypatch):
+    (tmp_path / "x" / "one").mkdir(parents=True)
+    (tmp_path / "x" / "two").mkdir()
+    f1, f2 = tmp_path / "x" / "one" / "m.py", tmp_path / "x" / "two" / "n.py"
+    f1.write_text(""), f2.write_text("")
+    monkeypatch.setattr(discover, "ROOT_MARKERS", ("no-such-marker-anywhere",))  # /tmp's parents may hold one
+    assert discover.rootdir([str(f1), str(f2)]) == str(tmp_path / "x")
+    assert discover.rootdir([str(f1)]) == str(tmp_path / "x" / "one")
+
+
+def test_rootdir_does_not_depend_on_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "proj" / "models").mkdir(parents=True)
+    (tmp_path / "proj" / ".git").mkdir()
+    monkeypatch.chdir(tmp_path / "proj")
+    from_root = discover.rootdir(["models"])
+    monkeypatch.chdir(tmp_path / "proj" / "models")
+    assert discover.rootdir(["."]) == from_root == str(tmp_path / "proj")

@@ -66,3 +66,67 @@ def test_correct_custom_op_passes_every_stage(tracecheck, write_probe):
     assert probe["stages"]["explain"]["graph_break_count"] == 0
     assert res.report["environment"]["device"] == "cpu"
     assert res.report["environment"]["npu_available"] is False
+
+
+MODULE_WITH_OPS = '''
+import torch
+
+@torch.library.custom_op("tc_e2e_mod::gate", mutates_args=())
+def gate(x: torch.Tensor) -> torch.Tensor:           # registered without register_autograd
+    return x * torch.sigmoid(x)
+
+@gate.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+@torch.library.custom_op("tc_e2e_mod::dequant", mutates_args=())
+def dequant(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.float32) * 0.5
+
+@dequant.register_fake
+def _(x):
+    return torch.empty(x.shape, dtype=torch.float16, device=x.device)   # lies: the kernel returns float32
+
+class Tagger(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.emb = torch.nn.Embedding(16, 8)
+        self.op = op
+
+    def forward(self, ids):
+        return self.op(self.emb(ids)).sum(-1)
+
+def probe_gate():
+    return Tagger(gate), (torch.tensor([[1, 2, 3]]),)      # integer ids: only the parameters train
+
+def probe_dequant():
+    codes = torch.randint(-8, 8, (4, 6), dtype=torch.int8, generator=torch.Generator().manual_seed(0))
+    return (lambda c: dequant(c) + 1.0), (codes,)
+'''
+
+
+@pytest.mark.slow
+def test_model_given_integer_ids_runs_backward_and_finds_the_missing_autograd(tracecheck, write_probe):
+    """An eager ✓ no longer hides a custom op without an autograd formula inside a model fed token ids."""
+    res = tracecheck("run", str(write_probe(MODULE_WITH_OPS)), "-k", "probe_gate", "--stages", "eager")
+    assert res.returncode == 1, res.stdout
+    eager = res.probe("probe_gate")["stages"]["eager"]
+    assert eager["failure"]["kind"] == "missing-autograd"
+    assert eager["failure"]["context"]["op"] == "tc_e2e_mod::gate"
+    assert eager["failure"]["evidence"]["phase"] == "backward"
+
+
+@pytest.mark.slow
+def test_a_fake_that_lies_makes_inductor_differ_and_the_fix_names_the_op(tracecheck, write_probe):
+    """The fake says float16, the kernel returns float32: inductor reads the buffer as float16 (the shared
+    case 29 bug). Eager is the oracle for the expected output; the fix names the custom op."""
+    res = tracecheck("run", str(write_probe(MODULE_WITH_OPS)), "-k", "probe_dequant", "--stages",
+                     "eager,aot_eager,inductor")
+    assert res.returncode == 1, res.stdout
+    stages = res.probe("probe_dequant")["stages"]
+    assert stages["aot_eager"]["status"] == "pass"
+    [f] = [f for f in stages["inductor"]["findings"] if f["kind"] == "numeric-mismatch"]
+    assert f["context"]["phase"] == "forward" and f["context"]["cause"] == "custom-op"
+    assert f["context"]["custom_ops"] == ["tc_e2e_mod::dequant"]
+    assert f["evidence"]["worst"]["max_abs_diff"] > 1.0
+    assert "custom op(s) tc_e2e_mod::dequant" in res.stdout and "opcheck" in res.stdout

@@ -88,3 +88,51 @@ def test_crash_calling_a_redefined_op_is_op_redefined(tmp_path):
     alone = {"eager": crash("eager", 2)}
     results.attribute_crashes(alone)
     assert alone["eager"].failure.kind == "crash"  # no redefinition in this probe
+
+
+def test_forward_only_passes_are_marked_in_every_renderer():
+    import io
+
+    from rich.console import Console
+
+    from tracecheck.render import markdown, tables, terminal
+
+    p = ProbeReport("m.py::probe", "/abs/m.py", "probe", {
+        "eager": StageResult("eager", PASS, phases=["forward"]),
+        "explain": StageResult("explain", PASS, graph_count=1, graph_break_count=0, phases=["forward"]),
+        "aot_eager": StageResult("aot_eager", PASS, phases=["forward", "backward"]),
+    })
+    r = RunReport([p], {"torch": "2.13.0"}, ["eager", "explain", "aot_eager"], rootdir="/abs")
+    assert [terminal.cell(p.stages[s]).plain for s in r.stages] == ["✓ fwd", "✓", "✓"]
+    assert [markdown.verdict_cell(p.stages[s]) for s in r.stages] == ["✅ fwd", "✅", "✅"]
+    assert tables.verdict_frame(r).loc["m.py::probe"].tolist() == ["pass (fwd)", "pass", "pass"]
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    console.print(terminal.verdict_table(r))
+    assert "✓ fwd" in console.file.getvalue()
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["rootdir"] == "/abs"
+    assert d["probes"][0]["stages"]["eager"]["phases"] == ["forward"]
+    assert RunReport.from_dict(d).probes[0].stages["eager"].forward_only
+
+
+def test_counts_not_measured_show_a_dash_not_zero():
+    import io
+
+    from rich.console import Console
+
+    from tracecheck.render import markdown, terminal
+
+    p = ProbeReport("m.py::probe", "/abs/m.py", "probe", {
+        "explain": StageResult("explain", SKIP, skip_reason="the eager forward fails"),
+        "compiled_autograd": StageResult("compiled_autograd", SKIP, skip_reason="no backward"),
+    })
+    r = RunReport([p], {"torch": "2.13.0"}, ["explain", "compiled_autograd"])
+    assert p.graph_breaks is None
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    console.print(terminal.verdict_table(r))
+    row = next(line for line in console.file.getvalue().splitlines() if "m.py::probe" in line)
+    assert row.rstrip(" │").endswith("–") and " 0 " not in row
+    assert terminal.compiled_autograd_table(r) is None              # the stage did not run: no row
+    md = markdown.render(r)
+    assert "## Compiled autograd" not in md
+    assert "| `m.py::probe` | ➖ | ➖ | – |" in md

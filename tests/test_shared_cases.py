@@ -52,4 +52,5 @@ def test_every_finding_carries_evidence(cases_report):
                 ev = f["evidence"]
                 assert f["kind"] and f["summary"]
                 assert ev.get("exception_type") or ev.get("gb_type") or ev.get("cause") or \
-                    ev.get("max_abs_diff") is not None or ev.get("second_schema") or ev.get("reason"), f
+                    (ev.get("worst") or {}).get("max_abs_diff") is not None or (ev.get("worst") or {}).get("detail") \
+                    or ev.get("second_schema") or ev.get("reason"), f

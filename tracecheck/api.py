@@ -65,10 +65,11 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     if not files:
         raise UsageError(f"{' '.join(opts.paths)}: no Python files found")
     device = environment.resolve_device(opts.device)
+    root = discover.rootdir(opts.paths)
     progress.discovered(len(files))
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
-        probes = _discover(runner, files, opts)
+        probes = _discover(runner, files, opts, root)
         if opts.shard:
             keep = set(baseline.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
@@ -90,7 +91,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         results.attribute_crashes(p.stages)
         p.stages = _ordered(p.stages)
     return RunReport(probes=probes, environment=environment.collect(device), stages=stages,
-                     command=opts.command, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))
+                     command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))
 
 
 def trace_subdir(probe_id: str, stage: str) -> str:
@@ -112,9 +113,10 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
     return dict(sorted(stages.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
 
 
-def _discover(runner: Runner, files: list[str], opts: RunOptions) -> list[ProbeReport]:
+def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str) -> list[ProbeReport]:
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
-    tasks = [Task(f, {"op": "discover", "file": f, "select": opts.select, "only": opts.only}, timeout) for f in files]
+    tasks = [Task(f, {"op": "discover", "file": f, "select": opts.select, "only": opts.only, "root": root}, timeout)
+             for f in files]
     found: dict[str, list[ProbeReport]] = {}
     total_candidates = 0
     for outcome in runner.run(tasks):
@@ -125,8 +127,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions) -> list[ProbeR
         for entry in res["probes"]:
             if entry.get("bad_shape"):
                 raise UsageError(entry["bad_shape"])
-            rel = os.path.relpath(path)
-            report = ProbeReport(id=f"{rel}::{entry['name']}", file=path, name=entry["name"])
+            report = ProbeReport(id=discover.probe_id(path, entry["name"], root), file=path, name=entry["name"])
             load = results.load_result(entry)
             if load:
                 report.stages[LOAD_STAGE] = load

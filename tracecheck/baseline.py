@@ -430,6 +430,7 @@ def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
         command=["tracecheck", "merge", *[os.path.basename(s) for s in sources]],
         tracecheck_version=first.tracecheck_version,
         seconds=round(sum(r.seconds for r in reports), 2),
+        rootdir=first.rootdir,
     )
 
 

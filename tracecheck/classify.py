@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Callable
@@ -34,6 +34,8 @@ class Kind:
     title: str
     fix: str
     snippet: str
+    #: a fix per cause the evidence supports (``Finding.context["cause"]``); ``fix`` when none is named
+    fix_by_cause: dict[str, str] = field(default_factory=dict)
 
     @property
     def doc(self) -> str:
@@ -44,7 +46,22 @@ class Kind:
 def kinds() -> dict[str, Kind]:
     """All kinds by id, in taxonomy order."""
     data = json.loads(resources.files("tracecheck").joinpath("kinds.json").read_text())
-    return {k["id"]: Kind(k["id"], k["title"], k["fix"], k.get("snippet", "")) for k in data["kinds"]}
+    return {k["id"]: Kind(k["id"], k["title"], k["fix"], k.get("snippet", ""), k.get("fix_by_cause", {}))
+            for k in data["kinds"]}
+
+
+def fix_text(f: Finding) -> str:
+    """The fix for this finding: the kind's fix for the cause its evidence names, with the context's values
+    (``{custom_ops}``, ``{random_ops}``, ``{stage}``) filled in."""
+    kind = kinds().get(f.kind)
+    if kind is None:
+        return ""
+    text = kind.fix_by_cause.get(str(f.context.get("cause")), kind.fix)
+    values = {k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in f.context.items()}
+    try:
+        return text.format(**values)
+    except (KeyError, IndexError, ValueError):
+        return kind.fix
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -339,16 +356,36 @@ def classify_warning(message: str) -> Finding | None:
                    "gradients may be silently wrong.", ctx, {"message": _trim(message)})
 
 
-def mismatch_finding(raw: dict[str, Any]) -> Finding:
-    """Compiled vs eager disagreement; ``raw`` has ``what`` and either ``detail`` (structure, shape, dtype,
-    value) or ``max_abs_diff`` with ``rtol``, ``atol``, ``dtype``."""
-    if raw.get("detail"):
-        how = raw["detail"]
+def mismatch_finding(raw: dict[str, Any], stage: str = "compile") -> Finding:
+    """One phase's compiled-vs-eager disagreement (stages.compare / numerics.judge): ``phase``, ``worst``
+    (the worst tensor: ``what``, and ``detail`` or its errors), ``disagreeing`` of ``compared`` tensors,
+    ``fp64_reference``, and the ``custom_ops``/``random_ops`` one eager forward called. The cause is the one
+    the evidence supports: custom ops only when the probe calls one."""
+    phase = raw.get("phase", "forward")
+    worst = raw.get("worst") or {}
+    what = worst.get("what", "?")
+    if worst.get("detail") and worst.get("max_abs_diff") is None:
+        how = worst["detail"]
     else:
-        how = (f"max abs diff {raw.get('max_abs_diff'):.3g}, dtype {raw.get('dtype')}, rtol {raw.get('rtol')}, "
-               f"atol {raw.get('atol')}")
-    return Finding("numeric-mismatch", f"Compiled {raw.get('what')} differs from eager ({how}).",
-                   {"what": raw.get("what")}, dict(raw))
+        bits = [f"max abs diff {worst.get('max_abs_diff'):.3g}" if worst.get("max_abs_diff") is not None else "",
+                f"RMSE vs float64: compiled {worst['rmse_compiled_vs_fp64']:.3g}, eager "
+                f"{worst['rmse_eager_vs_fp64']:.3g}" if worst.get("rmse_compiled_vs_fp64") is not None
+                and worst.get("rmse_eager_vs_fp64") is not None else "",
+                f"cosine {worst['cos_similarity']:.4f}" if worst.get("cos_similarity") is not None else "",
+                f"dtype {worst.get('dtype')}" if worst.get("dtype") else ""]
+        how = ", ".join(b for b in bits if b)
+    n, total = raw.get("disagreeing", 1), raw.get("compared", 1)
+    tensors = "outputs" if phase == "forward" else "gradients"
+    custom, random_ops = raw.get("custom_ops") or [], raw.get("random_ops") or []
+    ctx: dict[str, Any] = {"what": f"{phase} {tensors}", "phase": phase, "tensor": what, "stage": stage,
+                           "cause": "custom-op" if custom else "random" if random_ops else "backend"}
+    if custom:
+        ctx["custom_ops"] = custom
+    if random_ops:
+        ctx["random_ops"] = random_ops
+    summary = (f"Compiled {tensors} differ from eager: {n} of {total} disagree; worst {what} ({how})."
+               if n > 1 or total > 1 else f"Compiled {what} differs from eager ({how}).")
+    return Finding("numeric-mismatch", summary, ctx, dict(raw))
 
 
 def _apply_rules(text, types, gb_type, raw):

@@ -40,7 +40,8 @@ from torch.utils import _pytree as pytree
 
 from . import capture, compat
 from .probe import Case
-from .stages import Execution, compare, execute, grad_targets, needs_grad
+from .stages import (Execution, compare, draws_from_numpy, execute, float64_run, grad_targets, needs_grad, phases,
+                     with_causes)
 
 #: Steps that may recompile without a finding: the first capture, and the one when ``.grad`` becomes defined.
 WARMUP_STEPS = 2
@@ -263,7 +264,8 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
     steps = max(int(steps), WARMUP_STEPS + 1)
     first = make_case()
     if not needs_grad(first):
-        return {"skip_reason": "the probe runs no backward (no floating input requires grad)"}
+        return {"skip_reason": "the probe runs no backward (no floating input and no parameter of a module it "
+                               "reaches requires grad, or Case(grad=False))"}
 
     def cases_for(case: Case) -> list[Case]:
         return [case, _second_shape(case)[0]] if dynamic else [case]
@@ -377,13 +379,33 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
     if error_a:
         extra["error_without_ca"] = f"{error_a['type']}: {error_a['message'][:300]} (step {error_a['step']})"
 
+    if error_b:  # the compiled-autograd run stopped early: its counts are partial, so not measured
+        for key in ("unique_graphs_with_ca", "backward_graphs_per_capture", "unique_graphs_forward_with_ca",
+                    "captures", "compiles", "hooks_captured"):
+            extra[key] = None
+    if error_a:
+        extra["unique_graphs_without_ca"] = extra["graph_breaks_without_ca"] = None
     record: dict[str, Any] = {
         "error": error_b, "breaks": trace_b.breaks, "warnings": warn.messages,
-        "graph_count": graphs_with_ca,
+        "graph_count": graphs_with_ca if error_b is None else None,
         "recompiles": recompiles, "steady_state_recompiles": steady, "extra": extra,
+        "phases": phases(bool(execs_b) and execs_b[-1].ran_backward),
     }
     if error_b is None:
-        record["mismatches"] = compare(ref_execs[len(execs_b) - 1], execs_b[-1])
+        ran = schedule[:len(execs_b)]
+
+        def steps64(case64: Case) -> Execution | None:  # the same steps in float64: the reference
+            execs, _ = _run(case64.fn, cases_for(case64), ran)
+            return execs[-1] if len(execs) == len(ran) else None
+
+        mismatches = compare(ref_execs[len(execs_b) - 1], execs_b[-1], float64_run(make_case, steps64))
+        if mismatches and draws_from_numpy(make_case):
+            # Dynamo puts np.random on torch's generator: other numbers than eager by design (see
+            # stages._compare_on_numpy_stream); the aot_eager and inductor stages compare such probes
+            extra["numerics"] = ("not compared: the probe draws from NumPy's random generator, which compiled "
+                                 "code replaces with torch's; the aot_eager and inductor stages compare it")
+            mismatches = []
+        record["mismatches"] = with_causes(mismatches, make_case)
     return record
 
 

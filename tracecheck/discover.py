@@ -43,6 +43,31 @@ def find_files(paths: list[str]) -> list[str]:
     return sorted(dict.fromkeys(found))
 
 
+#: A folder holding one of these is a project root (pytest's rootdir markers, and ``.git``).
+ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "tox.ini", ".git")
+
+
+def rootdir(paths: list[str]) -> str:
+    """What probe ids are relative to, whatever the current directory: the nearest folder at or above the
+    common ancestor of ``paths`` that holds a ``ROOT_MARKERS`` entry, else that common ancestor (pytest's
+    rootdir). Absolute."""
+    folders = [p if os.path.isdir(p) else os.path.dirname(p) for p in map(os.path.abspath, paths)]
+    ancestor = os.path.commonpath(folders)
+    folder = ancestor
+    while True:
+        if any(os.path.exists(os.path.join(folder, m)) for m in ROOT_MARKERS):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return ancestor
+        folder = parent
+
+
+def probe_id(path: str, name: str, root: str) -> str:
+    """``<file relative to root>::<name>``, with ``/`` separators on every platform."""
+    return f"{os.path.relpath(path, root).replace(os.sep, '/')}::{name}"
+
+
 def module_name_for(path: str) -> str:
     """The file's stem, unless that would shadow another module (``random.py``, ``torch.py``) or is no identifier."""
     stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])

@@ -15,6 +15,8 @@ SCHEMA_VERSION = 1
 
 #: Stage ids, in run order. They equal the CLI values of ``--stages``.
 STAGES = ("eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck", "compiled_autograd")
+#: Stages that check the forward only, whatever the probe: no "forward only" mark on their verdict.
+FORWARD_ONLY_STAGES = ("explain",)
 #: Pseudo-stage for findings made while loading the file or calling the probe function.
 LOAD_STAGE = "load"
 
@@ -69,7 +71,8 @@ class StageResult:
     ``failure`` is the first finding (the one the verdict table shows); ``findings`` holds all of them.
     ``graph_count``/``graph_break_count`` are tracecheck's own counts (breaks deduplicated by gb_type and
     user location); ``explain_graph_break_count`` is what ``torch._dynamo.explain`` said, when it differs.
-    ``seconds`` is wall time of the stage process.
+    ``seconds`` is wall time of the stage process. ``phases`` is what the stage ran: ``["forward",
+    "backward"]`` or ``["forward"]`` (None: it ran nothing, e.g. skipped or died).
     """
 
     stage: str
@@ -83,6 +86,12 @@ class StageResult:
     seconds: float = 0.0
     skip_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    phases: list[str] | None = None
+
+    @property
+    def forward_only(self) -> bool:
+        """It could have checked training but ran forward only (explain is forward-only by design)."""
+        return self.phases == ["forward"] and self.stage not in FORWARD_ONLY_STAGES
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StageResult":
@@ -99,6 +108,7 @@ class StageResult:
             seconds=d.get("seconds", 0.0),
             skip_reason=d.get("skip_reason"),
             extra=d.get("extra", {}),
+            phases=d.get("phases"),
         )
 
 
@@ -111,7 +121,8 @@ class Verdict:
 
 @dataclass
 class ProbeReport:
-    """All stages of one probe. ``id`` is ``<file>::<name>`` with the file relative to the cwd."""
+    """All stages of one probe. ``id`` is ``<file>::<name>`` with the file relative to the run's rootdir
+    (``RunReport.rootdir``), so that it does not depend on the current directory."""
 
     id: str
     file: str
@@ -167,12 +178,15 @@ class RunReport:
     command: list[str] = field(default_factory=list)
     tracecheck_version: str = ""
     seconds: float = 0.0
+    #: absolute folder the probe ids' file parts are relative to (discover.rootdir); "" when unknown
+    rootdir: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "tracecheck_version": self.tracecheck_version,
             "command": self.command,
+            "rootdir": self.rootdir,
             "stages": self.stages,
             "seconds": self.seconds,
             "environment": self.environment,
@@ -191,6 +205,7 @@ class RunReport:
             command=d.get("command", []),
             tracecheck_version=d.get("tracecheck_version", ""),
             seconds=d.get("seconds", 0.0),
+            rootdir=d.get("rootdir", ""),
         )
 
     @property

@@ -25,7 +25,7 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     breaks = [classify.classify_break(b) for b in raw.get("breaks", [])]
     findings += [classify.break_finding(b) for b in breaks]
     for m in raw.get("mismatches", []):
-        findings.append(classify.mismatch_finding(m))
+        findings.append(classify.mismatch_finding(m, stage))
     for msg in dict.fromkeys(raw.get("warnings", [])):
         f = classify.classify_warning(msg)
         if f and not any(x.kind == f.kind for x in findings):
@@ -39,17 +39,20 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     findings += recompile_findings(raw.get("steady_state_recompiles") or [])
     graph_count = raw.get("graph_count")
     explain_count = raw.get("explain_graph_break_count")
+    # a stage that raised counted the breaks up to the exception only: not a measurement of the probe
+    measured_breaks = "breaks" in raw and not raw.get("error")
     result = StageResult(
         stage=stage,
         status=FAIL if findings else PASS,
         failure=findings[0] if findings else None,
         findings=findings,
         graph_count=graph_count,
-        graph_break_count=len(breaks) if "breaks" in raw else None,
-        explain_graph_break_count=explain_count if explain_count is not None and explain_count != len(breaks)
-        else None,
+        graph_break_count=len(breaks) if measured_breaks else None,
+        explain_graph_break_count=explain_count if measured_breaks and explain_count is not None
+        and explain_count != len(breaks) else None,
         breaks=breaks,
         seconds=seconds,
+        phases=raw.get("phases"),
     )
     if raw.get("opcheck"):
         result.extra["opcheck"] = {op: {t: ("SUCCESS" if v == "SUCCESS" else "FAIL" if isinstance(v, dict) else v)

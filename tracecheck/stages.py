@@ -14,25 +14,18 @@ record), ``recompiles`` and ``steady_state_recompiles`` (compiled_autograd.py: `
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from torch.utils import _pytree as pytree
 
-from . import capture, compat
+from . import capture, compat, numerics
 from .classify import TORCH_NAMESPACES
+from .numerics import BACKWARD, FORWARD
 from .probe import Case
-
-
-#: allclose tolerances per dtype (rtol, atol): loose enough for inductor's reordered reductions, tight enough
-#: that the silent failures tracecheck hunts (e.g. pytorch#153389-style 1e-1 differences) cannot pass.
-TOLERANCES = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-4, 1e-4),
-    torch.float16: (1e-2, 1e-3),
-    torch.bfloat16: (5e-2, 1e-2),
-}
+from .reachable import reachable_modules, trainable_parameters
 
 
 class StageSetupError(Exception):
@@ -58,24 +51,31 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
 
 
 def needs_grad(case: Case) -> bool:
+    """Backward runs when ``case.grad`` says so, else when a floating input requires grad or a module the
+    callable reaches has a parameter that does (a model handed integer token ids still trains)."""
     if isinstance(case.grad, bool):
         return case.grad
     if callable(case.grad):
         return True
-    return any(t.requires_grad and t.is_floating_point() for t in _tensors((case.args, case.kwargs)))
+    return any(t.requires_grad and t.is_floating_point() for t in _tensors((case.args, case.kwargs))) or \
+        bool(trainable_parameters(case.fn))
+
+
+def phases(ran_backward: bool) -> list[str]:
+    """What a stage ran, for ``StageResult.phases``."""
+    return [FORWARD, BACKWARD] if ran_backward else [FORWARD]
 
 
 def grad_targets(case: Case) -> dict[str, torch.Tensor]:
-    """Leaf tensors whose ``.grad`` is compared: inputs that require grad, then module parameters."""
+    """Leaf tensors whose ``.grad`` is compared: inputs that require grad, then the trainable parameters of
+    every module the callable reaches (``param:<name>``; see reachable.py)."""
     targets: dict[str, torch.Tensor] = {}
     leaves, _ = pytree.tree_flatten((case.args, case.kwargs))
     for i, t in enumerate(leaves):
         if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf:
             targets[f"input[{i}]"] = t
-    if isinstance(case.fn, torch.nn.Module):
-        for name, p in case.fn.named_parameters():
-            if p.requires_grad:
-                targets[f"param:{name}"] = p
+    for name, p in trainable_parameters(case.fn):
+        targets[f"param:{name}"] = p
     return targets
 
 
@@ -88,10 +88,22 @@ def loss_of(case: Case, outputs: Any) -> torch.Tensor | None:
     return sum(t.float().sum() for t in diff) if diff else None
 
 
+def seed_all(seed: int = 0) -> None:
+    """The same random numbers for every run: torch's generators, Python's ``random`` and NumPy's global
+    generator (models such as BigBird's block-sparse attention draw from NumPy)."""
+    import random
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed)
+
+
 def execute(fn: Callable[..., Any], case: Case) -> Execution:
     """Forward, then backward on the sum of floating outputs (or ``case.grad(outputs)``). Never raises."""
     ex = Execution()
-    torch.manual_seed(0)
+    seed_all()
     try:
         ex.outputs = fn(*case.args, **case.kwargs)
     except Exception as e:
@@ -115,9 +127,6 @@ def execute(fn: Callable[..., Any], case: Case) -> Execution:
     return ex
 
 
-_PLAIN = (int, float, bool, str, bytes, type(None), torch.dtype, torch.Size)
-
-
 def _grad_delta(grad: torch.Tensor | None, before: torch.Tensor | None) -> torch.Tensor | None:
     if grad is None:
         return None
@@ -125,50 +134,85 @@ def _grad_delta(grad: torch.Tensor | None, before: torch.Tensor | None) -> torch
     return grad if before is None else grad - before
 
 
-def compare(ref: Execution, got: Execution) -> list[dict[str, Any]]:
-    """Outputs (tensors with dtype-aware allclose, other leaves with ==) and gradients of ``got`` vs ``ref``."""
+def pairs(ref: Execution, got: Execution) -> list[numerics.Pair] | dict[str, Any]:
+    """What a compiled run is compared on: each output leaf, whether backward ran, each gradient. A
+    different output structure is returned as the one disagreement (there is nothing to pair up)."""
     ref_leaves, ref_spec = pytree.tree_flatten(ref.outputs)
     got_leaves, got_spec = pytree.tree_flatten(got.outputs)
     if ref_spec != got_spec:
-        return [{"what": "outputs", "detail": f"output structure differs: compiled {got_spec} vs eager {ref_spec}"}]
-    pairs: list[tuple[str, Any, Any]] = [(f"output[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_leaves, got_leaves))]
-    out = []
-    if ref.ran_backward != got.ran_backward:  # e.g. the compiled outputs lost requires_grad
-        out.append({"what": "backward", "detail": f"backward ran in eager: {ref.ran_backward}, "
-                                                  f"in the compiled run: {got.ran_backward}"})
+        return {"phase": numerics.FORWARD, "disagreeing": 1, "compared": 1, "worst": {
+            "what": "outputs", "detail": f"output structure differs: compiled {got_spec} vs eager {ref_spec}"}}
+    out = [numerics.Pair(f"output[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_leaves, got_leaves))]
+    if ref.ran_backward or got.ran_backward:  # e.g. the compiled outputs lost requires_grad
+        out.append(numerics.Pair("backward", ref.ran_backward, got.ran_backward))
     if ref.ran_backward and got.ran_backward:
-        pairs += [(f"grad {k}", ref.grads[k], got.grads.get(k)) for k in ref.grads]
-    for what, a, b in pairs:
-        m = _mismatch(what, a, b)
-        if m:
-            out.append(m)
+        out += [numerics.Pair(f"grad {k}", ref.grads[k], got.grads.get(k)) for k in ref.grads]
     return out
 
 
-def _mismatch(what: str, a: Any, b: Any) -> dict[str, Any] | None:
-    if a is None and b is None:
-        return None
-    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
-        # plain values only: other objects compare by identity and would always "differ"
-        if not isinstance(a, _PLAIN) or not isinstance(b, _PLAIN) or a == b:
-            return None
-        return {"what": what, "detail": f"eager {a!r:.80} vs compiled {b!r:.80}"}
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        return {"what": what, "detail": f"eager {type(a).__name__} vs compiled {type(b).__name__}"}
-    base = {"what": what, "dtype": str(a.dtype)}
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return {**base, "detail": f"eager {tuple(a.shape)} {a.dtype} vs compiled {tuple(b.shape)} {b.dtype}"}
-    if not a.is_floating_point() and not a.is_complex():
-        return None if torch.equal(a.cpu(), b.cpu()) else {**base, "detail": "integer/bool values differ"}
-    rtol, atol = TOLERANCES.get(a.dtype, (1e-4, 1e-4))
-    a, b = a.detach().cpu(), b.detach().cpu()
-    if torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
-        return None
-    diff = (a - b).abs().double().nan_to_num(nan=float("inf"), posinf=float("inf"))
-    worst = float(diff.max())
-    return {**base, "rtol": rtol, "atol": atol,
-            "max_abs_diff": worst if worst != float("inf") else None,  # JSON has no Infinity
-            **({} if worst != float("inf") else {"detail": "NaN or Inf where the other side is finite"})}
+def values(ex: Execution) -> dict[str, Any]:
+    """An execution's outputs and gradients by the names ``pairs`` gives them (the fp64 reference)."""
+    leaves = pytree.tree_leaves(numerics.as_float64_values(ex.outputs))
+    out: dict[str, Any] = {f"output[{i}]": v for i, v in enumerate(leaves)}
+    out.update({f"grad {k}": (g.double() if g is not None else None) for k, g in ex.grads.items()})
+    return out
+
+
+def compare(ref: Execution, got: Execution,
+            fp64: Callable[[], "Execution | str"] | None = None) -> list[dict[str, Any]]:
+    """``got`` (compiled) against ``ref`` (eager), at most one record per phase (numerics.judge).
+
+    ``fp64`` makes the float64 reference run, or returns why it cannot; it is called only when some tensor
+    is not allclose at the dtype's tolerance.
+    """
+    paired = pairs(ref, got)
+    if isinstance(paired, dict):
+        return [paired]
+
+    def make() -> dict[str, Any] | str:
+        ex = fp64() if fp64 is not None else "no float64 run was possible for this comparison"
+        return ex if isinstance(ex, str) else values(ex)
+
+    return numerics.judge(paired, numerics.Reference(make))
+
+
+def float64_run(make_case: Callable[[], Case],
+                run: Callable[[Case], "Execution | None"] | None = None) -> Callable[[], "Execution | str"]:
+    """A thunk for ``compare``: a fresh case in float64 (its reachable modules cast in place and restored),
+    run by ``run`` (default: ``execute`` once, seeded). Returns why not when the probe fails in float64."""
+    def thunk() -> Execution | str:
+        try:
+            case = make_case()
+            case64 = Case(case.fn, numerics.to_float64(case.args), numerics.to_float64(case.kwargs), case.grad)
+            with numerics.float64([m for _, m in reachable_modules(case.fn)]):
+                ex = run(case64) if run is not None else execute(case64.fn, case64)
+        except Exception as e:
+            return f"the probe does not run in float64 ({type(e).__name__}: {capture.safe_str(e)[:200]})"
+        if ex is None or ex.error:
+            err = ex.error if ex is not None else {"type": "?", "message": ""}
+            first = (err.get("message") or "").strip().splitlines()[:1]
+            return f"the probe does not run in float64 ({err['type']}: {first[0][:200] if first else ''})"
+        return ex
+
+    return thunk
+
+
+def with_causes(mismatches: list[dict[str, Any]], make_case: Callable[[], Case]) -> list[dict[str, Any]]:
+    """Add the custom ops and random ops one eager forward calls to each mismatch record (only when there is
+    one: the inventory costs a run under a dispatch mode)."""
+    if not mismatches:
+        return mismatches
+    try:
+        case = make_case()
+    except Exception:
+        return mismatches
+
+    def forward() -> None:
+        seed_all()
+        case.fn(*case.args, **case.kwargs)
+
+    ops = numerics.inventory(forward).to_dict()
+    return [{**m, **ops} for m in mismatches]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -179,7 +223,8 @@ def stage_eager(make_case: Callable[[], Case]) -> dict[str, Any]:
     with capture.WarningCollector() as w:
         case = make_case()
         ex = execute(case.fn, case)
-    return {"error": ex.error, "warnings": w.messages, "ran_backward": ex.ran_backward}
+    return {"error": ex.error, "warnings": w.messages, "ran_backward": ex.ran_backward,
+            "phases": phases(ex.ran_backward)}
 
 
 def _reference(make_case: Callable[[], Case], backward: bool = True) -> Execution:
@@ -196,26 +241,69 @@ def _forward_fails(ref: Execution) -> bool:
 
 
 def stage_compile(make_case: Callable[[], Case], backend: str, fullgraph: bool = False) -> dict[str, Any]:
-    """``torch.compile(fn, backend=..., fullgraph=...)`` forward+backward, compared with eager."""
+    """``torch.compile(fn, backend=..., fullgraph=...)`` forward+backward, compared with eager.
+
+    Random ops draw the same numbers as eager: each run is seeded alike, and inductor falls back to ATen's
+    RNG (``fallback_random``) instead of generating its own. Graph counts are kept only for a run that
+    completed: a compile that raised measured nothing (``None``, never a partial 0).
+    """
     ref = _reference(make_case)
     if _forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
     case = make_case()
-    compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
-    with capture.TraceCollector() as trace, capture.WarningCollector() as w:
-        got = execute(compiled, case)
+    with torch._inductor.config.patch(fallback_random=True):
+        compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
+        with capture.TraceCollector() as trace, capture.WarningCollector() as w:
+            got = execute(compiled, case)
     from torch._dynamo.utils import counters
 
     record: dict[str, Any] = {
         "error": got.error, "breaks": trace.breaks, "warnings": w.messages,
-        "graph_count": int(counters["stats"]["unique_graphs"]),
-        "ran_backward": got.ran_backward,
+        "graph_count": int(counters["stats"]["unique_graphs"]) if got.error is None else None,
+        "ran_backward": got.ran_backward, "phases": phases(got.ran_backward),
     }
     if got.error is None:
-        record["mismatches"] = compare(ref, got)
+        mismatches = compare(ref, got, float64_run(make_case))
+        if mismatches and draws_from_numpy(make_case):
+            again = _compare_on_numpy_stream(make_case, backend, fullgraph, ref, record)
+            mismatches = mismatches if again is None else again
+        record["mismatches"] = with_causes(mismatches, make_case)
     elif ref.error and ref.error["type"] == got.error["type"] and ref.error["phase"] == got.error["phase"]:
         record["same_as_eager"] = True  # the compiled run fails exactly where eager does
     return record
+
+
+def draws_from_numpy(make_case: Callable[[], Case]) -> bool:
+    """Does one eager forward draw from NumPy's global generator (its state changes)?"""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return False
+    case = make_case()
+    seed_all()
+    before = np.random.get_state()[1].copy()
+    try:
+        case.fn(*case.args, **case.kwargs)
+    except Exception:
+        return False
+    return not np.array_equal(before, np.random.get_state()[1])
+
+
+def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str, fullgraph: bool, ref: Execution,
+                             record: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Dynamo traces ``np.random`` calls onto torch's generator (``use_numpy_random_stream=False``, the
+    default), so a compiled model draws other random numbers than eager by design, not by a bug. Compare
+    again with ``use_numpy_random_stream=True`` (those calls run on NumPy's stream), in a fresh compile whose
+    graphs are not counted: the counts above are plain torch.compile's."""
+    torch._dynamo.reset()
+    case = make_case()
+    with torch._inductor.config.patch(fallback_random=True), torch._dynamo.config.patch(use_numpy_random_stream=True):
+        again = execute(torch.compile(case.fn, backend=backend, fullgraph=fullgraph), case)
+    if again.error is not None:
+        return None  # the first comparison stands
+    record.setdefault("extra", {})["numerics"] = (
+        "the probe draws from NumPy's random generator; compared with torch._dynamo.config."
+        "use_numpy_random_stream=True so that the compiled run draws the same numbers as eager")
+    return compare(ref, again, float64_run(make_case))
 
 
 def stage_explain(make_case: Callable[[], Case]) -> dict[str, Any]:
@@ -227,9 +315,10 @@ def stage_explain(make_case: Callable[[], Case]) -> dict[str, Any]:
         try:
             out = compat.explain(case.fn, *case.args, **case.kwargs)
         except Exception as e:
-            return {"error": capture.error_record(e, "forward"), "breaks": trace.breaks}
+            return {"error": capture.error_record(e, "forward"), "breaks": trace.breaks, "phases": [FORWARD]}
     return {
         "breaks": trace.breaks,
+        "phases": [FORWARD],  # explain() traces the forward only
         "graph_count": out.graph_count,
         "explain_graph_break_count": out.graph_break_count,
         "explain_reasons": [_clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
@@ -284,4 +373,8 @@ def stage_opcheck(make_case: Callable[[], Case], device: str) -> dict[str, Any]:
         results[str(op)] = {
             test: (v if isinstance(v, str) else capture.error_record(v, test)) for test, v in res.items()
         }
-    return {"opcheck": results}
+    # opcheck's autograd tests (test_autograd_registration, test_aot_dispatch_dynamic) run backward only when
+    # an input of the recorded call requires grad
+    differentiable = any(isinstance(t, torch.Tensor) and t.requires_grad
+                         for args, kwargs in rec.calls.values() for t in pytree.tree_leaves((args, kwargs)))
+    return {"opcheck": results, "phases": phases(differentiable)}

@@ -94,7 +94,8 @@ def _redirect_output(log_path: str) -> None:
 
 def handle(task: dict[str, Any]) -> dict[str, Any]:
     if task["op"] == "discover":
-        return discover_file(task["file"], task.get("select"), task.get("only"))
+        return discover_file(task["file"], task.get("select"), task.get("only"),
+                             task.get("root") or os.path.dirname(task["file"]))
     if task["op"] == "stage":
         return run_stage(task)
     if task["op"] in ("fix-analyze", "eager-dump", "eager-compare", "directional-check"):
@@ -106,29 +107,33 @@ def handle(task: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(f"unknown task {task['op']!r}")
 
 
-def discover_file(path: str, select: str | None, only: str | None = None) -> dict[str, Any]:
-    """Load one model file; call each selected probe once to check what it returns and what it registers."""
+def discover_file(path: str, select: str | None, only: str | None = None, root: str | None = None) -> dict[str, Any]:
+    """Load one model file; call each selected probe once to check what it returns and what it registers.
+    ``-k`` (``select``) matches probe ids relative to ``root`` (discover.rootdir)."""
     from . import capture, discover
+
+    root = root or os.path.dirname(path)
 
     with capture.OpRegistrationWatch() as watch:
         module = discover.load_module(path)
         file_events = list(watch.events)
         probes = []
         for name, fn in discover.find_probes(module):
-            if not discover.matches(select, f"{os.path.relpath(path)}::{name}") or (only and name != only):
+            pid = discover.probe_id(path, name, root)
+            if not discover.matches(select, pid) or (only and name != only):
                 continue
             before = len(watch.events)
             entry: dict[str, Any] = {"name": name}
             required = _required_params(fn)
             if required:
-                entry["bad_shape"] = (f"{os.path.relpath(path)}::{name}: a probe takes no arguments, this one "
+                entry["bad_shape"] = (f"{pid}: a probe takes no arguments, this one "
                                       f"requires {', '.join(required)}")
                 probes.append(entry)
                 continue
             try:
                 to_case(_call_probe(fn))
             except ProbeShapeError as e:
-                entry["bad_shape"] = f"{os.path.relpath(path)}::{name}: {e}"
+                entry["bad_shape"] = f"{pid}: {e}"
             except Exception as e:
                 entry["setup_error"] = capture.error_record(e, "setup")
             entry["registrations"] = file_events + watch.events[before:]

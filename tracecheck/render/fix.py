@@ -34,9 +34,11 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
           f"difference = {g['numeric']:.6g} along a random direction v: {'agree' if g['ok'] else 'DISAGREE'}")
     if o.eager_mismatches:
         p("eager outputs/gradients of the patched probe vs the original:")
-        for m in o.eager_mismatches[:10]:
-            detail = m.get("detail") or f"max abs diff {m.get('max_abs_diff')} (rtol {m.get('rtol')}, atol {m.get('atol')})"
-            p(f"  {m.get('what', '')}: {detail}")
+        for m in o.eager_mismatches[:10]:  # one record per phase (numerics.judge)
+            w = m.get("worst") or {}
+            detail = w.get("detail") or f"max abs diff {w.get('max_abs_diff')} (tol {w.get('tol')})"
+            p(f"  {m.get('phase', '')}: {m.get('disagreeing')} of {m.get('compared')} differ; worst "
+              f"{w.get('what', '')}: {detail}")
     for r in o.reasons:
         p(f"not verified: {r}" if o.status not in (NO_CODE_FIX, NOTHING_TO_FIX) else f"  {r}")
     line = {VERIFIED: "fix VERIFIED: every stage passes on the patched probe, and its eager outputs and gradients "

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..baseline import recompiles
-from ..classify import kinds
+from ..classify import fix_text, kinds
 from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
 from ..report import finding_key, group_findings
+from .evidence import numeric_lines
 
 #: GitHub's limit on an issue or comment body, in characters; the document stays strictly below it.
 GITHUB_COMMENT_LIMIT = 65536
@@ -216,6 +217,8 @@ _ICON = {PASS: "✅", FAIL: "❌", TIMEOUT: "⏱️", CRASH: "💥", SKIP: "➖"
 def verdict_cell(s: StageResult | None) -> str:
     if s is None:
         return ""
+    if s.status == PASS and s.forward_only:
+        return f"{_ICON[PASS]} fwd"
     if s.status in (PASS, SKIP):
         return _ICON[s.status]
     kinds_seen = list(dict.fromkeys(f.kind for f in (s.findings or ([s.failure] if s.failure else []))))
@@ -254,6 +257,9 @@ class MarkdownRenderer:
         rows: list[tuple[str, str]] = [("tracecheck", r.tracecheck_version or "?")]
         if r.command:
             rows.append(("command", _code(self.scrub(shlex.join(r.command)))))
+        if r.rootdir and not self.redact:
+            rows.append(("rootdir", f"{_code(self.scrub(r.rootdir))} (probe ids and repro commands are relative "
+                                    "to it)"))
         ce = env.get("collect_env") or {}
         if ce and "error" not in ce:
             for label, name in COLLECT_ENV_FIELDS:
@@ -296,7 +302,8 @@ class MarkdownRenderer:
             rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | " + " | ".join(cells) + f" | {breaks} |")
         more = (f"\n_{hidden} more probe(s) not listed (passing probes, and failing ones past the first "
                 f"{_MAX_VERDICT_ROWS}); see the JSON report._\n" if hidden else "")
-        legend = "✅ pass · ❌ fail (kinds) · ⏱️ timeout · 💥 crash · ➖ skipped"
+        legend = ("✅ pass · ✅ fwd pass, forward only (nothing requires grad) · ❌ fail (kinds) · ⏱️ timeout · "
+                  "💥 crash · ➖ skipped · – not measured")
         return f"## Verdicts\n\n{legend}\n\n{head}" + "\n".join(rows) + f"\n{more}\n"
 
     def compiled_autograd(self) -> str:
@@ -304,9 +311,9 @@ class MarkdownRenderer:
         keys = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles", "hooks_captured")
         for p in self.report.probes:
             s = p.stages.get("compiled_autograd")
-            if s is None or s.status == SKIP and not any(k in s.extra for k in keys):
+            if s is None or not s.extra.get("steps"):  # the stage did not run its steps: nothing measured
                 continue
-            vals = [str(s.extra.get(k, "–")) if k != "recompiles" else str(_none_dash(recompiles(s))) for k in keys]
+            vals = [str(_none_dash(s.extra.get(k) if k != "recompiles" else recompiles(s))) for k in keys]
             rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | {verdict_cell(s)} | " + " | ".join(vals) + " |")
         if not rows:
             return ""
@@ -425,11 +432,14 @@ class MarkdownRenderer:
         if message:
             trimmed = self.scrub(_trim_message(str(message)))
             lines.append(f"Message (trimmed):\n\n{_fence(trimmed)}text\n{trimmed}\n{_fence(trimmed)}\n\n")
+        numeric = numeric_lines(f)
+        if numeric:
+            lines.append("Numerics:\n\n" + "\n".join(f"- {self.scrub(x)}" for x in numeric) + "\n\n")
         if kind and f.kind in self._fix_shown:
-            lines.append(f"**Fix:** as in finding {self._fix_shown[f.kind]} above. {kind.fix}\n\n")
+            lines.append(f"**Fix:** as in finding {self._fix_shown[f.kind]} above. {fix_text(f)}\n\n")
         elif kind:
             self._fix_shown[f.kind] = index  # the snippet once per kind keeps the report short
-            lines.append(f"**Fix:** {kind.fix}\n\n")
+            lines.append(f"**Fix:** {fix_text(f)}\n\n")
             if kind.snippet:
                 lines.append(f"```python\n{kind.snippet}\n```\n\n")
             lines.append(f"Background: `{kind.doc}` in the tracecheck repository.\n\n")

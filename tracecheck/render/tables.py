@@ -2,15 +2,16 @@
 
 ``stages_frame``: one row per probe x stage (long form; the CSV export).
 ``findings_frame``: one row per finding.
-``verdict_frame``: probes x stages, each cell ``pass`` / ``skip`` / the failure kinds (the table export).
+``verdict_frame``: probes x stages, each cell ``pass`` (``pass (fwd)`` when only the forward ran) / ``skip`` /
+the failure kinds (the table export).
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from ..report import LOAD_STAGE, RunReport
+from ..report import FORWARD_ONLY_STAGES, LOAD_STAGE, RunReport
 
-STAGE_COLUMNS = ["probe", "file", "name", "stage", "status", "kinds", "first_kind", "graph_count",
+STAGE_COLUMNS = ["probe", "file", "name", "stage", "status", "phases", "kinds", "first_kind", "graph_count",
                  "graph_break_count", "explain_graph_break_count", "gb_types", "seconds", "skip_reason"]
 FINDING_COLUMNS = ["probe", "stage", "kind", "summary", "gb_type", "gb_code", "user_file", "user_line", "op",
                    "builtin"]
@@ -23,7 +24,7 @@ def stages_frame(report: RunReport) -> pd.DataFrame:
             found = list(dict.fromkeys(f.kind for f in s.findings))
             rows.append({
                 "probe": p.id, "file": p.id.split("::", 1)[0], "name": p.name, "stage": stage,
-                "status": s.status, "kinds": ";".join(found), "first_kind": s.failure.kind if s.failure else "",
+                "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "first_kind": s.failure.kind if s.failure else "",
                 "graph_count": s.graph_count, "graph_break_count": s.graph_break_count,
                 "explain_graph_break_count": s.explain_graph_break_count,
                 "gb_types": ";".join(dict.fromkeys(b.gb_type or "" for b in s.breaks)),
@@ -58,7 +59,9 @@ def verdict_frame(report: RunReport) -> pd.DataFrame:
     columns = ([LOAD_STAGE] if (df["stage"] == LOAD_STAGE).any() else []) + list(report.stages)
     if df.empty:
         return pd.DataFrame(columns=columns)
-    cell = df["kinds"].where(~df["status"].isin(["pass", "skip"]), df["status"])
+    status = df["status"].where(~((df["status"] == "pass") & (df["phases"] == "forward")
+                                  & ~df["stage"].isin(FORWARD_ONLY_STAGES)), "pass (fwd)")
+    cell = df["kinds"].where(~df["status"].isin(["pass", "skip"]), status)
     cell = cell.where(cell != "", df["status"])
     table = df.assign(cell=cell).pivot(index="probe", columns="stage", values="cell")
     table = table.reindex(index=[p.id for p in report.probes], columns=columns).fillna("")

@@ -7,16 +7,17 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..classify import kinds
+from ..classify import fix_text, kinds
 from ..report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
                       group_findings)
+from .evidence import numeric_lines
 
 
 def cell(result: StageResult | None) -> Text:
     if result is None:
         return Text("")
     if result.status == PASS:
-        return Text("✓", style="green")
+        return Text("✓ fwd" if result.forward_only else "✓", style="green")
     if result.status == SKIP:
         return Text("–", style="dim")
     kind = result.failure.kind if result.failure else "?"
@@ -35,8 +36,9 @@ def verdict_table(report: RunReport) -> Table:
     has_load = any(LOAD_STAGE in p.stages for p in report.probes)
     columns = ([LOAD_STAGE] if has_load else []) + list(report.stages)
     table = Table(title="tracecheck verdicts", title_justify="left", caption_justify="left",
-                  caption="graph breaks: tracecheck's count in the explain stage (structured trace, deduplicated "
-                          "by gb_type and user line); explain()'s own number is noted where it differs")
+                  caption="✓ fwd: passed, forward only (no input or parameter requires grad). graph breaks: "
+                          "tracecheck's count in the explain stage (structured trace, deduplicated by gb_type and "
+                          "user line); explain()'s own number is noted where it differs; – not measured")
     table.add_column("probe", overflow="fold", min_width=24)
     for c in columns:
         table.add_column(c)
@@ -44,7 +46,7 @@ def verdict_table(report: RunReport) -> Table:
     labels = short_labels(report)
     for p in report.probes:
         table.add_row(labels[p.id], *[cell(p.stages.get(c)) for c in columns],
-                      "–" if p.graph_breaks is None else str(p.graph_breaks))
+                      _dash(p.graph_breaks))
     return table
 
 
@@ -98,9 +100,11 @@ def _finding_text(stage: str, f: Finding, verbose: bool) -> Text:
         t.append(f"    at {frame}\n", style="dim")
     if ev.get("doc"):
         t.append(f"    gb_type doc: {ev['doc']}\n", style="dim")
+    for line in numeric_lines(f):
+        t.append(f"    {line}\n", style="dim")
     kind = kinds().get(f.kind)
     if kind:
-        t.append(f"    fix: {kind.fix}  ({kind.doc})\n")
+        t.append(f"    fix: {fix_text(f)}  ({kind.doc})\n")
     if verbose:
         detail = ev.get("traceback") or ev.get("message") or ev.get("stderr_tail") or ""
         if detail:
@@ -132,10 +136,15 @@ def compiled_autograd_table(report: RunReport) -> Table | None:
         recompiles = e.get("recompile_count", len(e.get("recompiles") or []))
         why = f"{recompiles}" + (f" (every step: {'; '.join(steady)})" if steady else " (warm-up only)"
                                  if recompiles else "")
-        table.add_row(labels[p.id], str(e.get("steps")), str(e.get("unique_graphs_without_ca")),
-                      str(e.get("unique_graphs_with_ca")), str(e.get("backward_graphs_per_capture")),
-                      str(e.get("captures")), str(e.get("hooks_captured")), why)
+        table.add_row(labels[p.id], *(_dash(e.get(k)) for k in (
+            "steps", "unique_graphs_without_ca", "unique_graphs_with_ca", "backward_graphs_per_capture", "captures",
+            "hooks_captured")), why)
     return table
+
+
+def _dash(value: object) -> str:
+    """``–`` for a count that was not measured (None), never ``None`` or 0."""
+    return "–" if value is None else str(value)
 
 
 def render(report: RunReport, console: Console, verbose: bool = False) -> None:

@@ -1,0 +1,37 @@
+"""The oracle for tests/test_real_models.py: plain ``torch.compile``, no tracecheck, in its own process.
+
+``python plain_compile.py MODEL_FILE PROBE`` builds the probe's case and prints one JSON line:
+``graphs`` (``counters["stats"]["unique_graphs"]`` after one aot_eager forward) and, with
+``--inductor-differs``, ``inductor_max_diff``: how far one inductor forward with default settings (no
+``fallback_random``) is from eager at the same seed. Run it with ``TORCH_LOGS=graph_breaks``: the breaks
+are read from that log by the test.
+"""
+import importlib.util
+import json
+import sys
+
+import torch
+from torch._dynamo.utils import counters
+
+
+def main() -> None:
+    path, name = sys.argv[1], sys.argv[2]
+    spec = importlib.util.spec_from_file_location("plain_compile_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    case = getattr(module, name)()
+    torch.manual_seed(0)
+    torch.compile(case.fn, backend="aot_eager")(*case.args, **case.kwargs)
+    out = {"graphs": int(counters["stats"]["unique_graphs"])}
+    if "--inductor-differs" in sys.argv:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        eager = case.fn(*case.args, **case.kwargs).logits
+        torch.manual_seed(0)
+        compiled = torch.compile(case.fn)(*case.args, **case.kwargs).logits
+        out["inductor_max_diff"] = float((eager - compiled).abs().max())
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

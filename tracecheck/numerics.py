@@ -1,0 +1,283 @@
+"""Is a compiled result wrong? Judged the way PyTorch's own benchmark runner judges accuracy.
+
+``benchmarks/dynamo/common.py`` (``check_accuracy``) runs the model in float64 as a reference and calls
+``torch._dynamo.utils.same(eager, compiled, fp64_ref, tol=...)``: a tensor passes when it is allclose at
+``tol``, or when the compiled result is no further from the fp64 reference (RMSE) than eager fp32 is, times a
+multiplier (2, or 3 for small or low-precision tensors), plus ``tol / 10``. tracecheck calls the same
+function per tensor and adds torch's cosine-similarity check (``same(..., cos_similarity=True)``, score
+>= 0.99): a tensor disagrees when either check fails. Reduction-order noise passes (eager fp32 is that
+far from fp64 itself); a wrong compiled result does not.
+
+The fp64 reference is made only when some tensor is not allclose at ``tol`` (a fast path for the common
+case), from a fresh case whose reachable modules and floating inputs are cast to float64 and run with the
+same seed. When the probe cannot run in float64 (an extension kernel that only takes float32, a dtype
+check), the verdict falls back to ``same`` without a reference: allclose at ``tol``; the evidence says so.
+
+Random ops: every run is seeded identically and the inductor stage sets
+``torch._inductor.config.fallback_random`` (stages.py), so dropout draws the same numbers in eager and
+compiled code. The ops that ran (custom ops, random ops) are recorded only when something disagrees, by
+one more eager forward under ``OpInventory``, so the finding's fix names the cause the evidence supports.
+
+Output: ``compare`` returns at most one record per phase (``forward`` = outputs, ``backward`` = gradients)
+with the worst tensor, its errors, and how many tensors disagreed (see ``Disagreement``).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.utils import _pytree as pytree
+
+#: ``tol`` of ``same`` per dtype: the benchmark runner's default for float32 (torchbench, 1e-4), its
+#: ``--float16``/``--amp`` value (1e-3) and its ``higher_bf16`` value (1e-2).
+TOLERANCES = {
+    torch.float64: 1e-7,
+    torch.float32: 1e-4,
+    torch.float16: 1e-3,
+    torch.bfloat16: 1e-2,
+}
+#: ``same``'s cosine-similarity threshold (``score >= 0.99``); recorded in the evidence.
+COS_THRESHOLD = 0.99
+
+FORWARD, BACKWARD = "forward", "backward"
+
+_PLAIN = (int, float, bool, str, bytes, type(None), torch.dtype, torch.Size)
+
+
+def tolerance(dtype: torch.dtype) -> float:
+    return TOLERANCES.get(dtype, 1e-4)
+
+
+def phase_of(what: str) -> str:
+    """``output[i]`` is forward; ``grad ...`` and "did backward run" are backward."""
+    return BACKWARD if what.startswith("grad") or what == "backward" else FORWARD
+
+
+@dataclass
+class Pair:
+    """One compared value: ``what`` (``output[0]``, ``grad param:fc.weight``), eager, compiled."""
+
+    what: str
+    eager: Any
+    compiled: Any
+
+
+@dataclass
+class Reference:
+    """The fp64 reference, made lazily: ``values`` by ``what``, or ``unavailable`` saying why not."""
+
+    make: Callable[[], "dict[str, Any] | str"] | None = None
+    values: dict[str, Any] | None = None
+    unavailable: str | None = None
+    _tried: bool = False
+
+    def get(self, what: str) -> Any:
+        if not self._tried:
+            self._tried = True
+            if self.make is None:
+                self.unavailable = "no float64 run was possible for this comparison"
+            else:
+                got = self.make()
+                if isinstance(got, str):
+                    self.unavailable = got
+                else:
+                    self.values = got
+        return None if self.values is None else self.values.get(what)
+
+
+def judge(pairs: list[Pair], reference: Reference) -> list[dict[str, Any]]:
+    """One record per phase in which any pair disagrees (see the module docstring)."""
+    by_phase: dict[str, list[dict[str, Any]]] = {}
+    compared: dict[str, int] = {}
+    for pair in pairs:
+        phase = phase_of(pair.what)
+        compared[phase] = compared.get(phase, 0) + 1
+        bad = _judge_one(pair, reference)
+        if bad:
+            by_phase.setdefault(phase, []).append(bad)
+    records = []
+    for phase, bad in by_phase.items():
+        worst = max(bad, key=_badness)
+        record: dict[str, Any] = {"phase": phase, "disagreeing": len(bad), "compared": compared[phase],
+                                  "worst": worst, "disagreeing_tensors": [b["what"] for b in bad][:20]}
+        if reference.values is not None:
+            record["fp64_reference"] = True
+        elif reference.unavailable:
+            record["fp64_reference"] = False
+            record["fp64_unavailable"] = reference.unavailable
+        records.append(record)
+    return records
+
+
+def _badness(m: dict[str, Any]) -> tuple[float, float]:
+    """Structural differences first, then how many times eager's own error the compiled error is."""
+    if "detail" in m and "max_abs_diff" not in m:
+        return (math.inf, math.inf)
+    ratio = m.get("error_ratio")
+    return (ratio if ratio is not None else 0.0, m.get("max_abs_diff") or 0.0)
+
+
+def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
+    what, a, b = pair.what, pair.eager, pair.compiled
+    if what == "backward":  # the "did backward run" pair: plain values
+        return None if a == b else {"what": what, "detail": f"backward ran in eager: {a}, in the compiled run: {b}"}
+    if a is None and b is None:
+        return None
+    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        # plain values only: other objects compare by identity and would always "differ"
+        if not isinstance(a, _PLAIN) or not isinstance(b, _PLAIN) or a == b:
+            return None
+        return {"what": what, "detail": f"eager {a!r:.80} vs compiled {b!r:.80}"}
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return {"what": what, "detail": f"eager {type(a).__name__} vs compiled {type(b).__name__}"}
+    base = {"what": what, "dtype": str(a.dtype), "shape": list(a.shape)}
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return {**base, "detail": f"eager {tuple(a.shape)} {a.dtype} vs compiled {tuple(b.shape)} {b.dtype}"}
+    a, b = a.detach().cpu(), b.detach().cpu()
+    if not a.is_floating_point() and not a.is_complex():
+        return None if torch.equal(a, b) else {**base, "detail": "integer/bool values differ"}
+    if a.is_complex():
+        a, b = torch.view_as_real(a), torch.view_as_real(b)
+    tol = tolerance(a.dtype)
+    if torch.allclose(a, b, rtol=tol, atol=tol, equal_nan=True):
+        return None  # same()'s own first test: no reference needed
+    fp64 = reference.get(what)
+    fp64 = fp64.detach().cpu() if isinstance(fp64, torch.Tensor) and fp64.shape == a.shape else None
+    if fp64 is not None and fp64.is_complex():
+        fp64 = torch.view_as_real(fp64)
+    ok_rmse = _same(a, b, fp64.double() if fp64 is not None else None, tol)
+    ok_cos = _same(a, b, None, tol, cos_similarity=True)
+    if ok_rmse and ok_cos:
+        return None
+    diff = (a.double() - b.double()).abs().nan_to_num(nan=math.inf)
+    worst = float(diff.max()) if diff.numel() else 0.0
+    out: dict[str, Any] = {**base, "tol": tol, "max_abs_diff": worst if math.isfinite(worst) else None,
+                           "cos_similarity": _cos(a, b), "failed": [n for n, ok in (("rmse", ok_rmse),
+                                                                                      ("cosine", ok_cos)) if not ok]}
+    if not math.isfinite(worst):
+        out["detail"] = "NaN or Inf where the other side is finite"
+    if fp64 is not None:
+        ref_err, res_err = _rmse(fp64, a), _rmse(fp64, b)
+        out.update(rmse_eager_vs_fp64=ref_err, rmse_compiled_vs_fp64=res_err,
+                   error_ratio=(res_err / ref_err) if ref_err and math.isfinite(res_err) else None)
+    return out
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, fp64: torch.Tensor | None, tol: float, cos_similarity: bool = False) -> bool:
+    """``torch._dynamo.utils.same`` on one tensor, its logging silenced (the record carries the numbers)."""
+    from torch._dynamo.utils import same
+
+    logger = logging.getLogger("torch._dynamo.utils")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        return bool(same(a, b, fp64, cos_similarity=cos_similarity, tol=tol, equal_nan=True,
+                         log_error=lambda *args, **kwargs: None))
+    finally:
+        logger.setLevel(level)
+
+
+def _rmse(ref: torch.Tensor, res: torch.Tensor) -> float | None:
+    from torch._dynamo.utils import rmse
+
+    value = float(rmse(ref.double(), res.double()))
+    return value if math.isfinite(value) else None
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    if a.numel() == 0:
+        return None
+    value = float(torch.nn.functional.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0,
+                                                         eps=1e-6))
+    return round(value, 6) if math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The float64 run
+
+
+@contextlib.contextmanager
+def float64(modules: list[torch.nn.Module]) -> Iterator[None]:
+    """Parameters and buffers of ``modules`` in float64 for the duration, then exactly as they were.
+
+    In place and restored (data and ``.grad``), because a probe may hand out the same module on every call:
+    a cast copy would need a deep copy of whatever the callable holds.
+    """
+    saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+    for m in modules:
+        for t in [*m.parameters(), *m.buffers()]:
+            if t.is_floating_point():
+                saved.append((t, t.data, t.grad if isinstance(t, torch.nn.Parameter) else None))
+    try:
+        with torch.no_grad():
+            for t, data, _ in saved:
+                t.data = data.double()
+                if isinstance(t, torch.nn.Parameter):
+                    t.grad = None
+        yield
+    finally:
+        for t, data, grad in saved:
+            t.data = data
+            if isinstance(t, torch.nn.Parameter):
+                t.grad = grad
+
+
+def to_float64(tree: Any) -> Any:
+    """Floating tensors of ``tree`` as float64 leaves (``requires_grad`` kept); everything else as is."""
+    def cast(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            return t.detach().double().requires_grad_(t.requires_grad)
+        return t
+
+    return pytree.tree_map(cast, tree)
+
+
+def as_float64_values(tree: Any) -> Any:
+    """Floating outputs of the float64 run widened to float64 (a model may compute parts in float32 on
+    purpose), as the benchmark runner does with its fp64 outputs."""
+    return pytree.tree_map(lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t, tree)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What ran: custom ops and random ops
+
+
+@dataclass
+class OpInventory:
+    """Ops one eager forward called, below autograd: ``custom_ops`` (outside torch's namespaces) and
+    ``random_ops`` (ATen ops tagged ``nondeterministic_seeded``: dropout, bernoulli, rand*)."""
+
+    custom_ops: list[str] = field(default_factory=list)
+    random_ops: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"custom_ops": self.custom_ops, "random_ops": self.random_ops}
+
+
+def inventory(run: Callable[[], Any]) -> OpInventory:
+    """Run ``run()`` under a dispatch mode that records the ops; an exception ends the run, not the record."""
+    from .classify import TORCH_NAMESPACES
+    from .report import op_name
+
+    inv = OpInventory()
+
+    class Mode(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = op_name(str(func))
+            if func.namespace not in TORCH_NAMESPACES:
+                if name not in inv.custom_ops:
+                    inv.custom_ops.append(name)
+            elif torch.Tag.nondeterministic_seeded in func.tags and name not in inv.random_ops:
+                inv.random_ops.append(name)
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with Mode():
+            run()
+    except Exception:
+        pass
+    return inv
