@@ -389,7 +389,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
         "error": error_b, "breaks": trace_b.breaks, "warnings": warn.messages,
         "graph_count": graphs_with_ca if error_b is None else None,
         "recompiles": recompiles, "steady_state_recompiles": steady, "extra": extra,
-        "phases": phases(bool(execs_b) and execs_b[-1].ran_backward),
+        "phases": phases(execs_b[-1]) if execs_b else None,
     }
     if error_b is None:
         ran = schedule[:len(execs_b)]

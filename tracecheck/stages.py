@@ -61,9 +61,11 @@ def needs_grad(case: Case) -> bool:
         bool(trainable_parameters(case.fn))
 
 
-def phases(ran_backward: bool) -> list[str]:
-    """What a stage ran, for ``StageResult.phases``."""
-    return [FORWARD, BACKWARD] if ran_backward else [FORWARD]
+def phases(ran: "Execution | bool") -> list[str]:
+    """What a stage ran, for ``StageResult.phases``: backward counts when it ran or was attempted and raised."""
+    if isinstance(ran, Execution):
+        ran = ran.ran_backward or bool(ran.error and ran.error.get("phase") == "backward")
+    return [FORWARD, BACKWARD] if ran else [FORWARD]
 
 
 def grad_targets(case: Case) -> dict[str, torch.Tensor]:
@@ -224,7 +226,7 @@ def stage_eager(make_case: Callable[[], Case]) -> dict[str, Any]:
         case = make_case()
         ex = execute(case.fn, case)
     return {"error": ex.error, "warnings": w.messages, "ran_backward": ex.ran_backward,
-            "phases": phases(ex.ran_backward)}
+            "phases": phases(ex)}
 
 
 def _reference(make_case: Callable[[], Case], backward: bool = True) -> Execution:
@@ -260,7 +262,7 @@ def stage_compile(make_case: Callable[[], Case], backend: str, fullgraph: bool =
     record: dict[str, Any] = {
         "error": got.error, "breaks": trace.breaks, "warnings": w.messages,
         "graph_count": int(counters["stats"]["unique_graphs"]) if got.error is None else None,
-        "ran_backward": got.ran_backward, "phases": phases(got.ran_backward),
+        "ran_backward": got.ran_backward, "phases": phases(got),
     }
     if got.error is None:
         mismatches = compare(ref, got, float64_run(make_case))
