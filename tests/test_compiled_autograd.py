@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tracecheck import compat, compiled_autograd as ca_stage, results
+from tracecheck import compat, results
+from tracecheck.stages import _compiled_autograd as ca_stage
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO.parent / "shared" / "cases"

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tracecheck.fix import FixOptions, fix
-from tracecheck.fix.pipeline import NOT_VERIFIED, VERIFIED
+from tracecheck.fix.pipeline import NOT_VERIFIED, VERIFIED, FixOptions, fix
 
 REPO = Path(__file__).resolve().parents[1]
 MHC = REPO / "probes" / "mhc_probes.py"

@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from tracecheck import stages
 from tracecheck.report import (FAIL, PASS, SKIP, Finding, GraphBreak, ProbeReport, RunReport, StageResult,
                                write_json_atomic)
 
@@ -112,7 +113,7 @@ def test_forward_only_passes_are_marked_in_every_renderer():
     d = json.loads(json.dumps(r.to_dict()))
     assert d["rootdir"] == "/abs"
     assert d["probes"][0]["stages"]["eager"]["phases"] == ["forward"]
-    assert RunReport.from_dict(d).probes[0].stages["eager"].forward_only
+    assert stages.forward_only(RunReport.from_dict(d).probes[0].stages["eager"])
 
 
 def test_counts_not_measured_show_a_dash_not_zero():

@@ -6,7 +6,7 @@ import torch
 from tracecheck.numerics import TOLERANCES
 from tracecheck.probe import Case
 from tracecheck.reachable import trainable_parameters
-from tracecheck.stages import Execution, compare, execute, float64_run, needs_grad
+from tracecheck.stages._execution import Execution, compare, execute, float64_run, needs_grad
 
 
 def test_shared_module_and_leaf_are_compared_by_this_backward_only():

@@ -8,9 +8,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__, baseline, discover, environment, results
+from . import __version__, baseline, discover, environment, protocol, results
 from .exitcodes import UsageError
-from .report import LOAD_STAGE, SKIP, STAGES, ProbeReport, RunReport, StageResult
+from .report import LOAD_STAGE, SKIP, ProbeReport, RunReport, StageResult
+from .stages import STAGES
+from .stages import get as get_stage
 from .runner import Outcome, Runner, Task
 
 @dataclass
@@ -73,9 +75,9 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         if opts.shard:
             keep = set(baseline.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
-        tasks = [Task((p.id, stage), {"op": "stage", "file": p.file, "probe": p.name, "stage": stage,
-                                      "device": device, "trace_dir": _trace_dir(opts, p, stage),
-                                      "steps": opts.steps, "dynamic": opts.dynamic}, opts.timeout_s)
+        tasks = [Task((p.id, stage), {"op": "tracecheck.worker:run_stage", "file": p.file, "probe": p.name,
+                                      "stage": stage, "device": device, "trace_dir": _trace_dir(opts, p, stage),
+                                      "options": _options(opts, stage)}, opts.timeout_s)
                  for p in probes if not _setup_failed(p) for stage in stages]
         progress.planned(len(tasks))
         by_id = {p.id: p for p in probes}
@@ -115,8 +117,8 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
 
 def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str) -> list[ProbeReport]:
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
-    tasks = [Task(f, {"op": "discover", "file": f, "select": opts.select, "only": opts.only, "root": root}, timeout)
-             for f in files]
+    tasks = [Task(f, {"op": "tracecheck.discover:inspect_file", "file": f, "select": opts.select, "only": opts.only,
+                      "root": root}, timeout) for f in files]
     found: dict[str, list[ProbeReport]] = {}
     total_candidates = 0
     for outcome in runner.run(tasks):
@@ -142,16 +144,21 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str) -> 
     return probes
 
 
+def _options(opts: RunOptions, stage: str) -> dict[str, Any]:
+    """The ``RunOptions`` fields the stage declares it reads (``StageSpec.options``)."""
+    return {name: getattr(opts, name) for name in get_stage(stage).options}
+
+
 def _stage_result(stage: str, outcome: Outcome) -> StageResult:
     seconds = round(outcome.seconds, 2)
-    res = outcome.result
-    if res is None:
+    msg = outcome.message
+    if msg is None:
         return results.died_result(stage, outcome.died or "died", outcome.timed_out, outcome.log_tail, seconds)
-    if "internal_error" in res:
+    if isinstance(msg, protocol.InternalErrorMessage):
         # tracecheck's own bug inside the stage: keep the run going and keep the evidence.
-        raw: dict[str, Any] = {"error": {"type": "tracecheck.InternalError", "message": res["internal_error"],
+        raw: dict[str, Any] = {"error": {"type": "tracecheck.InternalError", "message": msg.traceback,
                                          "phase": "internal"}}
         return results.build_stage_result(stage, raw, seconds)
-    if "usage_error" in res:
-        raise UsageError(res["usage_error"], res.get("detail"))
-    return results.build_stage_result(stage, res, seconds)
+    if isinstance(msg, protocol.UsageErrorMessage):
+        raise UsageError(msg.message, msg.detail)
+    return results.build_stage_result(stage, msg.value, seconds)

@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .exitcodes import UsageError
-from .report import CRASH, FAIL, LOAD_STAGE, PASS, STAGES, TIMEOUT, ProbeReport, RunReport, StageResult
+from .report import CRASH, FAIL, LOAD_STAGE, PASS, TIMEOUT, ProbeReport, RunReport, StageResult
+from .stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY, STAGES
 
 BASELINE_FORMAT = "tracecheck-baseline"
 BASELINE_SCHEMA_VERSION = 1
 
-#: Compiled-autograd counters (StageResult.extra of the ``compiled_autograd`` stage) that must not grow.
-#: Its ``recompiles`` is the stage's top-level ``recompiles`` (see ``recompiles``), compared once.
-CA_COUNTS_LOWER_IS_BETTER = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures")
-#: Compiled-autograd counters that are shown when they change but are neither better nor worse.
-CA_COUNTS_NEUTRAL = ("hooks_captured",)
+#: Counts a stage adds to StageResult.extra (``StageSpec.counts``) that must not grow, and those that are shown
+#: when they change but are neither better nor worse. A stage's ``recompiles`` is compared once, on its own.
+COUNTS_LOWER_IS_BETTER = tuple(dict.fromkeys(k for s in REGISTRY.values() for k, how in s.counts.items()
+                                             if how == LOWER_IS_BETTER))
+COUNTS_NEUTRAL = tuple(dict.fromkeys(k for s in REGISTRY.values() for k, how in s.counts.items() if how == NEUTRAL))
 
 REGRESSED, IMPROVED, CHANGED = "regressed", "improved", "changed"
 _FAILED = (FAIL, TIMEOUT, CRASH)
@@ -100,7 +101,7 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
         "breaks": breaks,
         "recompiles": recompiles(s),
     }
-    ca = {k: s.extra[k] for k in (*CA_COUNTS_LOWER_IS_BETTER, *CA_COUNTS_NEUTRAL) if k in s.extra}
+    ca = {k: s.extra[k] for k in (*COUNTS_LOWER_IS_BETTER, *COUNTS_NEUTRAL) if k in s.extra}
     if ca:
         snap["compiled_autograd"] = ca
     return snap
@@ -312,10 +313,10 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
     out += _compare_breaks(pid, stage, b.get("breaks", []), n.get("breaks", []))
     out += _lower_is_better(pid, stage, "recompiles", b.get("recompiles"), n.get("recompiles"), "recompiles")
     bca, nca = b.get("compiled_autograd") or {}, n.get("compiled_autograd") or {}
-    for key in CA_COUNTS_LOWER_IS_BETTER:
+    for key in COUNTS_LOWER_IS_BETTER:
         out += _lower_is_better(pid, stage, f"compiled_autograd.{key}", bca.get(key), nca.get(key),
                                 f"compiled autograd {key.replace('_', ' ')}")
-    for key in CA_COUNTS_NEUTRAL:
+    for key in COUNTS_NEUTRAL:
         if key in bca and key in nca and bca[key] != nca[key]:
             out.append(Change(pid, stage, f"compiled_autograd.{key}", bca[key], nca[key], CHANGED,
                               f"compiled autograd {key.replace('_', ' ')} {bca[key]} -> {nca[key]}"))

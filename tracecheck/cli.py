@@ -15,7 +15,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__, api, baseline
 from .exitcodes import ExitCode, UsageError
 from .render import annotations, diff, junit, markdown
-from .report import PASS, STAGES, StageResult, write_json_atomic, write_text_atomic
+from .report import PASS, StageResult, write_json_atomic, write_text_atomic
+from .stages import STAGES
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -188,8 +189,8 @@ Exit codes:
 @click.option("-v", "--verbose", is_flag=True, help="Perturbations the op refused, full evidence, tracebacks.")
 def fix(target, output, patched, namespace, jobs, timeout_s, no_verify, verbose):
     """Generate the fixed registration for a failing probe, and prove it passes every stage."""
-    from .fix import FixOptions, fix as run_fix
-    from .fix.pipeline import NOTHING_TO_FIX, VERIFIED
+    from .fix.pipeline import NOTHING_TO_FIX, VERIFIED, FixOptions
+    from .fix.pipeline import fix as run_fix
     from .render import fix as render_fix
 
     console = Console(stderr=True)

@@ -1,4 +1,5 @@
-"""Discovery: which files hold probes, loading one model file, finding and selecting its probes.
+"""Discovery: which files hold probes, loading one model file, finding and selecting its probes, and building
+the ``Case`` a probe returns (``case_factory``, used by every stage process).
 
 Directory rule (like pytest's collection, but for model files): every ``*.py`` below the directory, skipping
 hidden/underscore folders and Python packages (folders with ``__init__.py`` are libraries that probe files
@@ -16,7 +17,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from .exitcodes import UsageError
-from .probe import is_marked
+from .probe import Case, ProbeShapeError, is_marked, to_case
 
 _SKIP_FILES = {"__init__.py", "conftest.py", "setup.py", "__main__.py"}
 _PROBE_NAME = re.compile(r"^probe(_\w+)?$")
@@ -139,3 +140,90 @@ def matches(expr: str | None, probe_id: str) -> bool:
         return bool(eval(" ".join(py), {"__builtins__": {}}, {}))  # only True/False/and/or/not/() reach eval
     except (SyntaxError, RecursionError, MemoryError):
         raise UsageError(f"-k {expr[:80]!r}: malformed or too deeply nested expression") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inside a task process: one file's probes, and the cases they build
+
+
+def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
+    """The ``discover`` task: load one model file; call each selected probe once to check what it returns and
+    what it registers (``capture.OpRegistrationWatch``). ``-k`` (``task["select"]``) matches probe ids relative
+    to ``task["root"]`` (``rootdir``)."""
+    from . import capture
+
+    path, select, only = task["file"], task.get("select"), task.get("only")
+    root = task.get("root") or os.path.dirname(path)
+    with capture.OpRegistrationWatch() as watch:
+        module = load_module(path)
+        file_events = list(watch.events)
+        probes = []
+        for name, fn in find_probes(module):
+            pid = probe_id(path, name, root)
+            if not matches(select, pid) or (only and name != only):
+                continue
+            before = len(watch.events)
+            entry: dict[str, Any] = {"name": name}
+            required = _required_params(fn)
+            if required:
+                entry["bad_shape"] = f"{pid}: a probe takes no arguments, this one requires {', '.join(required)}"
+                probes.append(entry)
+                continue
+            try:
+                to_case(call_probe(fn))
+            except ProbeShapeError as e:
+                entry["bad_shape"] = f"{pid}: {e}"
+            except Exception as e:
+                entry["setup_error"] = capture.error_record(e, "setup")
+            entry["registrations"] = file_events + watch.events[before:]
+            probes.append(entry)
+    return {"probes": probes, "n_candidates": len(find_probes(module))}
+
+
+def _required_params(fn: Callable[..., Any]) -> list[str]:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD,
+                                                                           p.KEYWORD_ONLY)]
+
+
+def call_probe(fn: Callable[[], Any]) -> Any:
+    """Call a probe function, seeded: every call builds the same case."""
+    import torch
+
+    torch.manual_seed(0)
+    return fn()
+
+
+def to_device(case: Case, device: str) -> Case:
+    """``case`` with its module and tensors on ``device`` (``requires_grad`` kept); the CPU case as is."""
+    if device == "cpu":
+        return case
+    import torch
+    from torch.utils import _pytree as pytree
+
+    def move(t: Any) -> Any:
+        if isinstance(t, torch.Tensor):
+            return t.detach().to(device).requires_grad_(t.requires_grad)
+        return t
+
+    fn = case.fn.to(device) if isinstance(case.fn, torch.nn.Module) else case.fn
+    return Case(fn, pytree.tree_map(move, case.args), pytree.tree_map(move, case.kwargs), case.grad)
+
+
+def load_case(path: str, probe: str) -> tuple[ModuleType, Case]:
+    """Load the model file and build the named probe's case once (on the CPU)."""
+    module = load_module(path)
+    return module, to_case(call_probe(dict(find_probes(module))[probe]))
+
+
+def case_factory(path: str, probe: str, device: str = "cpu") -> Callable[[], Case]:
+    """Load the model file once; the returned function builds a fresh, seeded case of the named probe on
+    ``device`` at every call (stages call it once per run they compare)."""
+    module = load_module(path)
+    fn = dict(find_probes(module))[probe]
+    return lambda: to_device(to_case(call_probe(fn)), device)

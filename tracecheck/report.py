@@ -13,10 +13,6 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
-#: Stage ids, in run order. They equal the CLI values of ``--stages``.
-STAGES = ("eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck", "compiled_autograd")
-#: Stages that check the forward only, whatever the probe: no "forward only" mark on their verdict.
-FORWARD_ONLY_STAGES = ("explain",)
 #: Pseudo-stage for findings made while loading the file or calling the probe function.
 LOAD_STAGE = "load"
 
@@ -88,11 +84,6 @@ class StageResult:
     extra: dict[str, Any] = field(default_factory=dict)
     phases: list[str] | None = None
 
-    @property
-    def forward_only(self) -> bool:
-        """It could have checked training but ran forward only (explain is forward-only by design)."""
-        return self.phases == ["forward"] and self.stage not in FORWARD_ONLY_STAGES
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StageResult":
         failure = d.get("failure")
@@ -122,7 +113,8 @@ class Verdict:
 @dataclass
 class ProbeReport:
     """All stages of one probe. ``id`` is ``<file>::<name>`` with the file relative to the run's rootdir
-    (``RunReport.rootdir``), so that it does not depend on the current directory."""
+    (``RunReport.rootdir``), so that it does not depend on the current directory. ``stages`` is in run order
+    (``load`` first), as ``api.run`` and ``from_dict`` keep it."""
 
     id: str
     file: str
@@ -131,8 +123,7 @@ class ProbeReport:
 
     @property
     def verdict(self) -> Verdict:
-        order = (LOAD_STAGE, *STAGES)
-        ranked = sorted(self.stages.values(), key=lambda s: order.index(s.stage) if s.stage in order else 99)
+        ranked = sorted(self.stages.values(), key=lambda s: s.stage != LOAD_STAGE)  # stable: run order otherwise
         failing = [s for s in ranked if s.status in (FAIL, TIMEOUT, CRASH)]
         kinds: list[str] = []
         for s in failing:

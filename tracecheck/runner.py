@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator
 
-from . import worker
+from . import protocol, worker
 
 
 @dataclass
@@ -29,10 +29,10 @@ class Task:
 
 @dataclass
 class Outcome:
-    """What came back from one task process. ``result`` is None when the process died or timed out."""
+    """What came back from one task process. ``message`` is None when the process died or timed out."""
 
     task: Task
-    result: dict[str, Any] | None
+    message: protocol.Message | None
     exitcode: int | None
     timed_out: bool
     seconds: float
@@ -45,7 +45,7 @@ class Outcome:
         """Human-readable cause of death, or None."""
         if self.timed_out:
             return f"killed after the {self.task.timeout_s:g} s timeout"
-        if self.result is not None:
+        if self.message is not None:
             return None
         code = self.exitcode
         if self.setup_failed:
@@ -59,21 +59,20 @@ class Outcome:
             return f"process killed by {name}"
         return f"process exited with code {code} without a result (sys.exit or os._exit in the probe?)"
 
-
     def checked(self, what: str) -> dict[str, Any]:
-        """The result, or the error a caller reports: the process died running user code, or the worker said
-        the input was bad -> UsageError (exit 2); tracecheck's own bug inside the worker -> RuntimeError."""
+        """The task's result, or the error a caller reports: the process died running user code, or the worker
+        said the input was bad -> UsageError (exit 2); tracecheck's own bug inside the worker -> RuntimeError."""
         from .exitcodes import UsageError
 
-        res = self.result
-        if res is None:
+        msg = self.message
+        if msg is None:
             raise UsageError(f"{what} {self.died}", self.log_tail)
-        if "usage_error" in res:
-            raise UsageError(res["usage_error"], res.get("detail"))
-        if "internal_error" in res:
-            lines = res["internal_error"].strip().splitlines() or [""]
-            raise RuntimeError(f"{what} {lines[-1]}\n{res['internal_error']}")  # the cause on the first line
-        return res
+        if isinstance(msg, protocol.UsageErrorMessage):
+            raise UsageError(msg.message, msg.detail)
+        if isinstance(msg, protocol.InternalErrorMessage):
+            lines = msg.traceback.strip().splitlines() or [""]
+            raise RuntimeError(f"{what} {lines[-1]}\n{msg.traceback}")  # the cause on the first line
+        return msg.value
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -156,7 +155,7 @@ class Runner:
                 _kill_group(proc)  # also reaps what the probe spawned into its group and left running
                 proc.join()
                 del running[sentinel]
-                yield Outcome(task, None if timed_out else _read_json(result_path), proc.exitcode, timed_out,
+                yield Outcome(task, None if timed_out else _read_message(result_path), proc.exitcode, timed_out,
                               now - start, _tail(log_path), setup_failed=not os.path.exists(log_path))
 
 
@@ -168,12 +167,13 @@ def _kill_group(proc: Any) -> None:
             proc.kill()
 
 
-def _read_json(path: str) -> dict[str, Any] | None:
+def _read_message(path: str) -> protocol.Message | None:
+    """The task's message; None when the process wrote none (it died) or a torn one."""
     import json
 
     try:
         with open(path) as f:
-            return json.load(f)
+            return protocol.from_json(json.load(f))
     except (OSError, ValueError):
         return None
 

@@ -16,8 +16,8 @@ from typing import Any, Iterator
 
 import torch
 
-from .. import capture, classify, discover, stages
-from ..probe import to_case
+from .. import capture, classify, discover
+from ..stages import _execution as stages
 from . import autograd_fn, codegen, custom_op, observe
 
 
@@ -39,10 +39,7 @@ def record_function_calls(calls: dict[type, tuple]) -> Iterator[None]:
 
 
 def _case(task: dict[str, Any]):
-    from ..worker import _call_probe
-
-    module = discover.load_module(task["file"])
-    return module, to_case(_call_probe(dict(discover.find_probes(module))[task["probe"]]))
+    return discover.load_case(task["file"], task["probe"])
 
 
 def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:

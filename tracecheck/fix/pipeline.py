@@ -10,7 +10,8 @@ from typing import Any
 from .. import __version__, api, classify
 from ..classify import TORCH_NAMESPACES
 from ..exitcodes import UsageError
-from ..report import STAGES, RunReport, write_text_atomic
+from ..report import RunReport, write_text_atomic
+from ..stages import STAGES
 from ..runner import Runner, Task
 
 #: stages that tell the kinds this command fixes apart, fastest first (inductor adds nothing to the diagnosis)
@@ -182,7 +183,7 @@ def _validate(opts: FixOptions) -> tuple[str, str, str]:
 def _analyse(runner: Runner, opts: FixOptions, path: str, probe: Any, patched: str) -> dict[str, Any]:
     autograd_ops = sorted({f.context["op"] for s in probe.stages.values() for f in s.findings
                            if f.kind == "missing-autograd" and f.context.get("op")})
-    return _one(runner, {"op": "fix-analyze", "file": path, "probe": probe.name, "namespace": opts.namespace,
+    return _one(runner, {"op": "tracecheck.fix.analysis:analyze", "file": path, "probe": probe.name, "namespace": opts.namespace,
                          "kinds": probe.verdict.kinds, "autograd_ops": autograd_ops,
                          "module_name": os.path.splitext(os.path.basename(opts.output))[0],
                          "target": opts.target, "patched_path": patched, "fixed_path": opts.output,
@@ -195,10 +196,10 @@ def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patch
     the original has no working backward (missing-autograd). Adds a reason for each disagreement."""
     with tempfile.TemporaryDirectory(prefix="tracecheck-fix-") as tmp:
         dump = os.path.join(tmp, "eager.pt")
-        ref = _one(runner, {"op": "eager-dump", "file": path, "probe": name, "dump": dump},
+        ref = _one(runner, {"op": "tracecheck.fix.analysis:eager_dump", "file": path, "probe": name, "dump": dump},
                    opts.timeout_s, "running the original probe eagerly")
         if "error" not in ref:
-            got = _one(runner, {"op": "eager-compare", "file": os.path.abspath(patched), "probe": name,
+            got = _one(runner, {"op": "tracecheck.fix.analysis:eager_compare", "file": os.path.abspath(patched), "probe": name,
                                 "dump": dump}, opts.timeout_s, "running the patched probe eagerly")
             out.eager_mismatches = got.get("mismatches", [])
             if "error" in got:
@@ -212,7 +213,7 @@ def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patch
         out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}), so the fix cannot be "
                            "compared with it")
         return
-    fd = _one(runner, {"op": "directional-check", "file": os.path.abspath(patched), "probe": name},
+    fd = _one(runner, {"op": "tracecheck.fix.analysis:directional_check", "file": os.path.abspath(patched), "probe": name},
               opts.timeout_s, "checking gradients against finite differences")
     out.gradient_check = fd
     if "error" in fd:

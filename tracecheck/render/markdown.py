@@ -22,6 +22,7 @@ from ..baseline import recompiles
 from ..classify import fix_text, kinds
 from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
 from ..report import finding_key, group_findings
+from ..stages import forward_only
 from .evidence import numeric_lines
 
 #: GitHub's limit on an issue or comment body, in characters; the document stays strictly below it.
@@ -217,7 +218,7 @@ _ICON = {PASS: "✅", FAIL: "❌", TIMEOUT: "⏱️", CRASH: "💥", SKIP: "➖"
 def verdict_cell(s: StageResult | None) -> str:
     if s is None:
         return ""
-    if s.status == PASS and s.forward_only:
+    if s.status == PASS and forward_only(s):
         return f"{_ICON[PASS]} fwd"
     if s.status in (PASS, SKIP):
         return _ICON[s.status]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..report import FORWARD_ONLY_STAGES, LOAD_STAGE, RunReport
+from ..report import LOAD_STAGE, RunReport
+from ..stages import REGISTRY
 
 STAGE_COLUMNS = ["probe", "file", "name", "stage", "status", "phases", "kinds", "first_kind", "graph_count",
                  "graph_break_count", "explain_graph_break_count", "gb_types", "seconds", "skip_reason"]
@@ -60,7 +61,7 @@ def verdict_frame(report: RunReport) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=columns)
     status = df["status"].where(~((df["status"] == "pass") & (df["phases"] == "forward")
-                                  & ~df["stage"].isin(FORWARD_ONLY_STAGES)), "pass (fwd)")
+                                  & ~df["stage"].isin([n for n, s in REGISTRY.items() if s.forward_only])), "pass (fwd)")
     cell = df["kinds"].where(~df["status"].isin(["pass", "skip"]), status)
     cell = cell.where(cell != "", df["status"])
     table = df.assign(cell=cell).pivot(index="probe", columns="stage", values="cell")

@@ -10,6 +10,7 @@ from rich.text import Text
 from ..classify import fix_text, kinds
 from ..report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
                       group_findings)
+from ..stages import forward_only
 from .evidence import numeric_lines
 
 
@@ -17,7 +18,7 @@ def cell(result: StageResult | None) -> Text:
     if result is None:
         return Text("")
     if result.status == PASS:
-        return Text("✓ fwd" if result.forward_only else "✓", style="green")
+        return Text("✓ fwd" if forward_only(result) else "✓", style="green")
     if result.status == SKIP:
         return Text("–", style="dim")
     kind = result.failure.kind if result.failure else "?"

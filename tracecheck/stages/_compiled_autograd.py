@@ -38,9 +38,9 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from . import capture, compat
-from .probe import Case
-from .stages import (Execution, compare, draws_from_numpy, execute, float64_run, grad_targets, needs_grad, phases,
+from .. import capture, compat
+from ..probe import Case
+from ._execution import (Execution, compare, draws_from_numpy, execute, float64_run, grad_targets, needs_grad, phases,
                      with_causes)
 
 #: Steps that may recompile without a finding: the first capture, and the one when ``.grad`` becomes defined.

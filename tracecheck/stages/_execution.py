@@ -1,15 +1,17 @@
-"""Stage implementations. Each runs inside a fresh stage process and returns a raw, plain-data record.
+"""The machinery every stage shares: run a case (forward, backward), compare a compiled run with eager, and
+the compiled stages' common body (``run_compiled``).
 
-A record never holds a label: ``results.build_stage_result`` classifies it in the parent. Every stage builds
-its own fresh ``Case`` (the probe function is called again, seeded), so a stateful probe is compared with
-eager at the same step count, and no stage sees another's compile caches, counters or warn-once state.
+A stage's raw record never holds a label: ``results.build_stage_result`` classifies it in the parent. Every
+stage builds its own fresh ``Case`` (the probe function is called again, seeded), so a stateful probe is
+compared with eager at the same step count, and no stage sees another's compile caches, counters or
+warn-once state.
 
 Record fields: ``error`` (capture.error_record), ``breaks`` (capture.TraceCollector.breaks),
-``warnings`` (messages), ``mismatches`` (compiled vs eager), ``graph_count``,
-``explain_graph_break_count``, ``skip_reason``, ``opcheck`` (per op: per test util, "SUCCESS" or an error
-record), ``recompiles`` and ``steady_state_recompiles`` (compiled_autograd.py: ``{"reason", "step",
-"source", "user_frame"}``; the second list makes ``recompile`` findings), ``extra`` (copied into
-``StageResult.extra``). The ``compiled_autograd`` stage lives in compiled_autograd.py.
+``warnings`` (messages), ``mismatches`` (compiled vs eager, one per phase: numerics.judge), ``phases``,
+``graph_count``, ``explain_graph_break_count``, ``skip_reason``, ``opcheck`` (per op: per test util,
+"SUCCESS" or an error record), ``recompiles`` and ``steady_state_recompiles`` (``_compiled_autograd``:
+``{"reason", "step", "source", "user_frame"}``; the second list makes ``recompile`` findings), ``extra``
+(copied into ``StageResult.extra``).
 """
 from __future__ import annotations
 
@@ -21,11 +23,11 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from . import capture, compat, numerics
-from .classify import TORCH_NAMESPACES
-from .numerics import BACKWARD, FORWARD
-from .probe import Case
-from .reachable import reachable_modules, trainable_parameters
+from .. import capture, numerics
+from ..classify import TORCH_NAMESPACES
+from ..numerics import BACKWARD, FORWARD
+from ..probe import Case
+from ..reachable import reachable_modules, trainable_parameters
 
 
 class StageSetupError(Exception):
@@ -221,15 +223,7 @@ def with_causes(mismatches: list[dict[str, Any]], make_case: Callable[[], Case])
 # Stages
 
 
-def stage_eager(make_case: Callable[[], Case]) -> dict[str, Any]:
-    with capture.WarningCollector() as w:
-        case = make_case()
-        ex = execute(case.fn, case)
-    return {"error": ex.error, "warnings": w.messages, "ran_backward": ex.ran_backward,
-            "phases": phases(ex)}
-
-
-def _reference(make_case: Callable[[], Case], backward: bool = True) -> Execution:
+def reference(make_case: Callable[[], Case], backward: bool = True) -> Execution:
     """The eager run a stage compares against (or, with ``backward=False``, only checks that it runs)."""
     case = make_case()
     if not backward:
@@ -237,20 +231,20 @@ def _reference(make_case: Callable[[], Case], backward: bool = True) -> Executio
     return execute(case.fn, case)
 
 
-def _forward_fails(ref: Execution) -> bool:
+def forward_fails(ref: Execution) -> bool:
     """When eager cannot even run forward, a compiled stage has nothing to diagnose that eager didn't."""
     return bool(ref.error and ref.error["phase"] == "forward")
 
 
-def stage_compile(make_case: Callable[[], Case], backend: str, fullgraph: bool = False) -> dict[str, Any]:
+def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = False) -> dict[str, Any]:
     """``torch.compile(fn, backend=..., fullgraph=...)`` forward+backward, compared with eager.
 
     Random ops draw the same numbers as eager: each run is seeded alike, and inductor falls back to ATen's
     RNG (``fallback_random``) instead of generating its own. Graph counts are kept only for a run that
     completed: a compile that raised measured nothing (``None``, never a partial 0).
     """
-    ref = _reference(make_case)
-    if _forward_fails(ref):
+    ref = reference(make_case)
+    if forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
     case = make_case()
     with torch._inductor.config.patch(fallback_random=True):
@@ -308,26 +302,7 @@ def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str, fullgr
     return compare(ref, again, float64_run(make_case))
 
 
-def stage_explain(make_case: Callable[[], Case]) -> dict[str, Any]:
-    """``torch._dynamo.explain`` (forward only) plus tracecheck's own break count from the trace."""
-    if _forward_fails(_reference(make_case, backward=False)):  # explain is forward-only: no eager backward
-        return {"skip_reason": "the eager forward fails (see the eager stage)"}
-    case = make_case()
-    with capture.TraceCollector() as trace:
-        try:
-            out = compat.explain(case.fn, *case.args, **case.kwargs)
-        except Exception as e:
-            return {"error": capture.error_record(e, "forward"), "breaks": trace.breaks, "phases": [FORWARD]}
-    return {
-        "breaks": trace.breaks,
-        "phases": [FORWARD],  # explain() traces the forward only
-        "graph_count": out.graph_count,
-        "explain_graph_break_count": out.graph_break_count,
-        "explain_reasons": [_clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
-    }
-
-
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more characters]"
 
 
@@ -351,32 +326,3 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def opcheck_utils(device: str) -> list[str]:
-    """opcheck's autograd-registration test only runs on CPU/CUDA/XPU tensors (NotImplementedError elsewhere)."""
-    utils = ["test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"]
-    return utils if device.split(":")[0] in ("cpu", "cuda", "xpu") else [u for u in utils if "autograd" not in u]
-
-
-def stage_opcheck(make_case: Callable[[], Case], device: str) -> dict[str, Any]:
-    """``torch.library.opcheck`` on every custom op the probe calls, with the inputs it called them with."""
-    case = make_case()
-    rec = OpRecorder()
-    try:
-        with rec:
-            case.fn(*case.args, **case.kwargs)
-    except Exception as e:
-        if not rec.calls:
-            return {"skip_reason": f"the eager forward fails before any custom op ran ({type(e).__name__})"}
-    if not rec.calls:
-        return {"skip_reason": "the probe calls no custom op"}
-    results: dict[str, dict[str, Any]] = {}
-    for op, (args, kwargs) in rec.calls.items():
-        res = torch.library.opcheck(op, args, kwargs, test_utils=opcheck_utils(device), raise_exception=False)
-        results[str(op)] = {
-            test: (v if isinstance(v, str) else capture.error_record(v, test)) for test, v in res.items()
-        }
-    # opcheck's autograd tests (test_autograd_registration, test_aot_dispatch_dynamic) run backward only when
-    # an input of the recorded call requires grad
-    differentiable = any(isinstance(t, torch.Tensor) and t.requires_grad
-                         for args, kwargs in rec.calls.values() for t in pytree.tree_leaves((args, kwargs)))
-    return {"opcheck": results, "phases": phases(differentiable)}

@@ -1,0 +1,46 @@
+"""What a stage declares (``StageSpec``) and what it is given in the stage process (``StageContext``).
+
+Pure: no torch import, so the CLI, the renderers and baselines can read the registry without loading torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+#: ``StageSpec.counts`` values: how a baseline compares a count the stage adds to ``StageResult.extra``.
+LOWER_IS_BETTER, NEUTRAL = "lower-is-better", "neutral"
+
+
+@dataclass
+class StageContext:
+    """Given to ``StageSpec.run`` inside the stage process.
+
+    ``make_case()`` builds a fresh, seeded ``Case`` on ``device`` (the probe function is called again, so a
+    stateful probe starts from the same state in every run); ``options`` holds the values of the options the
+    stage declared (``StageSpec.options``), e.g. ``{"steps": 3, "dynamic": False}``.
+    """
+
+    make_case: Callable[[], Any]
+    device: str = "cpu"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage. ``name`` equals the CLI value of ``--stages``; ``order`` sorts the run order.
+
+    ``run(ctx)`` runs in the stage process and returns the raw record (see ``_execution`` for its fields); it
+    imports torch itself, so declaring a stage costs the CLI nothing. ``forward_only``: the stage checks the
+    forward by design (no ``✓ fwd`` mark). ``needs``: what the stage needs to have work, documented and shown
+    in skip reasons (``"backward"``, ``"custom ops"``). ``options``: the ``RunOptions`` fields it reads.
+    ``counts``: keys it adds to ``StageResult.extra`` that a baseline compares, with how.
+    """
+
+    name: str
+    order: int
+    summary: str
+    run: Callable[[StageContext], dict[str, Any]]
+    forward_only: bool = False
+    needs: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    counts: dict[str, str] = field(default_factory=dict)

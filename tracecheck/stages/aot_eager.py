@@ -1,0 +1,18 @@
+"""``aot_eager``: ``torch.compile(backend="aot_eager")`` forward+backward, compared with eager."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._spec import StageContext, StageSpec
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    from ._execution import run_compiled
+
+    return run_compiled(ctx.make_case, "aot_eager")
+
+
+SPEC = StageSpec(
+    name="aot_eager", order=30, run=run,
+    summary="torch.compile(backend=\"aot_eager\") forward+backward, compared with eager against a float64 "
+            "reference (torch._dynamo.utils.same)")

@@ -1,0 +1,22 @@
+"""``compiled_autograd``: training steps with and without compiled autograd: unique graphs, captures, hooks
+captured, and recompiles with their reasons (the measurement is in ``_compiled_autograd``)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._spec import LOWER_IS_BETTER, NEUTRAL, StageContext, StageSpec
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    from ._compiled_autograd import stage_compiled_autograd
+
+    return stage_compiled_autograd(ctx.make_case, steps=int(ctx.options.get("steps", 3)),
+                                   dynamic=bool(ctx.options.get("dynamic", False)))
+
+
+SPEC = StageSpec(
+    name="compiled_autograd", order=70, run=run, needs=("backward",), options=("steps", "dynamic"),
+    counts={"unique_graphs_without_ca": LOWER_IS_BETTER, "unique_graphs_with_ca": LOWER_IS_BETTER,
+            "captures": LOWER_IS_BETTER, "hooks_captured": NEUTRAL},
+    summary="--steps training steps with and without compiled autograd: unique graphs, captures, hooks "
+            "captured, recompiles and their reasons")

@@ -1,0 +1,32 @@
+"""``explain``: ``torch._dynamo.explain`` (forward only) plus tracecheck's own break count from the trace."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._spec import StageContext, StageSpec
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    from .. import capture, compat
+    from ._execution import FORWARD, clip, forward_fails, reference
+
+    if forward_fails(reference(ctx.make_case, backward=False)):  # explain is forward-only: no eager backward
+        return {"skip_reason": "the eager forward fails (see the eager stage)"}
+    case = ctx.make_case()
+    with capture.TraceCollector() as trace:
+        try:
+            out = compat.explain(case.fn, *case.args, **case.kwargs)
+        except Exception as e:
+            return {"error": capture.error_record(e, "forward"), "breaks": trace.breaks, "phases": [FORWARD]}
+    return {
+        "breaks": trace.breaks,
+        "phases": [FORWARD],
+        "graph_count": out.graph_count,
+        "explain_graph_break_count": out.graph_break_count,
+        "explain_reasons": [clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
+    }
+
+
+SPEC = StageSpec(
+    name="explain", order=20, run=run, forward_only=True,
+    summary="torch._dynamo.explain: graph count, and graph breaks counted from the structured trace")

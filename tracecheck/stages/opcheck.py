@@ -1,0 +1,48 @@
+"""``opcheck``: ``torch.library.opcheck`` on every custom op the probe calls, with the inputs it called them
+with (recorded by a dispatch mode during one eager forward)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._spec import StageContext, StageSpec
+
+
+def opcheck_utils(device: str) -> list[str]:
+    """opcheck's autograd-registration test only runs on CPU/CUDA/XPU tensors (NotImplementedError elsewhere)."""
+    utils = ["test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"]
+    return utils if device.split(":")[0] in ("cpu", "cuda", "xpu") else [u for u in utils if "autograd" not in u]
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    from .. import capture
+    from ._execution import OpRecorder, phases
+
+    case = ctx.make_case()
+    rec = OpRecorder()
+    try:
+        with rec:
+            case.fn(*case.args, **case.kwargs)
+    except Exception as e:
+        if not rec.calls:
+            return {"skip_reason": f"the eager forward fails before any custom op ran ({type(e).__name__})"}
+    if not rec.calls:
+        return {"skip_reason": "the probe calls no custom op"}
+    results: dict[str, dict[str, Any]] = {}
+    for op, (args, kwargs) in rec.calls.items():
+        res = torch.library.opcheck(op, args, kwargs, test_utils=opcheck_utils(ctx.device), raise_exception=False)
+        results[str(op)] = {
+            test: (v if isinstance(v, str) else capture.error_record(v, test)) for test, v in res.items()
+        }
+    # opcheck's autograd tests (test_autograd_registration, test_aot_dispatch_dynamic) run backward only when
+    # an input of the recorded call requires grad
+    differentiable = any(isinstance(t, torch.Tensor) and t.requires_grad
+                         for args, kwargs in rec.calls.values() for t in pytree.tree_leaves((args, kwargs)))
+    return {"opcheck": results, "phases": phases(differentiable)}
+
+
+SPEC = StageSpec(
+    name="opcheck", order=60, run=run, needs=("custom ops",),
+    summary="torch.library.opcheck on every custom op the probe calls, with the inputs it called them with")
