@@ -287,3 +287,26 @@ def test_breaks_of_a_probe_the_baseline_did_not_have_are_annotated():
 def test_annotation_escaping():
     line = annotations.command("a,b:c.py", 3, "t", "50% done\nnext")
     assert line == "::error file=a%2Cb%3Ac.py,line=3,title=t::50%25 done%0Anext"
+
+
+def test_compare_cli_with_a_baseline_as_new(tmp_path):
+    """Two baselines compared: the exit code says regressed or not, and nothing else (no traceback)."""
+    import json
+    import subprocess
+    import sys
+
+    old, new = base_and_new()
+    new.probes = new.probes[1:]                        # a probe went missing: a regression
+    (tmp_path / "old.json").write_text(json.dumps(baseline.from_report(old)))
+    (tmp_path / "same.json").write_text(json.dumps(baseline.from_report(old)))
+    (tmp_path / "new.json").write_text(json.dumps(baseline.from_report(new)))
+
+    def compare_cli(a, b):
+        return subprocess.run([sys.executable, "-m", "tracecheck", "compare", a, b], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+
+    same = compare_cli("old.json", "same.json")
+    assert same.returncode == 0 and "Traceback" not in same.stderr, same.stderr
+    worse = compare_cli("old.json", "new.json")
+    assert "Traceback" not in worse.stderr, worse.stderr
+    assert worse.returncode == 1 and "went missing" in worse.stdout

@@ -73,7 +73,7 @@ def test_baseline_round_trip(tmp_path):
     assert len(md) < 65536
     for heading in ("## Environment", "## Verdicts", "## Against the baseline", "## Findings"):
         assert heading in md
-    assert f"model.py:{break_line}" in md and "tracecheck run model.py -k probe_block --stages explain" in md
+    assert f"model.py:{break_line}" in md and "tracecheck run model.py::probe_block --stages explain" in md
 
     # the same verdict from two saved reports
     r = cli(tmp_path, "compare", "base.json", "new.json")
@@ -160,8 +160,18 @@ def test_baseline_recorded_in_one_folder_gates_a_run_from_another(tmp_path):
     # the report's repro command, pasted in the rootdir, runs that probe again
     md = (tmp_path / "r.md").read_text()
     repro = next(line for line in md.splitlines() if line.startswith("tracecheck run "))
-    assert repro == "tracecheck run models/model.py -k probe_block --stages explain"
+    assert repro == "tracecheck run models/model.py::probe_block --stages explain"
     r = cli(tmp_path, *repro.split()[1:], "--json", "again.json")
     assert r.returncode == 1, r.stderr
     assert [p["id"] for p in json.loads((tmp_path / "again.json").read_text())["probes"]] == \
         ["models/model.py::probe_block"]
+
+
+def test_a_node_id_runs_that_probe_only(tmp_path):
+    """``file.py::name`` selects exactly one probe, where ``-k name`` would also match ``name_other``."""
+    (tmp_path / "model.py").write_text(PROBE + "\n\ndef probe_block_other():\n    return block, (torch.randn(4),)\n")
+    r = cli(tmp_path, "run", "model.py::probe_block", "--stages", "eager", "-j", "1", "--json", "one.json")
+    assert r.returncode == 0, r.stderr
+    assert [p["id"] for p in json.loads((tmp_path / "one.json").read_text())["probes"]] == ["model.py::probe_block"]
+    r = cli(tmp_path, "run", "model.py", "-k", "probe_block", "--stages", "eager", "-j", "1", "--json", "k.json")
+    assert len(json.loads((tmp_path / "k.json").read_text())["probes"]) == 2

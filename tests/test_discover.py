@@ -118,3 +118,47 @@ def test_rootdir_does_not_depend_on_the_current_directory(tmp_path, monkeypatch)
     from_root = discover.rootdir(["models"])
     monkeypatch.chdir(tmp_path / "proj" / "models")
     assert discover.rootdir(["."]) == from_root == str(tmp_path / "proj")
+
+
+def test_non_leaf_inputs_that_require_grad_become_leaves():
+    x = torch.randn(2, 3, requires_grad=True) * 2
+    case = discover.as_leaves(Case(torch.sin, (x, torch.ones(1))))
+    assert case.args[0].is_leaf and case.args[0].requires_grad and torch.equal(case.args[0], x)
+    assert case.args[1] is not None and not case.args[1].requires_grad
+
+
+def test_a_module_level_model_starts_every_run_from_the_same_state(tmp_path):
+    (tmp_path / "stateful.py").write_text(
+        "import torch\n"
+        "class Step(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.register_buffer('step', torch.zeros(()))\n"
+        "    def forward(self, x):\n"
+        "        self.step += 1\n"
+        "        return x * self.step\n"
+        "MODEL = Step()\n"
+        "def probe():\n"
+        "    return MODEL, (torch.ones(2),)\n")
+    make = discover.case_factory(str(tmp_path / "stateful.py"), "probe")
+    firsts = []
+    for _ in range(3):
+        case = make()
+        firsts.append(case.fn(*case.args).tolist())
+    assert firsts == [[1.0, 1.0]] * 3                              # the buffer was put back each time
+
+
+def test_rootdir_through_a_symlinked_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "pyproject.toml").write_text("")
+    (tmp_path / "ext" / "real").mkdir(parents=True)
+    (tmp_path / "ext" / "real" / "m.py").write_text("")
+    (tmp_path / "proj" / "linked").symlink_to(tmp_path / "ext" / "real")
+    monkeypatch.chdir(tmp_path / "proj")
+    monkeypatch.setenv("PWD", str(tmp_path / "proj"))
+    root_a = discover.rootdir(["linked/m.py"])
+    monkeypatch.chdir(tmp_path / "proj" / "linked")
+    monkeypatch.setenv("PWD", str(tmp_path / "proj" / "linked"))
+    root_b = discover.rootdir(["m.py"])
+    assert root_a == root_b == str(tmp_path / "proj")
+    assert discover.probe_id(discover.absolute("m.py"), "p", root_b) == "linked/m.py::p"

@@ -76,7 +76,7 @@ def test_one_section_per_finding_with_every_required_part():
     assert "Message (trimmed):" in brk
     assert "**Fix:** " + kinds()["graph-break"].fix in brk
     assert "<details><summary>Full traceback</summary>" in brk
-    assert "tracecheck run model.py -k probe_bad --stages explain" in brk
+    assert "tracecheck run model.py::probe_bad --stages explain" in brk
 
     fake = section(findings, next(h for h in finding_heads if "missing-fake" in h))
     assert "**First failing stage:** `fullgraph`" in fake

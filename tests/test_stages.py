@@ -174,3 +174,124 @@ def test_float64_run_reports_why_not():
 
     why = float64_run(lambda: Case(fp32_only, (torch.ones(2),)))()
     assert isinstance(why, str) and "TypeError" in why and "expected float32" in why
+
+
+# -- found by breaking it on purpose ----------------------------------------------------------------------
+
+
+class _Slots:
+    __slots__ = ("m",)
+
+    def __init__(self):
+        self.m = torch.nn.Linear(2, 2)
+
+    def __call__(self, x):
+        return self.m(x)
+
+
+class _ClassAttr:
+    net = torch.nn.Linear(2, 2)
+
+    def __call__(self, x):
+        return self.net(x)
+
+
+GLOBAL_NET = torch.nn.Linear(2, 2)
+
+
+class _CallsAGlobal:
+    def __call__(self, x):
+        return GLOBAL_NET(x)
+
+
+class _Box:
+    def __init__(self, m):
+        self.model = m
+
+
+class _BigVocab:
+    def __init__(self):
+        self.vocab = [str(i) for i in range(5000)]    # more objects than the walk visits
+        self.inner = _Box(torch.nn.Linear(2, 2))
+
+    def __call__(self, x):
+        return self.inner.model(x)
+
+
+class _TwoBoxes:
+    def __init__(self):
+        self.a, self.b = _Box(torch.nn.Linear(2, 2)), _Box(torch.nn.Linear(2, 2))
+
+    def __call__(self, x):
+        return self.a.model(x) + self.b.model(x)
+
+
+def test_modules_in_slots_class_attributes_call_globals_and_behind_big_lists_are_reached():
+    names = {type(obj).__name__: [n for n, _ in trainable_parameters(obj)]
+             for obj in (_Slots(), _ClassAttr(), _CallsAGlobal(), _BigVocab(), _TwoBoxes())}
+    assert names == {
+        "_Slots": ["m.weight", "m.bias"],
+        "_ClassAttr": ["net.weight", "net.bias"],
+        "_CallsAGlobal": ["__call__.global:GLOBAL_NET.weight", "__call__.global:GLOBAL_NET.bias"],
+        "_BigVocab": ["inner.model.weight", "inner.model.bias"],
+        "_TwoBoxes": ["a.model.weight", "a.model.bias", "b.model.weight", "b.model.bias"],  # one name each
+    }
+
+
+def test_a_gradient_of_one_of_two_same_named_modules_is_compared():
+    obj = _TwoBoxes()
+    x = torch.ones(1, 2)
+    ref = execute(obj, Case(obj, (x,)))
+    got = Execution(outputs=ref.outputs, ran_backward=True,
+                    grads={k: (g * 2 if k == "param:a.model.weight" else g) for k, g in ref.grads.items()})
+    [m] = compare(ref, got, fp64=lambda: "no reference")
+    assert m["phase"] == "backward" and m["worst"]["what"] == "grad param:a.model.weight"
+
+
+def test_a_dataclass_output_is_compared_field_by_field_and_trains():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Out:
+        logits: torch.Tensor
+        note: str
+
+    lin = torch.nn.Linear(3, 2)
+    fn = (lambda x: Out(lin(x), "ok"))
+    ex = execute(fn, Case(fn, (torch.ones(1, 3),)))
+    assert ex.ran_backward and torch.equal(ex.grads["param:closure:lin.bias"], torch.ones(2))
+    off = Execution(outputs=Out(ex.outputs.logits + 1.0, "ok"), grads=ex.grads, ran_backward=True)
+    [m] = compare(ex, off, fp64=lambda: "no reference")
+    assert m["worst"]["what"] == "output[0]"
+
+
+def test_nan_in_the_same_places_is_agreement_and_in_other_places_is_not():
+    eager, reordered, fp64 = _matmul_runs()                     # noise that passes against float64
+    nan = torch.tensor([float("nan")])
+    with_nan = lambda t: torch.cat([t.flatten(), nan.to(t.dtype)])  # noqa: E731
+    assert compare(Execution(outputs=with_nan(eager)), Execution(outputs=with_nan(reordered)),
+                   fp64=lambda: Execution(outputs=with_nan(fp64))) == []
+    moved = with_nan(reordered).roll(1)
+    [m] = compare(Execution(outputs=with_nan(eager)), Execution(outputs=moved), fp64=lambda: "no reference")
+    assert "NaN or Inf" in m["worst"]["detail"]
+
+
+def test_complex_outputs_are_judged_against_the_complex_float64_reference():
+    eager, reordered, fp64 = _matmul_runs()
+    c = lambda re, im: torch.complex(re, im)  # noqa: E731
+    assert compare(Execution(outputs=c(eager, eager)), Execution(outputs=c(reordered, reordered)),
+                   fp64=lambda: Execution(outputs=c(fp64, fp64))) == []
+
+
+def test_a_result_that_is_mathematically_zero_passes_on_noise():
+    g = torch.Generator().manual_seed(1)
+    truth = torch.zeros(4096, dtype=torch.float64)                # e.g. the input gradient of a sum of a norm
+    eager, compiled = torch.randn(4096, generator=g) * 1e-3, torch.randn(4096, generator=g) * 1e-3
+    assert compare(Execution(outputs=eager), Execution(outputs=compiled), fp64=lambda: Execution(outputs=truth)) == []
+
+
+def test_a_custom_loss_that_does_not_depend_on_trainable_values_runs_forward_only():
+    frozen = torch.nn.Linear(3, 2).requires_grad_(False)
+    case = Case(frozen, (torch.ones(1, 3),), grad=lambda o: o.pow(2).mean())
+    ex = execute(frozen, case)
+    assert ex.error is None and not ex.ran_backward

@@ -63,15 +63,16 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     if not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
         raise UsageError(f"--timeout {opts.timeout_s}: must be a positive number of seconds")
     stages = validate_stages(opts.stages)
-    files = discover.find_files(opts.paths)
+    paths, named = discover.split_node_ids(opts.paths)  # ``file.py::probe`` names one probe, as in pytest
+    files = discover.find_files(paths)
     if not files:
         raise UsageError(f"{' '.join(opts.paths)}: no Python files found")
     device = environment.resolve_device(opts.device)
-    root = discover.rootdir(opts.paths)
+    root = discover.rootdir(paths)
     progress.discovered(len(files))
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
-        probes = _discover(runner, files, opts, root)
+        probes = _discover(runner, files, opts, root, named)
         if opts.shard:
             keep = set(baseline.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
@@ -115,10 +116,11 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
     return dict(sorted(stages.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
 
 
-def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str) -> list[ProbeReport]:
+def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str,
+              named: dict[str, list[str]]) -> list[ProbeReport]:
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
-    tasks = [Task(f, {"op": "tracecheck.discover:inspect_file", "file": f, "select": opts.select, "only": opts.only,
-                      "root": root}, timeout) for f in files]
+    tasks = [Task(f, {"op": "tracecheck.discover:inspect_file", "file": f, "select": opts.select,
+                      "only": [opts.only] if opts.only else named.get(f), "root": root}, timeout) for f in files]
     found: dict[str, list[ProbeReport]] = {}
     total_candidates = 0
     for outcome in runner.run(tasks):

@@ -424,6 +424,9 @@ def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
     environment = dict(first.environment)
     if len(torch_versions) > 1:
         environment["merged_torch_versions"] = torch_versions
+    roots = sorted({r.rootdir for r in reports if r.rootdir})
+    if len(roots) > 1:  # shards of one CI matrix on several machines: ids are relative to each one's checkout
+        environment["merged_rootdirs"] = roots
     return RunReport(
         probes=sorted(probes, key=lambda p: p.id),
         environment=environment,

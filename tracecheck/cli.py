@@ -350,12 +350,12 @@ def _exit_code(report, comparison, updated_baseline: bool) -> ExitCode:
     """The one mapping from results to the exit code: a baseline decides when given, else the verdicts."""
     if updated_baseline:
         return ExitCode.OK
-    if any(f.evidence.get("exception_type") == "tracecheck.InternalError"
-           for p in report.probes for s in p.stages.values() for f in s.findings):
+    if report is not None and any(f.evidence.get("exception_type") == "tracecheck.InternalError"
+                                  for p in report.probes for s in p.stages.values() for f in s.findings):
         return ExitCode.INTERNAL_ERROR  # the run went on, but a stage hit a tracecheck bug: say so
     if comparison is not None:
         return ExitCode.FINDINGS if comparison.regressed else ExitCode.OK
-    return ExitCode.OK if report.passed else ExitCode.FINDINGS
+    return ExitCode.OK if report is not None and report.passed else ExitCode.FINDINGS
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -23,6 +23,22 @@ _SKIP_FILES = {"__init__.py", "conftest.py", "setup.py", "__main__.py"}
 _PROBE_NAME = re.compile(r"^probe(_\w+)?$")
 
 
+def split_node_ids(paths: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """``model.py::probe_a`` names one probe of a file (pytest's node id): the paths to search, and the names
+    asked for per absolute file (a file named without ``::`` is not in the dict: all its probes)."""
+    plain: list[str] = []
+    named: dict[str, list[str]] = {}
+    whole: set[str] = set()
+    for p in paths:
+        file, sep, name = p.partition("::")
+        plain.append(file)
+        if sep and name:
+            named.setdefault(absolute(file), []).append(name)
+        else:
+            whole.add(absolute(file))
+    return list(dict.fromkeys(plain)), {f: names for f, names in named.items() if f not in whole}
+
+
 def find_files(paths: list[str]) -> list[str]:
     """Model files named by ``paths`` (files or directories), sorted, absolute. Raises UsageError."""
     found: list[str] = []
@@ -34,12 +50,12 @@ def find_files(paths: list[str]) -> list[str]:
         if os.path.isfile(p):
             if not p.endswith(".py"):
                 raise UsageError(f"{p}: not a Python file")
-            found.append(os.path.abspath(p))
+            found.append(absolute(p))
             continue
         for root, dirs, files in os.walk(p):
             dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_"))
                              and not os.path.exists(os.path.join(root, d, "__init__.py")))
-            found += [os.path.abspath(os.path.join(root, f)) for f in sorted(files)
+            found += [absolute(os.path.join(root, f)) for f in sorted(files)
                       if f.endswith(".py") and f not in _SKIP_FILES and os.path.isfile(os.path.join(root, f))]
     return sorted(dict.fromkeys(found))
 
@@ -52,7 +68,7 @@ def rootdir(paths: list[str]) -> str:
     """What probe ids are relative to, whatever the current directory: the nearest folder at or above the
     common ancestor of ``paths`` that holds a ``ROOT_MARKERS`` entry, else that common ancestor (pytest's
     rootdir). Absolute."""
-    folders = [p if os.path.isdir(p) else os.path.dirname(p) for p in map(os.path.abspath, paths)]
+    folders = [p if os.path.isdir(p) else os.path.dirname(p) for p in map(absolute, paths)]
     ancestor = os.path.commonpath(folders)
     folder = ancestor
     while True:
@@ -62,6 +78,22 @@ def rootdir(paths: list[str]) -> str:
         if parent == folder:
             return ancestor
         folder = parent
+
+
+def absolute(path: str) -> str:
+    """``path`` made absolute against the shell's logical current directory (``$PWD``, symlinks kept) when it
+    is the process's, so a folder entered through a symlink finds the same rootdir as the path that names
+    the link (``os.path.abspath`` uses the physical directory)."""
+    if os.path.isabs(path):
+        return os.path.normpath(path)
+    base = os.getcwd()
+    pwd = os.environ.get("PWD")
+    try:
+        if pwd and os.path.isabs(pwd) and os.path.samefile(pwd, base):
+            base = pwd
+    except OSError:
+        pass
+    return os.path.normpath(os.path.join(base, path))
 
 
 def probe_id(path: str, name: str, root: str) -> str:
@@ -152,7 +184,8 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
     to ``task["root"]`` (``rootdir``)."""
     from . import capture
 
-    path, select, only = task["file"], task.get("select"), task.get("only")
+    path, select = task["file"], task.get("select")
+    only = set(task["only"]) if task.get("only") else None  # probe names asked for by ``file.py::name``
     root = task.get("root") or os.path.dirname(path)
     with capture.OpRegistrationWatch() as watch:
         module = load_module(path)
@@ -160,7 +193,7 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
         probes = []
         for name, fn in find_probes(module):
             pid = probe_id(path, name, root)
-            if not matches(select, pid) or (only and name != only):
+            if not matches(select, pid) or (only is not None and name not in only):
                 continue
             before = len(watch.events)
             entry: dict[str, Any] = {"name": name}
@@ -215,15 +248,65 @@ def to_device(case: Case, device: str) -> Case:
     return Case(fn, pytree.tree_map(move, case.args), pytree.tree_map(move, case.kwargs), case.grad)
 
 
+def as_leaves(case: Case) -> Case:
+    """Inputs that require grad but are not leaves (``torch.randn(..., requires_grad=True) * 2``) become
+    leaves: their ``.grad`` is what tracecheck compares, and only the callable is compiled, so the gradient
+    at the callable's inputs is the whole check."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    def leaf(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.requires_grad and not t.is_leaf:
+            return t.detach().requires_grad_(True)
+        return t
+
+    return Case(case.fn, pytree.tree_map(leaf, case.args), pytree.tree_map(leaf, case.kwargs), case.grad)
+
+
 def load_case(path: str, probe: str) -> tuple[ModuleType, Case]:
     """Load the model file and build the named probe's case once (on the CPU)."""
     module = load_module(path)
-    return module, to_case(call_probe(dict(find_probes(module))[probe]))
+    return module, as_leaves(to_case(call_probe(dict(find_probes(module))[probe])))
 
 
 def case_factory(path: str, probe: str, device: str = "cpu") -> Callable[[], Case]:
     """Load the model file once; the returned function builds a fresh, seeded case of the named probe on
-    ``device`` at every call (stages call it once per run they compare)."""
+    ``device`` at every call (stages call it once per run they compare).
+
+    A probe may hand out the same module object on every call (a module-level model): its parameters and
+    buffers are put back to what they were at the first call, so a model that updates a buffer in forward
+    (a step counter, running statistics) starts every run from the same state.
+    """
     module = load_module(path)
     fn = dict(find_probes(module))[probe]
-    return lambda: to_device(to_case(call_probe(fn)), device)
+    first: dict[int, tuple[Any, Any]] = {}
+
+    def make() -> Case:
+        case = as_leaves(to_device(to_case(call_probe(fn)), device))
+        _restore_state(case, first)
+        return case
+
+    return make
+
+
+def _restore_state(case: Case, first: dict[int, tuple[Any, Any]]) -> None:
+    """Record the tensors of the modules ``case.fn`` reaches on the first call; later, copy the recorded values
+    back into the same tensor objects (a fresh module from the probe has other objects: nothing to do)."""
+    import torch
+
+    from .reachable import reachable_modules
+
+    if first.get(-1) is not None:
+        return  # the probe builds fresh modules: nothing is shared between runs
+    tensors = [t for _, m in reachable_modules(case.fn) for t in (*m.parameters(), *m.buffers())]
+    if first and not any(id(t) in first for t in tensors):
+        first.clear()
+        first[-1] = (None, None)  # and stop holding the first call's module alive
+        return
+    with torch.no_grad():
+        for t in tensors:
+            seen = first.get(id(t))
+            if seen is None:
+                first[id(t)] = (t, t.detach().clone())
+            elif seen[0] is t and t.shape == seen[1].shape and t.dtype == seen[1].dtype:
+                t.copy_(seen[1])

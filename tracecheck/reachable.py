@@ -19,9 +19,9 @@ MAX_OBJECTS = 2000
 
 
 def reachable_modules(fn: Callable[..., Any]) -> list[tuple[str, torch.nn.Module]]:
-    """Top-level modules reachable from ``fn``, each once, with the path it was found by (``self``,
-    ``closure:model``, ``global:model``, ``attr:encoder``). A module inside another found module is not
-    listed again: ``named_parameters`` of the outer one covers it."""
+    """Top-level modules reachable from ``fn``, each once, with the path it was found by, e.g. ``self``,
+    ``closure:model``, ``global:model``, ``holder.encoder``, ``global:MODELS[0]``, unique per module. A module
+    inside another found module is not listed again: ``named_parameters`` of the outer one covers it."""
     found: list[tuple[str, torch.nn.Module]] = []
     seen: set[int] = set()
     queue: list[tuple[str, Any]] = [("fn", fn)]
@@ -36,46 +36,70 @@ def reachable_modules(fn: Callable[..., Any]) -> list[tuple[str, torch.nn.Module
             found.append((path, obj))
             seen.update(id(m) for m in obj.modules())
             continue
-        queue += list(_children(path, obj))
+        queue += [(p, v) for p, v in _children(path, obj) if not isinstance(v, _LEAVES) and id(v) not in seen]
     return found
 
 
+#: Objects that hold no module: never queued, so a list of 10,000 strings costs nothing of ``MAX_OBJECTS``.
+_LEAVES = (str, bytes, int, float, complex, bool, type(None), torch.Tensor, torch.dtype, torch.device,
+           types.ModuleType, types.BuiltinFunctionType)
+
+
+def _join(path: str, part: str) -> str:
+    if path == "fn":
+        return part
+    return f"{path}{part}" if part.startswith("[") else f"{path}.{part}"
+
+
 def _children(path: str, obj: Any) -> Iterator[tuple[str, Any]]:
-    if isinstance(obj, (str, bytes, int, float, bool, type(None), torch.Tensor, types.ModuleType, type)):
+    if isinstance(obj, type):
         return
     if isinstance(obj, (list, tuple, set, frozenset)):
-        yield from ((f"{path}[{i}]", v) for i, v in enumerate(obj))
+        yield from ((_join(path, f"[{i}]"), v) for i, v in enumerate(obj))
         return
     if isinstance(obj, dict):
-        yield from ((f"{path}[{k!r}]", v) for k, v in obj.items())
+        yield from ((_join(path, f"[{k!r}]"), v) for k, v in obj.items())
         return
     if isinstance(obj, types.MethodType):
-        yield "self", obj.__self__
+        yield _join(path, "self") if path != "fn" else "self", obj.__self__
         yield path, obj.__func__
         return
     if isinstance(obj, functools.partial):
         yield path, obj.func
-        yield from ((f"{path}.args[{i}]", v) for i, v in enumerate(obj.args))
-        yield from ((f"{path}.keywords[{k!r}]", v) for k, v in obj.keywords.items())
+        yield from ((_join(path, f"args[{i}]"), v) for i, v in enumerate(obj.args))
+        yield from ((_join(path, f"keywords[{k!r}]"), v) for k, v in obj.keywords.items())
         return
     if isinstance(obj, types.FunctionType):
         for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
             try:
-                yield f"closure:{name}", cell.cell_contents
+                yield _join(path, f"closure:{name}"), cell.cell_contents
             except ValueError:  # an empty cell (a name assigned after the function was made)
                 pass
         g = obj.__globals__
         for name in _global_names(obj.__code__):
             if name in g:
-                yield f"global:{name}", g[name]
+                yield _join(path, f"global:{name}"), g[name]
         wrapped = getattr(obj, "__wrapped__", None)
         if wrapped is not None:
             yield path, wrapped
         return
-    # a callable object (or an attribute of one): its instance attributes
+    # any other object (a callable object, or an attribute of one): what its instance holds (``__dict__``,
+    # ``__slots__``), what its class holds, and the code of its class's ``__call__``
     attrs = getattr(obj, "__dict__", None)
     if isinstance(attrs, dict):
-        yield from ((f"attr:{k}", v) for k, v in attrs.items())
+        yield from ((_join(path, str(k)), v) for k, v in attrs.items())
+    cls = type(obj)
+    for klass in cls.__mro__[:-1]:  # not object
+        slots = getattr(klass, "__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if hasattr(obj, name):
+                yield _join(path, name), getattr(obj, name)
+        for name, value in vars(klass).items():
+            if isinstance(value, (torch.nn.Module, list, tuple, dict)) and not name.startswith("__"):
+                yield _join(path, name), value
+    call = getattr(cls, "__call__", None)
+    if isinstance(call, types.FunctionType):
+        yield _join(path, "__call__"), call
 
 
 def _global_names(code: types.CodeType) -> Iterator[str]:

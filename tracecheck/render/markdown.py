@@ -464,7 +464,7 @@ class MarkdownRenderer:
         file = p.id.split("::", 1)[0]
         file = os.path.basename(file) if self.redact else self.scrub(file)
         stage = "eager" if stage == LOAD_STAGE else stage  # load findings come back on any run
-        return f"tracecheck run {shlex.quote(file)} -k {shlex.quote(p.name)} --stages {stage}"
+        return f"tracecheck run {shlex.quote(f'{file}::{p.name}')} --stages {stage}"
 
     # -- assembly -------------------------------------------------------------------------------------
     def sections(self) -> list[Section]:

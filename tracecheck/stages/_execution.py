@@ -49,7 +49,24 @@ class Execution:
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:
-    return [t for t in pytree.tree_leaves(obj) if isinstance(t, torch.Tensor)]
+    return [t for t in pytree.tree_leaves(plain(obj)) if isinstance(t, torch.Tensor)]
+
+
+def plain(obj: Any) -> Any:
+    """``obj`` with plain dataclass instances (which pytree treats as one opaque leaf) turned into dicts of
+    their fields, so their tensors are compared and backpropagated. Registered pytree nodes (tuples, dicts,
+    transformers' ModelOutput) are left to pytree."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and not _is_pytree_node(obj):
+        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(plain(x) for x in obj)
+    if type(obj) is dict:
+        return {k: plain(v) for k, v in obj.items()}
+    return obj
+
+
+def _is_pytree_node(obj: Any) -> bool:
+    return type(obj) in pytree.SUPPORTED_NODES
 
 
 def needs_grad(case: Case) -> bool:
@@ -117,8 +134,8 @@ def execute(fn: Callable[..., Any], case: Case) -> Execution:
         return ex
     try:
         loss = loss_of(case, ex.outputs)
-        if loss is None:
-            return ex  # nothing differentiable came out: no backward to run
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            return ex  # nothing differentiable came out (or the loss does not depend on it): no backward
         targets = grad_targets(case)
         # the probe may hand out the same module or leaf tensor on every call: compare this backward's
         # contribution, not whatever .grad already held
@@ -141,8 +158,8 @@ def _grad_delta(grad: torch.Tensor | None, before: torch.Tensor | None) -> torch
 def pairs(ref: Execution, got: Execution) -> list[numerics.Pair] | dict[str, Any]:
     """What a compiled run is compared on: each output leaf, whether backward ran, each gradient. A
     different output structure is returned as the one disagreement (there is nothing to pair up)."""
-    ref_leaves, ref_spec = pytree.tree_flatten(ref.outputs)
-    got_leaves, got_spec = pytree.tree_flatten(got.outputs)
+    ref_leaves, ref_spec = pytree.tree_flatten(plain(ref.outputs))
+    got_leaves, got_spec = pytree.tree_flatten(plain(got.outputs))
     if ref_spec != got_spec:
         return {"phase": numerics.FORWARD, "disagreeing": 1, "compared": 1, "worst": {
             "what": "outputs", "detail": f"output structure differs: compiled {got_spec} vs eager {ref_spec}"}}
@@ -156,7 +173,7 @@ def pairs(ref: Execution, got: Execution) -> list[numerics.Pair] | dict[str, Any
 
 def values(ex: Execution) -> dict[str, Any]:
     """An execution's outputs and gradients by the names ``pairs`` gives them (the fp64 reference)."""
-    leaves = pytree.tree_leaves(numerics.as_float64_values(ex.outputs))
+    leaves = pytree.tree_leaves(numerics.as_float64_values(plain(ex.outputs)))
     out: dict[str, Any] = {f"output[{i}]": v for i, v in enumerate(leaves)}
     out.update({f"grad {k}": (g.double() if g is not None else None) for k, g in ex.grads.items()})
     return out
