@@ -5,7 +5,7 @@ expected labels was read back from tracecheck's output.
 """
 import pytest
 
-from tracecheck import classify
+from tracecheck import classify, taxonomy
 
 PYBIND_213 = (
     "Attempted to call function marked as skipped\n"
@@ -191,7 +191,7 @@ def test_every_kind_has_a_doc_page_and_a_fix():
     import pathlib
 
     docs = pathlib.Path(__file__).resolve().parents[1] / "docs" / "failures"
-    for kind in classify.kinds().values():
+    for kind in taxonomy.kinds().values():
         assert kind.fix, kind.id
         assert (docs / f"{kind.id}.md").is_file(), f"missing {kind.doc}"
 

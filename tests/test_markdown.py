@@ -4,7 +4,7 @@ import re
 import pytest
 
 from report_factory import ROOT, break_finding, probe, small_report
-from tracecheck.classify import kinds
+from tracecheck.taxonomy import kinds
 from tracecheck.render import markdown
 from tracecheck.report import FAIL, RunReport, StageResult
 

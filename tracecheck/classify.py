@@ -9,59 +9,16 @@ Wording per version: ../shared/torch_failure_wording.md sections 4 and 7.
 """
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from typing import Any, Callable
 
+from . import taxonomy
 from .report import Finding, GraphBreak, op_name
-
-# ---------------------------------------------------------------------------------------------------------
-# Kind metadata (kinds.json)
-
 
 # Namespaces that belong to PyTorch itself: ops elsewhere are the user's custom ops (opcheck targets).
 TORCH_NAMESPACES = {"aten", "prims", "prim", "rngprims", "_c10d_functional", "c10d", "c10d_functional",
                     "profiler", "quantized", "_quantized", "inductor", "debugprims", "higher_order",
                     "_refs", "mkldnn", "mkl", "onednn", "_inductor_test", "_dynamo_testing", "streams"}
-
-
-@dataclass(frozen=True)
-class Kind:
-    id: str
-    title: str
-    fix: str
-    snippet: str
-    #: a fix per cause the evidence supports (``Finding.context["cause"]``); ``fix`` when none is named
-    fix_by_cause: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def doc(self) -> str:
-        return f"docs/failures/{self.id}.md"
-
-
-@lru_cache(maxsize=1)
-def kinds() -> dict[str, Kind]:
-    """All kinds by id, in taxonomy order."""
-    data = json.loads(resources.files("tracecheck").joinpath("kinds.json").read_text())
-    return {k["id"]: Kind(k["id"], k["title"], k["fix"], k.get("snippet", ""), k.get("fix_by_cause", {}))
-            for k in data["kinds"]}
-
-
-def fix_text(f: Finding) -> str:
-    """The fix for this finding: the kind's fix for the cause its evidence names, with the context's values
-    (``{custom_ops}``, ``{random_ops}``, ``{stage}``) filled in."""
-    kind = kinds().get(f.kind)
-    if kind is None:
-        return ""
-    text = kind.fix_by_cause.get(str(f.context.get("cause")), kind.fix)
-    values = {k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in f.context.items()}
-    try:
-        return text.format(**values)
-    except (KeyError, IndexError, ValueError):
-        return kind.fix
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -266,28 +223,17 @@ def short_builtin(name: str) -> str:
 
 
 def _summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
-    if kind == "pybind-builtin":
-        where = " inside a torch.autograd.Function" if ctx.get("in_autograd_function") else ""
-        return f"Dynamo cannot trace the C/pybind11 builtin `{short_builtin(ctx.get('builtin', '?'))}`{where}."
-    if kind == "missing-fake":
-        return f"Custom op {ctx.get('op', '(unnamed)')} has no fake impl, so Dynamo cannot run it on FakeTensors."
-    if kind == "missing-autograd":
-        return f"Custom op {ctx.get('op', '(unnamed)')} has no autograd formula registered."
-    if kind == "mutates-args-mismatch":
-        arg = ctx.get("argument")
-        return f"A custom op mutates input `{arg}` that its schema does not declare." if arg else \
-            "A custom op's schema disagrees with what it mutates or aliases."
-    if kind == "fake-mismatch":
-        return f"The fake impl of {ctx.get('op', 'a custom op')} disagrees with the real kernel's output metadata."
-    if kind == "data-dependent":
-        return "Control flow or an output shape depends on tensor data."
-    if kind == "graph-break":
-        return f"Graph break: {ctx.get('gb_type', 'unspecified')}."
-    if kind == "eager-error":
-        return "The probe fails in eager mode (the probe's own bug)."
-    if kind == "backend-error":
-        return f"The {stage} backend raised an error that no more specific rule explains."
-    return f"Unclassified failure at stage {stage}; raw evidence kept."
+    """The kind's summary template (kinds.json) filled from the context and a few derived values."""
+    derived = {
+        "stage": stage,
+        "builtin_short": short_builtin(ctx.get("builtin", "?")),
+        "where": " inside a torch.autograd.Function" if ctx.get("in_autograd_function") else "",
+        "argument_note": f": it mutates input `{ctx['argument']}`, which the schema does not declare"
+        if ctx.get("argument") else "",
+        "op": ctx.get("op") or "(unnamed)",
+        "gb_type": ctx.get("gb_type") or "unspecified",
+    }
+    return taxonomy.summary(kind, {**ctx, **derived})
 
 
 def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Finding:

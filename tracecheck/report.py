@@ -11,6 +11,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from . import taxonomy
+
 SCHEMA_VERSION = 1
 
 #: Pseudo-stage for findings made while loading the file or calling the probe function.
@@ -34,6 +36,10 @@ class Finding:
     context: dict[str, Any] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.kind not in taxonomy.ids():
+            raise ValueError(f"{self.kind!r} is not a kind of tracecheck/kinds.json")
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
         return cls(d["kind"], d.get("summary", ""), d.get("context", {}), d.get("evidence", {}))
@@ -51,6 +57,10 @@ class GraphBreak:
     reason: str = ""
     doc: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in taxonomy.ids():
+            raise ValueError(f"{self.kind!r} is not a kind of tracecheck/kinds.json")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GraphBreak":

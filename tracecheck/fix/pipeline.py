@@ -7,22 +7,18 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__, api, classify
+from .. import __version__, api
 from ..classify import TORCH_NAMESPACES
 from ..exitcodes import UsageError
 from ..report import RunReport, write_text_atomic
 from ..stages import STAGES
+from ..taxonomy import kinds
 from ..runner import Runner, Task
 
 #: stages that tell the kinds this command fixes apart, fastest first (inductor adds nothing to the diagnosis)
 DIAGNOSE_STAGES = ["eager", "explain", "fullgraph", "opcheck"]
-#: kinds with a code fix, and the fixer that handles them
-CODE_FIXES = {
-    "pybind-builtin": "autograd.Function -> forward and backward custom ops",
-    "missing-fake": "register_fake inferred from perturbed eager runs",
-    "mutates-args-mismatch": "mutates_args from observed mutation",
-    "missing-autograd": "register_autograd wired to an existing backward op, else a skeleton",
-}
+#: kinds with a code fix, and the fixer that handles them (``code_fix`` in kinds.json)
+CODE_FIXES = {k.id: k.code_fix for k in kinds().values() if k.code_fix}
 VERIFIED, NOT_VERIFIED, NO_CODE_FIX, NOTHING_TO_FIX = "verified", "not verified", "no code fix", "nothing to fix"
 
 
@@ -133,7 +129,7 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
     out = FixOutcome(NOTHING_TO_FIX, probe.id, probe.verdict.kinds, diagnosis=diagnosis)
     if not out.kinds:
         return out
-    out.no_code_fix = {k: classify.kinds()[k].doc if k in classify.kinds() else "" for k in out.kinds
+    out.no_code_fix = {k: kinds()[k].doc if k in kinds() else "" for k in out.kinds
                        if k not in CODE_FIXES}
     if not any(k in CODE_FIXES for k in out.kinds):
         out.status = NO_CODE_FIX

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..baseline import recompiles
-from ..classify import fix_text, kinds
+from ..taxonomy import fix_text, kinds
 from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
 from ..report import finding_key, group_findings
 from ..stages import forward_only

@@ -7,7 +7,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..classify import fix_text, kinds
+from ..taxonomy import fix_text, kinds
 from ..report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
                       group_findings)
 from ..stages import forward_only
