@@ -96,3 +96,58 @@ def test_the_registry_does_not_import_torch():
     code = "import sys, tracecheck.stages, tracecheck.cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def _kind_literals() -> dict[str, list[str]]:
+    """String literals the code uses as kind ids: the first argument of Finding(...)/GraphBreak(...), the
+    first element of a returned tuple in classify's rules, strings assigned to a ``kind`` variable, and
+    strings compared with ``.kind``."""
+    found: dict[str, list[str]] = {}
+
+    def add(value: object, where: str) -> None:
+        if isinstance(value, str):
+            found.setdefault(value, []).append(where)
+
+    for path in PKG.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(PKG.parent)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
+                    "Finding", "GraphBreak") and node.args and isinstance(node.args[0], ast.Constant):
+                add(node.args[0].value, where)
+            if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and node.value.elts and \
+                    isinstance(node.value.elts[0], ast.Constant) and path.name == "classify.py":
+                add(node.value.elts[0].value, where)
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "kind" for t in node.targets):
+                for c in ast.walk(node.value):
+                    if isinstance(c, ast.Constant):
+                        add(c.value, where)
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "kind":
+                for comp in node.comparators:
+                    for c in ([comp] if isinstance(comp, ast.Constant) else getattr(comp, "elts", [])):
+                        if isinstance(c, ast.Constant):
+                            add(c.value, where)
+    return found
+
+
+def test_kinds_json_docs_readme_and_code_name_the_same_kinds():
+    from tracecheck import taxonomy
+
+    ids = set(taxonomy.ids())
+    pages = {p.stem for p in (PKG.parent / "docs" / "failures").glob("*.md")} - {"README"}
+    assert pages == ids
+    start = README.index("`pybind-builtin` ·")
+    kinds_list = README[start:README.index("\n\n", start)]            # the README's list of kinds
+    assert {k.strip().strip("`") for k in kinds_list.replace("\n", " ").split("·")} == ids
+    used = _kind_literals()
+    assert {"pybind-builtin", "numeric-mismatch", "timeout", "crash"} <= set(used)   # the scan sees the code
+    assert {k: where for k, where in used.items() if k not in ids} == {}
+
+
+def test_a_finding_of_an_unknown_kind_is_refused():
+    import pytest
+
+    from tracecheck.report import Finding
+
+    with pytest.raises(ValueError, match="missing_fake"):
+        Finding("missing_fake", "typo of missing-fake")

@@ -21,9 +21,9 @@ def cell(result: StageResult | None) -> Text:
         return Text("✓ fwd" if forward_only(result) else "✓", style="green")
     if result.status == SKIP:
         return Text("–", style="dim")
-    kind = result.failure.kind if result.failure else "?"
+    label = result.failure.kind if result.failure else "?"
     icon = {FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗"}[result.status]
-    return Text(f"{icon} {kind}", style="red" if result.status == FAIL else "magenta")
+    return Text(f"{icon} {label}", style="red" if result.status == FAIL else "magenta")
 
 
 def short_labels(report: RunReport) -> dict[str, str]:
