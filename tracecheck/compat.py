@@ -1,6 +1,7 @@
 """Every torch-version difference tracecheck depends on, in one place (tested in tests/test_compat.py).
 
-Supported: torch 2.8 - 2.14 (pyproject). Paths taken per version are noted at each shim.
+Supported and run in CI: torch 2.13 and 2.14 (pyproject, docs/compat.md). Paths taken per version are noted at
+each shim; older paths are kept where they cost nothing, untested.
 """
 from __future__ import annotations
 
