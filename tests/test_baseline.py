@@ -272,9 +272,9 @@ def test_annotation_at_the_user_frame_of_each_new_break():
 def test_without_a_baseline_every_break_is_annotated_relative_to_the_workspace():
     r = small_report(root="/ws/repo")
     lines = annotations.lines(r, None, environ={"GITHUB_WORKSPACE": "/ws/repo"})
-    assert lines == [annotations.command("model.py", 5, "tracecheck: new graph break",
-                                         "model.py::probe_bad: graph-break (Failed to trace builtin operator) "
-                                         "at model.py:5 [stages: explain, aot_eager]")]
+    # GitHub's workflow-command syntax, written by hand: ':' in the title and ':' ',' in properties escaped
+    assert lines == ["::error file=model.py,line=5,title=tracecheck%3A new graph break::model.py::probe_bad: "
+                     "graph-break (Failed to trace builtin operator) at model.py:5 [stages: explain, aot_eager]"]
 
 
 def test_breaks_of_a_probe_the_baseline_did_not_have_are_annotated():

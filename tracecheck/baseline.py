@@ -74,8 +74,11 @@ def recompiles(s: StageResult) -> int | None:
     """Recompile count of a stage, when the stage measured one.
 
     Read from a ``recompiles`` attribute, else ``extra["recompile_count"]``, else ``extra["recompiles"]`` (a
-    count, or the list of recompile records the compiled_autograd stage keeps there).
+    count, or the list of recompile records the compiled_autograd stage keeps there). A ``recompile_count`` of
+    None means the stage stopped early: the records are partial, and the count is not measured.
     """
+    if "recompile_count" in s.extra and s.extra["recompile_count"] is None:
+        return None
     for value in (getattr(s, "recompiles", None), s.extra.get("recompile_count"), s.extra.get("recompiles")):
         if isinstance(value, bool):
             continue

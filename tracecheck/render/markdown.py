@@ -303,7 +303,7 @@ class MarkdownRenderer:
             rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | " + " | ".join(cells) + f" | {breaks} |")
         more = (f"\n_{hidden} more probe(s) not listed (passing probes, and failing ones past the first "
                 f"{_MAX_VERDICT_ROWS}); see the JSON report._\n" if hidden else "")
-        legend = ("✅ pass · ✅ fwd pass, forward only (nothing requires grad) · ❌ fail (kinds) · ⏱️ timeout · "
+        legend = ("✅ pass · ✅ fwd pass, forward only (nothing trains) · ❌ fail (kinds) · ⏱️ timeout · "
                   "💥 crash · ➖ skipped · – not measured")
         return f"## Verdicts\n\n{legend}\n\n{head}" + "\n".join(rows) + f"\n{more}\n"
 

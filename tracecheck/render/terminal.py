@@ -7,6 +7,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from ..baseline import recompiles
 from ..taxonomy import fix_text, kinds
 from ..report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
                       group_findings)
@@ -37,7 +38,8 @@ def verdict_table(report: RunReport) -> Table:
     has_load = any(LOAD_STAGE in p.stages for p in report.probes)
     columns = ([LOAD_STAGE] if has_load else []) + list(report.stages)
     table = Table(title="tracecheck verdicts", title_justify="left", caption_justify="left",
-                  caption="✓ fwd: passed, forward only (no input or parameter requires grad). graph breaks: "
+                  caption="✓ fwd: passed, forward only (nothing trains: no input or parameter requires grad, or no "
+                          "floating output). graph breaks: "
                           "tracecheck's count in the explain stage (structured trace, deduplicated by gb_type and "
                           "user line); explain()'s own number is noted where it differs; – not measured")
     table.add_column("probe", overflow="fold", min_width=24)
@@ -134,9 +136,9 @@ def compiled_autograd_table(report: RunReport) -> Table | None:
     for p, s in rows:
         e = s.extra
         steady = [f.context.get("reason", "")[:80] for f in s.findings if f.kind == "recompile"]
-        recompiles = e.get("recompile_count", len(e.get("recompiles") or []))
-        why = f"{recompiles}" + (f" (every step: {'; '.join(steady)})" if steady else " (warm-up only)"
-                                 if recompiles else "")
+        count = recompiles(s)
+        why = _dash(count) + (f" (every step: {'; '.join(steady)})" if steady else " (warm-up only)"
+                              if count else "")
         table.add_row(labels[p.id], *(_dash(e.get(k)) for k in (
             "steps", "unique_graphs_without_ca", "unique_graphs_with_ca", "backward_graphs_per_capture", "captures",
             "hooks_captured")), why)

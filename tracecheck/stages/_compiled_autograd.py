@@ -231,7 +231,7 @@ def _run(fn: Callable[..., Any], cases: list[Case], schedule: list[int],
     execs: list[Execution] = []
     for step, which in enumerate(schedule, start=1):
         on_step(step)
-        ex = execute(fn, cases[which])
+        ex = execute(fn, cases[which], reseed=step == 1)  # one seed per run: later steps draw anew
         execs.append(ex)
         if ex.error:
             return execs, {**ex.error, "step": step}
@@ -308,7 +308,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
             step = len(execs_b) + 1
             marks.append(counters["compiled_autograd"]["captures"])
             rc.step = step
-            execs_b.append(execute(compiled_b, cases_b[which]))
+            execs_b.append(execute(compiled_b, cases_b[which], reseed=step == 1))
             if execs_b[-1].error:
                 error_b = {**execs_b[-1].error, "step": step}
             return error_b is None
@@ -381,7 +381,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
 
     if error_b:  # the compiled-autograd run stopped early: its counts are partial, so not measured
         for key in ("unique_graphs_with_ca", "backward_graphs_per_capture", "unique_graphs_forward_with_ca",
-                    "captures", "compiles", "hooks_captured"):
+                    "captures", "compiles", "hooks_captured", "recompile_count", "backward_graph_breaks"):
             extra[key] = None
     if error_a:
         extra["unique_graphs_without_ca"] = extra["graph_breaks_without_ca"] = None

@@ -121,10 +121,15 @@ def seed_all(seed: int = 0) -> None:
         np.random.seed(seed)
 
 
-def execute(fn: Callable[..., Any], case: Case) -> Execution:
-    """Forward, then backward on the sum of floating outputs (or ``case.grad(outputs)``). Never raises."""
+def execute(fn: Callable[..., Any], case: Case, reseed: bool = True) -> Execution:
+    """Forward, then backward on the sum of floating outputs (or ``case.grad(outputs)``). Never raises.
+
+    ``reseed``: seed every generator first (``seed_all``). A run of several training steps seeds its first
+    step only, so later steps draw new random numbers as a real loop does, in the same order in every run.
+    """
     ex = Execution()
-    seed_all()
+    if reseed:
+        seed_all()
     try:
         ex.outputs = fn(*case.args, **case.kwargs)
     except Exception as e:
