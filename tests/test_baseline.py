@@ -5,7 +5,7 @@ import json
 import pytest
 
 from report_factory import break_finding, small_report
-from tracecheck import baseline
+from tracecheck import baseline, shards
 from tracecheck.exitcodes import UsageError
 from tracecheck.render import annotations
 from tracecheck.report import FAIL, PASS, Finding, StageResult
@@ -158,7 +158,7 @@ def test_recompiles_read_from_the_compiled_autograd_record_list():
     ca_old, ca_new = old.probes[0].stages["compiled_autograd"], new.probes[0].stages["compiled_autograd"]
     ca_old.extra["recompiles"] = [{"source": "dynamo", "reason": "a"}]
     ca_new.extra["recompiles"] = [{"source": "dynamo", "reason": "a"}, {"source": "compiled_autograd", "reason": "b"}]
-    assert baseline.recompiles(ca_new) == 2
+    assert ca_new.recompile_count == 2
     assert [(c.aspect, c.before, c.after) for c in compare(old, new).regressions] == [("recompiles", 1, 2)]
     ca_new.extra["recompile_count"] = 1  # an explicit count wins over the list
     assert compare(old, new).changes == []
@@ -213,39 +213,39 @@ def test_a_shard_report_is_compared_on_its_own_probes():
 
 @pytest.mark.parametrize("text,expected", [("1/1", (1, 1)), ("2/4", (2, 4)), (" 4 / 4 ", (4, 4))])
 def test_parse_shard(text, expected):
-    assert baseline.parse_shard(text) == expected
+    assert shards.parse_shard(text) == expected
 
 
 @pytest.mark.parametrize("text", ["0/4", "5/4", "1/0", "a/b", "3", ""])
 def test_parse_shard_rejects(text):
     with pytest.raises(UsageError, match="--shard"):
-        baseline.parse_shard(text)
+        shards.parse_shard(text)
 
 
 def test_shards_partition_the_sorted_ids_deterministically():
     ids = [f"m{i % 7}.py::probe_{i}" for i in range(23)]
-    shards = [baseline.shard_ids(ids, k, 4) for k in range(1, 5)]
-    assert sorted(sum(shards, [])) == sorted(ids)  # every id exactly once
-    assert baseline.shard_ids(list(reversed(ids)), 2, 4) == shards[1]  # input order does not matter
-    assert baseline.shard_ids(["c", "a", "b", "d"], 1, 2) == ["a", "c"]
-    assert baseline.shard_ids(["c", "a", "b", "d"], 2, 2) == ["b", "d"]
+    parts = [shards.shard_ids(ids, k, 4) for k in range(1, 5)]
+    assert sorted(sum(parts, [])) == sorted(ids)  # every id exactly once
+    assert shards.shard_ids(list(reversed(ids)), 2, 4) == parts[1]  # input order does not matter
+    assert shards.shard_ids(["c", "a", "b", "d"], 1, 2) == ["a", "c"]
+    assert shards.shard_ids(["c", "a", "b", "d"], 2, 2) == ["b", "d"]
 
 
 def test_shard_is_read_back_from_the_command():
-    assert baseline.shard_from_command(["tracecheck", "run", "x", "--shard", "3/5"]) == (3, 5)
-    assert baseline.shard_from_command(["tracecheck", "run", "x", "--shard=2/2"]) == (2, 2)
-    assert baseline.shard_from_command(["tracecheck", "run", "x"]) is None
+    assert shards.shard_from_command(["tracecheck", "run", "x", "--shard", "3/5"]) == (3, 5)
+    assert shards.shard_from_command(["tracecheck", "run", "x", "--shard=2/2"]) == (2, 2)
+    assert shards.shard_from_command(["tracecheck", "run", "x"]) is None
 
 
 def test_merge_joins_disjoint_shards_and_refuses_overlap():
     r = small_report()
     a, b = copy.deepcopy(r), copy.deepcopy(r)
     a.probes, b.probes = r.probes[1:], r.probes[:1]
-    merged = baseline.merge([a, b], ["a.json", "b.json"])
+    merged = shards.merge([a, b], ["a.json", "b.json"])
     assert [p.id for p in merged.probes] == sorted(p.id for p in r.probes)
     assert baseline.from_report(merged) == baseline.from_report(r)
     with pytest.raises(UsageError, match="in both a.json and b.json"):
-        baseline.merge([r, r], ["a.json", "b.json"])
+        shards.merge([r, r], ["a.json", "b.json"])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def test_mhc_fix_compiles_fullgraph_and_matches_the_original_gradients(mhc_funct
     """Independent of tracecheck's stages: fullgraph aot_eager fwd+bwd of the patched probe vs the original
     autograd.Function run eagerly (the fixed module keeps it in _ORIGINALS)."""
     _, _, tmp = mhc_function_fix
-    got = _python(f"""
+    got = _python("""
         import importlib.util, torch
         spec = importlib.util.spec_from_file_location("patched", "mhc_probes_fixed.py")
         m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)

@@ -4,8 +4,9 @@ import re
 import pytest
 
 from report_factory import ROOT, break_finding, probe, small_report
-from tracecheck.taxonomy import kinds
+from tracecheck import environment
 from tracecheck.render import markdown
+from tracecheck.render.paths import PathScrubber
 from tracecheck.report import FAIL, RunReport, StageResult
 
 LIMIT = 65536
@@ -202,7 +203,7 @@ def test_redact_removes_paths_entirely():
 def test_no_environment_variables_are_dumped(monkeypatch):
     monkeypatch.setenv("TRACECHECK_TEST_SECRET", "hunter2-token")
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "hunter2-alloc")
-    summary = markdown.collect_env_summary()
+    summary = environment.collect_env_summary()
     assert "torch_version" in summary
     r = small_report()
     r.environment["collect_env"] = summary
@@ -219,4 +220,4 @@ def test_no_environment_variables_are_dumped(monkeypatch):
     ("https://pytorch.org/docs/stable/x.html", "https://pytorch.org/docs/stable/x.html"),
 ])
 def test_redaction_of_path_shapes(path, expected):
-    assert markdown.PathScrubber(redact=True, home="/home/alice")(path) == expected
+    assert PathScrubber(redact=True, home="/home/alice")(path) == expected

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from tracecheck import stages
-from tracecheck.report import (FAIL, PASS, SKIP, Finding, GraphBreak, ProbeReport, RunReport, StageResult,
-                               write_json_atomic)
+from tracecheck.report import FAIL, PASS, SKIP, Finding, GraphBreak, ProbeReport, RunReport, StageResult
+from tracecheck.reportio import write_json_atomic
 
 
 def sample() -> RunReport:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__, baseline, discover, environment, protocol, results
+from . import __version__, discover, environment, protocol, results, shards
 from .exitcodes import UsageError
 from .report import LOAD_STAGE, SKIP, ProbeReport, RunReport, StageResult
 from .stages import STAGES
@@ -28,7 +28,7 @@ class RunOptions:
     timeout_s: float = 300.0
     device: str = "auto"
     command: list[str] = field(default_factory=list)
-    #: (K, N): run only every N-th probe after sorting ids, starting at the K-th (1-based); see baseline.py.
+    #: (K, N): run only every N-th probe after sorting ids, starting at the K-th (1-based); see shards.py.
     shard: tuple[int, int] | None = None
     #: Keep each stage's structured trace (TORCH_TRACE) under ``<trace_dir>/<probe>/<stage>/`` for tlparse.
     trace_dir: str | None = None
@@ -74,7 +74,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
         probes = _discover(runner, files, opts, root, named)
         if opts.shard:
-            keep = set(baseline.shard_ids([p.id for p in probes], *opts.shard))
+            keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
         tasks = [Task((p.id, stage), {"op": "tracecheck.worker:run_stage", "file": p.file, "probe": p.name,
                                       "stage": stage, "device": device, "trace_dir": _trace_dir(opts, p, stage),

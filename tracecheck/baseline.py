@@ -15,18 +15,17 @@ so a baseline, a report and a merged shard report all compare the same way. Pure
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .exitcodes import UsageError
 from .report import CRASH, FAIL, LOAD_STAGE, PASS, TIMEOUT, ProbeReport, RunReport, StageResult
+from .reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
+from .shards import shard_from_command
 from .stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY, STAGES
 
-BASELINE_FORMAT = "tracecheck-baseline"
 BASELINE_SCHEMA_VERSION = 1
 
 #: Counts a stage adds to StageResult.extra (``StageSpec.counts``) that must not grow, and those that are shown
@@ -70,25 +69,6 @@ def relative_location(file: str | None, probe: ProbeReport) -> str | None:
     return os.path.normpath(os.path.join(id_dir, rel)).replace("\\", "/")
 
 
-def recompiles(s: StageResult) -> int | None:
-    """Recompile count of a stage, when the stage measured one.
-
-    Read from a ``recompiles`` attribute, else ``extra["recompile_count"]``, else ``extra["recompiles"]`` (a
-    count, or the list of recompile records the compiled_autograd stage keeps there). A ``recompile_count`` of
-    None means the stage stopped early: the records are partial, and the count is not measured.
-    """
-    if "recompile_count" in s.extra and s.extra["recompile_count"] is None:
-        return None
-    for value in (getattr(s, "recompiles", None), s.extra.get("recompile_count"), s.extra.get("recompiles")):
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int):
-            return value
-        if isinstance(value, list):
-            return len(value)
-    return None
-
-
 def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
     kinds = sorted({f.kind for f in s.findings or ([s.failure] if s.failure else [])})
     breaks = sorted(
@@ -102,7 +82,7 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
         "graph_count": s.graph_count,
         "graph_break_count": s.graph_break_count,
         "breaks": breaks,
-        "recompiles": recompiles(s),
+        "recompiles": s.recompile_count,
     }
     ca = {k: s.extra[k] for k in (*COUNTS_LOWER_IS_BETTER, *COUNTS_NEUTRAL) if k in s.extra}
     if ca:
@@ -134,10 +114,6 @@ def empty() -> dict[str, Any]:
             "probes": {}}
 
 
-def is_baseline(doc: dict[str, Any]) -> bool:
-    return doc.get("format") == BASELINE_FORMAT
-
-
 def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
     """A baseline document from either a baseline or a full ``--json`` report. Raises ValueError."""
     if is_baseline(doc):
@@ -153,20 +129,6 @@ def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
     raise ValueError("neither a tracecheck baseline nor a tracecheck JSON report")
 
 
-def read_json(path: str, what: str) -> dict[str, Any]:
-    """Load a JSON document; a missing or malformed file is a UsageError naming the path."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"{what} {path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{what} {path}: not readable JSON ({type(e).__name__}: {e})".splitlines()[0]) from e
-    if not isinstance(doc, dict):
-        raise UsageError(f"{what} {path}: not a tracecheck JSON document")
-    return doc
-
-
 def load_baseline(path: str, what: str = "baseline") -> dict[str, Any]:
     """Read a baseline (or a full report, reduced to one). Raises UsageError."""
     doc = read_json(path, what)
@@ -174,17 +136,6 @@ def load_baseline(path: str, what: str = "baseline") -> dict[str, Any]:
         return to_baseline(doc)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"{what} {path}: {e}") from e
-
-
-def load_report(path: str, what: str = "report") -> RunReport:
-    """Read a full ``--json`` report. Raises UsageError."""
-    doc = read_json(path, what)
-    if is_baseline(doc):
-        raise UsageError(f"{what} {path}: this is a baseline, not a full report (use the --json output)")
-    try:
-        return RunReport.from_dict(doc)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UsageError(f"{what} {path}: not a valid tracecheck report ({type(e).__name__}: {e})") from e
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -370,77 +321,6 @@ def _as_break(key: tuple) -> dict[str, Any]:
     return dict(zip(("kind", "gb_type", "file", "line"), key))
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Sharding and merging
-
-_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """``"K/N"`` -> (K, N), 1 <= K <= N. Raises UsageError."""
-    m = _SHARD.match(text or "")
-    if not m:
-        raise UsageError(f"--shard {text}: expected K/N, e.g. 2/4")
-    k, n = int(m.group(1)), int(m.group(2))
-    if n < 1 or not 1 <= k <= n:
-        raise UsageError(f"--shard {text}: K must be between 1 and N (N >= 1)")
-    return k, n
-
-
-def shard_ids(ids: Iterable[str], k: int, n: int) -> list[str]:
-    """Every N-th id, starting at the K-th (1-based), after sorting: deterministic on every runner."""
-    return [pid for i, pid in enumerate(sorted(ids)) if i % n == k - 1]
-
-
-def shard_from_command(command: list[str]) -> tuple[int, int] | None:
-    """The ``--shard K/N`` a report was run with, read back from its recorded command line."""
-    for i, arg in enumerate(command):
-        value = None
-        if arg == "--shard" and i + 1 < len(command):
-            value = command[i + 1]
-        elif arg.startswith("--shard="):
-            value = arg.split("=", 1)[1]
-        if value is not None:
-            try:
-                return parse_shard(value)
-            except UsageError:
-                return None
-    return None
-
-
-def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
-    """Join shard reports into one. A probe id found in two inputs is a UsageError (shards are disjoint)."""
-    if not reports:
-        raise UsageError("merge: no reports given")
-    seen: dict[str, str] = {}
-    probes: list[ProbeReport] = []
-    stages: list[str] = []
-    for report, src in zip(reports, sources):
-        for p in report.probes:
-            if p.id in seen:
-                raise UsageError(f"merge: probe {p.id} is in both {seen[p.id]} and {src} (overlapping shards?)")
-            seen[p.id] = src
-            probes.append(p)
-        stages += [s for s in report.stages if s not in stages]
-    first = reports[0]
-    torch_versions = sorted({str(r.environment.get("torch")) for r in reports})
-    environment = dict(first.environment)
-    if len(torch_versions) > 1:
-        environment["merged_torch_versions"] = torch_versions
-    roots = sorted({r.rootdir for r in reports if r.rootdir})
-    if len(roots) > 1:  # shards of one CI matrix on several machines: ids are relative to each one's checkout
-        environment["merged_rootdirs"] = roots
-    return RunReport(
-        probes=sorted(probes, key=lambda p: p.id),
-        environment=environment,
-        stages=sorted(stages, key=_order),
-        command=["tracecheck", "merge", *[os.path.basename(s) for s in sources]],
-        tracecheck_version=first.tracecheck_version,
-        seconds=round(sum(r.seconds for r in reports), 2),
-        rootdir=first.rootdir,
-    )
-
-
 def compare_report(base: dict[str, Any], report: RunReport) -> Comparison:
     """Compare a run (or merged) report with a baseline document.
 
@@ -458,6 +338,4 @@ def compare_report(base: dict[str, Any], report: RunReport) -> Comparison:
 
 def write_baseline(path: str, report: RunReport) -> None:
     """Rewrite the baseline at ``path`` from ``report`` (atomically)."""
-    from .report import write_json_atomic
-
     write_json_atomic(path, from_report(report))

@@ -12,10 +12,11 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import __version__, api, baseline
+from . import __version__, api, baseline, environment, shards
 from .exitcodes import ExitCode, UsageError
 from .render import annotations, diff, junit, markdown
-from .report import PASS, StageResult, write_json_atomic, write_text_atomic
+from .report import PASS, StageResult
+from .reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES
 
 EXIT_CODES_HELP = """\b
@@ -118,7 +119,7 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
     with _errors(console, verbose):
         for path, option in ((json_path, "--json"), (report_path, "--report"), (junit_path, "--junit-xml")):
             _check_writable(path, option)
-        shard_kn = baseline.parse_shard(shard) if shard else None
+        shard_kn = shards.parse_shard(shard) if shard else None
         if trace_dir:
             try:
                 os.makedirs(trace_dir, exist_ok=True)
@@ -142,7 +143,7 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
         with live.bar:
             report = api.run(opts, live)
         if json_path or report_path:
-            report.environment["collect_env"] = markdown.collect_env_summary()
+            report.environment["collect_env"] = environment.collect_env_summary()
         comparison = baseline.compare_report(base, report) if base is not None else None
     from .render import terminal
 
@@ -216,7 +217,7 @@ def show(report_json, fmt, output, redact, trace_dir, verbose):
     console = Console(stderr=True)
     with _errors(console, verbose):
         _check_writable(output, "-o")
-        report = baseline.load_report(report_json)
+        report = load_report(report_json)
         if fmt == "md":
             trace_dir = trace_dir or _option_from_command(report.command, "--trace-dir")
             text = markdown.render(report, redact=redact, trace_dir=trace_dir)
@@ -252,8 +253,8 @@ def compare(base_json, new_json, junit_path, update_baseline, verbose):
             base = baseline.empty()  # the first run on main: nothing to compare with yet
         else:
             base = baseline.load_baseline(base_json, "BASE")
-        new_doc = baseline.read_json(new_json, "NEW")
-        report = baseline.load_report(new_json, "NEW") if not baseline.is_baseline(new_doc) else None
+        new_doc = read_json(new_json, "NEW")
+        report = load_report(new_json, "NEW") if not is_baseline(new_doc) else None
         if report is not None:
             comparison = baseline.compare_report(base, report)
         else:
@@ -264,7 +265,7 @@ def compare(base_json, new_json, junit_path, update_baseline, verbose):
             junit.write(junit_path, report, comparison)
         if update_baseline:
             _check_writable(base_json, "BASE")
-            if report is not None and baseline.shard_from_command(report.command):
+            if report is not None and shards.shard_from_command(report.command):
                 raise UsageError(f"--update-baseline: {new_json} is one shard; merge the shards first "
                                  "(tracecheck merge ... -o all.json)")
             doc = baseline.from_report(report) if report is not None else baseline.load_baseline(new_json, "NEW")
@@ -284,7 +285,7 @@ def merge(reports, output, verbose):
     console = Console(stderr=True)
     with _errors(console, verbose):
         _check_writable(output, "-o")
-        merged = baseline.merge([baseline.load_report(p) for p in reports], list(reports))
+        merged = shards.merge([load_report(p) for p in reports], list(reports))
         write_json_atomic(output, merged.to_dict())
     n_fail = sum(1 for p in merged.probes if p.verdict.status != PASS)
     console.print(f"merged {len(reports)} report(s): {len(merged.probes)} probes, {n_fail} failing -> {output}",

@@ -69,3 +69,43 @@ def collect(device: str) -> dict[str, Any]:
         "cann": npu.get("cann"),
         "npu_note": npu.get("error"),
     }
+
+
+#: Fields picked from ``torch.utils.collect_env.get_env_info()`` (label, field), in display order.
+COLLECT_ENV_FIELDS = (
+    ("torch", "torch_version"),
+    ("Python", "python_version"),
+    ("OS", "os"),
+    ("platform", "python_platform"),
+    ("libc", "libc_version"),
+    ("GCC", "gcc_version"),
+    ("Clang", "clang_version"),
+    ("CUDA (torch built with)", "cuda_compiled_version"),
+    ("CUDA runtime", "cuda_runtime_version"),
+    ("CUDA available", "is_cuda_available"),
+    ("GPU models", "nvidia_gpu_models"),
+    ("NVIDIA driver", "nvidia_driver_version"),
+    ("cuDNN", "cudnn_version"),
+    ("HIP", "hip_compiled_version"),
+    ("XPU available", "is_xpu_available"),
+)
+
+
+def collect_env_summary() -> dict[str, Any]:
+    """The ``COLLECT_ENV_FIELDS`` of ``torch.utils.collect_env.get_env_info()`` (runs gcc/pip; ~1 s).
+
+    Never raises: a failure is recorded under ``"error"``. Environment variables (e.g. the allocator
+    config collect_env reads) are left out on purpose.
+    """
+    try:
+        from torch.utils import collect_env
+
+        info = collect_env.get_env_info()
+    except Exception as e:  # collect_env shells out; a broken toolchain must not cost the report
+        return {"error": f"torch.utils.collect_env failed: {type(e).__name__}: {e}".splitlines()[0]}
+    out: dict[str, Any] = {}
+    for _, name in COLLECT_ENV_FIELDS:
+        value = getattr(info, name, None)
+        if value not in (None, "", "N/A", "Could not collect"):
+            out[name] = value
+    return out

@@ -31,7 +31,7 @@ from typing import Any, Callable
 import pytest
 
 from . import baseline as bl
-from .report import write_json_atomic
+from .reportio import write_json_atomic
 
 STAGE = "explain"
 

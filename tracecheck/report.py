@@ -5,9 +5,6 @@ The JSON layout is documented in docs/report-schema.md; bump SCHEMA_VERSION on a
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -93,6 +90,19 @@ class StageResult:
     skip_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     phases: list[str] | None = None
+
+    @property
+    def recompile_count(self) -> int | None:
+        """Recompiles the stage measured: ``extra["recompile_count"]`` (None when the stage stopped early, so
+        its records are partial), else the length of the ``extra["recompiles"]`` records; None when the stage
+        counts none."""
+        if "recompile_count" in self.extra:
+            value = self.extra["recompile_count"]
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+        value = self.extra.get("recompiles")
+        if isinstance(value, list):
+            return len(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StageResult":
@@ -247,29 +257,3 @@ def group_findings(p: ProbeReport) -> list[tuple[list[str], Finding]]:
             if stage not in stages:
                 stages.append(stage)
     return list(groups.values())
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file + rename, so readers never see half a file.
-
-    A symlink is written through (its target is replaced, not the link); the file gets the umask's mode, not
-    mkstemp's 0600. Raises OSError when the directory is not writable; no temp file is left behind.
-    """
-    path = os.path.realpath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tracecheck-", suffix=".tc-tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    """``data`` as indented JSON, atomically (see write_text_atomic). Raises OSError."""
-    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")

@@ -10,7 +10,8 @@ from typing import Any
 from .. import __version__, api
 from ..classify import TORCH_NAMESPACES
 from ..exitcodes import UsageError
-from ..report import RunReport, write_text_atomic
+from ..report import RunReport
+from ..reportio import write_text_atomic
 from ..stages import STAGES
 from ..taxonomy import kinds
 from ..runner import Runner, Task

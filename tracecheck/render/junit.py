@@ -23,7 +23,8 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..report import CRASH, FAIL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult, write_text_atomic
+from ..report import CRASH, FAIL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..reportio import write_text_atomic
 
 _XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _MAX_TEXT = 20000

@@ -15,179 +15,28 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from ..baseline import recompiles
 from ..taxonomy import fix_text, kinds
 from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
 from ..report import finding_key, group_findings
-from ..stages import forward_only
+from . import view
+from ..environment import COLLECT_ENV_FIELDS
 from .evidence import numeric_lines
+from .fit import Details, Section, fence, fit
+from .paths import PathScrubber
 
 #: GitHub's limit on an issue or comment body, in characters; the document stays strictly below it.
 GITHUB_COMMENT_LIMIT = 65536
 #: Room kept free for the truncation notice that is written once the final size is known, in characters.
 _NOTICE_RESERVE = 700
-#: A shrunk ``<details>`` body keeps at least this many characters before it is dropped altogether.
-_DETAIL_FLOOR = 600
 #: Trimmed exception message shown in a finding section: at most this many lines / characters.
 _MESSAGE_LINES, _MESSAGE_CHARS = 14, 1200
 #: Verdict rows shown before the table only lists failing probes.
 _MAX_VERDICT_ROWS = 60
 
-#: Fields picked from ``torch.utils.collect_env.get_env_info()`` (label, field), in display order.
-COLLECT_ENV_FIELDS = (
-    ("torch", "torch_version"),
-    ("Python", "python_version"),
-    ("OS", "os"),
-    ("platform", "python_platform"),
-    ("libc", "libc_version"),
-    ("GCC", "gcc_version"),
-    ("Clang", "clang_version"),
-    ("CUDA (torch built with)", "cuda_compiled_version"),
-    ("CUDA runtime", "cuda_runtime_version"),
-    ("CUDA available", "is_cuda_available"),
-    ("GPU models", "nvidia_gpu_models"),
-    ("NVIDIA driver", "nvidia_driver_version"),
-    ("cuDNN", "cudnn_version"),
-    ("HIP", "hip_compiled_version"),
-    ("XPU available", "is_xpu_available"),
-)
-
-
-def collect_env_summary() -> dict[str, Any]:
-    """The ``COLLECT_ENV_FIELDS`` of ``torch.utils.collect_env.get_env_info()`` (runs gcc/pip; ~1 s).
-
-    Never raises: a failure is recorded under ``"error"``. Environment variables (e.g. the allocator
-    config collect_env reads) are left out on purpose.
-    """
-    try:
-        from torch.utils import collect_env
-
-        info = collect_env.get_env_info()
-    except Exception as e:  # collect_env shells out; a broken toolchain must not cost the report
-        return {"error": f"torch.utils.collect_env failed: {type(e).__name__}: {e}".splitlines()[0]}
-    out: dict[str, Any] = {}
-    for _, name in COLLECT_ENV_FIELDS:
-        value = getattr(info, name, None)
-        if value not in (None, "", "N/A", "Could not collect"):
-            out[name] = value
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Paths
-
-
-_SITE = re.compile(r"(?:site|dist)-packages[/\\]")
-_PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.~/\\:-")
-_POSIX_PATH = re.compile(
-    r"(?<![\w.~:/-])(?:~|\.\.?)?/(?:[^\s\"'`(),:;<>\[\]{}|*/]+/)*([^\s\"'`(),:;<>\[\]{}|*/]+)")
-_WINDOWS_PATH = re.compile(r"\b[A-Za-z]:\\(?:[^\\\s\"'`]+\\)*([^\\\s\"'`]+)")
-
-
-def _shorten_site_packages(text: str) -> str:
-    """``/any/venv/lib/python3.11/site-packages/torch/x.py`` -> ``site-packages/torch/x.py`` (linear time)."""
-    out, last = [], 0
-    for m in _SITE.finditer(text):
-        i = m.start()
-        while i > last and text[i - 1] in _PATH_CHARS:
-            i -= 1
-        out.append(text[last:i])
-        out.append(m.group(0).replace("\\", "/"))
-        last = m.end()
-    out.append(text[last:])
-    return "".join(out)
-
-
-class PathScrubber:
-    """Rewrites file paths in text: home -> ``~``; with ``redact``, every path is cut to its file name.
-
-    Paths into an installed package become ``site-packages/...`` in both modes (shorter, and the same on
-    every machine).
-    """
-
-    def __init__(self, redact: bool = False, home: str | None = None) -> None:
-        self.redact = redact
-        home = home if home is not None else os.path.expanduser("~")
-        homes = {h.rstrip("/\\") for h in (home, os.path.realpath(home) if home else "") if h}
-        self.homes = sorted((h for h in homes if h not in ("", "/")), key=len, reverse=True)
-
-    def __call__(self, text: str | None) -> str:
-        if not text:
-            return text or ""
-        text = _shorten_site_packages(text)
-        for h in self.homes:
-            text = re.sub(re.escape(h) + r"(?=[/\\]|$|[\s\"'`:)])", "~", text)
-        if self.redact:
-            text = _WINDOWS_PATH.sub(lambda m: m.group(1), text)
-            text = _POSIX_PATH.sub(lambda m: m.group(1), text)
-        return text
-
-    def probe_id(self, pid: str) -> str:
-        if not self.redact:
-            return self(pid)
-        file, _, name = pid.partition("::")
-        return f"{os.path.basename(file)}::{name}" if name else os.path.basename(file)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Document pieces
-
-
-@dataclass
-class Details:
-    """A collapsed ``<details>`` block whose body may be shortened to fit the size limit."""
-
-    summary: str
-    body: str
-    lang: str = "text"
-    keep: str = "head"  # "head" keeps the start when shortened, "tail" the end (tracebacks end at the error)
-    original: int = 0
-    dropped: bool = False
-    shrunk: bool = False
-
-    def __post_init__(self) -> None:
-        self.original = len(self.body)
-        self._source = self.body
-
-    def render(self) -> str:
-        if self.dropped:
-            return (f"<details><summary>{self.summary}</summary>\n\n_Removed to fit GitHub's comment limit "
-                    f"({self.original:,} characters); see the JSON report._\n\n</details>\n")
-        fence = _fence(self.body)
-        return (f"<details><summary>{self.summary}</summary>\n\n{fence}{self.lang}\n{self.body}\n{fence}\n\n"
-                "</details>\n")
-
-    def shrink_to(self, n: int) -> None:
-        """Keep ``n`` characters of the original body (its start or its end) and say how much was cut."""
-        marker = f"[... {self.original - n:,} characters cut to fit GitHub's comment limit ...]"
-        if self.keep == "tail":
-            self.body = marker + "\n" + self._source[-n:]
-        else:
-            self.body = self._source[:n] + "\n" + marker
-        self.shrunk = True
-
-
-@dataclass
-class Section:
-    """A piece of the document: text and details, in order. ``droppable`` sections go last-first."""
-
-    parts: list[str | Details] = field(default_factory=list)
-    droppable: bool = False
-    is_finding: bool = False
-
-    def render(self) -> str:
-        return "".join(p.render() if isinstance(p, Details) else p for p in self.parts)
-
-    def details(self) -> list[Details]:
-        return [p for p in self.parts if isinstance(p, Details)]
-
-
-def _fence(text: str) -> str:
-    longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=0)
-    return "`" * max(3, longest + 1)
 
 
 def _code(text: str) -> str:
@@ -216,14 +65,10 @@ _ICON = {PASS: "✅", FAIL: "❌", TIMEOUT: "⏱️", CRASH: "💥", SKIP: "➖"
 
 
 def verdict_cell(s: StageResult | None) -> str:
-    if s is None:
+    c = view.cell(s)
+    if c is None:
         return ""
-    if s.status == PASS and forward_only(s):
-        return f"{_ICON[PASS]} fwd"
-    if s.status in (PASS, SKIP):
-        return _ICON[s.status]
-    kinds_seen = list(dict.fromkeys(f.kind for f in (s.findings or ([s.failure] if s.failure else []))))
-    return f"{_ICON.get(s.status, '❌')} {', '.join(kinds_seen) or s.status}"
+    return " ".join(x for x in (_ICON[c.status], c.label) if x)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -286,8 +131,7 @@ class MarkdownRenderer:
 
     def verdicts(self) -> str:
         r = self.report
-        has_load = any(LOAD_STAGE in p.stages for p in r.probes)
-        columns = ([LOAD_STAGE] if has_load else []) + list(r.stages)
+        columns = view.columns(r)
         probes = r.probes
         hidden = 0
         if len(probes) > _MAX_VERDICT_ROWS:
@@ -310,11 +154,8 @@ class MarkdownRenderer:
     def compiled_autograd(self) -> str:
         rows = []
         keys = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles", "hooks_captured")
-        for p in self.report.probes:
-            s = p.stages.get("compiled_autograd")
-            if s is None or not s.extra.get("steps"):  # the stage did not run its steps: nothing measured
-                continue
-            vals = [str(_none_dash(s.extra.get(k) if k != "recompiles" else recompiles(s))) for k in keys]
+        for p, s, counts in view.ca_rows(self.report):
+            vals = [str(_none_dash(counts[k])) for k in keys]
             rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | {verdict_cell(s)} | " + " | ".join(vals) + " |")
         if not rows:
             return ""
@@ -432,7 +273,7 @@ class MarkdownRenderer:
         message = ev.get("message") or ev.get("cause") or ""
         if message:
             trimmed = self.scrub(_trim_message(str(message)))
-            lines.append(f"Message (trimmed):\n\n{_fence(trimmed)}text\n{trimmed}\n{_fence(trimmed)}\n\n")
+            lines.append(f"Message (trimmed):\n\n{fence(trimmed)}text\n{trimmed}\n{fence(trimmed)}\n\n")
         numeric = numeric_lines(f)
         if numeric:
             lines.append("Numerics:\n\n" + "\n".join(f"- {self.scrub(x)}" for x in numeric) + "\n\n")
@@ -490,7 +331,7 @@ class MarkdownRenderer:
         footer = ("---\n_Generated by tracecheck; `tracecheck show report.json --format md` re-renders the "
                   "full JSON report._\n")
         budget = self.limit - 1 - _NOTICE_RESERVE - len(footer)
-        stats = _fit(sections, budget)
+        stats = fit(sections, budget)
         notice = ""
         if stats.any:
             notice = (f"> **Shortened to stay under GitHub's {GITHUB_COMMENT_LIMIT:,}-character comment limit:** "
@@ -547,83 +388,6 @@ def _traceback_from_other_stages(p: ProbeReport, f: Finding) -> str | None:
 
 def _gb_link(code: str | None) -> str | None:
     return f"https://meta-pytorch.github.io/compile-graph-break-site/gb/gb{code[2:]}.html" if code else None
-
-
-@dataclass
-class _FitStats:
-    shrunk: int = 0
-    dropped: int = 0
-    sections_dropped: int = 0
-
-    @property
-    def any(self) -> bool:
-        return bool(self.shrunk or self.dropped or self.sections_dropped)
-
-    def describe(self) -> str:
-        bits = []
-        if self.shrunk:
-            bits.append(f"{self.shrunk} collapsed detail(s) shortened, largest first")
-        if self.dropped:
-            bits.append(f"{self.dropped} detail(s) removed")
-        if self.sections_dropped:
-            bits.append(f"the last {self.sections_dropped} finding section(s) left out")
-        return "; ".join(bits)
-
-
-def _fit(sections: list[Section], budget: int) -> _FitStats:
-    """Shrink ``sections`` in place until they render within ``budget`` characters.
-
-    Order: shorten the largest ``<details>`` body first (down to ``_DETAIL_FLOOR``), then remove details
-    (largest first), then drop droppable sections from the end.
-    """
-    stats = _FitStats()
-    sizes = [len(s.render()) for s in sections]
-    total = sum(sizes)
-    if total <= budget:
-        return stats
-    details = [d for s in sections for d in s.details()]
-    owner = {id(d): i for i, s in enumerate(sections) for d in s.details()}
-
-    def resize(d: Details, fn: Callable[[], None]) -> None:
-        nonlocal total
-        i = owner[id(d)]
-        before = len(d.render())
-        fn()
-        after = len(d.render())
-        total += after - before
-        sizes[i] += after - before
-
-    # 1. shorten the largest bodies, one at a time, just enough or down to the floor
-    while total > budget:
-        candidates = [d for d in details if not d.dropped and len(d.body) > _DETAIL_FLOOR + 100]
-        if not candidates:
-            break
-        d = max(candidates, key=lambda x: len(x.body))
-        target = max(_DETAIL_FLOOR, len(d.body) - (total - budget) - 80)
-        if target >= len(d.body):
-            break
-        resize(d, lambda: d.shrink_to(target))
-    # 2. remove details entirely, largest first
-    for d in sorted(details, key=lambda x: len(x.body), reverse=True):
-        if total <= budget:
-            break
-        if not d.dropped:
-            resize(d, lambda: setattr(d, "dropped", True))
-            stats.dropped += 1
-    stats.shrunk = sum(1 for d in details if d.shrunk and not d.dropped)
-    # 3. drop whole finding sections (and their probe headings) from the end
-    i = len(sections) - 1
-    while total > budget and i > 0:
-        if sections[i].droppable:
-            total -= sizes[i]
-            stats.sections_dropped += sections[i].is_finding
-            del sections[i]
-            del sizes[i]
-        i -= 1
-    if stats.sections_dropped:
-        sections.append(Section([f"_{stats.sections_dropped} further finding section(s) left out for size; "
-                                 "`tracecheck show report.json` lists them all._\n\n"]))
-    return stats
 
 
 def render(report: RunReport, *, redact: bool = False, trace_dir: str | None = None, home: str | None = None,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..report import LOAD_STAGE, RunReport
-from ..stages import REGISTRY
+from ..report import RunReport
+from . import view
 
 STAGE_COLUMNS = ["probe", "file", "name", "stage", "status", "phases", "kinds", "first_kind", "graph_count",
                  "graph_break_count", "explain_graph_break_count", "gb_types", "seconds", "skip_reason"]
@@ -22,7 +22,7 @@ def stages_frame(report: RunReport) -> pd.DataFrame:
     rows = []
     for p in report.probes:
         for stage, s in p.stages.items():
-            found = list(dict.fromkeys(f.kind for f in s.findings))
+            found = view.stage_kinds(s)
             rows.append({
                 "probe": p.id, "file": p.id.split("::", 1)[0], "name": p.name, "stage": stage,
                 "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "first_kind": s.failure.kind if s.failure else "",
@@ -55,19 +55,19 @@ def findings_frame(report: RunReport) -> pd.DataFrame:
 
 
 def verdict_frame(report: RunReport) -> pd.DataFrame:
-    """Probes (index) x stages (columns); a cell is pass, skip, or the failure kinds joined by ``,``."""
-    df = stages_frame(report)
-    columns = ([LOAD_STAGE] if (df["stage"] == LOAD_STAGE).any() else []) + list(report.stages)
-    if df.empty:
-        return pd.DataFrame(columns=columns)
-    status = df["status"].where(~((df["status"] == "pass") & (df["phases"] == "forward")
-                                  & ~df["stage"].isin([n for n, s in REGISTRY.items() if s.forward_only])), "pass (fwd)")
-    cell = df["kinds"].where(~df["status"].isin(["pass", "skip"]), status)
-    cell = cell.where(cell != "", df["status"])
-    table = df.assign(cell=cell).pivot(index="probe", columns="stage", values="cell")
-    table = table.reindex(index=[p.id for p in report.probes], columns=columns).fillna("")
-    table.columns.name = None
-    return table
+    """Probes (index) x stages (columns); a cell is ``pass`` (``pass (fwd)``: forward only), ``skip``, or the
+    failure kinds joined by ``;`` (a timeout or crash without a kind: its status). Cells from ``view.cell``."""
+    columns = view.columns(report)
+
+    def text(c: view.Cell | None) -> str:
+        if c is None:
+            return ""
+        if c.status == "pass":
+            return "pass (fwd)" if c.forward_only else "pass"
+        return "skip" if c.status == "skip" else ";".join(c.kinds) or c.status
+
+    rows = {p.id: [text(view.cell(p.stages.get(col))) for col in columns] for p in report.probes}
+    return pd.DataFrame.from_dict(rows, orient="index", columns=columns) if rows else pd.DataFrame(columns=columns)
 
 
 def to_csv(report: RunReport) -> str:

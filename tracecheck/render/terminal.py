@@ -7,24 +7,22 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..baseline import recompiles
 from ..taxonomy import fix_text, kinds
-from ..report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
+from ..report import (CRASH, FAIL, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
                       group_findings)
-from ..stages import forward_only
+from . import view
 from .evidence import numeric_lines
 
 
+_ICON = {PASS: "✓", SKIP: "–", FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗"}
+_STYLE = {PASS: "green", SKIP: "dim", FAIL: "red", TIMEOUT: "magenta", CRASH: "magenta"}
+
+
 def cell(result: StageResult | None) -> Text:
-    if result is None:
+    c = view.cell(result)
+    if c is None:
         return Text("")
-    if result.status == PASS:
-        return Text("✓ fwd" if forward_only(result) else "✓", style="green")
-    if result.status == SKIP:
-        return Text("–", style="dim")
-    label = result.failure.kind if result.failure else "?"
-    icon = {FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗"}[result.status]
-    return Text(f"{icon} {label}", style="red" if result.status == FAIL else "magenta")
+    return Text(" ".join(x for x in (_ICON[c.status], c.label) if x), style=_STYLE[c.status])
 
 
 def short_labels(report: RunReport) -> dict[str, str]:
@@ -35,8 +33,7 @@ def short_labels(report: RunReport) -> dict[str, str]:
 
 
 def verdict_table(report: RunReport) -> Table:
-    has_load = any(LOAD_STAGE in p.stages for p in report.probes)
-    columns = ([LOAD_STAGE] if has_load else []) + list(report.stages)
+    columns = view.columns(report)
     table = Table(title="tracecheck verdicts", title_justify="left", caption_justify="left",
                   caption="✓ fwd: passed, forward only (nothing trains: no input or parameter requires grad, or no "
                           "floating output). graph breaks: "
@@ -124,8 +121,7 @@ def environment_line(report: RunReport) -> Text:
 
 def compiled_autograd_table(report: RunReport) -> Table | None:
     """probe x (graphs without CA, with CA, captures, recompiles and why), when that stage ran."""
-    rows = [(p, p.stages["compiled_autograd"]) for p in report.probes
-            if p.stages.get("compiled_autograd") and p.stages["compiled_autograd"].extra.get("steps")]
+    rows = view.ca_rows(report)
     if not rows:
         return None
     table = Table(title="compiled autograd", title_justify="left")
@@ -133,15 +129,12 @@ def compiled_autograd_table(report: RunReport) -> Table | None:
                 "hooks captured", "recompiles (steady-state: why)"):
         table.add_column(col, overflow="fold")
     labels = short_labels(report)
-    for p, s in rows:
-        e = s.extra
+    for p, s, counts in rows:
         steady = [f.context.get("reason", "")[:80] for f in s.findings if f.kind == "recompile"]
-        count = recompiles(s)
+        count = counts["recompiles"]
         why = _dash(count) + (f" (every step: {'; '.join(steady)})" if steady else " (warm-up only)"
                               if count else "")
-        table.add_row(labels[p.id], *(_dash(e.get(k)) for k in (
-            "steps", "unique_graphs_without_ca", "unique_graphs_with_ca", "backward_graphs_per_capture", "captures",
-            "hooks_captured")), why)
+        table.add_row(labels[p.id], *(_dash(counts[k]) for k in view.CA_COLUMNS), why)
     return table
 
 

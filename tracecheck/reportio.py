@@ -1,0 +1,68 @@
+"""Report files: reading JSON documents with one-line errors, and writing outputs atomically. Pure."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+from .exitcodes import UsageError
+from .report import RunReport
+
+#: The ``format`` of a baseline document (baseline.py); a full report has none.
+BASELINE_FORMAT = "tracecheck-baseline"
+
+
+def read_json(path: str, what: str) -> dict[str, Any]:
+    """Load a JSON document; a missing or malformed file is a UsageError naming the path."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{what} {path}: not readable JSON ({type(e).__name__}: {e})".splitlines()[0]) from e
+    if not isinstance(doc, dict):
+        raise UsageError(f"{what} {path}: not a tracecheck JSON document")
+    return doc
+
+
+def is_baseline(doc: dict[str, Any]) -> bool:
+    return doc.get("format") == BASELINE_FORMAT
+
+
+def load_report(path: str, what: str = "report") -> RunReport:
+    """Read a full ``--json`` report. Raises UsageError."""
+    doc = read_json(path, what)
+    if is_baseline(doc):
+        raise UsageError(f"{what} {path}: this is a baseline, not a full report (use the --json output)")
+    try:
+        return RunReport.from_dict(doc)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"{what} {path}: not a valid tracecheck report ({type(e).__name__}: {e})") from e
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file + rename, so readers never see half a file.
+
+    A symlink is written through (its target is replaced, not the link); the file gets the umask's mode, not
+    mkstemp's 0600. Raises OSError when the directory is not writable; no temp file is left behind.
+    """
+    path = os.path.realpath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tracecheck-", suffix=".tc-tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    """``data`` as indented JSON, atomically (see write_text_atomic). Raises OSError."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")

@@ -1,0 +1,85 @@
+"""CI sharding: which probes one shard of a matrix runs (``--shard K/N``), and joining shard reports
+(``tracecheck merge``). Pure: no torch import."""
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterable
+
+from .exitcodes import UsageError
+from .report import LOAD_STAGE, ProbeReport, RunReport
+from .stages import STAGES
+
+
+_SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> (K, N), 1 <= K <= N. Raises UsageError."""
+    m = _SHARD.match(text or "")
+    if not m:
+        raise UsageError(f"--shard {text}: expected K/N, e.g. 2/4")
+    k, n = int(m.group(1)), int(m.group(2))
+    if n < 1 or not 1 <= k <= n:
+        raise UsageError(f"--shard {text}: K must be between 1 and N (N >= 1)")
+    return k, n
+
+
+def shard_ids(ids: Iterable[str], k: int, n: int) -> list[str]:
+    """Every N-th id, starting at the K-th (1-based), after sorting: deterministic on every runner."""
+    return [pid for i, pid in enumerate(sorted(ids)) if i % n == k - 1]
+
+
+def shard_from_command(command: list[str]) -> tuple[int, int] | None:
+    """The ``--shard K/N`` a report was run with, read back from its recorded command line."""
+    for i, arg in enumerate(command):
+        value = None
+        if arg == "--shard" and i + 1 < len(command):
+            value = command[i + 1]
+        elif arg.startswith("--shard="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                return parse_shard(value)
+            except UsageError:
+                return None
+    return None
+
+
+def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
+    """Join shard reports into one. A probe id found in two inputs is a UsageError (shards are disjoint)."""
+    if not reports:
+        raise UsageError("merge: no reports given")
+    seen: dict[str, str] = {}
+    probes: list[ProbeReport] = []
+    stages: list[str] = []
+    for report, src in zip(reports, sources):
+        for p in report.probes:
+            if p.id in seen:
+                raise UsageError(f"merge: probe {p.id} is in both {seen[p.id]} and {src} (overlapping shards?)")
+            seen[p.id] = src
+            probes.append(p)
+        stages += [s for s in report.stages if s not in stages]
+    first = reports[0]
+    torch_versions = sorted({str(r.environment.get("torch")) for r in reports})
+    environment = dict(first.environment)
+    if len(torch_versions) > 1:
+        environment["merged_torch_versions"] = torch_versions
+    roots = sorted({r.rootdir for r in reports if r.rootdir})
+    if len(roots) > 1:  # shards of one CI matrix on several machines: ids are relative to each one's checkout
+        environment["merged_rootdirs"] = roots
+    return RunReport(
+        probes=sorted(probes, key=lambda p: p.id),
+        environment=environment,
+        stages=sorted(stages, key=_order),
+        command=["tracecheck", "merge", *[os.path.basename(s) for s in sources]],
+        tracecheck_version=first.tracecheck_version,
+        seconds=round(sum(r.seconds for r in reports), 2),
+        rootdir=first.rootdir,
+    )
+
+
+
+def _order(stage: str) -> int:
+    order = (LOAD_STAGE, *STAGES)
+    return order.index(stage) if stage in order else len(order)
