@@ -2,15 +2,16 @@
 
 No torch import: rules read plain data (exception type names and messages along the cause chain,
 ``Unsupported.gb_type``, the GB code) so they can be unit-tested on recorded messages from several torch
-versions (tests/test_classify.py). Structured fields are read first; message patterns second, for older
-wording. When nothing fits, the label is ``unknown`` (or ``eager-error``/``backend-error`` where the stage
+versions (tests/test_classify.py). The rules are data: each kind's ``detect`` in kinds.json (gb_types,
+exception types, message patterns newest wording first), tried in their declared ``order``; the first
+match labels the evidence. When nothing fits, the label is ``unknown`` (or ``eager-error``/``backend-error`` where the stage
 alone says whose failure it is) and the raw evidence is kept.
 Wording per version: ../shared/torch_failure_wording.md sections 4 and 7.
 """
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any
 
 from . import taxonomy
 from .report import Finding, GraphBreak, op_name
@@ -22,84 +23,19 @@ TORCH_NAMESPACES = {"aten", "prims", "prim", "rngprims", "_c10d_functional", "c1
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Patterns. Newest wording first inside each list.
+# Detection rules are data: kinds.json "detect" (taxonomy.Detect), tried in their declared order. Code here only
+# adds what data cannot say (the pybind11 and autograd.Function flags of a builtin).
 
-_PYBIND = [
-    # 2.8-2.14: SkipFunctionVariable explanation; the qualname keeps a trailing "." inside the backticks.
-    re.compile(r"Dynamo does not know how to trace the builtin `(?P<name>[^`]+?)\.?`"),
-    re.compile(r"Dynamo cannot trace optree C/C\+\+ function (?P<name>\S+?)\.?(\s|$)"),
-    # <=2.3: "Graph break due to unsupported builtin flash_attn_2_cuda.PyCapsule.fwd"
-    re.compile(r"unsupported builtin (?P<name>\w+(?:\.\w+)*)"),
-]
-_NO_FAKE = [
-    re.compile(r"There was no fake impl registered for <CustomOpDef\((?P<op>[^)]+)\)>"),
-    re.compile(r"unsupported operator: (?P<op>[\w.:]+)"),
-    re.compile(r"UnsupportedOperatorException\(func=<OpOverload\(op='(?P<op>[^']+)'"),
-    re.compile(r"torch\.ops\.(?P<op>\S+) is missing a fake kernel implementation"),
-    re.compile(r"we cannot infer a Fake kernel"),
-]
-_NO_FAKE_GB = {"Operator does not support running with fake tensors"}
-# Bounded op-name quantifiers keep matching linear on long messages (a probe may raise a 200 kB message).
-_NO_AUTOGRAD = [
-    re.compile(r"Trying to backward through (?P<op>\S{1,300}) but no autograd formula was registered"),
-    re.compile(r"(?<![\w.:])(?P<op>[\w.:]{1,300}): an autograd kernel was not registered to the Autograd key"),
-    re.compile(r"(?<![\w.:])(?P<op>[\w.:]{1,300}): at least one output of this operator has requires_grad=True "
-               r"but the operator does not have an autograd kernel"),
-]
-_MUTATES = [
-    re.compile(r"Argument (?P<arg>\w+) is not defined as mutable but was mutated"),
-    re.compile(r"Argument (?P<arg>\w+) is not defined to alias output but was aliasing"),
-    re.compile(r"Outputs \d+ and \d+ alias unexpectedly"),
-    re.compile(r"Dispatcher operators below autograd are not allowed to directly return inputs"),
-    re.compile(r"different from what was provided to us in `mutates_args`"),
-]
-_FAKE_MISMATCH = [
-    re.compile(r"When comparing the output of (?P<op>\S+) on FakeTensor and concrete Tensors"),
-    re.compile(r"Mismatched fake kernel"),
-    re.compile(r"Real tensor propagation found an output size mismatch"),
-]
-# Inductor's size/stride assertion blames "a custom op" even when the op is an input (`.data` swaps), so it
-# counts only when it names a non-aten op.
-_INDUCTOR_FAKE_ASSERT = re.compile(
-    r"Error in op: torch\.ops\.(?!aten\.)(?P<op>\S+)[\s\S]*incorrect fake \(aka meta\) kernel for a custom op")
-_FAKE_MISMATCH_TYPES = {"MetadataMismatchError"}
-_DATA_DEP = [
-    re.compile(r"Could not guard on data-dependent expression"),
-    re.compile(r"Could not extract specialized integer from data-dependent expression"),
-    re.compile(r"Consider annotating your code using torch\._check"),
-    re.compile(r"generic_jump (Tensor|SymNode)Variable"),
-    re.compile(r"Dynamic control flow is not supported"),  # <=2.4 wording
-]
-_DATA_DEP_GB = {
-    "Data-dependent branching",
-    "Data-dependent branching with non-constant __bool__",
-    "Data-dependent assertion failed (cannot compile partial graph)",
-    "Unsupported Tensor.item() call with capture_scalar_outputs=False",
-    "Dynamic shape operator",
-    "Dynamic shape operator (no meta kernel)",
-    "Data dependent operator",
-}
-_DATA_DEP_TYPES = {"GuardOnDataDependentSymNode", "DataDependentOutputException", "DynamicOutputShapeException"}
+#: the C++ autograd fallback's warning (classify_warning): the second missing-autograd wording
+_AUTOGRAD_FALLBACK = re.compile(
+    r"(?<![\w.:])(?P<op>[\w.:]{1,300}): an autograd kernel was not registered to the Autograd key")
 _BACKEND_TYPES = {"BackendCompilerFailed", "InductorError", "LoweringException", "CppCompileError"}
 _GB_CODE = re.compile(r"/gb/gb(\d{4})\.html")
 _AUTOGRAD_FN = re.compile(r"Higher Order Operator: autograd\.Function|autograd_function\.py|in (forward|backward)\(ctx")
 
+
 def _short_type(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
-
-
-def _search(patterns: list[re.Pattern[str]], text: str) -> re.Match[str] | None:
-    for p in patterns:
-        m = p.search(text)
-        if m:
-            return m
-    return None
-
-
-def _group(m: re.Match[str] | None, name: str) -> str | None:
-    if m is None or name not in m.re.groupindex:
-        return None
-    return m.group(name)
 
 
 def gb_code_from_text(text: str) -> str | None:
@@ -108,29 +44,11 @@ def gb_code_from_text(text: str) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Rules. Each takes (text, types, gb_type, raw) and returns (kind, context) or None.
-
-Rule = Callable[[str, set[str], "str | None", dict[str, Any]], "tuple[str, dict[str, Any]] | None"]
+# The rule engine
 
 
-def _rule_pybind(text, types, gb_type, raw):
-    if gb_type not in (None, "", "Attempted to call function marked as skipped",
-                       "Attempted to inline function marked as skipped"):
-        return None
-    m = _search(_PYBIND, text)
-    if not m:
-        return None
-    name = m.group("name")
-    ctx: dict[str, Any] = {"builtin": name}
-    if "pybind11_detail_function_record" in name or ".PyCapsule." in name:
-        ctx["pybind11"] = True
-    if _AUTOGRAD_FN.search(text + "\n" + raw.get("traceback", "")):
-        ctx["in_autograd_function"] = True
-    return "pybind-builtin", ctx
-
-
-# Exceptions torch raises for compile-time problems; message patterns that a user could also write are only
-# trusted when one of these is in the chain (or the evidence is a graph break).
+# Exceptions torch raises for compile-time problems; message patterns that a user could also write (torch_only)
+# are trusted only when one of these is in the chain (or the evidence is a graph break, or an opcheck test).
 _TORCH_TYPES = {"Unsupported", "TorchRuntimeError", "UserError", "BackendCompilerFailed", "InductorError",
                 "InternalTorchDynamoError", "GuardOnDataDependentSymNode", "DataDependentOutputException",
                 "DynamicOutputShapeException", "UnsupportedOperatorException", "OpCheckError"}
@@ -140,59 +58,35 @@ def _from_torch(types: set[str], raw: dict[str, Any]) -> bool:
     return bool(types & _TORCH_TYPES) or bool(raw.get("is_break")) or str(raw.get("phase", "")).startswith("test_")
 
 
-def _rule_missing_fake(text, types, gb_type, raw):
-    m = _search(_NO_FAKE, text)
-    if m and m.re is _NO_FAKE[1] and not _from_torch(types, raw):
-        m = None  # "unsupported operator: x" in a user's own exception is not evidence
-    if m or gb_type in _NO_FAKE_GB or "UnsupportedOperatorException" in types:
-        op = _group(m, "op")
-        return "missing-fake", ({"op": op} if op else {})
-    return None
-
-
-def _rule_missing_autograd(text, types, gb_type, raw):
-    m = _search(_NO_AUTOGRAD, text)
-    return ("missing-autograd", {"op": m.group("op")}) if m else None
-
-
-def _rule_mutates(text, types, gb_type, raw):
-    m = _search(_MUTATES, text)
-    if not m:
+def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | None,
+             raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The context when the evidence matches the rule (named groups of the pattern that matched), else None."""
+    if rule.only_with_gb_types is not None and (gb_type or "") not in rule.only_with_gb_types:
         return None
-    arg = _group(m, "arg")
-    return "mutates-args-mismatch", ({"argument": arg} if arg else {})
-
-
-def _rule_fake_mismatch(text, types, gb_type, raw):
-    m = _search(_FAKE_MISMATCH + [_INDUCTOR_FAKE_ASSERT], text)
-    if m or types & _FAKE_MISMATCH_TYPES:
-        op = _group(m, "op")
-        return "fake-mismatch", ({"op": op} if op else {})
+    trusted = _from_torch(types, raw)
+    for p in rule.patterns:
+        if p.torch_only and not trusted:
+            continue
+        m = p.regex.search(text)
+        if m:
+            return {k: v for k, v in m.groupdict().items() if v}
+    if (gb_type and gb_type in rule.gb_types) or types & rule.exception_types:
+        return {}
+    if rule.any_gb_type and gb_type and ("Unsupported" in types or raw.get("is_break")):
+        return {}
     return None
 
 
-def _rule_data_dependent(text, types, gb_type, raw):
-    if gb_type in _DATA_DEP_GB or types & _DATA_DEP_TYPES or (_from_torch(types, raw) and _search(_DATA_DEP, text)):
-        return "data-dependent", {}
-    return None
+def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any]) -> None:
+    name = ctx.get("builtin", "")
+    if "pybind11_detail_function_record" in name or ".PyCapsule." in name:
+        ctx["pybind11"] = True
+    if _AUTOGRAD_FN.search(text + "\n" + raw.get("traceback", "")):
+        ctx["in_autograd_function"] = True
 
 
-def _rule_graph_break(text, types, gb_type, raw):
-    # Any other Dynamo "unsupported" with a gb_type is an ordinary graph break with its registry entry.
-    if gb_type and ("Unsupported" in types or raw.get("is_break")):
-        return "graph-break", {}
-    return None
-
-
-RULES: list[Rule] = [
-    _rule_missing_autograd,  # before pybind: its message can quote a skipped builtin
-    _rule_mutates,
-    _rule_missing_fake,
-    _rule_fake_mismatch,
-    _rule_pybind,
-    _rule_data_dependent,
-    _rule_graph_break,
-]
+#: what code adds to a kind's context after its rule matched
+_ENRICH = {"pybind-builtin": _pybind_flags}
 
 
 def _gb_type_from_text(text: str) -> str | None:
@@ -293,7 +187,7 @@ def break_finding(b: GraphBreak) -> Finding:
 
 def classify_warning(message: str) -> Finding | None:
     """Warnings that are findings: the C++ autograd-not-implemented fallback (gradients may be wrong)."""
-    m = _NO_AUTOGRAD[1].search(message)
+    m = _AUTOGRAD_FALLBACK.search(message)
     if not m:
         return None
     ctx = {"op": m.group("op"), "warning": True}
@@ -334,14 +228,17 @@ def mismatch_finding(raw: dict[str, Any], stage: str = "compile") -> Finding:
     return Finding("numeric-mismatch", summary, ctx, dict(raw))
 
 
-def _apply_rules(text, types, gb_type, raw):
-    for rule in RULES:
-        found = rule(text, types, gb_type, raw)
-        if found:
-            kind, ctx = found
-            if ctx.get("op"):
-                ctx["op"] = op_name(ctx["op"])
-            return kind, ctx
+def _apply_rules(text: str, types: set[str], gb_type: str | None,
+                 raw: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    for kind in taxonomy.rules():
+        ctx = _matches(kind.detect, text, types, gb_type, raw)
+        if ctx is None:
+            continue
+        if kind.id in _ENRICH:
+            _ENRICH[kind.id](ctx, text, raw)
+        if ctx.get("op"):
+            ctx["op"] = op_name(ctx["op"])
+        return kind.id, ctx
     return None
 
 
