@@ -25,21 +25,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def serial_main(paths: list[str], stages: list[str]) -> None:
-    """The baseline: everything in this one process, in order."""
+    """The baseline: everything in this one process, in order, through the same stage registry."""
     import torch
     from torch._dynamo.utils import counters
 
-    from tracecheck import discover, stages as st
-    from tracecheck.compiled_autograd import stage_compiled_autograd
-    from tracecheck.probe import to_case
+    from tracecheck import discover
+    from tracecheck import stages as registry
 
     for path in discover.find_files(paths):
         module = discover.load_module(path)
-        for name, fn in discover.find_probes(module):
-            def make_case(fn=fn):
-                torch.manual_seed(0)
-                return to_case(fn())
-
+        for name, _ in discover.find_probes(module):
+            make_case = discover.case_factory(path, name)
             try:
                 make_case()
             except Exception:
@@ -47,19 +43,9 @@ def serial_main(paths: list[str], stages: list[str]) -> None:
             for stage in stages:
                 torch._dynamo.reset()
                 counters.clear()
+                spec = registry.get(stage)
                 try:
-                    if stage == "eager":
-                        st.stage_eager(make_case)
-                    elif stage == "explain":
-                        st.stage_explain(make_case)
-                    elif stage in ("aot_eager", "inductor"):
-                        st.stage_compile(make_case, stage)
-                    elif stage == "fullgraph":
-                        st.stage_compile(make_case, "aot_eager", fullgraph=True)
-                    elif stage == "opcheck":
-                        st.stage_opcheck(make_case, "cpu")
-                    elif stage == "compiled_autograd":
-                        stage_compiled_autograd(make_case)
+                    spec.run(registry.StageContext(make_case, "cpu", {"steps": 3, "dynamic": False}))
                 except Exception as e:  # the serial script survives what it can
                     print(f"{name} {stage}: {type(e).__name__}", file=sys.stderr)
 
@@ -71,7 +57,7 @@ def _time(cmd: list[str]) -> float:
 
 
 def main() -> None:
-    from tracecheck.report import STAGES
+    from tracecheck.stages import STAGES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*", default=[os.path.join(REPO, "probes")])

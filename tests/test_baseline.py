@@ -310,3 +310,12 @@ def test_compare_cli_with_a_baseline_as_new(tmp_path):
     worse = compare_cli("old.json", "new.json")
     assert "Traceback" not in worse.stderr, worse.stderr
     assert worse.returncode == 1 and "went missing" in worse.stdout
+
+
+def test_a_stage_that_stops_running_backward_regresses():
+    old, new = base_and_new()
+    old.probes[0].stages["aot_eager"].phases = ["forward", "backward"]
+    new.probes[0].stages["aot_eager"].phases = ["forward"]
+    cmp = compare(old, new)
+    assert [(c.stage, c.aspect, c.effect) for c in cmp.changes] == [("aot_eager", "phases", "regressed")]
+    assert compare(new, old).regressions == []        # gaining backward is not a regression

@@ -131,6 +131,8 @@ def test_shards_and_merge(tmp_path):
     (["compare", "missing.json", "x.json"], "BASE missing.json: no such file"),
     (["show", "missing.json"], "report missing.json: no such file"),
     (["merge", "missing.json", "-o", "all.json"], "report missing.json: no such file"),
+    (["run", "model.py::probe_nope", "--stages", "eager"],
+     "model.py::probe_nope: no such probe in the file (its probes: probe_block)"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, message):
     (tmp_path / "model.py").write_text(PROBE)

@@ -24,7 +24,7 @@ def test_round_trip():
     r = sample()
     d = json.loads(json.dumps(r.to_dict()))
     assert RunReport.from_dict(d).to_dict() == d
-    assert d["schema_version"] == 1
+    assert d["schema_version"] == 2
 
 
 def test_verdict_first_failing_stage_and_kinds():
@@ -137,3 +137,13 @@ def test_counts_not_measured_show_a_dash_not_zero():
     md = markdown.render(r)
     assert "## Compiled autograd" not in md
     assert "| `m.py::probe` | ➖ | ➖ | – |" in md
+
+
+def test_a_report_with_a_kind_this_version_does_not_know_still_reads():
+    d = sample().to_dict()
+    d["probes"][0]["stages"]["explain"]["findings"][0]["kind"] = "from-the-future"
+    d["probes"][0]["stages"]["explain"]["breaks"][0]["kind"] = "from-the-future"
+    r = RunReport.from_dict(d)
+    f = r.probes[0].stages["explain"].findings[0]
+    assert (f.kind, f.context["reported_kind"]) == ("unknown", "from-the-future")
+    assert r.probes[0].stages["explain"].breaks[0].kind == "unknown"

@@ -295,3 +295,31 @@ def test_a_custom_loss_that_does_not_depend_on_trainable_values_runs_forward_onl
     case = Case(frozen, (torch.ones(1, 3),), grad=lambda o: o.pow(2).mean())
     ex = execute(frozen, case)
     assert ex.error is None and not ex.ran_backward
+
+
+def test_a_probe_that_adds_noise_is_judged_against_a_reference_that_drew_the_same_noise():
+    """torch draws other numbers in float64 than in float32 from one seed: the float64 reference draws in
+    float32 (numerics.Float32Draws), so a 5% error is caught and noise-level differences are not."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 64)
+    x = torch.randn(8, 64)
+    fn = (lambda t: lin(t + 0.1 * torch.randn_like(t)) + torch.rand_like(t).bernoulli())
+    make = (lambda: Case(fn, (x,)))
+    ref = execute(fn, make())
+    reference = float64_run(make)()
+    assert reference.outputs.dtype == torch.float64
+    assert (reference.outputs - ref.outputs.double()).abs().max() < 1e-4   # the same draws, more precise math
+    wrong = Execution(outputs=ref.outputs * 1.05, grads=ref.grads, ran_backward=True)
+    [m] = compare(ref, wrong, float64_run(make))
+    assert m["phase"] == "forward" and m["worst"]["rmse_compiled_vs_fp64"] > 2 * m["worst"]["rmse_eager_vs_fp64"]
+    noisy = Execution(outputs=ref.outputs + 1e-6 * torch.ones_like(ref.outputs), grads=ref.grads, ran_backward=True)
+    assert compare(ref, noisy, float64_run(make)) == []
+
+
+model = torch.nn.Linear(5, 5)   # a global named like the attribute the callable below reads
+
+
+def test_an_attribute_named_like_a_global_does_not_reach_that_global():
+    box = _Box(torch.nn.Linear(2, 2))
+    names = [n for n, _ in trainable_parameters(lambda x: box.model(x))]
+    assert names == ["closure:box.model.weight", "closure:box.model.bias"]

@@ -13,6 +13,7 @@ from .exitcodes import UsageError
 from .report import LOAD_STAGE, SKIP, ProbeReport, RunReport, StageResult
 from .stages import STAGES
 from .stages import get as get_stage
+from .stages import order as stage_order
 from .runner import Outcome, Runner, Task
 
 @dataclass
@@ -112,8 +113,7 @@ def _setup_failed(p: ProbeReport) -> bool:
 
 
 def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
-    order = (LOAD_STAGE, *STAGES)
-    return dict(sorted(stages.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99))
+    return dict(sorted(stages.items(), key=lambda kv: stage_order(kv[0])))
 
 
 def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str,
@@ -137,6 +137,11 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str,
                 report.stages[LOAD_STAGE] = load
             reports.append(report)
         found[path] = reports
+        missing = [n for n in named.get(path, []) if n not in {r.name for r in reports}]
+        if missing and not opts.select:  # ``file.py::name`` asked for a probe the file does not define
+            have = ", ".join(res.get("names") or []) or "none"
+            raise UsageError(f"{discover.probe_id(path, missing[0], root)}: no such probe in the file "
+                             f"(its probes: {have})")
     probes = [p for f in files for p in found.get(f, [])]
     if not probes:
         what = f"matching -k {opts.select!r}" if opts.select and total_candidates else \

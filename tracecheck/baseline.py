@@ -1,4 +1,4 @@
-"""CI gate: baselines, comparing two runs, sharding a run, merging shard reports.
+"""CI gate: baselines, and comparing two runs (sharding and merging: shards.py; reading files: reportio.py).
 
 A *baseline* is a run report reduced to what must not get worse, and nothing that differs between
 machines: no timings, no absolute paths, no message text. Layout (docs/ci.md has the JSON schema)::
@@ -7,9 +7,9 @@ machines: no timings, no absolute paths, no message text. Layout (docs/ci.md has
      "probes": {"<file>::<name>": {"stages": {"<stage>": {
          "status": "fail", "kinds": ["graph-break"], "graph_count": 2, "graph_break_count": 1,
          "breaks": [{"kind": "graph-break", "gb_type": "...", "file": "model.py", "line": 12}],
-         "recompiles": null, "compiled_autograd": {...}}}}}}
+         "recompiles": null, "phases": ["forward", "backward"], "compiled_autograd": {...}}}}}}
 
-Probe ids are the report's relative ``file::name``; break files are made relative the same way (see
+Probe ids are the report's rootdir-relative ``file::name``; break files are made relative the same way (see
 ``relative_location``). ``compare`` works on two such documents (a full ``--json`` report is reduced first),
 so a baseline, a report and a merged shard report all compare the same way. Pure: no torch import.
 """
@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .exitcodes import UsageError
-from .report import CRASH, FAIL, LOAD_STAGE, PASS, TIMEOUT, ProbeReport, RunReport, StageResult
+from .report import CRASH, FAIL, PASS, TIMEOUT, ProbeReport, RunReport, StageResult
 from .reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
 from .shards import shard_from_command
-from .stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY, STAGES
+from .stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY
+from .stages import order as stage_order
 
 BASELINE_SCHEMA_VERSION = 1
 
@@ -54,7 +55,7 @@ def package_relative(file: str) -> str | None:
 def relative_location(file: str | None, probe: ProbeReport) -> str | None:
     """A break's file, relative the way the probe id is, so that it is the same on every machine.
 
-    ``probe.file`` is absolute and the id's file part is relative to where the run started; the break's file
+    ``probe.file`` is absolute and the id's file part is relative to the run's rootdir; the break's file
     is re-anchored on the id's directory (``/ci/repo/probes/mhc/model.py`` for the probe
     ``probes/mhc_probes.py::probe`` becomes ``probes/mhc/model.py``). Files inside an installed package keep
     the part after ``site-packages/``.
@@ -83,6 +84,7 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
         "graph_break_count": s.graph_break_count,
         "breaks": breaks,
         "recompiles": s.recompile_count,
+        "phases": s.phases,
     }
     ca = {k: s.extra[k] for k in (*COUNTS_LOWER_IS_BETTER, *COUNTS_NEUTRAL) if k in s.extra}
     if ca:
@@ -188,11 +190,6 @@ class Comparison:
                 "changes": [c.to_dict() for c in self.changes]}
 
 
-def _order(stage: str) -> int:
-    order = (LOAD_STAGE, *STAGES)
-    return order.index(stage) if stage in order else len(order)
-
-
 def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | None = None) -> Comparison:
     """Compare two baseline documents (see ``to_baseline``).
 
@@ -224,7 +221,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
                 cmp.changes.append(Change(pid, None, "probe", "absent", "pass", CHANGED, "new probe, passes"))
             continue
         b_stages, n_stages = b.get("stages", {}), n.get("stages", {})
-        for stage in sorted(set(b_stages) | set(n_stages), key=_order):
+        for stage in sorted(set(b_stages) | set(n_stages), key=stage_order):
             cmp.changes += _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage))
     return cmp
 
@@ -266,6 +263,10 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
                             n.get("graph_break_count"), "graph breaks")
     out += _compare_breaks(pid, stage, b.get("breaks", []), n.get("breaks", []))
     out += _lower_is_better(pid, stage, "recompiles", b.get("recompiles"), n.get("recompiles"), "recompiles")
+    if "backward" in (b.get("phases") or []) and n.get("phases") == ["forward"]:
+        # a stage that checked training now checks the forward only: its pass no longer covers backward
+        out.append(Change(pid, stage, "phases", b["phases"], n["phases"], REGRESSED,
+                          "backward no longer runs (forward only)"))
     bca, nca = b.get("compiled_autograd") or {}, n.get("compiled_autograd") or {}
     for key in COUNTS_LOWER_IS_BETTER:
         out += _lower_is_better(pid, stage, f"compiled_autograd.{key}", bca.get(key), nca.get(key),

@@ -60,14 +60,14 @@ def find_files(paths: list[str]) -> list[str]:
     return sorted(dict.fromkeys(found))
 
 
-#: A folder holding one of these is a project root (pytest's rootdir markers, and ``.git``).
-ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "tox.ini", ".git")
+#: A folder holding one of these is a project root: pytest's rootdir markers, and ``.git``.
+ROOT_MARKERS = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", ".git")
 
 
 def rootdir(paths: list[str]) -> str:
     """What probe ids are relative to, whatever the current directory: the nearest folder at or above the
     common ancestor of ``paths`` that holds a ``ROOT_MARKERS`` entry, else that common ancestor (pytest's
-    rootdir). Absolute."""
+    rootdir, with ``.git`` also a marker). Absolute."""
     folders = [p if os.path.isdir(p) else os.path.dirname(p) for p in map(absolute, paths)]
     ancestor = os.path.commonpath(folders)
     folder = ancestor
@@ -210,7 +210,8 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
                 entry["setup_error"] = capture.error_record(e, "setup")
             entry["registrations"] = file_events + watch.events[before:]
             probes.append(entry)
-    return {"probes": probes, "n_candidates": len(find_probes(module))}
+    names = [name for name, _ in find_probes(module)]
+    return {"probes": probes, "n_candidates": len(names), "names": names}
 
 
 def _required_params(fn: Callable[..., Any]) -> list[str]:

@@ -4,22 +4,25 @@
 ``torch._dynamo.utils.same(eager, compiled, fp64_ref, tol=...)``: a tensor passes when it is allclose at
 ``tol``, or when the compiled result is no further from the fp64 reference (RMSE) than eager fp32 is, times a
 multiplier (2, or 3 for small or low-precision tensors), plus ``tol / 10``. tracecheck calls the same
-function per tensor and adds torch's cosine-similarity check (``same(..., cos_similarity=True)``, score
->= 0.99): a tensor disagrees when either check fails. Reduction-order noise passes (eager fp32 is that
-far from fp64 itself); a wrong compiled result does not.
+function per tensor, and adds torch's cosine-similarity check (``same(..., cos_similarity=True)``, score
+>= 0.99) relative to eager as the RMSE check is: the compiled result fails it only when it is not aligned
+with the truth (the float64 result, else eager) while eager is. A tensor that is mathematically zero is noise
+on both sides and fails neither check; reduction-order noise passes; a wrong compiled result does not.
 
 The fp64 reference is made only when some tensor is not allclose at ``tol`` (a fast path for the common
 case), from a fresh case whose reachable modules and floating inputs are cast to float64 and run with the
-same seed. When the probe cannot run in float64 (an extension kernel that only takes float32, a dtype
-check), the verdict falls back to ``same`` without a reference: allclose at ``tol``; the evidence says so.
+same seeds; random ops draw in float32 there (``Float32Draws``), so the reference sees eager's noise. When the
+probe cannot run in float64 (an extension kernel that only takes float32, a dtype check), the verdict falls
+back to ``same`` without a reference: allclose at ``tol`` and the cosine check; the evidence says so.
 
-Random ops: every run is seeded identically and the inductor stage sets
-``torch._inductor.config.fallback_random`` (stages.py), so dropout draws the same numbers in eager and
-compiled code. The ops that ran (custom ops, random ops) are recorded only when something disagrees, by
-one more eager forward under ``OpInventory``, so the finding's fix names the cause the evidence supports.
+Random ops: every run is seeded identically and the compiled stages set
+``torch._inductor.config.fallback_random`` (``stages._execution.run_compiled``), so dropout draws the same
+numbers in eager and compiled code. The ops that ran (custom ops, random ops) are recorded only when something
+disagrees, by one more eager forward under ``inventory``, so the finding's fix names the cause the evidence
+supports.
 
-Output: ``compare`` returns at most one record per phase (``forward`` = outputs, ``backward`` = gradients)
-with the worst tensor, its errors, and how many tensors disagreed (see ``Disagreement``).
+Output: ``judge`` returns at most one record per phase (``forward`` = outputs, ``backward`` = gradients)
+with the worst tensor, its errors, and how many tensors disagreed.
 """
 from __future__ import annotations
 
@@ -242,13 +245,63 @@ def float64(modules: list[torch.nn.Module]) -> Iterator[None]:
 
 
 def to_float64(tree: Any) -> Any:
-    """Floating tensors of ``tree`` as float64 leaves (``requires_grad`` kept); everything else as is."""
+    """Floating tensors of ``tree`` as float64 leaves (complex ones as complex128; ``requires_grad`` kept);
+    everything else as is."""
     def cast(t: Any) -> Any:
         if isinstance(t, torch.Tensor) and t.is_floating_point():
             return t.detach().double().requires_grad_(t.requires_grad)
+        if isinstance(t, torch.Tensor) and t.is_complex():
+            return t.detach().to(torch.complex128).requires_grad_(t.requires_grad)
         return t
 
     return pytree.tree_map(cast, tree)
+
+
+#: seeded ops whose output is an input transformed with random numbers, not the random numbers themselves:
+#: run in float64 (a float32 run would cost the activation its precision); their draws match float32's anyway
+_RANDOM_TRANSFORMS = {"aten::native_dropout", "aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
+                      "aten::feature_alpha_dropout"}
+
+
+class Float32Draws(torch.utils._python_dispatch.TorchDispatchMode):
+    """Inside the float64 reference run: random ops draw in float32, as the eager run did, and the samples are
+    widened to float64. torch draws other numbers in float64 than in float32 from the same seed (``randn``,
+    ``rand``, ``normal_``, ``uniform_``, ``bernoulli``), so without this a model that adds noise would be
+    compared with a reference that saw other noise, and a wrong compiled result could pass."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from .report import op_name
+
+        kwargs = kwargs or {}
+        if torch.Tag.nondeterministic_seeded not in func.tags or op_name(str(func)) in _RANDOM_TRANSFORMS:
+            return func(*args, **kwargs)
+        narrowed = False
+
+        def narrow(t: Any) -> Any:
+            nonlocal narrowed
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float64:
+                narrowed = True
+                return t.float()
+            if t is torch.float64:
+                narrowed = True
+                return torch.float32
+            return t
+
+        args32, kwargs32 = pytree.tree_map(narrow, tuple(args)), pytree.tree_map(narrow, dict(kwargs))
+        if not narrowed:
+            return func(*args, **kwargs)
+        out = func(*args32, **kwargs32)
+        # an in-place or out= op wrote into the float32 copies: write the samples back into the float64 tensors
+        for i, arg in enumerate(func._schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                original = args[i] if i < len(args) else kwargs.get(arg.name)
+                written = args32[i] if i < len(args32) else kwargs32.get(arg.name)
+                if isinstance(original, torch.Tensor) and original is not written:
+                    original.copy_(written)
+                    if out is written:
+                        out = original
+        return pytree.tree_map(
+            lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t, out)
 
 
 def as_float64_values(tree: Any) -> Any:

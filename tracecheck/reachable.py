@@ -8,13 +8,16 @@ bounded (``MAX_OBJECTS``) and never calls user code: it reads ``__dict__``, clos
 """
 from __future__ import annotations
 
+import dis
 import functools
 import types
+from collections import deque
 from typing import Any, Callable, Iterator
 
 import torch
 
-#: Objects visited at most: a callable that reaches a whole framework stops here, not after a minute.
+#: Objects (other than containers) visited at most: a callable that reaches a whole framework stops here, not
+#: after a minute.
 MAX_OBJECTS = 2000
 
 
@@ -24,19 +27,22 @@ def reachable_modules(fn: Callable[..., Any]) -> list[tuple[str, torch.nn.Module
     inside another found module is not listed again: ``named_parameters`` of the outer one covers it."""
     found: list[tuple[str, torch.nn.Module]] = []
     seen: set[int] = set()
-    queue: list[tuple[str, Any]] = [("fn", fn)]
+    queue: deque[tuple[str, Any]] = deque([("fn", fn)])
     visited = 0
-    while queue and visited < MAX_OBJECTS:
-        path, obj = queue.pop(0)
+    steps = 0
+    while queue and visited < MAX_OBJECTS and steps < 50 * MAX_OBJECTS:
+        path, obj = queue.popleft()
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        visited += 1
+        steps += 1
+        # containers cost their elements, not themselves: a path through a list of 5,000 tuples stays open
+        visited += not isinstance(obj, (list, tuple, set, frozenset, dict))
         if isinstance(obj, torch.nn.Module):
             found.append((path, obj))
             seen.update(id(m) for m in obj.modules())
             continue
-        queue += [(p, v) for p, v in _children(path, obj) if not isinstance(v, _LEAVES) and id(v) not in seen]
+        queue.extend((p, v) for p, v in _children(path, obj) if not isinstance(v, _LEAVES) and id(v) not in seen)
     return found
 
 
@@ -103,8 +109,11 @@ def _children(path: str, obj: Any) -> Iterator[tuple[str, Any]]:
 
 
 def _global_names(code: types.CodeType) -> Iterator[str]:
-    """Names the code (and the code of functions defined inside it) loads; globals among them are looked up."""
-    yield from code.co_names
+    """Names the code (and the code of functions defined inside it) loads as globals: ``model`` in
+    ``model(x)``, not the attribute ``model`` in ``other.model(x)``."""
+    for ins in dis.get_instructions(code):
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+            yield ins.argval
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             yield from _global_names(const)

@@ -10,7 +10,10 @@ from typing import Any
 
 from . import taxonomy
 
-SCHEMA_VERSION = 1
+#: 2: probe ids relative to ``rootdir``, ``phases``, ``numeric-mismatch`` evidence per phase. Version 1
+#: reports (ids relative to the cwd of the run) still read: the fields added since are optional.
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 #: Pseudo-stage for findings made while loading the file or calling the probe function.
 LOAD_STAGE = "load"
@@ -39,7 +42,10 @@ class Finding:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
-        return cls(d["kind"], d.get("summary", ""), d.get("context", {}), d.get("evidence", {}))
+        """A kind this version does not know (a report from a newer tracecheck) reads as ``unknown``, its own
+        id kept in ``context["reported_kind"]``."""
+        kind, context = _known_kind(d["kind"], d.get("context", {}))
+        return cls(kind, d.get("summary", ""), context, d.get("evidence", {}))
 
 
 @dataclass
@@ -61,10 +67,15 @@ class GraphBreak:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GraphBreak":
-        return cls(
-            d["kind"], d.get("gb_type"), d.get("gb_code"), d.get("file"), d.get("line"),
-            d.get("reason", ""), d.get("doc"), d.get("context", {}),
-        )
+        kind, context = _known_kind(d["kind"], d.get("context", {}))
+        return cls(kind, d.get("gb_type"), d.get("gb_code"), d.get("file"), d.get("line"),
+                   d.get("reason", ""), d.get("doc"), context)
+
+
+def _known_kind(kind: str, context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    if kind in taxonomy.ids():
+        return kind, context
+    return "unknown", {**context, "reported_kind": kind}
 
 
 @dataclass
@@ -207,8 +218,9 @@ class RunReport:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunReport":
         version = d.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"report schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
+        if version not in READABLE_SCHEMA_VERSIONS:
+            raise ValueError(f"report schema_version {version!r} is not supported (this tracecheck reads "
+                             f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})")
         return cls(
             probes=[ProbeReport.from_dict(p) for p in d["probes"]],
             environment=d.get("environment", {}),

@@ -1,4 +1,4 @@
-"""Turn raw stage records (stages.py) and process outcomes (runner.py) into classified ``StageResult``s.
+"""Turn raw stage records (stages/_execution.py) and process outcomes (runner.py) into classified ``StageResult``s.
 
 The one place that decides a stage's status; pure (no torch import), like pytest's
 ``TestReport.from_item_and_call``.

@@ -7,8 +7,8 @@ import re
 from typing import Iterable
 
 from .exitcodes import UsageError
-from .report import LOAD_STAGE, ProbeReport, RunReport
-from .stages import STAGES
+from .report import ProbeReport, RunReport
+from .stages import order as stage_order
 
 
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -71,15 +71,9 @@ def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
     return RunReport(
         probes=sorted(probes, key=lambda p: p.id),
         environment=environment,
-        stages=sorted(stages, key=_order),
+        stages=sorted(stages, key=stage_order),
         command=["tracecheck", "merge", *[os.path.basename(s) for s in sources]],
         tracecheck_version=first.tracecheck_version,
         seconds=round(sum(r.seconds for r in reports), 2),
         rootdir=first.rootdir,
     )
-
-
-
-def _order(stage: str) -> int:
-    order = (LOAD_STAGE, *STAGES)
-    return order.index(stage) if stage in order else len(order)

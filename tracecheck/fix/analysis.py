@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import torch
 
 from .. import capture, classify, discover
-from ..stages import _execution as stages
+from ..stages import _execution as execution
 from . import autograd_fn, codegen, custom_op, observe
 
 
@@ -64,9 +64,9 @@ def analyze(task: dict[str, Any]) -> dict[str, Any]:
                                "taken by a module the probe imports; choose another file name"}
     kinds = set(task["kinds"])
     calls: dict[type, tuple] = {}
-    recorder = stages.OpRecorder()
+    recorder = execution.OpRecorder()
     with record_function_calls(calls), recorder:
-        stages.execute(case.fn, case)  # forward and backward: backward ops are recorded too
+        execution.execute(case.fn, case)  # forward and backward: backward ops are recorded too
     found: list[dict[str, Any]] = []
     plans = _function_plans(module, calls, found) if "pybind-builtin" in kinds else []
     op_plans: list[custom_op.OpPlan] = []
@@ -197,7 +197,7 @@ def _op_entry(plan: custom_op.OpPlan, probe_file: str) -> dict[str, Any]:
 def eager_dump(task: dict[str, Any]) -> dict[str, Any]:
     """Run the original probe eagerly (forward + backward) and save outputs and gradients to task["dump"]."""
     _, case = _case(task)
-    ran = stages.execute(case.fn, case)
+    ran = execution.execute(case.fn, case)
     if ran.error:
         return {"error": ran.error}
     torch.save({"outputs": ran.outputs, "grads": ran.grads, "ran_backward": ran.ran_backward}, task["dump"])
@@ -207,11 +207,11 @@ def eager_dump(task: dict[str, Any]) -> dict[str, Any]:
 def eager_compare(task: dict[str, Any]) -> dict[str, Any]:
     """Run the patched probe eagerly and compare with the original's dump: mismatches (empty when equal)."""
     _, case = _case(task)
-    ran = stages.execute(case.fn, case)
+    ran = execution.execute(case.fn, case)
     if ran.error:
         return {"error": ran.error}
     ref = torch.load(task["dump"], weights_only=False)
-    return {"mismatches": stages.compare(stages.Execution(ref["outputs"], ref["grads"], None, ref["ran_backward"]), ran)}
+    return {"mismatches": execution.compare(execution.Execution(ref["outputs"], ref["grads"], None, ref["ran_backward"]), ran)}
 
 
 def directional_check(task: dict[str, Any]) -> dict[str, Any]:
@@ -223,10 +223,10 @@ def directional_check(task: dict[str, Any]) -> dict[str, Any]:
     for why finite differences need loose tolerances below float64.
     """
     _, case = _case(task)
-    ran = stages.execute(case.fn, case)
+    ran = execution.execute(case.fn, case)
     if ran.error:
         return {"error": ran.error}
-    targets = {k: t for k, t in stages.grad_targets(case).items() if ran.grads.get(k) is not None}
+    targets = {k: t for k, t in execution.grad_targets(case).items() if ran.grads.get(k) is not None}
     if not targets:
         return {"skip": "no gradient reached a leaf"}
     gen = torch.Generator().manual_seed(1)
@@ -242,7 +242,7 @@ def directional_check(task: dict[str, Any]) -> dict[str, Any]:
                 t.add_(steps[k], alpha=sign)
         try:
             torch.manual_seed(0)  # grad mode on: loss_of picks the outputs that require grad, as execute did
-            loss = stages.loss_of(case, case.fn(*case.args, **case.kwargs))
+            loss = execution.loss_of(case, case.fn(*case.args, **case.kwargs))
         finally:
             with torch.no_grad():
                 for k, t in targets.items():

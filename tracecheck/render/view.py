@@ -1,5 +1,5 @@
 """What every renderer shows, decided once: the verdict table's columns and cells, the kinds of a stage, and
-the compiled-autograd counts. Terminal, Markdown, JUnit and the table exports read these, so they cannot
+the compiled-autograd counts. The terminal, Markdown and table renderers read these, so they cannot
 disagree (rich's ``Traceback.extract`` → ``Trace``, then drawing, is the model)."""
 from __future__ import annotations
 

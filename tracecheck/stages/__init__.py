@@ -12,9 +12,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from ..report import LOAD_STAGE
 from ._spec import LOWER_IS_BETTER, NEUTRAL, StageContext, StageSpec
 
-__all__ = ["LOWER_IS_BETTER", "NEUTRAL", "REGISTRY", "STAGES", "StageContext", "StageSpec", "forward_only", "get"]
+__all__ = ["LOWER_IS_BETTER", "NEUTRAL", "REGISTRY", "STAGES", "StageContext", "StageSpec", "forward_only", "get",
+           "order"]
 
 
 def _discover() -> dict[str, StageSpec]:
@@ -36,6 +38,13 @@ def _discover() -> dict[str, StageSpec]:
 REGISTRY: dict[str, StageSpec] = _discover()
 #: stage names in run order (the CLI values of ``--stages``)
 STAGES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def order(name: str) -> int:
+    """Sort key of a stage name: the ``load`` pseudo-stage first, then run order, unknown names last."""
+    if name == LOAD_STAGE:
+        return -1
+    return list(REGISTRY).index(name) if name in REGISTRY else len(REGISTRY)
 
 
 def get(name: str) -> StageSpec:

@@ -1,6 +1,6 @@
 """The ``compiled_autograd`` stage: backward graphs with and without compiled autograd, captures, recompiles.
 
-Runs inside one stage process (see stages.py for the record format). Three runs of the same training step
+Runs inside one stage process (see _execution.py for the record format). Three runs of the same training step
 (forward, then backward on the summed outputs), each on a fresh ``Case`` so that stateful probes start from
 the same state, with ``.grad`` accumulating over the steps as in a loop without ``zero_grad``:
 

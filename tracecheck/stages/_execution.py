@@ -30,14 +30,6 @@ from ..probe import Case
 from ..reachable import reachable_modules, trainable_parameters
 
 
-class StageSetupError(Exception):
-    """The probe function raised or returned a bad shape; ``record`` is its error record."""
-
-    def __init__(self, record: dict[str, Any]):
-        super().__init__(record["message"])
-        self.record = record
-
-
 @dataclass
 class Execution:
     """Result of running ``fn`` forward (and backward when the case needs gradients)."""
@@ -210,7 +202,7 @@ def float64_run(make_case: Callable[[], Case],
         try:
             case = make_case()
             case64 = Case(case.fn, numerics.to_float64(case.args), numerics.to_float64(case.kwargs), case.grad)
-            with numerics.float64([m for _, m in reachable_modules(case.fn)]):
+            with numerics.float64([m for _, m in reachable_modules(case.fn)]), numerics.Float32Draws():
                 ex = run(case64) if run is not None else execute(case64.fn, case64)
         except Exception as e:
             return f"the probe does not run in float64 ({type(e).__name__}: {capture.safe_str(e)[:200]})"
