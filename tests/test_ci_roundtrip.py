@@ -177,3 +177,14 @@ def test_a_node_id_runs_that_probe_only(tmp_path):
     assert [p["id"] for p in json.loads((tmp_path / "one.json").read_text())["probes"]] == ["model.py::probe_block"]
     r = cli(tmp_path, "run", "model.py", "-k", "probe_block", "--stages", "eager", "-j", "1", "--json", "k.json")
     assert len(json.loads((tmp_path / "k.json").read_text())["probes"]) == 2
+
+
+def test_piped_output_says_what_runs_from_the_start(tmp_path):
+    """Not a terminal (a CI log): plain progress lines, the first before any stage process starts."""
+    (tmp_path / "model.py").write_text(PROBE)
+    r = cli(tmp_path, "run", "model.py", "--stages", "eager", "-j", "1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == "tracecheck: 1 model file(s); starting the stage processes (torch preloads once)"
+    assert lines[1] == "loading model.py (its imports run; a C++ extension may build now)"
+    assert "model.py::probe_block [eager] pass" in r.stderr

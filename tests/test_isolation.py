@@ -74,7 +74,8 @@ def test_segfault_is_a_crash_with_signal_and_python_stack(isolation_run):
 def test_hang_is_a_timeout(isolation_run):
     s = _stage(isolation_run[1], "probe_hang")
     assert s["status"] == "timeout" and s["failure"]["kind"] == "timeout"
-    assert 8 <= s["seconds"] < 60
+    # the cause names the limit it was killed at (no wall-clock bound here: a loaded CI machine is slow)
+    assert "after the 8 s timeout" in s["failure"]["evidence"]["cause"] and s["seconds"] >= 8
 
 
 def test_sys_exit_is_a_crash_with_exit_code(isolation_run):

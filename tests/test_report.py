@@ -147,3 +147,22 @@ def test_a_report_with_a_kind_this_version_does_not_know_still_reads():
     f = r.probes[0].stages["explain"].findings[0]
     assert (f.kind, f.context["reported_kind"]) == ("unknown", "from-the-future")
     assert r.probes[0].stages["explain"].breaks[0].kind == "unknown"
+
+
+def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch):
+    from tracecheck.render import terminal
+
+    monkeypatch.chdir(tmp_path)
+    f = Finding("pybind-builtin", "s", {"builtin": "ext.fwd"}, {})
+    g = Finding("graph-break", "s", {"gb_type": "x"}, {})
+    fixable = ProbeReport("m.py::probe_a", str(tmp_path / "m.py"), "probe_a",
+                          {"explain": StageResult("explain", FAIL, failure=f, findings=[f])})
+    other = ProbeReport("m.py::probe_b", str(tmp_path / "m.py"), "probe_b",
+                        {"explain": StageResult("explain", FAIL, failure=g, findings=[g])})
+    ok = ProbeReport("m.py::probe_c", str(tmp_path / "m.py"), "probe_c", {"eager": StageResult("eager", PASS)})
+    lines = terminal.next_steps(RunReport([fixable, other, ok], {}, ["eager", "explain"]))
+    assert lines == [
+        "m.py::probe_a: tracecheck fix m.py::probe_a -o fixed_ops.py   (pybind-builtin)",
+        "m.py::probe_b: read docs/failures/graph-break.md (graph-break)",
+        "attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)",
+    ]

@@ -43,6 +43,7 @@ class Progress:
     """Callbacks for a live display; the default does nothing."""
 
     def discovered(self, n_files: int) -> None: ...
+    def loading(self, path: str) -> None: ...
     def planned(self, n_tasks: int) -> None: ...
     def started(self, probe_id: str, stage: str) -> None: ...
     def finished(self, probe_id: str, result: StageResult) -> None: ...
@@ -73,7 +74,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     progress.discovered(len(files))
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
-        probes = _discover(runner, files, opts, root, named)
+        probes = _discover(runner, files, opts, root, named, progress)
         if opts.shard:
             keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
@@ -117,13 +118,13 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
 
 
 def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str,
-              named: dict[str, list[str]]) -> list[ProbeReport]:
+              named: dict[str, list[str]], progress: Progress) -> list[ProbeReport]:
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
     tasks = [Task(f, {"op": "tracecheck.discover:inspect_file", "file": f, "select": opts.select,
                       "only": [opts.only] if opts.only else named.get(f), "root": root}, timeout) for f in files]
     found: dict[str, list[ProbeReport]] = {}
     total_candidates = 0
-    for outcome in runner.run(tasks):
+    for outcome in runner.run(tasks, on_start=lambda t: progress.loading(t.key)):
         path = outcome.task.key
         res = outcome.checked(f"{os.path.relpath(path)}: loading the file")
         total_candidates += res["n_candidates"]

@@ -39,8 +39,21 @@ class _LiveProgress(api.Progress):
         self.task = self.bar.add_task("discovering probes", total=None)
         self.running: list[str] = []
 
+    def _line(self, text: str) -> None:
+        """CI logs (not a terminal) get plain lines instead of the live bar, from the first second on."""
+        if not self.bar.console.is_terminal:
+            self.bar.console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    def discovered(self, n_files: int) -> None:
+        self._line(f"tracecheck: {n_files} model file(s); starting the stage processes (torch preloads once)")
+
+    def loading(self, path: str) -> None:
+        self.bar.update(self.task, description=f"loading {os.path.basename(path)}")
+        self._line(f"loading {os.path.relpath(path)} (its imports run; a C++ extension may build now)")
+
     def planned(self, n_tasks: int) -> None:
         self.bar.update(self.task, total=n_tasks, description="running stages")
+        self._line(f"running {n_tasks} (probe, stage) task(s)")
 
     def started(self, probe_id: str, stage: str) -> None:
         self.running.append(f"{probe_id.split('::')[-1]}:{stage}")
@@ -51,10 +64,8 @@ class _LiveProgress(api.Progress):
         if key in self.running:
             self.running.remove(key)
         self.bar.update(self.task, advance=1, description=", ".join(self.running[-2:]) or "running stages")
-        if not self.bar.console.is_terminal:  # CI logs: one line per finished stage instead of a live bar
-            status = result.status if result.status == PASS or not result.failure else result.failure.kind
-            self.bar.console.print(f"{probe_id} [{result.stage}] {status} ({result.seconds:.1f} s)",
-                                   highlight=False, markup=False, soft_wrap=True)
+        status = result.status if result.status == PASS or not result.failure else result.failure.kind
+        self._line(f"{probe_id} [{result.stage}] {status} ({result.seconds:.1f} s)")
 
 
 SIMPLE_EXIT_CODES_HELP = """\b

@@ -143,6 +143,25 @@ def _dash(value: object) -> str:
     return "–" if value is None else str(value)
 
 
+def next_steps(report: RunReport) -> list[str]:
+    """One line per failing probe: ``tracecheck fix FILE::PROBE`` when a kind it found has a code fix, else the
+    page of its first kind; then how to make an attachment for an issue. Paths relative to the cwd."""
+    lines = []
+    for p in report.probes:
+        v = p.verdict
+        if v.status == PASS:
+            continue
+        node = f"{os.path.relpath(p.file)}::{p.name}"
+        fixable = [k for k in v.kinds if k in kinds() and kinds()[k].code_fix]
+        if fixable:
+            lines.append(f"{node}: tracecheck fix {node} -o fixed_ops.py   ({', '.join(fixable)})")
+        elif v.kinds and v.kinds[0] in kinds():
+            lines.append(f"{node}: read {kinds()[v.kinds[0]].doc} ({v.kinds[0]})")
+    if lines:
+        lines.append("attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)")
+    return lines
+
+
 def render(report: RunReport, console: Console, verbose: bool = False) -> None:
     console.print(environment_line(report))
     console.print(verdict_table(report))
@@ -150,6 +169,11 @@ def render(report: RunReport, console: Console, verbose: bool = False) -> None:
     if ca is not None:
         console.print(ca)
     console.print(findings(report, verbose))
+    steps = next_steps(report)
+    if steps:
+        console.print(Text("\nnext:", style="bold"))
+        for line in steps:
+            console.print(Text(f"  {line}"), soft_wrap=True)
     n_fail = sum(1 for p in report.probes if p.verdict.status != PASS)
     n = len(report.probes)
     console.print(f"\n{n} probe{'s' if n != 1 else ''}, {n_fail} failing, {report.seconds:.1f} s")
