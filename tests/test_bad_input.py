@@ -1,14 +1,19 @@
 """Bad input: one clear line naming the path and the problem, exit 2, no traceback (issue 2, 'Bad input')."""
 
 
+#: what the piped progress lines start with (cli._LiveProgress): they may come before an error found while loading
+PROGRESS = ("tracecheck: ", "loading ", "running ")
+
+
 def assert_usage_error(res, *needles):
     assert res.returncode == 2, (res.stdout, res.stderr)
     lines = [l for l in res.stderr.strip().splitlines() if l.strip()]
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("tracecheck: error:")
+    errors = [l for l in lines if l.startswith("tracecheck: error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], res.stderr      # one line, the last one
+    assert all(l.startswith(PROGRESS) for l in lines), res.stderr       # the rest is progress
     assert "Traceback" not in res.stderr
     for n in needles:
-        assert n in lines[0], lines[0]
+        assert n in errors[0], errors[0]
 
 
 def test_missing_path(tracecheck, tmp_path):
