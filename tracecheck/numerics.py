@@ -327,25 +327,13 @@ class OpInventory:
 
 
 def inventory(run: Callable[[], Any]) -> OpInventory:
-    """Run ``run()`` under a dispatch mode that records the ops; an exception ends the run, not the record."""
-    from .classify import TORCH_NAMESPACES
-    from .report import op_name
+    """Run ``run()`` under ``OpRecorder`` (names only); an exception ends the run, not the record."""
+    from .oprecorder import OpRecorder
 
-    inv = OpInventory()
-
-    class Mode(torch.utils._python_dispatch.TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = op_name(str(func))
-            if func.namespace not in TORCH_NAMESPACES:
-                if name not in inv.custom_ops:
-                    inv.custom_ops.append(name)
-            elif torch.Tag.nondeterministic_seeded in func.tags and name not in inv.random_ops:
-                inv.random_ops.append(name)
-            return func(*args, **(kwargs or {}))
-
+    rec = OpRecorder(record_args=False)
     try:
-        with Mode():
+        with rec:
             run()
     except Exception:
         pass
-    return inv
+    return OpInventory(rec.custom_ops, rec.random_ops)

@@ -10,4 +10,5 @@ import torch.library  # noqa: F401
 import torch.testing._internal.optests  # noqa: F401  (torch.library.opcheck)
 
 from . import capture, discover, stages, worker  # noqa: F401
+from . import oprecorder  # noqa: F401
 from .stages import _compiled_autograd, _execution  # noqa: F401

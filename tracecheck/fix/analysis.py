@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import torch
 
 from .. import capture, classify, discover
+from ..oprecorder import OpRecorder
 from ..stages import _execution as execution
 from . import autograd_fn, codegen, custom_op, observe
 
@@ -64,7 +65,7 @@ def analyze(task: dict[str, Any]) -> dict[str, Any]:
                                "taken by a module the probe imports; choose another file name"}
     kinds = set(task["kinds"])
     calls: dict[type, tuple] = {}
-    recorder = execution.OpRecorder()
+    recorder = OpRecorder()
     with record_function_calls(calls), recorder:
         execution.execute(case.fn, case)  # forward and backward: backward ops are recorded too
     found: list[dict[str, Any]] = []

@@ -24,7 +24,6 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .. import capture, numerics
-from ..classify import TORCH_NAMESPACES
 from ..numerics import BACKWARD, FORWARD
 from ..probe import Case
 from ..reachable import reachable_modules, trainable_parameters
@@ -320,23 +319,5 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f" … [{len(text) - limit} more characters]"
 
 
-class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
-    """Records the first call of every custom op (inputs cloned before the call, which may mutate them)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: dict[Any, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func.namespace not in TORCH_NAMESPACES and func not in self.calls:
-            def snap(t: Any) -> Any:
-                if isinstance(t, torch.Tensor):
-                    c = t.detach().clone()
-                    return c.requires_grad_(t.requires_grad) if t.is_floating_point() else c
-                return t
-
-            self.calls[func] = (pytree.tree_map(snap, tuple(args)), pytree.tree_map(snap, dict(kwargs)))
-        return func(*args, **kwargs)
 
 

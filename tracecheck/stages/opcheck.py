@@ -18,7 +18,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from torch.utils import _pytree as pytree
 
     from .. import capture
-    from ._execution import OpRecorder, phases
+    from ..oprecorder import OpRecorder
+    from ._execution import phases
 
     case = ctx.make_case()
     rec = OpRecorder()

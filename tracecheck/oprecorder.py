@@ -1,0 +1,46 @@
+"""Which ops a run calls, seen below autograd by a ``TorchDispatchMode``: the one recorder behind the opcheck
+stage (the inputs of each custom op's first call), the numeric findings (which custom and random ops ran)
+and ``tracecheck fix`` (the ops a probe's forward and backward call)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from .classify import TORCH_NAMESPACES
+from .report import op_name
+
+
+class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """``calls``: the first call of every custom op (an op outside torch's namespaces), its inputs cloned
+    before the call (which may mutate them), when ``record_args``; ``custom_ops`` and ``random_ops`` (ATen
+    ops tagged ``nondeterministic_seeded``: dropout, bernoulli, rand*): their names, in call order."""
+
+    def __init__(self, record_args: bool = True) -> None:
+        super().__init__()
+        self.record_args = record_args
+        self.calls: dict[Any, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self.custom_ops: list[str] = []
+        self.random_ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace not in TORCH_NAMESPACES:
+            name = op_name(str(func))
+            if name not in self.custom_ops:
+                self.custom_ops.append(name)
+            if self.record_args and func not in self.calls:
+                self.calls[func] = (pytree.tree_map(_snap, tuple(args)), pytree.tree_map(_snap, dict(kwargs)))
+        elif torch.Tag.nondeterministic_seeded in func.tags:
+            name = op_name(str(func))
+            if name not in self.random_ops:
+                self.random_ops.append(name)
+        return func(*args, **kwargs)
+
+
+def _snap(t: Any) -> Any:
+    if isinstance(t, torch.Tensor):
+        c = t.detach().clone()
+        return c.requires_grad_(t.requires_grad) if t.is_floating_point() else c
+    return t
