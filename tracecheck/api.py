@@ -14,7 +14,7 @@ from .report import LOAD_STAGE, SKIP, ProbeReport, RunReport, StageResult
 from .stages import STAGES
 from .stages import get as get_stage
 from .stages import order as stage_order
-from .runner import Outcome, Runner, Task
+from .runner import Outcome, Runner, Task, Template
 
 @dataclass
 class RunOptions:
@@ -37,6 +37,8 @@ class RunOptions:
     steps: int = 3
     #: compiled_autograd stage: also run with a second input shape (batch dim x10) to show shape recompiles
     dynamic: bool = False
+    #: import each model file afresh in every stage process instead of once per file (template.py)
+    fresh_imports: bool = False
 
 
 class Progress:
@@ -44,6 +46,7 @@ class Progress:
 
     def discovered(self, n_files: int) -> None: ...
     def loading(self, path: str) -> None: ...
+    def note(self, line: str) -> None: ...
     def planned(self, n_tasks: int) -> None: ...
     def started(self, probe_id: str, stage: str) -> None: ...
     def finished(self, probe_id: str, result: StageResult) -> None: ...
@@ -74,21 +77,23 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     progress.discovered(len(files))
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
-        probes = _discover(runner, files, opts, root, named, progress)
+        probes, templates, custom_ops = _discover(runner, files, opts, root, named, progress)
         if opts.shard:
             keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
-        tasks = [Task((p.id, stage), {"op": "tracecheck.worker:run_stage", "file": p.file, "probe": p.name,
-                                      "stage": stage, "device": device, "trace_dir": _trace_dir(opts, p, stage),
-                                      "options": _options(opts, stage)}, opts.timeout_s)
-                 for p in probes if not _setup_failed(p) for stage in stages]
+        # opcheck has work only where a custom op exists: registered by the file, its imports or its probes
+        # (discovery), or lazily during the eager run (then it runs after the others)
+        deferred = {p.id for p in probes if "opcheck" in stages and "eager" in stages
+                    and not custom_ops.get(p.file)}
+        tasks = _stage_tasks(opts, files, probes, stages, device, templates, skip={(i, "opcheck") for i in deferred})
         progress.planned(len(tasks))
-        by_id = {p.id: p for p in probes}
-        for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key)):
-            probe_id, stage = outcome.task.key
-            result = _stage_result(stage, outcome)
-            by_id[probe_id].stages[stage] = result
-            progress.finished(probe_id, result)
+        _run_stage_tasks(runner, tasks, probes, progress)
+        late = [p for p in probes if p.id in deferred and not _setup_failed(p)
+                and (p.stages.get("eager") or StageResult("eager", SKIP)).extra.get("registered_custom_ops")]
+        _run_stage_tasks(runner, _stage_tasks(opts, files, late, ["opcheck"], device, {}, skip=set()), probes, progress)
+        for p in probes:
+            if p.id in deferred and "opcheck" not in p.stages and not _setup_failed(p):
+                p.stages["opcheck"] = StageResult("opcheck", SKIP, skip_reason=NO_CUSTOM_OP)
     for p in probes:
         if _setup_failed(p):
             for stage in stages:
@@ -97,6 +102,31 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         p.stages = _ordered(p.stages)
     return RunReport(probes=probes, environment=environment.collect(device), stages=stages,
                      command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))
+
+
+def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport], progress: Progress) -> None:
+    by_id = {p.id: p for p in probes}
+    for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key)):
+        probe_id, stage = outcome.task.key
+        by_id[probe_id].stages[stage] = result = _stage_result(stage, outcome)
+        progress.finished(probe_id, result)
+
+
+#: opcheck's skip reason when the runner starts no opcheck process
+NO_CUSTOM_OP = ("no custom op is registered (not by the file, its imports or its probes, nor during the eager "
+                "run); no opcheck process was started")
+
+
+def _stage_tasks(opts: RunOptions, files: list[str], probes: list[ProbeReport], stages: list[str], device: str,
+                 templates: dict[str, Template], skip: set[tuple[str, str]]) -> list[Task]:
+    """One task per (probe, stage): a file's tasks together (its template can stop after them), the costliest
+    stages first within it (a long stage started last would leave a core idle at the end)."""
+    by_cost = sorted(stages, key=lambda s: -get_stage(s).cost)
+    return [Task((p.id, stage), {"op": "tracecheck.worker:run_stage", "file": p.file, "probe": p.name,
+                                 "stage": stage, "device": device, "trace_dir": _trace_dir(opts, p, stage),
+                                 "options": _options(opts, stage)}, opts.timeout_s, template=templates.get(p.file))
+            for f in files for stage in by_cost for p in probes
+            if p.file == f and not _setup_failed(p) and (p.id, stage) not in skip]
 
 
 def trace_subdir(probe_id: str, stage: str) -> str:
@@ -117,17 +147,28 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
     return dict(sorted(stages.items(), key=lambda kv: stage_order(kv[0])))
 
 
-def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str,
-              named: dict[str, list[str]], progress: Progress) -> list[ProbeReport]:
+def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, named: dict[str, list[str]],
+              progress: Progress) -> tuple[list[ProbeReport], dict[str, Template], dict[str, list[str]]]:
+    """Load each file once (in parallel) and list its probes; unless ``fresh_imports``, each loading process
+    stays up as the template its stage processes fork from."""
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
     tasks = [Task(f, {"op": "tracecheck.discover:inspect_file", "file": f, "select": opts.select,
-                      "only": [opts.only] if opts.only else named.get(f), "root": root}, timeout) for f in files]
+                      "only": [opts.only] if opts.only else named.get(f), "root": root}, timeout,
+                  serve=not opts.fresh_imports) for f in files]
     found: dict[str, list[ProbeReport]] = {}
+    templates: dict[str, Template] = {}
+    custom_ops: dict[str, list[str]] = {}
     total_candidates = 0
     for outcome in runner.run(tasks, on_start=lambda t: progress.loading(t.key)):
         path = outcome.task.key
         res = outcome.checked(f"{os.path.relpath(path)}: loading the file")
+        if outcome.template is not None:
+            templates[path] = outcome.template
+        elif outcome.why_not_template and not opts.fresh_imports:
+            progress.note(f"{os.path.relpath(path)}: each stage process imports it afresh "
+                          f"({outcome.why_not_template})")
         total_candidates += res["n_candidates"]
+        custom_ops[path] = res.get("custom_ops", [])
         reports = []
         for entry in res["probes"]:
             if entry.get("bad_shape"):
@@ -144,12 +185,14 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str,
             raise UsageError(f"{discover.probe_id(path, missing[0], root)}: no such probe in the file "
                              f"(its probes: {have})")
     probes = [p for f in files for p in found.get(f, [])]
+    for path in set(templates) - {p.file for p in probes if not _setup_failed(p)}:
+        templates.pop(path).close()  # nothing to fork for
     if not probes:
         what = f"matching -k {opts.select!r}" if opts.select and total_candidates else \
             f"named {opts.only!r}" if opts.only and total_candidates else \
             "(no probe() / probe_<name>() functions or @tracecheck.probe)"
         raise UsageError(f"{' '.join(opts.paths)}: no probes found {what}")
-    return probes
+    return probes, templates, custom_ops
 
 
 def _options(opts: RunOptions, stage: str) -> dict[str, Any]:

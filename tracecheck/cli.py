@@ -51,6 +51,9 @@ class _LiveProgress(api.Progress):
         self.bar.update(self.task, description=f"loading {os.path.basename(path)}")
         self._line(f"loading {os.path.relpath(path)} (its imports run; a C++ extension may build now)")
 
+    def note(self, line: str) -> None:
+        self.bar.console.print(line, highlight=False, markup=False, soft_wrap=True)
+
     def planned(self, n_tasks: int) -> None:
         self.bar.update(self.task, total=n_tasks, description="running stages")
         self._line(f"running {n_tasks} (probe, stage) task(s)")
@@ -121,9 +124,11 @@ def cli() -> None:
               help="compiled_autograd stage: training steps per run (warm-up is 2).")
 @click.option("--dynamic", is_flag=True,
               help="compiled_autograd stage: add steps with a second input shape (batch dim x10).")
+@click.option("--fresh-imports", is_flag=True,
+              help="Import each model file afresh in every stage process, not once per file (slower).")
 @click.option("-v", "--verbose", is_flag=True, help="Full evidence: tracebacks, messages, stderr tails.")
 def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, redact, trace_dir, baseline_path,
-        update_baseline, junit_path, shard, steps, dynamic, verbose):
+        update_baseline, junit_path, shard, steps, dynamic, fresh_imports, verbose):
     """Diagnose the probes in PATHS (model files or directories) under every stage."""
     console = Console(stderr=True)
     out = _stdout()
@@ -149,7 +154,7 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
         opts = api.RunOptions(paths=list(paths), stages=[s.strip() for s in stages.split(",") if s.strip()],
                               select=select, jobs=jobs, timeout_s=timeout_s, device=device,
                               command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir,
-                                  steps=steps, dynamic=dynamic)
+                              steps=steps, dynamic=dynamic, fresh_imports=fresh_imports)
         live = _LiveProgress(console)
         with live.bar:
             report = api.run(opts, live)

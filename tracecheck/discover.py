@@ -114,8 +114,17 @@ def module_name_for(path: str) -> str:
     return stem if spec is None or same_file else f"tc_model_{stem}"
 
 
+#: model files this process has imported, by absolute path: a stage process forked from a template (template.py)
+#: finds its file here, imported once, instead of importing it again
+_LOADED: dict[str, ModuleType] = {}
+
+
 def load_module(path: str) -> ModuleType:
-    """Import a model file with its folder on sys.path. Raises UsageError naming the user's line."""
+    """Import a model file with its folder on sys.path, once per process. Raises UsageError naming the user's
+    line."""
+    key = os.path.abspath(path)
+    if key in _LOADED:
+        return _LOADED[key]
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)
@@ -132,6 +141,7 @@ def load_module(path: str) -> ModuleType:
         raise UsageError(f"{where}: syntax error: {e.msg}: {(e.text or '').strip()}"[:300]) from e
     except BaseException as e:  # an import error, or any exception at module level
         raise UsageError(f"{path}: {_where(e, path)}{type(e).__name__}: {e}".splitlines()[0]) from e
+    _LOADED[key] = module
     return module
 
 
@@ -183,7 +193,9 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
     what it registers (``capture.OpRegistrationWatch``). ``-k`` (``task["select"]``) matches probe ids relative
     to ``task["root"]`` (``rootdir``)."""
     from . import capture
+    from .oprecorder import registered_custom_ops
 
+    ops_before = registered_custom_ops()
     path, select = task["file"], task.get("select")
     only = set(task["only"]) if task.get("only") else None  # probe names asked for by ``file.py::name``
     root = task.get("root") or os.path.dirname(path)
@@ -211,7 +223,9 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
             entry["registrations"] = file_events + watch.events[before:]
             probes.append(entry)
     names = [name for name, _ in find_probes(module)]
-    return {"probes": probes, "n_candidates": len(names), "names": names}
+    # no custom op registered by the file, its imports or its probes: the runner can skip opcheck (api.py)
+    return {"probes": probes, "n_candidates": len(names), "names": names,
+            "custom_ops": sorted(registered_custom_ops() - ops_before)}
 
 
 def _required_params(fn: Callable[..., Any]) -> list[str]:

@@ -109,3 +109,19 @@ def collect_env_summary() -> dict[str, Any]:
         if value not in (None, "", "N/A", "Could not collect"):
             out[name] = value
     return out
+
+
+def initialised_device() -> str | None:
+    """The device runtime this process has initialised (``"CUDA"``, ``"NPU"``, ``"XPU"``), or None. A process
+    that has one must not fork: the child cannot use the parent's device context (torch raises "Cannot
+    re-initialize CUDA in forked subprocess"), so a template that initialised one stops serving (template.py)."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        return "CUDA"
+    for name in ("npu", "xpu"):  # torch.npu exists only once torch_npu is imported
+        backend = getattr(torch, name, None)
+        is_init = getattr(backend, "is_initialized", None)
+        if callable(is_init) and is_init():
+            return name.upper()
+    return None

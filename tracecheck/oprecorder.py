@@ -44,3 +44,9 @@ def _snap(t: Any) -> Any:
         c = t.detach().clone()
         return c.requires_grad_(t.requires_grad) if t.is_floating_point() else c
     return t
+
+
+def registered_custom_ops() -> set[str]:
+    """Names of the ops registered in this process outside torch's namespaces. Compared before and after loading
+    a file or running a probe, the difference is the custom ops that file or run registered."""
+    return {n for n in torch._C._dispatch_get_all_op_names() if n.split("::")[0] not in TORCH_NAMESPACES}

@@ -59,6 +59,8 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
                                         for t, v in tests.items()} for op, tests in raw["opcheck"].items()}
     if raw.get("explain_reasons"):
         result.extra["explain_reasons"] = raw["explain_reasons"]
+    if raw.get("registered_custom_ops"):
+        result.extra["registered_custom_ops"] = raw["registered_custom_ops"]
     if raw.get("extra"):
         result.extra.update(raw["extra"])
     return result

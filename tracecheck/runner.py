@@ -2,8 +2,10 @@
 
 Processes come from a multiprocessing fork server that has already imported torch and the compiler stack
 (tracecheck/preload.py): each task is a fresh fork (fresh Dynamo counters, caches, warn-once state and op
-registry) without paying the ~5 s import again. A child that dies (signal, ``sys.exit``, OOM kill) or
-overruns its timeout becomes an outcome like any other; the others are unaffected.
+registry) without paying the ~5 s import again. A task marked ``serve`` becomes a template once its result is
+in (template.py: the model file stays imported); tasks naming that template are forked from it, so the file's
+imports load once. A child that dies (signal, ``sys.exit``, OOM kill) or overruns its timeout becomes an
+outcome like any other; the others are unaffected.
 """
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ class Task:
     key: Any
     payload: dict[str, Any]
     timeout_s: float
+    #: once its result is written, the process stays up as a template (``Outcome.template``)
+    serve: bool = False
+    #: fork the task from this template; from the fork server when None or when the template is gone
+    template: "Template | None" = None
 
 
 @dataclass
@@ -39,6 +45,9 @@ class Outcome:
     log_tail: str
     #: the child never created its log file: tracecheck's own set-up failed, not the probe
     setup_failed: bool = False
+    #: a ``serve`` task's process, up and ready to fork; None when it could not serve (``why_not_template``)
+    template: "Template | None" = None
+    why_not_template: str | None = None
 
     @property
     def died(self) -> str | None:
@@ -94,6 +103,120 @@ def _context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
+class Template:
+    """The runner's side of a template process (template.py): ask it to fork a task, hear when those exit."""
+
+    def __init__(self, proc: Any, conn: Any) -> None:
+        self.proc, self.conn = proc, conn
+        self.exits: dict[int, int] = {}  # pid -> exit code, as the template reported them
+        self.alive = True
+
+    def fork(self, args: tuple[Any, ...]) -> int | None:
+        """The pid of a new process running ``worker.child_main(*args)``; None if the template is gone."""
+        if not self.alive:
+            return None
+        try:
+            self.conn.send(("fork", *args))
+            while self.conn.poll(30):
+                msg = self.conn.recv()
+                if msg[0] == "pid":
+                    return msg[1]
+                self._note(msg)
+        except (OSError, EOFError):
+            pass
+        self.close()
+        return None
+
+    def drain(self) -> None:
+        """Read what the template reported so far (exits), without blocking."""
+        try:
+            while self.alive and self.conn.poll():
+                self._note(self.conn.recv())
+        except (OSError, EOFError):
+            self.alive = False  # died: what it forked is orphaned; the runner kills those by process group
+
+    def _note(self, msg: tuple[Any, ...]) -> None:
+        if msg[0] == "exit":
+            self.exits[msg[1]] = msg[2]
+
+    def close(self) -> None:
+        """Stop the template (its running stage processes are the runner's to kill)."""
+        self.alive = False
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        self.proc.join(timeout=2)
+        if self.proc.exitcode is None:
+            _kill_group(self.proc)
+        self.proc.join()
+
+
+class _Spawned:
+    """A task process from the fork server. ``serve``: it reports ``("ready", why_not)`` on ``conn``, after
+    which it is done (stays up as a template, or exits)."""
+
+    def __init__(self, proc: Any, conn: Any = None) -> None:
+        self.proc, self.conn, self.pid = proc, conn, proc.pid
+        self.ready: tuple[Any, ...] | None = None
+        self.waitable = conn if conn is not None else proc.sentinel
+
+    def done(self) -> bool:
+        if self.conn is None or self.ready is not None:
+            return self.proc.exitcode is not None
+        try:
+            if self.conn.poll():
+                self.ready = self.conn.recv()
+                return True
+        except (OSError, EOFError):
+            self.ready = ("died",)
+        return self.ready is not None or self.proc.exitcode is not None
+
+    def kill(self) -> None:
+        if self.proc.exitcode is None:
+            self.proc.kill()
+
+    def serving(self) -> bool:
+        return bool(self.ready and self.ready[0] == "ready" and self.ready[1] is None)
+
+    def finish(self, timed_out: bool) -> int | None:
+        if self.serving():
+            return None  # the template lives on
+        self.proc.join(timeout=0 if timed_out else 5)
+        _kill_group(self)  # also reaps what the probe spawned into its group and left running
+        self.proc.join()
+        if self.conn is not None:
+            self.conn.close()
+        return self.proc.exitcode
+
+
+class _Forked:
+    """A task process forked from a template: the template is its parent and reports its exit."""
+
+    def __init__(self, template: Template, pid: int) -> None:
+        self.template, self.pid = template, pid
+        self.waitable = template.conn
+
+    def kill(self) -> None:
+        if self.template.alive and self.pid not in self.template.exits:  # else the pid may be reused
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def done(self) -> bool:
+        self.template.drain()
+        return self.pid in self.template.exits or not self.template.alive
+
+    def finish(self, timed_out: bool) -> int | None:
+        _kill_group(self)  # also what the probe spawned into its group
+        deadline = time.monotonic() + 5
+        while self.template.alive and self.pid not in self.template.exits and time.monotonic() < deadline:
+            self.template.conn.poll(0.05)
+            self.template.drain()
+        return self.template.exits.pop(self.pid, None)
+
+
 class Runner:
     """Run ``Task``s ``jobs`` at a time; ``run`` yields ``Outcome``s as they finish."""
 
@@ -103,8 +226,11 @@ class Runner:
         self._ctx = _context()
         self._tmp = tempfile.TemporaryDirectory(prefix="tracecheck-")
         self._counter = 0
+        self._templates: list[Template] = []
 
     def close(self) -> None:
+        for t in self._templates:
+            t.close()
         self._tmp.cleanup()
 
     def __enter__(self) -> "Runner":
@@ -116,14 +242,43 @@ class Runner:
     def run(self, tasks: list[Task], on_start: Callable[[Task], None] | None = None) -> Iterator[Outcome]:
         """Yield an Outcome per task as it finishes. On any exit (an exception, Ctrl-C, SIGTERM/SIGHUP turned
         into KeyboardInterrupt by the CLI, or the caller abandoning the iterator) every running task's process group is
-        killed, so no probe keeps running behind tracecheck."""
+        killed, so no probe keeps running behind tracecheck. A template is stopped once no task of this run
+        needs it any more."""
         running: dict[int, tuple[Task, Any, float, str, str]] = {}
+        users: dict[int, int] = {}
+        for t in tasks:
+            if t.template is not None:
+                users[id(t.template)] = users.get(id(t.template), 0) + 1
         try:
-            yield from self._schedule(deque(tasks), running, on_start)
+            for outcome in self._schedule(deque(tasks), running, on_start):
+                tpl = outcome.task.template
+                if tpl is not None:
+                    users[id(tpl)] -= 1
+                    if users[id(tpl)] == 0:
+                        tpl.close()
+                yield outcome
         finally:
-            for _, proc, _, _, _ in running.values():
-                _kill_group(proc)
-                proc.join(timeout=5)
+            for _, handle, _, _, _ in running.values():
+                _kill_group(handle)
+                handle.finish(True)
+
+    def _start(self, task: Task, result_path: str, log_path: str) -> Any:
+        args = (task.payload, result_path, log_path, self.threads)
+        if task.template is not None:
+            pid = task.template.fork(args)
+            if pid is not None:
+                return _Forked(task.template, pid)
+        if task.serve:
+            from . import template
+
+            mine, theirs = self._ctx.Pipe()
+            proc = self._ctx.Process(target=template.serve, args=(*args, theirs), daemon=True)
+            proc.start()
+            theirs.close()
+            return _Spawned(proc, mine)
+        proc = self._ctx.Process(target=worker.child_main, args=args, daemon=True)
+        proc.start()
+        return _Spawned(proc)
 
     def _schedule(self, pending: deque, running: dict, on_start: Callable[[Task], None] | None) -> Iterator[Outcome]:
         while pending or running:
@@ -134,37 +289,43 @@ class Runner:
                 os.makedirs(self._tmp.name, exist_ok=True)
                 result_path = os.path.join(self._tmp.name, f"{self._counter}.json")
                 log_path = os.path.join(self._tmp.name, f"{self._counter}.log")
-                proc = self._ctx.Process(target=worker.child_main,
-                                         args=(task.payload, result_path, log_path, self.threads), daemon=True)
-                proc.start()
-                running[proc.sentinel] = (task, proc, time.monotonic(), result_path, log_path)
+                handle = self._start(task, result_path, log_path)
+                running[self._counter] = (task, handle, time.monotonic(), result_path, log_path)
                 if on_start:
                     on_start(task)
             now = time.monotonic()
             next_deadline = min(start + t.timeout_s for t, _, start, _, _ in running.values())
-            ready = wait(list(running), timeout=max(0.0, min(next_deadline - now, 1.0)))
+            waitables = list({id(h.waitable): h.waitable for _, h, _, _, _ in running.values()}.values())
+            wait(waitables, timeout=max(0.0, min(next_deadline - now, 1.0)))
             now = time.monotonic()
-            for sentinel in list(running):
-                task, proc, start, result_path, log_path = running[sentinel]
+            for key in list(running):
+                task, handle, start, result_path, log_path = running[key]
                 timed_out = False
-                if sentinel not in ready:
+                if not handle.done():
                     if now - start < task.timeout_s:
                         continue
                     timed_out = True
-                proc.join(timeout=0 if timed_out else None)
-                _kill_group(proc)  # also reaps what the probe spawned into its group and left running
-                proc.join()
-                del running[sentinel]
-                yield Outcome(task, None if timed_out else _read_message(result_path), proc.exitcode, timed_out,
-                              now - start, _tail(log_path), setup_failed=not os.path.exists(log_path))
+                    _kill_group(handle)
+                exitcode = handle.finish(timed_out)
+                del running[key]
+                outcome = Outcome(task, None if timed_out else _read_message(result_path), exitcode, timed_out,
+                                  now - start, _tail(log_path), setup_failed=not os.path.exists(log_path))
+                if isinstance(handle, _Spawned) and task.serve and not timed_out:
+                    if handle.serving():
+                        outcome.template = Template(handle.proc, handle.conn)
+                        self._templates.append(outcome.template)
+                    else:
+                        outcome.why_not_template = handle.ready[1] if handle.ready and len(handle.ready) > 1 \
+                            else "the process ended"
+                yield outcome
 
 
 def _kill_group(proc: Any) -> None:
+    """SIGKILL a task process's group: a multiprocessing Process, or a handle (``_Spawned``, ``_Forked``)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child called setpgrp(): pgid == pid
     except (ProcessLookupError, PermissionError):
-        if proc.exitcode is None:
-            proc.kill()
+        proc.kill()  # not in its own group yet: the process alone
 
 
 def _read_message(path: str) -> protocol.Message | None:

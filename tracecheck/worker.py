@@ -26,9 +26,9 @@ SAFEPATH_MARK = "TRACECHECK_SET_PYTHONSAFEPATH"
 MAX_FILE_BYTES = 1 << 30
 
 
-def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: int) -> None:
+def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: int) -> protocol.Message:
     """Entry point of a task process: run ``task["op"]`` and write its ``protocol`` message to
-    ``result_path`` (JSON), unless the process dies first."""
+    ``result_path`` (JSON), unless the process dies first. Returns the message (template.serve reads it)."""
     os.setpgrp()  # own process group: the parent can kill whatever the probe spawned on timeout
     if os.environ.pop(SAFEPATH_MARK, None):  # tracecheck's, for the fork server only: not the probe's
         os.environ.pop("PYTHONSAFEPATH", None)
@@ -60,6 +60,7 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
     os.replace(tmp, result_path)
     sys.stdout.flush()
     sys.stderr.flush()
+    return message
 
 
 def task_function(op: str) -> Callable[[dict[str, Any]], dict[str, Any]]:

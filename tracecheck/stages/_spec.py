@@ -33,7 +33,8 @@ class StageSpec:
     imports torch itself, so declaring a stage costs the CLI nothing. ``forward_only``: the stage checks the
     forward by design (no ``✓ fwd`` mark). ``needs``: what the stage needs to have work, documented and shown
     in skip reasons (``"backward"``, ``"custom ops"``). ``options``: the ``RunOptions`` fields it reads.
-    ``counts``: keys it adds to ``StageResult.extra`` that a baseline compares, with how.
+    ``counts``: keys it adds to ``StageResult.extra`` that a baseline compares, with how. ``cost``: its
+    relative run time, measured on probes/ and tiny transformers models; the runner starts costlier stages first.
     """
 
     name: str
@@ -44,3 +45,4 @@ class StageSpec:
     needs: tuple[str, ...] = ()
     options: tuple[str, ...] = ()
     counts: dict[str, str] = field(default_factory=dict)
+    cost: int = 1

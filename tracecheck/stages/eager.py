@@ -8,14 +8,19 @@ from ._spec import StageContext, StageSpec
 
 def run(ctx: StageContext) -> dict[str, Any]:
     from .. import capture
+    from ..oprecorder import registered_custom_ops
     from ._execution import execute, phases
 
+    before = registered_custom_ops()
     with capture.WarningCollector() as w:
         case = ctx.make_case()
         ex = execute(case.fn, case)
-    return {"error": ex.error, "warnings": w.messages, "ran_backward": ex.ran_backward, "phases": phases(ex)}
+    # a custom op registered only now (an extension loaded on first call): api.py runs opcheck after all
+    lazy = sorted(registered_custom_ops() - before)
+    return {"error": ex.error, "warnings": w.messages, "ran_backward": ex.ran_backward, "phases": phases(ex),
+            "registered_custom_ops": lazy}
 
 
 SPEC = StageSpec(
-    name="eager", order=10, run=run,
+    name="eager", order=10, cost=0, run=run,
     summary="the reference outputs and gradients; a missing autograd formula shows here, at backward")

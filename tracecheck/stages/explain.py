@@ -28,5 +28,5 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="explain", order=20, run=run, forward_only=True,
+    name="explain", order=20, cost=1, run=run, forward_only=True,
     summary="torch._dynamo.explain: graph count, and graph breaks counted from the structured trace")

@@ -12,5 +12,5 @@ def run(ctx: StageContext) -> dict[str, Any]:
     return run_compiled(ctx.make_case, "inductor")
 
 
-SPEC = StageSpec(name="inductor", order=40, run=run,
+SPEC = StageSpec(name="inductor", order=40, cost=3, run=run,
                  summary="the same with backend=\"inductor\" (fallback_random=True)")

@@ -45,5 +45,5 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="opcheck", order=60, run=run, needs=("custom ops",),
+    name="opcheck", order=60, cost=1, run=run, needs=("custom ops",),
     summary="torch.library.opcheck on every custom op the probe calls, with the inputs it called them with")

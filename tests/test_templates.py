@@ -1,0 +1,103 @@
+"""A model file is imported once per run, in its template process, and each (probe, stage) process is forked
+from it (tracecheck/template.py); where that is unsafe or unwanted, each stage process imports it afresh.
+Observed from outside: every import of the model file appends a line to a file the test reads."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+COUNTED = '''
+import os, torch
+with open(os.environ["IMPORT_LOG"], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+{extra}
+
+def _f(x):
+    return torch.sin(x) * 2
+
+def probe_a():
+    return _f, (torch.randn(4, requires_grad=True),)
+
+def probe_b():
+    return _f, (torch.randn(3),)
+'''
+
+
+def _run(tmp_path, extra="", *args):
+    model = tmp_path / "counted.py"
+    model.write_text(COUNTED.replace("{extra}", extra))
+    log = tmp_path / "imports.log"
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(model), "--stages", "eager,explain",
+                           "--json", str(out), *args], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**__import__("os").environ, "IMPORT_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    verdicts = {(p["name"], s): r["status"] for p in report["probes"] for s, r in p["stages"].items()}
+    return log.read_text().split(), verdicts, proc.stderr
+
+
+def test_the_file_is_imported_once_for_all_its_stages(tmp_path):
+    imports, verdicts, _ = _run(tmp_path)
+    assert len(imports) == 1  # discovery, in the template; the 4 stage processes are forks of it
+    assert set(verdicts.values()) == {"pass"} and len(verdicts) == 4
+
+
+def test_fresh_imports_imports_the_file_in_every_stage_process(tmp_path):
+    imports, verdicts, _ = _run(tmp_path, "", "--fresh-imports")
+    assert len(imports) == 1 + 4 and len(set(imports)) == 5  # discovery + 2 probes x 2 stages, each its own pid
+    assert set(verdicts.values()) == {"pass"}
+
+
+def test_a_file_that_initialises_a_device_is_never_forked_after(tmp_path):
+    # a CPU machine cannot initialise CUDA; the file makes torch say it did, which is what the template checks
+    imports, verdicts, stderr = _run(tmp_path, "torch.cuda.is_initialized = lambda: True")
+    assert len(imports) == 1 + 4
+    assert "counted.py: each stage process imports it afresh (the file initialised CUDA" in stderr
+    assert set(verdicts.values()) == {"pass"}
+
+
+LAZY = '''
+import torch
+
+def _f(x):
+    if not hasattr(torch.ops.tc_lazy, "double"):   # an extension that registers its op on first call
+        @torch.library.custom_op("tc_lazy::double", mutates_args=())
+        def double(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+    return torch.ops.tc_lazy.double(x)
+
+def probe_lazy():
+    return _f, (torch.randn(4),)
+'''
+
+PLAIN = '''
+import torch
+
+def probe_plain():
+    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)
+'''
+
+
+@pytest.mark.parametrize("source, opcheck", [
+    (PLAIN, ("skip", "no custom op is registered")),
+    # registered only during the eager run: opcheck runs after the others, and finds what opcheck finds on a
+    # custom_op without register_fake (its test_faketensor fails)
+    (LAZY, ("fail", None)),
+])
+def test_opcheck_runs_only_where_a_custom_op_exists(tmp_path, source, opcheck):
+    (tmp_path / "m.py").write_text(source)
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "m.py"), "--stages",
+                           "eager,opcheck", "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == (0 if opcheck[0] == "skip" else 1), proc.stderr
+    (probe,) = json.loads(out.read_text())["probes"]
+    result = probe["stages"]["opcheck"]
+    assert result["status"] == opcheck[0]
+    if opcheck[1]:
+        assert result["skip_reason"].startswith(opcheck[1])
+    else:
+        assert result["extra"]["opcheck"]["tc_lazy::double"]["test_faketensor"] == "FAIL"
+        assert result["failure"]["kind"] == "missing-fake"
