@@ -99,5 +99,5 @@ def test_opcheck_runs_only_where_a_custom_op_exists(tmp_path, source, opcheck):
     if opcheck[1]:
         assert result["skip_reason"].startswith(opcheck[1])
     else:
-        assert result["extra"]["opcheck"]["tc_lazy::double"]["test_faketensor"] == "FAIL"
+        assert result["extra"]["opcheck"]["tc_lazy.double.default"]["test_faketensor"] == "FAIL"
         assert result["failure"]["kind"] == "missing-fake"
