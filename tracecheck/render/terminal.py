@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import os
 
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console, Group
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -18,11 +21,21 @@ _ICON = {PASS: "✓", SKIP: "–", FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗"}
 _STYLE = {PASS: "green", SKIP: "dim", FAIL: "red", TIMEOUT: "magenta", CRASH: "magenta"}
 
 
-def cell(result: StageResult | None) -> Text:
+def cell(result: StageResult | None, wrap: bool = False) -> Text:
+    """``✓``, ``✓ fwd``, ``✗ kind, kind``; ``wrap``: the mark, then each kind on its own lines, broken after
+    its hyphens, so a narrow column shows whole words instead of ``pybind-bu…``."""
     c = view.cell(result)
     if c is None:
         return Text("")
+    if wrap and c.kinds and c.status != PASS:
+        words = "\n".join(w for k in c.kinds for w in _hyphen_split(k))
+        return Text(f"{_ICON[c.status]}\n{words}", style=_STYLE[c.status])
     return Text(" ".join(x for x in (_ICON[c.status], c.label) if x), style=_STYLE[c.status])
+
+
+def _hyphen_split(kind: str) -> list[str]:
+    parts = kind.split("-")
+    return [p + "-" for p in parts[:-1]] + parts[-1:]
 
 
 def short_labels(report: RunReport) -> dict[str, str]:
@@ -32,22 +45,81 @@ def short_labels(report: RunReport) -> dict[str, str]:
     return {pid: (pid if b in clash else b) for pid, b in base.items()}
 
 
-def verdict_table(report: RunReport) -> Table:
+_CAPTION = ("✓ fwd: passed, forward only (nothing trains: no input or parameter requires grad, or no floating "
+            "output). breaks: graph breaks, tracecheck's count in the explain stage (structured trace, "
+            "deduplicated by gb_type and user line); explain()'s own number is noted where it differs. – not "
+            "measured or skipped")
+
+#: verdict table layouts, tried in order until one shows every heading and kind whole at the console's width,
+#: first with the probe ids whole, then folded: (short stage headings, kinds wrapped at hyphens, probes
+#: numbered with a legend; the last resort)
+_LAYOUTS = ((False, False, False), (True, False, False), (True, True, False), (True, True, True))
+
+
+def verdict_table(report: RunReport, width: int = 160) -> Table:
+    """The probes x stages verdicts, laid out for ``width`` columns: full stage names and one-line cells where
+    they fit; else short headings; else kinds broken at their hyphens; else probes numbered, ids in the
+    caption. Kind names and the breaks column are never cut: every column but the probe's is given the width
+    of its widest line, and a layout is used only if those widths fit."""
+    tables = [_verdict_table(report, *layout) for layout in _LAYOUTS]
+    for fold in (False, True):  # probe ids whole if any layout allows it, else folded to PROBE_MIN_WIDTH
+        for table in tables[:-1]:
+            if _min_width(table, fold) <= width:
+                return table
+    return tables[-1]
+
+
+#: the probe column folds, down to this width, before a more compact layout is tried
+PROBE_MIN_WIDTH = 16
+
+
+def _verdict_table(report: RunReport, short: bool, wrap: bool, numbered: bool) -> Table:
     columns = view.columns(report)
-    table = Table(title="tracecheck verdicts", title_justify="left", caption_justify="left",
-                  caption="✓ fwd: passed, forward only (nothing trains: no input or parameter requires grad, or no "
-                          "floating output). graph breaks: "
-                          "tracecheck's count in the explain stage (structured trace, deduplicated by gb_type and "
-                          "user line); explain()'s own number is noted where it differs; – not measured")
-    table.add_column("probe", overflow="fold", min_width=24)
-    for c in columns:
-        table.add_column(c)
-    table.add_column("graph breaks", justify="right")
-    labels = short_labels(report)
-    for p in report.probes:
-        table.add_row(labels[p.id], *[cell(p.stages.get(c)) for c in columns],
-                      _dash(p.graph_breaks))
+    headings = {c: (_heading(c) if short else c) for c in columns}
+    notes = [f"{h} = {c}" for c, h in headings.items() if h != c]
+    files = {p.file for p in report.probes}
+    one_file = len(files) == 1 and report.probes[0].id.endswith("::" + report.probes[0].name)
+    labels = {p.id: p.name for p in report.probes} if one_file else short_labels(report)
+    if numbered:
+        notes += [f"{i} = {labels[p.id]}" for i, p in enumerate(report.probes, 1)]
+    caption = _CAPTION + (". " + "; ".join(notes) if notes else "")
+    title = "tracecheck verdicts" + (f": {report.probes[0].id.rsplit('::', 1)[0]}" if one_file else "")
+    table = Table(title=title, title_justify="left", caption_justify="left", caption=caption,
+                  box=box.SIMPLE_HEAD if short else box.HEAVY_HEAD, pad_edge=not short, show_edge=not short,
+                  padding=(0, 1, 0, 0) if short else (0, 1))
+    rows = [[cell(p.stages.get(c), wrap) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
+    first = [str(i) for i in range(1, len(rows) + 1)] if numbered else [labels[p.id] for p in report.probes]
+    table.add_column("#" if numbered else "probe", overflow="fold",
+                     min_width=max(map(len, first)) if numbered else PROBE_MIN_WIDTH)
+    for i, heading in enumerate([*headings.values(), "breaks" if short else "graph breaks"]):
+        widest = max([cell_len(line) for r in rows for line in r[i].plain.splitlines()] + [cell_len(heading)])
+        table.add_column(heading, min_width=widest, no_wrap=True,
+                         justify="right" if i == len(headings) else "left")
+    for label, row in zip(first, rows):
+        table.add_row(label, *row)
     return table
+
+
+def _min_width(table: Table, fold: bool) -> int:
+    """The narrowest the table draws with every column at its ``min_width``; the probe column folded to its own
+    ``min_width`` (``fold``) or as wide as its longest id."""
+    import io
+
+    probe = table.columns[0]
+    saved = probe.max_width
+    probe.max_width = probe.min_width if fold else None
+    try:
+        console = Console(file=io.StringIO(), width=10_000)
+        return Measurement.get(console, console.options, table).minimum
+    finally:
+        probe.max_width = saved
+
+
+def _heading(stage: str) -> str:
+    from ..stages import REGISTRY
+
+    spec = REGISTRY.get(stage)
+    return (spec.heading or spec.name) if spec else stage
 
 
 def _frame(f: Finding) -> str:
@@ -164,7 +236,7 @@ def next_steps(report: RunReport) -> list[str]:
 
 def render(report: RunReport, console: Console, verbose: bool = False) -> None:
     console.print(environment_line(report))
-    console.print(verdict_table(report))
+    console.print(verdict_table(report, console.width))
     ca = compiled_autograd_table(report)
     if ca is not None:
         console.print(ca)

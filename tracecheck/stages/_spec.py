@@ -35,6 +35,7 @@ class StageSpec:
     in skip reasons (``"backward"``, ``"custom ops"``). ``options``: the ``RunOptions`` fields it reads.
     ``counts``: keys it adds to ``StageResult.extra`` that a baseline compares, with how. ``cost``: its
     relative run time, measured on probes/ and tiny transformers models; the runner starts costlier stages first.
+    ``heading``: a short column heading for narrow terminals (default: ``name``).
     """
 
     name: str
@@ -46,3 +47,5 @@ class StageSpec:
     options: tuple[str, ...] = ()
     counts: dict[str, str] = field(default_factory=dict)
     cost: int = 1
+    #: the verdict table's column heading where the full names do not fit (a legend says what it stands for)
+    heading: str = ""

@@ -13,6 +13,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="aot_eager", order=30, cost=2, run=run,
+    name="aot_eager", heading="aot", order=30, cost=2, run=run,
     summary="torch.compile(backend=\"aot_eager\") forward+backward, compared with eager against a float64 "
             "reference (torch._dynamo.utils.same)")

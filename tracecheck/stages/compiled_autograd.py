@@ -15,7 +15,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="compiled_autograd", order=70, cost=6, run=run, needs=("backward",), options=("steps", "dynamic"),
+    name="compiled_autograd", heading="CA", order=70, cost=6, run=run, needs=("backward",),
+    options=("steps", "dynamic"),
     counts={"unique_graphs_without_ca": LOWER_IS_BETTER, "unique_graphs_with_ca": LOWER_IS_BETTER,
             "captures": LOWER_IS_BETTER, "hooks_captured": NEUTRAL},
     summary="--steps training steps with and without compiled autograd: unique graphs, captures, hooks "

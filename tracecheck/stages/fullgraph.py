@@ -12,5 +12,5 @@ def run(ctx: StageContext) -> dict[str, Any]:
     return run_compiled(ctx.make_case, "aot_eager", fullgraph=True)
 
 
-SPEC = StageSpec(name="fullgraph", order=50, cost=1, run=run,
+SPEC = StageSpec(name="fullgraph", heading="fullgr", order=50, cost=1, run=run,
                  summary="torch.compile(fullgraph=True, backend=\"aot_eager\")")
