@@ -34,7 +34,7 @@ def assert_well_formed(md: str) -> None:
 def test_sections_present_in_order():
     md = markdown.render(small_report(), home="/home/alice")
     top = [h for h in headings(md) if h.startswith("## ")]
-    assert top == ["## Environment", "## Verdicts", "## Compiled autograd", "## Findings"]
+    assert top == ["## Environment", "## Verdicts", "## Compiled autograd", "## Findings", "## Per probe"]
     assert md.startswith("# tracecheck report: 2 probe(s), 1 failing, 2 finding(s)")
     assert_well_formed(md)
 
@@ -76,7 +76,7 @@ def test_one_section_per_finding_with_every_required_part():
     assert "**Builtin:** `print`" in brk
     assert "Message (trimmed):" in brk
     assert "**Fix:** Follow the hints of the gb_type's page" in brk
-    assert "<details><summary>Full traceback</summary>" in brk
+    assert "<details><summary>Traceback (user frames and the last frames" in brk
     assert "tracecheck run model.py::probe_bad --stages explain" in brk
 
     fake = section(findings, next(h for h in finding_heads if "missing-fake" in h))
@@ -92,7 +92,7 @@ def test_probe_details_hold_graph_counts_and_explain_output():
     probe_head = section(md, "### `model.py::probe_bad`: first failing stage `explain`")
     assert "<details><summary>Graph counts</summary>" in probe_head
     assert re.search(r"explain\s+status=fail\s+graphs=2 graph_breaks=1", probe_head)
-    assert "<details><summary>explain() output: break reasons</summary>" in probe_head
+    assert "<details><summary>explain() output: break reasons (first line of each)</summary>" in probe_head
 
 
 def test_compiled_autograd_counts_only_when_that_stage_ran():
@@ -163,6 +163,9 @@ def test_the_largest_details_are_cut_first():
     report = big_report(n_probes=3, findings_per_probe=1, tb_chars=1000)
     huge = report.probes[1].stages["explain"].findings[0]
     huge.evidence["traceback"] = "HUGE-START\n" + "x" * 120_000 + "\nHUGE-END"
+    # three kinds: an attachment shows one traceback per kind
+    report.probes[1].stages["explain"].findings[0].kind = "data-dependent"
+    report.probes[2].stages["explain"].findings[0].kind = "pybind-builtin"
     md = markdown.render(report)
     assert len(md) < LIMIT
     assert "characters cut to fit GitHub's comment limit" in md
@@ -221,3 +224,43 @@ def test_no_environment_variables_are_dumped(monkeypatch):
 ])
 def test_redaction_of_path_shapes(path, expected):
     assert PathScrubber(redact=True, home="/home/alice")(path) == expected
+
+
+def test_a_root_cause_seen_by_several_probes_is_written_once():
+    from report_factory import missing_fake
+    from tracecheck.report import FAIL, StageResult
+
+    def bad(name):
+        f = missing_fake(f"{ROOT}/ops.py", 9)  # the same op, at the same frame, for both probes
+        return probe("model.py", name, f"{ROOT}/model.py", {
+            "explain": StageResult("explain", FAIL, failure=f, findings=[f]),
+            "fullgraph": StageResult("fullgraph", FAIL, failure=f, findings=[f])})
+
+    r = RunReport([bad("probe_a"), bad("probe_b")], {"torch": "2.13.0"}, ["explain", "fullgraph"], rootdir=ROOT)
+    md = markdown.render(r)
+    findings = section(md, "## Findings")
+    assert len([h for h in headings(findings) if h.startswith("#### ")]) == 1
+    assert ("**Probes (2):** `model.py::probe_a` (explain, fullgraph); `model.py::probe_b` (explain, fullgraph)"
+            in findings)
+    assert md.count("There was no fake impl registered for") == 1
+    per_probe = section(md, "## Per probe")
+    assert "### `model.py::probe_a`" in per_probe and "### `model.py::probe_b`" in per_probe
+    assert per_probe.count("finding(s) 1") == 2
+
+
+def test_attachment_tracebacks_keep_user_frames_and_the_raise():
+    from tracecheck.render.evidence import condense_traceback
+
+    tb = "\n".join(["Traceback (most recent call last):",
+                    '  File "/home/a/model.py", line 3, in forward',
+                    "    y = ext.f(x)",
+                    "        ^^^^^^^^",
+                    *[f'  File "/venv/site-packages/torch/_dynamo/f{i}.py", line {i}, in g{i}\n    pass'
+                      for i in range(20)],
+                    "torch._dynamo.exc.Unsupported: boom", "  Explanation: long text"])
+    out = condense_traceback(tb, keep_last=2, message_shown=True).splitlines()
+    assert out[:3] == ["Traceback (most recent call last):", '  File "/home/a/model.py", line 3, in forward',
+                       "    y = ext.f(x)"]                                   # user frame kept, carets gone
+    assert out[3] == "  [... 18 frame(s) in torch ...]"
+    assert out[4] == '  File "/venv/site-packages/torch/_dynamo/f18.py", line 18, in g18'
+    assert "torch._dynamo.exc.Unsupported: boom" in out and "  Explanation: long text" not in out

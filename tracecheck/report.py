@@ -269,3 +269,22 @@ def group_findings(p: ProbeReport) -> list[tuple[list[str], Finding]]:
             if stage not in stages:
                 stages.append(stage)
     return list(groups.values())
+
+
+@dataclass
+class RootCause:
+    """One problem (``finding_key``: kind with user frame, or kind with op) and every probe and stage that saw
+    it; ``finding`` is the first sighting's, evidence included."""
+
+    finding: Finding
+    seen: list[tuple[ProbeReport, list[str]]]
+
+
+def root_causes(probes: list[ProbeReport]) -> list[RootCause]:
+    """The distinct findings of ``probes``, each once, in the order first seen (probe order, then stage)."""
+    causes: dict[tuple[Any, ...], RootCause] = {}
+    for p in probes:
+        for stages, f in group_findings(p):
+            cause = causes.setdefault(finding_key(f), RootCause(f, []))
+            cause.seen.append((p, stages))
+    return list(causes.values())

@@ -1,6 +1,7 @@
 """Evidence lines shared by the terminal and Markdown renderers, so both say the same thing."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..report import Finding
@@ -46,3 +47,70 @@ def numeric_lines(f: Finding) -> list[str]:
     elif "custom_ops" in ev:
         lines.append("custom ops called: none")
     return lines
+
+
+#: frames of these packages are collapsed in an attachment's traceback unless they are the last ones
+_INTERNAL = re.compile(r"[/\\](torch|tracecheck|multiprocessing|importlib|contextlib\.py|functools\.py)([/\\]|$)")
+#: frames kept at the end of each traceback block: where the error was raised
+KEEP_LAST_FRAMES = 2
+
+
+def condense_traceback(text: str, keep_last: int = KEEP_LAST_FRAMES, message_shown: bool = False) -> str:
+    """A traceback for a human: every frame in user code, the last ``keep_last`` frames of each chained
+    block, and the exception lines; runs of torch/tracecheck-internal frames become one ``[... N frames in
+    torch._dynamo ...]`` line and caret lines (``^^^``) go. ``message_shown``: the final exception's message
+    is printed elsewhere, so only its first line stays. The JSON report keeps the full text."""
+    lines = text.splitlines()
+    blocks: list[list[list[str]]] = []  # per traceback block, its frames (File line + source lines)
+    out_plan: list[Any] = []  # lines (str) and frame blocks, in order
+    frames: list[list[str]] | None = None
+    for ln in lines:
+        if ln.strip() and set(ln.strip()) <= set("^~"):
+            continue  # the caret lines under a frame's source
+        if ln.startswith("  File "):
+            if frames is None:
+                frames = []
+                blocks.append(frames)
+                out_plan.append(frames)
+            frames.append([ln])
+        elif frames is not None and frames and ln.startswith("    "):
+            frames[-1].append(ln)
+        else:
+            frames = None
+            out_plan.append(ln)
+    if message_shown:
+        out_plan = _drop_final_message(out_plan)
+    out: list[str] = []
+    for item in out_plan:
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        skipped: list[str] = []
+        for i, frame in enumerate(item):
+            path = frame[0].split('"')[1] if '"' in frame[0] else ""
+            if i >= len(item) - keep_last or not _INTERNAL.search(path):
+                if skipped:
+                    out.append(_skipped_line(skipped))
+                    skipped = []
+                out.extend(frame)
+            else:
+                skipped.append(path)
+        if skipped:
+            out.append(_skipped_line(skipped))
+    return "\n".join(out)
+
+
+def _drop_final_message(plan: list[Any]) -> list[Any]:
+    """Keep the first line of the final exception (after the last frames); skip the rest of its message up to
+    Dynamo's ``from user code:`` stack (kept: it is the user's stack), or to the end."""
+    user = max((i for i, item in enumerate(plan) if isinstance(item, str) and item.strip() == "from user code:"),
+               default=len(plan))
+    last = max((i for i, item in enumerate(plan[:user]) if not isinstance(item, str)), default=None)
+    if last is None or last + 2 >= user:
+        return plan
+    return plan[:last + 2] + ["[... the rest of the message is shown above ...]", ""] + plan[user:]
+
+
+def _skipped_line(paths: list[str]) -> str:
+    where = sorted({m.group(1) for m in map(_INTERNAL.search, paths) if m})
+    return f"  [... {len(paths)} frame(s) in {', '.join(where)} ...]"

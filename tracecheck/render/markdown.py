@@ -19,10 +19,10 @@ from typing import Any
 
 from ..taxonomy import fix_text, kinds
 from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
-from ..report import finding_key, group_findings
+from ..report import RootCause, finding_key, root_causes
 from . import view
 from ..environment import COLLECT_ENV_FIELDS
-from .evidence import numeric_lines
+from .evidence import condense_traceback, numeric_lines
 from .fit import Details, Section, fence, fit
 from .paths import PathScrubber
 
@@ -31,7 +31,7 @@ GITHUB_COMMENT_LIMIT = 65536
 #: Room kept free for the truncation notice that is written once the final size is known, in characters.
 _NOTICE_RESERVE = 700
 #: Trimmed exception message shown in a finding section: at most this many lines / characters.
-_MESSAGE_LINES, _MESSAGE_CHARS = 14, 1200
+_MESSAGE_LINES, _MESSAGE_CHARS = 10, 900
 #: Verdict rows shown before the table only lists failing probes.
 _MAX_VERDICT_ROWS = 60
 
@@ -51,13 +51,32 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+#: lines of Dynamo's messages an attachment leaves out: the GB link and the user frames are in the bullets and
+#: the traceback already, the rest is advice to torch developers
+_MESSAGE_NOISE = re.compile(r"^\s*(Developer debug context:|For more details about this graph break|Set TORCHDYNAMO_VERBOSE)")
+
+
+def _drop_noise(text: str) -> str:
+    return "\n".join(ln for ln in text.splitlines() if not _MESSAGE_NOISE.match(ln))
+
+
+_TRIMMED = "\n[... trimmed; the full text is in the details below and in the JSON report]"
+
+
 def _trim_message(text: str) -> str:
+    kept: list[str] = []
+    for ln in text.strip().splitlines():
+        if ln.strip() == "from user code:":
+            break  # the user stack: in the traceback details
+        if not _MESSAGE_NOISE.match(ln):
+            kept.append(ln)
+    text = "\n".join(kept)
     lines = text.strip().splitlines()
     out = "\n".join(lines[:_MESSAGE_LINES])
     if len(out) > _MESSAGE_CHARS:
         out = out[:_MESSAGE_CHARS]
     if len(out) < len(text.strip()):
-        out += "\n[... trimmed; the full text is in the details below and in the JSON report]"
+        out += _TRIMMED
     return out
 
 
@@ -82,6 +101,8 @@ class MarkdownRenderer:
                  trace_dir: str | None = None, limit: int = GITHUB_COMMENT_LIMIT,
                  comparison: Any = None) -> None:
         self._fix_shown: dict[str, int] = {}  # kind -> the finding number that showed its fix snippet
+        self._traceback_shown: dict[str, int] = {}  # kind -> the finding number that showed a traceback
+        self._message_shown: dict[tuple, int] = {}  # (kind, gb_type, first line) -> finding number
         self.report = report
         self.scrub = PathScrubber(redact, home)
         self.redact = redact
@@ -93,7 +114,7 @@ class MarkdownRenderer:
     def header(self) -> str:
         r = self.report
         failing = [p for p in r.probes if p.verdict.status != PASS]
-        n_findings = sum(len(group_findings(p)) for p in failing)
+        n_findings = len(root_causes(failing))
         return (f"# tracecheck report: {len(r.probes)} probe(s), {len(failing)} failing, "
                 f"{n_findings} finding(s)\n\n"
                 f"Stages run: {', '.join(_code(s) for s in r.stages) or '(none)'}.\n\n")
@@ -195,24 +216,23 @@ class MarkdownRenderer:
         return ("## Against the baseline\n\n| effect | probe | stage | change |\n|---|---|---|---|\n"
                 + "\n".join(rows) + "\n\n")
 
-    def probe_sections(self, p: ProbeReport, start: int) -> list[Section]:
+    def probe_section(self, p: ProbeReport, numbers: list[int]) -> Section:
+        """A failing probe: its verdict, which findings (root causes) it has, graph counts, explain() output."""
         v = p.verdict
         title = f"### {_code(self.scrub.probe_id(p.id))}: first failing stage {_code(str(v.first_failing_stage))}"
-        head = Section(droppable=True, parts=[f"{title}\n\nKinds: {', '.join(_code(k) for k in v.kinds)}\n\n"])
-        counts = self.graph_counts(p)
-        if counts:
-            head.parts.append(counts)
-        explain = self.explain_output(p)
-        if explain:
-            head.parts.append(explain)
+        refs = ", ".join(str(n) for n in numbers)
+        head = Section(droppable=True, parts=[f"{title}\n\nKinds: {', '.join(_code(k) for k in v.kinds)}; "
+                                              f"finding(s) {refs}\n\n"])
+        for extra in (self.graph_counts(p), self.explain_output(p)):
+            if extra:
+                head.parts.append(extra)
         head.parts.append("\n")
-        sections = [head]
-        for i, (stages, f) in enumerate(group_findings(p), start):
-            sections.append(self.finding_section(i, p, stages, f))
-        return sections
+        return head
 
     def graph_counts(self, p: ProbeReport) -> Details | None:
+        """One line per stage that counted graphs, then each distinct break once with the stages that saw it."""
         lines = []
+        breaks: dict[tuple, list[str]] = {}
         for name, s in p.stages.items():
             if s.graph_count is None and s.graph_break_count is None:
                 continue
@@ -222,26 +242,38 @@ class MarkdownRenderer:
                          f"graph_breaks={_none_dash(s.graph_break_count)}{explain_note}")
             for b in s.breaks:
                 where = f"{self.scrub(b.file)}:{b.line}" if b.file else "?"
-                lines.append(f"    break {b.kind}: {b.gb_type} ({b.gb_code or 'no GB code'}) at {where}")
+                breaks.setdefault((b.kind, b.gb_type, b.gb_code, where), []).append(name)
+        for (kind, gb_type, gb_code, where), stages in breaks.items():
+            lines.append(f"break {kind}: {gb_type} ({gb_code or 'no GB code'}) at {where} [{', '.join(stages)}]")
         if not lines:
             return None
         return Details("Graph counts", "\n".join(lines))
 
     def explain_output(self, p: ProbeReport) -> Details | None:
+        """explain()'s own break reasons, verbatim but for their first lines (the findings have the rest)."""
         s = p.stages.get("explain")
         reasons = (s.extra.get("explain_reasons") if s else None) or []
         if not reasons:
             return None
-        body = "\n\n".join(f"[{i}] {self.scrub(str(r))}" for i, r in enumerate(reasons, 1))
-        return Details("explain() output: break reasons", body)
+        body = "\n".join(f"[{i}] " + next((ln.strip() for ln in self.scrub(str(r)).splitlines() if ln.strip()), "")
+                          for i, r in enumerate(reasons, 1))
+        return Details("explain() output: break reasons (first line of each)", body)
 
-    def finding_section(self, index: int, p: ProbeReport, stages: list[str], f: Finding) -> Section:
+    def finding_section(self, index: int, cause: RootCause) -> Section:
+        """One root cause, once, however many probes and stages saw it: where, evidence, fix, repro."""
+        f = cause.finding
+        p, stages = cause.seen[0]
         ev, ctx = f.evidence, f.context
         kind = kinds().get(f.kind)
         lines = [f"#### {index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
         bullets = [f"- **Kind:** {_code(f.kind)}" + (f" ({kind.title})" if kind else "")]
-        also = f" (also seen at {', '.join(_code(s) for s in stages[1:])})" if len(stages) > 1 else ""
-        bullets.append(f"- **First failing stage:** {_code(stages[0])}{also}")
+        if len(cause.seen) > 1:
+            seen = "; ".join(f"{_code(self.scrub.probe_id(q.id))} ({', '.join(st)})" for q, st in cause.seen)
+            bullets.append(f"- **Probes ({len(cause.seen)}):** {seen}")
+        also = f" (also seen at {', '.join(_code(s) for s in stages[1:])})" \
+            if len(stages) > 1 and len(cause.seen) == 1 else ""
+        first = f" of {_code(self.scrub.probe_id(p.id))}" if len(cause.seen) > 1 else ""
+        bullets.append(f"- **First failing stage{first}:** {_code(stages[0])}{also}")
         if ev.get("gb_type"):
             link = ev.get("doc") or _gb_link(ev.get("gb_code"))
             code = f"[{ev['gb_code']}]({link})" if ev.get("gb_code") and link else (ev.get("gb_code") or "no GB code")
@@ -271,7 +303,14 @@ class MarkdownRenderer:
         if f.kind == "op-redefined" and ev.get("first_schema"):
             lines.append(f"Schemas:\n\n```text\nfirst:  {ev['first_schema']}\nsecond: {ev['second_schema']}\n```\n\n")
         message = ev.get("message") or ev.get("cause") or ""
-        if message:
+        first_line = next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "")
+        same = self._message_shown.get((f.kind, ev.get("gb_type"), first_line)) if ev.get("gb_type") else None
+        if message and same:  # Dynamo's template for this gb_type again; only the name differs (bullets above)
+            lines.append(f"Message: Dynamo's wording of finding {same} above, for this "
+                         f"{'op' if ctx.get('op') else 'call'} (the JSON report has it in full).\n\n")
+            message = ""
+        elif message:
+            self._message_shown[(f.kind, ev.get("gb_type"), first_line)] = index
             trimmed = self.scrub(_trim_message(str(message)))
             lines.append(f"Message (trimmed):\n\n{fence(trimmed)}text\n{trimmed}\n{fence(trimmed)}\n\n")
         numeric = numeric_lines(f)
@@ -285,19 +324,31 @@ class MarkdownRenderer:
             if kind.snippet:
                 lines.append(f"```python\n{kind.snippet}\n```\n\n")
             lines.append(f"Background: `{kind.doc}` in the tracecheck repository.\n\n")
-        lines.append(f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n")
+        others = "" if len(cause.seen) == 1 else " (the first probe; the others reproduce it the same way)"
+        lines.append(f"**Repro**{others}:\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n")
         section = Section(list(lines), droppable=True, is_finding=True)
-        tb = ev.get("traceback") or _traceback_from_other_stages(p, f)
+        tb = ev.get("traceback") or next(filter(None, (_traceback_from_other_stages(q, f) for q, _ in cause.seen)),
+                                         None)
+        tb_key = f.kind
+        if tb and tb_key in self._traceback_shown:  # one traceback per kind: the others differ in names only
+            section.parts.append(f"Traceback: see finding {self._traceback_shown[tb_key]} above, the same kind (the "
+                                 "JSON report has this one).\n\n")
+            tb = None
+        elif tb:
+            self._traceback_shown[tb_key] = index
         if tb:
-            section.parts.append(Details("Full traceback", self.scrub(str(tb).rstrip()), "python-traceback", "tail"))
+            section.parts.append(Details("Traceback (user frames and the last frames; the JSON report has all)",
+                                         self.scrub(_drop_noise(condense_traceback(str(tb).rstrip(),
+                                                                           message_shown=bool(message)))),
+                                         "python-traceback",
+                                         "tail"))
             section.parts.append("\n")
         tail = ev.get("stderr_tail")
         if tail:
             section.parts.append(Details("stderr tail", self.scrub(str(tail).rstrip()), "text", "tail"))
             section.parts.append("\n")
-        if ev.get("message") and len(str(ev["message"]).strip()) > len(_trim_message(str(ev["message"]))) \
-                and not tb:
-            section.parts.append(Details("Full message", self.scrub(str(ev["message"]).rstrip())))
+        if message and _trim_message(str(message)).endswith(_TRIMMED) and not tb:
+            section.parts.append(Details("Full message", self.scrub(str(message).rstrip())))
             section.parts.append("\n")
         return section
 
@@ -309,19 +360,21 @@ class MarkdownRenderer:
 
     # -- assembly -------------------------------------------------------------------------------------
     def sections(self) -> list[Section]:
-        self._fix_shown = {}
+        self._fix_shown, self._traceback_shown, self._message_shown = {}, {}, {}
         out = [Section([self.header()]), Section([self.environment()]), Section([self.verdicts()])]
         for extra in (self.baseline(), self.compiled_autograd(), self.structured_trace()):
             if extra:
                 out.append(Section([extra]))
         failing = [p for p in self.report.probes if p.verdict.status != PASS]
         if failing:
-            out.append(Section(["## Findings\n\n"]))
-            n = 1
+            causes = root_causes(failing)
+            out.append(Section(["## Findings\n\nEach root cause once (one kind at one user frame or op), with "
+                                "every probe and stage that saw it.\n\n"]))
+            out += [self.finding_section(i, c) for i, c in enumerate(causes, 1)]
+            out.append(Section(["## Per probe\n\n"]))
             for p in failing:
-                secs = self.probe_sections(p, n)
-                n += len(secs) - 1
-                out += secs
+                numbers = [i for i, c in enumerate(causes, 1) if any(q is p for q, _ in c.seen)]
+                out.append(self.probe_section(p, numbers))
         else:
             out.append(Section(["## Findings\n\nNo failures and no graph breaks.\n\n"]))
         return out

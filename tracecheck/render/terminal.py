@@ -226,7 +226,7 @@ def next_steps(report: RunReport) -> list[str]:
         node = f"{os.path.relpath(p.file)}::{p.name}"
         fixable = [k for k in v.kinds if k in kinds() and kinds()[k].code_fix]
         if fixable:
-            lines.append(f"{node}: tracecheck fix {node} -o fixed_ops.py   ({', '.join(fixable)})")
+            lines.append(f"tracecheck fix {node} -o fixed_ops.py   ({', '.join(fixable)})")
         elif v.kinds and v.kinds[0] in kinds():
             lines.append(f"{node}: read {kinds()[v.kinds[0]].doc} ({v.kinds[0]})")
     if lines:
