@@ -1,6 +1,10 @@
 """tracecheck run vs a hand-written serial single-process script doing the same stages, side by side.
 
-    python benchmarks/bench_run.py [PATHS...] [--stages ...] [--rounds N]
+    python benchmarks/bench_run.py [--rounds N]                 # both sets below
+    python benchmarks/bench_run.py PATHS... [--stages ...]      # your own set
+
+The two built-in sets: six small reproducers from ../shared/cases (beside the clone) with five stages, and a
+tiny transformers Llama training probe (benchmarks/models/tiny_llama.py) with every stage.
 
 The serial baseline imports torch once, loads each model file once, and runs every stage of every probe
 one after the other in that same process. It uses the same stage functions as tracecheck
@@ -50,6 +54,16 @@ def serial_main(paths: list[str], stages: list[str]) -> None:
                     print(f"{name} {stage}: {type(e).__name__}", file=sys.stderr)
 
 
+CASES = os.path.join(os.path.dirname(REPO), "shared", "cases")
+SETS = {
+    "small cases": ([os.path.join(CASES, c) for c in (
+        "01_flashattn_ext_fwd_in_autograd_fn.py", "06_custom_op_missing_fake.py", "08_custom_op_missing_autograd.py",
+        "16_mask_dependent_branch.py", "19_print_stats_in_forward.py", "22_module_setattr_in_forward.py")],
+        "eager,explain,aot_eager,inductor,fullgraph"),
+    "real model": ([os.path.join(REPO, "benchmarks", "models", "tiny_llama.py")], None),
+}
+
+
 def _time(cmd: list[str]) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
@@ -60,28 +74,38 @@ def main() -> None:
     from tracecheck.stages import STAGES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("paths", nargs="*", default=[os.path.join(REPO, "probes")])
-    ap.add_argument("--stages", default=",".join(STAGES))
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("paths", nargs="*", help="a set of your own (default: the two built-in sets)")
+    ap.add_argument("--stages", default=None, help="default: every stage (the small-cases set: five)")
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--serial-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    stages = args.stages.split(",")
     if args.serial_worker:
-        serial_main(args.paths, stages)
+        serial_main(args.paths, args.stages.split(","))
         return
-    tc = [sys.executable, "-m", "tracecheck", "run", *args.paths, "--stages", args.stages, "-j", str(args.jobs)]
-    serial = [sys.executable, os.path.abspath(__file__), "--serial-worker", *args.paths, "--stages", args.stages]
-    print(f"cores: {os.cpu_count()}  jobs: {args.jobs}  stages: {args.stages}  paths: {' '.join(args.paths)}")
-    print(f"warm-up (not measured): {_time(tc):.1f} s")
-    ratios = []
-    for r in range(args.rounds):
-        t_serial = _time(serial)
-        t_tc = _time(tc)
-        ratios.append(t_tc / t_serial)
-        print(f"round {r + 1}: serial single-process {t_serial:6.1f} s | tracecheck run -j {args.jobs} "
-              f"{t_tc:6.1f} s | ratio {t_tc / t_serial:.2f}x")
-    print(f"median ratio tracecheck/serial: {statistics.median(ratios):.2f}x (target <= 1.0x)")
+    sets = {"yours": (args.paths, args.stages)} if args.paths else dict(SETS)
+    if not args.paths and not os.path.isdir(CASES):
+        print(f"({CASES} is missing: the small-cases set is left out)")
+        del sets["small cases"]
+    print(f"cores: {os.cpu_count()}  jobs: {args.jobs}  rounds: {args.rounds} (interleaved: serial, tracecheck)")
+    summary = []
+    for name, (paths, stages) in sets.items():
+        stages = args.stages or stages or ",".join(STAGES)
+        tc = [sys.executable, "-m", "tracecheck", "run", *paths, "--stages", stages, "-j", str(args.jobs)]
+        serial = [sys.executable, os.path.abspath(__file__), "--serial-worker", *paths, "--stages", stages]
+        print(f"\n[{name}] stages: {stages}")
+        print(f"  warm-up (not measured): serial {_time(serial):.1f} s, tracecheck {_time(tc):.1f} s")
+        ratios = []
+        for r in range(args.rounds):
+            t_serial = _time(serial)
+            t_tc = _time(tc)
+            ratios.append(t_tc / t_serial)
+            print(f"  round {r + 1}: serial single-process {t_serial:6.1f} s | tracecheck run -j {args.jobs} "
+                  f"{t_tc:6.1f} s | ratio {t_tc / t_serial:.2f}x")
+        summary.append((name, statistics.median(ratios)))
+    print()
+    for name, ratio in summary:
+        print(f"{name}: median ratio tracecheck/serial {ratio:.2f}x (goal <= 0.75x)")
 
 
 if __name__ == "__main__":

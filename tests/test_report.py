@@ -164,7 +164,7 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
     ok = ProbeReport("m.py::probe_c", str(tmp_path / "m.py"), "probe_c", {"eager": StageResult("eager", PASS)})
     lines = terminal.next_steps(RunReport([fixable, other, ok], {}, ["eager", "explain"]))
     assert lines == [
-        "m.py::probe_a: tracecheck fix m.py::probe_a -o fixed_ops.py   (pybind-builtin)",
+        "tracecheck fix m.py::probe_a -o fixed_ops.py   (pybind-builtin)",
         "m.py::probe_b: read docs/failures/graph-break.md (graph-break)",
         "attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)",
     ]

@@ -12,3 +12,18 @@ import torch.testing._internal.optests  # noqa: F401  (torch.library.opcheck)
 from . import capture, discover, stages, worker  # noqa: F401
 from . import oprecorder  # noqa: F401
 from .stages import _compiled_autograd, _execution  # noqa: F401
+
+
+def _warm_inductor_cpu() -> None:
+    """Inductor finds the CPU's vector ISA by compiling and running a probe program per candidate ISA (about
+    1.3 s), cached per process: asked once here, every stage process inherits the answer. Subprocesses only:
+    no tensor op, no thread left behind."""
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        cpu_vec_isa.pick_vec_isa()
+    except Exception:  # no compiler, say: the stage that needs one reports it
+        pass
+
+
+_warm_inductor_cpu()
