@@ -39,6 +39,8 @@ class RunOptions:
     dynamic: bool = False
     #: import each model file afresh in every stage process instead of once per file (template.py)
     fresh_imports: bool = False
+    #: also record torch.utils.collect_env's summary (for --json / --report; runs gcc and pip, ~1 s)
+    collect_env: bool = False
 
 
 class Progress:
@@ -77,7 +79,9 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     progress.discovered(len(files))
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
-        probes, templates, custom_ops = _discover(runner, files, opts, root, named, progress)
+        env_task = Task(_ENVIRONMENT, {"op": "tracecheck.environment:environment_task", "device": device,
+                                       "collect_env": opts.collect_env}, opts.timeout_s)
+        probes, templates, custom_ops, env = _discover(runner, files, opts, root, named, progress, env_task)
         if opts.shard:
             keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
@@ -100,7 +104,11 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
                 p.stages[stage] = StageResult(stage, SKIP, skip_reason="the probe function raised (see load)")
         results.attribute_crashes(p.stages)
         p.stages = _ordered(p.stages)
-    return RunReport(probes=probes, environment=environment.collect(device), stages=stages,
+    if env is None:  # the environment task died: record what the parent can
+        env = {"environment": environment.collect(device), "collect_env": None}
+    if env.get("collect_env"):
+        env["environment"]["collect_env"] = env["collect_env"]
+    return RunReport(probes=probes, environment=env["environment"], stages=stages,
                      command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))
 
 
@@ -147,10 +155,15 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
     return dict(sorted(stages.items(), key=lambda kv: stage_order(kv[0])))
 
 
+#: the key of the task that records the environment, run beside the discovery tasks
+_ENVIRONMENT = ("environment",)
+
+
 def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, named: dict[str, list[str]],
-              progress: Progress) -> tuple[list[ProbeReport], dict[str, Template], dict[str, list[str]]]:
+              progress: Progress, env_task: Task) -> tuple[list[ProbeReport], dict[str, Template],
+                                                           dict[str, list[str]], dict[str, Any] | None]:
     """Load each file once (in parallel) and list its probes; unless ``fresh_imports``, each loading process
-    stays up as the template its stage processes fork from."""
+    stays up as the template its stage processes fork from. ``env_task`` runs beside them."""
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
     tasks = [Task(f, {"op": "tracecheck.discover:inspect_file", "file": f, "select": opts.select,
                       "only": [opts.only] if opts.only else named.get(f), "root": root}, timeout,
@@ -159,7 +172,13 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     templates: dict[str, Template] = {}
     custom_ops: dict[str, list[str]] = {}
     total_candidates = 0
-    for outcome in runner.run(tasks, on_start=lambda t: progress.loading(t.key)):
+    env = None
+    for outcome in runner.run([env_task, *tasks],
+                              on_start=lambda t: t.key != _ENVIRONMENT and progress.loading(t.key)):
+        if outcome.task.key == _ENVIRONMENT:
+            msg = outcome.message
+            env = msg.value if isinstance(msg, protocol.Result) else None
+            continue
         path = outcome.task.key
         res = outcome.checked(f"{os.path.relpath(path)}: loading the file")
         if outcome.template is not None:
@@ -192,7 +211,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             f"named {opts.only!r}" if opts.only and total_candidates else \
             "(no probe() / probe_<name>() functions or @tracecheck.probe)"
         raise UsageError(f"{' '.join(opts.paths)}: no probes found {what}")
-    return probes, templates, custom_ops
+    return probes, templates, custom_ops, env
 
 
 def _options(opts: RunOptions, stage: str) -> dict[str, Any]:

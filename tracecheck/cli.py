@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import __version__, api, baseline, environment, shards
+from . import __version__, api, baseline, shards
 from .exitcodes import ExitCode, UsageError
 from .render import annotations, diff, junit, markdown
 from .report import PASS, StageResult
@@ -154,12 +154,11 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
         opts = api.RunOptions(paths=list(paths), stages=[s.strip() for s in stages.split(",") if s.strip()],
                               select=select, jobs=jobs, timeout_s=timeout_s, device=device,
                               command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir,
-                              steps=steps, dynamic=dynamic, fresh_imports=fresh_imports)
+                              steps=steps, dynamic=dynamic, fresh_imports=fresh_imports,
+                              collect_env=bool(json_path or report_path))
         live = _LiveProgress(console)
         with live.bar:
             report = api.run(opts, live)
-        if json_path or report_path:
-            report.environment["collect_env"] = environment.collect_env_summary()
         comparison = baseline.compare_report(base, report) if base is not None else None
     from .render import terminal
 

@@ -34,21 +34,33 @@ def npu_status() -> dict[str, Any]:
 
 
 def resolve_device(requested: str) -> str:
-    """``auto`` -> npu when torch_npu works, else cpu. Raises UsageError for an unavailable device."""
-    import torch
-
+    """``auto`` -> npu when torch_npu works, else cpu. Raises UsageError for an unavailable device. Imports
+    torch only to check CUDA (the CLI process need not load torch: stage processes do)."""
     if requested == "auto":
         return "npu" if npu_status()["available"] else "cpu"
     kind, _, index = requested.partition(":")
     if index and (not index.isdigit() or kind == "cpu"):
         raise UsageError(f"--device {requested}: malformed device (e.g. cpu, cuda, cuda:1, npu:0)")
-    if kind == "cuda" and not torch.cuda.is_available():
+    if kind == "cuda" and not _cuda_available():
         raise UsageError(f"--device {requested}: torch.cuda.is_available() is False on this machine")
     if kind == "npu" and not npu_status()["available"]:
         raise UsageError(f"--device {requested}: {npu_status().get('error') or 'no NPU available'}")
     if kind not in ("cpu", "cuda", "npu", "xpu"):
         raise UsageError(f"--device {requested}: unknown device (use auto, cpu, cuda or npu)")
     return requested
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def environment_task(task: dict[str, Any]) -> dict[str, Any]:
+    """The task that records the environment in a stage-like process (torch already imported there), so the
+    CLI process never imports torch: ``collect(device)``, and with ``collect_env`` the collect_env summary."""
+    return {"environment": collect(task["device"]),
+            "collect_env": collect_env_summary() if task.get("collect_env") else None}
 
 
 def collect(device: str) -> dict[str, Any]:
