@@ -264,3 +264,18 @@ def test_attachment_tracebacks_keep_user_frames_and_the_raise():
     assert out[3] == "  [... 18 frame(s) in torch ...]"
     assert out[4] == '  File "/venv/site-packages/torch/_dynamo/f18.py", line 18, in g18'
     assert "torch._dynamo.exc.Unsupported: boom" in out and "  Explanation: long text" not in out
+
+
+def test_crashes_in_two_probes_stay_two_root_causes():
+    from tracecheck.report import CRASH, Finding
+
+    def crashed(name, why):
+        f = Finding("crash", f"The eager stage {why}.", {}, {"cause": why, "stderr_tail": f"tail of {name}"})
+        return probe("model.py", name, f"{ROOT}/model.py", {"eager": StageResult("eager", CRASH, failure=f,
+                                                                                   findings=[f])})
+
+    r = RunReport([crashed("probe_a", "process killed by SIGSEGV"), crashed("probe_b", "exited with code 3")],
+                  {"torch": "2.13.0"}, ["eager"], rootdir=ROOT)
+    md = markdown.render(r)
+    assert md.startswith("# tracecheck report: 2 probe(s), 2 failing, 2 finding(s)")
+    assert "tail of probe_a" in md and "tail of probe_b" in md

@@ -113,7 +113,7 @@ def test_verdict_table_fits_without_cutting_kinds(width):
     assert set(rows) == set(BREAKS)
     for (name, stage), words in EXPECTED.items():
         drawn = rows[name][heading.get(stage, stage)]
-        joined = drawn.replace("-\n", "-").replace("\n", " ").replace(",", " ").split()
+        joined = drawn.replace("-\n", "-").replace("\n+", " ").replace("\n", " ").replace(",", " ").split()
         assert joined == words, (width, name, stage, drawn)
     last = names[-1]
     for name, count in BREAKS.items():

@@ -101,3 +101,90 @@ def test_opcheck_runs_only_where_a_custom_op_exists(tmp_path, source, opcheck):
     else:
         assert result["extra"]["opcheck"]["tc_lazy.double.default"]["test_faketensor"] == "FAIL"
         assert result["failure"]["kind"] == "missing-fake"
+
+
+OPENMP = '''
+import torch
+
+# a parallel region at import (large enough for OpenMP): libgomp's pool, left in a process that then forks,
+# hangs the child's first parallel region
+MODEL = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.LayerNorm(512)).bfloat16()
+
+def _f(x):
+    return MODEL(x.bfloat16()).float()
+
+def probe():
+    return _f, (torch.randn(256, 512),)
+'''
+
+
+def test_a_file_that_runs_openmp_while_loading_does_not_hang_its_forks(tmp_path):
+    # -j 1 on a multi-core machine: each process may use every core (the case where the pool has threads)
+    (tmp_path / "omp.py").write_text(OPENMP)
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "omp.py"), "--stages",
+                           "eager,aot_eager", "-j", "1", "--timeout", "60", "--json", str(out)],
+                          capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (p,) = json.loads(out.read_text())["probes"]
+    assert {s: r["status"] for s, r in p["stages"].items()} == {"eager": "pass", "aot_eager": "pass"}
+    # and the file was still imported once: its loading ran single-threaded, so no OpenMP pool (a thread the
+    # template would refuse to fork after) was left behind
+    assert "imports it afresh" not in proc.stderr
+
+
+KILLER = '''
+import os, signal, torch
+
+def _kill_template(x):
+    marker = os.environ["KILLED_MARK"]
+    if not os.path.exists(marker):         # once: the stage process's parent is the file's template
+        open(marker, "w").close()
+        os.kill(os.getppid(), signal.SIGKILL)
+    return x * 2
+
+def _ok(x):
+    return torch.sin(x)
+
+def probe_a_killer():
+    return _kill_template, (torch.randn(4),)
+
+def probe_b_ok():
+    return _ok, (torch.randn(4),)
+'''
+
+
+def test_a_template_that_dies_costs_no_other_result(tmp_path):
+    (tmp_path / "k.py").write_text(KILLER)
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "k.py"), "--stages",
+                           "eager,explain", "-j", "1", "--json", str(out)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**__import__("os").environ,
+                                                          "KILLED_MARK": str(tmp_path / "killed")})
+    assert (tmp_path / "killed").exists()
+    assert proc.returncode == 1, proc.stderr  # the killer's own stage is a crash finding
+    report = json.loads(out.read_text())
+    # explain runs first (costlier) and kills the template; the stage that did it is lost with it and says
+    # so; the stages after it are started from the fork server instead, and pass
+    stages = {(p["name"], s): r for p in report["probes"] for s, r in p["stages"].items()}
+    assert {k: r["status"] for k, r in stages.items()} == {
+        ("probe_a_killer", "explain"): "crash", ("probe_a_killer", "eager"): "pass",
+        ("probe_b_ok", "explain"): "pass", ("probe_b_ok", "eager"): "pass"}
+    assert "lost with its template process" in stages[("probe_a_killer", "explain")]["failure"]["summary"]
+
+
+def test_the_fork_servers_warm_up_leaves_nothing_a_fork_cannot_copy():
+    probe_state = ("import os, torch{extra}\n"
+                   "from torch._dynamo.utils import counters\n"
+                   "import torch._dynamo.convert_frame as cf\n"
+                   "print(len(os.listdir('/proc/self/task')), dict(counters), cf.FRAME_COUNTER, "
+                   "torch.get_num_threads())")
+
+    def state(extra):
+        out = subprocess.run([sys.executable, "-c", probe_state.format(extra=extra)], capture_output=True,
+                             text=True, timeout=300, check=True).stdout.split("\n")[-2]
+        return out
+
+    plain = state("")                             # torch imported, nothing compiled
+    warmed = state("\nimport tracecheck.preload")  # what the fork server holds before any fork
+    assert warmed == plain                         # threads, counters, frame counter, torch threads

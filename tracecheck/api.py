@@ -10,7 +10,7 @@ from typing import Any
 
 from . import __version__, discover, environment, protocol, results, shards
 from .exitcodes import UsageError
-from .report import LOAD_STAGE, SKIP, ProbeReport, RunReport, StageResult
+from .report import CRASH, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from .stages import STAGES
 from .stages import get as get_stage
 from .stages import order as stage_order
@@ -85,6 +85,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         if opts.shard:
             keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
+        for path in set(templates) - {p.file for p in probes if not _setup_failed(p)}:
+            templates.pop(path).close()  # nothing to fork for in this run (shard, setup errors)
         # opcheck has work only where a custom op exists: registered by the file, its imports or its probes
         # (discovery), or lazily during the eager run (then it runs after the others)
         deferred = {p.id for p in probes if "opcheck" in stages and "eager" in stages
@@ -92,9 +94,14 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         tasks = _stage_tasks(opts, files, probes, stages, device, templates, skip={(i, "opcheck") for i in deferred})
         progress.planned(len(tasks))
         _run_stage_tasks(runner, tasks, probes, progress)
+        # opcheck after all: eager registered a custom op, or eager did not finish (it cannot tell)
         late = [p for p in probes if p.id in deferred and not _setup_failed(p)
-                and (p.stages.get("eager") or StageResult("eager", SKIP)).extra.get("registered_custom_ops")]
-        _run_stage_tasks(runner, _stage_tasks(opts, files, late, ["opcheck"], device, {}, skip=set()), probes, progress)
+                and (p.stages["eager"].extra.get("registered_custom_ops")
+                     or p.stages["eager"].status in (CRASH, TIMEOUT))]
+        if late:
+            progress.planned(len(tasks) + len(late))
+            _run_stage_tasks(runner, _stage_tasks(opts, files, late, ["opcheck"], device, {}, skip=set()), probes,
+                             progress)
         for p in probes:
             if p.id in deferred and "opcheck" not in p.stages and not _setup_failed(p):
                 p.stages["opcheck"] = StageResult("opcheck", SKIP, skip_reason=NO_CUSTOM_OP)
@@ -106,7 +113,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         p.stages = _ordered(p.stages)
     if env is None:  # the environment task died: record what the parent can
         env = {"environment": environment.collect(device), "collect_env": None}
-    if env.get("collect_env"):
+    if env.get("collect_env") is not None:
         env["environment"]["collect_env"] = env["collect_env"]
     return RunReport(probes=probes, environment=env["environment"], stages=stages,
                      command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))
@@ -155,6 +162,10 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
     return dict(sorted(stages.items(), key=lambda kv: stage_order(kv[0])))
 
 
+#: model files kept imported at once (template.py), each holding its imports' memory until its stages are done;
+#: the files after them import afresh in every stage process
+MAX_TEMPLATES = 8
+
 #: the key of the task that records the environment, run beside the discovery tasks
 _ENVIRONMENT = ("environment",)
 
@@ -167,13 +178,13 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
     tasks = [Task(f, {"op": "tracecheck.discover:inspect_file", "file": f, "select": opts.select,
                       "only": [opts.only] if opts.only else named.get(f), "root": root}, timeout,
-                  serve=not opts.fresh_imports) for f in files]
+                  serve=not opts.fresh_imports and i < MAX_TEMPLATES) for i, f in enumerate(files)]
     found: dict[str, list[ProbeReport]] = {}
     templates: dict[str, Template] = {}
     custom_ops: dict[str, list[str]] = {}
     total_candidates = 0
     env = None
-    for outcome in runner.run([env_task, *tasks],
+    for outcome in runner.run([*tasks, env_task],
                               on_start=lambda t: t.key != _ENVIRONMENT and progress.loading(t.key)):
         if outcome.task.key == _ENVIRONMENT:
             msg = outcome.message
@@ -204,8 +215,6 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             raise UsageError(f"{discover.probe_id(path, missing[0], root)}: no such probe in the file "
                              f"(its probes: {have})")
     probes = [p for f in files for p in found.get(f, [])]
-    for path in set(templates) - {p.file for p in probes if not _setup_failed(p)}:
-        templates.pop(path).close()  # nothing to fork for
     if not probes:
         what = f"matching -k {opts.select!r}" if opts.select and total_candidates else \
             f"named {opts.only!r}" if opts.only and total_candidates else \

@@ -285,6 +285,9 @@ def root_causes(probes: list[ProbeReport]) -> list[RootCause]:
     causes: dict[tuple[Any, ...], RootCause] = {}
     for p in probes:
         for stages, f in group_findings(p):
-            cause = causes.setdefault(finding_key(f), RootCause(f, []))
+            key = finding_key(f)
+            if not f.context.get("op") and not (f.evidence.get("user_frame") or {}).get("file"):
+                key += (p.id,)  # nothing places it (a crash, a timeout): the same kind elsewhere is another cause
+            cause = causes.setdefault(key, RootCause(f, []))
             cause.seen.append((p, stages))
     return list(causes.values())

@@ -45,6 +45,8 @@ class Outcome:
     log_tail: str
     #: the child never created its log file: tracecheck's own set-up failed, not the probe
     setup_failed: bool = False
+    #: forked from a template that died before it could report this process's exit (tracecheck's fault)
+    template_died: bool = False
     #: a ``serve`` task's process, up and ready to fork; None when it could not serve (``why_not_template``)
     template: "Template | None" = None
     why_not_template: str | None = None
@@ -60,6 +62,9 @@ class Outcome:
         if self.setup_failed:
             return ("tracecheck could not set up the stage process (its run folder was removed?); this is not "
                     "the probe's fault")
+        if self.template_died:
+            return ("was lost with its template process (the model file's imported copy, killed or out of "
+                    "memory?); rerun with --fresh-imports")
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -112,7 +117,8 @@ class Template:
         self.alive = True
 
     def fork(self, args: tuple[Any, ...]) -> int | None:
-        """The pid of a new process running ``worker.child_main(*args)``; None if the template is gone."""
+        """The pid of a new process running ``worker.child_main(*args)``; None if the template could not fork
+        (the caller starts the task from the fork server)."""
         if not self.alive:
             return None
         try:
@@ -124,7 +130,7 @@ class Template:
                 self._note(msg)
         except (OSError, EOFError):
             pass
-        self.close()
+        self.alive = False  # gone or stuck; its connection stays open until close(): others may wait on it
         return None
 
     def drain(self) -> None:
@@ -180,7 +186,7 @@ class _Spawned:
         return bool(self.ready and self.ready[0] == "ready" and self.ready[1] is None)
 
     def finish(self, timed_out: bool) -> int | None:
-        if self.serving():
+        if self.serving() and not timed_out:
             return None  # the template lives on
         self.proc.join(timeout=0 if timed_out else 5)
         _kill_group(self)  # also reaps what the probe spawned into its group and left running
@@ -198,6 +204,7 @@ class _Forked:
         self.waitable = template.conn
 
     def kill(self) -> None:
+        self.template.drain()
         if self.template.alive and self.pid not in self.template.exits:  # else the pid may be reused
             try:
                 os.kill(self.pid, signal.SIGKILL)
@@ -295,8 +302,11 @@ class Runner:
                     on_start(task)
             now = time.monotonic()
             next_deadline = min(start + t.timeout_s for t, _, start, _, _ in running.values())
-            waitables = list({id(h.waitable): h.waitable for _, h, _, _, _ in running.values()}.values())
-            wait(waitables, timeout=max(0.0, min(next_deadline - now, 1.0)))
+            # a forked task whose template died is done now: do not wait on that template's connection
+            orphaned = any(isinstance(h, _Forked) and not h.template.alive for _, h, _, _, _ in running.values())
+            waitables = list({id(h.waitable): h.waitable for _, h, _, _, _ in running.values()
+                              if not (isinstance(h, _Forked) and not h.template.alive)}.values())
+            wait(waitables, timeout=0 if orphaned else max(0.0, min(next_deadline - now, 1.0)))
             now = time.monotonic()
             for key in list(running):
                 task, handle, start, result_path, log_path = running[key]
@@ -309,7 +319,9 @@ class Runner:
                 exitcode = handle.finish(timed_out)
                 del running[key]
                 outcome = Outcome(task, None if timed_out else _read_message(result_path), exitcode, timed_out,
-                                  now - start, _tail(log_path), setup_failed=not os.path.exists(log_path))
+                                  now - start, _tail(log_path), setup_failed=not os.path.exists(log_path),
+                                  template_died=isinstance(handle, _Forked) and exitcode is None
+                                  and not handle.template.alive)
                 if isinstance(handle, _Spawned) and task.serve and not timed_out:
                     if handle.serving():
                         outcome.template = Template(handle.proc, handle.conn)

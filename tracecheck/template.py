@@ -27,8 +27,13 @@ POLL_S = 0.02
 
 
 def serve(task: dict[str, Any], result_path: str, log_path: str, threads: int, conn: Connection) -> None:
-    """Run the discovery ``task`` like any task process, then fork the file's stage processes on request."""
-    message = worker.child_main(task, result_path, log_path, threads)
+    """Run the discovery ``task`` like any task process, then fork the file's stage processes on request.
+
+    Discovery runs with one torch thread, whatever ``threads`` says: an OpenMP parallel region run here with
+    more threads (building a model can run one) leaves libgomp's pool behind, and a forked child's first
+    parallel region would hang. Each stage process sets its own thread count."""
+    before = _native_threads()
+    message = worker.child_main(task, result_path, log_path, 1)
     why_not = None
     if not isinstance(message, protocol.Result):
         why_not = "the file did not load"
@@ -36,9 +41,18 @@ def serve(task: dict[str, Any], result_path: str, log_path: str, threads: int, c
         device = environment.initialised_device()
         if device:
             why_not = f"the file initialised {device} at import or while building a probe; forking would break it"
+        elif _native_threads() > before:
+            why_not = "the file started threads while loading or building a probe; forking would not copy them"
     conn.send(("ready", why_not))
     if why_not is None:
         _fork_on_request(conn)
+
+
+def _native_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
 
 
 def _fork_on_request(conn: Connection) -> None:
@@ -52,7 +66,11 @@ def _fork_on_request(conn: Connection) -> None:
                     return  # the runner is gone
                 if request[0] != "fork":
                     return
-                pid = os.fork()
+                try:
+                    pid = os.fork()
+                except OSError:  # out of processes or memory: the runner starts this one from the fork server
+                    conn.send(("pid", None))
+                    continue
                 if pid == 0:
                     _child(conn, *request[1:])
                 children.add(pid)
@@ -64,29 +82,43 @@ def _fork_on_request(conn: Connection) -> None:
                     conn.send(("exit", pid, os.waitstatus_to_exitcode(status)))
     finally:
         for pid in children:  # the runner went away mid-run: take the stage processes with us
+            for kill in (os.killpg, os.kill):  # os.kill: a child that has not called setpgrp() yet
+                try:
+                    kill(pid, signal.SIGKILL)
+                    break
+                except OSError:
+                    pass
             try:
-                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             except OSError:
                 pass
 
 
 def _child(conn: Connection, task: dict[str, Any], result_path: str, log_path: str, threads: int) -> None:
-    """The forked stage process: exit codes as multiprocessing gives them (``sys.exit(n)`` in a probe -> n)."""
-    from multiprocessing import util
-
-    conn.close()  # only the template talks to the runner; the runner sees EOF when the template dies
-    # what multiprocessing does around a process it forks: the template's finalizers are not ours; ours
-    # (semaphores torch creates, say) must run at exit, or the resource tracker reports them leaked
-    util._finalizer_registry.clear()
-    util._run_after_forkers()
+    """The forked stage process: exit codes as multiprocessing gives them (``sys.exit(n)`` in a probe -> n,
+    ``sys.exit("message")`` -> the message on stderr and 1). Never returns into the template's loop."""
     code = 1
     try:
+        from multiprocessing import process, util
+
+        conn.close()  # only the template talks to the runner; the runner sees EOF when the template dies
+        # what multiprocessing does around a process it forks: the template's finalizers and children are
+        # not ours; ours (semaphores torch creates, say) must run at exit, or the resource tracker reports
+        # them leaked
+        util._finalizer_registry.clear()
+        util._run_after_forkers()
+        process._children = set()
         worker.child_main(task, result_path, log_path, threads)
         code = 0
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, int) or e.code is None:
+            code = e.code or 0
+        else:
+            sys.stderr.write(f"{e.code}\n")
     finally:
         try:
+            from multiprocessing import util
+
             util._exit_function()
             sys.stdout.flush()
             sys.stderr.flush()

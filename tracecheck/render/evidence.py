@@ -1,6 +1,7 @@
 """Evidence lines shared by the terminal and Markdown renderers, so both say the same thing."""
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -49,8 +50,12 @@ def numeric_lines(f: Finding) -> list[str]:
     return lines
 
 
-#: frames of these packages are collapsed in an attachment's traceback unless they are the last ones
-_INTERNAL = re.compile(r"[/\\](torch|tracecheck|multiprocessing|importlib|contextlib\.py|functools\.py)([/\\]|$)")
+#: frames of installed torch and tracecheck and of the standard library are collapsed in an attachment's
+#: traceback unless they are the last ones; a user's own folder named ``torch`` or ``tracecheck`` is not
+_INTERNAL = re.compile(r"(?:site|dist)-packages[/\\](torch|tracecheck)[/\\]"
+                       r"|[/\\]lib[/\\]python3\.\d+[/\\](multiprocessing|importlib|contextlib\.py|functools\.py)")
+#: tracecheck's own folder (an editable install is not under site-packages)
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: frames kept at the end of each traceback block: where the error was raised
 KEEP_LAST_FRAMES = 2
 
@@ -88,7 +93,7 @@ def condense_traceback(text: str, keep_last: int = KEEP_LAST_FRAMES, message_sho
         skipped: list[str] = []
         for i, frame in enumerate(item):
             path = frame[0].split('"')[1] if '"' in frame[0] else ""
-            if i >= len(item) - keep_last or not _INTERNAL.search(path):
+            if i >= len(item) - keep_last or not _internal(path):
                 if skipped:
                     out.append(_skipped_line(skipped))
                     skipped = []
@@ -111,6 +116,11 @@ def _drop_final_message(plan: list[Any]) -> list[Any]:
     return plan[:last + 2] + ["[... the rest of the message is shown above ...]", ""] + plan[user:]
 
 
+def _internal(path: str) -> bool:
+    return bool(_INTERNAL.search(path)) or path.startswith(_OWN)
+
+
 def _skipped_line(paths: list[str]) -> str:
-    where = sorted({m.group(1) for m in map(_INTERNAL.search, paths) if m})
+    where = sorted({(m.group(1) or m.group(2)).removesuffix(".py") if m else "tracecheck"
+                    for m in map(_INTERNAL.search, paths)})
     return f"  [... {len(paths)} frame(s) in {', '.join(where)} ...]"

@@ -101,7 +101,7 @@ class MarkdownRenderer:
                  trace_dir: str | None = None, limit: int = GITHUB_COMMENT_LIMIT,
                  comparison: Any = None) -> None:
         self._fix_shown: dict[str, int] = {}  # kind -> the finding number that showed its fix snippet
-        self._traceback_shown: dict[str, int] = {}  # kind -> the finding number that showed a traceback
+        self._traceback_shown: dict[tuple, int] = {}  # (kind, gb_type) -> the finding that showed a traceback
         self._message_shown: dict[tuple, int] = {}  # (kind, gb_type, first line) -> finding number
         self.report = report
         self.scrub = PathScrubber(redact, home)
@@ -329,10 +329,11 @@ class MarkdownRenderer:
         section = Section(list(lines), droppable=True, is_finding=True)
         tb = ev.get("traceback") or next(filter(None, (_traceback_from_other_stages(q, f) for q, _ in cause.seen)),
                                          None)
-        tb_key = f.kind
-        if tb and tb_key in self._traceback_shown:  # one traceback per kind: the others differ in names only
-            section.parts.append(f"Traceback: see finding {self._traceback_shown[tb_key]} above, the same kind (the "
-                                 "JSON report has this one).\n\n")
+        tb_key = (f.kind, ev.get("gb_type"))
+        if tb and tb_key in self._traceback_shown:  # the same kind and gb_type: the same path through torch
+            section.parts.append(f"Traceback: see finding {self._traceback_shown[tb_key]} above, the same kind and "
+                                 "path through torch; this one's user frames are in the bullets (the JSON report "
+                                 "has its traceback).\n\n")
             tb = None
         elif tb:
             self._traceback_shown[tb_key] = index

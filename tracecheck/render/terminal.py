@@ -28,7 +28,7 @@ def cell(result: StageResult | None, wrap: bool = False) -> Text:
     if c is None:
         return Text("")
     if wrap and c.kinds and c.status != PASS:
-        words = "\n".join(w for k in c.kinds for w in _hyphen_split(k))
+        words = "\n+".join("\n".join(_hyphen_split(k)) for k in c.kinds)  # "+" starts each further kind
         return Text(f"{_ICON[c.status]}\n{words}", style=_STYLE[c.status])
     return Text(" ".join(x for x in (_ICON[c.status], c.label) if x), style=_STYLE[c.status])
 
@@ -90,7 +90,7 @@ def _verdict_table(report: RunReport, short: bool, wrap: bool, numbered: bool) -
     rows = [[cell(p.stages.get(c), wrap) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
     first = [str(i) for i in range(1, len(rows) + 1)] if numbered else [labels[p.id] for p in report.probes]
     table.add_column("#" if numbered else "probe", overflow="fold",
-                     min_width=max(map(len, first)) if numbered else PROBE_MIN_WIDTH)
+                     min_width=max(map(len, first), default=1) if numbered else PROBE_MIN_WIDTH)
     for i, heading in enumerate([*headings.values(), "breaks" if short else "graph breaks"]):
         widest = max([cell_len(line) for r in rows for line in r[i].plain.splitlines()] + [cell_len(heading)])
         table.add_column(heading, min_width=widest, no_wrap=True,
