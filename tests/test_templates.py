@@ -2,6 +2,7 @@
 from it (tracecheck/template.py); where that is unsafe or unwanted, each stage process imports it afresh.
 Observed from outside: every import of the model file appends a line to a file the test reads."""
 import json
+import os
 import subprocess
 import sys
 
@@ -183,3 +184,28 @@ def test_the_fork_servers_preload_leaves_nothing_a_fork_cannot_copy():
                               text=True, timeout=300, check=True).stdout.split("\n")[-2]
 
     assert state("\nimport tracecheck.preload") == state("")  # native threads, torch threads
+
+
+def test_the_preloads_remembered_vector_isa_is_the_one_inductor_finds_itself(tmp_path):
+    """preload.py keeps Inductor's CPU vector-ISA verdict beside Inductor's cache and, on the next start, trusts it
+    only when it matches what the CPU flags allow; a verdict that does not match is probed again. Oracle: Inductor's
+    own check in a process that never imported tracecheck."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    show = ("from torch._inductor import config, cpu_vec_isa\n"
+            "print([str(i) for i in cpu_vec_isa.valid_vec_isa_list()], config.cpp.vec_isa_ok)")
+
+    def isas(pre=""):
+        out = subprocess.run([sys.executable, "-c", pre + show], capture_output=True, text=True, timeout=300,
+                             env=env, check=True).stdout
+        return out.strip().splitlines()[-1]
+
+    plain = isas()
+    assert plain.endswith(" None")
+    assert isas("import tracecheck.preload\n") == plain  # first start: probed, verdict written
+    memo = tmp_path / "tracecheck_vec_isa.json"
+    (key, passed), = json.loads(memo.read_text()).items()
+    assert str(passed) in plain
+    assert isas("import tracecheck.preload\n") == plain  # second start: from the verdict
+    if len(passed) > 1:  # a stale verdict (fewer ISAs than the flags allow) is not trusted
+        memo.write_text(json.dumps({key: passed[-1:]}))
+        assert isas("import tracecheck.preload\n") == plain
