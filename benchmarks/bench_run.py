@@ -8,9 +8,10 @@ tiny transformers Llama training probe (benchmarks/models/tiny_llama.py) with ev
 
 The serial baseline imports torch once, loads each model file once, and runs every stage of every probe
 one after the other in that same process. It uses the same stage functions as tracecheck
-(tracecheck/stages.py) and calls ``torch._dynamo.reset()`` between stages. Its isolation is therefore
+(tracecheck/stages/) and calls ``torch._dynamo.reset()`` between stages. Its isolation is therefore
 weaker than tracecheck's: one crash or hang kills everything. tracecheck instead forks one process per
-(probe, stage) from a server that has already imported torch, and runs ``-j`` of them at a time.
+(probe, stage) from the file's template process (torch preloaded, the file imported once), and runs ``-j``
+of them at a time.
 
 First an unmeasured warm-up run fills the extension build cache and inductor's caches for both sides.
 Then each round times the serial script and tracecheck back to back and prints both times and their

@@ -35,7 +35,7 @@ def test_sections_present_in_order():
     md = markdown.render(small_report(), home="/home/alice")
     top = [h for h in headings(md) if h.startswith("## ")]
     assert top == ["## Environment", "## Verdicts", "## Compiled autograd", "## Findings", "## Per probe"]
-    assert md.startswith("# tracecheck report: 2 probe(s), 1 failing, 2 finding(s)")
+    assert md.startswith("# tracecheck report: 2 probe(s) of `model.py`, 1 failing, 2 finding(s)")
     assert_well_formed(md)
 
 
@@ -54,11 +54,11 @@ def test_verdict_table_is_probes_by_stages():
     header = [c.strip() for c in table[0].strip("|").split("|")]
     assert header == ["probe", "eager", "explain", "aot_eager", "fullgraph", "compiled_autograd", "graph breaks"]
     rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")] for r in table[2:]}
-    assert set(rows) == {"`model.py::probe_ok`", "`model.py::probe_bad`"}
-    bad = rows["`model.py::probe_bad`"]
+    assert set(rows) == {"`probe_ok`", "`probe_bad`"}
+    bad = rows["`probe_bad`"]
     assert bad[1] == "✅" and "graph-break" in bad[2] and "graph-break" in bad[3] and "missing-fake" in bad[4]
     assert bad[-1] == "1"
-    assert all(c == "✅" for c in rows["`model.py::probe_ok`"][1:-1])
+    assert all(c == "✅" for c in rows["`probe_ok`"][1:-1])
 
 
 def test_one_section_per_finding_with_every_required_part():
@@ -89,7 +89,7 @@ def test_one_section_per_finding_with_every_required_part():
 
 def test_probe_details_hold_graph_counts_and_explain_output():
     md = markdown.render(small_report())
-    probe_head = section(md, "### `model.py::probe_bad`: first failing stage `explain`")
+    probe_head = section(md, "### `probe_bad`: first failing stage `explain`")
     assert "<details><summary>Graph counts</summary>" in probe_head
     assert re.search(r"explain\s+status=fail\s+graphs=2 graph_breaks=1", probe_head)
     assert "<details><summary>explain() output: break reasons (first line of each)</summary>" in probe_head
@@ -240,11 +240,11 @@ def test_a_root_cause_seen_by_several_probes_is_written_once():
     md = markdown.render(r)
     findings = section(md, "## Findings")
     assert len([h for h in headings(findings) if h.startswith("#### ")]) == 1
-    assert ("**Probes (2):** `model.py::probe_a` (explain, fullgraph); `model.py::probe_b` (explain, fullgraph)"
+    assert ("**Probes (2):** `probe_a` (explain, fullgraph); `probe_b` (explain, fullgraph)"
             in findings)
     assert md.count("There was no fake impl registered for") == 1
     per_probe = section(md, "## Per probe")
-    assert "### `model.py::probe_a`" in per_probe and "### `model.py::probe_b`" in per_probe
+    assert "### `probe_a`" in per_probe and "### `probe_b`" in per_probe
     assert per_probe.count("finding(s) 1") == 2
 
 
@@ -277,5 +277,15 @@ def test_crashes_in_two_probes_stay_two_root_causes():
     r = RunReport([crashed("probe_a", "process killed by SIGSEGV"), crashed("probe_b", "exited with code 3")],
                   {"torch": "2.13.0"}, ["eager"], rootdir=ROOT)
     md = markdown.render(r)
-    assert md.startswith("# tracecheck report: 2 probe(s), 2 failing, 2 finding(s)")
+    assert md.startswith("# tracecheck report: 2 probe(s) of `model.py`, 2 failing, 2 finding(s)")
     assert "tail of probe_a" in md and "tail of probe_b" in md
+
+
+def test_probes_are_named_by_file_and_probe_when_the_report_holds_two_files():
+    r = small_report()
+    r.probes[0] = probe("other.py", "probe_ok", f"{ROOT}/other.py", r.probes[0].stages)
+    md = markdown.render(r)
+    assert md.startswith("# tracecheck report: 2 probe(s), 1 failing, 2 finding(s)")
+    rows = [ln for ln in section(md, "## Verdicts").splitlines() if ln.startswith("| `")]
+    assert [ln.split(" | ")[0] for ln in rows] == ["| `other.py::probe_ok`", "| `model.py::probe_bad`"]
+    assert "### `model.py::probe_bad`: first failing stage `explain`" in md

@@ -138,7 +138,7 @@ def test_counts_not_measured_show_a_dash_not_zero():
     assert terminal.compiled_autograd_table(r) is None              # the stage did not run: no row
     md = markdown.render(r)
     assert "## Compiled autograd" not in md
-    assert "| `m.py::probe` | ➖ | ➖ | – |" in md
+    assert "| `probe` | ➖ | ➖ | – |" in md
 
 
 def test_a_report_with_a_kind_this_version_does_not_know_still_reads():

@@ -31,7 +31,9 @@ GITHUB_COMMENT_LIMIT = 65536
 #: Room kept free for the truncation notice that is written once the final size is known, in characters.
 _NOTICE_RESERVE = 700
 #: Trimmed exception message shown in a finding section: at most this many lines / characters.
-_MESSAGE_LINES, _MESSAGE_CHARS = 10, 900
+_MESSAGE_LINES, _MESSAGE_CHARS = 10, 720
+#: a longer message line (an FX node's arguments, say) is cut in the middle to this many characters
+_LINE_CHARS = 360
 #: Verdict rows shown before the table only lists failing probes.
 _MAX_VERDICT_ROWS = 60
 
@@ -68,8 +70,8 @@ def _trim_message(text: str) -> str:
     for ln in text.strip().splitlines():
         if ln.strip() == "from user code:":
             break  # the user stack: in the traceback details
-        if not _MESSAGE_NOISE.match(ln):
-            kept.append(ln)
+        if not _MESSAGE_NOISE.match(ln):  # a long line keeps both ends: what ran, and what it got
+            kept.append(ln if len(ln) <= _LINE_CHARS else f"{ln[:_LINE_CHARS // 2]} [...] {ln[-_LINE_CHARS // 2:]}")
     text = "\n".join(kept)
     lines = text.strip().splitlines()
     out = "\n".join(lines[:_MESSAGE_LINES])
@@ -100,7 +102,7 @@ class MarkdownRenderer:
     def __init__(self, report: RunReport, *, redact: bool = False, home: str | None = None,
                  trace_dir: str | None = None, limit: int = GITHUB_COMMENT_LIMIT,
                  comparison: Any = None) -> None:
-        self._fix_shown: dict[str, int] = {}  # kind -> the finding number that showed its fix snippet
+        self._fix_shown: dict[str, tuple[int, str]] = {}  # kind -> (the finding that showed its fix snippet, fix)
         self._traceback_shown: dict[tuple, int] = {}  # (kind, gb_type) -> the finding that showed a traceback
         self._message_shown: dict[tuple, int] = {}  # (kind, gb_type, first line) -> finding number
         self.report = report
@@ -109,13 +111,25 @@ class MarkdownRenderer:
         self.trace_dir = trace_dir
         self.limit = limit
         self.comparison = comparison
+        files = {p.id.partition("::")[0] for p in report.probes}
+        #: the model file when every probe comes from it: probes are then named without it, the header names it
+        self.one_file = files.pop() if len(files) == 1 else None
+
+    def probe_label(self, pid: str) -> str:
+        """A probe as the document names it: ``file::probe``, or the probe alone in a one-file report."""
+        file, _, name = pid.partition("::")
+        return name if name and file == self.one_file else self.scrub.probe_id(pid)
 
     # -- sections -------------------------------------------------------------------------------------
     def header(self) -> str:
         r = self.report
         failing = [p for p in r.probes if p.verdict.status != PASS]
         n_findings = len(root_causes(failing))
-        return (f"# tracecheck report: {len(r.probes)} probe(s), {len(failing)} failing, "
+        where = ""
+        if self.one_file:
+            file = os.path.basename(self.one_file) if self.redact else self.scrub(self.one_file)
+            where = f" of {_code(file)}"
+        return (f"# tracecheck report: {len(r.probes)} probe(s){where}, {len(failing)} failing, "
                 f"{n_findings} finding(s)\n\n"
                 f"Stages run: {', '.join(_code(s) for s in r.stages) or '(none)'}.\n\n")
 
@@ -165,7 +179,7 @@ class MarkdownRenderer:
         for p in probes:
             breaks = _none_dash(p.graph_breaks)
             cells = [verdict_cell(p.stages.get(c)) for c in columns]
-            rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | " + " | ".join(cells) + f" | {breaks} |")
+            rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | " + " | ".join(cells) + f" | {breaks} |")
         more = (f"\n_{hidden} more probe(s) not listed (passing probes, and failing ones past the first "
                 f"{_MAX_VERDICT_ROWS}); see the JSON report._\n" if hidden else "")
         legend = ("✅ pass · ✅ fwd pass, forward only (nothing trains) · ❌ fail (kinds) · ⏱️ timeout · "
@@ -177,7 +191,7 @@ class MarkdownRenderer:
         keys = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles", "hooks_captured")
         for p, s, counts in view.ca_rows(self.report):
             vals = [str(_none_dash(counts[k])) for k in keys]
-            rows.append(f"| {_cell(_code(self.scrub.probe_id(p.id)))} | {verdict_cell(s)} | " + " | ".join(vals) + " |")
+            rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | {verdict_cell(s)} | " + " | ".join(vals) + " |")
         if not rows:
             return ""
         head = ("| probe | verdict | unique graphs without CA | unique graphs with CA | captures | recompiles "
@@ -195,7 +209,7 @@ class MarkdownRenderer:
                 if s.status in (FAIL, TIMEOUT, CRASH)
                 and _has_log(os.path.join(self.trace_dir, trace_subdir(p.id, stage)))]
         example = (f"{root}/{trace_subdir(kept[0][0].id, kept[0][1])}" if kept else f"{root}/<probe>/<stage>")
-        listed = "".join(f"- {_code(self.scrub.probe_id(p.id))} `{stage}`: "
+        listed = "".join(f"- {_code(self.probe_label(p.id))} `{stage}`: "
                          f"{_code(root + '/' + trace_subdir(p.id, stage))}\n" for p, stage in kept[:12])
         more = f"- ... and {len(kept) - 12} more\n" if len(kept) > 12 else ""
         return ("## Structured trace\n\n"
@@ -209,7 +223,7 @@ class MarkdownRenderer:
         c = self.comparison
         if c is None:
             return ""
-        rows = [f"| {c2.effect} | {_cell(_code(self.scrub.probe_id(c2.probe)))} | {c2.stage or ''} | "
+        rows = [f"| {c2.effect} | {_cell(_code(self.probe_label(c2.probe)))} | {c2.stage or ''} | "
                 f"{_cell(self.scrub(c2.detail))} |" for c2 in c.changes]
         if not rows:
             return "## Against the baseline\n\nNo differences.\n\n"
@@ -219,7 +233,7 @@ class MarkdownRenderer:
     def probe_section(self, p: ProbeReport, numbers: list[int]) -> Section:
         """A failing probe: its verdict, which findings (root causes) it has, graph counts, explain() output."""
         v = p.verdict
-        title = f"### {_code(self.scrub.probe_id(p.id))}: first failing stage {_code(str(v.first_failing_stage))}"
+        title = f"### {_code(self.probe_label(p.id))}: first failing stage {_code(str(v.first_failing_stage))}"
         refs = ", ".join(str(n) for n in numbers)
         head = Section(droppable=True, parts=[f"{title}\n\nKinds: {', '.join(_code(k) for k in v.kinds)}; "
                                               f"finding(s) {refs}\n\n"])
@@ -244,7 +258,7 @@ class MarkdownRenderer:
                 where = f"{self.scrub(b.file)}:{b.line}" if b.file else "?"
                 breaks.setdefault((b.kind, b.gb_type, b.gb_code, where), []).append(name)
         for (kind, gb_type, gb_code, where), stages in breaks.items():
-            lines.append(f"break {kind}: {gb_type} ({gb_code or 'no GB code'}) at {where} [{', '.join(stages)}]")
+            lines.append(f"break at {where}: {kind}, {gb_code or gb_type} [{', '.join(stages)}]")
         if not lines:
             return None
         return Details("Graph counts", "\n".join(lines))
@@ -266,14 +280,13 @@ class MarkdownRenderer:
         ev, ctx = f.evidence, f.context
         kind = kinds().get(f.kind)
         lines = [f"#### {index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
-        bullets = [f"- **Kind:** {_code(f.kind)}" + (f" ({kind.title})" if kind else "")]
-        if len(cause.seen) > 1:
-            seen = "; ".join(f"{_code(self.scrub.probe_id(q.id))} ({', '.join(st)})" for q, st in cause.seen)
+        bullets = []
+        if len(cause.seen) > 1:  # each probe's stages in stage order: its first failing stage leads
+            seen = "; ".join(f"{_code(self.probe_label(q.id))} ({', '.join(st)})" for q, st in cause.seen)
             bullets.append(f"- **Probes ({len(cause.seen)}):** {seen}")
-        also = f" (also seen at {', '.join(_code(s) for s in stages[1:])})" \
-            if len(stages) > 1 and len(cause.seen) == 1 else ""
-        first = f" of {_code(self.scrub.probe_id(p.id))}" if len(cause.seen) > 1 else ""
-        bullets.append(f"- **First failing stage{first}:** {_code(stages[0])}{also}")
+        else:
+            also = f" (also seen at {', '.join(_code(s) for s in stages[1:])})" if len(stages) > 1 else ""
+            bullets.append(f"- **First failing stage:** {_code(stages[0])}{also}")
         if ev.get("gb_type"):
             link = ev.get("doc") or _gb_link(ev.get("gb_code"))
             code = f"[{ev['gb_code']}]({link})" if ev.get("gb_code") and link else (ev.get("gb_code") or "no GB code")
@@ -317,23 +330,22 @@ class MarkdownRenderer:
         if numeric:
             lines.append("Numerics:\n\n" + "\n".join(f"- {self.scrub(x)}" for x in numeric) + "\n\n")
         if kind and f.kind in self._fix_shown:
-            lines.append(f"**Fix:** as in finding {self._fix_shown[f.kind]} above. {fix_text(f)}\n\n")
+            shown, text = self._fix_shown[f.kind]
+            lines.append(f"**Fix:** as in finding {shown} above.{'' if text == fix_text(f) else ' ' + fix_text(f)}\n\n")
         elif kind:
-            self._fix_shown[f.kind] = index  # the snippet once per kind keeps the report short
+            self._fix_shown[f.kind] = (index, fix_text(f))  # the snippet once per kind keeps the report short
             lines.append(f"**Fix:** {fix_text(f)}\n\n")
             if kind.snippet:
                 lines.append(f"```python\n{kind.snippet}\n```\n\n")
             lines.append(f"Background: `{kind.doc}` in the tracecheck repository.\n\n")
-        others = "" if len(cause.seen) == 1 else " (the first probe; the others reproduce it the same way)"
-        lines.append(f"**Repro**{others}:\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n")
+        lines.append(f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n")
         section = Section(list(lines), droppable=True, is_finding=True)
         tb = ev.get("traceback") or next(filter(None, (_traceback_from_other_stages(q, f) for q, _ in cause.seen)),
                                          None)
         tb_key = (f.kind, ev.get("gb_type"))
         if tb and tb_key in self._traceback_shown:  # the same kind and gb_type: the same path through torch
-            section.parts.append(f"Traceback: see finding {self._traceback_shown[tb_key]} above, the same kind and "
-                                 "path through torch; this one's user frames are in the bullets (the JSON report "
-                                 "has its traceback).\n\n")
+            section.parts.append(f"Traceback: the path through torch of finding {self._traceback_shown[tb_key]} "
+                                 "above (the JSON report has this one's).\n\n")
             tb = None
         elif tb:
             self._traceback_shown[tb_key] = index
