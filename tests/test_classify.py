@@ -219,3 +219,63 @@ def test_break_inside_autograd_function_seen_from_user_stack():
              '  File "/m/broken.py", line 53, in forward\n    y = ext.fwd(x)\n')
     assert classify.classify_break({"reason": reason, "user_stack": stack}).context["in_autograd_function"] is True
     assert "in_autograd_function" not in classify.classify_break({"reason": reason, "user_stack": ""}).context
+
+
+# --- issue 13's classes, on torch 2.13.0's wording (recorded from the reproducers of tests/test_classifier_classes.py)
+
+TORCH_OWN_BUILTIN = (
+    "Attempted to call function marked as skipped\n  Explanation: Dynamo does not know how to trace the builtin "
+    "`torch._C._dynamo.autograd_compiler.call_cpp_tensor_pre_hooks.` This function is either a Python builtin (e.g. "
+    "_warnings.warn) or a third-party C/C++ Python extension (perhaps created with pybind).\n"
+    "  Hint: If it is a Python builtin, please file an issue on GitHub so the PyTorch team can add support for it.\n")
+
+
+def test_torch_own_c_function_is_a_graph_break_with_dynamos_hints():
+    b = classify.classify_break({"reason": TORCH_OWN_BUILTIN})
+    assert b.kind == "graph-break"
+    f = classify.break_finding(b)
+    assert taxonomy.fix_text(f).startswith("Dynamo's hints for this gb_type: If it is a Python builtin, please file")
+
+
+def _method_call(variable: str) -> str:
+    return ("Unsupported method call\n  Explanation: Dynamo does not know how to trace method `__call__` of class "
+            "`Scaler`\n  Hint: Avoid calling `Scaler.__call__` in your code.\n  Hint: Please report an issue to "
+            f"PyTorch.\n\n  Developer debug context: call_method {variable} __call__ [TensorVariable()] {{}}\n")
+
+
+def test_c_method_of_a_user_object_is_pybind_builtin_and_other_method_calls_are_not():
+    b = classify.classify_break({"reason": _method_call("UserDefinedObjectVariable(Scaler)")})
+    assert (b.kind, b.context["builtin"]) == ("pybind-builtin", "Scaler.__call__")
+    assert classify.classify_break({"reason": _method_call("ListVariable(length=2)")}).kind == "graph-break"
+
+
+def test_fake_that_cannot_run():
+    not_impl = ("NotImplementedError/UnsupportedFakeTensorException when running FX node\n  Explanation: Dynamo failed "
+                "to run FX node with fake tensors: call_function tc13a.nf.default(*(FakeTensor(..., size=(4,)),), "
+                "**{}): got NotImplementedError('fake not written yet')\n")
+    b = classify.classify_break({"reason": not_impl})
+    assert (b.kind, b.context["op"]) == ("missing-fake", "tc13a::nf")
+    signature = ("TypeError when making fake tensor call\n  Explanation: \n\n  Developer debug context: TypeError "
+                 "tc13b.scale.default: _() takes 1 positional argument but 2 were given\n")
+    b = classify.classify_break({"reason": signature})
+    assert (b.kind, b.context["op"]) == ("fake-mismatch", "tc13b::scale")
+
+
+def test_undeclared_alias_and_double_definition():
+    alias = err("flat (with implementation in <module 'torch._library.custom_ops'>): The output of this custom operator "
+                "(1) must not also be an input to this custom operator and (2) may not alias any inputs to this custom "
+                "operator or other returns.", "RuntimeError")
+    assert classify.classify_error("eager", alias).kind == "mutates-args-mismatch"
+    twice = err("Tried to register an operator (tc13c::twice(Tensor x) -> Tensor) with the same name and overload "
+                "name multiple times. Each overload's schema should only be registered with a single call to def().",
+                "RuntimeError")
+    f = classify.classify_error("load", twice)
+    assert (f.kind, f.context["op"]) == ("op-redefined", "tc13c::twice")
+
+
+def test_reading_values_into_python_gets_the_read_fix():
+    reason = ("Tensor.tolist() with non-integer tensor\n  Explanation: Dynamo currently does not support tracing "
+              "`tolist()` on non-integer tensors.\n")
+    f = classify.break_finding(classify.classify_break({"reason": reason}))
+    assert f.kind == "data-dependent"
+    assert taxonomy.fix_text(f).startswith("The code reads tensor values into Python (Tensor.tolist()")

@@ -69,7 +69,10 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
             continue
         m = p.regex.search(text)
         if m:
-            return {k: v for k, v in m.groupdict().items() if v}
+            ctx = {k: v for k, v in m.groupdict().items() if v}
+            if any(rx.search(ctx.get(k, "")) for k, rx in rule.exclude.items()):
+                return None  # e.g. a builtin of torch's own: not this kind
+            return ctx
     if (gb_type and gb_type in rule.gb_types) or types & rule.exception_types:
         return {}
     if rule.any_gb_type and gb_type and ("Unsupported" in types or raw.get("is_break")):
@@ -79,14 +82,31 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
 
 def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any]) -> None:
     name = ctx.get("builtin", "")
-    if "pybind11_detail_function_record" in name or ".PyCapsule." in name:
+    if any(mark in name for mark in ("pybind11_detail_function_record", ".PyCapsule.", "pybind11_object")):
         ctx["pybind11"] = True
     if _AUTOGRAD_FN.search(text + "\n" + raw.get("traceback", "")):
         ctx["in_autograd_function"] = True
 
 
+_HINT = re.compile(r"^\s*Hint: (?P<hint>.+)$", re.M)
+
+
+def _hints(ctx: dict[str, Any], text: str, raw: dict[str, Any]) -> None:
+    """Dynamo's own hints for the gb_type (the ``Hint:`` lines of its message) become the graph-break's fix."""
+    hints = list(dict.fromkeys(m.group("hint").strip() for m in _HINT.finditer(text)))[:3]
+    if hints:
+        ctx["hints"], ctx["cause"] = " ".join(h if h.endswith(".") else h + "." for h in hints), "hints"
+
+
+def _read_values(ctx: dict[str, Any], text: str, raw: dict[str, Any]) -> None:
+    """A data-dependent break that reads values into Python (.item(), .tolist()) gets that fix, not the branch's."""
+    gb_type = raw.get("gb_type") or _gb_type_from_text(text) or ""
+    if ".item()" in gb_type or ".tolist()" in gb_type:
+        ctx["cause"], ctx["gb_type"] = "read", gb_type
+
+
 #: what code adds to a kind's context after its rule matched
-_ENRICH = {"pybind-builtin": _pybind_flags}
+_ENRICH = {"pybind-builtin": _pybind_flags, "graph-break": _hints, "data-dependent": _read_values}
 
 
 def _gb_type_from_text(text: str) -> str | None:

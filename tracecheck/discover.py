@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from .exitcodes import UsageError
 from .probe import Case, ProbeShapeError, is_marked, to_case
+from .report import IMPORT_PROBE, LOAD_STAGE
 
 _SKIP_FILES = {"__init__.py", "conftest.py", "setup.py", "__main__.py"}
 _PROBE_NAME = re.compile(r"^probe(_\w+)?$")
@@ -200,7 +201,16 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
     only = set(task["only"]) if task.get("only") else None  # probe names asked for by ``file.py::name``
     root = task.get("root") or os.path.dirname(path)
     with capture.OpRegistrationWatch() as watch:
-        module = load_module(path)
+        try:
+            module = load_module(path)
+        except UsageError as e:
+            failed = _import_finding(e.__cause__)
+            if failed is None:
+                raise  # a Python error (import, syntax, name): bad input, exit 2
+            # torch refused what the file registers or runs at import (an op defined twice, say): a finding
+            entry = {"name": IMPORT_PROBE, "setup_error": failed, "registrations": list(watch.events)}
+            return {"probes": [entry], "n_candidates": 1, "names": [IMPORT_PROBE],
+                    "custom_ops": sorted(registered_custom_ops() - ops_before)}
         file_events = list(watch.events)
         probes = []
         for name, fn in find_probes(module):
@@ -226,6 +236,18 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
     # no custom op registered by the file, its imports or its probes: the runner can skip opcheck (api.py)
     return {"probes": probes, "n_candidates": len(names), "names": names,
             "custom_ops": sorted(registered_custom_ops() - ops_before)}
+
+
+def _import_finding(exc: BaseException | None) -> dict[str, Any] | None:
+    """The error record of an import failure that a kind explains, else None (then it is the user's input
+    error). Only torch's own verdicts count: a registration conflict, a custom op refused at import."""
+    from . import capture, classify
+
+    if exc is None:
+        return None
+    record = capture.error_record(exc, "setup")
+    kind = classify.classify_error(LOAD_STAGE, record).kind
+    return record if kind not in ("unknown", "eager-error", "backend-error") else None
 
 
 def _required_params(fn: Callable[..., Any]) -> list[str]:

@@ -17,6 +17,10 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
     before the call (which may mutate them), when ``record_args``; ``custom_ops`` and ``random_ops`` (ATen
     ops tagged ``nondeterministic_seeded``: dropout, bernoulli, rand*): their names, in call order."""
 
+    #: torch.cond and other higher-order ops come through ``__torch_dispatch__`` too (otherwise they raise
+    #: NotImplementedError under the mode), and the ops their branches call are recorded (``_run_hop``)
+    supports_higher_order_operators = True
+
     def __init__(self, record_args: bool = True) -> None:
         super().__init__()
         self.record_args = record_args
@@ -26,6 +30,8 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return self._run_hop(func, args, kwargs)
         if func.namespace not in TORCH_NAMESPACES:
             name = op_name(str(func))
             if name not in self.custom_ops:
@@ -37,6 +43,22 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
             if name not in self.random_ops:
                 self.random_ops.append(name)
         return func(*args, **kwargs)
+
+
+    def _run_hop(self, hop: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """Run a higher-order op (the mode is off here); for ``torch.cond``, whose eager kernel only calls the
+        branch it takes, that branch runs with this mode back on so that the ops it calls are recorded. Other
+        HOPs run unseen inside: their kernels may inspect their subgraphs, which a wrapper would hide."""
+        if hop is torch.ops.higher_order.cond and len(args) == 4:
+            pred, true_fn, false_fn, operands = args
+            return hop(pred, self._seen(true_fn), self._seen(false_fn), operands, **kwargs)
+        return hop(*args, **kwargs)
+
+    def _seen(self, fn: Any) -> Any:
+        def run(*a: Any) -> Any:
+            with self:
+                return fn(*a)
+        return run
 
 
 def _snap(t: Any) -> Any:

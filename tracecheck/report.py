@@ -17,6 +17,8 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 
 #: Pseudo-stage for findings made while loading the file or calling the probe function.
 LOAD_STAGE = "load"
+#: the probe a file's import failure is reported under (``file.py::(import)``) when a kind explains it
+IMPORT_PROBE = "(import)"
 
 #: StageResult.status values.
 PASS, FAIL, SKIP, TIMEOUT, CRASH = "pass", "fail", "skip", "timeout", "crash"

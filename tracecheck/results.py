@@ -147,6 +147,39 @@ def attribute_crashes(stages: dict[str, StageResult]) -> None:
                 break
 
 
+#: labels that name no cause another finding could be attributed to
+_NO_CAUSE = {"unknown", "crash", "timeout", "eager-error", "backend-error"}
+
+
+def _frame(f: Finding) -> tuple[Any, Any] | None:
+    uf = f.evidence.get("user_frame") or {}
+    return (uf.get("file"), uf.get("line")) if uf.get("file") else None
+
+
+def attribute_unknowns(stages: dict[str, StageResult]) -> None:
+    """An ``unknown`` finding whose op or user frame is that of a classified finding at another stage of the
+    same probe carries that finding's kind: opcheck's tests often fail with a bare message (``fake not written
+    yet``) that the compile stages already explained. ``stages`` in stage order; the first stage that named
+    the cause is recorded (``context["first_seen_at"]``) and said in the summary."""
+    causes = [(s.stage, f) for s in stages.values() for f in s.findings if f.kind not in _NO_CAUSE]
+    for s in stages.values():
+        for i, f in enumerate(s.findings):
+            if f.kind != "unknown":
+                continue
+            op, frame = f.context.get("op"), _frame(f)
+            root = next(((stage, c) for stage, c in causes
+                         if (op and c.context.get("op") == op) or (frame and _frame(c) == frame)), None)
+            if root is None:
+                continue
+            stage, c = root
+            ctx = {**c.context, **{k: v for k, v in f.context.items() if k not in ("cause", "hints")},
+                   "first_seen_at": stage}
+            new = Finding(c.kind, f"{c.summary} (the cause {stage} named first)", ctx, f.evidence)
+            if s.failure is f:
+                s.failure = new
+            s.findings[i] = new
+
+
 def load_result(entry: dict[str, Any]) -> StageResult | None:
     """Findings made while loading the file and calling the probe function (the ``load`` pseudo-stage)."""
     findings: list[Finding] = []

@@ -53,27 +53,39 @@ class Detect:
     only_with_gb_types: frozenset[str] | None = None
     #: any Dynamo graph break (a gb_type on an Unsupported exception or a trace break) is this kind
     any_gb_type: bool = False
+    #: a match is refused when a named group matches this pattern (``{"builtin": "^torch\\."}``: torch's own)
+    exclude: dict[str, re.Pattern[str]] = field(default_factory=dict)
 
 
-def _detect(d: dict[str, Any] | None) -> Detect | None:
+def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
     if not d:
         return None
     only = d.get("only_with_gb_types")
     return Detect(
         order=int(d["order"]),
         patterns=tuple(Pattern(re.compile(p["regex"]), bool(p.get("torch_only"))) for p in d.get("patterns", [])),
-        gb_types=frozenset(d.get("gb_types", [])),
+        gb_types=frozenset(gb_types),
         exception_types=frozenset(d.get("exception_types", [])),
         only_with_gb_types=frozenset(only) if only is not None else None,
-        any_gb_type=bool(d.get("any_gb_type")))
+        any_gb_type=bool(d.get("any_gb_type")),
+        exclude={k: re.compile(v) for k, v in d.get("exclude", {}).items()})
+
+
+@lru_cache(maxsize=1)
+def gb_table() -> dict[str, list[str]]:
+    """gb_types.json: kind id -> the gb_types of torch's graph-break registry that kind labels (graph-break
+    holds the rest). The one place a gb_type is given a kind."""
+    return json.loads(resources.files("tracecheck").joinpath("gb_types.json").read_text())["kinds"]
 
 
 @lru_cache(maxsize=1)
 def kinds() -> dict[str, Kind]:
     """All kinds by id, in taxonomy order."""
     data = json.loads(resources.files("tracecheck").joinpath("kinds.json").read_text())
+    table = gb_table()
     return {k["id"]: Kind(k["id"], k["title"], k["summary"], k["fix"], k.get("snippet", ""),
-                          k.get("fix_by_cause", {}), k.get("code_fix", ""), _detect(k.get("detect")))
+                          k.get("fix_by_cause", {}), k.get("code_fix", ""),
+                          _detect(k.get("detect"), table.get(k["id"], [])))
             for k in data["kinds"]}
 
 
@@ -113,3 +125,21 @@ def fix_text(f: Any) -> str:
     if kind is None:
         return ""
     return _fill(kind.fix_by_cause.get(str(f.context.get("cause")), kind.fix), f.context)
+
+
+def gb_types_markdown() -> str:
+    """docs/gb-types.md: the gb_type table per kind (``python -m tracecheck.taxonomy > docs/gb-types.md``)."""
+    out = ["# gb_types and their kinds\n",
+           "Every gb_type of torch's graph-break registry (torch 2.13.0 and 2.14.1), under the kind a graph break "
+           "of that gb_type gets (`tracecheck/gb_types.json`). A kind's message patterns (`tracecheck/kinds.json`) "
+           "are tried first and can say more: *Attempted to call function marked as skipped* is `graph-break` here "
+           "and `pybind-builtin` when Dynamo's message names a C/pybind11 builtin from outside torch. A gb_type "
+           "that is not listed (a newer torch) is a `graph-break`.\n"]
+    for kind, types in gb_table().items():
+        out.append(f"\n## `{kind}` ({len(types)})\n\n[{kinds()[kind].title}](failures/{kind}.md)\n")
+        out += [f"- ``{t}``" if "`" in t else f"- `{t}`" for t in types]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(gb_types_markdown(), end="")

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..taxonomy import fix_text, kinds
 from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
-from ..report import RootCause, finding_key, root_causes
+from ..report import IMPORT_PROBE, RootCause, finding_key, root_causes
 from . import view
 from ..environment import COLLECT_ENV_FIELDS
 from .evidence import condense_traceback, numeric_lines
@@ -369,7 +369,8 @@ class MarkdownRenderer:
         file = p.id.split("::", 1)[0]
         file = os.path.basename(file) if self.redact else self.scrub(file)
         stage = "eager" if stage == LOAD_STAGE else stage  # load findings come back on any run
-        return f"tracecheck run {shlex.quote(f'{file}::{p.name}')} --stages {stage}"
+        target = file if p.name == IMPORT_PROBE else f"{file}::{p.name}"  # the import fails: the file alone
+        return f"tracecheck run {shlex.quote(target)} --stages {stage}"
 
     # -- assembly -------------------------------------------------------------------------------------
     def sections(self) -> list[Section]:
