@@ -319,3 +319,19 @@ def test_a_stage_that_stops_running_backward_regresses():
     cmp = compare(old, new)
     assert [(c.stage, c.aspect, c.effect) for c in cmp.changes] == [("aot_eager", "phases", "regressed")]
     assert compare(new, old).regressions == []        # gaining backward is not a regression
+
+
+def test_an_import_failure_that_goes_away_is_an_improvement_not_a_missing_probe():
+    from report_factory import probe as make_probe
+    from tracecheck.report import LOAD_STAGE, RunReport
+
+    twice = Finding("op-redefined", "Operator ns::f was registered twice under one qualified name.", {"op": "ns::f"},
+                    {"user_frame": {"file": "/p/m.py", "line": 7}})
+    failed = RunReport(probes=[make_probe("m.py", "(import)", "/p/m.py", {
+        LOAD_STAGE: StageResult(LOAD_STAGE, FAIL, failure=twice, findings=[twice])})], environment={}, stages=["eager"])
+    fixed = RunReport(probes=[make_probe("m.py", "probe_a", "/p/m.py", {"eager": StageResult("eager", PASS)})],
+                      environment={}, stages=["eager"])
+    cmp = compare(failed, fixed)
+    assert sorted((c.probe, c.effect) for c in cmp.changes) == [("m.py::(import)", "improved"),
+                                                                ("m.py::probe_a", "changed")]
+    assert cmp.regressions == []

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import __version__, discover, environment, protocol, results, shards
 from .exitcodes import UsageError
-from .report import CRASH, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from .report import CRASH, IMPORT_PROBE, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from .stages import STAGES
 from .stages import get as get_stage
 from .stages import order as stage_order
@@ -211,7 +211,8 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             reports.append(report)
         found[path] = reports
         missing = [n for n in named.get(path, []) if n not in {r.name for r in reports}]
-        if missing and not opts.select:  # ``file.py::name`` asked for a probe the file does not define
+        imported = not any(r.name == IMPORT_PROBE for r in reports)  # else its probes could not be listed
+        if missing and imported and not opts.select:  # ``file.py::name`` asked for a probe the file lacks
             have = ", ".join(res.get("names") or []) or "none"
             raise UsageError(f"{discover.probe_id(path, missing[0], root)}: no such probe in the file "
                              f"(its probes: {have})")

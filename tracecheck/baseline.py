@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .exitcodes import UsageError
-from .report import CRASH, FAIL, PASS, TIMEOUT, ProbeReport, RunReport, StageResult
+from .report import CRASH, FAIL, IMPORT_PROBE, PASS, TIMEOUT, ProbeReport, RunReport, StageResult
 from .reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
 from .shards import shard_from_command
 from .stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY
@@ -207,6 +207,10 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
         ids = [i for i in ids if i in keep]
     for pid in ids:
         b, n = base_probes.get(pid), new_probes.get(pid)
+        if n is None and pid.endswith(f"::{IMPORT_PROBE}"):  # the file's import failure is gone: it imports now
+            cmp.changes.append(Change(pid, None, "probe", "fail", "absent", IMPROVED,
+                                      "the file imports now (its import failure is gone)"))
+            continue
         if n is None:
             cmp.changes.append(Change(pid, None, "probe", "present", "missing", REGRESSED,
                                       "probe went missing (not found in the new run)"))

@@ -80,27 +80,35 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
     return None
 
 
-def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any]) -> None:
+def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     name = ctx.get("builtin", "")
-    if any(mark in name for mark in ("pybind11_detail_function_record", ".PyCapsule.", "pybind11_object")):
+    if gb_type == "call to a callable object with no traceable __call__":  # 2.14: the object's class is named
+        ctx["builtin"] = name = f"{name}.__call__"
+    if any(mark in name for mark in ("pybind11_detail_function_record", ".PyCapsule.", "pybind11_")):
         ctx["pybind11"] = True
     if _AUTOGRAD_FN.search(text + "\n" + raw.get("traceback", "")):
         ctx["in_autograd_function"] = True
 
 
 _HINT = re.compile(r"^\s*Hint: (?P<hint>.+)$", re.M)
+#: Dynamo's stock hints (torch/_dynamo/graph_break_hints.py: SUPPORTABLE, USER_ERROR, DYNAMO_BUG, ...): the same
+#: for hundreds of gb_types, they say nothing about this one
+_STOCK_HINTS = re.compile(r"^(It may be possible to write Dynamo tracing rules|Your code may result in an error when "
+                          r"running in eager|This is likely to be a Dynamo bug|Please report an issue to PyTorch|"
+                          r"This graph break may be difficult to debug|This graph break is fundamental|This graph break may have "
+                          r"been caused by an earlier graph break)")
 
 
-def _hints(ctx: dict[str, Any], text: str, raw: dict[str, Any]) -> None:
-    """Dynamo's own hints for the gb_type (the ``Hint:`` lines of its message) become the graph-break's fix."""
-    hints = list(dict.fromkeys(m.group("hint").strip() for m in _HINT.finditer(text)))[:3]
+def _hints(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
+    """Dynamo's hints for the gb_type (the ``Hint:`` lines of its message, less the stock ones) become the fix."""
+    found = (m.group("hint").strip() for m in _HINT.finditer(text))
+    hints = list(dict.fromkeys(h for h in found if not _STOCK_HINTS.match(h)))[:3]
     if hints:
         ctx["hints"], ctx["cause"] = " ".join(h if h.endswith(".") else h + "." for h in hints), "hints"
 
 
-def _read_values(ctx: dict[str, Any], text: str, raw: dict[str, Any]) -> None:
+def _read_values(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """A data-dependent break that reads values into Python (.item(), .tolist()) gets that fix, not the branch's."""
-    gb_type = raw.get("gb_type") or _gb_type_from_text(text) or ""
     if ".item()" in gb_type or ".tolist()" in gb_type:
         ctx["cause"], ctx["gb_type"] = "read", gb_type
 
@@ -255,7 +263,7 @@ def _apply_rules(text: str, types: set[str], gb_type: str | None,
         if ctx is None:
             continue
         if kind.id in _ENRICH:
-            _ENRICH[kind.id](ctx, text, raw)
+            _ENRICH[kind.id](ctx, text, raw, gb_type or "")
         if ctx.get("op"):
             ctx["op"] = op_name(ctx["op"])
         return kind.id, ctx

@@ -238,16 +238,19 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
             "custom_ops": sorted(registered_custom_ops() - ops_before)}
 
 
+#: kinds an import failure is reported as (a custom op's registration or first call refused by torch); any other
+#: import error is the user's input error (exit code 2)
+_IMPORT_KINDS = {"op-redefined", "missing-fake", "missing-autograd", "mutates-args-mismatch", "fake-mismatch"}
+
+
 def _import_finding(exc: BaseException | None) -> dict[str, Any] | None:
-    """The error record of an import failure that a kind explains, else None (then it is the user's input
-    error). Only torch's own verdicts count: a registration conflict, a custom op refused at import."""
+    """The error record of an import failure that a custom-op kind explains, else None."""
     from . import capture, classify
 
     if exc is None:
         return None
     record = capture.error_record(exc, "setup")
-    kind = classify.classify_error(LOAD_STAGE, record).kind
-    return record if kind not in ("unknown", "eager-error", "backend-error") else None
+    return record if classify.classify_error(LOAD_STAGE, record).kind in _IMPORT_KINDS else None
 
 
 def _required_params(fn: Callable[..., Any]) -> list[str]:

@@ -44,11 +44,11 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
                 self.random_ops.append(name)
         return func(*args, **kwargs)
 
-
     def _run_hop(self, hop: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         """Run a higher-order op (the mode is off here); for ``torch.cond``, whose eager kernel only calls the
         branch it takes, that branch runs with this mode back on so that the ops it calls are recorded. Other
-        HOPs run unseen inside: their kernels may inspect their subgraphs, which a wrapper would hide."""
+        HOPs (while_loop, map, scan, invoke_subgraph) run, but unseen inside: their kernels may inspect their
+        subgraphs, which a wrapper would hide, so the custom ops they call are not opchecked (README, the opcheck stage)."""
         if hop is torch.ops.higher_order.cond and len(args) == 4:
             pred, true_fn, false_fn, operands = args
             return hop(pred, self._seen(true_fn), self._seen(false_fn), operands, **kwargs)

@@ -147,8 +147,9 @@ def attribute_crashes(stages: dict[str, StageResult]) -> None:
                 break
 
 
-#: labels that name no cause another finding could be attributed to
-_NO_CAUSE = {"unknown", "crash", "timeout", "eager-error", "backend-error"}
+#: kinds that name a root cause an opcheck test or another stage can fail of (not a symptom like a recompile)
+_ROOT_CAUSES = {"missing-fake", "fake-mismatch", "missing-autograd", "mutates-args-mismatch", "op-redefined",
+                "pybind-builtin", "data-dependent"}
 
 
 def _frame(f: Finding) -> tuple[Any, Any] | None:
@@ -157,24 +158,25 @@ def _frame(f: Finding) -> tuple[Any, Any] | None:
 
 
 def attribute_unknowns(stages: dict[str, StageResult]) -> None:
-    """An ``unknown`` finding whose op or user frame is that of a classified finding at another stage of the
-    same probe carries that finding's kind: opcheck's tests often fail with a bare message (``fake not written
-    yet``) that the compile stages already explained. ``stages`` in stage order; the first stage that named
-    the cause is recorded (``context["first_seen_at"]``) and said in the summary."""
-    causes = [(s.stage, f) for s in stages.values() for f in s.findings if f.kind not in _NO_CAUSE]
+    """An ``unknown`` finding whose op, else user frame, is that of a root-cause finding of the same probe carries
+    that finding's kind: opcheck's tests often fail with a bare message (``fake not written yet``) that the compile
+    stages already explained. A heuristic, so it says so: ``context["first_seen_at"]`` names the stage (in stage
+    order) whose finding it took, and the summary says it. ``stages`` is in stage order."""
+    causes = [(s.stage, f) for s in stages.values() for f in s.findings
+              if f.kind in _ROOT_CAUSES and not f.context.get("warning")]  # a warning is no failure's cause
     for s in stages.values():
         for i, f in enumerate(s.findings):
             if f.kind != "unknown":
                 continue
             op, frame = f.context.get("op"), _frame(f)
-            root = next(((stage, c) for stage, c in causes
-                         if (op and c.context.get("op") == op) or (frame and _frame(c) == frame)), None)
+            root = (next(((st, c) for st, c in causes if op and c.context.get("op") == op), None)
+                    or next(((st, c) for st, c in causes if frame and _frame(c) == frame), None))
             if root is None:
                 continue
             stage, c = root
-            ctx = {**c.context, **{k: v for k, v in f.context.items() if k not in ("cause", "hints")},
-                   "first_seen_at": stage}
-            new = Finding(c.kind, f"{c.summary} (the cause {stage} named first)", ctx, f.evidence)
+            where = "while loading the file" if stage == LOAD_STAGE else f"at {stage}"
+            new = Finding(c.kind, f"{c.summary} (attributed: the same {'op' if op else 'line'} failed {where})",
+                          {**c.context, **f.context, "first_seen_at": stage}, f.evidence)
             if s.failure is f:
                 s.failure = new
             s.findings[i] = new

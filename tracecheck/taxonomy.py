@@ -133,8 +133,9 @@ def gb_types_markdown() -> str:
            "Every gb_type of torch's graph-break registry (torch 2.13.0 and 2.14.1), under the kind a graph break "
            "of that gb_type gets (`tracecheck/gb_types.json`). A kind's message patterns (`tracecheck/kinds.json`) "
            "are tried first and can say more: *Attempted to call function marked as skipped* is `graph-break` here "
-           "and `pybind-builtin` when Dynamo's message names a C/pybind11 builtin from outside torch. A gb_type "
-           "that is not listed (a newer torch) is a `graph-break`.\n"]
+           "and `pybind-builtin` when Dynamo's message names a C/pybind11 builtin from outside torch. At run time a "
+           "gb_type that is not listed (a newer torch) is a `graph-break`; `tests/test_gb_types.py` fails until "
+           "it is listed.\n"]
     for kind, types in gb_table().items():
         out.append(f"\n## `{kind}` ({len(types)})\n\n[{kinds()[kind].title}](failures/{kind}.md)\n")
         out += [f"- ``{t}``" if "`" in t else f"- `{t}`" for t in types]

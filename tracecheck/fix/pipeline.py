@@ -10,7 +10,7 @@ from typing import Any
 from .. import __version__, api
 from ..classify import TORCH_NAMESPACES
 from ..exitcodes import UsageError
-from ..report import RunReport
+from ..report import IMPORT_PROBE, RunReport
 from ..reportio import write_text_atomic
 from ..stages import STAGES
 from ..taxonomy import kinds
@@ -132,8 +132,9 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
         return out
     out.no_code_fix = {k: kinds()[k].doc if k in kinds() else "" for k in out.kinds
                        if k not in CODE_FIXES}
-    if not any(k in CODE_FIXES for k in out.kinds):
-        out.status = NO_CODE_FIX
+    if probe.name == IMPORT_PROBE or not any(k in CODE_FIXES for k in out.kinds):
+        out.status = NO_CODE_FIX  # an import failure leaves no probe to analyse: its page says what to do
+        out.no_code_fix = {k: kinds()[k].doc if k in kinds() else "" for k in out.kinds}
         return out
     with Runner(1) as runner:
         res = _analyse(runner, opts, path, probe, patched)

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..taxonomy import fix_text, kinds
-from ..report import (CRASH, FAIL, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
+from ..report import (CRASH, FAIL, IMPORT_PROBE, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
                       group_findings)
 from . import view
 from .evidence import numeric_lines
@@ -224,10 +224,12 @@ def next_steps(report: RunReport) -> list[str]:
         if v.status == PASS:
             continue
         node = f"{os.path.relpath(p.file)}::{p.name}"
-        fixable = [k for k in v.kinds if k in kinds() and kinds()[k].code_fix]
+        # an import failure has no probe for ``tracecheck fix`` to run: its page, then rerun the file
+        fixable = [k for k in v.kinds if k in kinds() and kinds()[k].code_fix] if p.name != IMPORT_PROBE else []
         if fixable:
             lines.append(f"tracecheck fix {node} -o fixed_ops.py   ({', '.join(fixable)})")
         elif v.kinds and v.kinds[0] in kinds():
+            node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else node
             lines.append(f"{node}: read {kinds()[v.kinds[0]].doc} ({v.kinds[0]})")
     if lines:
         lines.append("attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)")
