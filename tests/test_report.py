@@ -168,3 +168,5 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
         "m.py::probe_b: read docs/failures/graph-break.md (graph-break)",
         "attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)",
     ]
+    with_report = terminal.next_steps(RunReport([fixable, other, ok], {}, ["eager", "explain"]), "out/r.md")
+    assert with_report[-1] == "attach to an issue: out/r.md (written by --report)"

@@ -162,7 +162,8 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
         comparison = baseline.compare_report(base, report) if base is not None else None
     from .render import terminal
 
-    terminal.render(report, out, verbose=verbose)  # first: a failed write below must not hide the results
+    # first: a failed write below must not hide the results
+    terminal.render(report, out, verbose=verbose, attachment=report_path)
     with _errors(console, verbose):
         if json_path:
             _write_output("--json", json_path, lambda: write_json_atomic(json_path, report.to_dict()))

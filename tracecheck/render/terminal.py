@@ -215,9 +215,10 @@ def _dash(value: object) -> str:
     return "–" if value is None else str(value)
 
 
-def next_steps(report: RunReport) -> list[str]:
+def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
     """One line per failing probe: ``tracecheck fix FILE::PROBE`` when a kind it found has a code fix, else the
-    page of its first kind; then how to make an attachment for an issue. Paths relative to the cwd."""
+    page of its first kind; then the attachment for an issue (``attachment``: the --report file already asked
+    for). Paths relative to the cwd."""
     lines = []
     for p in report.probes:
         v = p.verdict
@@ -232,18 +233,19 @@ def next_steps(report: RunReport) -> list[str]:
             node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else node
             lines.append(f"{node}: read {kinds()[v.kinds[0]].doc} ({v.kinds[0]})")
     if lines:
-        lines.append("attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)")
+        lines.append(f"attach to an issue: {attachment} (written by --report)" if attachment else
+                     "attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)")
     return lines
 
 
-def render(report: RunReport, console: Console, verbose: bool = False) -> None:
+def render(report: RunReport, console: Console, verbose: bool = False, attachment: str | None = None) -> None:
     console.print(environment_line(report))
     console.print(verdict_table(report, console.width))
     ca = compiled_autograd_table(report)
     if ca is not None:
         console.print(ca)
     console.print(findings(report, verbose))
-    steps = next_steps(report)
+    steps = next_steps(report, attachment)
     if steps:
         console.print(Text("\nnext:", style="bold"))
         for line in steps:
