@@ -37,6 +37,11 @@ def test_a_fake_that_raises_not_implemented_is_missing_fake_at_every_stage(trace
     for stage in ("explain", "fullgraph"):
         assert _kinds(st[stage]) == ["missing-fake"], st[stage]
         assert st[stage]["findings"][0]["context"]["op"] == "tc13a::nf"
+        # the user's line, not the custom op's __call__ inside torch where Dynamo places the break
+        assert st[stage]["findings"][0]["evidence"]["user_frame"]["line"] == 13, st[stage]["findings"][0]["evidence"]
+    assert "has a fake impl that raises NotImplementedError" in st["explain"]["findings"][0]["summary"]
+    assert "is a stub that raises NotImplementedError: write it" in res.stdout
+    assert "tracecheck fix" not in res.stdout  # nothing to generate: the stub is the user's to write
     # opcheck's own message names no cause ("fake not written yet"): the compile stages' cause, attributed
     opcheck = st["opcheck"]["findings"]
     assert {f["evidence"]["phase"] for f in opcheck} >= {"test_faketensor"}

@@ -90,11 +90,28 @@ class TraceCollector(StructuredTraceHandler):
         stack = stack.split("\nTraceback (most recent call last)", 1)[0]
         self.breaks.append({
             "gb_type": gb_type, "gb_code": code, "doc": compat.gb_doc_link(code),
-            "file": file, "line": line, "reason": reason,
+            "file": file, "line": line, "reason": reason, "caller": _caller_outside_torch(file, stack),
             "code": linecache.getline(file, line).strip() if file and line else None,
             "debug_context": ctx.group("ctx").strip() if ctx else None,
             "user_stack": stack[-6000:],  # tells e.g. that the break is inside an autograd.Function forward
         })
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(__import__("torch").__file__)) + os.sep
+
+
+def _caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None:
+    """When Dynamo places a break inside torch (a custom op's ``__call__`` in torch/_library, say), the innermost
+    frame of its user stack outside torch: the line the user wrote. The break's own location is kept as is (it is
+    what TORCH_LOGS=graph_breaks prints and what breaks are counted by)."""
+    if not file or not os.path.abspath(file).startswith(_TORCH_DIR):
+        return None
+    frames = [m for m in _FROM_USER_CODE.finditer(stack) if not os.path.abspath(m.group("file")).startswith(_TORCH_DIR)]
+    if not frames:
+        return None
+    m = frames[-1]
+    return {"file": m.group("file"), "line": int(m.group("line")), "function": m.group("func"),
+            "code": m.group("code").strip()}
 
 
 class WarningCollector:

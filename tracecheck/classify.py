@@ -2,9 +2,9 @@
 
 No torch import: rules read plain data (exception type names and messages along the cause chain,
 ``Unsupported.gb_type``, the GB code) so they can be unit-tested on recorded messages from several torch
-versions (tests/test_classify.py). The rules are data: each kind's ``detect`` in kinds.json (gb_types,
-exception types, message patterns newest wording first), tried in their declared ``order``; the first
-match labels the evidence. When nothing fits, the label is ``unknown`` (or ``eager-error``/``backend-error`` where the stage
+versions (tests/test_classify.py). The rules are data: each kind's ``detect`` in kinds.json (exception types,
+message patterns newest wording first) with its gb_types from gb_types.json, tried in their declared ``order``;
+the first match labels the evidence. When nothing fits, the label is ``unknown`` (or ``eager-error``/``backend-error`` where the stage
 alone says whose failure it is) and the raw evidence is kept.
 Wording per version: ../shared/torch_failure_wording.md sections 4 and 7.
 """
@@ -93,8 +93,8 @@ def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: 
 _HINT = re.compile(r"^\s*Hint: (?P<hint>.+)$", re.M)
 #: Dynamo's stock hints (torch/_dynamo/graph_break_hints.py: SUPPORTABLE, USER_ERROR, DYNAMO_BUG, ...): the same
 #: for hundreds of gb_types, they say nothing about this one
-_STOCK_HINTS = re.compile(r"^(It may be possible to write Dynamo tracing rules|Your code may result in an error when "
-                          r"running in eager|This is likely to be a Dynamo bug|Please report an issue to PyTorch|"
+_STOCK_HINTS = re.compile(r"^(It may be possible to write Dynamo tracing rules|Your code may result in an error "
+                          r"when running in eager|This is likely to be a Dynamo bug|Please report an issue to PyTorch|"
                           r"This graph break may be difficult to debug|This graph break is fundamental|This graph break may have "
                           r"been caused by an earlier graph break)")
 
@@ -113,8 +113,15 @@ def _read_values(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: s
         ctx["cause"], ctx["gb_type"] = "read", gb_type
 
 
+def _stub(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
+    """A fake impl that exists but raises NotImplementedError: the fix is to write it, not to register one."""
+    if ctx.pop("stub", None):
+        ctx["cause"] = "stub"
+
+
 #: what code adds to a kind's context after its rule matched
-_ENRICH = {"pybind-builtin": _pybind_flags, "graph-break": _hints, "data-dependent": _read_values}
+_ENRICH = {"pybind-builtin": _pybind_flags, "graph-break": _hints, "data-dependent": _read_values,
+           "missing-fake": _stub}
 
 
 def _gb_type_from_text(text: str) -> str | None:
@@ -153,6 +160,8 @@ def _summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
         "argument_note": f": it mutates input `{ctx['argument']}`, which the schema does not declare"
         if ctx.get("argument") else "",
         "op": ctx.get("op") or "(unnamed)",
+        "has_fake": "has a fake impl that raises NotImplementedError" if ctx.get("cause") == "stub"
+        else "has no fake impl",
         "gb_type": ctx.get("gb_type") or "unspecified",
     }
     return taxonomy.summary(kind, {**ctx, **derived})
@@ -197,6 +206,8 @@ def classify_break(raw: dict[str, Any]) -> GraphBreak:
     kind, ctx = found if found else ("graph-break" if gb_type else "unknown", {})
     if raw.get("code"):
         ctx["code"] = raw["code"]
+    if raw.get("caller"):  # the break sits inside torch: the user's line that led there (capture.py)
+        ctx["caller"] = raw["caller"]
     return GraphBreak(
         kind=kind, gb_type=gb_type, gb_code=raw.get("gb_code") or gb_code_from_text(text),
         file=raw.get("file"), line=raw.get("line"), reason=_trim(text, 1500), doc=raw.get("doc"),
@@ -205,11 +216,11 @@ def classify_break(raw: dict[str, Any]) -> GraphBreak:
 
 
 def break_finding(b: GraphBreak) -> Finding:
-    ctx = {**b.context, "gb_type": b.gb_type}
+    ctx = {**{k: v for k, v in b.context.items() if k != "caller"}, "gb_type": b.gb_type}
+    frame = b.context.get("caller") or {"file": b.file, "line": b.line, "code": b.context.get("code")}
     return Finding(
         b.kind, _summary(b.kind, ctx, "compile"), ctx,
-        {"gb_type": b.gb_type, "gb_code": b.gb_code, "doc": b.doc,
-         "user_frame": {"file": b.file, "line": b.line, "code": b.context.get("code")}, "message": b.reason},
+        {"gb_type": b.gb_type, "gb_code": b.gb_code, "doc": b.doc, "user_frame": frame, "message": b.reason},
     )
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..taxonomy import fix_text, kinds
-from ..report import (CRASH, FAIL, IMPORT_PROBE, PASS, SKIP, TIMEOUT, Finding, RunReport, StageResult,
+from ..report import (CRASH, FAIL, IMPORT_PROBE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult,
                       group_findings)
 from . import view
 from .evidence import numeric_lines
@@ -215,6 +215,17 @@ def _dash(value: object) -> str:
     return "–" if value is None else str(value)
 
 
+#: causes ``tracecheck fix`` has nothing to generate for: the user's own code is to be written (a stub fake impl)
+_NOT_GENERATED = {"stub"}
+
+
+def _fixable_kinds(p: ProbeReport) -> list[str]:
+    """The probe's kinds that ``tracecheck fix`` generates code for, judged by its findings."""
+    found = [f for s in p.stages.values() for f in s.findings]
+    return [k for k in p.verdict.kinds if k in kinds() and kinds()[k].code_fix
+            and any(f.kind == k and f.context.get("cause") not in _NOT_GENERATED for f in found)]
+
+
 def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
     """One line per failing probe: ``tracecheck fix FILE::PROBE`` when a kind it found has a code fix, else the
     page of its first kind; then the attachment for an issue (``attachment``: the --report file already asked
@@ -225,8 +236,7 @@ def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
         if v.status == PASS:
             continue
         node = f"{os.path.relpath(p.file)}::{p.name}"
-        # an import failure has no probe for ``tracecheck fix`` to run: its page, then rerun the file
-        fixable = [k for k in v.kinds if k in kinds() and kinds()[k].code_fix] if p.name != IMPORT_PROBE else []
+        fixable = _fixable_kinds(p) if p.name != IMPORT_PROBE else []  # an import failure has no probe to fix
         if fixable:
             lines.append(f"tracecheck fix {node} -o fixed_ops.py   ({', '.join(fixable)})")
         elif v.kinds and v.kinds[0] in kinds():
