@@ -245,7 +245,7 @@ def test_a_root_cause_seen_by_several_probes_is_written_once():
     assert md.count("There was no fake impl registered for") == 1
     per_probe = section(md, "## Per probe")
     assert "### `probe_a`" in per_probe and "### `probe_b`" in per_probe
-    assert per_probe.count("finding(s) 1") == 2
+    assert per_probe.count("findings #1 above") == 2
 
 
 def test_attachment_tracebacks_keep_user_frames_and_the_raise():

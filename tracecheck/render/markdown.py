@@ -234,9 +234,9 @@ class MarkdownRenderer:
         """A failing probe: its verdict, which findings (root causes) it has, graph counts, explain() output."""
         v = p.verdict
         title = f"### {_code(self.probe_label(p.id))}: first failing stage {_code(str(v.first_failing_stage))}"
-        refs = ", ".join(str(n) for n in numbers)
+        refs = ", ".join(f"#{n}" for n in numbers)
         head = Section(droppable=True, parts=[f"{title}\n\nKinds: {', '.join(_code(k) for k in v.kinds)}; "
-                                              f"finding(s) {refs}\n\n"])
+                                              f"findings {refs} above\n\n"])
         for extra in (self.graph_counts(p), self.explain_output(p)):
             if extra:
                 head.parts.append(extra)
