@@ -170,3 +170,27 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
     ]
     with_report = terminal.next_steps(RunReport([fixable, other, ok], {}, ["eager", "explain"]), "out/r.md")
     assert with_report[-1] == "attach to an issue: out/r.md (written by --report)"
+
+
+def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_line():
+    from tracecheck import results
+
+    frame = {"user_frame": {"file": "/p/m.py", "line": 9}}
+    by_line = Finding("data-dependent", "Control flow depends on data.", {}, dict(frame))
+    by_op = Finding("missing-fake", "Custom op ns::f has no fake impl.", {"op": "ns::f"}, {})
+    rec = Finding("recompile", "Recompiles.", {"op": "ns::f"}, dict(frame))  # a symptom: never a cause
+    bare = Finding("unknown", "Unclassified failure at stage opcheck.", {"op": "ns::f"},
+                   {"phase": "test_faketensor", **frame})
+    stages = {"explain": StageResult("explain", FAIL, failure=by_line, findings=[by_line, rec]),
+              "fullgraph": StageResult("fullgraph", FAIL, failure=by_op, findings=[by_op]),
+              "opcheck": StageResult("opcheck", FAIL, failure=bare, findings=[bare])}
+    results.attribute_unknowns(stages)
+    got = stages["opcheck"].failure
+    assert (got.kind, got.context["first_seen_at"]) == ("missing-fake", "fullgraph")
+    assert got.summary.endswith("(attributed: the same op failed at fullgraph)")
+    assert got.evidence["phase"] == "test_faketensor"  # its own evidence stays
+    lone = Finding("unknown", "Unclassified.", {}, dict(frame))
+    stages["opcheck"] = StageResult("opcheck", FAIL, failure=lone, findings=[lone])
+    results.attribute_unknowns(stages)
+    assert stages["opcheck"].failure.kind == "data-dependent"
+    assert stages["opcheck"].failure.summary.endswith("(attributed: the same line failed at explain)")

@@ -108,7 +108,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     for p in probes:
         if _setup_failed(p):
             for stage in stages:
-                p.stages[stage] = StageResult(stage, SKIP, skip_reason="loading the file or calling the probe function raised (see load)")
+                p.stages[stage] = StageResult(
+                    stage, SKIP, skip_reason="loading the file or calling the probe function raised (see load)")
         results.attribute_crashes(p.stages)
         p.stages = _ordered(p.stages)
         results.attribute_unknowns(p.stages)

@@ -169,13 +169,13 @@ def attribute_unknowns(stages: dict[str, StageResult]) -> None:
             if f.kind != "unknown":
                 continue
             op, frame = f.context.get("op"), _frame(f)
-            root = (next(((st, c) for st, c in causes if op and c.context.get("op") == op), None)
-                    or next(((st, c) for st, c in causes if frame and _frame(c) == frame), None))
+            by_op = next(((st, c) for st, c in causes if op and c.context.get("op") == op), None)
+            root = by_op or next(((st, c) for st, c in causes if frame and _frame(c) == frame), None)
             if root is None:
                 continue
             stage, c = root
             where = "while loading the file" if stage == LOAD_STAGE else f"at {stage}"
-            new = Finding(c.kind, f"{c.summary} (attributed: the same {'op' if op else 'line'} failed {where})",
+            new = Finding(c.kind, f"{c.summary} (attributed: the same {'op' if by_op else 'line'} failed {where})",
                           {**c.context, **f.context, "first_seen_at": stage}, f.evidence)
             if s.failure is f:
                 s.failure = new
