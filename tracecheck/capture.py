@@ -28,6 +28,7 @@ _LIB_DIRS = tuple(
     os.path.dirname(os.path.abspath(m.__file__)) + os.sep
     for m in (compat, os, __import__("torch"))  # tracecheck, the stdlib, torch
 )
+_TORCH_DIR = _LIB_DIRS[-1]
 
 
 class StructuredTraceHandler(logging.Handler):
@@ -95,9 +96,6 @@ class TraceCollector(StructuredTraceHandler):
             "debug_context": ctx.group("ctx").strip() if ctx else None,
             "user_stack": stack[-6000:],  # tells e.g. that the break is inside an autograd.Function forward
         })
-
-
-_TORCH_DIR = os.path.dirname(os.path.abspath(__import__("torch").__file__)) + os.sep
 
 
 def _caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None:

@@ -52,9 +52,10 @@ def _pick_vec_isa(cpu_vec_isa) -> None:
     key = _vec_isa_key()
     try:
         with open(path) as f:
-            passed = json.load(f).get(key)
+            verdicts = json.load(f)
     except (OSError, ValueError):
-        passed = None
+        verdicts = {}
+    passed = verdicts.get(key)
     if passed is not None and config.cpp.vec_isa_ok is None:
         config.cpp.vec_isa_ok = True  # the CPU-flag filter alone: no probe
         try:
@@ -63,14 +64,10 @@ def _pick_vec_isa(cpu_vec_isa) -> None:
                 cpu_vec_isa.valid_vec_isa_list()  # cached for the process and every fork
         finally:
             config.cpp.vec_isa_ok = None
-    bool(cpu_vec_isa.pick_vec_isa())  # on a cache miss, every candidate is probed here
-    if passed is None:
-        try:
-            with open(path) as f:
-                verdicts = json.load(f)
-        except (OSError, ValueError):
-            verdicts = {}
-        verdicts[key] = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+    bool(cpu_vec_isa.pick_vec_isa())  # on a miss or a stale verdict, every candidate is probed here
+    found = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+    if found != passed:  # new, or stale: keep what was found
+        verdicts[key] = found
         tmp = f"{path}.{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(verdicts, f)
