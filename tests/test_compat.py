@@ -20,3 +20,9 @@ def test_explain_shim_counts_graphs():
 
     out = compat.explain(f, torch.randn(3))
     assert out.graph_count == 2  # documented: one graph before and one after the break
+
+
+def test_trace_filenames_inverts_torchs_intern_table():
+    """The structured trace names files by index; the index torch's own interning gives maps back to the name."""
+    index = torch._logging.structured.intern_string(__file__)
+    assert compat.trace_filenames()[index] == __file__

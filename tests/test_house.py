@@ -79,7 +79,8 @@ def test_no_import_cycle_in_tracecheck():
 def test_the_registry_is_the_stage_modules():
     modules = sorted(p.stem for p in (PKG / "stages").glob("*.py") if not p.stem.startswith("_"))
     assert sorted(stages.STAGES) == modules
-    assert stages.STAGES == ("eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck", "compiled_autograd")
+    assert stages.STAGES == ("eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck", "compiled_autograd",
+                             "gradcheck", "dynamic", "export")
 
 
 def test_every_stage_is_offered_by_the_cli_and_documented():

@@ -15,12 +15,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 EXPECTED = {
-    "probe_autograd_function": ("pybind-builtin", "explain"),
-    "probe_missing_fake": ("missing-fake", "explain"),
-    "probe_missing_autograd": ("missing-autograd", "eager"),
-    "probe_model_autograd_function": ("pybind-builtin", "explain"),
-    "probe_model_missing_fake": ("missing-fake", "explain"),
-    "probe_model_missing_autograd": ("missing-autograd", "eager"),
+    "probe_autograd_function": (["pybind-builtin"], "explain"),
+    # variant (b)'s backward takes *_rest and drops the gradients of outputs 3-7, which it does not mark
+    # non-differentiable (probes/mhc/broken.py): a second defect, found by the gradcheck stage
+    "probe_missing_fake": (["missing-fake", "wrong-gradient"], "explain"),
+    "probe_missing_autograd": (["missing-autograd"], "eager"),
+    "probe_model_autograd_function": (["pybind-builtin"], "explain"),
+    "probe_model_missing_fake": (["missing-fake", "wrong-gradient"], "explain"),
+    "probe_model_missing_autograd": (["missing-autograd"], "eager"),
 }
 FIXED = ("probe_fixed", "probe_model_fixed")
 
@@ -42,9 +44,9 @@ def test_every_probe_is_there(probes_report):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_broken_registration_kind_and_first_failing_stage(probes_report, name):
-    kind, stage = EXPECTED[name]
+    kinds, stage = EXPECTED[name]
     v = probes_report[name]["verdict"]
-    assert v["kinds"] == [kind]
+    assert v["kinds"] == kinds
     assert v["first_failing_stage"] == stage
 
 
@@ -54,11 +56,27 @@ def test_fixed_registration_passes_every_stage(probes_report, name):
     stages = probes_report[name]["stages"]
     assert probes_report[name]["verdict"]["status"] == "pass"
     assert set(stages) == {"eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck",
-                           "compiled_autograd"}
+                           "compiled_autograd", "gradcheck", "dynamic", "export"}
     assert all(s["status"] == "pass" for s in stages.values()), {k: s["status"] for k, s in stages.items()}
     assert stages["explain"]["graph_break_count"] == 0
     assert set(stages["opcheck"]["extra"]["opcheck"]) >= {"cann_ops_transformer.mhc_pre_sinkhorn.default",
                                                           "cann_ops_transformer.mhc_post.default"}
+    # the fixed ops' float32 backward against the central difference, and the batch dimension kept symbolic
+    grad = stages["gradcheck"]["extra"]["gradcheck"]
+    assert {grad[op]["status"] for op in ("cann_ops_transformer.mhc_pre_sinkhorn.default",
+                                           "cann_ops_transformer.mhc_post.default")} == {"SUCCESS"}
+    assert "float32" in grad["cann_ops_transformer.mhc_post.default"]["method"]
+    assert stages["dynamic"]["extra"]["dynamic"]["symbolic"] is True
+
+
+@pytest.mark.slow
+def test_the_dropped_output_gradients_of_the_broken_backward_are_named(probes_report):
+    """broken.py's variant (b) ignores the gradients of mhc_pre_sinkhorn's outputs 3-7; the numerical derivative
+    along a direction through output 3 alone is nonzero, the registered backward's is exactly 0."""
+    f = probes_report["probe_missing_fake"]["stages"]["gradcheck"]["failure"]
+    assert f["kind"] == "wrong-gradient" and f["context"]["op"] == "mhc_broken_nofake::mhc_pre_sinkhorn"
+    assert f["evidence"]["output"].startswith("output 3") and f["evidence"]["analytical"] == 0.0
+    assert abs(f["evidence"]["numerical"]) > f["evidence"]["tolerance"]
 
 
 @pytest.mark.slow

@@ -85,7 +85,13 @@ def test_numpy_random_blocks_are_compared_on_numpys_stream(report):
     stages = report["probe_bigbird"]["stages"]
     for name in ("aot_eager", "inductor"):
         assert "NumPy" in stages[name]["extra"]["numerics"]
-    assert set(report["probe_bigbird"]["verdict"]["kinds"]) <= {"graph-break", "data-dependent"}
+    kinds = {name: {f["kind"] for f in s["findings"]} for name, s in stages.items()}
+    assert all(k <= {"graph-break", "data-dependent"} for name, k in kinds.items() if name != "dynamic"), kinds
+    # under dynamic=True, Dynamo itself crashes at modeling_big_bird.py:1028 (InternalTorchDynamoError,
+    # "SymNodeVariable() is not a constant"): a torch bug, which no kind explains, so it stays unknown with its evidence
+    unknown = [f for f in stages["dynamic"]["findings"] if f["kind"] == "unknown"]
+    assert all(f["evidence"]["exception_type"].endswith("InternalTorchDynamoError") for f in unknown), unknown
+    assert kinds["dynamic"] - {"unknown"} <= {"graph-break", "data-dependent"}
 
 
 def test_frozen_model_is_checked_forward_only_and_says_so(report, tmp_path):

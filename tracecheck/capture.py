@@ -112,6 +112,44 @@ def _caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None
             "code": m.group("code").strip()}
 
 
+class SpecializationCollector(StructuredTraceHandler):
+    """Dimensions the shape environment specialized (``symbolic_shape_specialization`` events of the structured
+    trace: a symbolic size replaced by a constant), with the frame that forced it: ``frame`` is the innermost
+    frame outside torch and tracecheck of the Python stack (a fake impl's line, or model code), ``user_frame``
+    the user line Dynamo was tracing. ``step`` tags each record, as in RecompileCollector."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[dict[str, Any]] = []
+        self.step = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            event = (getattr(record, "metadata", {}) or {}).get("symbolic_shape_specialization")
+            if not isinstance(event, dict):
+                return
+            names = compat.trace_filenames()
+            self.records.append({
+                "symbol": str(event.get("symbol")), "sources": [str(s) for s in event.get("sources") or []],
+                "value": str(event.get("value")), "reason": str(event.get("reason", "")), "step": self.step,
+                "frame": innermost_user_frame(event.get("stack"), names),
+                "user_frame": innermost_user_frame(event.get("user_stack"), names)})
+        except Exception:  # a logging handler must never raise into torch
+            pass
+
+
+def innermost_user_frame(stack: Any, names: dict[int, str]) -> dict[str, Any] | None:
+    """The innermost frame outside torch and tracecheck of a structured-trace stack (frames name files by index)."""
+    for f in reversed(stack or []):
+        file = names.get(f.get("filename"), f.get("filename"))
+        # site-packages stays in: a fake impl of an installed extension package is the frame to name
+        if isinstance(file, str) and not file.startswith("<") and not os.path.abspath(file).startswith(_LIB_DIRS):
+            line = int(f.get("line") or 0)
+            return {"file": file, "line": line, "function": f.get("name"),
+                    "code": (f.get("loc") or linecache.getline(file, line)).strip()}
+    return None
+
+
 class WarningCollector:
     """Records every warning (Python and C++ TORCH_WARN) raised while active, ignoring filters/once-rules."""
 

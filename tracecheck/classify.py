@@ -267,6 +267,57 @@ def mismatch_finding(raw: dict[str, Any], stage: str = "compile") -> Finding:
     return Finding("numeric-mismatch", summary, ctx, dict(raw))
 
 
+def gradient_finding(outcome: dict[str, Any]) -> Finding:
+    """One call whose backward disagrees with numerical derivatives (gradients.Outcome with a ``mismatch``)."""
+    m = outcome["mismatch"]
+    ctx = {"op": outcome["name"] if outcome.get("function") else op_name(outcome["name"]), "input": m.get("input", "?"), "output": m.get("output", "its outputs"),
+           "numerical": f"{m['numerical']:.6g}", "analytical": f"{m['analytical']:.6g}",
+           "relative_error": f"{m['relative_error']:.3g}"}
+    evidence = {"method": outcome.get("method"), "note": outcome.get("note"), **m}
+    return Finding("wrong-gradient", _summary("wrong-gradient", ctx, "gradcheck"), ctx, evidence)
+
+
+def specialization_finding(raw: dict[str, Any]) -> Finding:
+    """A dimension compiled with ``dynamic=True`` that still recompiles at every new size (stages/dynamic.py):
+    the guard that failed (``reason``, ``user_frame``) and, when the trace saw it, the specialization with the
+    frame whose code forced the constant (a fake impl's ``int(x.shape[0])``, say)."""
+    spec = raw.get("specialization") or {}
+    frame = spec.get("frame") or raw.get("user_frame")
+    source = (spec.get("sources") or [None])[0] or "a dimension"
+    ctx: dict[str, Any] = {"source": source, "value": spec.get("value", "a constant"), "reason": raw.get("reason", ""),
+                           "where": f" by `{frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame
+                           else ""}
+    evidence = {"reason": raw.get("reason", ""), "user_frame": frame, "guard_user_frame": raw.get("user_frame"),
+                "specialization": spec or None, "step": raw.get("step")}
+    return Finding("dynamic-shape", _summary("dynamic-shape", ctx, "dynamic"), ctx, evidence)
+
+
+_DRAFT_SUMMARY = {
+    "missing-fake": "Custom op {op} has no fake impl, so torch.export cannot trace it (draft_export: {type}).",
+    "data-dependent": "torch.export cannot decide the data-dependent expression {expr}{at} (draft_export: {type}).",
+    "fake-mismatch": "The fake impl of {op} disagrees with its kernel on the probe's inputs (draft_export: {type}).",
+    "dynamic-shape": "A guard specialized a dimension declared dynamic: {expr}{at} (draft_export: {type}).",
+}
+
+
+def draft_finding(raw: dict[str, Any], error: dict[str, Any] | None) -> Finding:
+    """One failure of ``torch.export.draft_export``'s report (stages/export.py: ``type``, ``kind``, ``op``, ``expr``,
+    ``user_frame``, ``code``); ``error`` is what ``torch.export.export`` raised, kept as evidence."""
+    mapped = raw.get("kind")
+    kind = mapped if mapped in _DRAFT_SUMMARY else "unknown"
+    frame = raw.get("user_frame")
+    ctx: dict[str, Any] = {k: raw[k] for k in ("op", "expr") if raw.get(k)}
+    if ctx.get("op"):
+        ctx["op"] = op_name(ctx["op"])
+    at = f" at `{raw.get('code') or frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame else ""
+    template = _DRAFT_SUMMARY.get(kind, "torch.export failed; draft_export reports {type}.")
+    summary = template.format_map(
+        {"op": ctx.get("op", "?"), "expr": ctx.get("expr", "?"), "at": at, "type": raw.get("type", "?")})
+    evidence = {"draft_export_type": raw.get("type"), "user_frame": frame, "reason": raw.get("reason") or None,
+                "exception_type": (error or {}).get("type"), "message": _trim((error or {}).get("message", ""))}
+    return Finding(kind, summary, ctx, evidence)
+
+
 def _apply_rules(text: str, types: set[str], gb_type: str | None,
                  raw: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     for kind in taxonomy.rules():

@@ -124,3 +124,13 @@ def set_single_compile_thread() -> None:
     import torch._inductor.config as inductor_config
 
     inductor_config.compile_threads = 1
+
+
+def trace_filenames() -> dict[int, str]:
+    """Index -> file name of the structured trace's interned file names (its stack frames carry the index).
+
+    torch emits each name once per process as a ``str`` record; the table it keeps
+    (``torch._logging.structured.INTERN_TABLE``, name -> index, 2.2+) also holds the names emitted before a
+    listener was installed."""
+    table = getattr(getattr(torch._logging, "structured", None), "INTERN_TABLE", None) or {}
+    return {i: name for name, i in table.items()}

@@ -18,8 +18,16 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     if raw.get("skip_reason"):
         return StageResult(stage, SKIP, skip_reason=raw["skip_reason"], seconds=seconds)
     findings: list[Finding] = []
-    if raw.get("error"):
+    # a fake impl that disagrees with its kernel at another size (the dynamic stage) is the cause of whatever the
+    # compiled run raised there: it comes first
+    fakes = [f for f in _opcheck_findings(stage, raw.get("fake_checks") or {}) if f.kind == "fake-mismatch"]
+    findings += fakes
+    draft = [classify.draft_finding(d, raw.get("error")) for d in (raw.get("draft_export") or {}).get("failures", [])]
+    findings += draft
+    if raw.get("error") and not draft:  # draft_export's report explains the export error: one finding per failure
         findings.append(classify.classify_error(stage, raw["error"]))
+        if fakes and findings[-1].kind in ("unknown", "backend-error"):
+            findings[-1] = _attributed(findings[-1], fakes[0], raw["error"].get("batch_size"))
         if raw.get("same_as_eager") and findings[-1].kind in ("unknown", "backend-error"):
             findings[-1] = classify.classify_error("eager", raw["error"])  # the probe's own failure, again
     breaks = [classify.classify_break(b) for b in raw.get("breaks", [])]
@@ -30,12 +38,14 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
         f = classify.classify_warning(msg)
         if f and not any(x.kind == f.kind for x in findings):
             findings.append(f)
-    for op, tests in (raw.get("opcheck") or {}).items():
-        for test, outcome in tests.items():
-            if isinstance(outcome, dict):
-                f = classify.classify_error(stage, outcome, op=op)
-                f.evidence["opcheck_test"] = test
-                findings.append(f)
+    findings += _opcheck_findings(stage, raw.get("opcheck") or {})
+    for outcome in raw.get("gradcheck") or []:
+        if outcome.get("mismatch"):
+            findings.append(classify.gradient_finding(outcome))
+        elif outcome.get("error"):
+            findings.append(classify.classify_error(stage, outcome["error"],
+                                                    op=None if outcome.get("function") else outcome["name"]))
+    findings += [classify.specialization_finding(r) for r in raw.get("dynamic_specializations") or []][:1]
     findings += recompile_findings(raw.get("steady_state_recompiles") or [])
     graph_count = raw.get("graph_count")
     explain_count = raw.get("explain_graph_break_count")
@@ -57,6 +67,8 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     if raw.get("opcheck"):
         result.extra["opcheck"] = {op: {t: ("SUCCESS" if v == "SUCCESS" else "FAIL" if isinstance(v, dict) else v)
                                         for t, v in tests.items()} for op, tests in raw["opcheck"].items()}
+    if raw.get("gradcheck"):
+        result.extra["gradcheck"] = {o["name"]: _gradcheck_verdict(o) for o in raw["gradcheck"]}
     if raw.get("explain_reasons"):
         result.extra["explain_reasons"] = raw["explain_reasons"]
     if raw.get("registered_custom_ops"):
@@ -64,6 +76,37 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     if raw.get("extra"):
         result.extra.update(raw["extra"])
     return result
+
+
+def _attributed(f: Finding, cause: Finding, size: Any) -> Finding:
+    """The compiled run's failure at a size where a fake impl disagrees with its kernel: that fake's kind."""
+    first = (f.evidence.get("message") or "").strip().splitlines()
+    what = next((ln for ln in first if ln and not ln.startswith("backend=")), f.kind)[:200]
+    summary = (f"The compiled run at batch size {size} failed ({what}) (attributed: the fake impl of "
+               f"{cause.context.get('op', '?')} disagrees with its kernel at that size).")
+    return Finding(cause.kind, summary, {**cause.context, "attributed_from": f.kind}, f.evidence)
+
+
+def _opcheck_findings(stage: str, results: dict[str, dict[str, Any]]) -> list[Finding]:
+    """One finding per failed opcheck test (``{op: {test: "SUCCESS" or an error record}}``)."""
+    findings = []
+    for op, tests in results.items():
+        for test, outcome in tests.items():
+            if isinstance(outcome, dict):
+                f = classify.classify_error(stage, outcome, op=op)
+                f.evidence["opcheck_test"] = test
+                if "batch_size" in outcome:
+                    f.evidence["batch_size"] = outcome["batch_size"]
+                findings.append(f)
+    return findings
+
+
+def _gradcheck_verdict(o: dict[str, Any]) -> dict[str, Any]:
+    """What the report keeps of one call's gradient check: outcome, method, and the relative errors measured."""
+    status = "FAIL" if o.get("mismatch") or o.get("error") else "SKIP" if o.get("skip") else "SUCCESS"
+    out: dict[str, Any] = {"status": status}
+    out.update({k: o[k] for k in ("method", "skip", "note", "relative_errors") if o.get(k)})
+    return out
 
 
 def recompile_findings(records: list[dict[str, Any]]) -> list[Finding]:
@@ -160,17 +203,20 @@ def _frame(f: Finding) -> tuple[Any, Any] | None:
 def attribute_unknowns(stages: dict[str, StageResult]) -> None:
     """An ``unknown`` finding whose op, else user frame, is that of a root-cause finding of the same probe carries
     that finding's kind: opcheck's tests often fail with a bare message (``fake not written yet``) that the compile
-    stages already explained. A heuristic, so it says so: ``context["first_seen_at"]`` names the stage (in stage
+    stages already explained. By line, a graph break counts as such a cause too (export failing where Dynamo broke
+    the graph, at ``x.data_ptr()`` say). A heuristic, so it says so: ``context["first_seen_at"]`` names the stage (in stage
     order) whose finding it took, and the summary says it. ``stages`` is in stage order."""
     causes = [(s.stage, f) for s in stages.values() for f in s.findings
               if f.kind in _ROOT_CAUSES and not f.context.get("warning")]  # a warning is no failure's cause
+    # a graph break names no op, but an error at its line (export tracing into data_ptr, say) is that break's cause
+    breaks = [(s.stage, f) for s in stages.values() for f in s.findings if f.kind == "graph-break"]
     for s in stages.values():
         for i, f in enumerate(s.findings):
             if f.kind != "unknown":
                 continue
             op, frame = f.context.get("op"), _frame(f)
             by_op = next(((st, c) for st, c in causes if op and c.context.get("op") == op), None)
-            root = by_op or next(((st, c) for st, c in causes if frame and _frame(c) == frame), None)
+            root = by_op or next(((st, c) for st, c in causes + breaks if frame and _frame(c) == frame), None)
             if root is None:
                 continue
             stage, c = root

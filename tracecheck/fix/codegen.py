@@ -287,6 +287,11 @@ def _autograd_lines(plan: OpPlan, base: str) -> list[str]:
         scalars = [n for n in saved if n not in tensors]
         L.append(f"    ctx.save_for_backward({', '.join(tensors)})")
         L += [f"    ctx.{n} = {n}" for n in scalars]
+        # outputs whose gradient the backward op does not take: say so, or autograd would drop their gradients
+        # silently (the gradcheck stage reports that as wrong-gradient)
+        dropped = [o for i, o in enumerate(outs) if f"grad:{i}" not in sources]
+        if dropped:
+            L.append(f"    ctx.mark_non_differentiable({', '.join(dropped)})")
         ns, name = bw.split("::")
         call = []
         for src in sources:

@@ -1,0 +1,69 @@
+"""The gradient check and the batch resizing of the readiness stages, on functions whose derivatives are known by
+hand (no compile: fast)."""
+import pytest
+import torch
+
+from tracecheck import batch
+from tracecheck.gradients import Call, check_call, directional
+
+
+class Cube(torch.autograd.Function):
+    """x**3 with the right backward, 3x**2, or (``factor``) a scaled one."""
+
+    factor = 1.0
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 3 * x ** 2 * Cube.factor
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_directional_check_accepts_a_right_backward_and_refuses_one_off_by_two_percent(dtype):
+    x = torch.linspace(-2, 2, 50, dtype=dtype)
+    gen = torch.Generator().manual_seed(0)
+    Cube.factor = 1.0
+    assert directional(lambda t: [Cube.apply(t)], x, gen, dtype)["ok"]
+    Cube.factor = 1.02  # the tolerance promises to refuse any constant factor >= 1.01
+    try:
+        m = directional(lambda t: [Cube.apply(t)], x, gen, dtype)
+    finally:
+        Cube.factor = 1.0
+    assert not m["ok"]
+    assert m["analytical"] / m["numerical"] == pytest.approx(1.02, rel=2e-3)
+
+
+def test_check_call_names_the_input_and_uses_gradcheck_in_float64():
+    x = torch.randn(4, requires_grad=True)
+    Cube.factor = 0.5
+    try:
+        out = check_call(Call("Cube", Cube, (x,), {}, is_function=True))
+    finally:
+        Cube.factor = 1.0
+    assert out.method.startswith("torch.autograd.gradcheck, float64")
+    assert out.mismatch["input"] == "x" and out.mismatch["analytical"] / out.mismatch["numerical"] == pytest.approx(0.5)
+
+
+def test_check_call_skips_a_call_with_no_input_that_requires_grad():
+    out = check_call(Call("Cube", Cube, (torch.randn(3),), {}, is_function=True))
+    assert out.skip == "no input of its recorded call requires grad"
+
+
+def test_resize_grows_and_cuts_the_batch_and_keeps_the_other_inputs():
+    ids = torch.tensor([[1, 2], [3, 4]])
+    weight = torch.ones(3, 2)
+    x = torch.zeros(2, 5, requires_grad=True)
+    assert batch.batch_size((ids, weight), {"x": x}) == 2
+    (a, w), kw = batch.resize((ids, weight), {"x": x}, 2, 3)
+    assert a.tolist() == [[1, 2], [3, 4], [1, 2]]  # rows i % 2
+    assert w is weight  # dim 0 is 3, not the batch
+    assert kw["x"].shape == (3, 5) and kw["x"].requires_grad and kw["x"].is_leaf
+    (a, _), _ = batch.resize((ids, weight), {}, 2, 1)
+    assert a.tolist() == [[1, 2]]
+    assert batch.sizes(1) == [1, 2, 3] and batch.sizes(4) == [4, 5, 6]
+    assert batch.batch_size((torch.tensor(3.0), 2), {}) is None

@@ -1,0 +1,107 @@
+"""``export``: ``torch.export.export(strict=False)`` on the probe (a module, or the callable wrapped in one),
+its program run and compared with eager; on failure, ``torch.export.draft_export`` for its report.
+
+The deployment path (AOTInductor, ExecuTorch) starts here. Export traces the forward only, at the probe's static
+shapes (dynamic batch sizes are the ``dynamic`` stage's question). draft_export's failure types map onto kinds
+(``DRAFT_KINDS``); an export error draft_export does not explain is classified like any other exception.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ._spec import StageContext, StageSpec
+
+#: draft_export's FailureType names -> tracecheck kinds. GUARD_ADDED: a guard specialized a dimension that the
+#: dynamic_shapes declared dynamic (draft_export reports it only then), so it is a specialized dimension.
+DRAFT_KINDS = {"MISSING_FAKE_KERNEL": "missing-fake", "DATA_DEPENDENT_ERROR": "data-dependent",
+               "MISMATCHED_FAKE_KERNEL": "fake-mismatch", "GUARD_ADDED": "dynamic-shape"}
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    import dataclasses
+
+    import torch
+
+    from .. import capture
+    from ._execution import FORWARD, compare, execute, float64_run, forward_fails, reference
+
+    ref = reference(ctx.make_case, backward=False)
+    if forward_fails(ref):
+        return {"skip_reason": "the eager forward fails (see the eager stage)"}
+    case = ctx.make_case()
+    module = _as_module(case.fn)
+    ref = dataclasses.replace(ref, outputs=tensor_outputs(ref.outputs))
+    with capture.WarningCollector() as w:
+        try:
+            ep = torch.export.export(module, case.args, case.kwargs, strict=False)
+        except Exception as e:
+            return {"error": capture.error_record(e, "forward"), "draft_export": _draft(module, case),
+                    "phases": [FORWARD], "warnings": w.messages}
+    case = ctx.make_case()
+    got = execute(ep.module(), dataclasses.replace(case, grad=False))
+    record: dict[str, Any] = {"phases": [FORWARD], "warnings": w.messages,
+                              "extra": {"export": {"graph_nodes": len(ep.graph.nodes)}}}
+    if got.error:
+        record["error"] = got.error  # the exported program does not run on the probe's own inputs
+    else:
+        record["mismatches"] = compare(ref, got, float64_run(lambda: dataclasses.replace(ctx.make_case(), grad=False)))
+    return record
+
+
+def tensor_outputs(outputs: Any) -> tuple[Any, ...]:
+    """The tensors among a probe's outputs, flattened: what is exported and compared. Export refuses an output type
+    that is not a pytree node (transformers' ``DynamicCache``, say) although the model traces, so such a leaf is
+    dropped rather than reported."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    from ._execution import plain
+
+    return tuple(t for t in pytree.tree_leaves(plain(outputs)) if isinstance(t, torch.Tensor))
+
+
+def _as_module(fn: Any) -> Any:
+    """The probe as the ``nn.Module`` export takes: a module whose forward calls the probe (a module probe is a
+    submodule, so its parameters are the program's) and returns ``tensor_outputs``."""
+    import torch
+
+    class Probe(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return tensor_outputs(self.fn(*args, **kwargs))
+
+    return Probe()
+
+
+def _draft(module: Any, case: Any) -> dict[str, Any]:
+    """draft_export's failures as plain data: ``type`` (FailureType name), ``kind``, ``op``, ``expr``,
+    ``user_frame`` (innermost user frame of its user stack), ``code``; or ``error`` when draft_export raised."""
+    import torch
+
+    from .. import capture
+
+    try:
+        ep = torch.export.draft_export(module, case.args, case.kwargs)
+    except Exception as e:
+        return {"error": capture.error_record(e, "forward")}
+    report = getattr(ep, "_report", None)
+    names = getattr(report, "str_to_filename", {}) or {}
+    failures = []
+    for f in getattr(report, "failures", []) or []:
+        name = getattr(f.failure_type, "name", str(f.failure_type))
+        data = f.data if isinstance(f.data, dict) else {}
+        frame = capture.innermost_user_frame(data.get("user_stack"), names)
+        locals_ = data.get("frame_locals") or {}
+        failures.append({"type": name, "kind": DRAFT_KINDS.get(name, "unknown"), "op": data.get("op"),
+                         "expr": data.get("expr"), "reason": str(data.get("reason", ""))[:500],
+                         "code": locals_.get("loc") if isinstance(locals_, dict) else None, "user_frame": frame})
+    return {"failures": failures}
+
+
+SPEC = StageSpec(
+    name="export", order=90, cost=1, run=run, forward_only=True,
+    summary="torch.export.export(strict=False), the exported program compared with eager; on failure "
+            "torch.export.draft_export's report")

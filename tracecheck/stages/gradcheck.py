@@ -1,0 +1,34 @@
+"""``gradcheck``: the registered backward of every custom op and ``autograd.Function`` the probe calls, against
+numerical derivatives of its forward, at the inputs the probe called it with (tracecheck/gradients.py).
+
+opcheck does not check numerical gradients (the custom-op chapter says so: call gradcheck yourself), and a
+compiled run reuses the same backward formula, so a wrong formula passes every other stage.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ._spec import StageContext, StageSpec
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    from ..gradients import check_call, record_calls
+    from ._execution import phases, seed_all
+
+    case = ctx.make_case()
+    seed_all()
+    calls, error = record_calls(case.fn, case.args, case.kwargs)
+    if not calls:
+        why = f"the eager forward fails before any custom op ran ({type(error).__name__})" if error else \
+            "the probe calls no custom op or autograd.Function"
+        return {"skip_reason": why}
+    outcomes = [check_call(c).to_dict() for c in calls]
+    if all(o.get("skip") for o in outcomes):
+        return {"skip_reason": "no input of any custom op or autograd.Function call requires grad"}
+    return {"gradcheck": outcomes, "phases": phases(True)}
+
+
+SPEC = StageSpec(
+    name="gradcheck", heading="grad", order=80, cost=1, run=run, needs=("custom ops",),
+    summary="each custom op's and autograd.Function's backward against numerical derivatives (float64 "
+            "gradcheck, else a float32 central difference)")
