@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tracecheck import compat, results
+from tracecheck import capture, compat, results
 from tracecheck.stages import _compiled_autograd as ca_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -554,15 +554,15 @@ CA_2_13 = ("!2: Cache miss due to new autograd node: CompiledFunctionBackward (N
 
 
 def test_reason_parsing():
-    assert ca_stage._payload_list(DYNAMO_2_13) == [DYNAMO_2_13]  # a single reason comes unencoded
-    assert ca_stage._payload_list(json.dumps([CA_2_13, "x"])) == [CA_2_13, "x"]
-    assert ca_stage._clean(CA_2_13).startswith("Cache miss due to new autograd node: CompiledFunctionBackward")
-    assert ca_stage._clean(DYNAMO_2_13).startswith("self.step == 1  # self.step += 1")
-    frame = ca_stage._guard_user_frame(DYNAMO_2_13)
+    assert capture._payload_list(DYNAMO_2_13) == [DYNAMO_2_13]  # a single reason comes unencoded
+    assert capture._payload_list(json.dumps([CA_2_13, "x"])) == [CA_2_13, "x"]
+    assert capture._clean(CA_2_13).startswith("Cache miss due to new autograd node: CompiledFunctionBackward")
+    assert capture._clean(DYNAMO_2_13).startswith("self.step == 1  # self.step += 1")
+    frame = capture._guard_user_frame(DYNAMO_2_13)
     assert frame == {"file": "/work/shared/cases/24_ca_step_counter_new_node.py", "line": 25,
                      "function": "forward", "code": "self.step += 1"}
     older = DYNAMO_2_13.split("\nUser stack trace:")[0]  # no user stack: the guard's own comment
-    assert ca_stage._guard_user_frame(older)["line"] == 25
+    assert capture._guard_user_frame(older)["line"] == 25
 
 
 def _rec(step, source="compiled_autograd", reason=None):

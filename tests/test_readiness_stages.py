@@ -141,6 +141,9 @@ def probe_clean():
     lin = torch.nn.Linear(5, 5)
     return (lambda x: good(lin(x)).relu()), (_x(),)
 
+def probe_size_branch():
+    return (lambda x: x * 2 if x.shape[0] > 3 else x * 3), (_x(),)
+
 def probe_data_dependent():
     return Branchy(), (torch.randn(2, 5),)
 
@@ -185,7 +188,7 @@ def test_a_clean_op_and_model_pass_all_three(report):
     st = _status(probes["probe_clean"])
     assert all(st[s] == "pass" for s in STATIC + READINESS), st
     dyn = probes["probe_clean"]["stages"]["dynamic"]["extra"]["dynamic"]
-    assert dyn["batch_sizes"] == [2, 3, 4] and dyn["symbolic"] is True and dyn["recompiles"] == []
+    assert dyn["batch_sizes"] == [2, 3, 4, 5] and dyn["symbolic"] is True and dyn["recompiles"] == []
     grad = probes["probe_clean"]["stages"]["gradcheck"]["extra"]["gradcheck"]
     assert grad["rs.good.default"]["status"] == "SUCCESS"
     assert grad["rs.good.default"]["method"].startswith("torch.autograd.gradcheck, float64")
@@ -239,8 +242,16 @@ def test_a_fake_that_specializes_gets_dynamic_shape_with_the_fake_impl_frame(rep
     assert f["evidence"]["user_frame"]["line"] == SPEC_LINE
     assert f["evidence"]["user_frame"]["code"] == "b = int(x.shape[0])"
     assert "size mismatch" in f["evidence"]["reason"]
-    # one compile per batch size: three graphs for three sizes
-    assert len(p["stages"]["dynamic"]["extra"]["dynamic"]["recompiles"]) == 2
+    # one compile per batch size: three recompiles after the first of four sizes
+    assert len(p["stages"]["dynamic"]["extra"]["dynamic"]["recompiles"]) == 3
+
+
+def test_a_branch_on_the_batch_size_recompiles_once_and_is_no_specialization(report):
+    """Sizes 2, 3, 4, 5: the guard x.size()[0] <= 3 fails once, at 4, and that graph serves 5."""
+    _, probes = report
+    dyn = probes["probe_size_branch"]["stages"]["dynamic"]
+    assert dyn["status"] == "pass", dyn["findings"]
+    assert [r["step"] for r in dyn["extra"]["dynamic"]["recompiles"]] == [2]
 
 
 def test_plain_torch_compile_recompiles_per_size_with_such_a_fake():

@@ -1,14 +1,16 @@
 """The batch dimension of a probe's inputs, and the same inputs at another batch size (the ``dynamic`` stage).
 
-Rule (docs/stages.md, "dynamic"): the batch dimension is dim 0 of the first tensor input with at least one
+Rule (docs/readiness.md, "dynamic"): the batch dimension is dim 0 of the first tensor input with at least one
 dimension; every tensor input (args and kwargs, nested) whose dim 0 has that size is resized with it, the others
 (weights, scalars, lookup tables) are kept. A tensor at batch size ``n`` takes rows ``i % B`` of the original,
 so token ids stay valid ids and masks stay masks. Limits: a weight whose dim 0 happens to equal the batch size is
 resized too (the eager run at the new size then fails and the stage skips with that reason), and a batch that sits
 in another dimension is not found.
 
-Sizes: the probe's batch ``B``, then ``B + 1`` and ``B + 2``; from ``B = 1``: 1, 2, 3 (torch specializes sizes 0
-and 1, so the first compile at 1 is static by design and the one at 2 is the first dynamic one).
+Sizes: the probe's batch ``B``, then ``B + 1``, ``B + 2`` and ``B + 3``; from ``B = 1``: 1, 2, 3, 4 (torch
+specializes sizes 0 and 1, so the first compile at 1 is static by design and the one at 2 is the first dynamic one).
+A specialized dimension recompiles at each of the last two sizes; a branch on the size (``if x.shape[0] > 3``)
+recompiles once and then serves the larger sizes.
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
 
 
 def sizes(batch: int) -> list[int]:
-    """The batch sizes a dynamic run calls the probe at: its own, then two more."""
-    return [batch, batch + 1, batch + 2]
+    """The batch sizes a dynamic run calls the probe at: its own, then three more."""
+    return [batch, batch + 1, batch + 2, batch + 3]
 
 
 def resize(args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, n: int) -> tuple[tuple[Any, ...], dict[str, Any]]:

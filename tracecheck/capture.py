@@ -8,6 +8,7 @@ and ``counters["graph_break"]`` misses data-dependent branches. Breaks are dedup
 """
 from __future__ import annotations
 
+import json
 import linecache
 import logging
 import os
@@ -110,6 +111,86 @@ def _caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None
     m = frames[-1]
     return {"file": m.group("file"), "line": int(m.group("line")), "function": m.group("func"),
             "code": m.group("code").strip()}
+
+
+#: structured-trace artifacts with recompile reasons: Dynamo guard failures, compiled-autograd cache misses
+_DYNAMO_REASONS = "recompile_reasons"
+_CA_REASONS = "compiled_autograd_compile_reasons"
+
+_COMPILE_ID = re.compile(r"^\s*!?[\d/]+:\s*")
+_USER_STACK = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
+_GUARD_SITE = re.compile(r"#\s*(?P<code>.*?)\s*#\s*(?P<file>\S+\.py):(?P<line>\d+) in (?P<func>\w+)")
+
+
+class RecompileCollector(StructuredTraceHandler):
+    """Recompile reasons from the structured trace, tagged with the step that was running.
+
+    ``records``: ``{"reason", "step", "source", "user_frame", "graph"}`` where ``source`` is
+    ``"compiled_autograd"`` (a capture, i.e. a compiled-autograd cache miss) or ``"dynamo"`` (a guard
+    failure), and ``graph`` is ``"backward"`` when the recompiled frame is a captured backward graph.
+    Use as a context manager; set ``step`` before each step.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[dict[str, Any]] = []
+        self.step = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            meta = getattr(record, "metadata", {}) or {}
+            art = meta.get("artifact")
+            if not isinstance(art, dict) or art.get("name") not in (_DYNAMO_REASONS, _CA_REASONS):
+                return
+            reasons = _payload_list(getattr(record, "payload", None))
+            if not reasons:
+                return
+            graph = "backward" if "compiled_autograd_id" in meta else "forward"
+            if art["name"] == _CA_REASONS:
+                # The list grows per cache node: every capture ever made there; the newest is last.
+                self.records.append({"reason": _clean(reasons[-1]), "step": self.step,
+                                     "source": "compiled_autograd", "user_frame": None, "graph": "backward"})
+            else:
+                # One reason per cache entry that failed its guards; the newest entry comes first.
+                self.records.append({"reason": _clean(reasons[0]), "step": self.step, "source": "dynamo",
+                                     "user_frame": _guard_user_frame(reasons[0]), "graph": graph})
+        except Exception:  # a logging handler must never raise into torch
+            pass
+
+
+def _payload_list(payload: Any) -> list[str]:
+    """A reasons payload as a list: torch JSON-encodes a list but passes a single reason as the bare string."""
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return [payload]
+    if isinstance(payload, str):
+        return [payload]
+    return [str(p) for p in payload or []]
+
+
+def _clean(reason: str) -> str:
+    """First line of a reason, without the compile id (``0/1:``, ``!2:``) and the column padding."""
+    first = _COMPILE_ID.sub("", str(reason).strip().split("\nUser stack trace:", 1)[0])
+    return re.sub(r"[ \t]{2,}", "  ", first.strip())[:1000]
+
+
+def _guard_user_frame(reason: str) -> dict[str, Any] | None:
+    """The user line a guard came from: the ``User stack trace`` (2.13), else the ``# code  # file:line``
+    comment Dynamo puts after the guard."""
+    if "User stack trace:" in reason:
+        frames = [m for m in _USER_STACK.finditer(reason.split("User stack trace:", 1)[1])
+                  if not _is_library(m.group("file"))]
+        if frames:
+            m = frames[-1]
+            return {"file": m.group("file"), "line": int(m.group("line")), "function": m.group("func"),
+                    "code": m.group("code").strip()}
+    m = _GUARD_SITE.search(reason)
+    if m:
+        return {"file": m.group("file"), "line": int(m.group("line")), "function": m.group("func"),
+                "code": m.group("code").strip()}
+    return None
 
 
 class SpecializationCollector(StructuredTraceHandler):

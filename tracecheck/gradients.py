@@ -1,5 +1,5 @@
 """Numerical gradient checks of custom ops and ``autograd.Function``s at the inputs a probe called them with
-(the ``gradcheck`` stage; docs/stages.md, "gradcheck").
+(the ``gradcheck`` stage; docs/readiness.md, "gradcheck").
 
 ``record_calls`` runs one eager forward and keeps, for each custom op and each ``autograd.Function`` class, its
 first call with cloned inputs. ``check_call`` then compares the registered backward with numerical derivatives
@@ -10,8 +10,13 @@ of the forward, one differentiable input at a time:
   Jacobian; on a mismatch it recomputes the full Jacobians for its report, 2 forward calls per element, hence
   the size limit);
 * otherwise (a kernel that only computes in float32, like the mHC extension, or a large input): a
-  central-difference check along one random direction per input, in the dtype the call accepts. See
-  ``directional`` for the step and the tolerance and why.
+  central-difference check along one random direction per input, in float32 (or float64). See ``directional``
+  for the step and the tolerance and why.
+
+A mismatch is reported only when it holds up (``confirmed``): at half the step (else the forward is not smooth
+along the direction: a kink or a jump), along a second random direction, and, for gradcheck, at float32 precision (a
+kernel that takes float64 but computes in float32 fails float64 gradcheck with a correct backward). Otherwise the
+input is ``inconclusive``, with the reason, and no finding is made.
 """
 from __future__ import annotations
 
@@ -30,9 +35,6 @@ from .oprecorder import OpRecorder, _snap
 #: gradcheck (float64) when the differentiable inputs hold at most this many elements; above, the directional
 #: check (gradcheck's failure report alone would cost 2 forward calls per element)
 GRADCHECK_NUMEL = 8192
-#: float32 machine epsilon; the central-difference step is its cube root (the step that balances the
-#: truncation error h^2/6 |L'''| against the rounding error eps |L| / h)
-FP32_EPS = torch.finfo(torch.float32).eps
 #: relative tolerance of the float32 directional check: the central difference at step eps^(1/3) is accurate
 #: to about eps^(2/3) ~ 2.4e-5 relative for a smooth function of unit scale; 1e-2 leaves 400x for curvature and
 #: rounding accumulated over large sums, and still refuses a backward off by any constant factor (>= 1.01)
@@ -70,6 +72,8 @@ class Outcome:
     error: dict[str, Any] | None = None
     skip: str = ""
     note: str = ""
+    #: per input whose check could not decide: why (no finding is made)
+    inconclusive: dict[str, str] = field(default_factory=dict)
     #: per input checked by the directional check: |numerical - analytical| / max(|numerical|, |analytical|)
     relative_errors: dict[str, float] = field(default_factory=dict)
 
@@ -77,18 +81,43 @@ class Outcome:
         return {k: v for k, v in self.__dict__.items() if v not in ("", None, [], {}, False)}
 
 
+class _TopLevel(OpRecorder):
+    """Records custom ops called outside any user ``autograd.Function``: inside one, the Function's backward is the
+    one autograd uses, and the op's own (or its lack of one) never runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.depth:
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def _is_user_function(cls: type) -> bool:
+    # custom_op's own autograd.Function (torch._library) is checked as the op it belongs to
+    return not cls.__module__.startswith("torch.")
+
+
 def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Call], Any]:
-    """Run ``fn`` once in eager; the first call of each custom op and each autograd.Function, inputs cloned.
-    Returns the calls and the exception the forward raised (None when it ran)."""
+    """Run ``fn`` once in eager; the first call of each custom op and each autograd.Function class made outside
+    any user Function, inputs cloned. Returns the calls and the exception the forward raised (None when it ran)."""
     functions: dict[type, tuple[tuple[Any, ...], dict[str, Any]]] = {}
     original = torch.autograd.Function.__dict__["apply"]
+    rec = _TopLevel()
 
     def apply(cls: type, *a: Any, **k: Any) -> Any:
-        if cls not in functions:
+        if not _is_user_function(cls):
+            return original.__func__(cls, *a, **k)
+        if not rec.depth and cls not in functions:
             functions[cls] = (pytree.tree_map(_snap, a), pytree.tree_map(_snap, k))
-        return original.__func__(cls, *a, **k)
+        rec.depth += 1
+        try:
+            return original.__func__(cls, *a, **k)
+        finally:
+            rec.depth -= 1
 
-    rec = OpRecorder()
     error = None
     torch.autograd.Function.apply = classmethod(apply)  # type: ignore[method-assign]
     try:
@@ -98,9 +127,7 @@ def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
         error = e
     finally:
         torch.autograd.Function.apply = original  # type: ignore[method-assign]
-    # custom_op's own autograd.Function (torch._library) is checked as the op it belongs to
-    calls = [Call(f"{c.__module__}.{c.__qualname__}", c, a, k, is_function=True) for c, (a, k) in functions.items()
-             if not c.__module__.startswith("torch.")]
+    calls = [Call(f"{c.__module__}.{c.__qualname__}", c, a, k, is_function=True) for c, (a, k) in functions.items()]
     calls += [Call(str(op), op, a, k) for op, (a, k) in rec.calls.items()]
     return calls, error
 
@@ -109,9 +136,14 @@ def _arg_names(call: Call, n_args: int) -> list[str]:
     if call.is_function:
         import inspect
         try:
-            params = list(inspect.signature(call.target.forward).parameters)[1:]  # after ctx
+            params = list(inspect.signature(call.target.forward).parameters)
         except (TypeError, ValueError):
             params = []
+        # forward(ctx, ...) unless the Function overrides setup_context (then forward(x, ...), no ctx)
+        base = torch.autograd.function._SingleLevelFunction.setup_context
+        if getattr(call.target.setup_context, "__func__", call.target.setup_context) is \
+                getattr(base, "__func__", base):
+            params = params[1:]
     else:
         params = [a.name for a in call.target._schema.arguments]
     return [params[i] if i < len(params) else f"arg{i}" for i in range(n_args)]
@@ -119,79 +151,102 @@ def _arg_names(call: Call, n_args: int) -> list[str]:
 
 def check_call(call: Call, seed: int = 0) -> Outcome:
     """Check one recorded call's backward against numerical derivatives (module docstring). Never raises."""
+    out = Outcome(call.name, function=call.is_function)
+    try:
+        _check(call, out, seed)
+    except Exception as e:  # the checker's own failure: recorded, never a crash of the stage
+        out.error = capture.error_record(e, "backward")
+    return out
+
+
+def _check(call: Call, out: Outcome, seed: int) -> None:
+    from .stages._execution import seed_all
+
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     diff = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.requires_grad
             and t.is_floating_point()]
-    out = Outcome(call.name, function=call.is_function)
     if not diff:
         out.skip = "no input of its recorded call requires grad"
-        return out
+        return
     names = _arg_names(call, len(call.args))
     labels = {i: _label(i, leaves, spec, names) for i in diff}
-
     keep: list[int] = []  # the outputs autograd differentiates (not mark_non_differentiable'd, not integer)
 
     def run(values: list[Any]) -> list[torch.Tensor]:
+        seed_all()  # a random op inside the call (dropout) draws the same numbers at every evaluation
         a, k = pytree.tree_unflatten(values, spec)
         outs = pytree.tree_leaves(call.invoke(a, k))
-        return [outs[j] for j in keep]
-
-    def with_diff(values: list[Any], xs: tuple[torch.Tensor, ...]) -> list[Any]:
-        values = list(values)
-        for i, x in zip(diff, xs):
-            values[i] = x
-        return values
+        return [outs[j] for j in keep] if keep else outs
 
     try:
-        a, k = pytree.tree_unflatten(leaves, spec)
-        first = pytree.tree_leaves(call.invoke(a, k))
+        first = run(leaves)
     except Exception as e:
         out.error = capture.error_record(e, "forward")
-        return out
+        return
     keep[:] = [j for j, o in enumerate(first) if isinstance(o, torch.Tensor) and o.is_floating_point()
                and o.requires_grad]
     if not keep:
         out.skip = "no floating output of its recorded call requires grad"
-        return out
+        return
     out.inputs = [labels[i] for i in diff]
-    as64 = _float64(leaves)
-    runs64 = as64 is not None and _runs(run, as64)
+    as64 = _cast(leaves, torch.float64)
+    runs64 = _runs(run, as64)
     numel = sum(leaves[i].numel() for i in diff)
+    base, tol_dtype = as64, torch.float64
     if runs64 and numel <= GRADCHECK_NUMEL:
         out.method = "torch.autograd.gradcheck, float64 (fast mode)"
-        _gradcheck(out, call, keep, lambda *xs: tuple(run(with_diff(as64, xs))), [as64[i] for i in diff],
-                   [labels[i] for i in diff])
-        return out
-    base = as64 if runs64 else leaves
-    dtype = torch.float64 if runs64 else torch.float32
-    out.method = f"central difference along a random direction, {str(dtype).replace('torch.', '')}"
-    if not runs64:
-        out.note = "the call does not run with float64 inputs"
-    elif numel > GRADCHECK_NUMEL:
+        found = _gradcheck(lambda *xs: tuple(run(_with(as64, diff, xs))), [as64[i] for i in diff])
+        if found is None:
+            return
+        if isinstance(found, dict):  # gradcheck itself raised (a backward kernel refusing float64, say)
+            out.note = f"float64 gradcheck raised {found['type'].rsplit('.', 1)[-1]}; checked in float32 instead"
+            runs64 = False
+        else:  # confirmed by the directional check at float32 precision before it is reported
+            out.note = f"float64 gradcheck: mismatch for input {labels[diff[found[1]]]}"
+            out.method += ", confirmed by a central difference at float32 precision"
+            tol_dtype = torch.float32
+    elif runs64:
         out.note = f"{numel} differentiable elements: above gradcheck's report limit ({GRADCHECK_NUMEL})"
-    gen = torch.Generator().manual_seed(seed)
+    if not runs64:
+        base = leaves if all(leaves[i].dtype == torch.float32 for i in diff) else _cast(leaves, torch.float32)
+        if not _runs(run, base):
+            low = min((leaves[i].dtype for i in diff), key=lambda d: torch.finfo(d).bits)
+            out.skip = (f"the call runs in {str(low).replace('torch.', '')} only: numerical derivatives are not "
+                        "reliable below float32")
+            return
+        tol_dtype = torch.float32
+        out.note = out.note or "the call does not run with float64 inputs"
+    if "gradcheck" not in out.method or "raised" in out.note:
+        out.method = f"central difference along a random direction, {str(tol_dtype).replace('torch.', '')}"
     for i in diff:
-        others = list(base)
+        def f(x: torch.Tensor, i: int = i) -> list[torch.Tensor]:
+            return run(_with(base, [i], (x,)))
 
-        def f(x: torch.Tensor, i: int = i, others: list[Any] = others) -> list[torch.Tensor]:
-            others[i] = x
-            return run(others)
+        m = confirmed(f, base[i], tol_dtype, seed)
+        out.relative_errors[labels[i]] = m["relative_error"]
+        if m.get("inconclusive"):
+            out.inconclusive[labels[i]] = m["inconclusive"]
+            continue
+        if m["ok"]:
+            continue
+        if len(keep) > 1:  # which output's gradient is wrong: each alone
+            for k in range(len(keep)):
+                mk = confirmed(lambda x, k=k, f=f: [f(x)[k]], base[i], tol_dtype, seed)
+                if not mk["ok"] and not mk.get("inconclusive"):
+                    m = {**mk, "output": _output_label(call, keep[k])}
+                    break
+        out.mismatch = {"input": labels[i], **{k: v for k, v in m.items() if k != "ok"}}
+        return
+    if out.note.startswith("float64 gradcheck: mismatch"):  # it did not hold at float32 precision
+        out.note = ("float64 gradcheck fails, but the check at float32 precision passes: the call computes below "
+                    "float64 internally")
 
-        try:
-            m = directional(f, base[i], gen, dtype)
-            out.relative_errors[labels[i]] = m["relative_error"]
-            if not m["ok"] and len(keep) > 1:  # which output's gradient is wrong: each alone
-                alone = (directional(lambda x, k=k, f=f: [f(x)[k]], base[i], gen, dtype) for k in range(len(keep)))
-                m = next(({**mk, "output": keep[k]} for k, mk in enumerate(alone) if not mk["ok"]), m)
-        except Exception as e:
-            out.error = capture.error_record(e, "backward")
-            return out
-        if not m.pop("ok"):
-            out.mismatch = {"input": labels[i], **m}
-            if "output" in out.mismatch:
-                out.mismatch["output"] = _output_label(call, out.mismatch["output"])
-            return out
-    return out
+
+def _with(values: list[Any], idx: list[int], xs: tuple[torch.Tensor, ...]) -> list[Any]:
+    values = list(values)
+    for i, x in zip(idx, xs):
+        values[i] = x
+    return values
 
 
 def _output_label(call: Call, j: int) -> str:
@@ -204,20 +259,46 @@ def _output_label(call: Call, j: int) -> str:
     return f"output {j}"
 
 
-def directional(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor, gen: torch.Generator,
-                dtype: torch.dtype) -> dict[str, Any]:
-    """Compare d/dt L(x + t v) at t=0, numerically (central difference) and by autograd, where
-    L = sum_k <u_k, out_k> with random cotangents u_k and a random direction v (both standard normal).
+def confirmed(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor, dtype: torch.dtype,
+              seed: int) -> dict[str, Any]:
+    """``directional``, with a mismatch kept only when it holds: the numerical derivative is finite and does not
+    change at half the step, the forward is not flat along the direction (a straight-through estimator's backward
+    is a surrogate by design), and a second random direction disagrees too. Else ``inconclusive`` says why."""
+    m = directional(f, x, dtype, seed)
+    if m["ok"]:
+        return m
+    if not math.isfinite(m["numerical"]):
+        return {**m, "inconclusive": "the numerical derivative is not finite (the step leaves the forward's domain)"}
+    half = directional(f, x, dtype, seed, scale=0.5)
+    if abs(half["numerical"] - m["numerical"]) > m["tolerance"]:
+        return {**m, "inconclusive": "the numerical derivative changes with the step: the forward is not smooth "
+                                     "along the direction (a kink or a jump)"}
+    if abs(m["numerical"]) <= m["atol"] and abs(m["analytical"]) > m["tolerance"]:
+        return {**m, "inconclusive": "the forward is flat along the direction while the backward is not: a "
+                                     "surrogate gradient by design (straight-through)"}
+    if directional(f, x, dtype, seed + 1)["ok"]:
+        return {**m, "inconclusive": "a second random direction agrees"}
+    return m
 
-    Step h = eps^(1/3) * max(1, rms(x)) (eps of ``dtype``), the step that balances truncation and rounding
-    error. Tolerance: |num - ana| <= atol + rtol * max(|num|, |ana|), with rtol = DIRECTIONAL_RTOL[dtype]
-    and atol = 8 * eps * S / h, the rounding error of the difference quotient, where S = sum |u_k| |out_k| is
-    the magnitude of the terms L sums. Returns both derivatives, their relative error and the tolerance; ``ok``.
+
+def directional(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor, dtype: torch.dtype,
+                seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
+    """Compare d/dt L(x + t v) at t=0, numerically (central difference) and by autograd, where
+    L = sum_k <u_k, out_k> with random cotangents u_k and a random direction v (standard normal, drawn from
+    ``seed``: the same seed gives the same direction).
+
+    Step h = scale * eps^(1/3) * rms(x) (eps of ``dtype``; rms 1 for a zero tensor): the step that balances the
+    truncation error h^2/6 |L'''| against the rounding error eps |L| / h; both are then about eps^(2/3) relative.
+    Tolerance: |num - ana| <= atol + rtol * max(|num|, |ana|), with rtol = DIRECTIONAL_RTOL[dtype] and
+    atol = 8 * eps * ||u * out||_2 / h, the rounding error of the difference quotient (the rounding errors of the
+    terms L sums add like a random walk: their 2-norm). Returns both derivatives, their relative error, the
+    tolerance and ``ok``.
     """
+    gen = torch.Generator().manual_seed(seed)
     eps = torch.finfo(dtype).eps
     x = x.detach()
-    scale = max(1.0, float(x.double().pow(2).mean().sqrt())) if x.numel() else 1.0
-    h = eps ** (1 / 3) * scale
+    rms = float(x.double().pow(2).mean().sqrt()) if x.numel() else 0.0
+    h = scale * eps ** (1 / 3) * (rms if rms > 0 and math.isfinite(rms) else 1.0)
     v = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
     x0 = x.clone().requires_grad_()
     outs = f(x0)
@@ -231,51 +312,41 @@ def directional(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor
     with torch.no_grad():
         plus, minus = f((x + h * v).to(x.dtype)), f((x - h * v).to(x.dtype))
         numerical = float(loss(plus) - loss(minus)) / (2 * h)
-        magnitude = float(sum(((u.abs() * o.double().abs()).sum() for u, o in zip(us, outs)),
-                              torch.zeros((), dtype=torch.float64)))
-    atol = 8 * eps * magnitude / h
+        size = float(sum(((u * o.double()).pow(2).sum() for u, o in zip(us, outs)),
+                         torch.zeros((), dtype=torch.float64)).sqrt())
+    atol = 8 * eps * size / h
     rtol = DIRECTIONAL_RTOL.get(dtype, 1e-2)
     err = abs(numerical - analytical)
     tol = atol + rtol * max(abs(numerical), abs(analytical))
     return {"ok": math.isfinite(err) and err <= tol, "numerical": numerical, "analytical": analytical,
-            "relative_error": err / max(abs(numerical), abs(analytical), 1e-30), "tolerance": tol, "step": h}
+            "relative_error": err / max(abs(numerical), abs(analytical), 1e-30), "tolerance": tol, "atol": atol,
+            "step": h}
 
 
-_GRADCHECK_MSG = re.compile(r"mismatch for output (?P<out>\d+) with respect to input (?P<inp>\d+),\s*"
-                            r"numerical:\s*(?P<num>\S+)\s*analytical:\s*(?P<ana>\S+)")
-
-
-def _gradcheck(out: Outcome, call: Call, keep: list[int], f: Callable[..., Any], xs: list[torch.Tensor],
-               labels: list[str]) -> None:
+def _gradcheck(f: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[int, int] | dict[str, Any] | None:
+    """``torch.autograd.gradcheck`` in fast mode: None when it passes, ``(output, input)`` of its mismatch, or
+    the error record when it raised something else."""
     xs = [x.detach().clone().requires_grad_() for x in xs]
     try:
         torch.autograd.gradcheck(f, tuple(xs), fast_mode=True, check_undefined_grad=False,
                                  atol=GRADCHECK_ATOL, rtol=GRADCHECK_RTOL)
     except GradcheckError as e:
         m = _GRADCHECK_MSG.search(str(e))
-        if m is None:
-            out.error = capture.error_record(e, "backward")
-            return
-        num, ana = _number(m.group("num")), _number(m.group("ana"))
-        out.mismatch = {
-            "input": labels[int(m.group("inp"))], "output": _output_label(call, keep[int(m.group("out"))]), "numerical": num, "analytical": ana,
-            "relative_error": abs(num - ana) / max(abs(num), abs(ana), 1e-30),
-            "tolerance": GRADCHECK_ATOL + GRADCHECK_RTOL * abs(num)}
+        return (int(m.group("out")), int(m.group("inp"))) if m else (0, 0)
     except Exception as e:
-        out.error = capture.error_record(e, "backward")
+        return capture.error_record(e, "backward")
+    return None
 
 
-def _number(text: str) -> float:
-    m = re.search(r"-?[\d.]+(?:e[-+]?\d+)?", text)
-    return float(m.group(0)) if m else float("nan")
+_GRADCHECK_MSG = re.compile(r"mismatch for output (?P<out>\d+) with respect to input (?P<inp>\d+)")
 
 
-def _float64(leaves: list[Any]) -> list[Any] | None:
-    """The leaves with every floating tensor in float64 (the differentiable ones as fresh leaves)."""
+def _cast(leaves: list[Any], dtype: torch.dtype) -> list[Any]:
+    """The leaves with every floating tensor in ``dtype`` (the differentiable ones as fresh leaves)."""
     out = []
     for t in leaves:
         if isinstance(t, torch.Tensor) and t.is_floating_point():
-            out.append(t.detach().double().requires_grad_(t.requires_grad))
+            out.append(t.detach().to(dtype).requires_grad_(t.requires_grad))
         else:
             out.append(t)
     return out

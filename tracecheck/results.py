@@ -24,7 +24,8 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     findings += fakes
     draft = [classify.draft_finding(d, raw.get("error")) for d in (raw.get("draft_export") or {}).get("failures", [])]
     findings += draft
-    if raw.get("error") and not draft:  # draft_export's report explains the export error: one finding per failure
+    # draft_export's report explains the export error (one finding per failure) when one of them maps to a kind
+    if raw.get("error") and not any(f.kind != "unknown" for f in draft):
         findings.append(classify.classify_error(stage, raw["error"]))
         if fakes and findings[-1].kind in ("unknown", "backend-error"):
             findings[-1] = _attributed(findings[-1], fakes[0], raw["error"].get("batch_size"))
@@ -103,9 +104,10 @@ def _opcheck_findings(stage: str, results: dict[str, dict[str, Any]]) -> list[Fi
 
 def _gradcheck_verdict(o: dict[str, Any]) -> dict[str, Any]:
     """What the report keeps of one call's gradient check: outcome, method, and the relative errors measured."""
-    status = "FAIL" if o.get("mismatch") or o.get("error") else "SKIP" if o.get("skip") else "SUCCESS"
+    status = "FAIL" if o.get("mismatch") or o.get("error") else "SKIP" if o.get("skip") else \
+        "INCONCLUSIVE" if o.get("inconclusive") else "SUCCESS"
     out: dict[str, Any] = {"status": status}
-    out.update({k: o[k] for k in ("method", "skip", "note", "relative_errors") if o.get(k)})
+    out.update({k: o[k] for k in ("method", "skip", "note", "relative_errors", "inconclusive") if o.get(k)})
     return out
 
 

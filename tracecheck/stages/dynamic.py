@@ -1,8 +1,8 @@
-"""``dynamic``: ``torch.compile(dynamic=True, backend="inductor")`` called at the probe's batch size and at two
+"""``dynamic``: ``torch.compile(dynamic=True, backend="inductor")`` called at the probe's batch size and at three
 more (tracecheck/batch.py says which dimension and which sizes), forward and backward, each compared with eager.
 
 Findings: the call at a new size raises (a fake impl that hard-codes a size fails Inductor's size assert:
-``fake-mismatch``); the last size still recompiles, i.e. the batch dimension was specialized (``dynamic-shape``,
+``fake-mismatch``); each of the last two sizes recompiles, i.e. the batch dimension was specialized (``dynamic-shape``,
 with the guard that failed and the frame whose code forced a constant: ``SpecializationCollector``); compiled
 values differ from eager at some size (``numeric-mismatch``).
 """
@@ -24,7 +24,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import torch
 
     from .. import batch, capture
-    from ._compiled_autograd import RecompileCollector
     from ._execution import compare, execute, phases, reference
 
     own = reference(ctx.make_case)
@@ -35,10 +34,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
     if b is None:
         return {"skip_reason": "no tensor input has a dimension that can vary"}
     plan = batch.sizes(b)
+
+    def at(c: Any, n: int) -> Any:
+        args, kwargs = batch.resize(c.args, c.kwargs, b, n)
+        return dataclasses.replace(c, args=args, kwargs=kwargs)
+
     refs = []
     for n in plan:  # eager first: a size the probe itself cannot take is no finding (the first is ``own``'s size)
-        args, kwargs = batch.resize(ref_case.args, ref_case.kwargs, b, n)
-        ex = execute(ref_case.fn, dataclasses.replace(ref_case, args=args, kwargs=kwargs))
+        try:
+            ex = execute(ref_case.fn, at(ref_case, n))
+        except Exception as e:  # resizing a tensor type index_select does not take (sparse, nested)
+            ex = type(own)(error=capture.error_record(e, "forward"))
         if ex.error:
             return {"skip_reason": f"the eager run fails at batch size {n} ({ex.error['type']}): dim 0 of the "
                                    "inputs is not a batch dimension this probe can vary"}
@@ -46,42 +52,52 @@ def run(ctx: StageContext) -> dict[str, Any]:
     compiled = torch.compile(case.fn, backend="inductor", dynamic=True)
     mismatches: list[dict[str, Any]] = []
     error, ran_backward = None, False
-    with torch._inductor.config.patch(fallback_random=True), RecompileCollector() as rc, \
+    with torch._inductor.config.patch(fallback_random=True), capture.RecompileCollector() as rc, \
             capture.SpecializationCollector() as spec, capture.TraceCollector() as trace, \
             capture.WarningCollector() as w:
         for step, (n, ref) in enumerate(zip(plan, refs)):
             rc.step = spec.step = step
-            args, kwargs = batch.resize(case.args, case.kwargs, b, n)
-            got = execute(compiled, dataclasses.replace(case, args=args, kwargs=kwargs))
+            got = execute(compiled, at(case, n))
             ran_backward = ran_backward or got.ran_backward
             if got.error:
                 error = {**got.error, "batch_size": n}
                 break
             mismatches += [{**m, "batch_size": n} for m in compare(ref, got)]
-    fakes = _check_fakes(ref_case, b, plan[1])
-    last = len(plan) - 1
-    at_last = [r for r in rc.records if r["step"] == last and r["source"] == "dynamo"]
+    fakes = _check_fakes(ref_case, b, plan[0], plan[1])
+    dynamo = [r for r in rc.records if r["source"] == "dynamo"]
+    steps = len(plan) - 1, len(plan) - 2
+    # steady state: each of the last two sizes recompiled (a branch on the size, `if x.shape[0] > 3`, recompiles
+    # once and then serves the larger sizes: no finding)
+    steady = [r for r in dynamo if r["step"] == steps[0]] if all(any(r["step"] == s for r in dynamo)
+                                                                for s in steps) else []
     # a specialization of the batch dimension to the size just called (a weight's in_features is specialized at
     # every compile, and says nothing about the batch)
-    specialized = [s for s in spec.records if s["step"] == last and s["value"] == str(plan[last])
+    specialized = [s for s in spec.records if s["step"] == steps[0] and s["value"] == str(plan[-1])
                    and any(src.endswith(".size()[0]") for src in s["sources"])]
-    size_guards = [r for r in at_last if specialized or _SIZE_GUARD.search(r["reason"])]
-    steady = [{**r, "specialization": _pick(specialized)} for r in size_guards]
-    recompiles = [{k: r[k] for k in ("reason", "step", "user_frame")} for r in rc.records if r["source"] == "dynamo"]
+    size_guards = [r for r in steady if specialized or _SIZE_GUARD.search(r["reason"])]
     return {
-        "fake_checks": fakes, "error": error, "breaks": trace.breaks, "warnings": w.messages, "mismatches": mismatches[:3], "phases": phases(ran_backward),
-        "ran_backward": ran_backward, "dynamic_specializations": steady,
-        "steady_state_recompiles": [r for r in at_last if r not in size_guards],
+        "fake_checks": fakes, "error": error, "breaks": trace.breaks, "warnings": w.messages,
+        "mismatches": mismatches[:3], "phases": phases(ran_backward), "ran_backward": ran_backward,
+        "dynamic_specializations": [{**r, "specialization": _pick(specialized)} for r in size_guards],
+        "steady_state_recompiles": [r for r in steady if r not in size_guards],
         "extra": {"dynamic": {"batch_sizes": plan[: plan.index(error["batch_size"]) + 1] if error else plan,
-                              "symbolic": error is None and not at_last, "recompiles": recompiles,
+                              "symbolic": error is None and not dynamo,
+                              "recompiles": [{k: r[k] for k in ("reason", "step", "user_frame")} for r in dynamo],
                               "specializations": [_brief(s) for s in spec.records][:10]}},
     }
 
 
-def _check_fakes(case: Any, b: int, n: int) -> dict[str, Any]:
-    """opcheck's ``test_faketensor`` on every custom op the eager forward calls at batch size ``n``: a fake impl
-    that hard-codes a size agrees with its kernel at the probe's own size only (and a compiled run at ``n`` then
-    fails somewhere downstream, in Inductor's size assert or a broadcast: this names the op)."""
+def _check_fakes(case: Any, b: int, own: int, n: int) -> dict[str, Any]:
+    """opcheck's ``test_faketensor`` on every custom op the eager forward calls, at the probe's batch size ``own``
+    and at ``n``, for the ops that pass at ``own`` and fail at ``n``: a fake impl that hard-codes a size agrees with
+    its kernel at the probe's own size only (and a compiled run at ``n`` then fails somewhere downstream, in
+    Inductor's size assert or a broadcast: this names the op). A fake wrong at every size is the opcheck stage's."""
+    at_own, at_n = _fake_results(case, b, own), _fake_results(case, b, n)
+    return {op: r for op, r in at_n.items() if isinstance(r["test_faketensor"], dict)
+            and at_own.get(op, {}).get("test_faketensor") == "SUCCESS"}
+
+
+def _fake_results(case: Any, b: int, n: int) -> dict[str, Any]:
     import dataclasses
 
     import torch
@@ -89,9 +105,9 @@ def _check_fakes(case: Any, b: int, n: int) -> dict[str, Any]:
     from .. import batch, capture
     from ..oprecorder import OpRecorder
 
-    args, kwargs = batch.resize(case.args, case.kwargs, b, n)
     rec = OpRecorder()
     try:
+        args, kwargs = batch.resize(case.args, case.kwargs, b, n)
         with rec, torch.no_grad():
             dataclasses.replace(case, args=args, kwargs=kwargs).fn(*args, **kwargs)
     except Exception:
@@ -117,6 +133,6 @@ def _brief(r: dict[str, Any]) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="dynamic", heading="dyn", order=85, cost=3, run=run,
-    summary="torch.compile(dynamic=True, backend=\"inductor\") at the probe's batch size and two more, "
+    name="dynamic", heading="dyn", order=85, cost=6, run=run,
+    summary="torch.compile(dynamic=True, backend=\"inductor\") at the probe's batch size and three more, "
             "forward and backward, compared with eager")

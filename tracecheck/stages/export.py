@@ -38,13 +38,23 @@ def run(ctx: StageContext) -> dict[str, Any]:
             return {"error": capture.error_record(e, "forward"), "draft_export": _draft(module, case),
                     "phases": [FORWARD], "warnings": w.messages}
     case = ctx.make_case()
-    got = execute(ep.module(), dataclasses.replace(case, grad=False))
+    try:
+        program = ep.module()
+    except Exception as e:
+        return {"error": capture.error_record(e, "forward"), "phases": [FORWARD], "warnings": w.messages}
+    got = execute(program, dataclasses.replace(case, grad=False))
     record: dict[str, Any] = {"phases": [FORWARD], "warnings": w.messages,
                               "extra": {"export": {"graph_nodes": len(ep.graph.nodes)}}}
     if got.error:
         record["error"] = got.error  # the exported program does not run on the probe's own inputs
     else:
-        record["mismatches"] = compare(ref, got, float64_run(lambda: dataclasses.replace(ctx.make_case(), grad=False)))
+        fp64 = float64_run(lambda: dataclasses.replace(ctx.make_case(), grad=False))
+
+        def fp64_tensors() -> Any:  # the float64 reference, flattened like the outputs it is compared with
+            ex = fp64()
+            return ex if isinstance(ex, str) else dataclasses.replace(ex, outputs=tensor_outputs(ex.outputs))
+
+        record["mismatches"] = compare(ref, got, fp64_tensors)
     return record
 
 
@@ -81,14 +91,15 @@ def _draft(module: Any, case: Any) -> dict[str, Any]:
     ``user_frame`` (innermost user frame of its user stack), ``code``; or ``error`` when draft_export raised."""
     import torch
 
-    from .. import capture
+    from .. import capture, compat
 
     try:
         ep = torch.export.draft_export(module, case.args, case.kwargs)
     except Exception as e:
         return {"error": capture.error_record(e, "forward")}
     report = getattr(ep, "_report", None)
-    names = getattr(report, "str_to_filename", {}) or {}
+    # names interned before this draft_export are in torch's table only
+    names = {**compat.trace_filenames(), **(getattr(report, "str_to_filename", {}) or {})}
     failures = []
     for f in getattr(report, "failures", []) or []:
         name = getattr(f.failure_type, "name", str(f.failure_type))
@@ -102,6 +113,6 @@ def _draft(module: Any, case: Any) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="export", order=90, cost=1, run=run, forward_only=True,
+    name="export", order=90, cost=2, run=run, forward_only=True,
     summary="torch.export.export(strict=False), the exported program compared with eager; on failure "
             "torch.export.draft_export's report")
