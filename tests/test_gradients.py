@@ -150,3 +150,26 @@ def test_resize_grows_and_cuts_the_batch_and_keeps_the_other_inputs():
     assert a.tolist() == [[1, 2]]
     assert batch.sizes(1) == [1, 2, 3, 4] and batch.sizes(4) == [4, 5, 6, 7]
     assert batch.batch_size((torch.tensor(3.0), 2), {}) is None
+
+
+def test_a_missing_term_is_found_at_a_size_where_gradchecks_fast_mode_passes():
+    """SwiGLU whose d/da forgets the a*s*(1-s) term of d(silu(a))/da, on 2048 elements per input: torch's fast-mode
+    tolerance grows with the input's size and lets it pass; the central difference does not."""
+
+    class BadSwiGLU(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return torch.nn.functional.silu(a) * b
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            s = torch.sigmoid(a)
+            return g * b * s, g * a * s
+
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(2, 16, 64, generator=gen).requires_grad_() for _ in range(2))
+    out = check_call(Call("BadSwiGLU", BadSwiGLU, (a, b), {}, is_function=True))
+    assert out.mismatch is not None and out.mismatch["input"] == "a", out
+    assert out.relative_errors.get("b") is None  # the check stops at the first input that fails

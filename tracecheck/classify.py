@@ -285,7 +285,9 @@ def specialization_finding(raw: dict[str, Any]) -> Finding:
     frame = spec.get("frame") or raw.get("user_frame")
     source = (spec.get("sources") or [None])[0] or "a dimension"
     ctx: dict[str, Any] = {"source": source, "value": spec.get("value", "a constant"), "reason": raw.get("reason", ""),
-                           "where": f" by `{frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame
+                           "guard": raw.get("reason", "").split("  #", 1)[0].strip()[:160] or "?",
+                           "sizes": ", ".join(map(str, raw.get("batch_sizes") or [])) or "?",
+                           "by": f" by `{frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame
                            else ""}
     evidence = {"reason": raw.get("reason", ""), "user_frame": frame, "guard_user_frame": raw.get("user_frame"),
                 "specialization": spec or None, "step": raw.get("step")}

@@ -134,3 +134,29 @@ def trace_filenames() -> dict[int, str]:
     listener was installed."""
     table = getattr(getattr(torch._logging, "structured", None), "INTERN_TABLE", None) or {}
     return {i: name for name, i in table.items()}
+
+
+@contextlib.contextmanager
+def intercept_function_apply(hook: Callable[..., Any]) -> Iterator[None]:
+    """Every ``torch.autograd.Function.apply`` call inside the block goes through ``hook(cls, apply, *args,
+    **kwargs)``, where ``apply`` is the original bound to ``cls``.
+
+    2.13 defines ``apply`` as a Python ``classmethod``; 2.14 as a C ``classmethod_descriptor`` (no ``__func__``).
+    Both bind with ``__get__(None, cls)``, and the original object is put back as it was."""
+    import inspect
+
+    owner = torch.autograd.Function
+    own = "apply" in owner.__dict__
+    original = inspect.getattr_static(owner, "apply")
+
+    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+        return hook(cls, original.__get__(None, cls), *args, **kwargs)
+
+    owner.apply = classmethod(apply)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if own:
+            owner.apply = original  # type: ignore[method-assign]
+        else:
+            del owner.apply

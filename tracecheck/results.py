@@ -96,8 +96,11 @@ def _opcheck_findings(stage: str, results: dict[str, dict[str, Any]]) -> list[Fi
             if isinstance(outcome, dict):
                 f = classify.classify_error(stage, outcome, op=op)
                 f.evidence["opcheck_test"] = test
-                if "batch_size" in outcome:
+                if "batch_size" in outcome and f.kind == "fake-mismatch":  # the dynamic stage's check at a new size
                     f.evidence["batch_size"] = outcome["batch_size"]
+                    f.context.update(cause="size", batch_size=outcome["batch_size"])
+                    f.summary = (f"{f.summary.rstrip('.')}, at batch size {outcome['batch_size']} (the probe's own "
+                                 "batch size passes opcheck).")
                 findings.append(f)
     return findings
 

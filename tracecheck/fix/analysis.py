@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
-from .. import capture, classify, discover
+from .. import capture, classify, compat, discover
 from ..oprecorder import OpRecorder
 from ..stages import _execution as execution
 from . import autograd_fn, codegen, custom_op, observe
@@ -25,18 +25,13 @@ from . import autograd_fn, codegen, custom_op, observe
 @contextlib.contextmanager
 def record_function_calls(calls: dict[type, tuple]) -> Iterator[None]:
     """Record the first ``apply`` args of every autograd.Function subclass (cloned before the call)."""
-    original = torch.autograd.Function.__dict__["apply"]
-
-    def apply(cls, *args, **kwargs):
+    def hook(cls, apply, *args, **kwargs):
         if cls not in calls and not kwargs:
             calls[cls] = tuple(observe.clone(a) for a in args)
-        return original.__func__(cls, *args, **kwargs)
+        return apply(*args, **kwargs)
 
-    torch.autograd.Function.apply = classmethod(apply)
-    try:
+    with compat.intercept_function_apply(hook):
         yield
-    finally:
-        torch.autograd.Function.apply = original
 
 
 def _case(task: dict[str, Any]):

@@ -78,12 +78,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
     return {
         "fake_checks": fakes, "error": error, "breaks": trace.breaks, "warnings": w.messages,
         "mismatches": mismatches[:3], "phases": phases(ran_backward), "ran_backward": ran_backward,
-        "dynamic_specializations": [{**r, "specialization": _pick(specialized)} for r in size_guards],
+        "dynamic_specializations": [{**r, "specialization": _pick(specialized), "batch_sizes": plan}
+                                    for r in size_guards],
         "steady_state_recompiles": [r for r in steady if r not in size_guards],
         "extra": {"dynamic": {"batch_sizes": plan[: plan.index(error["batch_size"]) + 1] if error else plan,
                               "symbolic": error is None and not dynamo,
                               "recompiles": [{k: r[k] for k in ("reason", "step", "user_frame")} for r in dynamo],
-                              "specializations": [_brief(s) for s in spec.records][:10]}},
+                              "specializations": list({_key(b): b for b in map(_brief, spec.records)}.values())[:10]}},
     }
 
 
@@ -124,6 +125,10 @@ def _fake_results(case: Any, b: int, n: int) -> dict[str, Any]:
 def _pick(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The specialization that pinned the batch dimension: the first with a frame outside torch, else the first."""
     return next((r for r in records if r.get("frame")), records[0] if records else None)
+
+
+def _key(b: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(b["sources"]), b["value"], b["at"]
 
 
 def _brief(r: dict[str, Any]) -> dict[str, Any]:
