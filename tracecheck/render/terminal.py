@@ -135,6 +135,10 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
     for p in report.probes:
         v = p.verdict
         if v.status == PASS:
+            # a pass says nothing about what did not run: a skipped dynamic or gradcheck stage is named, with why
+            skipped = [f"{stage} ({s.skip_reason})" for stage, s in p.stages.items() if s.status == SKIP]
+            if skipped:
+                parts.append(Text(f"\n{p.id}: passed; not checked: " + "; ".join(skipped), style="dim"))
             continue
         parts.append(Text(f"\n{p.id}: first failing stage {v.first_failing_stage}; kinds {', '.join(v.kinds)}",
                           style="bold"))
