@@ -113,6 +113,15 @@ def _caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None
             "code": m.group("code").strip()}
 
 
+class _StepRecords(StructuredTraceHandler):
+    """A listener that keeps ``records``, each tagged with ``step``: the caller sets it before each step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[dict[str, Any]] = []
+        self.step = 0
+
+
 #: structured-trace artifacts with recompile reasons: Dynamo guard failures, compiled-autograd cache misses
 _DYNAMO_REASONS = "recompile_reasons"
 _CA_REASONS = "compiled_autograd_compile_reasons"
@@ -122,7 +131,7 @@ _USER_STACK = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fu
 _GUARD_SITE = re.compile(r"#\s*(?P<code>.*?)\s*#\s*(?P<file>\S+\.py):(?P<line>\d+) in (?P<func>\w+)")
 
 
-class RecompileCollector(StructuredTraceHandler):
+class RecompileCollector(_StepRecords):
     """Recompile reasons from the structured trace, tagged with the step that was running.
 
     ``records``: ``{"reason", "step", "source", "user_frame", "graph"}`` where ``source`` is
@@ -130,11 +139,6 @@ class RecompileCollector(StructuredTraceHandler):
     failure), and ``graph`` is ``"backward"`` when the recompiled frame is a captured backward graph.
     Use as a context manager; set ``step`` before each step.
     """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[dict[str, Any]] = []
-        self.step = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -193,16 +197,11 @@ def _guard_user_frame(reason: str) -> dict[str, Any] | None:
     return None
 
 
-class SpecializationCollector(StructuredTraceHandler):
+class SpecializationCollector(_StepRecords):
     """Dimensions the shape environment specialized (``symbolic_shape_specialization`` events of the structured
     trace: a symbolic size replaced by a constant), with the frame that forced it: ``frame`` is the innermost
     frame outside torch and tracecheck of the Python stack (a fake impl's line, or model code), ``user_frame``
     the user line Dynamo was tracing. ``step`` tags each record, as in RecompileCollector."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[dict[str, Any]] = []
-        self.step = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
