@@ -29,7 +29,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import torch
 
     from .. import batch, capture
-    from ._execution import compare, execute, phases, reference
+    from ._execution import compare, draws_from_numpy, execute, phases, reference
 
     own = reference(ctx.make_case)
     if own.error:  # the probe's own size fails in eager (forward or backward): nothing to compare with
@@ -57,7 +57,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     compiled = torch.compile(case.fn, backend="aot_eager", dynamic=True)
     mismatches: list[dict[str, Any]] = []
     error, ran_backward = None, False
-    with capture.RecompileCollector() as rc, \
+    # Dynamo moves np.random calls onto torch's generator by default: a probe that draws from NumPy (BigBird's
+    # random blocks) keeps NumPy's stream, so that compiled and eager draw the same numbers (as run_compiled does)
+    numpy_stream = draws_from_numpy(ctx.make_case)
+    with torch._dynamo.config.patch(use_numpy_random_stream=numpy_stream), capture.RecompileCollector() as rc, \
             capture.SpecializationCollector() as spec, capture.TraceCollector() as trace, \
             capture.WarningCollector() as w:
         for step, (n, ref) in enumerate(zip(plan, refs)):
