@@ -335,3 +335,95 @@ def test_an_import_failure_that_goes_away_is_an_improvement_not_a_missing_probe(
     assert sorted((c.probe, c.effect) for c in cmp.changes) == [("m.py::(import)", "improved"),
                                                                 ("m.py::probe_a", "changed")]
     assert cmp.regressions == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Advice: shown, never a regression unless --strict or the baseline's severity asks
+
+
+def _with_advice(report, kind="opaque-op", op="mylib::op"):
+    """``probe_ok``'s aot_eager stage passes with one advice finding, written by hand."""
+    f = Finding(kind, f"advice about {op}", {"op": op})
+    s = report.probes[0].stages["aot_eager"]
+    s.findings.append(f)
+    return report
+
+
+def test_new_advice_is_shown_but_does_not_regress():
+    old, new = base_and_new()
+    cmp = compare(old, _with_advice(new))
+    assert not cmp.regressed
+    assert effects(cmp) == [("probe_ok", "aot_eager", "advice", "changed")]
+    snap = baseline.from_report(new)["probes"]["model.py::probe_ok"]["stages"]["aot_eager"]
+    assert snap["status"] == PASS and snap["kinds"] == [] and snap["advice"] == ["opaque-op"]
+
+
+def test_the_baselines_severity_setting_makes_one_advice_kind_regress():
+    old, new = base_and_new()
+    base = baseline.from_report(old, {"opaque-op": "error"})
+    cmp = baseline.compare(base, baseline.from_report(_with_advice(new)))
+    assert cmp.regressed
+    assert [c.detail for c in cmp.regressions] == [
+        "new failure kind opaque-op (advice, gated by --strict or the baseline's severity)"]
+    other = baseline.compare(base, baseline.from_report(_with_advice(copy.deepcopy(old), "no-batching-rule")))
+    assert not other.regressed                      # only the kind the setting names gates
+
+
+def _strict(report):
+    from tracecheck import results
+
+    report.strict = True
+    for p in report.probes:
+        p.strict = True
+        results.apply_strict(p.stages)
+    return report
+
+
+def test_a_strict_run_makes_every_new_advice_kind_regress():
+    old, new = base_and_new()
+    new = _strict(_with_advice(new, "no-batching-rule"))
+    assert new.probes[0].stages["aot_eager"].status == FAIL          # --strict failed the stage
+    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    assert [(c.aspect, c.after) for c in cmp.regressions] == [("kind", "no-batching-rule")]
+
+
+def test_a_strict_run_with_the_advice_the_baseline_has_does_not_regress():
+    """The baseline was recorded without --strict; the same advice under --strict is nothing new."""
+    old = _with_advice(small_report())
+    new = _strict(_with_advice(small_report()))
+    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    assert not cmp.regressed, [c.detail for c in cmp.changes]
+
+
+def test_merge_keeps_strict_and_refuses_a_mix():
+    a, b = small_report(), small_report()
+    for p in b.probes:
+        p.id = p.id.replace("model.py", "other.py")
+    a.strict = b.strict = True
+    assert shards.merge([a, b], ["a.json", "b.json"]).strict is True
+    b.strict = False
+    with pytest.raises(UsageError, match="--strict"):
+        shards.merge([a, b], ["a.json", "b.json"])
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"graph-break": "advice"}, "not an advice kind"),
+    ({"opaque-op": "fatal"}, "expected one of error, advice"),
+    (["opaque-op"], "must be an object"),
+])
+def test_a_bad_severity_setting_is_a_usage_error(tmp_path, setting, message):
+    doc = baseline.from_report(small_report())
+    doc["severity"] = setting
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=message):
+        baseline.load_baseline(str(path))
+
+
+def test_rewriting_a_baseline_keeps_its_severity_setting(tmp_path):
+    doc = baseline.from_report(small_report(), {"opaque-op": "error"})
+    path = tmp_path / "base.json"
+    baseline.write_baseline(str(path), small_report(), keep=doc)
+    assert json.loads(path.read_text())["severity"] == {"opaque-op": "error"}
+    baseline.write_baseline(str(path), small_report())
+    assert "severity" not in json.loads(path.read_text())

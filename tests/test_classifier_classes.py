@@ -136,7 +136,7 @@ def test_an_operator_defined_twice_at_import_is_op_redefined_and_the_run_goes_on
     res = tracecheck("run", str(twice), str(plain), "--stages", "eager,explain")
     assert res.returncode == 1, res.stderr
     p = res.probe("(import)")
-    assert p["verdict"] == {"status": "fail", "first_failing_stage": "load", "kinds": ["op-redefined"]}
+    assert p["verdict"] == {"status": "fail", "first_failing_stage": "load", "kinds": ["op-redefined"], "advice": []}
     f = p["stages"]["load"]["findings"][0]
     assert f["context"]["op"] == "tc13c::twice"
     assert f["evidence"]["user_frame"]["line"] == 7

@@ -279,3 +279,60 @@ def test_reading_values_into_python_gets_the_read_fix():
     f = classify.break_finding(classify.classify_break({"reason": reason}))
     assert f.kind == "data-dependent"
     assert taxonomy.fix_text(f).startswith("The code reads tensor values into Python (Tensor.tolist()")
+
+
+def test_inductor_output_code_is_read_for_custom_op_calls_only():
+    """Literal wrapper code in Inductor's shape (torch 2.13/2.14): an extern custom-op call counts once per call;
+    aten externs, the assert lines that quote the op and the header aliases do not."""
+    from tracecheck.capture import OutputCodeCollector
+    from tracecheck.classify import TORCH_NAMESPACES
+
+    code = """aten = torch.ops.aten
+inductor_ops = torch.ops.inductor
+alloc_from_pool = torch.ops.inductor._alloc_from_pool
+def call(args):
+    cpp_fused_sin_0(arg0_1, buf0)
+    buf1 = torch.ops.mylib.rms_norm.default(buf0, arg1_1)
+    assert_size_stride(buf1, (64, ), (1, ), 'torch.ops.mylib.rms_norm.default')
+    extern_kernels.mm(buf1, arg2_1, out=buf2)
+    buf3 = torch.ops.aten.index.Tensor(buf2, [arg3_1])
+    buf4 = torch.ops.mylib.rms_norm.default(buf3, arg1_1)
+    torch.ops.mylib.write_cache.default(buf4, arg4_1)
+"""
+    c = OutputCodeCollector()
+    c.codes = [code, "buf0 = torch.ops.mylib.rms_norm.default(arg0_1, arg1_1)"]
+    got = {r["op"]: (r["calls"], r["graphs"]) for r in c.extern_ops(TORCH_NAMESPACES)}
+    assert got == {"mylib::rms_norm": (3, [0, 1]), "mylib::write_cache": (1, [0])}
+
+
+@pytest.mark.parametrize("message, cause, fix_says", [
+    ("In order to use an autograd.Function with functorch transforms (vmap, grad, jvp, jacrev, ...), it must "
+     "override the setup_context staticmethod. For more details, please see "
+     "https://pytorch.org/docs/main/notes/extending.func.html", "setup_context", "setup_context(ctx, inputs, output)"),
+    ("You tried to vmap over New, but it does not have vmap support. Please override and implement the vmap "
+     "staticmethod or set generate_vmap_rule=True.", "vmap_rule", "New has no vmap support: set generate_vmap_rule"),
+    ("Cannot access data pointer of Tensor that doesn't have storage", "storage", "x.data_ptr()"),
+    ("vmap: It looks like you're attempting to use a Tensor in some data-dependent control flow. We don't support "
+     "that yet, please file an issue at https://github.com/pytorch/pytorch/issues .", "control_flow", "torch.where"),
+    ("vmap: It looks like you're calling .item() on a Tensor. We don't support vmap over calling .item() on a "
+     "Tensor, please try to rewrite what you're doing with other operations.", "item", "keep the value a tensor"),
+    ("Batch norm got a batched tensor as input while the running_mean or running_var, which will be updated in "
+     "place, were not batched.", "batch_norm", "replace_all_batch_norm_modules_"),
+    ("Batching rule not implemented for tc::fused_add; the fallback path doesn't work on out= or view ops.",
+     "mutating_op", 'torch.library.register_vmap("tc::fused_add", rule)'),
+    ("output with shape [3] doesn't match the broadcast shape [2, 3]", "inplace", "write out of place"),
+])
+def test_torch_func_refusals_are_functorch_incompatible_with_their_cause(message, cause, fix_says):
+    """torch 2.13.0's and 2.14.1's wording (the same on both, observed by running each refusal)."""
+    raw = {"type": "RuntimeError", "message": message, "phase": "forward", "transform": "vmap", "functions": []}
+    f = classify.transform_error_finding("vmap", raw)
+    assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
+    assert f.summary.startswith("torch.func.vmap refuses the probe")
+    assert fix_says in taxonomy.fix_text(f)
+
+
+def test_torch_func_patterns_apply_only_under_a_transform():
+    """The broadcast message means an in-place write into an unbatched tensor under vmap only."""
+    f = classify.classify_error("inductor", {"type": "RuntimeError", "phase": "forward",
+                                             "message": "output with shape [3] doesn't match the broadcast shape [2, 3]"})
+    assert f.kind == "unknown"

@@ -1,4 +1,5 @@
 """The torch-version shims in tracecheck/compat.py, on the installed torch."""
+import pytest
 import torch
 
 from tracecheck import compat
@@ -55,3 +56,53 @@ def test_function_apply_is_intercepted_and_put_back():
     assert seen == [Double] and out.tolist() == [2.0, 2.0]
     assert inspect.getattr_static(torch.autograd.Function, "apply") is before
     assert Double.apply(torch.ones(1)).item() == 2.0 and seen == [Double]  # no hook after the block
+
+
+def test_the_batching_rule_shims_see_what_vmap_does():
+    """compat.has_dispatch_kernel and compat.vmap_fallback_disabled on the installed torch: a Library op without
+    a rule has no FuncTorchBatched kernel and stops vmap when the fallback is off; register_vmap adds the kernel."""
+    import torch
+
+    from tracecheck import compat
+
+    lib = torch.library.Library("tc_compat_vmap", "DEF")
+    lib.define("double(Tensor x) -> Tensor")
+    lib.impl("double", lambda x: x * 2, "CPU")
+    assert not compat.has_dispatch_kernel("tc_compat_vmap::double", "FuncTorchBatched")
+    assert compat.has_dispatch_kernel("aten::linear", "CompositeImplicitAutograd")
+    x = torch.randn(2, 3)
+    with compat.vmap_fallback_disabled(), pytest.raises(RuntimeError, match="hit the vmap fallback"):
+        torch.func.vmap(torch.ops.tc_compat_vmap.double)(x)
+    assert torch.equal(torch.func.vmap(torch.ops.tc_compat_vmap.double)(x), x * 2)   # the fallback is back on
+    torch.library.register_vmap("tc_compat_vmap::double", lambda info, dims, t: (t * 2, dims[0]), lib=lib)
+    assert compat.has_dispatch_kernel("tc_compat_vmap::double", "FuncTorchBatched")
+
+
+def test_defines_setup_context_tells_the_two_forms_apart():
+    import torch
+
+    from tracecheck import compat
+
+    class Old(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class New(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    assert not compat.defines_setup_context(Old) and compat.defines_setup_context(New)

@@ -189,6 +189,9 @@ def test_shared_case_11_mutates_args(shared_cases, tmp_path):
     assert outcome.status == VERIFIED, outcome.reasons
     patched = (tmp / "11_undeclared_residual_mutation_fixed.py").read_text()
     assert '@torch.library.custom_op("tc_case11::fused_add_rms_norm", mutates_args=(\'residual\',))' in patched
+    # once the schema declares the write, vmap's fallback refuses the op: the fix adds a batching rule (the vmap
+    # stage of the verification compared it with the eager loop)
+    assert "@torch.library.register_vmap('tc_case11::fused_add_rms_norm')" in out.read_text()
 
 
 def test_shared_case_08_skeleton_is_not_verified(shared_cases, tmp_path):

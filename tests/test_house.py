@@ -80,7 +80,7 @@ def test_the_registry_is_the_stage_modules():
     modules = sorted(p.stem for p in (PKG / "stages").glob("*.py") if not p.stem.startswith("_"))
     assert sorted(stages.STAGES) == modules
     assert stages.STAGES == ("eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck", "compiled_autograd",
-                             "gradcheck", "dynamic", "export")
+                             "gradcheck", "dynamic", "vmap", "export")
 
 
 def test_every_stage_is_offered_by_the_cli_and_documented():

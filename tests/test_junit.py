@@ -84,3 +84,15 @@ def test_a_missing_probe_becomes_a_failing_testcase():
     root = parse(junit.render(new, cmp))
     missing = [c for c in root.iter("testcase") if c.get("name") == "probe_bad[missing]"]
     assert len(missing) == 1 and outcome(missing[0]) == "failure"
+
+
+def test_a_pass_with_advice_is_a_passing_testcase_that_says_so():
+    from tracecheck.report import PASS, Finding
+
+    r = small_report()
+    s = r.probes[0].stages["aot_eager"]
+    s.findings.append(Finding("opaque-op", "Inductor calls mylib::op as an extern kernel.", {"op": "mylib::op"}))
+    assert s.status == PASS
+    case = next(c for c in parse(junit.render(r)).iter("testcase") if c.get("name") == "probe_ok[aot_eager]")
+    assert outcome(case) == "passed"
+    assert "[opaque-op] Inductor calls mylib::op" in case.find("system-out").text

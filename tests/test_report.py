@@ -194,3 +194,33 @@ def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_l
     results.attribute_unknowns(stages)
     assert stages["opcheck"].failure.kind == "data-dependent"
     assert stages["opcheck"].failure.summary.endswith("(attributed: the same line failed at explain)")
+
+
+def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
+    """Advice (taxonomy severity) does not fail a stage; --strict (results.apply_strict) makes it the failure."""
+    from tracecheck import results
+    from tracecheck.render import markdown, tables, terminal
+
+    raw = {"phases": ["forward", "backward"],
+           "opaque_ops": [{"op": "mylib::rms_norm", "calls": 2, "graphs": [0], "lines": [], "kernels": 3}]}
+    s = results.build_stage_result("inductor", raw, 1.0)
+    assert s.status == PASS and s.failure is None and [f.kind for f in s.findings] == ["opaque-op"]
+    assert s.findings[0].summary.startswith("Inductor calls mylib::rms_norm as an extern kernel (2 call(s)")
+    p = ProbeReport("m.py::probe", "/abs/m.py", "probe", {"eager": StageResult("eager", PASS), "inductor": s})
+    r = RunReport([p], {"torch": "2.13.0"}, ["eager", "inductor"])
+    assert p.verdict.status == PASS and p.verdict.kinds == [] and p.verdict.advice == ["opaque-op"]
+    assert r.passed
+    assert terminal.cell(s).plain == "✓ opaque-op"
+    assert markdown.verdict_cell(s) == "✅ opaque-op"
+    assert tables.verdict_frame(r).loc["m.py::probe"].tolist() == ["pass", "pass; advice opaque-op"]
+    md = markdown.render(r)
+    assert "## Advice" in md and "#### A1. `opaque-op`: Inductor calls mylib::rms_norm" in md
+    assert "0 failing, 0 finding(s)" in md
+    results.apply_strict(p.stages)
+    strict = RunReport([p], {"torch": "2.13.0"}, ["eager", "inductor"], strict=True)
+    assert s.status == FAIL and s.failure.kind == "opaque-op"
+    assert p.verdict.status == FAIL and p.verdict.kinds == ["opaque-op"] and not strict.passed
+    assert terminal.cell(s, strict=True).plain == "✗ opaque-op"
+    back = RunReport.from_dict(json.loads(json.dumps(strict.to_dict())))
+    assert back.strict and back.probes[0].verdict.kinds == ["opaque-op"]
+    assert back.probes[0].verdict.advice == ["opaque-op"]

@@ -44,14 +44,44 @@ def test_the_shared_cases_are_all_here(shared_cases):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASE_FILES, ids=lambda p: p.stem)
 def test_case_verdict(cases_report, case):
+    """EXPECTED describes what torch.compile does with the reproducer: the kinds of every stage but ``vmap``
+    (torch.func's verdict on the same code, tested below against its own hand-written expectations)."""
     exp = expected(case)
     probe = cases_report[str(case)]
-    kinds = set(probe["verdict"]["kinds"])
+    kinds = compile_kinds(probe)
     if exp["kind"] == "pass":
-        assert probe["verdict"]["status"] == "pass", kinds
+        assert not kinds and all(s["status"] != "fail" for n, s in probe["stages"].items() if n != "vmap"), kinds
     else:
         assert exp["kind"] in kinds, (kinds, exp["notes"])
         assert kinds <= {exp["kind"], *exp["also"]}, f"misclassified: {kinds - {exp['kind'], *exp['also']}}"
+
+
+def compile_kinds(probe: dict) -> set[str]:
+    return {f["kind"] for name, s in probe["stages"].items() if name != "vmap" and s["status"] in ("fail", "timeout",
+                                                                                                  "crash")
+            for f in s["findings"] if f["kind"] not in ("no-batching-rule", "opaque-op")}
+
+
+#: torch.func's verdict per reproducer, by hand from each file's code: an autograd.Function with forward(ctx, ...)
+#: (01, 04), ``if torch.all(mask == 1)`` (16), print() of tensor statistics, which formats with .item() (19), and
+#: ``x.data_ptr()`` (21) are refused; the others run under vmap (14 fails in eager, so the stage is skipped)
+VMAP_REFUSED = {"01_flashattn_ext_fwd_in_autograd_fn": "setup_context", "04_causal_conv1d_ext_fwd_bwd": "setup_context",
+                "16_mask_dependent_branch": "control_flow", "19_print_stats_in_forward": "item",
+                "21_data_ptr_alignment": "storage"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASE_FILES, ids=lambda p: p.stem)
+def test_case_vmap_verdict(cases_report, case):
+    vmap = cases_report[str(case)]["stages"]["vmap"]
+    if case.stem in VMAP_REFUSED:
+        assert vmap["status"] == "fail"
+        assert (vmap["failure"]["kind"], vmap["failure"]["context"]["cause"]) == ("functorch-incompatible",
+                                                                                  VMAP_REFUSED[case.stem])
+    elif case.stem.startswith("14_"):
+        assert vmap["status"] == "skip"
+    else:
+        assert vmap["status"] == "pass", vmap["findings"]
 
 
 @pytest.mark.slow
@@ -63,4 +93,4 @@ def test_every_finding_carries_evidence(cases_report):
                 assert f["kind"] and f["summary"]
                 assert ev.get("exception_type") or ev.get("gb_type") or ev.get("cause") or \
                     (ev.get("worst") or {}).get("max_abs_diff") is not None or (ev.get("worst") or {}).get("detail") \
-                    or ev.get("second_schema") or ev.get("reason"), f
+                    or ev.get("second_schema") or ev.get("reason") or ev.get("dispatch_keys") or ev.get("output_code"), f

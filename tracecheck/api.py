@@ -41,6 +41,8 @@ class RunOptions:
     fresh_imports: bool = False
     #: also record torch.utils.collect_env's summary (for --json / --report; runs gcc and pip, ~1 s)
     collect_env: bool = False
+    #: advice findings (no-batching-rule, opaque-op) fail their stage as errors do
+    strict: bool = False
 
 
 class Progress:
@@ -93,6 +95,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
                     and not custom_ops.get(p.file)}
         tasks = _stage_tasks(opts, files, probes, stages, device, templates, skip={(i, "opcheck") for i in deferred})
         progress.planned(len(tasks))
+        for p in probes:
+            p.strict = opts.strict
         _run_stage_tasks(runner, tasks, probes, progress)
         # opcheck after all: eager registered a custom op, or eager did not finish (it cannot tell)
         late = [p for p in probes if p.id in deferred and not _setup_failed(p)
@@ -113,12 +117,15 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         results.attribute_crashes(p.stages)
         p.stages = _ordered(p.stages)
         results.attribute_unknowns(p.stages)
+        if opts.strict:
+            results.apply_strict(p.stages)  # the late opcheck and the load findings too
     if env is None:  # the environment task died: record what the parent can
         env = {"environment": environment.collect(device), "collect_env": None}
     if env.get("collect_env") is not None:
         env["environment"]["collect_env"] = env["collect_env"]
     return RunReport(probes=probes, environment=env["environment"], stages=stages,
-                     command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2))
+                     command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2),
+                     strict=opts.strict)
 
 
 def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport], progress: Progress) -> None:
@@ -126,6 +133,8 @@ def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport
     for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key)):
         probe_id, stage = outcome.task.key
         by_id[probe_id].stages[stage] = result = _stage_result(stage, outcome)
+        if by_id[probe_id].strict:  # --strict: advice fails the stage, and the progress line says so
+            results.apply_strict({stage: result})
         progress.finished(probe_id, result)
 
 

@@ -12,6 +12,10 @@ machines: no timings, no absolute paths, no message text. Layout (docs/ci.md has
 Probe ids are the report's rootdir-relative ``file::name``; break files are made relative the same way (see
 ``relative_location``). ``compare`` works on two such documents (a full ``--json`` report is reduced first),
 so a baseline, a report and a merged shard report all compare the same way. Pure: no torch import.
+
+Advice kinds (taxonomy severity ``advice``: ``no-batching-rule``, ``opaque-op``) are kept apart, under a stage's
+``advice``: a new one is shown but is no regression, unless the run was ``--strict`` or the baseline's own
+``severity`` object, which the user edits and ``--update-baseline`` keeps, says ``{"opaque-op": "error"}``.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from . import taxonomy
 from .exitcodes import UsageError
 from .report import CRASH, FAIL, IMPORT_PROBE, PASS, TIMEOUT, ProbeReport, RunReport, StageResult
 from .reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
@@ -71,14 +76,19 @@ def relative_location(file: str | None, probe: ProbeReport) -> str | None:
 
 
 def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
-    kinds = sorted({f.kind for f in s.findings or ([s.failure] if s.failure else [])})
+    found = {f.kind for f in s.findings or ([s.failure] if s.failure else [])}
+    kinds = sorted(k for k in found if not taxonomy.is_advice(k))
+    advice = sorted(k for k in found if taxonomy.is_advice(k))
     breaks = sorted(
         ({"kind": b.kind, "gb_type": b.gb_type, "file": relative_location(b.file, probe), "line": b.line}
          for b in s.breaks),
         key=_break_sort_key,
     )
+    # a stage that --strict failed for advice alone is recorded as passing: advice is gated through its kinds
+    # (gated_advice), so a strict and a plain run of the same code compare equal
+    status = PASS if s.status == FAIL and not kinds and advice else s.status
     snap: dict[str, Any] = {
-        "status": s.status,
+        "status": status,
         "kinds": kinds,
         "graph_count": s.graph_count,
         "graph_break_count": s.graph_break_count,
@@ -86,6 +96,8 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
         "recompiles": s.recompile_count,
         "phases": s.phases,
     }
+    if advice:
+        snap["advice"] = advice
     ca = {k: s.extra[k] for k in (*COUNTS_LOWER_IS_BETTER, *COUNTS_NEUTRAL) if k in s.extra}
     if ca:
         snap["compiled_autograd"] = ca
@@ -96,18 +108,47 @@ def _break_sort_key(b: dict[str, Any]) -> tuple:
     return (b.get("kind") or "", b.get("gb_type") or "", b.get("file") or "", b.get("line") or 0)
 
 
-def from_report(report: RunReport) -> dict[str, Any]:
-    """The baseline document of a run report (sorted, so rewriting an unchanged baseline is a no-op diff)."""
+def from_report(report: RunReport, severity: dict[str, str] | None = None) -> dict[str, Any]:
+    """The baseline document of a run report (sorted, so rewriting an unchanged baseline is a no-op diff).
+    ``severity``: the per-kind setting to keep (``severity_setting`` of the baseline being rewritten)."""
     probes = {}
     for p in sorted(report.probes, key=lambda p: p.id):
         probes[p.id] = {"stages": {name: stage_snapshot(s, p) for name, s in p.stages.items()}}
-    return {
+    doc: dict[str, Any] = {
         "format": BASELINE_FORMAT,
         "schema_version": BASELINE_SCHEMA_VERSION,
         "torch": report.environment.get("torch"),
         "stages": list(report.stages),
         "probes": probes,
     }
+    if severity:
+        doc["severity"] = dict(sorted(severity.items()))
+    if report.strict:
+        doc["strict"] = True
+    return doc
+
+
+def severity_setting(doc: dict[str, Any]) -> dict[str, str]:
+    """A baseline's ``severity`` object: advice kind -> ``error`` (gate on it) or ``advice``. Raises ValueError."""
+    setting = doc.get("severity") or {}
+    if not isinstance(setting, dict):
+        raise ValueError("'severity' must be an object such as {\"opaque-op\": \"error\"}")
+    for kind, value in setting.items():
+        if not taxonomy.is_advice(kind):
+            raise ValueError(f"severity: {kind!r} is not an advice kind (advice kinds: "
+                             f"{', '.join(sorted(taxonomy.advice_ids()))}); error kinds always gate")
+        if value not in taxonomy.SEVERITIES:
+            raise ValueError(f"severity: {kind!r} is {value!r}; expected one of {', '.join(taxonomy.SEVERITIES)}")
+    return dict(setting)
+
+
+def gated_advice(base: dict[str, Any], new: dict[str, Any]) -> frozenset[str]:
+    """The advice kinds that regress like errors: all of them when the new run is ``--strict`` (its ``strict``;
+    how the baseline was recorded does not matter: the gate is the CI command's), else those the baseline's
+    ``severity`` sets to ``error``."""
+    if new.get("strict"):
+        return taxonomy.advice_ids()
+    return frozenset(k for k, v in severity_setting(base).items() if v == taxonomy.ERROR)
 
 
 def empty() -> dict[str, Any]:
@@ -125,6 +166,7 @@ def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
                              f"(expected {BASELINE_SCHEMA_VERSION}); rewrite it with --update-baseline")
         if not isinstance(doc.get("probes"), dict):
             raise ValueError("baseline has no 'probes' object")
+        severity_setting(doc)
         return doc
     if "probes" in doc and "schema_version" in doc:
         return from_report(RunReport.from_dict(doc))
@@ -199,6 +241,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
     ``only`` restricts the comparison to those probe ids (a shard compares the probes it ran).
     """
     cmp = Comparison()
+    gated = gated_advice(base, new)
     base_probes: dict[str, Any] = base.get("probes", {})
     new_probes: dict[str, Any] = new.get("probes", {})
     ids = sorted(set(base_probes) | set(new_probes))
@@ -217,7 +260,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
             continue
         cmp.compared_probes += 1
         if b is None:
-            failing = _failing_kinds(n)
+            failing = _failing_kinds(n, gated)
             if failing:
                 cmp.changes.append(Change(pid, None, "probe", "absent", "fail", REGRESSED,
                                           f"new probe fails: {', '.join(failing)}"))
@@ -226,19 +269,24 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
             continue
         b_stages, n_stages = b.get("stages", {}), n.get("stages", {})
         for stage in sorted(set(b_stages) | set(n_stages), key=stage_order):
-            cmp.changes += _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage))
+            cmp.changes += _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage), gated)
     return cmp
 
 
-def _failing_kinds(probe: dict[str, Any]) -> list[str]:
+def _failing_kinds(probe: dict[str, Any], gated: frozenset[str] = frozenset()) -> list[str]:
     kinds: list[str] = []
     for s in probe.get("stages", {}).values():
-        if s.get("status") in _FAILED:
-            kinds += [k for k in s.get("kinds", []) if k not in kinds]
+        found = [*(s.get("kinds", []) if s.get("status") in _FAILED else []), *_gated(s, gated)]
+        kinds += [k for k in found if k not in kinds]
     return kinds
 
 
-def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, Any] | None) -> list[Change]:
+def _gated(snap: dict[str, Any], gated: frozenset[str]) -> list[str]:
+    return [k for k in snap.get("advice", []) if k in gated]
+
+
+def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, Any] | None,
+                   gated: frozenset[str] = frozenset()) -> list[Change]:
     if n is None:
         return [Change(pid, stage, "stage", b.get("status") if b else None, "not run", CHANGED,
                        "stage not run in the new run; not compared")]
@@ -257,11 +305,17 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
         else:
             effect = CHANGED  # to/from skip, or between fail/timeout/crash (the kinds tell the rest)
         out.append(Change(pid, stage, "status", bs, ns, effect, f"status {bs} -> {ns}"))
-    bk, nk = set(b.get("kinds", [])), set(n.get("kinds", []))
+    bk, nk = set(b.get("kinds", [])) | set(_gated(b, gated)), set(n.get("kinds", [])) | set(_gated(n, gated))
     for k in sorted(nk - bk):
-        out.append(Change(pid, stage, "kind", None, k, REGRESSED, f"new failure kind {k}"))
+        out.append(Change(pid, stage, "kind", None, k, REGRESSED, f"new failure kind {k}" + (
+            " (advice, gated by --strict or the baseline's severity)" if k in gated else "")))
     for k in sorted(bk - nk):
         out.append(Change(pid, stage, "kind", k, None, IMPROVED, f"failure kind {k} gone"))
+    ba, na = set(b.get("advice", [])) - gated, set(n.get("advice", [])) - gated
+    for k in sorted(na - ba):
+        out.append(Change(pid, stage, "advice", None, k, CHANGED, f"new advice {k} (advice: no regression)"))
+    for k in sorted(ba - na):
+        out.append(Change(pid, stage, "advice", k, None, CHANGED, f"advice {k} gone"))
     out += _lower_is_better(pid, stage, "graph_count", b.get("graph_count"), n.get("graph_count"), "graphs")
     out += _lower_is_better(pid, stage, "graph_break_count", b.get("graph_break_count"),
                             n.get("graph_break_count"), "graph breaks")
@@ -341,6 +395,7 @@ def compare_report(base: dict[str, Any], report: RunReport) -> Comparison:
     return cmp
 
 
-def write_baseline(path: str, report: RunReport) -> None:
-    """Rewrite the baseline at ``path`` from ``report`` (atomically)."""
-    write_json_atomic(path, from_report(report))
+def write_baseline(path: str, report: RunReport, keep: dict[str, Any] | None = None) -> None:
+    """Rewrite the baseline at ``path`` from ``report`` (atomically), keeping ``keep``'s (the baseline being
+    rewritten) ``severity`` setting: the user's choice, not a measurement."""
+    write_json_atomic(path, from_report(report, severity_setting(keep) if keep else None))

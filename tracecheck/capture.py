@@ -113,6 +113,42 @@ def _caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None
             "code": m.group("code").strip()}
 
 
+#: a call of a dispatcher op in Inductor's generated wrapper code: ``buf1 = torch.ops.ns.op.default(buf0)``
+_OUTPUT_CODE_CALL = re.compile(r"torch\.ops\.(?P<ns>\w+)\.(?P<op>\w+)\.(?P<overload>\w+)\(")
+
+
+class OutputCodeCollector(StructuredTraceHandler):
+    """Inductor's generated wrapper code (the ``inductor_output_code`` event, one per compiled graph, logged on a
+    cache hit too), read for the custom ops it calls as extern kernels: Inductor generated no code for them, so
+    nothing fused across them. ``codes`` holds each graph's code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if "inductor_output_code" in (getattr(record, "metadata", {}) or {}):
+                self.codes.append(str(getattr(record, "payload", "") or ""))
+        except Exception:  # a logging handler must never raise into torch
+            pass
+
+    def extern_ops(self, torch_namespaces: set[str]) -> list[dict[str, Any]]:
+        """``{"op": "ns::op", "calls", "graphs", "lines"}`` per op outside ``torch_namespaces``, in order seen."""
+        found: dict[str, dict[str, Any]] = {}
+        for g, code in enumerate(self.codes):
+            for line in code.splitlines():
+                m = _OUTPUT_CODE_CALL.search(line)
+                if not m or m.group("ns") in torch_namespaces:
+                    continue
+                rec = found.setdefault(f"{m.group('ns')}::{m.group('op')}", {"calls": 0, "graphs": [], "lines": []})
+                rec["calls"] += 1
+                if g not in rec["graphs"]:
+                    rec["graphs"].append(g)
+                rec["lines"].append(line.strip()[:200])
+        return [{"op": op, **rec} for op, rec in found.items()]
+
+
 class _StepRecords(StructuredTraceHandler):
     """A listener that keeps ``records``, each tagged with ``step``: the caller sets it before each step."""
 
@@ -283,6 +319,18 @@ def user_frame(exc: BaseException) -> dict[str, Any] | None:
                         "code": m.group("code").strip()}
     for e in _chain(exc):
         frames = [f for f in traceback.extract_tb(e.__traceback__) if not _is_library(f.filename)]
+        if frames:
+            f = frames[-1]
+            return {"file": f.filename, "line": f.lineno, "function": f.name, "code": (f.line or "").strip()}
+    return None
+
+
+def frame_outside_torch(exc: BaseException) -> dict[str, Any] | None:
+    """The innermost traceback frame outside torch, tracecheck and the stdlib, installed packages included: where
+    an error raised inside a library (``transformers``' model code, say) was last in code torch did not write."""
+    for e in _chain(exc):
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not f.filename.startswith("<") and not os.path.abspath(f.filename).startswith(_LIB_DIRS)]
         if frames:
             f = frames[-1]
             return {"file": f.filename, "line": f.lineno, "function": f.name, "code": (f.line or "").strip()}

@@ -63,6 +63,8 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
     """The context when the evidence matches the rule (named groups of the pattern that matched), else None."""
     if rule.only_with_gb_types is not None and (gb_type or "") not in rule.only_with_gb_types:
         return None
+    if rule.only_under_transform and not raw.get("transform"):
+        return None
     trusted = _from_torch(types, raw)
     for p in rule.patterns:
         if p.torch_only and not trusted:
@@ -72,6 +74,8 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
             ctx = {k: v for k, v in m.groupdict().items() if v}
             if any(rx.search(ctx.get(k, "")) for k, rx in rule.exclude.items()):
                 return None  # e.g. a builtin of torch's own: not this kind
+            if p.cause:
+                ctx["cause"] = p.cause
             return ctx
     if (gb_type and gb_type in rule.gb_types) or types & rule.exception_types:
         return {}
@@ -292,6 +296,75 @@ def specialization_finding(raw: dict[str, Any]) -> Finding:
     evidence = {"reason": raw.get("reason", ""), "user_frame": frame, "guard_user_frame": raw.get("user_frame"),
                 "specialization": spec or None, "step": raw.get("step")}
     return Finding("dynamic-shape", _summary("dynamic-shape", ctx, "dynamic"), ctx, evidence)
+
+
+#: functorch-incompatible: what the refusal is about, by cause (the summary's ``{what}``)
+_REFUSED = {
+    "setup_context": ": {function} {defines} forward(ctx, ...) without setup_context",
+    "vmap_rule": ": {function} has no vmap staticmethod and no generate_vmap_rule",
+    "storage": ": code read the data pointer of a tensor under the transform (`x.data_ptr()`, or a C/C++ kernel)",
+    "batch_norm": ": BatchNorm in training mode updates unbatched running statistics in place",
+    "mutating_op": ": custom op {op} mutates an input, and vmap's fallback cannot run such an op without a batching rule",
+    "control_flow": ": Python control flow reads a batched tensor's value",
+    "item": ": .item() on a batched tensor",
+    "inplace": ": an in-place write of a batched tensor into an unbatched one",
+}
+
+
+def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
+    """A torch.func transform that raised (stages/vmap.py: an error record with ``transform``, and ``functions``:
+    the old-style autograd.Function classes the probe calls). A refusal the rules know is
+    ``functorch-incompatible``; any other error is classified as usual, with the transform named."""
+    f = classify_error(stage, raw)
+    transform = raw.get("transform", "vmap")
+    f.context["transform"] = transform
+    f.evidence["transform"] = transform
+    if f.kind == "functorch-incompatible":
+        functions = raw.get("functions") or []
+        if functions and not f.context.get("function"):
+            f.context["function"] = ", ".join(functions)
+        many = len(functions) > 1
+        named = f"autograd.Function{'s' if many else ''} {f.context['function']}" if f.context.get("function") \
+            else "an autograd.Function"
+        what = _REFUSED.get(str(f.context.get("cause")), "").format(function=named, op=f.context.get("op", "?"),
+                                                                    defines="define" if many else "defines")
+        f.summary = _summary(f.kind, {**f.context, "what": what}, stage)
+    else:
+        f.summary = f"Under torch.func.{transform}: {f.summary}"
+    return f
+
+
+def transform_mismatch_finding(raw: dict[str, Any], stage: str) -> Finding:
+    """torch.func.vmap's outputs against the eager loop over the batch, or torch.func.grad's gradients against
+    autograd's, that disagree (a numeric-mismatch whose cause is the transform: a batching rule, say)."""
+    f = mismatch_finding(raw, stage)
+    transform = raw.get("transform", "vmap")
+    against = "an eager loop over the batch" if transform == "vmap" else "autograd's"
+    worst = (raw.get("worst") or {}).get("what", "?")
+    f.context.update(cause="transform", transform=transform)
+    f.summary = (f"torch.func.{transform} gives other {f.context['what']} than {against}: {raw.get('disagreeing', 1)} "
+                 f"of {raw.get('compared', 1)} disagree; worst {worst}.")
+    return f
+
+
+def fallback_finding(raw: dict[str, Any]) -> Finding:
+    """A custom op vmap runs through its per-sample fallback (transforms.fallback_ops)."""
+    op = raw["op"]
+    ctx = {"op": op}
+    evidence = {"dispatch_keys": "no FuncTorchBatched kernel and no CompositeImplicitAutograd kernel",
+                "confirmed": bool(raw.get("confirmed")),
+                "confirmation": "vmap stops at this op with the fallback turned off "
+                                "(torch._C._functorch._set_vmap_fallback_enabled(False))" if raw.get("confirmed")
+                else "with the fallback turned off, vmap stopped at another op first"}
+    return Finding("no-batching-rule", _summary("no-batching-rule", ctx, "vmap"), ctx, evidence)
+
+
+def opaque_finding(raw: dict[str, Any], stage: str = "inductor") -> Finding:
+    """A custom op Inductor's generated code calls as an extern kernel (capture.OutputCodeCollector)."""
+    ctx = {"op": op_name(raw["op"]), "calls": raw.get("calls", 1), "kernels": raw.get("kernels", "?")}
+    evidence = {"output_code": raw.get("lines", [])[:5], "graphs": raw.get("graphs"),
+                "generated_kernels": raw.get("kernels")}
+    return Finding("opaque-op", _summary("opaque-op", ctx, stage), ctx, evidence)
 
 
 _DRAFT_SUMMARY = {

@@ -21,7 +21,8 @@ from .stages import STAGES
 
 EXIT_CODES_HELP = """\b
 Exit codes:
-  0  every probe passed every stage (with --baseline: nothing regressed; --update-baseline: written)
+  0  every probe passed every stage (advice such as opaque-op does not fail one unless --strict;
+     with --baseline: nothing regressed; --update-baseline: written)
   1  a failure or graph break was found (with --baseline: a regression against it)
   2  usage or input error (bad path, unloadable model file, no probes, bad probe, unknown stage,
      unwritable output)
@@ -126,9 +127,11 @@ def cli() -> None:
               help="compiled_autograd stage: add steps with a second input shape (batch dim x10).")
 @click.option("--fresh-imports", is_flag=True,
               help="Import each model file afresh in every stage process, not once per file (slower).")
+@click.option("--strict", is_flag=True,
+              help="Advice (no-batching-rule, opaque-op) fails its stage, the probe, the exit code and --baseline.")
 @click.option("-v", "--verbose", is_flag=True, help="Full evidence: tracebacks, messages, stderr tails.")
 def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, redact, trace_dir, baseline_path,
-        update_baseline, junit_path, shard, steps, dynamic, fresh_imports, verbose):
+        update_baseline, junit_path, shard, steps, dynamic, fresh_imports, strict, verbose):
     """Diagnose the probes in PATHS (model files or directories) under every stage."""
     console = Console(stderr=True)
     out = _stdout()
@@ -155,7 +158,7 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
                               select=select, jobs=jobs, timeout_s=timeout_s, device=device,
                               command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir,
                               steps=steps, dynamic=dynamic, fresh_imports=fresh_imports,
-                              collect_env=bool(json_path or report_path))
+                              collect_env=bool(json_path or report_path), strict=strict)
         live = _LiveProgress(console)
         with live.bar:
             report = api.run(opts, live)
@@ -173,7 +176,7 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
         if junit_path:
             _write_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison))
         if update_baseline:
-            _write_output("--baseline", baseline_path, lambda: baseline.write_baseline(baseline_path, report))
+            _write_output("--baseline", baseline_path, lambda: baseline.write_baseline(baseline_path, report, base))
     _report_comparison(out, report, comparison, baseline_path)
     if update_baseline:
         out.print(f"baseline {baseline_path} rewritten from this run ({len(report.probes)} probes)", highlight=False)
@@ -284,7 +287,9 @@ def compare(base_json, new_json, junit_path, update_baseline, verbose):
             if report is not None and shards.shard_from_command(report.command):
                 raise UsageError(f"--update-baseline: {new_json} is one shard; merge the shards first "
                                  "(tracecheck merge ... -o all.json)")
-            doc = baseline.from_report(report) if report is not None else baseline.load_baseline(new_json, "NEW")
+            doc = baseline.from_report(report, baseline.severity_setting(base)) if report is not None else \
+                {**baseline.load_baseline(new_json, "NEW"), **({"severity": base["severity"]} if base.get("severity")
+                                                                else {})}
             write_json_atomic(base_json, doc)
     _report_comparison(out, report, comparison, base_json)
     if update_baseline:

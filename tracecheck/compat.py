@@ -160,3 +160,48 @@ def intercept_function_apply(hook: Callable[..., Any]) -> Iterator[None]:
             owner.apply = original  # type: ignore[method-assign]
         else:
             del owner.apply
+
+
+def defines_setup_context(cls: type) -> bool:
+    """Does this ``autograd.Function`` subclass override ``setup_context`` (the form torch.func transforms
+    take), as torch's own ``_is_setup_context_defined`` decides (2.13, 2.14); the base class's stub otherwise."""
+    import torch.autograd.function as function
+
+    check = getattr(function, "_is_setup_context_defined", None)
+    if check is not None:
+        return bool(check(getattr(cls, "setup_context", None)))
+    base = getattr(function, "_SingleLevelFunction", torch.autograd.Function)
+    return getattr(cls, "setup_context", None) is not getattr(base, "setup_context", None)
+
+
+def has_dispatch_kernel(op: str, key: str) -> bool:
+    """Does the dispatcher hold a kernel for ``ns::op`` at dispatch key ``key`` (a fallback does not count)."""
+    return bool(torch._C._dispatch_has_kernel_for_dispatch_key(op, key))
+
+
+@contextlib.contextmanager
+def vmap_fallback_disabled() -> Iterator[None]:
+    """functorch's per-sample fallback turned off inside the block: an op without a batching rule raises
+    ``ns::op hit the vmap fallback which is currently disabled`` instead of looping (2.13, 2.14)."""
+    functorch = torch._C._functorch
+    enabled = functorch._is_vmap_fallback_enabled()
+    functorch._set_vmap_fallback_enabled(False)
+    try:
+        yield
+    finally:
+        functorch._set_vmap_fallback_enabled(enabled)
+
+
+def reset_inductor_metrics() -> None:
+    """Zero ``torch._inductor.metrics`` (private; 2.13, 2.14): the counts below then cover the next compile."""
+    from torch._inductor import metrics
+
+    metrics.reset()
+
+
+def inductor_generated_kernels() -> int:
+    """Kernels Inductor generated since ``reset_inductor_metrics``: ``metrics.generated_kernel_count``, which an
+    FX-graph-cache hit replays (``CachedMetricsHelper``), so it counts on a warm cache too."""
+    from torch._inductor import metrics
+
+    return int(metrics.generated_kernel_count)

@@ -369,3 +369,14 @@ def _label(i: int, leaves: list[Any], spec: Any, names: list[str]) -> str:
     if i < flat_args and flat_args == n_args:
         return names[i]
     return f"input leaf {i}"
+
+
+def old_style_functions(make_case: Callable[[], Any]) -> list[str]:
+    """The user ``autograd.Function`` classes one eager forward calls whose ``forward`` takes ``ctx`` (no
+    ``setup_context``): every torch.func transform refuses them."""
+    try:
+        case = make_case()
+    except Exception:
+        return []
+    calls, _ = record_calls(case.fn, case.args, case.kwargs)
+    return [c.name for c in calls if c.is_function and not compat.defines_setup_context(c.target)]

@@ -138,9 +138,13 @@ class StageResult:
 
 @dataclass
 class Verdict:
+    """``kinds``: what failed the probe; ``advice``: the advice kinds found in any stage (taxonomy severity),
+    which fail nothing unless the run was ``--strict`` (then they are in ``kinds`` too)."""
+
     status: str  # "pass" | "fail"
     first_failing_stage: str | None
     kinds: list[str]
+    advice: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -153,6 +157,8 @@ class ProbeReport:
     file: str
     name: str
     stages: dict[str, StageResult] = field(default_factory=dict)
+    #: the run was ``--strict``: advice kinds failed their stages (set from ``RunReport.strict``, not serialized here)
+    strict: bool = False
 
     @property
     def verdict(self) -> Verdict:
@@ -161,12 +167,14 @@ class ProbeReport:
         kinds: list[str] = []
         for s in failing:
             for f in s.findings or ([s.failure] if s.failure else []):
-                if f.kind not in kinds:
+                if f.kind not in kinds and (self.strict or not taxonomy.is_advice(f.kind)):
                     kinds.append(f.kind)
+        advice = list(dict.fromkeys(f.kind for s in ranked for f in s.findings if taxonomy.is_advice(f.kind)))
         return Verdict(
             status=FAIL if failing else PASS,
             first_failing_stage=failing[0].stage if failing else None,
             kinds=kinds,
+            advice=advice,
         )
 
     @property
@@ -204,6 +212,12 @@ class RunReport:
     seconds: float = 0.0
     #: absolute folder the probe ids' file parts are relative to (discover.rootdir); "" when unknown
     rootdir: str = ""
+    #: ``--strict``: advice findings failed their stages (and so the probe and the exit code)
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        for p in self.probes:
+            p.strict = self.strict
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,6 +225,7 @@ class RunReport:
             "tracecheck_version": self.tracecheck_version,
             "command": self.command,
             "rootdir": self.rootdir,
+            "strict": self.strict,
             "stages": self.stages,
             "seconds": self.seconds,
             "environment": self.environment,
@@ -231,6 +246,7 @@ class RunReport:
             tracecheck_version=d.get("tracecheck_version", ""),
             seconds=d.get("seconds", 0.0),
             rootdir=d.get("rootdir", ""),
+            strict=bool(d.get("strict", False)),
         )
 
     @property

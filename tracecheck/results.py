@@ -9,12 +9,14 @@ import linecache
 import re
 from typing import Any
 
-from . import classify
+from . import classify, taxonomy
 from .report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult
 
 
 def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> StageResult:
-    """Classify one stage record. Status: fail when anything was found, skip with a reason, else pass."""
+    """Classify one stage record. Status: fail when an error-severity finding was made, skip with a reason, else
+    pass (advice findings, ``no-batching-rule`` and ``opaque-op``, are kept on a passing stage; ``apply_strict``
+    makes them fail it)."""
     if raw.get("skip_reason"):
         return StageResult(stage, SKIP, skip_reason=raw["skip_reason"], seconds=seconds)
     findings: list[Finding] = []
@@ -33,8 +35,10 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
             findings[-1] = classify.classify_error("eager", raw["error"])  # the probe's own failure, again
     breaks = [classify.classify_break(b) for b in raw.get("breaks", [])]
     findings += [classify.break_finding(b) for b in breaks]
+    findings += [classify.transform_error_finding(stage, e) for e in raw.get("transform_errors") or []]
     for m in raw.get("mismatches", []):
-        findings.append(classify.mismatch_finding(m, stage))
+        findings.append(classify.transform_mismatch_finding(m, stage) if m.get("transform")
+                        else classify.mismatch_finding(m, stage))
     for msg in dict.fromkeys(raw.get("warnings", [])):
         f = classify.classify_warning(msg)
         if f and not any(x.kind == f.kind for x in findings):
@@ -48,14 +52,17 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
                                                     op=None if outcome.get("function") else outcome["name"]))
     findings += [classify.specialization_finding(r) for r in raw.get("dynamic_specializations") or []][:1]
     findings += recompile_findings(raw.get("steady_state_recompiles") or [])
+    findings += [classify.fallback_finding(r) for r in raw.get("fallback_ops") or []]
+    findings += [classify.opaque_finding(r, stage) for r in raw.get("opaque_ops") or []]
     graph_count = raw.get("graph_count")
     explain_count = raw.get("explain_graph_break_count")
     # a stage that raised counted the breaks up to the exception only: not a measurement of the probe
     measured_breaks = "breaks" in raw and not raw.get("error")
+    errors = [f for f in findings if not taxonomy.is_advice(f.kind)]
     result = StageResult(
         stage=stage,
-        status=FAIL if findings else PASS,
-        failure=findings[0] if findings else None,
+        status=FAIL if errors else PASS,
+        failure=errors[0] if errors else None,
         findings=findings,
         graph_count=graph_count,
         graph_break_count=len(breaks) if measured_breaks else None,
@@ -77,6 +84,14 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     if raw.get("extra"):
         result.extra.update(raw["extra"])
     return result
+
+
+def apply_strict(stages: dict[str, StageResult]) -> None:
+    """``--strict``: advice fails a stage as an error does (the first advice finding becomes its failure)."""
+    for s in stages.values():
+        advice = [f for f in s.findings if taxonomy.is_advice(f.kind)]
+        if s.status == PASS and advice:
+            s.status, s.failure = FAIL, advice[0]
 
 
 def _attributed(f: Finding, cause: Finding, size: Any) -> Finding:

@@ -61,6 +61,8 @@ def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
             probes.append(p)
         stages += [s for s in report.stages if s not in stages]
     first = reports[0]
+    if len({r.strict for r in reports}) > 1:
+        raise UsageError("merge: some shard reports were run with --strict and some without; rerun them alike")
     torch_versions = sorted({str(r.environment.get("torch")) for r in reports})
     environment = dict(first.environment)
     if len(torch_versions) > 1:
@@ -76,4 +78,5 @@ def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
         tracecheck_version=first.tracecheck_version,
         seconds=round(sum(r.seconds for r in reports), 2),
         rootdir=first.rootdir,
+        strict=first.strict,
     )

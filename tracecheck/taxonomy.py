@@ -3,6 +3,10 @@
 Each kind has a stable id, a title, a summary template (filled from the finding's context), a fix (one per
 cause the evidence can name: ``fix_by_cause``), a snippet, and ``code_fix`` when ``tracecheck fix``
 generates code for it. ``report.Finding`` refuses an id that is not here. Pure: no torch import.
+
+Every kind has a ``severity``: ``error`` (a finding fails its stage, the probe, the exit code and a baseline) or
+``advice`` (shown in every report, but it fails nothing unless the user asks: ``--strict``, or the baseline's
+``severity`` setting; docs/ci.md).
 """
 from __future__ import annotations
 
@@ -14,6 +18,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+#: ``Kind.severity`` values
+ERROR, ADVICE = "error", "advice"
+SEVERITIES = (ERROR, ADVICE)
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -21,6 +29,8 @@ class Kind:
     title: str
     summary: str
     fix: str
+    #: ERROR or ADVICE (module docstring)
+    severity: str = ERROR
     snippet: str = ""
     #: a fix per cause the evidence supports (``Finding.context["cause"]``); ``fix`` when none is named
     fix_by_cause: dict[str, str] = field(default_factory=dict)
@@ -39,6 +49,8 @@ class Pattern:
     regex: re.Pattern[str]
     #: trusted only when a torch exception or a graph break carries the text (user code could write it)
     torch_only: bool = False
+    #: the cause a match names (``Finding.context["cause"]``, which picks the kind's ``fix_by_cause``)
+    cause: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,8 @@ class Detect:
     any_gb_type: bool = False
     #: a match is refused when a named group matches this pattern (``{"builtin": "^torch\\."}``: torch's own)
     exclude: dict[str, re.Pattern[str]] = field(default_factory=dict)
+    #: the rule applies only to an error raised under a torch.func transform (evidence with ``transform``)
+    only_under_transform: bool = False
 
 
 def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
@@ -63,12 +77,14 @@ def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
     only = d.get("only_with_gb_types")
     return Detect(
         order=int(d["order"]),
-        patterns=tuple(Pattern(re.compile(p["regex"]), bool(p.get("torch_only"))) for p in d.get("patterns", [])),
+        patterns=tuple(Pattern(re.compile(p["regex"]), bool(p.get("torch_only")), p.get("cause", ""))
+                       for p in d.get("patterns", [])),
         gb_types=frozenset(gb_types),
         exception_types=frozenset(d.get("exception_types", [])),
         only_with_gb_types=frozenset(only) if only is not None else None,
         any_gb_type=bool(d.get("any_gb_type")),
-        exclude={k: re.compile(v) for k, v in d.get("exclude", {}).items()})
+        exclude={k: re.compile(v) for k, v in d.get("exclude", {}).items()},
+        only_under_transform=bool(d.get("only_under_transform")))
 
 
 @lru_cache(maxsize=1)
@@ -83,10 +99,15 @@ def kinds() -> dict[str, Kind]:
     """All kinds by id, in taxonomy order."""
     data = json.loads(resources.files("tracecheck").joinpath("kinds.json").read_text())
     table = gb_table()
-    return {k["id"]: Kind(k["id"], k["title"], k["summary"], k["fix"], k.get("snippet", ""),
-                          k.get("fix_by_cause", {}), k.get("code_fix", ""),
-                          _detect(k.get("detect"), table.get(k["id"], [])))
-            for k in data["kinds"]}
+    out = {}
+    for k in data["kinds"]:
+        if k.get("severity") not in SEVERITIES:  # every kind states it: it decides whether a build fails
+            raise ValueError(f"kinds.json: kind {k['id']!r} has severity {k.get('severity')!r}; "
+                             f"expected one of {SEVERITIES}")
+        out[k["id"]] = Kind(k["id"], k["title"], k["summary"], k["fix"], k["severity"], k.get("snippet", ""),
+                            k.get("fix_by_cause", {}), k.get("code_fix", ""),
+                            _detect(k.get("detect"), table.get(k["id"], [])))
+    return out
 
 
 def rules() -> list[Kind]:
@@ -96,6 +117,16 @@ def rules() -> list[Kind]:
 
 def ids() -> frozenset[str]:
     return frozenset(kinds())
+
+
+def is_advice(kind: str) -> bool:
+    """An advice kind: it never fails a stage by itself (``--strict`` and a baseline's setting aside)."""
+    k = kinds().get(kind)
+    return k is not None and k.severity == ADVICE
+
+
+def advice_ids() -> frozenset[str]:
+    return frozenset(k for k in kinds() if is_advice(k))
 
 
 class _Blank(dict):

@@ -11,7 +11,9 @@ provides (and :mod:`mhc.ops` provides on CPU). It follows the package's ``compre
 * public wrappers that always call the dispatcher operator, so ``torch.compile`` sees one opaque
   graph node per call (its fake kernel gives the shapes) instead of tracing into Python that calls
   a pybind11 function;
-* ``mhc_post_backward`` (and ``mhc_pre_sinkhorn_backward``) exported beside them.
+* ``mhc_post_backward`` (and ``mhc_pre_sinkhorn_backward``) exported beside them;
+* batching rules (``torch.library.register_vmap``) for the two forward operators, so that
+  ``torch.func.vmap`` calls each kernel once for the batch instead of once per sample.
 
 Named dims: ``lead`` = ``(B, S)`` (or ``(T,)``); ``n`` = hc_mult streams (4 on NPU); ``C`` hidden size;
 ``K = n*C``; ``M = n*n + 2n``; ``I`` = num_iters (20 on NPU).
@@ -118,6 +120,58 @@ def _backward_op_backward(ctx, *grads):
     raise RuntimeError("double backward through the mHC backward operators is not supported")
 
 
+# ---------------------------------------------------------------------------------------------
+# Batching rules (torch.func.vmap): the vmapped dim joins the kernel's leading (B, S) dims
+# ---------------------------------------------------------------------------------------------
+#
+# Without them vmap runs each op once per sample through functorch's fallback. The kernels take any
+# leading dims ``lead = (B, S)`` or ``(T,)``, so a vmapped dim V becomes part of ``lead``: ``(V, T)`` as it is,
+# ``(V, B, S)`` merged to ``(V*B, S)`` and split again after the call. Only the weights of
+# ``mhc_pre_sinkhorn`` (phi, alpha, bias) have no leading dims: when they are batched (an ensemble), the rule
+# calls the op once per sample, as the fallback would.
+
+
+def _merge_lead(t: Tensor, bdim: int | None, size: int, merge: bool) -> Tensor:
+    """``t`` with its vmapped dim (``bdim``; None: unbatched, expanded) first; ``merge``: folded into the next
+    dim, ``(V, B, S, ...) -> (V*B, S, ...)``."""
+    t = t.movedim(bdim, 0) if bdim is not None else t.unsqueeze(0).expand(size, *t.shape)
+    return t.flatten(0, 1) if merge else t
+
+
+def _split_lead(t: Tensor, size: int, merge: bool, lead_at: int = 0) -> Tensor:
+    """Undo ``_merge_lead`` on an output whose lead dims start at ``lead_at``."""
+    return t.unflatten(lead_at, (size, -1)) if merge else t
+
+
+def _per_sample(op, size: int, in_dims, args) -> tuple[Tensor, ...]:
+    """One call per sample, results stacked on dim 0 (what functorch's fallback does)."""
+    outs = [op(*(a.select(d, i) if d is not None else a for a, d in zip(args, in_dims))) for i in range(size)]
+    return tuple(torch.stack(o) for o in zip(*outs))
+
+
+def _pre_vmap(info, in_dims, x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag):
+    size = info.batch_size
+    if in_dims[0] is None or any(d is not None for d in in_dims[1:4]):  # batched weights: one call per sample
+        args = (x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag)
+        return _per_sample(_ops().mhc_pre_sinkhorn, size, (*in_dims[:4], *(None,) * 5), args), (0,) * 8
+    merge = x.dim() == 5  # (V, B, S, n, C); (V, T, n, C) is already a (B, S) lead
+    xm = _merge_lead(x, in_dims[0], size, merge)
+    outs = _ops().mhc_pre_sinkhorn(xm, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag)
+    if not out_flag:  # outputs 3-7 are (0,) placeholders, the same for every sample
+        return (*(_split_lead(o, size, merge) for o in outs[:3]), *outs[3:]), (0, 0, 0, None, None, None, None, None)
+    # outputs 6-7 are (slots, *lead, ...): their lead dims start at 1
+    split = [_split_lead(o, size, merge) for o in outs[:6]] + [_split_lead(o, size, merge, 1) for o in outs[6:]]
+    return tuple(split), (0, 0, 0, 0, 0, 0, 1, 1)
+
+
+def _post_vmap(info, in_dims, x, h_res, h_out, h_post):
+    size = info.batch_size
+    # x (lead, n, D), h_res (lead, n, n), h_out (lead, D), h_post (lead, n): all four carry the lead dims
+    merge = x.dim() + (in_dims[0] is None) == 5  # (V, B, S, n, D)
+    merged = [_merge_lead(t, d, size, merge) for t, d in zip((x, h_res, h_out, h_post), in_dims)]
+    return _split_lead(_ops().mhc_post(*merged), size, merge), 0
+
+
 _REGISTERED = False
 
 
@@ -138,6 +192,8 @@ def register() -> None:
     torch.library.register_autograd(_POST, _post_backward, setup_context=_post_setup_context)
     for op in (_PRE_BACKWARD, _POST_BACKWARD):
         torch.library.register_autograd(op, _backward_op_backward, setup_context=_backward_op_setup_context)
+    torch.library.register_vmap(_PRE, _pre_vmap)
+    torch.library.register_vmap(_POST, _post_vmap)
     _REGISTERED = True
 
 

@@ -267,9 +267,37 @@ def op_section(plan: OpPlan) -> str:
               f"# A registration cannot change an op's schema: declare it {where}:",
               f"#     @torch.library.custom_op({q!r}, mutates_args={fixed!r})",
               "# The patched probe makes this edit."]
+        if plan.observed_mutates:
+            L += _mutating_vmap_lines(plan, base)
     if plan.needs_autograd:
         L += _autograd_lines(plan, base)
     return "\n".join(L) + "\n"
+
+
+def _mutating_vmap_lines(plan: OpPlan, base: str) -> list[str]:
+    """A batching rule for an op that writes an input: functorch's per-sample fallback refuses such an op ("the
+    fallback path doesn't work on out= or view ops"), so once its schema declares the write, torch.func.vmap would
+    refuse the probe. The rule runs the op once per sample on rows of the batched tensors, which are views, so the
+    writes land in the batch: what the fallback does for an op that writes nothing."""
+    ns, name = plan.qualname.split("::")
+    args = ", ".join(plan.args)
+    mutated = tuple(plan.observed_mutates)
+    return ["", "", f"# vmap: functorch's fallback refuses an op that writes an input; this rule calls it once per sample",
+            "# on rows of the batched tensors (views, so the writes land in the batch). Where the kernel takes a batch",
+            "# dimension, move the vmapped dim there and call it once instead.",
+            f"@torch.library.register_vmap({plan.qualname!r})",
+            f"def _{base}_vmap(info, in_dims, {args}):",
+            f"    values = ({args}{',' if len(plan.args) == 1 else ''})",
+            f"    for arg, dim in zip({tuple(plan.args)!r}, in_dims):",
+            f"        if arg in {mutated!r} and dim is None:",
+            "            raise RuntimeError(f\"vmap: {arg} is written in place but is not batched\")",
+            f"    outs = [torch.ops.{ns}.{name}(*(v.select(d, i) if d is not None else v for v, d in zip(values, in_dims)))",
+            "            for i in range(info.batch_size)]",
+            "    if outs[0] is None:",
+            "        return None, None",
+            "    if isinstance(outs[0], torch.Tensor):",
+            "        return torch.stack(outs), 0",
+            "    return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])"]
 
 
 def _autograd_lines(plan: OpPlan, base: str) -> list[str]:

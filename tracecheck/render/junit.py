@@ -9,6 +9,7 @@ Shape (the common JUnit schema that those tools read)::
           <failure type="<kind>" message="<summary>">evidence</failure>   a failing stage
           <error type="timeout|crash" message="...">stderr tail</error>   a stage whose process died
           <skipped message="reason"/>                                     a skipped stage
+          <system-out>advice: ...</system-out>                            a passing stage with advice
         </testcase>
 
 With a baseline comparison, a failure the baseline already has is reported as ``<skipped>`` ("known
@@ -83,6 +84,9 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None)
         el.text = _clean(_evidence_text(s))
     elif s.status == SKIP:
         ET.SubElement(case, "skipped", {"message": _clean(s.skip_reason or "skipped", 1000)})
+    elif s.findings:  # a pass with advice (no-batching-rule, opaque-op): shown, not failed
+        ET.SubElement(case, "system-out").text = _clean("advice (fails nothing unless --strict):\n"
+                                                        + _evidence_text(s))
     return case
 
 

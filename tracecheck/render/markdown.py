@@ -17,7 +17,7 @@ import re
 import shlex
 from typing import Any
 
-from ..taxonomy import fix_text, kinds
+from ..taxonomy import fix_text, is_advice, kinds
 from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
 from ..report import IMPORT_PROBE, RootCause, finding_key, root_causes
 from . import view
@@ -85,8 +85,8 @@ def _trim_message(text: str) -> str:
 _ICON = {PASS: "✅", FAIL: "❌", TIMEOUT: "⏱️", CRASH: "💥", SKIP: "➖"}
 
 
-def verdict_cell(s: StageResult | None) -> str:
-    c = view.cell(s)
+def verdict_cell(s: StageResult | None, strict: bool = False) -> str:
+    c = view.cell(s, strict)
     if c is None:
         return ""
     return " ".join(x for x in (_ICON[c.status], c.label) if x)
@@ -124,7 +124,7 @@ class MarkdownRenderer:
     def header(self) -> str:
         r = self.report
         failing = [p for p in r.probes if p.verdict.status != PASS]
-        n_findings = len(root_causes(failing))
+        n_findings = len([c for c in root_causes(failing) if r.strict or not is_advice(c.finding.kind)])
         where = ""
         if self.one_file:
             file = os.path.basename(self.one_file) if self.redact else self.scrub(self.one_file)
@@ -178,20 +178,24 @@ class MarkdownRenderer:
         rows = []
         for p in probes:
             breaks = _none_dash(p.graph_breaks)
-            cells = [verdict_cell(p.stages.get(c)) for c in columns]
+            cells = [verdict_cell(p.stages.get(c), self.report.strict) for c in columns]
             rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | " + " | ".join(cells) + f" | {breaks} |")
         more = (f"\n_{hidden} more probe(s) not listed (passing probes, and failing ones past the first "
                 f"{_MAX_VERDICT_ROWS}); see the JSON report._\n" if hidden else "")
-        legend = ("✅ pass · ✅ fwd pass, forward only (nothing trains) · ❌ fail (kinds) · ⏱️ timeout · "
-                  "💥 crash · ➖ skipped · – not measured")
-        return f"## Verdicts\n\n{legend}\n\n{head}" + "\n".join(rows) + f"\n{more}\n"
+        legend = ("✅ pass · ✅ fwd pass, forward only (nothing trains, or the backward was not checked: see below) · "
+                  "✅ kind pass, with advice of that kind" + (" (failing: --strict)" if r.strict else "") +
+                  " · ❌ fail (kinds) · ⏱️ timeout · 💥 crash · ➖ skipped · – not measured")
+        unchecked = [f"- {_code(self.probe_label(p.id))}: " + "; ".join(self.scrub(x) for x in view.not_checked(p))
+                     for p in probes if view.not_checked(p)]
+        not_checked = ("\n**Not checked**\n\n" + "\n".join(unchecked) + "\n") if unchecked else ""
+        return f"## Verdicts\n\n{legend}\n\n{head}" + "\n".join(rows) + f"\n{more}{not_checked}\n"
 
     def compiled_autograd(self) -> str:
         rows = []
         keys = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles", "hooks_captured")
         for p, s, counts in view.ca_rows(self.report):
             vals = [str(_none_dash(counts[k])) for k in keys]
-            rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | {verdict_cell(s)} | " + " | ".join(vals) + " |")
+            rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | {verdict_cell(s, self.report.strict)} | " + " | ".join(vals) + " |")
         if not rows:
             return ""
         head = ("| probe | verdict | unique graphs without CA | unique graphs with CA | captures | recompiles "
@@ -273,20 +277,21 @@ class MarkdownRenderer:
                           for i, r in enumerate(reasons, 1))
         return Details("explain() output: break reasons (first line of each)", body)
 
-    def finding_section(self, index: int, cause: RootCause) -> Section:
-        """One root cause, once, however many probes and stages saw it: where, evidence, fix, repro."""
+    def finding_section(self, index: int, cause: RootCause, advice: bool = False) -> Section:
+        """One root cause, once, however many probes and stages saw it: where, evidence, fix, repro. ``advice``:
+        numbered A1, A2, ... apart from the findings."""
         f = cause.finding
         p, stages = cause.seen[0]
         ev, ctx = f.evidence, f.context
         kind = kinds().get(f.kind)
-        lines = [f"#### {index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
+        lines = [f"#### {'A' if advice else ''}{index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
         bullets = []
         if len(cause.seen) > 1:  # each probe's stages in stage order: its first failing stage leads
             seen = "; ".join(f"{_code(self.probe_label(q.id))} ({', '.join(st)})" for q, st in cause.seen)
             bullets.append(f"- **Probes ({len(cause.seen)}):** {seen}")
         else:
             also = f" (also seen at {', '.join(_code(s) for s in stages[1:])})" if len(stages) > 1 else ""
-            bullets.append(f"- **First failing stage:** {_code(stages[0])}{also}")
+            bullets.append(f"- **{'Stage' if advice else 'First failing stage'}:** {_code(stages[0])}{also}")
         if ev.get("gb_type"):
             link = ev.get("doc") or _gb_link(ev.get("gb_code"))
             code = f"[{ev['gb_code']}]({link})" if ev.get("gb_code") and link else (ev.get("gb_code") or "no GB code")
@@ -380,8 +385,10 @@ class MarkdownRenderer:
             if extra:
                 out.append(Section([extra]))
         failing = [p for p in self.report.probes if p.verdict.status != PASS]
+        advice = [c for c in root_causes(self.report.probes) if is_advice(c.finding.kind)]
         if failing:
-            causes = root_causes(failing)
+            # advice is a failure's cause only in a --strict run; otherwise it has its own section below
+            causes = [c for c in root_causes(failing) if self.report.strict or not is_advice(c.finding.kind)]
             out.append(Section(["## Findings\n\nEach root cause once (one kind at one user frame or op), with "
                                 "every probe and stage that saw it.\n\n"]))
             out += [self.finding_section(i, c) for i, c in enumerate(causes, 1)]
@@ -391,6 +398,10 @@ class MarkdownRenderer:
                 out.append(self.probe_section(p, numbers))
         else:
             out.append(Section(["## Findings\n\nNo failures and no graph breaks.\n\n"]))
+        if advice and not self.report.strict:
+            out.append(Section(["## Advice\n\nNot failures: what an op costs or lacks (kinds of severity "
+                                "`advice`; `--strict` makes them fail).\n\n"]))
+            out += [self.finding_section(i, c, advice=True) for i, c in enumerate(advice, 1)]
         return out
 
     def render(self) -> str:

@@ -62,11 +62,12 @@ def verdict_frame(report: RunReport) -> pd.DataFrame:
     def text(c: view.Cell | None) -> str:
         if c is None:
             return ""
-        if c.status == "pass":
-            return "pass (fwd)" if c.forward_only else "pass"
+        if c.status == "pass":  # a pass with advice names it: "pass; advice opaque-op"
+            text = "pass (fwd)" if c.forward_only else "pass"
+            return text + (f"; advice {';'.join(c.advice)}" if c.advice else "")
         return "skip" if c.status == "skip" else ";".join(c.kinds) or c.status
 
-    rows = {p.id: [text(view.cell(p.stages.get(col))) for col in columns] for p in report.probes}
+    rows = {p.id: [text(view.cell(p.stages.get(col), report.strict)) for col in columns] for p in report.probes}
     return pd.DataFrame.from_dict(rows, orient="index", columns=columns) if rows else pd.DataFrame(columns=columns)
 
 

@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..taxonomy import fix_text, kinds
+from ..taxonomy import fix_text, is_advice, kinds
 from ..report import (CRASH, FAIL, IMPORT_PROBE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult,
                       group_findings)
 from . import view
@@ -21,10 +21,10 @@ _ICON = {PASS: "✓", SKIP: "–", FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗"}
 _STYLE = {PASS: "green", SKIP: "dim", FAIL: "red", TIMEOUT: "magenta", CRASH: "magenta"}
 
 
-def cell(result: StageResult | None, wrap: bool = False) -> Text:
+def cell(result: StageResult | None, wrap: bool = False, strict: bool = False) -> Text:
     """``✓``, ``✓ fwd``, ``✗ kind, kind``; ``wrap``: the mark, then each kind on its own lines, broken after
     its hyphens, so a narrow column shows whole words instead of ``pybind-bu…``."""
-    c = view.cell(result)
+    c = view.cell(result, strict)
     if c is None:
         return Text("")
     if wrap and c.kinds and c.status != PASS:
@@ -46,7 +46,7 @@ def short_labels(report: RunReport) -> dict[str, str]:
 
 
 _CAPTION = ("✓ fwd: passed, forward only (nothing trains: no input or parameter requires grad, or no floating "
-            "output). breaks: graph breaks, tracecheck's count in the explain stage (structured trace, "
+            "output; or the backward was not checked: see \"not checked\"). ✓ kind: passed, with advice of that kind (it fails nothing unless --strict). breaks: graph breaks, tracecheck's count in the explain stage (structured trace, "
             "deduplicated by gb_type and user line); explain()'s own number is noted where it differs. – not "
             "measured or skipped")
 
@@ -87,7 +87,7 @@ def _verdict_table(report: RunReport, short: bool, wrap: bool, numbered: bool) -
     table = Table(title=title, title_justify="left", caption_justify="left", caption=caption,
                   box=box.SIMPLE_HEAD if short else box.HEAVY_HEAD, pad_edge=not short, show_edge=not short,
                   padding=(0, 1, 0, 0) if short else (0, 1))
-    rows = [[cell(p.stages.get(c), wrap) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
+    rows = [[cell(p.stages.get(c), wrap, report.strict) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
     first = [str(i) for i in range(1, len(rows) + 1)] if numbered else [labels[p.id] for p in report.probes]
     table.add_column("#" if numbered else "probe", overflow="fold",
                      min_width=max(map(len, first), default=1) if numbered else PROBE_MIN_WIDTH)
@@ -134,30 +134,42 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
     parts: list = []
     for p in report.probes:
         v = p.verdict
+        skipped = view.not_checked(p)
         if v.status == PASS:
             # a pass says nothing about what did not run: a skipped dynamic or gradcheck stage is named, with why
-            skipped = [f"{stage} ({s.skip_reason})" for stage, s in p.stages.items() if s.status == SKIP]
+            if v.advice:
+                parts.append(Text(f"\n{p.id}: passed, with advice ({', '.join(v.advice)}; advice fails nothing "
+                                  "unless --strict)", style="bold"))
+                shown: set[str] = set()
+                for stages, f in group_findings(p):
+                    parts.append(_finding_text(", ".join(stages), f, verbose, show_fix=f.kind not in shown))
+                    shown.add(f.kind)
             if skipped:
-                parts.append(Text(f"\n{p.id}: passed; not checked: " + "; ".join(skipped), style="dim"))
+                parts.append(Text(("    " if v.advice else f"\n{p.id}: passed; ") + "not checked: " +
+                                  "; ".join(skipped), style="dim"))
             continue
         parts.append(Text(f"\n{p.id}: first failing stage {v.first_failing_stage}; kinds {', '.join(v.kinds)}",
                           style="bold"))
+        shown = set()
         for stages, f in group_findings(p):
-            parts.append(_finding_text(", ".join(stages), f, verbose))
+            # advice of one kind has one fix: it is printed once per probe
+            parts.append(_finding_text(", ".join(stages), f, verbose, show_fix=f.kind not in shown))
+            if is_advice(f.kind):
+                shown.add(f.kind)
         for stage, s in p.stages.items():
             if s.explain_graph_break_count is not None and s.graph_break_count is not None:
                 parts.append(Text(f"    note: explain() reported {s.explain_graph_break_count} graph break(s); "
                                   f"the structured trace shows {s.graph_break_count}", style="dim"))
-        skipped = [f"{stage} ({s.skip_reason})" for stage, s in p.stages.items() if s.status == SKIP]
         if skipped:
-            parts.append(Text("    skipped: " + "; ".join(skipped), style="dim"))
+            parts.append(Text("    not checked: " + "; ".join(skipped), style="dim"))
     return Group(*parts)
 
 
-def _finding_text(stage: str, f: Finding, verbose: bool) -> Text:
+def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True) -> Text:
     ev = f.evidence
     t = Text(f"  [{stage}] ", style="cyan")
-    t.append(f"{f.kind}", style="red")
+    advice = is_advice(f.kind)
+    t.append(f"{f.kind}" + (" (advice)" if advice else ""), style="yellow" if advice else "red")
     t.append(f": {f.summary}\n")
     bits = []
     if ev.get("exception_type"):
@@ -179,7 +191,7 @@ def _finding_text(stage: str, f: Finding, verbose: bool) -> Text:
     for line in numeric_lines(f):
         t.append(f"    {line}\n", style="dim")
     kind = kinds().get(f.kind)
-    if kind:
+    if kind and show_fix:
         t.append(f"    fix: {fix_text(f)}  ({kind.doc})\n")
     if verbose:
         detail = ev.get("traceback") or ev.get("message") or ev.get("stderr_tail") or ""

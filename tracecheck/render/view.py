@@ -8,6 +8,7 @@ from typing import Any
 
 from ..report import LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
 from ..stages import forward_only
+from ..taxonomy import is_advice
 
 #: the compiled-autograd counts a row shows, in column order (StageResult.extra keys of that stage)
 CA_COLUMNS = ("steps", "unique_graphs_without_ca", "unique_graphs_with_ca", "backward_graphs_per_capture",
@@ -26,27 +27,41 @@ def stage_kinds(s: StageResult) -> list[str]:
 
 @dataclass(frozen=True)
 class Cell:
-    """One verdict cell: ``status`` (pass, fail, skip, timeout, crash), the kinds found, and whether a pass
-    ran the forward only."""
+    """One verdict cell: ``status`` (pass, fail, skip, timeout, crash), the kinds that failed it, whether a pass
+    ran the forward only, and the advice kinds of a pass."""
 
     status: str
     kinds: tuple[str, ...] = ()
     forward_only: bool = False
+    advice: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
-        """The words of the cell: ``fwd`` for a forward-only pass, the kinds of a failure, else nothing."""
+        """The words of the cell: ``fwd`` for a forward-only pass, then a pass's advice kinds; the kinds of a
+        failure; else nothing."""
         if self.status == PASS:
-            return "fwd" if self.forward_only else ""
+            return " ".join(x for x in ("fwd" if self.forward_only else "", ", ".join(self.advice)) if x)
         if self.status == SKIP:
             return ""
         return ", ".join(self.kinds) or self.status
 
 
-def cell(s: StageResult | None) -> Cell | None:
+def cell(s: StageResult | None, strict: bool = False) -> Cell | None:
+    """``strict``: the run was ``--strict`` (``RunReport.strict``), so advice kinds are failures too."""
     if s is None:
         return None
-    return Cell(s.status, tuple(stage_kinds(s)), s.status == PASS and forward_only(s))
+    found = stage_kinds(s)
+    failed = tuple(k for k in found if strict or not is_advice(k))
+    advice = tuple(k for k in found if is_advice(k)) if s.status == PASS else ()
+    return Cell(s.status, failed, s.status == PASS and forward_only(s), advice)
+
+
+def not_checked(p: ProbeReport) -> list[str]:
+    """What the probe's stages did not check, with why: skipped stages, and the parts of a stage that ran without
+    them (``StageResult.extra["not_checked"]``: the vmap stage's torch.func.grad where torch refuses it)."""
+    out = [f"{stage} ({s.skip_reason})" for stage, s in p.stages.items() if s.status == SKIP]
+    out += [f"{stage}: {what}" for stage, s in p.stages.items() for what in s.extra.get("not_checked") or []]
+    return out
 
 
 def ca_rows(report: RunReport) -> list[tuple[ProbeReport, StageResult, dict[str, Any]]]:

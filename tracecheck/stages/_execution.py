@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from .. import capture, numerics
+from .. import capture, compat, numerics
 from ..numerics import BACKWARD, FORWARD
 from ..probe import Case
 from ..reachable import reachable_modules, trainable_parameters
@@ -54,6 +54,13 @@ def plain(obj: Any) -> Any:
     if type(obj) is dict:
         return {k: plain(v) for k, v in obj.items()}
     return obj
+
+
+def tensor_outputs(outputs: Any) -> tuple[torch.Tensor, ...]:
+    """The tensors among a probe's outputs, flattened: what export and torch.func transform and compare. Export and
+    vmap refuse an output type that is not a pytree node (transformers' ``DynamicCache``, say) although the model
+    runs, so such a leaf is dropped rather than reported."""
+    return tuple(t for t in pytree.tree_leaves(plain(outputs)) if isinstance(t, torch.Tensor))
 
 
 def _is_pytree_node(obj: Any) -> bool:
@@ -260,17 +267,27 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     if forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
     case = make_case()
+    if backend == "inductor":
+        compat.reset_inductor_metrics()
     with torch._inductor.config.patch(fallback_random=True):
         compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
-        with capture.TraceCollector() as trace, capture.WarningCollector() as w:
+        with capture.TraceCollector() as trace, capture.WarningCollector() as w, \
+                capture.OutputCodeCollector() as code:
             got = execute(compiled, case)
     from torch._dynamo.utils import counters
+
+    from ..classify import TORCH_NAMESPACES
 
     record: dict[str, Any] = {
         "error": got.error, "breaks": trace.breaks, "warnings": w.messages,
         "graph_count": int(counters["stats"]["unique_graphs"]) if got.error is None else None,
         "ran_backward": got.ran_backward, "phases": phases(got),
     }
+    if code.codes and got.error is None:  # inductor: the custom ops its generated code calls as extern kernels
+        kernels = compat.inductor_generated_kernels()
+        record["opaque_ops"] = [{**op, "kernels": kernels} for op in code.extern_ops(TORCH_NAMESPACES)]
+        record["extra"] = {"inductor": {"graphs": len(code.codes), "generated_kernels": kernels,
+                                        "extern_custom_ops": len(record["opaque_ops"])}}
     if got.error is None:
         mismatches = compare(ref, got, float64_run(make_case))
         if mismatches and draws_from_numpy(make_case):

@@ -23,7 +23,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import torch
 
     from .. import capture
-    from ._execution import FORWARD, compare, execute, float64_run, forward_fails, reference
+    from ._execution import FORWARD, compare, execute, float64_run, forward_fails, reference, tensor_outputs
 
     ref = reference(ctx.make_case, backward=False)
     if forward_fails(ref):
@@ -58,22 +58,12 @@ def run(ctx: StageContext) -> dict[str, Any]:
     return record
 
 
-def tensor_outputs(outputs: Any) -> tuple[Any, ...]:
-    """The tensors among a probe's outputs, flattened: what is exported and compared. Export refuses an output type
-    that is not a pytree node (transformers' ``DynamicCache``, say) although the model traces, so such a leaf is
-    dropped rather than reported."""
-    import torch
-    from torch.utils import _pytree as pytree
-
-    from ._execution import plain
-
-    return tuple(t for t in pytree.tree_leaves(plain(outputs)) if isinstance(t, torch.Tensor))
-
-
 def _as_module(fn: Any) -> Any:
     """The probe as the ``nn.Module`` export takes: a module whose forward calls the probe (a module probe is a
     submodule, so its parameters are the program's) and returns ``tensor_outputs``."""
     import torch
+
+    from ._execution import tensor_outputs
 
     class Probe(torch.nn.Module):
         def __init__(self) -> None:

@@ -1,0 +1,85 @@
+"""``vmap``: torch.func readiness. ``torch.func.vmap`` over a batch of two copies of the probe's tensor inputs,
+compared with an eager loop over them, with the ops that vmap runs through its per-sample fallback; and
+``torch.func.grad`` of the probe's loss, compared with autograd (``_torchfunc`` has the batch rule).
+
+Per-sample gradients, ensembling and Jacobians go through these transforms; an ``autograd.Function`` written the
+old way, or a C++ kernel handed a BatchedTensor, is refused by them (``functorch-incompatible``), and a custom op
+without a batching rule runs once per sample (``no-batching-rule``, advice). The machinery is ``_torchfunc``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ._spec import StageContext, StageSpec
+
+
+def run(ctx: StageContext) -> dict[str, Any]:
+    from .. import numerics
+    from ..gradients import old_style_functions
+    from . import _torchfunc as transforms
+    from ._execution import (BACKWARD, FORWARD, execute, float64_run, forward_fails, loss_of, needs_grad,
+                             reference, values)
+
+    ref = reference(ctx.make_case, backward=False)
+    if forward_fails(ref):
+        return {"skip_reason": "the eager forward fails (see the eager stage)"}
+    record: dict[str, Any] = {"phases": [FORWARD], "transform_errors": [], "mismatches": [], "extra": {}}
+    v = transforms.check_vmap(ctx.make_case)
+    g: dict[str, Any] = {"skip_reason": "the probe does not train (nothing requires grad)"}
+    case = ctx.make_case()
+    if needs_grad(case):
+        eager = execute(case.fn, case)
+        if eager.ran_backward:
+            fp64 = float64_run(ctx.make_case)
+
+            def fp64_values() -> Any:
+                ex = fp64()
+                return ex if isinstance(ex, str) else values(ex)
+
+            g = transforms.check_grad(ctx.make_case, eager.grads, loss_of, numerics.Reference(fp64_values))
+    not_checked = list(v.get("not_checked") or [])
+    for name, r in (("vmap", v), ("grad", g)):
+        err = r.get("error")
+        if err:
+            err["functions"] = old_style_functions(ctx.make_case) if "setup_context" in err.get("message", "") else []
+            if transforms.refused_by_torch(err, err["functions"]):  # torch's limitation, not the probe's
+                r.pop("error")
+                r["skip_reason"] = transforms.CUSTOM_OP_AUTOGRAD_REFUSED
+                not_checked.append(f"torch.func.{name}: {transforms.CUSTOM_OP_AUTOGRAD_REFUSED}")
+    if not_checked:
+        record["extra"]["not_checked"] = not_checked
+    if v.get("skip_reason") and g.get("skip_reason"):
+        return {"skip_reason": f"vmap: {v['skip_reason']}; grad: {g['skip_reason']}"}
+    for name, r in (("vmap", v), ("grad", g)):
+        if r.get("error"):
+            record["transform_errors"].append(r["error"])
+        for m in r.get("mismatches") or []:
+            record["mismatches"].append({**m, "transform": name})
+    # backward counts only where gradients were compared: a refusal checked none (and a baseline would otherwise
+    # call the move to a torch-refused custom op "backward no longer runs")
+    record["phases"] = [FORWARD, BACKWARD] if g.get("compared") else [FORWARD]
+    record["fallback_ops"] = v.get("fallback_ops") or []
+    record["extra"]["vmap"] = {
+        "batch": transforms.BATCH, "vmap": _summary(v), "grad": _summary(g),
+        **{k: v[k] for k in ("randomness", "compared", "batched_inputs", "perturbed") if k in v},
+        **({"grad_wrt": g["wrt"], "grads_compared": g["compared"]} if g.get("wrt") else {})}
+    return record
+
+
+def _summary(r: dict[str, Any]) -> str:
+    """One word per transform for the report: what came of it."""
+    if r.get("skip_reason"):
+        return f"skipped: {r['skip_reason']}"
+    if r.get("error"):
+        return "refused"
+    if r.get("mismatches"):
+        return "differs"
+    if r.get("compared") is False:
+        return "ran (not compared: the probe draws random numbers)"
+    return "matches"
+
+
+SPEC = StageSpec(
+    name="vmap", order=88, cost=1, run=run,
+    summary="torch.func.vmap over two perturbed copies of the tensor inputs vs an eager loop (ops without a "
+            "batching rule named), and torch.func.grad vs autograd")
