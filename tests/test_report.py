@@ -205,7 +205,11 @@ def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
            "opaque_ops": [{"op": "mylib::rms_norm", "calls": 2, "graphs": [0], "lines": [], "kernels": 3}]}
     s = results.build_stage_result("inductor", raw, 1.0)
     assert s.status == PASS and s.failure is None and [f.kind for f in s.findings] == ["opaque-op"]
-    assert s.findings[0].summary.startswith("Inductor calls mylib::rms_norm as an extern kernel (2 call(s)")
+    assert s.findings[0].summary.startswith("Inductor calls mylib::rms_norm as an extern kernel")
+    from tracecheck.render.evidence import numeric_lines
+
+    assert numeric_lines(s.findings[0]) == [
+        "2 extern call(s) of mylib::rms_norm in 1 compiled graph(s); Inductor generated 3 kernel(s) for the rest"]
     p = ProbeReport("m.py::probe", "/abs/m.py", "probe", {"eager": StageResult("eager", PASS), "inductor": s})
     r = RunReport([p], {"torch": "2.13.0"}, ["eager", "inductor"])
     assert p.verdict.status == PASS and p.verdict.kinds == [] and p.verdict.advice == ["opaque-op"]
@@ -215,6 +219,10 @@ def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
     assert tables.verdict_frame(r).loc["m.py::probe"].tolist() == ["pass", "pass; advice opaque-op"]
     md = markdown.render(r)
     assert "## Advice" in md and "#### A1. `opaque-op`: Inductor calls mylib::rms_norm" in md
+    vm = StageResult("vmap", PASS, extra={"not_checked": ["torch.func.grad: torch refuses it"]})
+    p2 = ProbeReport("m.py::probe2", "/abs/m.py", "probe2", {"vmap": vm})
+    md2 = markdown.render(RunReport([p2], {"torch": "2.13.0"}, ["vmap"]))
+    assert "**Not checked**" in md2 and "vmap: torch.func.grad: torch refuses it" in md2
     assert "0 failing, 0 finding(s)" in md
     results.apply_strict(p.stages)
     strict = RunReport([p], {"torch": "2.13.0"}, ["eager", "inductor"], strict=True)

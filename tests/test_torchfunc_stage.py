@@ -2,6 +2,7 @@
 severity. The oracles are torch itself, run in the test: the transform raising, functorch's fallback raising
 when it is turned off, Inductor's generated code from ``run_and_get_code``, and literals written by hand."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,9 @@ def test_an_old_style_autograd_function_is_functorch_incompatible(ops_report):
     assert f["context"]["cause"] == "setup_context"
     assert f["context"]["function"].endswith("OldDouble")
     assert "setup_context" in f["summary"] and "OldDouble" in f["summary"]
+    # both transforms refuse it, for one cause at one line: one finding names both
+    assert f["summary"].startswith("torch.func.vmap and torch.func.grad refuse the probe")
+    assert [x["kind"] for x in vmap["findings"]] == ["functorch-incompatible"]
     # the oracle: torch.func itself refuses a Function of that form
     class Old(torch.autograd.Function):
         @staticmethod
@@ -218,7 +222,8 @@ def test_inductor_names_the_custom_op_it_calls_as_an_extern_kernel(ops_report):
     torch._dynamo.reset()
     _, code = run_and_get_code(torch.compile(lambda t: torch.ops.tfn_code.scale(t).sin() + 1), torch.randn(4, 8))
     assert "torch.ops.tfn_code.scale.default(" in "\n".join(code)
-    assert ind["extra"]["inductor"]["generated_kernels"] >= 1
+    kernels = {k for c in code for k in re.findall(r"^(cpp_fused_\w+) = ", c, re.M)}
+    assert ind["extra"]["inductor"]["generated_kernels"] == len(kernels) >= 1
 
 
 def test_the_terminal_shows_advice_for_a_passing_probe_and_the_run_fails_only_for_errors(ops_report):
@@ -295,3 +300,19 @@ def test_batch_norm_in_training_is_refused_with_its_cause(ops_report):
     with pytest.raises(RuntimeError, match="Batch norm got a batched tensor"):
         torch.func.vmap(bn)(torch.randn(2, 4, 8))
 
+
+
+def test_a_probe_that_is_function_apply_itself_is_named(tracecheck, write_probe):
+    """``return MyFn.apply, (x,)``: the Function is bound before tracecheck's hook; it is still found (its class
+    named in the finding) and gradchecked."""
+    model = write_probe(OPS + """
+
+def probe_apply_itself():
+    return OldDouble.apply, (torch.randn(4, 8, dtype=torch.float64, requires_grad=True),)
+""")
+    res = tracecheck("run", f"{model}::probe_apply_itself", "--stages", "eager,gradcheck,vmap")
+    p = res.report["probes"][0]
+    f = p["stages"]["vmap"]["failure"]
+    assert f["kind"] == "functorch-incompatible" and f["context"]["function"].endswith("OldDouble")
+    assert p["stages"]["gradcheck"]["status"] == "pass"
+    assert list(p["stages"]["gradcheck"]["extra"]["gradcheck"]) == [f["context"]["function"]]

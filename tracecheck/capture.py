@@ -115,6 +115,9 @@ def _caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None
 
 #: a call of a dispatcher op in Inductor's generated wrapper code: ``buf1 = torch.ops.ns.op.default(buf0)``
 _OUTPUT_CODE_CALL = re.compile(r"torch\.ops\.(?P<ns>\w+)\.(?P<op>\w+)\.(?P<overload>\w+)\(")
+#: a kernel Inductor generated, in its wrapper code: ``cpp_fused_add_sin_0 = async_compile.cpp_pybinding(...``
+#: (``async_compile.triton(`` on a GPU)
+_OUTPUT_CODE_KERNEL = re.compile(r"^\w+ = async_compile\.\w+\(", re.M)
 
 
 class OutputCodeCollector(StructuredTraceHandler):
@@ -132,6 +135,10 @@ class OutputCodeCollector(StructuredTraceHandler):
                 self.codes.append(str(getattr(record, "payload", "") or ""))
         except Exception:  # a logging handler must never raise into torch
             pass
+
+    def kernel_count(self) -> int:
+        """The kernels Inductor generated, over every compiled graph (each defined once in its graph's code)."""
+        return sum(len(_OUTPUT_CODE_KERNEL.findall(code)) for code in self.codes)
 
     def extern_ops(self, torch_namespaces: set[str]) -> list[dict[str, Any]]:
         """``{"op": "ns::op", "calls", "graphs", "lines"}`` per op outside ``torch_namespaces``, in order seen."""

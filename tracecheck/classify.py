@@ -334,6 +334,24 @@ def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
     return f
 
 
+def merge_refusals(findings: list[Finding]) -> list[Finding]:
+    """vmap and grad refused for one cause at one frame (an old-style autograd.Function refuses both): one finding
+    that names both transforms, instead of a second that a report would fold away as the same problem."""
+    out: list[Finding] = []
+    for f in findings:
+        same = next((o for o in out if f.kind == o.kind == "functorch-incompatible"
+                     and o.context.get("cause") == f.context.get("cause")
+                     and (o.evidence.get("user_frame") or {}) == (f.evidence.get("user_frame") or {})), None)
+        if same is None:
+            out.append(f)
+            continue
+        first, second = same.context["transform"], f.context["transform"]
+        same.context["transforms"] = [first, second]
+        same.summary = same.summary.replace(f"torch.func.{first} refuses",
+                                            f"torch.func.{first} and torch.func.{second} refuse", 1)
+    return out
+
+
 def transform_mismatch_finding(raw: dict[str, Any], stage: str) -> Finding:
     """torch.func.vmap's outputs against the eager loop over the batch, or torch.func.grad's gradients against
     autograd's, that disagree (a numeric-mismatch whose cause is the transform: a batching rule, say)."""

@@ -191,17 +191,3 @@ def vmap_fallback_disabled() -> Iterator[None]:
     finally:
         functorch._set_vmap_fallback_enabled(enabled)
 
-
-def reset_inductor_metrics() -> None:
-    """Zero ``torch._inductor.metrics`` (private; 2.13, 2.14): the counts below then cover the next compile."""
-    from torch._inductor import metrics
-
-    metrics.reset()
-
-
-def inductor_generated_kernels() -> int:
-    """Kernels Inductor generated since ``reset_inductor_metrics``: ``metrics.generated_kernel_count``, which an
-    FX-graph-cache hit replays (``CachedMetricsHelper``), so it counts on a warm cache too."""
-    from torch._inductor import metrics
-
-    return int(metrics.generated_kernel_count)

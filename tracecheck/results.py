@@ -35,7 +35,8 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
             findings[-1] = classify.classify_error("eager", raw["error"])  # the probe's own failure, again
     breaks = [classify.classify_break(b) for b in raw.get("breaks", [])]
     findings += [classify.break_finding(b) for b in breaks]
-    findings += [classify.transform_error_finding(stage, e) for e in raw.get("transform_errors") or []]
+    findings += classify.merge_refusals([classify.transform_error_finding(stage, e)
+                                         for e in raw.get("transform_errors") or []])
     for m in raw.get("mismatches", []):
         findings.append(classify.transform_mismatch_finding(m, stage) if m.get("transform")
                         else classify.mismatch_finding(m, stage))

@@ -282,7 +282,7 @@ def _mutating_vmap_lines(plan: OpPlan, base: str) -> list[str]:
     ns, name = plan.qualname.split("::")
     args = ", ".join(plan.args)
     mutated = tuple(plan.observed_mutates)
-    return ["", "", f"# vmap: functorch's fallback refuses an op that writes an input; this rule calls it once per sample",
+    return ["", "", "# vmap: functorch's fallback refuses an op that writes an input; this rule calls it once per sample",
             "# on rows of the batched tensors (views, so the writes land in the batch). Where the kernel takes a batch",
             "# dimension, move the vmapped dim there and call it once instead.",
             f"@torch.library.register_vmap({plan.qualname!r})",

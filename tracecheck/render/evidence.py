@@ -12,9 +12,15 @@ def _num(x: Any) -> str:
     return f"{x:.3g}" if isinstance(x, (int, float)) else "–"
 
 
-def numeric_lines(f: Finding) -> list[str]:
+def numeric_lines(f: Finding, where: str = "") -> list[str]:
     """What a ``numeric-mismatch`` finding measured: the worst tensor against the float64 reference, how
-    many tensors disagreed, and the ops that ran (plain text, one fact per line)."""
+    many tensors disagreed, and the ops that ran; what an ``opaque-op`` finding counted (plain text, one fact per
+    line). ``where``: the probe the numbers are from, when the finding stands for several."""
+    if f.kind == "opaque-op":
+        ctx = f.context
+        graphs = len(f.evidence.get("graphs") or []) or "?"
+        return [f"{where}{ctx.get('calls', '?')} extern call(s) of {ctx.get('op', 'the op')} in {graphs} compiled "
+                f"graph(s); Inductor generated {ctx.get('kernels', '?')} kernel(s) for the rest"]
     if f.kind != "numeric-mismatch":
         return []
     ev = f.evidence
@@ -24,7 +30,9 @@ def numeric_lines(f: Finding) -> list[str]:
              + (f" {worst.get('dtype')} {tuple(worst['shape'])}" if worst.get("shape") is not None else "")]
     if worst.get("rmse_compiled_vs_fp64") is not None:
         ratio = worst.get("error_ratio")
-        lines.append(f"RMSE against the float64 reference: compiled {_num(worst['rmse_compiled_vs_fp64'])}, "
+        # the vmap stage compares torch.func's result, not a compiled one, with eager
+        got = f"torch.func.{f.context['transform']}" if f.context.get("transform") else "compiled"
+        lines.append(f"RMSE against the float64 reference: {got} {_num(worst['rmse_compiled_vs_fp64'])}, "
                      f"eager {_num(worst.get('rmse_eager_vs_fp64'))}"
                      + (f" ({ratio:.1f}x eager's)" if isinstance(ratio, (int, float)) else ""))
     elif ev.get("fp64_reference") is False:

@@ -102,7 +102,7 @@ class MarkdownRenderer:
     def __init__(self, report: RunReport, *, redact: bool = False, home: str | None = None,
                  trace_dir: str | None = None, limit: int = GITHUB_COMMENT_LIMIT,
                  comparison: Any = None) -> None:
-        self._fix_shown: dict[str, tuple[int, str]] = {}  # kind -> (the finding that showed its fix snippet, fix)
+        self._fix_shown: dict[str, tuple[str, str]] = {}  # kind -> (the finding that showed its fix snippet, fix)
         self._traceback_shown: dict[tuple, int] = {}  # (kind, gb_type) -> the finding that showed a traceback
         self._message_shown: dict[tuple, int] = {}  # (kind, gb_type, first line) -> finding number
         self.report = report
@@ -331,14 +331,15 @@ class MarkdownRenderer:
             self._message_shown[(f.kind, ev.get("gb_type"), first_line)] = index
             trimmed = self.scrub(_trim_message(str(message)))
             lines.append(f"Message (trimmed):\n\n{fence(trimmed)}text\n{trimmed}\n{fence(trimmed)}\n\n")
-        numeric = numeric_lines(f)
+        numeric = numeric_lines(f, f"in {self.probe_label(p.id)}: " if len(cause.seen) > 1 else "")
         if numeric:
             lines.append("Numerics:\n\n" + "\n".join(f"- {self.scrub(x)}" for x in numeric) + "\n\n")
         if kind and f.kind in self._fix_shown:
             shown, text = self._fix_shown[f.kind]
             lines.append(f"**Fix:** as in finding {shown} above.{'' if text == fix_text(f) else ' ' + fix_text(f)}\n\n")
         elif kind:
-            self._fix_shown[f.kind] = (index, fix_text(f))  # the snippet once per kind keeps the report short
+            # the snippet once per kind keeps the report short
+            self._fix_shown[f.kind] = (f"{'A' if advice else ''}{index}", fix_text(f))
             lines.append(f"**Fix:** {fix_text(f)}\n\n")
             if kind.snippet:
                 lines.append(f"```python\n{kind.snippet}\n```\n\n")

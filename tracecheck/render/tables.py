@@ -10,9 +10,10 @@ from __future__ import annotations
 import pandas as pd
 
 from ..report import RunReport
+from ..taxonomy import is_advice
 from . import view
 
-STAGE_COLUMNS = ["probe", "file", "name", "stage", "status", "phases", "kinds", "first_kind", "graph_count",
+STAGE_COLUMNS = ["probe", "file", "name", "stage", "status", "phases", "kinds", "advice", "first_kind", "graph_count",
                  "graph_break_count", "explain_graph_break_count", "gb_types", "seconds", "skip_reason"]
 FINDING_COLUMNS = ["probe", "stage", "kind", "summary", "gb_type", "gb_code", "user_file", "user_line", "op",
                    "builtin"]
@@ -23,9 +24,11 @@ def stages_frame(report: RunReport) -> pd.DataFrame:
     for p in report.probes:
         for stage, s in p.stages.items():
             found = view.stage_kinds(s)
+            advice = [k for k in found if is_advice(k)]
+            found = [k for k in found if k not in advice or report.strict]
             rows.append({
                 "probe": p.id, "file": p.id.split("::", 1)[0], "name": p.name, "stage": stage,
-                "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "first_kind": s.failure.kind if s.failure else "",
+                "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "advice": ";".join(advice), "first_kind": s.failure.kind if s.failure else "",
                 "graph_count": s.graph_count, "graph_break_count": s.graph_break_count,
                 "explain_graph_break_count": s.explain_graph_break_count,
                 "gb_types": ";".join(dict.fromkeys(b.gb_type or "" for b in s.breaks)),

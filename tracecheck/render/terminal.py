@@ -257,7 +257,8 @@ def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
             lines.append(f"tracecheck fix {node} -o fixed_ops.py   ({', '.join(fixable)})")
         elif v.kinds and v.kinds[0] in kinds():
             node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else node
-            lines.append(f"{node}: read {kinds()[v.kinds[0]].doc} ({v.kinds[0]})")
+            first = next((k for k in v.kinds if not is_advice(k)), v.kinds[0])  # --strict: the error first
+            lines.append(f"{node}: read {kinds()[first].doc} ({first})")
     if lines:
         lines.append(f"attach to an issue: {attachment} (written by --report)" if attachment else
                      "attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)")

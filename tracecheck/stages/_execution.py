@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from .. import capture, compat, numerics
+from .. import capture, numerics
 from ..numerics import BACKWARD, FORWARD
 from ..probe import Case
 from ..reachable import reachable_modules, trainable_parameters
@@ -267,8 +267,6 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     if forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
     case = make_case()
-    if backend == "inductor":
-        compat.reset_inductor_metrics()
     with torch._inductor.config.patch(fallback_random=True):
         compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
         with capture.TraceCollector() as trace, capture.WarningCollector() as w, \
@@ -284,7 +282,7 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
         "ran_backward": got.ran_backward, "phases": phases(got),
     }
     if code.codes and got.error is None:  # inductor: the custom ops its generated code calls as extern kernels
-        kernels = compat.inductor_generated_kernels()
+        kernels = code.kernel_count()
         record["opaque_ops"] = [{**op, "kernels": kernels} for op in code.extern_ops(TORCH_NAMESPACES)]
         record["extra"] = {"inductor": {"graphs": len(code.codes), "generated_kernels": kernels,
                                         "extern_custom_ops": len(record["opaque_ops"])}}
