@@ -407,9 +407,12 @@ def test_merge_keeps_strict_and_refuses_a_mix():
 
 
 @pytest.mark.parametrize("setting, message", [
-    ({"graph-break": "advice"}, "not an advice kind"),
+    ({"graph-break": "advice"}, "'graph-break' is an error kind, which always gates"),
+    ({"no-such-kind": "error"}, "'no-such-kind' is not a kind"),
     ({"opaque-op": "fatal"}, "expected one of error, advice"),
     (["opaque-op"], "must be an object"),
+    (None, "must be an object"),
+    ([], "must be an object"),
 ])
 def test_a_bad_severity_setting_is_a_usage_error(tmp_path, setting, message):
     doc = baseline.from_report(small_report())
@@ -427,3 +430,20 @@ def test_rewriting_a_baseline_keeps_its_severity_setting(tmp_path):
     assert json.loads(path.read_text())["severity"] == {"opaque-op": "error"}
     baseline.write_baseline(str(path), small_report())
     assert "severity" not in json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["probes"].__setitem__("model.py::probe_ok", "garbage"), "expected an object with a 'stages'"),
+    (lambda d: d["probes"]["model.py::probe_ok"]["stages"]["aot_eager"].__setitem__("advice", None),
+     "'advice' must be a list"),
+    (lambda d: d["probes"]["model.py::probe_ok"]["stages"]["aot_eager"].__setitem__("kinds", "opaque-op"),
+     "'kinds' must be a list"),
+])
+def test_a_hand_broken_baseline_is_refused_when_loaded(tmp_path, edit, message):
+    """Before the run, so that its results are not lost at the comparison."""
+    doc = baseline.from_report(small_report())
+    edit(doc)
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=message):
+        baseline.load_baseline(str(path))

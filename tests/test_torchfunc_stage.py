@@ -88,6 +88,25 @@ def probe_batch_norm():
     return model, (torch.randn(4, 8),)
 
 
+def probe_writes_its_inputs():
+    """Writes an int input in place, and a non-grad float input under grad: vmap and grad as the loop and autograd."""
+    def f(x, pos, y):
+        pos.add_(1)
+        y.mul_(2)
+        return x * pos * y, pos + 0
+    return f, (torch.randn(3, requires_grad=True), torch.tensor([1, 2, 3]), torch.randn(3))
+
+
+def probe_one_element_loss():
+    import tracecheck
+    return tracecheck.Case(lambda x: x.sin(), (torch.randn(4, requires_grad=True),),
+                           grad=lambda out: out.sum().reshape(1))
+
+
+def probe_nonzero():
+    return (lambda x: x.nonzero()), (torch.randn(8),)
+
+
 def probe_plain():
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
@@ -316,3 +335,21 @@ def probe_apply_itself():
     assert f["kind"] == "functorch-incompatible" and f["context"]["function"].endswith("OldDouble")
     assert p["stages"]["gradcheck"]["status"] == "pass"
     assert list(p["stages"]["gradcheck"]["extra"]["gradcheck"]) == [f["context"]["function"]]
+
+
+def test_probes_that_write_their_inputs_or_return_a_one_element_loss_pass(ops_report):
+    """By hand: vmap of f equals the loop when every run gets its own inputs, and grad takes a 1-element loss as
+    backward() does; so both pass, compared."""
+    probes, _, _ = ops_report
+    for name in ("probe_writes_its_inputs", "probe_one_element_loss"):
+        vmap = probes[name]["stages"]["vmap"]
+        assert vmap["status"] == "pass" and vmap["findings"] == [], (name, vmap["findings"])
+        assert (vmap["extra"]["vmap"]["vmap"], vmap["extra"]["vmap"]["grad"]) == ("matches", "matches"), name
+
+
+def test_a_value_dependent_output_shape_is_refused_by_vmap(ops_report):
+    probes, _, _ = ops_report
+    f = probes["probe_nonzero"]["stages"]["vmap"]["failure"]
+    assert (f["kind"], f["context"]["cause"]) == ("functorch-incompatible", "dynamic_shape")
+    with pytest.raises(RuntimeError, match="dynamic shape"):     # the oracle: torch.func itself
+        torch.func.vmap(torch.nonzero)(torch.randn(2, 8))

@@ -130,13 +130,16 @@ def from_report(report: RunReport, severity: dict[str, str] | None = None) -> di
 
 def severity_setting(doc: dict[str, Any]) -> dict[str, str]:
     """A baseline's ``severity`` object: advice kind -> ``error`` (gate on it) or ``advice``. Raises ValueError."""
-    setting = doc.get("severity") or {}
+    setting = doc.get("severity", {})
     if not isinstance(setting, dict):
         raise ValueError("'severity' must be an object such as {\"opaque-op\": \"error\"}")
     for kind, value in setting.items():
+        if kind not in taxonomy.ids():
+            raise ValueError(f"severity: {kind!r} is not a kind (advice kinds: "
+                             f"{', '.join(sorted(taxonomy.advice_ids()))})")
         if not taxonomy.is_advice(kind):
-            raise ValueError(f"severity: {kind!r} is not an advice kind (advice kinds: "
-                             f"{', '.join(sorted(taxonomy.advice_ids()))}); error kinds always gate")
+            raise ValueError(f"severity: {kind!r} is an error kind, which always gates; only advice kinds can be "
+                             f"set ({', '.join(sorted(taxonomy.advice_ids()))})")
         if value not in taxonomy.SEVERITIES:
             raise ValueError(f"severity: {kind!r} is {value!r}; expected one of {', '.join(taxonomy.SEVERITIES)}")
     return dict(setting)
@@ -167,10 +170,28 @@ def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(doc.get("probes"), dict):
             raise ValueError("baseline has no 'probes' object")
         severity_setting(doc)
+        _check_probes(doc["probes"])
         return doc
     if "probes" in doc and "schema_version" in doc:
         return from_report(RunReport.from_dict(doc))
     raise ValueError("neither a tracecheck baseline nor a tracecheck JSON report")
+
+
+def _check_probes(probes: dict[str, Any]) -> None:
+    """The shape ``compare`` reads: probe -> {"stages": {stage -> {...}}}, kind lists of strings. A hand-edited
+    baseline that breaks it is refused when it is loaded, before a run whose results it would lose."""
+    for pid, probe in probes.items():
+        stages = probe.get("stages") if isinstance(probe, dict) else None
+        if not isinstance(stages, dict):
+            raise ValueError(f"probe {pid!r}: expected an object with a 'stages' object")
+        for stage, snap in stages.items():
+            if not isinstance(snap, dict):
+                raise ValueError(f"probe {pid!r}, stage {stage!r}: expected an object")
+            for key in ("kinds", "advice", "breaks"):
+                value = snap.get(key, [])
+                if not isinstance(value, list) or (key != "breaks" and not all(isinstance(k, str) for k in value)) \
+                        or (key == "breaks" and not all(isinstance(b, dict) for b in value)):
+                    raise ValueError(f"probe {pid!r}, stage {stage!r}: '{key}' must be a list")
 
 
 def load_baseline(path: str, what: str = "baseline") -> dict[str, Any]:

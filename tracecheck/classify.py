@@ -305,6 +305,9 @@ _REFUSED = {
     "storage": ": code read the data pointer of a tensor under the transform (`x.data_ptr()`, or a C/C++ kernel)",
     "batch_norm": ": BatchNorm in training mode updates unbatched running statistics in place",
     "mutating_op": ": custom op {op} mutates an input, and vmap's fallback cannot run such an op without a batching rule",
+    "dynamic_shape": ": an op's output shape depends on the values",
+    "captured_mutation": ": an in-place write ({op}) into a tensor the transform captured",
+    "checkpoint": ": torch.utils.checkpoint under a transform",
     "control_flow": ": Python control flow reads a batched tensor's value",
     "item": ": .item() on a batched tensor",
     "inplace": ": an in-place write of a batched tensor into an unbatched one",
@@ -323,9 +326,14 @@ def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
         functions = raw.get("functions") or []
         if functions and not f.context.get("function"):
             f.context["function"] = ", ".join(functions)
+        tb = str(raw.get("traceback", "")).replace("\\", "/")
+        if f.context.get("cause") == "setup_context" and not functions and "torch/utils/checkpoint.py" in tb:
+            f.context["cause"] = "checkpoint"  # torch's own old-style Function: checkpoint(use_reentrant=True)
         many = len(functions) > 1
         named = f"autograd.Function{'s' if many else ''} {f.context['function']}" if f.context.get("function") \
             else "an autograd.Function"
+        if not f.context.get("function"):  # the fix text names it: one torch.func refused, not found in the probe
+            f.context["function"] = "The autograd.Function"
         what = _REFUSED.get(str(f.context.get("cause")), "").format(function=named, op=f.context.get("op", "?"),
                                                                     defines="define" if many else "defines")
         f.summary = _summary(f.kind, {**f.context, "what": what}, stage)

@@ -46,8 +46,8 @@ class Finding:
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
         """A kind this version does not know (a report from a newer tracecheck) reads as ``unknown``, its own
         id kept in ``context["reported_kind"]``."""
-        kind, context = _known_kind(d["kind"], d.get("context", {}))
-        return cls(kind, d.get("summary", ""), context, d.get("evidence", {}))
+        kind, context = _known_kind(d["kind"], d.get("context") or {})
+        return cls(kind, d.get("summary", ""), context, d.get("evidence") or {})
 
 
 @dataclass

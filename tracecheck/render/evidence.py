@@ -46,7 +46,9 @@ def numeric_lines(f: Finding, where: str = "") -> list[str]:
     if worst.get("failed"):
         facts.append(f"failed torch._dynamo.utils.same check(s): {', '.join(worst['failed'])}")
     if worst.get("detail"):
-        facts.append(str(worst["detail"]))
+        detail = str(worst["detail"])
+        facts.append(detail.replace("compiled", f"torch.func.{f.context['transform']}") if f.context.get("transform")
+                     else detail)
     if facts:
         lines.append("; ".join(facts))
     if ev.get("random_ops"):

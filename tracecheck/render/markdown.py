@@ -376,7 +376,7 @@ class MarkdownRenderer:
         file = os.path.basename(file) if self.redact else self.scrub(file)
         stage = "eager" if stage == LOAD_STAGE else stage  # load findings come back on any run
         target = file if p.name == IMPORT_PROBE else f"{file}::{p.name}"  # the import fails: the file alone
-        return f"tracecheck run {shlex.quote(target)} --stages {stage}"
+        return f"tracecheck run {shlex.quote(target)} --stages {stage}" + (" --strict" if self.report.strict else "")
 
     # -- assembly -------------------------------------------------------------------------------------
     def sections(self) -> list[Section]:

@@ -108,13 +108,15 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
         seed_all()
         try:
             with torch.no_grad(), (rec if i == 0 else contextlib.nullcontext()):
-                loop.append(b.call(row))
+                loop.append(b.call(_clone(row)))  # a probe may write its inputs: every run gets its own
         except Exception as e:  # the perturbed copy is outside what the probe takes: nothing to compare
             return {"skip_reason": f"the probe does not run on its inputs perturbed by {PERTURBATION:g} "
                                    f"({type(e).__name__}: {capture.safe_str(e)[:200]})"}
     if not loop[0]:
         return {"skip_reason": "the probe returns no tensor"}
-    stacked = [torch.stack([row[i] for row in copies]) for i in b.positions]
+    def stacked() -> list[torch.Tensor]:
+        return [torch.stack([row[i] for row in copies]) for i in b.positions]
+
     perturbed = sum(1 for i in b.positions if b.leaves[i].is_floating_point() and b.leaves[i].numel())
     record: dict[str, Any] = {"compared": True, "randomness": "error", "batched_inputs": len(b.positions),
                               "perturbed": perturbed, "not_checked": []}
@@ -124,7 +126,7 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
     for randomness in ("error", "different"):
         seed_all()
         try:
-            got = b.vmapped(randomness)(*stacked)
+            got = b.vmapped(randomness)(*stacked())
             break
         except Exception as e:
             if randomness != "error" or _RANDOMNESS_ERROR not in capture.safe_str(e):
@@ -133,6 +135,10 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
         record.update(compared=False, randomness="different")
         record["not_checked"].append("torch.func.vmap's values (the probe draws random numbers: vmap ran with "
                                      "randomness='different', which the eager loop cannot reproduce)")
+    ragged = _ragged(loop)
+    if ragged:  # the perturbed copy changed the output's shape (a threshold, a count): no batch to compare with
+        record["compared"] = False
+        record["not_checked"].append(f"torch.func.vmap's values ({ragged})")
     if record["compared"]:
         if len(got) != len(loop[0]):
             record["mismatches"] = [{"phase": numerics.FORWARD, "disagreeing": 1, "compared": 1, "worst": {
@@ -140,8 +146,23 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
         else:
             pairs = [numerics.Pair(f"output[{i}]", torch.stack([o[i] for o in loop]), g) for i, g in enumerate(got)]
             record["mismatches"] = numerics.judge(pairs, numerics.Reference(lambda: _float64_loop(b, copies)))
-    record["fallback_ops"] = fallback_ops(rec.custom_ops, lambda: b.vmapped(record["randomness"])(*stacked))
+    record["fallback_ops"] = fallback_ops(rec.custom_ops, lambda: b.vmapped(record["randomness"])(*stacked()))
     return record
+
+
+def _clone(row: list[Any]) -> list[Any]:
+    return [t.clone() if isinstance(t, torch.Tensor) else t for t in row]
+
+
+def _ragged(loop: list[tuple[torch.Tensor, ...]]) -> str:
+    """Why the eager loop's outputs do not stack into a batch, or ""."""
+    if len({len(o) for o in loop}) > 1:
+        return f"the probe returned {len(loop[0])} tensors on one copy and {len(loop[1])} on the other"
+    for i, outs in enumerate(zip(*loop)):
+        if len({tuple(t.shape) for t in outs}) > 1:
+            return (f"output[{i}] has shape {tuple(outs[0].shape)} on the probe's inputs and "
+                    f"{tuple(outs[1].shape)} on the perturbed copy: its shape depends on the values")
+    return ""
 
 
 def _refused(e: BaseException, transform: str, phase: str) -> dict[str, Any]:
@@ -159,7 +180,7 @@ def _float64_loop(b: _Batched, copies: list[list[Any]]) -> dict[str, Any] | str:
     try:
         for row in copies:
             case = b.make_case()
-            args, kwargs = pytree.tree_unflatten(numerics.to_float64(row), b.spec)
+            args, kwargs = pytree.tree_unflatten(numerics.to_float64(_clone(row)), b.spec)
             with numerics.float64([m for _, m in reachable_modules(case.fn)]), numerics.Float32Draws(), \
                     torch.no_grad():
                 seed_all()
@@ -230,18 +251,22 @@ def check_grad(make_case: Callable[[], Case], reference_grads: dict[str, torch.T
         value = loss_of(case, outputs)
         if not isinstance(value, torch.Tensor):
             raise _NoLoss()
-        return value
+        return value.reshape(()) if value.numel() == 1 else value  # backward() takes a 1-element loss; grad a scalar
 
     if wrt:
+        # every tensor input is an argument, the ones that require grad differentiated: a tensor grad saw only as a
+        # captured value could not be written in place (a probe that updates a counter input)
+        tensors = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor)]
+
         def f(*xs: torch.Tensor) -> torch.Tensor:
             flat = list(leaves)
-            for i, x in zip(wrt, xs):
+            for i, x in zip(tensors, xs):
                 flat[i] = x
             args, kwargs = pytree.tree_unflatten(flat, spec)
             return loss(case.fn(*args, **kwargs))
 
-        inputs: tuple[Any, ...] = tuple(leaves[i].detach() for i in wrt)
-        argnums: Any = tuple(range(len(wrt)))
+        inputs: tuple[Any, ...] = tuple(leaves[i].detach() for i in tensors)
+        argnums: Any = tuple(tensors.index(i) for i in wrt)
     elif module is not None and any(p.requires_grad for p in module.parameters()):
         params = {k: p.detach() for k, p in module.named_parameters() if p.requires_grad}
         names = [f"param:{k}" for k in params]

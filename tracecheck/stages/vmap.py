@@ -25,11 +25,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
         return {"skip_reason": "the eager forward fails (see the eager stage)"}
     record: dict[str, Any] = {"phases": [FORWARD], "transform_errors": [], "mismatches": [], "extra": {}}
     v = transforms.check_vmap(ctx.make_case)
+    trains = False
     g: dict[str, Any] = {"skip_reason": "the probe does not train (nothing requires grad)"}
     case = ctx.make_case()
     if needs_grad(case):
         eager = execute(case.fn, case)
         if eager.ran_backward:
+            trains = True
             fp64 = float64_run(ctx.make_case)
 
             def fp64_values() -> Any:
@@ -46,10 +48,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
                 r.pop("error")
                 r["skip_reason"] = transforms.CUSTOM_OP_AUTOGRAD_REFUSED
                 not_checked.append(f"torch.func.{name}: {transforms.CUSTOM_OP_AUTOGRAD_REFUSED}")
-    if not_checked:
-        record["extra"]["not_checked"] = not_checked
     if v.get("skip_reason") and g.get("skip_reason"):
         return {"skip_reason": f"vmap: {v['skip_reason']}; grad: {g['skip_reason']}"}
+    # one transform ran and the other did not: a pass must not hide that (a probe that does not train is "✓ fwd")
+    if v.get("skip_reason") and v["skip_reason"] != transforms.CUSTOM_OP_AUTOGRAD_REFUSED:
+        not_checked.append(f"torch.func.vmap: {v['skip_reason']}")
+    if trains and g.get("skip_reason") and g["skip_reason"] != transforms.CUSTOM_OP_AUTOGRAD_REFUSED:
+        not_checked.append(f"torch.func.grad: {g['skip_reason']}")
+    if not_checked:
+        record["extra"]["not_checked"] = not_checked
     for name, r in (("vmap", v), ("grad", g)):
         if r.get("error"):
             record["transform_errors"].append(r["error"])
