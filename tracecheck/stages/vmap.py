@@ -17,28 +17,23 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from .. import numerics
     from ..gradients import old_style_functions
     from . import _torchfunc as transforms
-    from ._execution import (BACKWARD, FORWARD, execute, float64_run, forward_fails, loss_of, needs_grad,
-                             reference, values)
+    from ._execution import BACKWARD, FORWARD, float64_run, forward_fails, loss_of, reference, values
 
-    ref = reference(ctx.make_case, backward=False)
+    ref = reference(ctx.make_case)  # one eager run: the forward must work, and its gradients are grad's reference
     if forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage)"}
     record: dict[str, Any] = {"phases": [FORWARD], "transform_errors": [], "mismatches": [], "extra": {}}
     v = transforms.check_vmap(ctx.make_case)
-    trains = False
+    trains = ref.ran_backward
     g: dict[str, Any] = {"skip_reason": "the probe does not train (nothing requires grad)"}
-    case = ctx.make_case()
-    if needs_grad(case):
-        eager = execute(case.fn, case)
-        if eager.ran_backward:
-            trains = True
-            fp64 = float64_run(ctx.make_case)
+    if trains:
+        fp64 = float64_run(ctx.make_case)
 
-            def fp64_values() -> Any:
-                ex = fp64()
-                return ex if isinstance(ex, str) else values(ex)
+        def fp64_values() -> Any:
+            ex = fp64()
+            return ex if isinstance(ex, str) else values(ex)
 
-            g = transforms.check_grad(ctx.make_case, eager.grads, loss_of, numerics.Reference(fp64_values))
+        g = transforms.check_grad(ctx.make_case, ref.grads, loss_of, numerics.Reference(fp64_values))
     not_checked = list(v.get("not_checked") or [])
     for name, r in (("vmap", v), ("grad", g)):
         err = r.get("error")
