@@ -20,15 +20,16 @@ def main() -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     case = getattr(module, name)()
+    fn, args, kwargs = (case.fn, case.args, case.kwargs) if hasattr(case, "fn") else (*case, {})[:3]
     torch.manual_seed(0)
-    torch.compile(case.fn, backend="aot_eager")(*case.args, **case.kwargs)
+    torch.compile(fn, backend="aot_eager")(*args, **kwargs)
     out = {"graphs": int(counters["stats"]["unique_graphs"])}
     if "--inductor-differs" in sys.argv:
         torch._dynamo.reset()
         torch.manual_seed(0)
-        eager = case.fn(*case.args, **case.kwargs).logits
+        eager = fn(*args, **kwargs).logits
         torch.manual_seed(0)
-        compiled = torch.compile(case.fn)(*case.args, **case.kwargs).logits
+        compiled = torch.compile(fn)(*args, **kwargs).logits
         out["inductor_max_diff"] = float((eager - compiled).abs().max())
     print(json.dumps(out))
 

@@ -42,11 +42,12 @@ def test_a_fake_that_raises_not_implemented_is_missing_fake_at_every_stage(trace
     assert "has a fake impl that raises NotImplementedError" in st["explain"]["findings"][0]["summary"]
     assert "is a stub that raises NotImplementedError: write it" in res.stdout
     assert "tracecheck fix" not in res.stdout  # nothing to generate: the stub is the user's to write
-    # opcheck's own message names no cause ("fake not written yet"): the compile stages' cause, attributed
+    # opcheck's message names no cause ("fake not written yet"), but its traceback does: the op's own fake raised it
     opcheck = st["opcheck"]["findings"]
     assert {f["evidence"]["phase"] for f in opcheck} >= {"test_faketensor"}
-    assert all(f["kind"] == "missing-fake" and f["context"]["first_seen_at"] == "explain" for f in opcheck)
-    assert "(attributed: the same op failed at explain)" in opcheck[0]["summary"]
+    assert all(f["kind"] == "missing-fake" and f["context"]["cause"] == "stub" and f["context"]["op"] == "tc13a::nf"
+               for f in opcheck)
+    assert {f["evidence"]["user_frame"]["line"] for f in opcheck} == {10}  # the raise in the fake impl
 
 
 # A fake whose signature differs from the schema (forgets an argument): gb_type "TypeError when making fake tensor
@@ -136,7 +137,8 @@ def test_an_operator_defined_twice_at_import_is_op_redefined_and_the_run_goes_on
     res = tracecheck("run", str(twice), str(plain), "--stages", "eager,explain")
     assert res.returncode == 1, res.stderr
     p = res.probe("(import)")
-    assert p["verdict"] == {"status": "fail", "first_failing_stage": "load", "kinds": ["op-redefined"], "advice": []}
+    assert p["verdict"] == {"status": "fail", "first_failing_stage": "load", "kinds": ["op-redefined"], "advice": [],
+                            "targets": {"compile": "fail"}, "require": ["compile"], "not_required": []}
     f = p["stages"]["load"]["findings"][0]
     assert f["context"]["op"] == "tc13c::twice"
     assert f["evidence"]["user_frame"]["line"] == 7

@@ -336,3 +336,129 @@ def test_torch_func_patterns_apply_only_under_a_transform():
     f = classify.classify_error("inductor", {"type": "RuntimeError", "phase": "forward",
                                              "message": "output with shape [3] doesn't match the broadcast shape [2, 3]"})
     assert f.kind == "unknown"
+
+
+# --- issue 22: torch said why, tracecheck said unknown (messages as torch 2.13.0 and 2.14.1 print them) -----------
+
+@pytest.mark.parametrize("message, type_, cause, op, fix_says", [
+    ("Batching rule not implemented for gapnr::log_stats. The fallback path does not support operations with no "
+     "returns.", "RuntimeError", "no_returns", "gapnr::log_stats", "returns (None, None)"),
+    ("Batching rule not implemented for gap2::scalar_out. We could not generate a fallback.", "RuntimeError",
+     "no_fallback", "gap2::scalar_out", "return the value as a tensor"),
+    ("vmap: We do not support batching operators that can support dynamic shape. Attempting to batch over indexing "
+     "with a boolean mask.", "RuntimeError", "dynamic_shape", None, "torch.where with a mask"),
+    ("You are attempting to call Tensor.retain_grad() inside of a function being transformed by a functorch "
+     "transform. This is unsupported, please attempt to use the functorch transforms (e.g. grad, vjp, jacrev, jacfwd, "
+     "hessian) or call requires_grad_() outside of a function being transformed instead.", "RuntimeError",
+     "retain_grad", None, "drop it from the function you transform"),
+])
+def test_more_torch_func_refusals(message, type_, cause, op, fix_says):
+    f = classify.transform_error_finding("vmap", {"type": type_, "message": message, "phase": "forward",
+                                                  "transform": "vmap", "functions": []})
+    assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
+    assert f.context.get("op") == op
+    assert fix_says in taxonomy.fix_text(f)
+
+
+def test_a_control_flow_op_without_a_grad_rule_is_named():
+    """torch.func.grad over torch.cond/scan: functorch's interpreter finds no Grad kernel, a bare KeyError."""
+    tb = ('Traceback (most recent call last):\n  File "/x/site-packages/torch/_higher_order_ops/cond.py", line 242, in '
+          '_cond_op_wrapper\n    return cond_op(*args, **kwargs)\n  File "/x/site-packages/torch/_functorch/'
+          'pyfunctorch.py", line 200, in process\n    kernel = op.functorch_table[TransformType.Grad]\n'
+          'KeyError: <TransformType.Grad: 2>\n')
+    f = classify.transform_error_finding("vmap", {"type": "KeyError", "message": "<TransformType.Grad: 2>",
+                                                  "phase": "backward", "transform": "grad", "traceback": tb})
+    assert (f.kind, f.context["cause"], f.context["hop"], f.context["transform"]) == (
+        "functorch-incompatible", "hop", "torch.cond", "grad")
+    assert f.summary == "torch.func.grad refuses the probe: torch.cond has no torch.func.grad rule."
+    # a KeyError of the user's own is not that
+    assert classify.classify_error("eager", {"type": "KeyError", "message": "'weight'", "phase": "forward"}).kind == \
+        "eager-error"
+    # cond's own compile on the transform's wrapped tensors (its first call under grad, torch 2.13)
+    message = ('Expected FakeTensor, got <class \'torch.Tensor\'>\n\nfrom user code:\n   File "/x/site-packages/torch/'
+               '_higher_order_ops/cond.py", line 242, in _cond_op_wrapper\n    return cond_op(*args, **kwargs)\n')
+    f = classify.transform_error_finding("vmap", {"type": "AssertionError", "message": message, "phase": "backward",
+                                                  "transform": "grad"})
+    assert (f.kind, f.context["cause"], f.context["hop"]) == ("functorch-incompatible", "hop", "torch.cond")
+
+
+def test_a_probe_that_calls_torch_func_itself_is_refused_at_eager():
+    """The refusal raised in the probe's own vmap call: the traceback runs through torch/_functorch."""
+    tb = ('Traceback (most recent call last):\n  File "/p/model.py", line 52, in f\n    return torch.func.vmap(g)(x)\n'
+          '  File "/x/site-packages/torch/_functorch/apis.py", line 208, in wrapped\n'
+          '  File "/x/site-packages/torch/_functorch/vmap.py", line 482, in _flat_vmap\n'
+          'RuntimeError: In order to use an autograd.Function with functorch transforms ...\n')
+    message = ("In order to use an autograd.Function with functorch transforms (vmap, grad, jvp, jacrev, ...), it must "
+               "override the setup_context staticmethod. For more details, please see "
+               "https://pytorch.org/docs/main/notes/extending.func.html")
+    f = classify.classify_error("eager", {"type": "RuntimeError", "message": message, "phase": "forward",
+                                          "traceback": tb})
+    assert (f.kind, f.context["cause"], f.context["transform"]) == ("functorch-incompatible", "setup_context", "vmap")
+    assert "?" not in taxonomy.fix_text(f)
+    no_tb = classify.classify_error("eager", {"type": "RuntimeError", "message": message, "phase": "forward"})
+    assert no_tb.kind == "eager-error"  # the same words with no transform in sight: not claimed
+
+
+CONSTRAINT = (
+    "Constraints violated (L['x'].size()[0])! For more information, run with TORCH_LOGS=\"+dynamic\".\n"
+    "  - You marked L['x'].size()[0] as dynamic but your code specialized it to be a constant (4). If you're using "
+    "mark_dynamic, either remove it or use maybe_mark_dynamic. If you're using Dim.DYNAMIC, replace it with either "
+    "Dim.STATIC or Dim.AUTO.\n\nUser stack:\n  File \"/p/model.py\", line 21, in f\n    if x.shape[0] == 4:\n")
+
+
+@pytest.mark.parametrize("stage", ["explain", "aot_eager", "inductor", "fullgraph", "export"])
+def test_a_dimension_marked_dynamic_and_specialized_is_dynamic_shape(stage):
+    frame = {"file": "/p/model.py", "line": 21, "code": "if x.shape[0] == 4:"}
+    f = classify.classify_error(stage, {"type": "torch.fx.experimental.symbolic_shapes.ConstraintViolationError",
+                                        "message": CONSTRAINT, "phase": "forward", "user_frame": frame})
+    assert (f.kind, f.context["cause"], f.context["source"], f.context["value"]) == (
+        "dynamic-shape", "marked", "L['x'].size()[0]", "4")
+    assert "at `if x.shape[0] == 4:` (/p/model.py:21)" in f.summary and "maybe_mark_dynamic" in taxonomy.fix_text(f)
+
+
+def test_opchecks_aot_dispatch_output_mismatch_is_the_fakes():
+    message = ("Outputs of the operator are different in eager-mode PyTorch vs AOTDispatcher tracing. This means the "
+               "operator will have incorrect output underneath torch.compile. This could be because the operator's "
+               "implementation not traceable.")
+    f = classify.classify_error("opcheck", {"type": "AssertionError", "message": message,
+                                            "phase": "test_aot_dispatch_dynamic"}, op="gap2::scalar_out")
+    assert (f.kind, f.context["cause"], f.context["op"]) == ("fake-mismatch", "aot_outputs", "gap2::scalar_out")
+    assert "0-dim tensor instead of a float" in taxonomy.fix_text(f)
+    user = classify.classify_error("eager", {"type": "AssertionError", "message": message, "phase": "forward"})
+    assert user.kind == "eager-error"  # the words in a user's own assert: not trusted
+
+
+@pytest.mark.parametrize("type_, kind, cause", [("NotImplementedError", "missing-fake", "stub"),
+                                                 ("AssertionError", "fake-mismatch", "raises")])
+def test_an_exception_raised_by_the_ops_own_fake_names_the_op(type_, kind, cause):
+    """capture.fake_impl_raised found it (export raises the fake's exception bare, opcheck an empty assert)."""
+    fake = {"op": "lib.quant.default", "exception_type": type_, "message": "",
+            "frame": {"file": "/site-packages/lib/ops.py", "line": 30, "code": "assert x.dim() == 2"}}
+    f = classify.classify_error("export", {"type": type_, "message": "", "phase": "forward", "fake_impl": fake})
+    assert (f.kind, f.context["cause"], f.context["op"]) == (kind, cause, "lib::quant")
+    assert f.evidence["user_frame"]["line"] == 30  # the fake's own line, where the fix goes
+
+
+@pytest.mark.parametrize("builtin, raw, kind", [
+    # a tensor subclass's constructor: the user's line calls it through torch
+    ("<unknown module>.TensorBase._make_wrapper_subclass",
+     {"code": "r = torch.Tensor._make_wrapper_subclass(cls, data.shape, dtype=data.dtype)"}, "graph-break"),
+    # flex_attention's fallback: Dynamo stopped inside torch, the user's line is the caller
+    ("<unknown module>.pybind11_object.__new__",
+     {"file": "/x/site-packages/torch/nn/attention/flex_attention.py", "code": "out = _math_attention(q, k, v)",
+      "caller": {"file": "/p/model.py", "line": 9}}, "graph-break"),
+    # the user's own extension: same wording, the call is the user's
+    ("<unknown module>.pybind11_object.__new__", {"code": "state = ext.State(n)"}, "pybind-builtin"),
+    # ... also where Dynamo places the break in its polyfill of object construction (torch 2.13)
+    ("<unknown module>.pybind11_object.__new__",
+     {"file": "/x/site-packages/torch/_dynamo/polyfills/__init__.py", "code": "obj = cls.__new__(cls, *args)",
+      "caller": {"file": "/p/model.py", "line": 32}}, "pybind-builtin"),
+    ("mhc_ext.pybind11_detail_function_record_v1_x.fwd", {"code": "out = torch_ext_call(x)"}, "pybind-builtin"),
+])
+def test_only_the_call_site_tells_torchs_own_c_builtins_from_an_extension(builtin, raw, kind):
+    reason = ("Attempted to call function marked as skipped\n  Explanation: Dynamo does not know how to trace the "
+              f"builtin `{builtin}.` This function is either a Python builtin (e.g. _warnings.warn) or a third-party "
+              "C/C++ Python extension (perhaps created with pybind).\n")
+    b = classify.classify_break({"reason": reason, "gb_type": "Attempted to call function marked as skipped",
+                                 "file": "/p/model.py", "line": 7, **raw})
+    assert b.kind == kind

@@ -106,3 +106,32 @@ def test_defines_setup_context_tells_the_two_forms_apart():
             return g
 
     assert not compat.defines_setup_context(Old) and compat.defines_setup_context(New)
+
+
+def test_fake_dispatch_op_names_the_op_whose_fake_raised():
+    """FakeTensorMode's dispatch frame holds the op it runs (``func``): how a fake impl's own raise is told apart."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tracecheck import compat
+
+    @torch.library.custom_op("tc_compat::assert_fake", mutates_args=())
+    def op(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @op.register_fake
+    def _(x):
+        raise AssertionError("the fake refuses")
+
+    with FakeTensorMode() as mode:
+        x = mode.from_tensor(torch.randn(3))
+        try:
+            op(x)
+        except AssertionError as e:
+            tb, frames = e.__traceback__, []
+            while tb is not None:
+                frames.append(tb.tb_frame)
+                tb = tb.tb_next
+    ops = [str(f) for f in map(compat.fake_dispatch_op, frames) if f is not None]
+    assert ops and set(ops) == {"tc_compat.assert_fake.default"}
+    assert compat.fake_dispatch_op(frames[0]) is None  # the test's own frame

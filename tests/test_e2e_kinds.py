@@ -62,7 +62,9 @@ def test_correct_custom_op_passes_every_stage(tracecheck, write_probe):
     probe = res.probe("probe_good_op")
     # a custom op is opaque to Inductor and, without register_vmap, batched by vmap's fallback: advice, no failure
     assert probe["verdict"] == {"status": "pass", "first_failing_stage": None, "kinds": [],
-                                "advice": ["opaque-op", "no-batching-rule"]}
+                                "advice": ["opaque-op", "no-batching-rule"],
+                                "targets": {"compile": "pass", "func": "pass", "export": "pass"},
+                                "require": ["compile"], "not_required": []}
     assert probe["stages"]["opcheck"]["status"] == "pass"  # opcheck ran (the op was recorded), not skipped
     assert probe["stages"]["explain"]["graph_count"] == 1
     assert probe["stages"]["explain"]["graph_break_count"] == 0

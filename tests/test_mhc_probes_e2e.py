@@ -15,15 +15,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 EXPECTED = {
+    # (kinds that fail the probe: the compile target; kinds of the targets not required: vmap is func, export is
+    # export; the first failing stage)
     # CANN's autograd.Functions take ctx in forward (the old form), which torch.func.grad refuses: the vmap stage
-    "probe_autograd_function": (["pybind-builtin", "functorch-incompatible"], "explain"),
+    "probe_autograd_function": (["pybind-builtin"], ["functorch-incompatible"], "explain"),
     # variant (b)'s backward takes *_rest and drops the gradients of outputs 3-7, which it does not mark
-    # non-differentiable (probes/mhc/broken.py): a second defect, found by the gradcheck stage
-    "probe_missing_fake": (["missing-fake", "wrong-gradient"], "explain"),
-    "probe_missing_autograd": (["missing-autograd"], "eager"),
-    "probe_model_autograd_function": (["pybind-builtin", "functorch-incompatible"], "explain"),
-    "probe_model_missing_fake": (["missing-fake", "wrong-gradient"], "explain"),
-    "probe_model_missing_autograd": (["missing-autograd"], "eager"),
+    # non-differentiable (probes/mhc/broken.py): a second defect, found by the gradcheck stage; export has no fake either
+    "probe_missing_fake": (["missing-fake", "wrong-gradient"], ["missing-fake"], "explain"),
+    "probe_missing_autograd": (["missing-autograd"], [], "eager"),
+    "probe_model_autograd_function": (["pybind-builtin"], ["functorch-incompatible"], "explain"),
+    "probe_model_missing_fake": (["missing-fake", "wrong-gradient"], ["missing-fake"], "explain"),
+    "probe_model_missing_autograd": (["missing-autograd"], [], "eager"),
 }
 FIXED = ("probe_fixed", "probe_model_fixed")
 
@@ -45,9 +47,10 @@ def test_every_probe_is_there(probes_report):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_broken_registration_kind_and_first_failing_stage(probes_report, name):
-    kinds, stage = EXPECTED[name]
+    kinds, not_required, stage = EXPECTED[name]
     v = probes_report[name]["verdict"]
     assert v["kinds"] == kinds
+    assert v["not_required"] == not_required
     assert v["first_failing_stage"] == stage
 
 

@@ -24,7 +24,7 @@ def test_round_trip():
     r = sample()
     d = json.loads(json.dumps(r.to_dict()))
     assert RunReport.from_dict(d).to_dict() == d
-    assert d["schema_version"] == 2
+    assert d["schema_version"] == 3
 
 
 def test_verdict_first_failing_stage_and_kinds():
@@ -228,7 +228,7 @@ def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
     strict = RunReport([p], {"torch": "2.13.0"}, ["eager", "inductor"], strict=True)
     assert s.status == FAIL and s.failure.kind == "opaque-op"
     assert p.verdict.status == FAIL and p.verdict.kinds == ["opaque-op"] and not strict.passed
-    assert terminal.cell(s, strict=True).plain == "✗ opaque-op"
+    assert terminal.cell(s, gate=strict.gate).plain == "✗ opaque-op"
     back = RunReport.from_dict(json.loads(json.dumps(strict.to_dict())))
     assert back.strict and back.probes[0].verdict.kinds == ["opaque-op"]
     assert back.probes[0].verdict.advice == ["opaque-op"]

@@ -142,7 +142,10 @@ def test_an_old_style_autograd_function_is_functorch_incompatible(ops_report):
     probes, _, _ = ops_report
     p = probes["probe_old_function"]
     vmap = p["stages"]["vmap"]
-    assert vmap["status"] == "fail" and p["verdict"]["status"] == "fail"
+    # the stage fails; the probe does not, since the func target is not required (no --require func)
+    assert vmap["status"] == "fail" and vmap["target"] == "func"
+    assert p["verdict"]["status"] == "pass" and p["verdict"]["targets"] == {"compile": "pass", "func": "fail"}
+    assert p["verdict"]["not_required"] == ["functorch-incompatible"]
     f = vmap["failure"]
     assert f["kind"] == "functorch-incompatible"
     assert f["context"]["cause"] == "setup_context"
@@ -248,7 +251,7 @@ def test_inductor_names_the_custom_op_it_calls_as_an_extern_kernel(ops_report):
 def test_the_terminal_shows_advice_for_a_passing_probe_and_the_run_fails_only_for_errors(ops_report):
     _, proc, _ = ops_report
     assert proc.returncode == 1                               # the old-style Function and the wrong rule
-    assert "probe_library_op: passed, with advice (opaque-op, no-batching-rule" in proc.stdout
+    assert "probe_library_op: passed (compile), with advice (opaque-op, no-batching-rule" in proc.stdout
     assert "no-batching-rule (advice): tfn::scale has no batching rule" in proc.stdout
 
 
@@ -261,7 +264,12 @@ def test_advice_alone_exits_0_and_strict_makes_it_fail(tracecheck, write_probe):
     assert strict.returncode == 1
     v = strict.report["probes"][0]["verdict"]
     assert v["status"] == "fail" and v["first_failing_stage"] == "inductor"
-    assert set(v["kinds"]) == {"opaque-op", "no-batching-rule"} and strict.report["strict"] is True
+    # the vmap stage's advice fails that stage, but func is not a required target: it fails no probe
+    assert v["kinds"] == ["opaque-op"] and v["not_required"] == ["no-batching-rule"] and strict.report["strict"]
+    both = tracecheck("run", f"{model}::probe_library_op", "--stages", "eager,inductor,vmap", "--strict",
+                      "--require", "func")
+    v = both.report["probes"][0]["verdict"]
+    assert both.returncode == 1 and set(v["kinds"]) == {"opaque-op", "no-batching-rule"} and v["not_required"] == []
 
 
 def test_the_fixed_mhc_probe_passes_with_opaque_op_advice(tracecheck):

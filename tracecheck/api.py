@@ -10,11 +10,12 @@ from typing import Any
 
 from . import __version__, discover, environment, protocol, results, shards
 from .exitcodes import UsageError
-from .report import CRASH, IMPORT_PROBE, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
-from .stages import STAGES
+from .report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from .stages import STAGES, target_of
 from .stages import get as get_stage
 from .stages import order as stage_order
 from .runner import Outcome, Runner, Task, Template
+from .targets import DEFAULT_REQUIRE, Gate
 
 @dataclass
 class RunOptions:
@@ -43,6 +44,8 @@ class RunOptions:
     collect_env: bool = False
     #: advice findings (no-batching-rule, opaque-op) fail their stage as errors do
     strict: bool = False
+    #: the targets whose stages gate the verdicts and the exit code (targets.py; compile always)
+    require: tuple[str, ...] = DEFAULT_REQUIRE
 
 
 class Progress:
@@ -95,8 +98,9 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
                     and not custom_ops.get(p.file)}
         tasks = _stage_tasks(opts, files, probes, stages, device, templates, skip={(i, "opcheck") for i in deferred})
         progress.planned(len(tasks))
+        gate = Gate(opts.require, opts.strict)
         for p in probes:
-            p.strict = opts.strict
+            p.gate = gate
         _run_stage_tasks(runner, tasks, probes, progress)
         # opcheck after all: eager registered a custom op, or eager did not finish (it cannot tell)
         late = [p for p in probes if p.id in deferred and not _setup_failed(p)
@@ -119,13 +123,15 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         results.attribute_unknowns(p.stages)
         if opts.strict:
             results.apply_strict(p.stages)  # the late opcheck and the load findings too
+        for s in p.stages.values():
+            s.target = target_of(s.stage)
     if env is None:  # the environment task died: record what the parent can
         env = {"environment": environment.collect(device), "collect_env": None}
     if env.get("collect_env") is not None:
         env["environment"]["collect_env"] = env["collect_env"]
     return RunReport(probes=probes, environment=env["environment"], stages=stages,
                      command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2),
-                     strict=opts.strict)
+                     strict=opts.strict, require=opts.require)
 
 
 def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport], progress: Progress) -> None:
@@ -133,7 +139,7 @@ def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport
     for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key)):
         probe_id, stage = outcome.task.key
         by_id[probe_id].stages[stage] = result = _stage_result(stage, outcome)
-        if by_id[probe_id].strict:  # --strict: advice fails the stage, and the progress line says so
+        if by_id[probe_id].gate.strict:  # --strict: advice fails the stage, and the progress line says so
             results.apply_strict({stage: result})
         progress.finished(probe_id, result)
 
@@ -246,10 +252,8 @@ def _stage_result(stage: str, outcome: Outcome) -> StageResult:
     if msg is None:
         return results.died_result(stage, outcome.died or "died", outcome.timed_out, outcome.log_tail, seconds)
     if isinstance(msg, protocol.InternalErrorMessage):
-        # tracecheck's own bug inside the stage: keep the run going and keep the evidence.
-        raw: dict[str, Any] = {"error": {"type": "tracecheck.InternalError", "message": msg.traceback,
-                                         "phase": "internal"}}
-        return results.build_stage_result(stage, raw, seconds)
+        # tracecheck's own bug inside the stage: no finding about the probe; the run goes on and exits 3
+        return StageResult(stage, INTERNAL, seconds=seconds, internal_error=msg.traceback)
     if isinstance(msg, protocol.UsageErrorMessage):
         raise UsageError(msg.message, msg.detail)
     return results.build_stage_result(stage, msg.value, seconds)

@@ -16,6 +16,11 @@ so a baseline, a report and a merged shard report all compare the same way. Pure
 Advice kinds (taxonomy severity ``advice``: ``no-batching-rule``, ``opaque-op``) are kept apart, under a stage's
 ``advice``: a new one is shown but is no regression, unless the run was ``--strict`` or the baseline's own
 ``severity`` object, which the user edits and ``--update-baseline`` keeps, says ``{"opaque-op": "error"}``.
+
+Targets (targets.py): each stage snapshot names its ``target``; only stages of a required target regress. The
+required targets are the run's ``--require`` joined with the baseline's own ``"require"`` list (which the user
+edits and ``--update-baseline`` keeps, as ``severity``); a stage of another target that gets worse is a
+``changed`` line, saying how to require it.
 """
 from __future__ import annotations
 
@@ -29,8 +34,9 @@ from .exitcodes import UsageError
 from .report import CRASH, FAIL, IMPORT_PROBE, PASS, TIMEOUT, ProbeReport, RunReport, StageResult
 from .reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
 from .shards import shard_from_command
-from .stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY
+from .stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY, target_of
 from .stages import order as stage_order
+from .targets import DEFAULT_REQUIRE, Gate, normalized
 
 BASELINE_SCHEMA_VERSION = 1
 
@@ -95,6 +101,7 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
         "breaks": breaks,
         "recompiles": s.recompile_count,
         "phases": s.phases,
+        "target": s.target or target_of(s.stage),
     }
     if advice:
         snap["advice"] = advice
@@ -108,9 +115,11 @@ def _break_sort_key(b: dict[str, Any]) -> tuple:
     return (b.get("kind") or "", b.get("gb_type") or "", b.get("file") or "", b.get("line") or 0)
 
 
-def from_report(report: RunReport, severity: dict[str, str] | None = None) -> dict[str, Any]:
+def from_report(report: RunReport, severity: dict[str, str] | None = None,
+                require: tuple[str, ...] = ()) -> dict[str, Any]:
     """The baseline document of a run report (sorted, so rewriting an unchanged baseline is a no-op diff).
-    ``severity``: the per-kind setting to keep (``severity_setting`` of the baseline being rewritten)."""
+    ``severity``: the per-kind setting to keep (``severity_setting`` of the baseline being rewritten);
+    ``require``: the baseline's own required targets to keep (``require_setting``), joined with the run's."""
     probes = {}
     for p in sorted(report.probes, key=lambda p: p.id):
         probes[p.id] = {"stages": {name: stage_snapshot(s, p) for name, s in p.stages.items()}}
@@ -123,6 +132,9 @@ def from_report(report: RunReport, severity: dict[str, str] | None = None) -> di
     }
     if severity:
         doc["severity"] = dict(sorted(severity.items()))
+    required = normalized([*report.require, *require])
+    if required != DEFAULT_REQUIRE:
+        doc["require"] = list(required)
     if report.strict:
         doc["strict"] = True
     return doc
@@ -143,6 +155,19 @@ def severity_setting(doc: dict[str, Any]) -> dict[str, str]:
         if value not in taxonomy.SEVERITIES:
             raise ValueError(f"severity: {kind!r} is {value!r}; expected one of {', '.join(taxonomy.SEVERITIES)}")
     return dict(setting)
+
+
+def require_setting(doc: dict[str, Any]) -> tuple[str, ...]:
+    """A baseline's (or a reduced report's) ``require`` list: the targets it gates on. Raises ValueError."""
+    from .targets import TARGETS
+
+    value = doc.get("require", [])
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise ValueError("'require' must be a list of targets such as [\"compile\", \"func\"]")
+    unknown = [t for t in value if t not in TARGETS]
+    if unknown:
+        raise ValueError(f"require: {', '.join(map(repr, unknown))} is not a target ({', '.join(TARGETS)})")
+    return normalized(value)
 
 
 def gated_advice(base: dict[str, Any], new: dict[str, Any]) -> frozenset[str]:
@@ -170,6 +195,7 @@ def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(doc.get("probes"), dict):
             raise ValueError("baseline has no 'probes' object")
         severity_setting(doc)
+        require_setting(doc)
         _check_probes(doc["probes"])
         return doc
     if "probes" in doc and "schema_version" in doc:
@@ -263,6 +289,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
     """
     cmp = Comparison()
     gated = gated_advice(base, new)
+    gate = Gate(normalized([*require_setting(base), *require_setting(new)]))
     base_probes: dict[str, Any] = base.get("probes", {})
     new_probes: dict[str, Any] = new.get("probes", {})
     ids = sorted(set(base_probes) | set(new_probes))
@@ -281,7 +308,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
             continue
         cmp.compared_probes += 1
         if b is None:
-            failing = _failing_kinds(n, gated)
+            failing = _failing_kinds(n, gated, gate)
             if failing:
                 cmp.changes.append(Change(pid, None, "probe", "absent", "fail", REGRESSED,
                                           f"new probe fails: {', '.join(failing)}"))
@@ -290,13 +317,31 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
             continue
         b_stages, n_stages = b.get("stages", {}), n.get("stages", {})
         for stage in sorted(set(b_stages) | set(n_stages), key=stage_order):
-            cmp.changes += _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage), gated)
+            changes = _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage), gated)
+            target = _target(stage, b_stages.get(stage), n_stages.get(stage))
+            cmp.changes += changes if gate.requires(target) else [_not_required(c, target, gate) for c in changes]
     return cmp
 
 
-def _failing_kinds(probe: dict[str, Any], gated: frozenset[str] = frozenset()) -> list[str]:
+def _target(stage: str, *snaps: dict[str, Any] | None) -> str:
+    """A stage's target: as its snapshot records it, else (a baseline from before targets) the registry's."""
+    return next((s["target"] for s in snaps if s and isinstance(s.get("target"), str)), target_of(stage))
+
+
+def _not_required(c: Change, target: str, gate: Gate) -> Change:
+    """A change in a stage of a target the gate does not require: shown, never a regression."""
+    if c.effect != REGRESSED:
+        return c
+    return Change(c.probe, c.stage, c.aspect, c.before, c.after, CHANGED,
+                  f"{c.detail} (target {target} not required; {gate.how_to_require(target)} gates on it)",
+                  c.location)
+
+
+def _failing_kinds(probe: dict[str, Any], gated: frozenset[str] = frozenset(), gate: Gate = Gate()) -> list[str]:
     kinds: list[str] = []
-    for s in probe.get("stages", {}).values():
+    for stage, s in probe.get("stages", {}).items():
+        if not gate.requires(_target(stage, s)):
+            continue
         found = [*(s.get("kinds", []) if s.get("status") in _FAILED else []), *_gated(s, gated)]
         kinds += [k for k in found if k not in kinds]
     return kinds
@@ -418,5 +463,6 @@ def compare_report(base: dict[str, Any], report: RunReport) -> Comparison:
 
 def write_baseline(path: str, report: RunReport, keep: dict[str, Any] | None = None) -> None:
     """Rewrite the baseline at ``path`` from ``report`` (atomically), keeping ``keep``'s (the baseline being
-    rewritten) ``severity`` setting: the user's choice, not a measurement."""
-    write_json_atomic(path, from_report(report, severity_setting(keep) if keep else None))
+    rewritten) ``severity`` and ``require`` settings: the user's choices, not measurements."""
+    write_json_atomic(path, from_report(report, severity_setting(keep) if keep else None,
+                                        require_setting(keep) if keep else ()))

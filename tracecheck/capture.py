@@ -31,17 +31,50 @@ _LIB_DIRS = tuple(
 )
 _TORCH_DIR = _LIB_DIRS[-1]
 
+#: tracebacks of tracecheck's own evidence parsers that failed in this process. A parser must not raise into torch
+#: (a logging handler, a patched ``Library.define``), so it records its failure here; ``check_parsers`` (called by
+#: worker.child_main after every task) turns any into an internal error: a parser that failed found nothing, and
+#: "nothing found" must never read as a pass.
+_PARSER_FAILURES: list[str] = []
+
+
+class ParserError(RuntimeError):
+    """tracecheck's evidence capture failed: what it counted cannot be trusted."""
+
+
+def parser_failed() -> None:
+    """Record the exception being handled (call it inside ``except``)."""
+    _PARSER_FAILURES.append(traceback.format_exc())
+
+
+def check_parsers() -> None:
+    """Raise ParserError when a parser of this process failed since the last check (its traceback in the message)."""
+    if _PARSER_FAILURES:
+        first, n = _PARSER_FAILURES[0], len(_PARSER_FAILURES)
+        _PARSER_FAILURES.clear()
+        raise ParserError(f"tracecheck's evidence capture failed {n} time(s); the first:\n{first}")
+
 
 class StructuredTraceHandler(logging.Handler):
     """Base for listeners on the structured trace (``torch.__trace``); a context manager that installs itself.
 
     torch emits a record only while the logger has a handler, so installing one is what turns the trace on.
+    Subclasses implement ``read(record)``; a failure in it is recorded (``parser_failed``), never raised into torch.
     """
 
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
         self._logger = logging.getLogger("torch.__trace")
         self._old_level = self._logger.level
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.read(record)
+        except Exception:  # a logging handler must never raise into torch: the task reports it instead
+            parser_failed()
+
+    def read(self, record: logging.LogRecord) -> None:
+        raise NotImplementedError
 
     def __enter__(self):
         self._logger.addHandler(self)
@@ -64,14 +97,11 @@ class TraceCollector(StructuredTraceHandler):
         self.breaks: list[dict[str, Any]] = []
         self._seen: set[tuple[Any, ...]] = set()
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            meta = getattr(record, "metadata", {}) or {}
-            art = meta.get("artifact")
-            if isinstance(art, dict) and art.get("name") == "dynamo_graph_break_reason":
-                self._add_break(getattr(record, "payload", "") or "")
-        except Exception:  # a logging handler must never raise into torch
-            pass
+    def read(self, record: logging.LogRecord) -> None:
+        meta = getattr(record, "metadata", {}) or {}
+        art = meta.get("artifact")
+        if isinstance(art, dict) and art.get("name") == "dynamo_graph_break_reason":
+            self._add_break(getattr(record, "payload", "") or "")
 
     def _add_break(self, payload: str) -> None:
         loc = _LOCATION.search(payload)
@@ -129,12 +159,9 @@ class OutputCodeCollector(StructuredTraceHandler):
         super().__init__()
         self.codes: list[str] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            if "inductor_output_code" in (getattr(record, "metadata", {}) or {}):
-                self.codes.append(str(getattr(record, "payload", "") or ""))
-        except Exception:  # a logging handler must never raise into torch
-            pass
+    def read(self, record: logging.LogRecord) -> None:
+        if "inductor_output_code" in (getattr(record, "metadata", {}) or {}):
+            self.codes.append(str(getattr(record, "payload", "") or ""))
 
     def kernel_count(self) -> int:
         """The kernels Inductor generated, over every compiled graph (each defined once in its graph's code)."""
@@ -183,26 +210,23 @@ class RecompileCollector(_StepRecords):
     Use as a context manager; set ``step`` before each step.
     """
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            meta = getattr(record, "metadata", {}) or {}
-            art = meta.get("artifact")
-            if not isinstance(art, dict) or art.get("name") not in (_DYNAMO_REASONS, _CA_REASONS):
-                return
-            reasons = _payload_list(getattr(record, "payload", None))
-            if not reasons:
-                return
-            graph = "backward" if "compiled_autograd_id" in meta else "forward"
-            if art["name"] == _CA_REASONS:
-                # The list grows per cache node: every capture ever made there; the newest is last.
-                self.records.append({"reason": _clean(reasons[-1]), "step": self.step,
-                                     "source": "compiled_autograd", "user_frame": None, "graph": "backward"})
-            else:
-                # One reason per cache entry that failed its guards; the newest entry comes first.
-                self.records.append({"reason": _clean(reasons[0]), "step": self.step, "source": "dynamo",
-                                     "user_frame": _guard_user_frame(reasons[0]), "graph": graph})
-        except Exception:  # a logging handler must never raise into torch
-            pass
+    def read(self, record: logging.LogRecord) -> None:
+        meta = getattr(record, "metadata", {}) or {}
+        art = meta.get("artifact")
+        if not isinstance(art, dict) or art.get("name") not in (_DYNAMO_REASONS, _CA_REASONS):
+            return
+        reasons = _payload_list(getattr(record, "payload", None))
+        if not reasons:
+            return
+        graph = "backward" if "compiled_autograd_id" in meta else "forward"
+        if art["name"] == _CA_REASONS:
+            # The list grows per cache node: every capture ever made there; the newest is last.
+            self.records.append({"reason": _clean(reasons[-1]), "step": self.step,
+                                 "source": "compiled_autograd", "user_frame": None, "graph": "backward"})
+        else:
+            # One reason per cache entry that failed its guards; the newest entry comes first.
+            self.records.append({"reason": _clean(reasons[0]), "step": self.step, "source": "dynamo",
+                                 "user_frame": _guard_user_frame(reasons[0]), "graph": graph})
 
 
 def _payload_list(payload: Any) -> list[str]:
@@ -246,19 +270,16 @@ class SpecializationCollector(_StepRecords):
     frame outside torch and tracecheck of the Python stack (a fake impl's line, or model code), ``user_frame``
     the user line Dynamo was tracing. ``step`` tags each record, as in RecompileCollector."""
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            event = (getattr(record, "metadata", {}) or {}).get("symbolic_shape_specialization")
-            if not isinstance(event, dict):
-                return
-            names = compat.trace_filenames()
-            self.records.append({
-                "symbol": str(event.get("symbol")), "sources": [str(s) for s in event.get("sources") or []],
-                "value": str(event.get("value")), "reason": str(event.get("reason", "")), "step": self.step,
-                "frame": innermost_user_frame(event.get("stack"), names),
-                "user_frame": innermost_user_frame(event.get("user_stack"), names)})
-        except Exception:  # a logging handler must never raise into torch
-            pass
+    def read(self, record: logging.LogRecord) -> None:
+        event = (getattr(record, "metadata", {}) or {}).get("symbolic_shape_specialization")
+        if not isinstance(event, dict):
+            return
+        names = compat.trace_filenames()
+        self.records.append({
+            "symbol": str(event.get("symbol")), "sources": [str(s) for s in event.get("sources") or []],
+            "value": str(event.get("value")), "reason": str(event.get("reason", "")), "step": self.step,
+            "frame": innermost_user_frame(event.get("stack"), names),
+            "user_frame": innermost_user_frame(event.get("user_stack"), names)})
 
 
 def innermost_user_frame(stack: Any, names: dict[int, str]) -> dict[str, Any] | None:
@@ -314,11 +335,14 @@ def _qualname(exc: BaseException) -> str:
 
 
 def user_frame(exc: BaseException) -> dict[str, Any] | None:
-    """The innermost frame in the user's code: from Dynamo's ``from user code:`` block, else the traceback."""
+    """The innermost frame in the user's code: from Dynamo's ``from user code:`` block (or the ``User stack:`` of a
+    constraint violation), else the traceback."""
     for e in _chain(exc):
         msg = safe_str(e)
-        if "from user code:" in msg:
-            frames = list(_FROM_USER_CODE.finditer(msg.split("from user code:", 1)[1]))
+        # Dynamo's "from user code:" block; the shape environment's "User stack:" (ConstraintViolationError)
+        marker = next((m for m in ("from user code:", "User stack:") if m in msg), None)
+        if marker:
+            frames = list(_FROM_USER_CODE.finditer(msg.split(marker, 1)[1]))
             user = [m for m in frames if not _is_library(m.group("file"))]
             if user:
                 m = user[-1]
@@ -348,6 +372,35 @@ def _is_library(path: str) -> bool:
     return path.startswith("<") or os.path.abspath(path).startswith(_LIB_DIRS) or "site-packages" in path
 
 
+def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
+    """``{"op", "exception_type", "message", "frame"}`` when an exception of the chain was raised by a custom op's own
+    fake impl: its innermost frame is user code, called from FakeTensor's dispatch of that op (whose ``func`` local
+    names it). An error torch raised inside a fake impl (a data-dependent size, say) is not the fake's own raise."""
+    from .classify import TORCH_NAMESPACES
+
+    for e in _chain(exc):
+        frames = []
+        tb = e.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        if not frames or _is_library(frames[-1].f_code.co_filename):
+            continue
+        op = None
+        for frame in frames:
+            func = compat.fake_dispatch_op(frame)
+            if func is not None and func.namespace not in TORCH_NAMESPACES:
+                op = func
+        if op is None:
+            continue
+        last = frames[-1]
+        return {"op": str(op), "exception_type": _qualname(e).rsplit(".", 1)[-1],
+                "message": safe_str(e)[:500],
+                "frame": {"file": last.f_code.co_filename, "line": last.f_lineno, "function": last.f_code.co_name,
+                          "code": linecache.getline(last.f_code.co_filename, last.f_lineno).strip()}}
+    return None
+
+
 def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
     """Plain-data evidence of one exception, for ``classify.classify_error``."""
     chain = _chain(exc)
@@ -365,7 +418,22 @@ def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
         "phase": phase,
         "user_frame": user_frame(exc),
         "traceback": tb,
+        "fake_impl": fake_impl_raised(exc),
+        "traced_in_torch": _traced_in_torch(chain),
     }
+
+
+def _traced_in_torch(chain: list[BaseException]) -> bool:
+    """Was Dynamo tracing torch's own code when it stopped: the innermost frame of its ``from user code:`` block lies
+    inside torch (flex_attention's fallback calling a C builtin, say), not in the user's or a library's code."""
+    for e in chain:
+        msg = safe_str(e)
+        if "from user code:" in msg:
+            frames = list(_FROM_USER_CODE.finditer(msg.split("from user code:", 1)[1]))
+            inner = os.path.abspath(frames[-1].group("file")) if frames else ""
+            # Dynamo's polyfills re-enact the user's Python (object construction): not torch's own call
+            return inner.startswith(_TORCH_DIR) and "/_dynamo/polyfills/" not in inner.replace(os.sep, "/")
+    return False
 
 
 class OpRegistrationWatch:
@@ -389,8 +457,8 @@ class OpRegistrationWatch:
             result = orig(lib, schema, *args, **kwargs)
             try:
                 watch._saw(lib.ns, schema)
-            except Exception:
-                pass
+            except Exception:  # the user's define went through; the task reports the watch's own failure
+                parser_failed()
             return result
 
         torch.library.Library.define = define  # type: ignore[method-assign]

@@ -51,7 +51,8 @@ def gb_code_from_text(text: str) -> str | None:
 # are trusted only when one of these is in the chain (or the evidence is a graph break, or an opcheck test).
 _TORCH_TYPES = {"Unsupported", "TorchRuntimeError", "UserError", "BackendCompilerFailed", "InductorError",
                 "InternalTorchDynamoError", "GuardOnDataDependentSymNode", "DataDependentOutputException",
-                "DynamicOutputShapeException", "UnsupportedOperatorException", "OpCheckError"}
+                "DynamicOutputShapeException", "UnsupportedOperatorException", "OpCheckError",
+                "ConstraintViolationError"}
 
 
 def _from_torch(types: set[str], raw: dict[str, Any]) -> bool:
@@ -63,8 +64,14 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
     """The context when the evidence matches the rule (named groups of the pattern that matched), else None."""
     if rule.only_with_gb_types is not None and (gb_type or "") not in rule.only_with_gb_types:
         return None
-    if rule.only_under_transform and not raw.get("transform"):
+    if rule.only_under_transform and not (raw.get("transform") or transform_in_traceback(raw)):
         return None
+    fake = raw.get("fake_impl")
+    if rule.fake_impl_raised and isinstance(fake, dict):
+        raised, cause = rule.fake_impl_raised
+        if "*" in raised or fake.get("exception_type") in raised:
+            return {"op": fake.get("op") or "", "cause": cause, **({"fake_frame": fake["frame"]}
+                                                                    if fake.get("frame") else {})}
     trusted = _from_torch(types, raw)
     for p in rule.patterns:
         if p.torch_only and not trusted:
@@ -82,6 +89,26 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
     if rule.any_gb_type and gb_type and ("Unsupported" in types or raw.get("is_break")):
         return {}
     return None
+
+
+_UNKNOWN_MODULE = "<unknown module>."
+
+
+def _torch_builtin(builtin: str, raw: dict[str, Any]) -> bool:
+    """Is a builtin Dynamo names without a module (``<unknown module>.TensorBase._make_wrapper_subclass``,
+    ``<unknown module>.pybind11_object.__new__``) torch's own? Only the call site tells a user's extension from torch
+    itself: torch's code made the call (a break Dynamo places inside torch: flex_attention's fallback), or the user's
+    line calls it through ``torch.`` (a tensor subclass's ``torch.Tensor._make_wrapper_subclass(...)``)."""
+    if not builtin.startswith(_UNKNOWN_MODULE):
+        return False
+    # capture.py: the call was made from torch's own code; Dynamo's polyfills (object construction, say) re-enact
+    # the user's own Python, so a break placed there is still the user's call
+    in_torch = bool(raw.get("caller")) and "/_dynamo/polyfills/" not in str(raw.get("file", "")).replace("\\", "/")
+    if in_torch or raw.get("traced_in_torch"):
+        return True
+    method = builtin.rsplit(".", 1)[-1]
+    code = str(raw.get("code") or (raw.get("user_frame") or {}).get("code") or "")
+    return bool(re.search(rf"\btorch(\.\w+)*\.{re.escape(method)}\b", code))
 
 
 def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
@@ -123,9 +150,64 @@ def _stub(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> 
         ctx["cause"] = "stub"
 
 
+#: torch.func's own Python files in a traceback, and the transform each one means
+_FUNCTORCH_FILES = (("torch/_functorch/vmap.py", "vmap"), ("torch/_functorch/apis.py", "vmap"),
+                    ("torch/_functorch/eager_transforms.py", "grad"))
+_HOP_FILE = re.compile(r"torch/_higher_order_ops/(?P<hop>\w+)\.py")
+#: higher-order ops by module, as users call them
+_HOP_NAMES = {"cond": "torch.cond", "while_loop": "torch._higher_order_ops.while_loop", "scan": "torch._higher_order_ops.scan",
+              "map": "torch._higher_order_ops.map", "associative_scan": "torch._higher_order_ops.associative_scan",
+              "flex_attention": "flex_attention", "invoke_subgraph": "torch._higher_order_ops.invoke_subgraph"}
+
+
+#: a Function torch.func refused that the evidence does not name
+_SOME_FUNCTION = "The autograd.Function"
+
+
+def transform_in_traceback(raw: dict[str, Any]) -> str | None:
+    """The torch.func transform an error was raised under, read from its traceback (the probe called
+    torch.func.vmap/grad itself), innermost first; None when it ran under none."""
+    tb = str(raw.get("traceback", "")).replace("\\", "/")
+    found = [(tb.rfind(f), t) for f, t in _FUNCTORCH_FILES if f in tb]
+    return max(found)[1] if found else None
+
+
+def _functorch(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
+    """The transform that refused (the vmap stage says; else the traceback), and for a higher-order op without a
+    rule for it, which op."""
+    ctx.setdefault("transform", raw.get("transform") or transform_in_traceback(raw) or "vmap")
+    key = ctx.pop("transform_key", None)
+    if key:  # KeyError: <TransformType.Grad: 2>: the transform the HOP has no rule for
+        ctx["transform"] = {"Grad": "grad", "Vmap": "vmap", "Jvp": "jvp", "Functionalize": "functionalize"}.get(
+            key, ctx["transform"])
+    if ctx.get("cause") in ("setup_context", "vmap_rule") and not ctx.get("function"):
+        ctx["function"] = _SOME_FUNCTION  # the fix text names it; the vmap stage names the class when it finds it
+    hops = _HOP_FILE.findall((str(raw.get("traceback", "")) + "\n" + text).replace("\\", "/"))
+    if ctx.get("cause") == "storage" and hops:  # a higher-order op without a rule compiles itself under the transform
+        ctx["cause"] = "hop"
+    if ctx.get("cause") == "hop":
+        ctx["hop"] = _HOP_NAMES.get(hops[-1], f"torch._higher_order_ops.{hops[-1]}") if hops else "a higher-order op"
+
+
+def _fake_raises(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
+    """A fake impl that raised: what it raised, and its line (the finding's frame: where the fix goes)."""
+    fake = raw.get("fake_impl") or {}
+    if ctx.get("cause") == "raises" and fake:
+        first = next((ln.strip() for ln in str(fake.get("message", "")).splitlines() if ln.strip()), "")
+        ctx["exception"] = f"{fake.get('exception_type')}: {first[:160]}" if first else str(fake.get("exception_type"))
+
+
+def _where(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
+    """The user line a dimension marked dynamic was specialized at (the summary's ``{by}``)."""
+    frame = raw.get("user_frame") or {}
+    if ctx.get("cause") == "marked":
+        ctx["by"] = f" at `{frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame.get("file") else ""
+
+
 #: what code adds to a kind's context after its rule matched
 _ENRICH = {"pybind-builtin": _pybind_flags, "graph-break": _hints, "data-dependent": _read_values,
-           "missing-fake": _stub}
+           "missing-fake": _stub, "functorch-incompatible": _functorch, "fake-mismatch": _fake_raises,
+           "dynamic-shape": _where}
 
 
 def _gb_type_from_text(text: str) -> str | None:
@@ -168,6 +250,8 @@ def _summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
         else "has no fake impl",
         "gb_type": ctx.get("gb_type") or "unspecified",
     }
+    if kind == "functorch-incompatible" and "what" not in ctx:
+        derived["what"] = refused_what(ctx)
     return taxonomy.summary(kind, {**ctx, **derived})
 
 
@@ -193,7 +277,8 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
         "exception_chain": [c.get("type") for c in chain],
         "gb_type": gb_type,
         "gb_code": raw.get("gb_code") or gb_code_from_text(text),
-        "user_frame": raw.get("user_frame"),
+        # a fake impl that raised: its own line is where the fix goes
+        "user_frame": ctx.pop("fake_frame", None) or raw.get("user_frame"),
         "phase": raw.get("phase"),
         "message": _trim(raw.get("message", "")),
         "traceback": raw.get("traceback", ""),
@@ -311,7 +396,23 @@ _REFUSED = {
     "control_flow": ": Python control flow reads a batched tensor's value",
     "item": ": .item() on a batched tensor",
     "inplace": ": an in-place write of a batched tensor into an unbatched one",
+    "retain_grad": ": the forward calls Tensor.retain_grad()",
+    "module_hook": ": a module backward hook runs through an autograd.Function torch.func refuses",
+    "no_returns": ": custom op {op} returns nothing, and vmap's per-sample fallback cannot run an op without outputs",
+    "no_fallback": ": custom op {op} has a schema vmap's per-sample fallback cannot run (a non-tensor output)",
+    "hop": ": {hop} has no torch.func.{transform} rule",
 }
+
+
+def refused_what(ctx: dict[str, Any]) -> str:
+    """The functorch-incompatible summary's ``{what}``: the cause in words, with the Function(s) or op named."""
+    functions = [x for x in str(ctx.get("function") or "").split(", ") if x and x != _SOME_FUNCTION]
+    many = len(functions) > 1
+    named = f"autograd.Function{'s' if many else ''} {', '.join(functions)}" if functions else "an autograd.Function"
+    return _REFUSED.get(str(ctx.get("cause")), "").format(function=named, op=ctx.get("op", "?"),
+                                                          defines="define" if many else "defines",
+                                                          hop=ctx.get("hop", "a higher-order op"),
+                                                          transform=ctx.get("transform", "vmap"))
 
 
 def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
@@ -320,24 +421,22 @@ def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
     ``functorch-incompatible``; any other error is classified as usual, with the transform named."""
     f = classify_error(stage, raw)
     transform = raw.get("transform", "vmap")
-    f.context["transform"] = transform
     f.evidence["transform"] = transform
     if f.kind == "functorch-incompatible":
         functions = raw.get("functions") or []
-        if functions and not f.context.get("function"):
+        if functions and f.context.get("function") in (None, _SOME_FUNCTION):
             f.context["function"] = ", ".join(functions)
         tb = str(raw.get("traceback", "")).replace("\\", "/")
-        if f.context.get("cause") == "setup_context" and not functions and "torch/utils/checkpoint.py" in tb:
-            f.context["cause"] = "checkpoint"  # torch's own old-style Function: checkpoint(use_reentrant=True)
-        many = len(functions) > 1
-        named = f"autograd.Function{'s' if many else ''} {f.context['function']}" if f.context.get("function") \
-            else "an autograd.Function"
-        if not f.context.get("function"):  # the fix text names it: one torch.func refused, not found in the probe
-            f.context["function"] = "The autograd.Function"
-        what = _REFUSED.get(str(f.context.get("cause")), "").format(function=named, op=f.context.get("op", "?"),
-                                                                    defines="define" if many else "defines")
-        f.summary = _summary(f.kind, {**f.context, "what": what}, stage)
+        if f.context.get("cause") == "setup_context" and not functions:
+            # torch's own old-style Functions: checkpoint(use_reentrant=True), a module's backward hooks
+            for file, cause in (("torch/utils/checkpoint.py", "checkpoint"), ("torch/utils/hooks.py", "module_hook")):
+                if file in tb:
+                    f.context["cause"] = cause
+                    f.context.pop("function", None)
+                    break
+        f.summary = _summary(f.kind, f.context, stage)
     else:
+        f.context["transform"] = transform
         f.summary = f"Under torch.func.{transform}: {f.summary}"
     return f
 
@@ -425,6 +524,8 @@ def _apply_rules(text: str, types: set[str], gb_type: str | None,
         ctx = _matches(kind.detect, text, types, gb_type, raw)
         if ctx is None:
             continue
+        if kind.id == "pybind-builtin" and _torch_builtin(ctx.get("builtin", ""), raw):
+            continue  # torch's own C function, not the user's extension: the next rule (graph-break) says what it is
         if kind.id in _ENRICH:
             _ENRICH[kind.id](ctx, text, raw, gb_type or "")
         if ctx.get("op"):

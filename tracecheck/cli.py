@@ -18,12 +18,14 @@ from .render import annotations, diff, junit, markdown
 from .report import PASS, StageResult
 from .reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES
+from .targets import normalized, parse_require
 
 EXIT_CODES_HELP = """\b
 Exit codes:
-  0  every probe passed every stage (advice such as opaque-op does not fail one unless --strict;
-     with --baseline: nothing regressed; --update-baseline: written)
-  1  a failure or graph break was found (with --baseline: a regression against it)
+  0  every probe passed every stage of the required targets (compile, and --require's; advice
+     such as opaque-op does not fail one unless --strict; with --baseline: nothing regressed;
+     --update-baseline: written)
+  1  a failure or graph break was found in a required target (with --baseline: a regression)
   2  usage or input error (bad path, unloadable model file, no probes, bad probe, unknown stage,
      unwritable output)
   3  internal error in tracecheck
@@ -129,9 +131,13 @@ def cli() -> None:
               help="Import each model file afresh in every stage process, not once per file (slower).")
 @click.option("--strict", is_flag=True,
               help="Advice (no-batching-rule, opaque-op) fails its stage, the probe, the exit code and --baseline.")
+@click.option("--require", "require", metavar="TARGETS", default="",
+              help="Targets that gate the exit code and --baseline besides compile (always): export (the export "
+                   "stage), func (torch.func: the vmap stage). Their stages run either way; a failure of a target "
+                   "not required is shown and fails nothing.")
 @click.option("-v", "--verbose", is_flag=True, help="Full evidence: tracebacks, messages, stderr tails.")
 def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, redact, trace_dir, baseline_path,
-        update_baseline, junit_path, shard, steps, dynamic, fresh_imports, strict, verbose):
+        update_baseline, junit_path, shard, steps, dynamic, fresh_imports, strict, require, verbose):
     """Diagnose the probes in PATHS (model files or directories) under every stage."""
     console = Console(stderr=True)
     out = _stdout()
@@ -154,11 +160,12 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
             _check_writable(baseline_path, "--baseline")
         if baseline_path and not (update_baseline and not os.path.exists(baseline_path)):
             base = baseline.load_baseline(baseline_path, "--baseline")  # before the run: fail fast
+        required = normalized([*parse_require(require), *(baseline.require_setting(base) if base else ())])
         opts = api.RunOptions(paths=list(paths), stages=[s.strip() for s in stages.split(",") if s.strip()],
                               select=select, jobs=jobs, timeout_s=timeout_s, device=device,
                               command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir,
                               steps=steps, dynamic=dynamic, fresh_imports=fresh_imports,
-                              collect_env=bool(json_path or report_path), strict=strict)
+                              collect_env=bool(json_path or report_path), strict=strict, require=required)
         live = _LiveProgress(console)
         with live.bar:
             report = api.run(opts, live)
@@ -287,9 +294,9 @@ def compare(base_json, new_json, junit_path, update_baseline, verbose):
             if report is not None and shards.shard_from_command(report.command):
                 raise UsageError(f"--update-baseline: {new_json} is one shard; merge the shards first "
                                  "(tracecheck merge ... -o all.json)")
-            doc = baseline.from_report(report, baseline.severity_setting(base)) if report is not None else \
-                {**baseline.load_baseline(new_json, "NEW"), **({"severity": base["severity"]} if base.get("severity")
-                                                                else {})}
+            doc = baseline.from_report(report, baseline.severity_setting(base), baseline.require_setting(base)) \
+                if report is not None else {**baseline.load_baseline(new_json, "NEW"),
+                                            **{k: base[k] for k in ("severity", "require") if base.get(k)}}
             write_json_atomic(base_json, doc)
     _report_comparison(out, report, comparison, base_json)
     if update_baseline:
@@ -372,8 +379,7 @@ def _exit_code(report, comparison, updated_baseline: bool) -> ExitCode:
     """The one mapping from results to the exit code: a baseline decides when given, else the verdicts."""
     if updated_baseline:
         return ExitCode.OK
-    if report is not None and any(f.evidence.get("exception_type") == "tracecheck.InternalError"
-                                  for p in report.probes for s in p.stages.values() for f in s.findings):
+    if report is not None and report.internal_errors:
         return ExitCode.INTERNAL_ERROR  # the run went on, but a stage hit a tracecheck bug: say so
     if comparison is not None:
         return ExitCode.FINDINGS if comparison.regressed else ExitCode.OK

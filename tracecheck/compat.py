@@ -191,3 +191,16 @@ def vmap_fallback_disabled() -> Iterator[None]:
     finally:
         functorch._set_vmap_fallback_enabled(enabled)
 
+
+
+#: FakeTensorMode's dispatch, whose ``func`` local is the op being run on FakeTensors (2.13, 2.14)
+_FAKE_DISPATCH_FILE = "torch/_subclasses/fake_tensor.py"
+
+
+def fake_dispatch_op(frame: Any) -> Any:
+    """The op a traceback frame of FakeTensorMode's dispatch was running (its ``func`` local), else None: how
+    capture.fake_impl_raised tells which op's fake impl raised."""
+    if not frame.f_code.co_filename.replace("\\", "/").endswith(_FAKE_DISPATCH_FILE):
+        return None
+    func = frame.f_locals.get("func")
+    return func if getattr(func, "namespace", None) else None

@@ -9,6 +9,12 @@ function per tensor, and adds torch's cosine-similarity check (``same(..., cos_s
 with the truth (the float64 result, else eager) while eager is. A tensor that is mathematically zero is noise
 on both sides and fails neither check; reduction-order noise passes; a wrong compiled result does not.
 
+Two more sources of fp32 noise, each calibrated on conv nets (benchmarks/calibrate_numerics.py): a tensor that fails
+the RMSE check is checked again with eager runs on inputs and weights jittered by ``JITTER`` as ``same``'s reference
+(a ReLU or max-pool decision that rounding flips moves a gradient far more than eager's error shows), and a probe
+that trains through BatchNorm gets the runner's per-model tolerance for vision training as a floor relative to the
+tensor's size (``BATCHNORM_FLOOR``). The failing tensor's evidence says which rule decided (``rule``).
+
 The fp64 reference is made only when some tensor is not allclose at ``tol`` (a fast path for the common
 case), from a fresh case whose reachable modules and floating inputs are cast to float64 and run with the
 same seeds; random ops draw in float32 there (``Float32Draws``), so the reference sees eager's noise. When the
@@ -45,6 +51,15 @@ TOLERANCES = {
 }
 #: ``same``'s cosine-similarity threshold (``score >= 0.99``); recorded in the evidence.
 COS_THRESHOLD = 0.99
+#: relative size of the jitter of inputs and weights in the eager runs that measure fp32's own noise (two runs)
+JITTER = 1e-6
+JITTER_RUNS = 2
+#: the per-model tolerance of a probe that trains through BatchNorm: RMSE vs float64 up to this fraction of the float64
+#: result's RMS is fp32's, not a bug. PyTorch's benchmark runner checks vision models in training at tol 1e-2 (timm;
+#: 2e-2 to 16e-2 for models it lists); its RMSE floor is tol/10, here relative, at tol 2e-2. Calibrated by
+#: benchmarks/calibrate_numerics.py: Inductor's fused BatchNorm kernels put up to 0.12% on some batch-statistics
+#: gradients where eager is exact to 3e-6, a gradient off by 1% stays above it.
+BATCHNORM_FLOOR = 2e-3
 
 FORWARD, BACKWARD = "forward", "backward"
 
@@ -71,12 +86,20 @@ class Pair:
 
 @dataclass
 class Reference:
-    """The fp64 reference, made lazily: ``values`` by ``what``, or ``unavailable`` saying why not."""
+    """The fp64 reference, made lazily: ``values`` by ``what``, or ``unavailable`` saying why not. ``make_jittered``
+    makes the eager fp32 runs on jittered inputs and weights (``JITTER``), lazily too, by ``what``: fp32's own noise
+    where ReLU and max-pool decisions flip (see ``_judge_one``)."""
 
     make: Callable[[], "dict[str, Any] | str"] | None = None
     values: dict[str, Any] | None = None
     unavailable: str | None = None
     _tried: bool = False
+    make_jittered: Callable[[], "list[dict[str, Any]]"] | None = None
+    _jittered: list[dict[str, Any]] | None = None
+    #: the per-model tolerance: RMSE allowed beyond same()'s, as a fraction of the float64 result's RMS
+    #: (``BATCHNORM_FLOOR`` for a probe that trains through BatchNorm), and why
+    relative_floor: float = 0.0
+    floor_reason: str = ""
 
     def get(self, what: str) -> Any:
         if not self._tried:
@@ -90,6 +113,19 @@ class Reference:
                 else:
                     self.values = got
         return None if self.values is None else self.values.get(what)
+
+    def jittered(self, what: str) -> list[Any]:
+        """``what`` in each jittered eager run (none when there is no such run)."""
+        if self._jittered is None:
+            self._jittered = self.make_jittered() if self.make_jittered is not None else []
+        return [v[what] for v in self._jittered if isinstance(v.get(what), torch.Tensor)]
+
+
+def batchnorm_training(modules: list[Any]) -> bool:
+    """Does the probe train through BatchNorm (a ``_BatchNorm`` module in training mode, in ``modules`` or inside
+    them): the runner's vision-training setting, where ``BATCHNORM_FLOOR`` applies."""
+    return any(isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and sub.training
+               for m in modules for sub in m.modules())
 
 
 def judge(pairs: list[Pair], reference: Reference) -> list[dict[str, Any]]:
@@ -166,6 +202,27 @@ def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
         a, b = a[keep], b[keep]
         fp64 = fp64[keep] if fp64 is not None else None
     ok_rmse = _same(a, b, fp64, tol)
+    jitter_errors: list[float] = []
+    if not ok_rmse and fp64 is not None:
+        # fp32's own noise where the eager run happened to be exact: the same check against eager runs on inputs
+        # and weights jittered by JITTER (a ReLU or max-pool decision that rounding flips moves a gradient by far
+        # more than eager's error vs float64 shows; Inductor recomputing a ReLU mask in the backward flips such)
+        for j in reference.jittered(what):
+            j = j.detach().cpu()
+            j = torch.view_as_real(j) if j.is_complex() else j
+            if j.shape != pair.eager.shape:
+                continue
+            j = j.to(a.dtype)[~a_bad] if bool(a_bad.any()) else j.to(a.dtype)
+            jitter_errors.append(_rmse(fp64, j) or 0.0)
+            ok_rmse = ok_rmse or _same(j, b, fp64, tol)
+    floor_used = False
+    if not ok_rmse and fp64 is not None and reference.relative_floor:
+        # the per-model tolerance: same()'s RMSE rule with a floor relative to the tensor's size
+        res_err, noise = _rmse(fp64, b), max([_rmse(fp64, a) or 0.0, *jitter_errors])
+        multiplier = 3.0 if a.numel() < 1000 or a.dtype in (torch.float16, torch.bfloat16) else 2.0
+        scale = float(fp64.double().pow(2).mean().sqrt()) if fp64.numel() else 0.0
+        floor_used = True
+        ok_rmse = res_err is not None and res_err <= multiplier * noise + tol / 10 + reference.relative_floor * scale
     # the cosine check, relative to eager as the RMSE check is: compiled must be as aligned with the truth
     # (float64, else eager) as eager is; a result that is mathematically zero is noise on both sides
     truth = fp64.to(a.dtype) if fp64 is not None else a
@@ -182,7 +239,27 @@ def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
         ref_err, res_err = _rmse(fp64, a), _rmse(fp64, b)
         out.update(rmse_eager_vs_fp64=ref_err, rmse_compiled_vs_fp64=res_err,
                    error_ratio=(res_err / ref_err) if ref_err and res_err is not None else None)
+        if jitter_errors:
+            out["rmse_jittered_vs_fp64"] = max(jitter_errors)
+    out["rule"] = _rule(out, fp64 is not None, bool(jitter_errors),
+                        f"{reference.relative_floor:g} of the float64 result's RMS ({reference.floor_reason})"
+                        if floor_used else "")
     return out
+
+
+def _rule(m: dict[str, Any], fp64: bool, jittered: bool, floor: str = "") -> str:
+    """Which of torch._dynamo.utils.same's checks decided, in words (the evidence's ``rule``)."""
+    tol = m.get("tol")
+    if "rmse" in m.get("failed", []):
+        if not fp64:
+            return f"not allclose at tol {tol:g} (no float64 reference: the RMSE check could not run)"
+        return (f"RMSE vs float64 above same()'s multiplier (2, or 3 under 1000 elements) times eager fp32's RMSE plus "
+                f"tol/10 (tol {tol:g})" + (f", and above it times the RMSE of eager runs on inputs and weights "
+                                           f"jittered by {JITTER:g} (fp32's noise at ReLU/max-pool decisions)"
+                                           if jittered else "") + (f", plus the per-model tolerance, {floor}" if floor
+                                                                   else ""))
+    return (f"cosine similarity to the {'float64' if fp64 else 'eager'} result below {COS_THRESHOLD} while eager's "
+            "is above")
 
 
 def _same(a: torch.Tensor, b: torch.Tensor, fp64: torch.Tensor | None, tol: float, cos_similarity: bool = False) -> bool:
@@ -242,6 +319,41 @@ def float64(modules: list[torch.nn.Module]) -> Iterator[None]:
             t.data = data
             if isinstance(t, torch.nn.Parameter):
                 t.grad = grad
+
+
+@contextlib.contextmanager
+def jittered(modules: list[torch.nn.Module], level: float, gen: torch.Generator) -> Iterator[None]:
+    """Floating parameters of ``modules`` times ``1 + level·N(0,1)`` for the duration, then exactly as they were
+    (in place, as ``float64`` does, and for the same reason). Buffers stay: running statistics feed no training step."""
+    saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+    seen: set[int] = set()
+    for m in modules:
+        for t in m.parameters():
+            if t.is_floating_point() and id(t) not in seen:
+                seen.add(id(t))
+                saved.append((t, t.data, t.grad))
+    try:
+        with torch.no_grad():
+            for t, data, _ in saved:
+                noise = torch.randn(data.shape, generator=gen, dtype=torch.float32).to(data.device, data.dtype)
+                t.data = data * (1 + level * noise)
+                t.grad = None
+        yield
+    finally:
+        for t, data, grad in saved:
+            t.data = data
+            t.grad = grad
+
+
+def jitter(tree: Any, level: float, gen: torch.Generator) -> Any:
+    """Floating tensors of ``tree`` times ``1 + level·N(0,1)`` (new leaves, ``requires_grad`` kept)."""
+    def one(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            noise = torch.randn(t.shape, generator=gen, dtype=torch.float32).to(t.device, t.dtype)
+            return (t.detach() * (1 + level * noise)).requires_grad_(t.requires_grad)
+        return t
+
+    return pytree.tree_map(one, tree)
 
 
 def to_float64(tree: Any) -> Any:

@@ -122,6 +122,7 @@ def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
         torch._dynamo.reset()
         for h in pytest_handlers:
             trace_logger.addHandler(h)
+    capture.check_parsers()  # a parser that failed counted nothing: never "no new graph breaks"
     return Measurement(graphs, [classify.classify_break(b) for b in tc.breaks])
 
 

@@ -9,19 +9,25 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import taxonomy
+from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 
-#: 2: probe ids relative to ``rootdir``, ``phases``, ``numeric-mismatch`` evidence per phase. Version 1
-#: reports (ids relative to the cwd of the run) still read: the fields added since are optional.
-SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)
+#: 3: targets (``require``, each stage's ``target``, per-target verdicts; a stage of a target not required fails
+#: no probe) and the ``internal-error`` status. 2: probe ids relative to ``rootdir``, ``phases``,
+#: ``numeric-mismatch`` evidence per phase. Older reports still read: the fields added since are optional, and a
+#: stage without a target gates as every stage did then.
+SCHEMA_VERSION = 3
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 #: Pseudo-stage for findings made while loading the file or calling the probe function.
 LOAD_STAGE = "load"
 #: the probe a file's import failure is reported under (``file.py::(import)``) when a kind explains it
 IMPORT_PROBE = "(import)"
 
-#: StageResult.status values.
-PASS, FAIL, SKIP, TIMEOUT, CRASH = "pass", "fail", "skip", "timeout", "crash"
+#: StageResult.status values. INTERNAL: tracecheck's own code failed in the stage (the traceback is kept in
+#: ``StageResult.internal_error``); it says nothing about the probe, and the run exits 3.
+PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL = "pass", "fail", "skip", "timeout", "crash", "internal-error"
+#: statuses that fail a probe when the stage's target is required
+FAILED = (FAIL, TIMEOUT, CRASH)
 
 
 @dataclass
@@ -88,7 +94,9 @@ class StageResult:
     ``graph_count``/``graph_break_count`` are tracecheck's own counts (breaks deduplicated by gb_type and
     user location); ``explain_graph_break_count`` is what ``torch._dynamo.explain`` said, when it differs.
     ``seconds`` is wall time of the stage process. ``phases`` is what the stage ran: ``["forward",
-    "backward"]`` or ``["forward"]`` (None: it ran nothing, e.g. skipped or died).
+    "backward"]`` or ``["forward"]`` (None: it ran nothing, e.g. skipped or died). ``target`` is the stage's
+    target (``targets.TARGETS``; None in a report from before targets). ``internal_error``: the traceback of
+    tracecheck's own failure, with status ``internal-error``.
     """
 
     stage: str
@@ -103,6 +111,8 @@ class StageResult:
     skip_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     phases: list[str] | None = None
+    target: str | None = None
+    internal_error: str | None = None
 
     @property
     def recompile_count(self) -> int | None:
@@ -133,18 +143,27 @@ class StageResult:
             skip_reason=d.get("skip_reason"),
             extra=d.get("extra", {}),
             phases=d.get("phases"),
+            target=d.get("target"),
+            internal_error=d.get("internal_error"),
         )
 
 
 @dataclass
 class Verdict:
-    """``kinds``: what failed the probe; ``advice``: the advice kinds found in any stage (taxonomy severity),
-    which fail nothing unless the run was ``--strict`` (then they are in ``kinds`` too)."""
+    """``status``: ``fail`` when a stage of a required target failed, else ``internal-error`` when a stage hit a
+    tracecheck bug, else ``pass``. ``kinds``: what failed the probe; ``advice``: the advice kinds found in any
+    stage (taxonomy severity), which fail nothing unless the run was ``--strict`` (then they are in ``kinds``
+    too). ``targets``: per target with a stage that ran, ``pass``, ``fail`` or ``internal-error``; ``require``:
+    the targets that gate; ``not_required``: the kinds that failed stages of the other targets (shown, gating
+    nothing)."""
 
-    status: str  # "pass" | "fail"
+    status: str  # "pass" | "fail" | "internal-error"
     first_failing_stage: str | None
     kinds: list[str]
     advice: list[str] = field(default_factory=list)
+    targets: dict[str, str] = field(default_factory=dict)
+    require: list[str] = field(default_factory=lambda: list(DEFAULT_REQUIRE))
+    not_required: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -157,24 +176,40 @@ class ProbeReport:
     file: str
     name: str
     stages: dict[str, StageResult] = field(default_factory=dict)
-    #: the run was ``--strict``: advice kinds failed their stages (set from ``RunReport.strict``, not serialized here)
-    strict: bool = False
+    #: how the run is gated (set from ``RunReport``'s ``require`` and ``strict``; not serialized here)
+    gate: Gate = field(default_factory=Gate)
 
     @property
     def verdict(self) -> Verdict:
         ranked = sorted(self.stages.values(), key=lambda s: s.stage != LOAD_STAGE)  # stable: run order otherwise
-        failing = [s for s in ranked if s.status in (FAIL, TIMEOUT, CRASH)]
+        failed = [s for s in ranked if s.status in FAILED]
+        failing = [s for s in failed if self.gate.requires(s.target)]
+        internal = [s for s in ranked if s.status == INTERNAL and self.gate.requires(s.target)]
         kinds: list[str] = []
         for s in failing:
-            for f in s.findings or ([s.failure] if s.failure else []):
-                if f.kind not in kinds and (self.strict or not taxonomy.is_advice(f.kind)):
+            for f in stage_failures(s, self.gate.strict):
+                if f.kind not in kinds:
                     kinds.append(f.kind)
+        not_required = list(dict.fromkeys(f.kind for s in failed if not self.gate.requires(s.target)
+                                          for f in stage_failures(s, self.gate.strict)))
         advice = list(dict.fromkeys(f.kind for s in ranked for f in s.findings if taxonomy.is_advice(f.kind)))
+        targets: dict[str, str] = {}
+        for s in ranked:
+            target = s.target or TARGETS[0]
+            if s.status in FAILED:
+                targets[target] = FAIL
+            elif s.status == INTERNAL and targets.get(target) != FAIL:
+                targets[target] = INTERNAL
+            elif s.status == PASS:
+                targets.setdefault(target, PASS)
         return Verdict(
-            status=FAIL if failing else PASS,
+            status=FAIL if failing else INTERNAL if internal else PASS,
             first_failing_stage=failing[0].stage if failing else None,
             kinds=kinds,
             advice=advice,
+            targets={t: targets[t] for t in TARGETS if t in targets},
+            require=list(self.gate.require),
+            not_required=not_required,
         )
 
     @property
@@ -214,10 +249,17 @@ class RunReport:
     rootdir: str = ""
     #: ``--strict``: advice findings failed their stages (and so the probe and the exit code)
     strict: bool = False
+    #: the targets that gate (``--require``; ``compile`` always): a failed stage of another target fails nothing
+    require: tuple[str, ...] = DEFAULT_REQUIRE
 
     def __post_init__(self) -> None:
+        self.require = self.gate.require
         for p in self.probes:
-            p.strict = self.strict
+            p.gate = self.gate
+
+    @property
+    def gate(self) -> Gate:
+        return Gate(tuple(self.require), self.strict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -226,6 +268,7 @@ class RunReport:
             "command": self.command,
             "rootdir": self.rootdir,
             "strict": self.strict,
+            "require": list(self.require),
             "stages": self.stages,
             "seconds": self.seconds,
             "environment": self.environment,
@@ -247,11 +290,27 @@ class RunReport:
             seconds=d.get("seconds", 0.0),
             rootdir=d.get("rootdir", ""),
             strict=bool(d.get("strict", False)),
+            # before targets, every stage gated: an old report keeps its meaning
+            require=tuple(d.get("require") or (TARGETS if version in (1, 2) else DEFAULT_REQUIRE)),
         )
 
     @property
     def passed(self) -> bool:
         return all(p.verdict.status == PASS for p in self.probes)
+
+    @property
+    def internal_errors(self) -> list[tuple[ProbeReport, StageResult]]:
+        """Stages where tracecheck's own code failed (exit 3, whatever else the run found)."""
+        return [(p, s) for p in self.probes for s in p.stages.values() if s.status == INTERNAL]
+
+
+def stage_failures(s: StageResult, strict: bool = False) -> list[Finding]:
+    """The findings that failed a stage: its errors, and its advice too when ``strict`` (none for a stage that did
+    not fail)."""
+    if s.status not in FAILED:
+        return []
+    found = s.findings or ([s.failure] if s.failure else [])
+    return [f for f in found if strict or not taxonomy.is_advice(f.kind)]
 
 
 def op_name(op: str) -> str:

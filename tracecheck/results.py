@@ -229,11 +229,22 @@ def attribute_unknowns(stages: dict[str, StageResult]) -> None:
     order) whose finding it took, and the summary says it. ``stages`` is in stage order."""
     causes = [(s.stage, f) for s in stages.values() for f in s.findings
               if f.kind in _ROOT_CAUSES and not f.context.get("warning")]  # a warning is no failure's cause
+    eager = stages.get("eager")
+    eager_error = next((f for f in (eager.findings if eager else []) if f.kind == "eager-error"), None)
     # a graph break names no op, but an error at its line (export tracing into data_ptr, say) is that break's cause
     breaks = [(s.stage, f) for s in stages.values() for f in s.findings if f.kind == "graph-break"]
     for s in stages.values():
         for i, f in enumerate(s.findings):
             if f.kind != "unknown":
+                continue
+            if eager_error is not None and _same_error(f, eager_error):
+                # opcheck re-running the op, gradcheck re-running the Function: the eager failure again
+                new = Finding("eager-error", f"{eager_error.summary} (attributed: the {s.stage} stage ran the same "
+                              "code again and hit the same error)", {**eager_error.context, "first_seen_at": "eager"},
+                              {**f.evidence, "rerun_of": f.context.get("op")} if f.context.get("op") else f.evidence)
+                if s.failure is f:
+                    s.failure = new
+                s.findings[i] = new
                 continue
             op, frame = f.context.get("op"), _frame(f)
             by_op = next(((st, c) for st, c in causes if op and c.context.get("op") == op), None)
@@ -247,6 +258,15 @@ def attribute_unknowns(stages: dict[str, StageResult]) -> None:
             if s.failure is f:
                 s.failure = new
             s.findings[i] = new
+
+
+def _same_error(f: Finding, other: Finding) -> bool:
+    """The same exception: its type, the first line of its message and the frame that raised it."""
+    def key(x: Finding) -> tuple[Any, ...]:
+        lines = str(x.evidence.get("message") or "").strip().splitlines()
+        return x.evidence.get("exception_type"), lines[0] if lines else "", _frame(x)
+
+    return bool(f.evidence.get("exception_type")) and key(f) == key(other)
 
 
 def load_result(entry: dict[str, Any]) -> StageResult | None:

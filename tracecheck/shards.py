@@ -63,6 +63,8 @@ def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
     first = reports[0]
     if len({r.strict for r in reports}) > 1:
         raise UsageError("merge: some shard reports were run with --strict and some without; rerun them alike")
+    if len({tuple(r.require) for r in reports}) > 1:
+        raise UsageError("merge: the shard reports require different targets (--require); rerun them alike")
     torch_versions = sorted({str(r.environment.get("torch")) for r in reports})
     environment = dict(first.environment)
     if len(torch_versions) > 1:
@@ -79,4 +81,5 @@ def merge(reports: list[RunReport], sources: list[str]) -> RunReport:
         seconds=round(sum(r.seconds for r in reports), 2),
         rootdir=first.rootdir,
         strict=first.strict,
+        require=first.require,
     )

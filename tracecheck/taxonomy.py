@@ -34,6 +34,8 @@ class Kind:
     snippet: str = ""
     #: a fix per cause the evidence supports (``Finding.context["cause"]``); ``fix`` when none is named
     fix_by_cause: dict[str, str] = field(default_factory=dict)
+    #: a summary per cause, where a cause's evidence reads otherwise (``summary`` for the rest)
+    summary_by_cause: dict[str, str] = field(default_factory=dict)
     #: what ``tracecheck fix`` generates for this kind; "" when it has no code fix
     code_fix: str = ""
     #: how evidence is recognised as this kind (``Detect``); None: only code makes it (timeout, crash, ...)
@@ -69,6 +71,9 @@ class Detect:
     exclude: dict[str, re.Pattern[str]] = field(default_factory=dict)
     #: the rule applies only to an error raised under a torch.func transform (evidence with ``transform``)
     only_under_transform: bool = False
+    #: an exception of one of these types (``*``: any) raised by a custom op's own fake impl (the error record's
+    #: ``fake_impl``, capture.py) is this kind, with this cause: (types, cause)
+    fake_impl_raised: tuple[frozenset[str], str] | None = None
 
 
 def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
@@ -84,7 +89,9 @@ def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
         only_with_gb_types=frozenset(only) if only is not None else None,
         any_gb_type=bool(d.get("any_gb_type")),
         exclude={k: re.compile(v) for k, v in d.get("exclude", {}).items()},
-        only_under_transform=bool(d.get("only_under_transform")))
+        only_under_transform=bool(d.get("only_under_transform")),
+        fake_impl_raised=(frozenset(d["fake_impl_raised"]["types"]), d["fake_impl_raised"].get("cause", ""))
+        if d.get("fake_impl_raised") else None)
 
 
 @lru_cache(maxsize=1)
@@ -105,7 +112,7 @@ def kinds() -> dict[str, Kind]:
             raise ValueError(f"kinds.json: kind {k['id']!r} has severity {k.get('severity')!r}; "
                              f"expected one of {SEVERITIES}")
         out[k["id"]] = Kind(k["id"], k["title"], k["summary"], k["fix"], k["severity"], k.get("snippet", ""),
-                            k.get("fix_by_cause", {}), k.get("code_fix", ""),
+                            k.get("fix_by_cause", {}), k.get("summary_by_cause", {}), k.get("code_fix", ""),
                             _detect(k.get("detect"), table.get(k["id"], [])))
     return out
 
@@ -145,8 +152,10 @@ def _fill(template: str, values: dict[str, Any]) -> str:
 
 
 def summary(kind: str, values: dict[str, Any]) -> str:
-    """The kind's one-sentence summary with ``values`` (the finding's context and derived fields) filled in."""
-    return _fill(kinds()[kind].summary, values)
+    """The kind's one-sentence summary (its cause's, where it has one) with ``values`` (the finding's context and
+    derived fields) filled in."""
+    k = kinds()[kind]
+    return _fill(k.summary_by_cause.get(str(values.get("cause")), k.summary), values)
 
 
 def fix_text(f: Any) -> str:

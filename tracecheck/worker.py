@@ -48,7 +48,11 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
         compat.set_single_compile_thread()
         if task.get("trace_dir"):
             _keep_structured_trace(task["trace_dir"])
-        message = protocol.Result(task_function(task["op"])(task))
+        value = task_function(task["op"])(task)
+        from . import capture
+
+        capture.check_parsers()  # a parser that failed found nothing: an internal error, never an empty result
+        message = protocol.Result(value)
     except UsageError as e:
         cause = e.__cause__ or e
         message = protocol.UsageErrorMessage(str(e), "".join(traceback.format_exception(cause)))

@@ -60,6 +60,8 @@ def lines(report: RunReport | None, comparison: Any = None, environ: Mapping[str
         for stage, s in p.stages.items():
             if comparison is not None and (p.id, None) not in everything_new and (p.id, stage) not in everything_new:
                 continue
+            if not p.gate.requires(s.target):  # a target the run does not require gates nothing: no ::error
+                continue
             for b in s.breaks:
                 file = _workspace_relative(b.file, env) if b.file else None
                 what = f"{b.kind} ({b.gb_type or 'no gb_type'})" + (f" at {file}:{b.line}" if file else "")

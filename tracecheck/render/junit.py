@@ -9,7 +9,9 @@ Shape (the common JUnit schema that those tools read)::
           <failure type="<kind>" message="<summary>">evidence</failure>   a failing stage
           <error type="timeout|crash" message="...">stderr tail</error>   a stage whose process died
           <skipped message="reason"/>                                     a skipped stage
-          <system-out>advice: ...</system-out>                            a passing stage with advice
+          <error type="internal-error" message="...">traceback</error>    tracecheck's own failure in the stage
+          <system-out>advice: ...</system-out>                            a passing stage with advice, or a
+                                                                          failed stage of a target not required
         </testcase>
 
 With a baseline comparison, a failure the baseline already has is reported as ``<skipped>`` ("known
@@ -24,7 +26,7 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..report import CRASH, FAIL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..report import CRASH, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from ..reportio import write_text_atomic
 
 _XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -69,6 +71,17 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None)
     case = ET.Element("testcase", {"classname": _classname(file_part), "name": f"{p.name}[{stage}]",
                                    "file": file_part, "time": f"{s.seconds:.3f}"})
     failed = s.status in (FAIL, TIMEOUT, CRASH)
+    if failed and not p.gate.requires(s.target):  # shown with its evidence, failing nothing
+        ET.SubElement(case, "system-out").text = _clean(
+            f"target {s.target} not required ({p.gate.how_to_require(str(s.target))} gates on it); the stage "
+            f"failed:\n" + _evidence_text(s))
+        return case
+    if s.status == INTERNAL:
+        lines = (s.internal_error or "").strip().splitlines() or ["internal error"]
+        el = ET.SubElement(case, "error", {"type": INTERNAL, "message": _clean(
+            f"tracecheck's own code failed in this stage (not the probe's): {lines[-1]}", 1000)})
+        el.text = _clean(s.internal_error or "")
+        return case
     if failed and comparison is not None and _known(comparison, p.id, stage):
         kinds = ", ".join(dict.fromkeys(f.kind for f in s.findings)) or s.status
         ET.SubElement(case, "skipped", {"message": _clean(f"known failure in the baseline: {kinds}", 500)})

@@ -18,8 +18,9 @@ import shlex
 from typing import Any
 
 from ..taxonomy import fix_text, is_advice, kinds
-from ..report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
-from ..report import IMPORT_PROBE, RootCause, finding_key, root_causes
+from ..report import CRASH, FAIL, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
+from ..report import IMPORT_PROBE, RootCause, StageResult, finding_key, root_causes
+from ..targets import TARGETS, Gate
 from . import view
 from ..environment import COLLECT_ENV_FIELDS
 from .evidence import condense_traceback, numeric_lines
@@ -82,14 +83,14 @@ def _trim_message(text: str) -> str:
     return out
 
 
-_ICON = {PASS: "✅", FAIL: "❌", TIMEOUT: "⏱️", CRASH: "💥", SKIP: "➖"}
+_ICON = {PASS: "✅", FAIL: "❌", TIMEOUT: "⏱️", CRASH: "💥", SKIP: "➖", INTERNAL: "🐞", view.NOT_REQUIRED: "⚪"}
 
 
-def verdict_cell(s: StageResult | None, strict: bool = False) -> str:
-    c = view.cell(s, strict)
+def verdict_cell(s: StageResult | None, gate: Gate = Gate()) -> str:
+    c = view.cell(s, gate)
     if c is None:
         return ""
-    return " ".join(x for x in (_ICON[c.status], c.label) if x)
+    return " ".join(x for x in (_ICON[c.shown], c.label) if x)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -121,17 +122,27 @@ class MarkdownRenderer:
         return name if name and file == self.one_file else self.scrub.probe_id(pid)
 
     # -- sections -------------------------------------------------------------------------------------
+    def gating(self, cause: RootCause) -> bool:
+        """Does the root cause fail a probe: an error (or advice under ``--strict``) seen at a stage of a
+        required target?"""
+        return (self.report.strict or not is_advice(cause.finding.kind)) and \
+            any(not view.not_required_targets(q, stages) for q, stages in cause.seen)
+
     def header(self) -> str:
         r = self.report
-        failing = [p for p in r.probes if p.verdict.status != PASS]
-        n_findings = len([c for c in root_causes(failing) if r.strict or not is_advice(c.finding.kind)])
+        failing = [p for p in r.probes if p.verdict.status == FAIL]
+        n_findings = len([c for c in root_causes(failing) if self.gating(c)])
         where = ""
         if self.one_file:
             file = os.path.basename(self.one_file) if self.redact else self.scrub(self.one_file)
             where = f" of {_code(file)}"
+        internal = len(r.internal_errors)
         return (f"# tracecheck report: {len(r.probes)} probe(s){where}, {len(failing)} failing, "
-                f"{n_findings} finding(s)\n\n"
-                f"Stages run: {', '.join(_code(s) for s in r.stages) or '(none)'}.\n\n")
+                f"{n_findings} finding(s)" + (f", {internal} tracecheck internal error(s)" if internal else "")
+                + f"\n\nStages run: {', '.join(_code(s) for s in r.stages) or '(none)'}. Required targets (they "
+                f"gate the verdicts and the exit code): {', '.join(_code(t) for t in r.gate.require)}"
+                + (f"; not required: {', '.join(_code(t) for t in TARGETS if t not in r.gate.require)}"
+                   if len(r.gate.require) < len(TARGETS) else "") + ".\n\n")
 
     def environment(self) -> str:
         r, env = self.report, self.report.environment
@@ -170,7 +181,7 @@ class MarkdownRenderer:
         probes = r.probes
         hidden = 0
         if len(probes) > _MAX_VERDICT_ROWS:
-            failing = [p for p in probes if p.verdict.status != PASS]
+            failing = [p for p in probes if p.verdict.status != PASS or p.verdict.not_required]
             shown = failing[:_MAX_VERDICT_ROWS]
             hidden = len(probes) - len(shown)
             probes = shown
@@ -178,13 +189,16 @@ class MarkdownRenderer:
         rows = []
         for p in probes:
             breaks = _none_dash(p.graph_breaks)
-            cells = [verdict_cell(p.stages.get(c), self.report.strict) for c in columns]
+            cells = [verdict_cell(p.stages.get(c), self.report.gate) for c in columns]
             rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | " + " | ".join(cells) + f" | {breaks} |")
         more = (f"\n_{hidden} more probe(s) not listed (passing probes, and failing ones past the first "
                 f"{_MAX_VERDICT_ROWS}); see the JSON report._\n" if hidden else "")
         legend = ("✅ pass · ✅ fwd pass, forward only (nothing trains, or the backward was not checked: see below) · "
                   "✅ kind pass, with advice of that kind" + (" (failing: --strict)" if r.strict else "") +
-                  " · ❌ fail (kinds) · ⏱️ timeout · 💥 crash · ➖ skipped · – not measured")
+                  " · ❌ fail (kinds) · ⏱️ timeout · 💥 crash · ➖ skipped · – not measured"
+                  + (f" · ⚪ kind: failed, target not required ({view.not_required_note(r)})"
+                     if any(p.verdict.not_required for p in r.probes) else "")
+                  + (" · 🐞 tracecheck internal error (not the probe's; exit 3)" if r.internal_errors else ""))
         unchecked = [f"- {_code(self.probe_label(p.id))}: " + "; ".join(self.scrub(x) for x in view.not_checked(p))
                      for p in probes if view.not_checked(p)]
         not_checked = ("\n**Not checked**\n\n" + "\n".join(unchecked) + "\n") if unchecked else ""
@@ -195,7 +209,7 @@ class MarkdownRenderer:
         keys = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles", "hooks_captured")
         for p, s, counts in view.ca_rows(self.report):
             vals = [str(_none_dash(counts[k])) for k in keys]
-            rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | {verdict_cell(s, self.report.strict)} | " + " | ".join(vals) + " |")
+            rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | {verdict_cell(s, self.report.gate)} | " + " | ".join(vals) + " |")
         if not rows:
             return ""
         head = ("| probe | verdict | unique graphs without CA | unique graphs with CA | captures | recompiles "
@@ -286,6 +300,10 @@ class MarkdownRenderer:
         kind = kinds().get(f.kind)
         lines = [f"#### {'A' if advice else ''}{index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
         bullets = []
+        others = sorted({t for q, st in cause.seen for t in view.not_required_targets(q, st)})
+        if others and not is_advice(f.kind):
+            bullets.append(f"- **Gates nothing:** the {', '.join(others)} target is not required "
+                           f"({self.report.gate.how_to_require(others[0])} gates on it)")
         if len(cause.seen) > 1:  # each probe's stages in stage order: its first failing stage leads
             seen = "; ".join(f"{_code(self.probe_label(q.id))} ({', '.join(st)})" for q, st in cause.seen)
             bullets.append(f"- **Probes ({len(cause.seen)}):** {seen}")
@@ -376,7 +394,9 @@ class MarkdownRenderer:
         file = os.path.basename(file) if self.redact else self.scrub(file)
         stage = "eager" if stage == LOAD_STAGE else stage  # load findings come back on any run
         target = file if p.name == IMPORT_PROBE else f"{file}::{p.name}"  # the import fails: the file alone
-        return f"tracecheck run {shlex.quote(target)} --stages {stage}" + (" --strict" if self.report.strict else "")
+        require = [t for t in self.report.gate.require if t != TARGETS[0]]
+        return (f"tracecheck run {shlex.quote(target)} --stages {stage}" + (" --strict" if self.report.strict else "")
+                + (f" --require {','.join(require)}" if require else ""))
 
     # -- assembly -------------------------------------------------------------------------------------
     def sections(self) -> list[Section]:
@@ -385,11 +405,11 @@ class MarkdownRenderer:
         for extra in (self.baseline(), self.compiled_autograd(), self.structured_trace()):
             if extra:
                 out.append(Section([extra]))
-        failing = [p for p in self.report.probes if p.verdict.status != PASS]
-        advice = [c for c in root_causes(self.report.probes) if is_advice(c.finding.kind)]
+        failing = [p for p in self.report.probes if p.verdict.status == FAIL]
+        # advice, and whatever only targets not required found, fail nothing: their own section below
+        advice = [c for c in root_causes(self.report.probes) if not self.gating(c)]
         if failing:
-            # advice is a failure's cause only in a --strict run; otherwise it has its own section below
-            causes = [c for c in root_causes(failing) if self.report.strict or not is_advice(c.finding.kind)]
+            causes = [c for c in root_causes(failing) if self.gating(c)]
             out.append(Section(["## Findings\n\nEach root cause once (one kind at one user frame or op), with "
                                 "every probe and stage that saw it.\n\n"]))
             out += [self.finding_section(i, c) for i, c in enumerate(causes, 1)]
@@ -399,11 +419,31 @@ class MarkdownRenderer:
                 out.append(self.probe_section(p, numbers))
         else:
             out.append(Section(["## Findings\n\nNo failures and no graph breaks.\n\n"]))
-        if advice and not self.report.strict:
+        if advice:
+            note = view.not_required_note(self.report)
             out.append(Section(["## Advice\n\nNot failures: what an op costs or lacks (kinds of severity "
-                                "`advice`; `--strict` makes them fail).\n\n"]))
+                                "`advice`; `--strict` makes them fail)"
+                                + (f", and what the stages of targets not required found ({note})" if note else "")
+                                + ".\n\n"]))
             out += [self.finding_section(i, c, advice=True) for i, c in enumerate(advice, 1)]
+        internal = self.internal_errors()
+        if internal is not None:
+            out.append(internal)
         return out
+
+    def internal_errors(self) -> Section | None:
+        """tracecheck's own failures: which stages checked nothing, and the tracebacks for a bug report."""
+        errors = self.report.internal_errors
+        if not errors:
+            return None
+        parts: list[Any] = ["## tracecheck internal errors\n\nThese stages checked nothing: tracecheck's own code "
+                            "failed in them (not the probe's; the run exits 3). Please report them to tracecheck.\n\n"]
+        for p, s in errors:
+            last = (s.internal_error or "").strip().splitlines()[-1:] or ["(no traceback)"]
+            parts.append(f"- {_code(self.probe_label(p.id))} `{s.stage}`: {_code(self.scrub(last[0][:300]))}\n")
+            parts.append(Details("Traceback", self.scrub((s.internal_error or "").rstrip()), "python-traceback", "tail"))
+            parts.append("\n")
+        return Section(parts)
 
     def render(self) -> str:
         sections = self.sections()

@@ -3,18 +3,20 @@
 ``stages_frame``: one row per probe x stage (long form; the CSV export).
 ``findings_frame``: one row per finding.
 ``verdict_frame``: probes x stages, each cell ``pass`` (``pass (fwd)`` when only the forward ran) / ``skip`` /
-the failure kinds (the table export).
+the failure kinds (``not required: kinds`` for a target the run does not require; the table export).
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from ..report import RunReport
+from ..report import INTERNAL, RunReport
 from ..taxonomy import is_advice
 from . import view
 
+#: columns added since the first layout come last, so a script reading the CSV by position keeps working
 STAGE_COLUMNS = ["probe", "file", "name", "stage", "status", "phases", "kinds", "advice", "first_kind", "graph_count",
-                 "graph_break_count", "explain_graph_break_count", "gb_types", "seconds", "skip_reason"]
+                 "graph_break_count", "explain_graph_break_count", "gb_types", "seconds", "skip_reason", "target",
+                 "required"]
 FINDING_COLUMNS = ["probe", "stage", "kind", "summary", "gb_type", "gb_code", "user_file", "user_line", "op",
                    "builtin"]
 
@@ -28,7 +30,7 @@ def stages_frame(report: RunReport) -> pd.DataFrame:
             found = [k for k in found if k not in advice or report.strict]
             rows.append({
                 "probe": p.id, "file": p.id.split("::", 1)[0], "name": p.name, "stage": stage,
-                "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "advice": ";".join(advice), "first_kind": s.failure.kind if s.failure else "",
+                "target": s.target or "", "required": report.gate.requires(s.target), "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "advice": ";".join(advice), "first_kind": s.failure.kind if s.failure else "",
                 "graph_count": s.graph_count, "graph_break_count": s.graph_break_count,
                 "explain_graph_break_count": s.explain_graph_break_count,
                 "gb_types": ";".join(dict.fromkeys(b.gb_type or "" for b in s.breaks)),
@@ -68,9 +70,12 @@ def verdict_frame(report: RunReport) -> pd.DataFrame:
         if c.status == "pass":  # a pass with advice names it: "pass; advice opaque-op"
             text = "pass (fwd)" if c.forward_only else "pass"
             return text + (f"; advice {';'.join(c.advice)}" if c.advice else "")
-        return "skip" if c.status == "skip" else ";".join(c.kinds) or c.status
+        if c.status == "skip":
+            return "skip"
+        failed = c.label if c.status == INTERNAL else ";".join(c.kinds) or c.status
+        return f"not required: {failed}" if c.shown == view.NOT_REQUIRED else failed
 
-    rows = {p.id: [text(view.cell(p.stages.get(col), report.strict)) for col in columns] for p in report.probes}
+    rows = {p.id: [text(view.cell(p.stages.get(col), report.gate)) for col in columns] for p in report.probes}
     return pd.DataFrame.from_dict(rows, orient="index", columns=columns) if rows else pd.DataFrame(columns=columns)
 
 

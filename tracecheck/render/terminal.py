@@ -11,26 +11,28 @@ from rich.table import Table
 from rich.text import Text
 
 from ..taxonomy import fix_text, is_advice, kinds
-from ..report import (CRASH, FAIL, IMPORT_PROBE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult,
-                      group_findings)
+from ..report import (CRASH, FAIL, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport,
+                      StageResult, group_findings)
+from ..targets import Gate
 from . import view
 from .evidence import numeric_lines
 
 
-_ICON = {PASS: "✓", SKIP: "–", FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗"}
-_STYLE = {PASS: "green", SKIP: "dim", FAIL: "red", TIMEOUT: "magenta", CRASH: "magenta"}
+_ICON = {PASS: "✓", SKIP: "–", FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗", INTERNAL: "!", view.NOT_REQUIRED: "○"}
+_STYLE = {PASS: "green", SKIP: "dim", FAIL: "red", TIMEOUT: "magenta", CRASH: "magenta", INTERNAL: "bold magenta",
+          view.NOT_REQUIRED: "yellow"}
 
 
-def cell(result: StageResult | None, wrap: bool = False, strict: bool = False) -> Text:
-    """``✓``, ``✓ fwd``, ``✗ kind, kind``; ``wrap``: the mark, then each kind on its own lines, broken after
-    its hyphens, so a narrow column shows whole words instead of ``pybind-bu…``."""
-    c = view.cell(result, strict)
+def cell(result: StageResult | None, wrap: bool = False, gate: Gate = Gate()) -> Text:
+    """``✓``, ``✓ fwd``, ``✗ kind, kind``, ``○ kind`` (a target not required); ``wrap``: the mark, then each kind
+    on its own lines, broken after its hyphens, so a narrow column shows whole words instead of ``pybind-bu…``."""
+    c = view.cell(result, gate)
     if c is None:
         return Text("")
     if wrap and c.kinds and c.status != PASS:
         words = "\n+".join("\n".join(_hyphen_split(k)) for k in c.kinds)  # "+" starts each further kind
-        return Text(f"{_ICON[c.status]}\n{words}", style=_STYLE[c.status])
-    return Text(" ".join(x for x in (_ICON[c.status], c.label) if x), style=_STYLE[c.status])
+        return Text(f"{_ICON[c.shown]}\n{words}", style=_STYLE[c.shown])
+    return Text(" ".join(x for x in (_ICON[c.shown], c.label) if x), style=_STYLE[c.shown])
 
 
 def _hyphen_split(kind: str) -> list[str]:
@@ -82,12 +84,17 @@ def _verdict_table(report: RunReport, short: bool, wrap: bool, numbered: bool) -
     labels = {p.id: p.name for p in report.probes} if one_file else short_labels(report)
     if numbered:
         notes += [f"{i} = {labels[p.id]}" for i, p in enumerate(report.probes, 1)]
+    marks = {c.shown for p in report.probes for c in map(lambda x: view.cell(x, report.gate), p.stages.values()) if c}
+    if view.NOT_REQUIRED in marks:
+        notes.insert(0, "○ kind: a stage of a target not required failed (" + view.not_required_note(report) + ")")
+    if INTERNAL in marks:
+        notes.insert(0, "! internal error: tracecheck's own bug, not the probe's (exit 3; the traceback is below)")
     caption = _CAPTION + (". " + "; ".join(notes) if notes else "")
     title = "tracecheck verdicts" + (f": {report.probes[0].id.rsplit('::', 1)[0]}" if one_file else "")
     table = Table(title=title, title_justify="left", caption_justify="left", caption=caption,
                   box=box.SIMPLE_HEAD if short else box.HEAVY_HEAD, pad_edge=not short, show_edge=not short,
                   padding=(0, 1, 0, 0) if short else (0, 1))
-    rows = [[cell(p.stages.get(c), wrap, report.strict) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
+    rows = [[cell(p.stages.get(c), wrap, report.gate) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
     first = [str(i) for i in range(1, len(rows) + 1)] if numbered else [labels[p.id] for p in report.probes]
     table.add_column("#" if numbered else "probe", overflow="fold",
                      min_width=max(map(len, first), default=1) if numbered else PROBE_MIN_WIDTH)
@@ -137,25 +144,25 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
         skipped = view.not_checked(p)
         if v.status == PASS:
             # a pass says nothing about what did not run: a skipped dynamic or gradcheck stage is named, with why
-            if v.advice:
-                parts.append(Text(f"\n{p.id}: passed, with advice ({', '.join(v.advice)}; advice fails nothing "
-                                  "unless --strict)", style="bold"))
-                shown: set[str] = set()
-                for stages, f in group_findings(p):
-                    parts.append(_finding_text(", ".join(stages), f, verbose, show_fix=f.kind not in shown))
-                    shown.add(f.kind)
+            shown_any = bool(v.advice or v.not_required)
+            if shown_any:
+                what = [f"advice ({', '.join(v.advice)}; advice fails nothing unless --strict)"] if v.advice else []
+                if v.not_required:
+                    what.append(f"targets not required: {view.not_required_note(_one(report, p))}")
+                parts.append(Text(f"\n{p.id}: passed ({', '.join(v.require)}), with " + "; ".join(what),
+                                  style="bold"))
+                parts += _findings_of(p, verbose)
             if skipped:
-                parts.append(Text(("    " if v.advice else f"\n{p.id}: passed; ") + "not checked: " +
+                parts.append(Text(("    " if shown_any else f"\n{p.id}: passed; ") + "not checked: " +
                                   "; ".join(skipped), style="dim"))
             continue
-        parts.append(Text(f"\n{p.id}: first failing stage {v.first_failing_stage}; kinds {', '.join(v.kinds)}",
-                          style="bold"))
-        shown = set()
-        for stages, f in group_findings(p):
-            # advice of one kind has one fix: it is printed once per probe
-            parts.append(_finding_text(", ".join(stages), f, verbose, show_fix=f.kind not in shown))
-            if is_advice(f.kind):
-                shown.add(f.kind)
+        if v.status == INTERNAL:
+            parts.append(Text(f"\n{p.id}: tracecheck failed in a stage (its own bug, not the probe's: exit 3)",
+                              style="bold magenta"))
+        else:
+            parts.append(Text(f"\n{p.id}: first failing stage {v.first_failing_stage}; kinds {', '.join(v.kinds)}",
+                              style="bold"))
+        parts += _findings_of(p, verbose)
         for stage, s in p.stages.items():
             if s.explain_graph_break_count is not None and s.graph_break_count is not None:
                 parts.append(Text(f"    note: explain() reported {s.explain_graph_break_count} graph break(s); "
@@ -165,12 +172,50 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
     return Group(*parts)
 
 
-def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True) -> Text:
+def _one(report: RunReport, p: ProbeReport) -> RunReport:
+    """``report`` narrowed to one probe (for the notes that name the targets it failed)."""
+    return RunReport([p], report.environment, report.stages, strict=report.strict, require=report.require)
+
+
+def _findings_of(p: ProbeReport, verbose: bool) -> list[Text]:
+    """Each distinct finding of the probe once, with its stages; an advice kind's fix once per probe; tracecheck's
+    own failures (internal errors) last."""
+    out, shown = [], set()
+    for stages, f in group_findings(p):
+        # advice of one kind has one fix: it is printed once per probe
+        out.append(_finding_text(", ".join(stages), f, verbose, show_fix=f.kind not in shown,
+                                 not_required=view.not_required_targets(p, stages), gate=p.gate))
+        if is_advice(f.kind):
+            shown.add(f.kind)
+    for stage, s in p.stages.items():
+        if s.status == INTERNAL:
+            out.append(_internal_text(stage, s, verbose))
+    return out
+
+
+def _internal_text(stage: str, s: StageResult, verbose: bool) -> Text:
+    lines = (s.internal_error or "").strip().splitlines() or ["(no traceback)"]
+    t = Text(f"  [{stage}] ", style="cyan")
+    t.append("internal error", style="bold magenta")
+    t.append(f": tracecheck's own code failed in this stage, so it checked nothing: {lines[-1][:300]}\n")
+    if verbose:
+        t.append("    " + "\n    ".join(lines) + "\n", style="dim")
+    else:
+        t.append("    please report it to tracecheck with the traceback (-v shows it; --json keeps it)\n", style="dim")
+    return t
+
+
+def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, not_required: list[str] = (),
+                  gate: Gate = Gate()) -> Text:
     ev = f.evidence
     t = Text(f"  [{stage}] ", style="cyan")
     advice = is_advice(f.kind)
-    t.append(f"{f.kind}" + (" (advice)" if advice else ""), style="yellow" if advice else "red")
+    label = " (advice)" if advice else f" ({', '.join(not_required)}: not required)" if not_required else ""
+    t.append(f"{f.kind}{label}", style="yellow" if advice or not_required else "red")
     t.append(f": {f.summary}\n")
+    if not_required and not advice:
+        t.append(f"    gates nothing: the {', '.join(not_required)} target is not required "
+                 f"({gate.how_to_require(not_required[0])} gates on it)\n", style="dim")
     bits = []
     if ev.get("exception_type"):
         bits.append(f"exception {ev['exception_type']}")
@@ -277,6 +322,9 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
         console.print(Text("\nnext:", style="bold"))
         for line in steps:
             console.print(Text(f"  {line}"), soft_wrap=True)
-    n_fail = sum(1 for p in report.probes if p.verdict.status != PASS)
-    n = len(report.probes)
-    console.print(f"\n{n} probe{'s' if n != 1 else ''}, {n_fail} failing, {report.seconds:.1f} s")
+    verdicts = [p.verdict.status for p in report.probes]
+    n, n_fail, n_internal = len(verdicts), verdicts.count(FAIL), verdicts.count(INTERNAL)
+    required = ", ".join(report.gate.require)
+    console.print(f"\n{n} probe{'s' if n != 1 else ''}, {n_fail} failing ({required})"
+                  + (f", {n_internal} with a tracecheck internal error (exit 3)" if n_internal else "")
+                  + f", {report.seconds:.1f} s")

@@ -6,9 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..report import LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
+from ..report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
 from ..stages import forward_only
+from ..targets import COMPILE, TARGETS, Gate
 from ..taxonomy import is_advice
+
+#: ``Cell.shown`` of a failed stage whose target the run does not require: shown, gating nothing
+NOT_REQUIRED = "not-required"
 
 #: the compiled-autograd counts a row shows, in column order (StageResult.extra keys of that stage)
 CA_COLUMNS = ("steps", "unique_graphs_without_ca", "unique_graphs_with_ca", "backward_graphs_per_capture",
@@ -27,13 +31,20 @@ def stage_kinds(s: StageResult) -> list[str]:
 
 @dataclass(frozen=True)
 class Cell:
-    """One verdict cell: ``status`` (pass, fail, skip, timeout, crash), the kinds that failed it, whether a pass
-    ran the forward only, and the advice kinds of a pass."""
+    """One verdict cell: ``status`` (pass, fail, skip, timeout, crash, internal-error), the kinds that failed it,
+    whether a pass ran the forward only, the advice kinds of a pass, and whether the stage's target is required
+    (a failure of a target not required gates nothing)."""
 
     status: str
     kinds: tuple[str, ...] = ()
     forward_only: bool = False
     advice: tuple[str, ...] = ()
+    required: bool = True
+
+    @property
+    def shown(self) -> str:
+        """What the cell's mark stands for: its status, or ``NOT_REQUIRED`` for a failure that gates nothing."""
+        return NOT_REQUIRED if self.status in FAILED and not self.required else self.status
 
     @property
     def label(self) -> str:
@@ -43,17 +54,19 @@ class Cell:
             return " ".join(x for x in ("fwd" if self.forward_only else "", ", ".join(self.advice)) if x)
         if self.status == SKIP:
             return ""
+        if self.status == INTERNAL:
+            return "internal error"
         return ", ".join(self.kinds) or self.status
 
 
-def cell(s: StageResult | None, strict: bool = False) -> Cell | None:
-    """``strict``: the run was ``--strict`` (``RunReport.strict``), so advice kinds are failures too."""
+def cell(s: StageResult | None, gate: Gate = Gate()) -> Cell | None:
+    """``gate``: the run's (``RunReport.gate``): with ``strict``, advice kinds are failures too."""
     if s is None:
         return None
     found = stage_kinds(s)
-    failed = tuple(k for k in found if strict or not is_advice(k))
+    failed = tuple(k for k in found if gate.strict or not is_advice(k))
     advice = tuple(k for k in found if is_advice(k)) if s.status == PASS else ()
-    return Cell(s.status, failed, s.status == PASS and forward_only(s), advice)
+    return Cell(s.status, failed, s.status == PASS and forward_only(s), advice, gate.requires(s.target))
 
 
 def not_checked(p: ProbeReport) -> list[str]:
@@ -76,3 +89,23 @@ def ca_rows(report: RunReport) -> list[tuple[ProbeReport, StageResult, dict[str,
         counts["recompiles"] = s.recompile_count
         rows.append((p, s, counts))
     return rows
+
+
+def not_required_note(report: RunReport) -> str:
+    """Why a failure of a target not required fails nothing, and how to make it gate."""
+    others = [t for t in TARGETS if t not in report.gate.require
+              and any(s.target == t and s.status in FAILED for p in report.probes for s in p.stages.values())]
+    if not others:
+        return ""
+    require = ",".join([t for t in report.gate.require if t != COMPILE] + others)
+    return (f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not required: shown, gating nothing; "
+            f"--require {require} gates on {'it' if len(others) == 1 else 'them'}")
+
+
+def not_required_targets(p: ProbeReport, stages: list[str]) -> list[str]:
+    """The targets of ``stages`` (where a finding was seen) when none of them is required, else []: such a
+    finding is shown and gates nothing."""
+    targets = [p.stages[s].target for s in stages if s in p.stages]
+    if not targets or any(p.gate.requires(t) for t in targets):
+        return []
+    return list(dict.fromkeys(t for t in targets if t))

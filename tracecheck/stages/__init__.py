@@ -13,10 +13,11 @@ import importlib
 import pkgutil
 
 from ..report import LOAD_STAGE
+from ..targets import COMPILE
 from ._spec import LOWER_IS_BETTER, NEUTRAL, StageContext, StageSpec
 
 __all__ = ["LOWER_IS_BETTER", "NEUTRAL", "REGISTRY", "STAGES", "StageContext", "StageSpec", "forward_only", "get",
-           "order"]
+           "order", "target_of"]
 
 
 def _discover() -> dict[str, StageSpec]:
@@ -45,6 +46,12 @@ def order(name: str) -> int:
     if name == LOAD_STAGE:
         return -1
     return list(REGISTRY).index(name) if name in REGISTRY else len(REGISTRY)
+
+
+def target_of(name: str) -> str:
+    """The target a stage checks (``StageSpec.target``); the ``load`` pseudo-stage and unknown names: compile."""
+    spec = REGISTRY.get(name)
+    return spec.target if spec is not None else COMPILE
 
 
 def get(name: str) -> StageSpec:

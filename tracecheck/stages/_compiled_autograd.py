@@ -37,8 +37,8 @@ from torch.utils import _pytree as pytree
 
 from .. import capture, compat
 from ..probe import Case
-from ._execution import (Execution, compare, draws_from_numpy, execute, float64_run, grad_targets, needs_grad, phases,
-                     with_causes)
+from ._execution import (Execution, compare, draws_from_numpy, execute, float64_run, grad_targets, jittered_runs,
+                         needs_grad, phases, trains_batchnorm, with_causes)
 
 #: Steps that may recompile without a finding: the first capture, and the one when ``.grad`` becomes defined.
 WARMUP_STEPS = 2
@@ -316,7 +316,8 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
             execs, _ = _run(case64.fn, cases_for(case64), ran)
             return execs[-1] if len(execs) == len(ran) else None
 
-        mismatches = compare(ref_execs[len(execs_b) - 1], execs_b[-1], float64_run(make_case, steps64))
+        mismatches = compare(ref_execs[len(execs_b) - 1], execs_b[-1], float64_run(make_case, steps64),
+                             jittered_runs(make_case, steps64), trains_batchnorm(first))
         if mismatches and draws_from_numpy(make_case):
             # Dynamo puts np.random on torch's generator: other numbers than eager by design (see
             # stages._compare_on_numpy_stream); the aot_eager and inductor stages compare such probes

@@ -174,20 +174,24 @@ def pairs(ref: Execution, got: Execution) -> list[numerics.Pair] | dict[str, Any
     return out
 
 
-def values(ex: Execution) -> dict[str, Any]:
-    """An execution's outputs and gradients by the names ``pairs`` gives them (the fp64 reference)."""
-    leaves = pytree.tree_leaves(numerics.as_float64_values(plain(ex.outputs)))
+def values(ex: Execution, widen: bool = True) -> dict[str, Any]:
+    """An execution's outputs and gradients by the names ``pairs`` gives them (the fp64 reference; ``widen``:
+    floating values as float64)."""
+    outputs = plain(ex.outputs)
+    leaves = pytree.tree_leaves(numerics.as_float64_values(outputs) if widen else outputs)
     out: dict[str, Any] = {f"output[{i}]": v for i, v in enumerate(leaves)}
-    out.update({f"grad {k}": (g.double() if g is not None else None) for k, g in ex.grads.items()})
+    out.update({f"grad {k}": (g.double() if g is not None and widen else g) for k, g in ex.grads.items()})
     return out
 
 
-def compare(ref: Execution, got: Execution,
-            fp64: Callable[[], "Execution | str"] | None = None) -> list[dict[str, Any]]:
+def compare(ref: Execution, got: Execution, fp64: Callable[[], "Execution | str"] | None = None,
+            jittered: Callable[[], "list[Execution]"] | None = None, batchnorm: bool = False) -> list[dict[str, Any]]:
     """``got`` (compiled) against ``ref`` (eager), at most one record per phase (numerics.judge).
 
     ``fp64`` makes the float64 reference run, or returns why it cannot; it is called only when some tensor
-    is not allclose at the dtype's tolerance.
+    is not allclose at the dtype's tolerance. ``jittered`` makes the eager runs on jittered inputs and weights
+    (``jittered_runs``), called only when a tensor fails the RMSE check against eager alone. ``batchnorm``: the
+    probe trains through BatchNorm (``numerics.batchnorm_training``): the per-model tolerance applies.
     """
     paired = pairs(ref, got)
     if isinstance(paired, dict):
@@ -197,7 +201,14 @@ def compare(ref: Execution, got: Execution,
         ex = fp64() if fp64 is not None else "no float64 run was possible for this comparison"
         return ex if isinstance(ex, str) else values(ex)
 
-    return numerics.judge(paired, numerics.Reference(make))
+    def make_jittered() -> list[dict[str, Any]]:
+        return [values(ex, widen=False) for ex in (jittered() if jittered is not None else [])]
+
+    reference = numerics.Reference(make, make_jittered=make_jittered)
+    if batchnorm:
+        reference.relative_floor = numerics.BATCHNORM_FLOOR
+        reference.floor_reason = "the probe trains through BatchNorm: the runner's vision-training tolerance"
+    return numerics.judge(paired, reference)
 
 
 def float64_run(make_case: Callable[[], Case],
@@ -217,6 +228,35 @@ def float64_run(make_case: Callable[[], Case],
             first = (err.get("message") or "").strip().splitlines()[:1]
             return f"the probe does not run in float64 ({err['type']}: {first[0][:200] if first else ''})"
         return ex
+
+    return thunk
+
+
+def trains_batchnorm(case: Case) -> bool:
+    """Does the probe train (backward runs) through a BatchNorm module in training mode?"""
+    return needs_grad(case) and numerics.batchnorm_training([m for _, m in reachable_modules(case.fn)])
+
+
+def jittered_runs(make_case: Callable[[], Case],
+                  run: Callable[[Case], "Execution | None"] | None = None) -> Callable[[], "list[Execution]"]:
+    """A thunk for ``compare``: ``numerics.JITTER_RUNS`` eager runs of fresh cases whose floating inputs and
+    reachable parameters are jittered by ``numerics.JITTER`` (seeded), run by ``run`` (default: ``execute`` once).
+    Runs that fail are left out."""
+    def thunk() -> list[Execution]:
+        out = []
+        for j in range(numerics.JITTER_RUNS):
+            gen = torch.Generator().manual_seed(j)
+            try:
+                case = make_case()
+                casej = Case(case.fn, numerics.jitter(case.args, numerics.JITTER, gen),
+                             numerics.jitter(case.kwargs, numerics.JITTER, gen), case.grad)
+                with numerics.jittered([m for _, m in reachable_modules(case.fn)], numerics.JITTER, gen):
+                    ex = run(casej) if run is not None else execute(casej.fn, casej)
+            except Exception:  # the probe refuses a jittered input: that run measures nothing
+                continue
+            if ex is not None and not ex.error:
+                out.append(ex)
+        return out
 
     return thunk
 
@@ -287,7 +327,7 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
         record["extra"] = {"inductor": {"graphs": len(code.codes), "generated_kernels": kernels,
                                         "extern_custom_ops": len(record["opaque_ops"])}}
     if got.error is None:
-        mismatches = compare(ref, got, float64_run(make_case))
+        mismatches = compare(ref, got, float64_run(make_case), jittered_runs(make_case), trains_batchnorm(case))
         if mismatches and draws_from_numpy(make_case):
             again = _compare_on_numpy_stream(make_case, backend, fullgraph, ref, record)
             mismatches = mismatches if again is None else again
@@ -327,7 +367,7 @@ def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str, fullgr
     record.setdefault("extra", {})["numerics"] = (
         "the probe draws from NumPy's random generator; compared with torch._dynamo.config."
         "use_numpy_random_stream=True so that the compiled run draws the same numbers as eager")
-    return compare(ref, again, float64_run(make_case))
+    return compare(ref, again, float64_run(make_case), jittered_runs(make_case), trains_batchnorm(case))
 
 
 def clip(text: str, limit: int) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..targets import COMPILE, TARGETS
+
 #: ``StageSpec.counts`` values: how a baseline compares a count the stage adds to ``StageResult.extra``.
 LOWER_IS_BETTER, NEUTRAL = "lower-is-better", "neutral"
 
@@ -35,7 +37,8 @@ class StageSpec:
     in skip reasons (``"backward"``, ``"custom ops"``). ``options``: the ``RunOptions`` fields it reads.
     ``counts``: keys it adds to ``StageResult.extra`` that a baseline compares, with how. ``cost``: its
     relative run time, measured on probes/ and tiny transformers models; the runner starts costlier stages first.
-    ``heading``: a short column heading for narrow terminals (default: ``name``).
+    ``heading``: a short column heading for narrow terminals (default: ``name``). ``target``: what the stage
+    checks readiness for (``targets.TARGETS``); its failures gate a run only when that target is required.
     """
 
     name: str
@@ -49,3 +52,8 @@ class StageSpec:
     cost: int = 1
     #: the verdict table's column heading where the full names do not fit (a legend says what it stands for)
     heading: str = ""
+    target: str = COMPILE
+
+    def __post_init__(self) -> None:
+        if self.target not in TARGETS:
+            raise ValueError(f"stage {self.name!r}: target {self.target!r} is not one of {TARGETS}")

@@ -16,7 +16,6 @@ candidate vmap never reached is not reported.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any, Callable
 
@@ -102,15 +101,15 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
     if not b.positions:
         return {"skip_reason": "the probe takes no tensor input to batch"}
     copies = _copies(b.leaves)
-    rec = OpRecorder(record_args=False)
     loop = []
     for i, row in enumerate(copies):
         seed_all()
         try:
-            with torch.no_grad(), (rec if i == 0 else contextlib.nullcontext()):
+            with torch.no_grad():
                 loop.append(b.call(_clone(row)))  # a probe may write its inputs: every run gets its own
         except Exception as e:  # the perturbed copy is outside what the probe takes: nothing to compare
-            return {"skip_reason": f"the probe does not run on its inputs perturbed by {PERTURBATION:g} "
+            what = f"on its inputs perturbed by {PERTURBATION:g}" if i else "again under torch.no_grad()"
+            return {"skip_reason": f"the probe does not run {what} "
                                    f"({type(e).__name__}: {capture.safe_str(e)[:200]})"}
     if not loop[0]:
         return {"skip_reason": "the probe returns no tensor"}
@@ -146,8 +145,23 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
         else:
             pairs = [numerics.Pair(f"output[{i}]", torch.stack([o[i] for o in loop]), g) for i, g in enumerate(got)]
             record["mismatches"] = numerics.judge(pairs, numerics.Reference(lambda: _float64_loop(b, copies)))
-    record["fallback_ops"] = fallback_ops(rec.custom_ops, lambda: b.vmapped(record["randomness"])(*stacked()))
+    record["fallback_ops"] = fallback_ops(_custom_ops(b, copies[0]),
+                                          lambda: b.vmapped(record["randomness"])(*stacked()))
     return record
+
+
+def _custom_ops(b: _Batched, row: list[Any]) -> list[str]:
+    """The custom ops one eager forward calls (the no-batching-rule candidates). Recorded last, after the loop and
+    vmap ran: on torch 2.13, torch.cond run once under a dispatch mode fails on its next call (a recompile of its
+    inner graph reads the mode stack), so a recorder run first would turn the loop's second copy into an error."""
+    rec = OpRecorder(record_args=False)
+    seed_all()
+    try:
+        with torch.no_grad(), rec:
+            b.call(_clone(row))
+    except Exception:  # nothing more to learn: the probe ran above
+        pass
+    return rec.custom_ops
 
 
 def _clone(row: list[Any]) -> list[Any]:
@@ -188,6 +202,24 @@ def _float64_loop(b: _Batched, copies: list[list[Any]]) -> dict[str, Any] | str:
     except Exception as e:
         return f"the probe does not run in float64 ({type(e).__name__}: {capture.safe_str(e)[:200]})"
     return {f"output[{i}]": torch.stack([o[i] for o in outs]).double() for i in range(len(outs[0]))}
+
+
+def gradient_hooks(case: Case) -> list[str]:
+    """The hooks on the tensors whose gradients are compared (``_execution.grad_targets``: inputs that require grad,
+    trainable parameters) that change what lands in ``.grad``: tensor hooks (``register_hook``) and
+    post-accumulate-grad hooks. Autograd runs them; torch.func.grad differentiates with respect to other tensors (the
+    parameters swapped in by functional_call, detached inputs) and runs neither. Read after the eager run, so hooks a
+    forward registers on first call are seen. (Hooks on intermediate tensors run under torch.func.grad too; module
+    backward hooks make torch.func refuse the probe, which the stage reports.)"""
+    from ._execution import grad_targets
+
+    found = []
+    for name, t in grad_targets(case).items():
+        if getattr(t, "_backward_hooks", None):
+            found.append(f"a tensor hook (register_hook) on {name}")
+        if getattr(t, "_post_accumulate_grad_hooks", None):
+            found.append(f"a post-accumulate-grad hook on {name}")
+    return found
 
 
 def has_batching_rule(op: str) -> bool | None:

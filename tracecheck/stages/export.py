@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..targets import EXPORT
 from ._spec import StageContext, StageSpec
 
 #: draft_export's FailureType names -> tracecheck kinds. GUARD_ADDED: a guard specialized a dimension that the
@@ -103,6 +104,7 @@ def _draft(module: Any, case: Any) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
+    target=EXPORT,
     name="export", order=90, cost=2, run=run, forward_only=True,
     summary="torch.export.export(strict=False), the exported program compared with eager; on failure "
             "torch.export.draft_export's report")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..targets import FUNC
 from ._spec import StageContext, StageSpec
 
 
@@ -17,16 +18,21 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from .. import numerics
     from ..gradients import old_style_functions
     from . import _torchfunc as transforms
-    from ._execution import BACKWARD, FORWARD, float64_run, forward_fails, loss_of, reference, values
+    from ._execution import BACKWARD, FORWARD, execute, float64_run, forward_fails, loss_of, values
 
-    ref = reference(ctx.make_case)  # one eager run: the forward must work, and its gradients are grad's reference
+    case = ctx.make_case()
+    ref = execute(case.fn, case)  # one eager run: the forward must work, and its gradients are grad's reference
     if forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage)"}
     record: dict[str, Any] = {"phases": [FORWARD], "transform_errors": [], "mismatches": [], "extra": {}}
     v = transforms.check_vmap(ctx.make_case)
     trains = ref.ran_backward
     g: dict[str, Any] = {"skip_reason": "the probe does not train (nothing requires grad)"}
-    if trains:
+    hooks = transforms.gradient_hooks(case) if trains else []
+    if hooks:  # autograd runs them and torch.func.grad does not: the two are not meant to agree
+        g = {"skip_reason": f"the probe has gradient hooks torch.func.grad does not run ({'; '.join(hooks[:4])}), so "
+                            "its gradients and autograd's are not meant to agree"}
+    elif trains:
         fp64 = float64_run(ctx.make_case)
 
         def fp64_values() -> Any:
@@ -82,6 +88,7 @@ def _summary(r: dict[str, Any]) -> str:
 
 
 SPEC = StageSpec(
+    target=FUNC,
     name="vmap", order=88, cost=1, run=run,
     summary="torch.func.vmap over two perturbed copies of the tensor inputs vs an eager loop (ops without a "
             "batching rule named), and torch.func.grad vs autograd")
