@@ -12,7 +12,7 @@ allclose, the float64 reference and the jittered eager runs. A point is *flagged
   conv's output gradient dropped (``0.5·y + 0.5·y.detach()``: the forward is unchanged), and a custom op whose fake
   impl gives the wrong strides.
 
-    python benchmarks/calibrate_numerics.py --seeds 20 --batches 2,4,8 [--models resnet18,hf_resnet] [--backend inductor]
+    python benchmarks/calibrate_numerics.py --seeds 20 --error-seeds 5 --batches 2,4,8 [--models resnet18,hf_resnet]
 
 Dynamo is reset before each point, as each stage process starts fresh; Inductor's FX-graph cache makes every point
 after a (model, batch size)'s first a cache hit.
@@ -124,7 +124,8 @@ def point(name: str, batch: int, seed: int, size: int, backend: str, error: str 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--seeds", type=int, default=20, help="seeds per batch size for the false-alarm rate")
+    ap.add_argument("--error-seeds", type=int, default=5, help="seeds per batch size for each injected error")
     ap.add_argument("--batches", default="2,4,8")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--backend", default="inductor")
@@ -137,8 +138,9 @@ def main() -> None:
     for name in args.models.split(","):
         for error in args.errors.split(","):
             t0 = time.monotonic()
+            seeds = args.seeds if error == "none" else args.error_seeds
             points = [point(name, b, s, args.size, args.backend, None if error == "none" else error)
-                      for b in batches for s in range(args.seeds)]
+                      for b in batches for s in range(seeds)]
             flagged = sum(p["flagged"] for p in points)
             raised = sum(p["raised"] for p in points)
             what = "false alarms" if error == "none" else f"caught: {error}"

@@ -226,6 +226,9 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
                 report.stages[LOAD_STAGE] = load
             reports.append(report)
         found[path] = reports
+        if not reports and not res["n_candidates"]:  # a helper module beside the probes: imported, nothing to run
+            progress.note(f"{os.path.relpath(path)}: no probes (no probe() / probe_<name>() functions or "
+                          "@tracecheck.probe); imported only")
         missing = [n for n in named.get(path, []) if n not in {r.name for r in reports}]
         imported = not any(r.name == IMPORT_PROBE for r in reports)  # else its probes could not be listed
         if missing and imported and not opts.select:  # ``file.py::name`` asked for a probe the file lacks

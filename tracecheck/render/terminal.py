@@ -284,7 +284,15 @@ def _fixable_kinds(p: ProbeReport) -> list[str]:
     """The probe's kinds that ``tracecheck fix`` generates code for, judged by its findings."""
     found = [f for s in p.stages.values() for f in s.findings]
     return [k for k in p.verdict.kinds if k in kinds() and kinds()[k].code_fix
-            and any(f.kind == k and f.context.get("cause") not in _NOT_GENERATED for f in found)]
+            and any(f.kind == k and _generated(f) for f in found)]
+
+
+def _generated(f: Finding) -> bool:
+    """Does ``tracecheck fix`` generate code for this finding: not for a stub it names as the user's to write, and for
+    a C/pybind11 builtin only inside an autograd.Function (the Function becomes custom ops; a direct call has none)."""
+    if f.context.get("cause") in _NOT_GENERATED:
+        return False
+    return f.kind != "pybind-builtin" or bool(f.context.get("in_autograd_function"))
 
 
 def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:

@@ -300,18 +300,21 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     """``torch.compile(fn, backend=..., fullgraph=...)`` forward+backward, compared with eager.
 
     Random ops draw the same numbers as eager: each run is seeded alike, and inductor falls back to ATen's
-    RNG (``fallback_random``) instead of generating its own. Graph counts are kept only for a run that
-    completed: a compile that raised measured nothing (``None``, never a partial 0).
+    RNG (``fallback_random``) instead of generating its own. The compiled run comes first (the probe's first call).
+    Graph counts are kept only for a run that completed: a compile that raised measured nothing (``None``, never a
+    partial 0).
     """
-    ref = reference(make_case)
-    if forward_fails(ref):
-        return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
+    # the compiled run is the probe's first call, as in a user's program (a library that fills a Python cache on its
+    # first call breaks the graph then only); the eager reference comes after, from a fresh case
     case = make_case()
     with torch._inductor.config.patch(fallback_random=True):
         compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
         with capture.TraceCollector() as trace, capture.WarningCollector() as w, \
                 capture.OutputCodeCollector() as code:
             got = execute(compiled, case)
+    ref = reference(make_case)
+    if forward_fails(ref):
+        return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
     from torch._dynamo.utils import counters
 
     from ..classify import TORCH_NAMESPACES

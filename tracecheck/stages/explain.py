@@ -10,14 +10,20 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from .. import capture, compat
     from ._execution import FORWARD, clip, forward_fails, reference
 
-    if forward_fails(reference(ctx.make_case, backward=False)):  # explain is forward-only: no eager backward
-        return {"skip_reason": "the eager forward fails (see the eager stage)"}
+    # explain runs on the probe's first call, as a user's program compiles it: a library that fills a Python cache on
+    # its first call (a quantization map built with .tolist()) breaks the graph then, and not after an eager run
     case = ctx.make_case()
     with capture.TraceCollector() as trace:
         try:
             out = compat.explain(case.fn, *case.args, **case.kwargs)
         except Exception as e:
-            return {"error": capture.error_record(e, "forward"), "breaks": trace.breaks, "phases": [FORWARD]}
+            error = capture.error_record(e, "forward")
+        else:
+            error = None
+    if error is not None:
+        if forward_fails(reference(ctx.make_case, backward=False)):  # explain is forward-only: no eager backward
+            return {"skip_reason": "the eager forward fails (see the eager stage)"}
+        return {"error": error, "breaks": trace.breaks, "phases": [FORWARD]}
     return {
         "breaks": trace.breaks,
         "phases": [FORWARD],

@@ -1,0 +1,118 @@
+"""What real custom-op libraries do that toy probes do not (issue 27), end to end through the CLI: a Python cache filled
+on the first call, a fake impl that asserts, a helper module beside the probes, a direct pybind-style call that
+``tracecheck fix`` cannot rewrite. The oracles are plain torch.compile and FakeTensor runs in the test."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+FIRST_CALL = '''
+import torch
+
+_LEVELS = {}
+
+
+def levels(n):
+    if n not in _LEVELS:                                    # a quantization map built on the first call
+        _LEVELS[n] = torch.linspace(-1, 1, n).tolist()     # .tolist(): a graph break then, and only then
+    return torch.tensor(_LEVELS[n])
+
+
+def probe_cache_filled_on_first_call():
+    return (lambda x: (x.unsqueeze(-1) - levels(16)).abs().argmin(-1).float() + x), (torch.randn(4, 8),)
+'''
+
+
+def test_the_first_compiled_call_is_the_one_measured(tracecheck, write_probe, tmp_path):
+    res = tracecheck("run", str(write_probe(FIRST_CALL)), "--stages", "eager,explain,aot_eager")
+    st = res.probe("probe_cache_filled_on_first_call")["stages"]
+    for stage in ("explain", "aot_eager"):
+        lines = {b["line"] for b in st[stage]["breaks"]}
+        assert 9 in lines, (stage, st[stage]["breaks"])
+    # the oracle: plain torch.compile on a fresh process's first call breaks at that line
+    script = tmp_path / "plain.py"
+    script.write_text(FIRST_CALL + "\nfn, (x,) = probe_cache_filled_on_first_call()\n"
+                      "torch.compile(fn, backend='aot_eager')(x)\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={"TORCH_LOGS": "graph_breaks", "PATH": "/usr/bin:/bin"})
+    assert f"Graph break in user code at {script}:9" in proc.stderr
+
+
+FAKE_ASSERTS = '''
+import torch
+
+
+@torch.library.custom_op("lib27::quant", mutates_args=())
+def quant(x: torch.Tensor) -> torch.Tensor:
+    return (x * 127).round()
+
+
+@quant.register_fake
+def _(x):
+    assert x.dim() == 3, "quant expects (B, S, C)"         # the library's own fake refuses a 2-d input
+    return torch.empty_like(x)
+
+
+def probe_fake_asserts():
+    return (lambda x: quant(x) + 1), (torch.randn(4, 8),)
+'''
+
+
+def test_a_fake_that_asserts_is_the_fakes_fault_at_every_stage(tracecheck, write_probe):
+    res = tracecheck("run", str(write_probe(FAKE_ASSERTS)), "--stages", "eager,explain,aot_eager,fullgraph,opcheck,export")
+    st = res.probe("probe_fake_asserts")["stages"]
+    assert st["eager"]["status"] == "pass"
+    for stage in ("explain", "aot_eager", "fullgraph", "opcheck", "export"):
+        kinds = {(f["kind"], f["context"].get("cause"), f["context"].get("op")) for f in st[stage]["findings"]}
+        assert kinds == {("fake-mismatch", "raises", "lib27::quant")}, (stage, st[stage]["findings"])
+    f = st["explain"]["findings"][0]
+    assert f["evidence"]["user_frame"]["line"] == 12 and "quant expects (B, S, C)" in f["summary"]
+    # the oracle: the op's fake raises under FakeTensorMode
+    ns: dict = {}
+    exec(FAKE_ASSERTS.replace("lib27::", "lib27o::"), ns)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode, pytest.raises(AssertionError, match="quant expects"):
+        ns["quant"](mode.from_tensor(torch.randn(4, 8)))
+
+
+HELPER = '''
+import torch
+
+SCALE = 2.0
+
+
+def scaled(x):
+    return x * SCALE
+'''
+
+def test_a_helper_module_beside_the_probes_is_said_in_the_progress_lines(tracecheck, write_probe):
+    write_probe(HELPER, "helpers.py")
+    model = write_probe(FIRST_CALL)
+    res = tracecheck("run", str(model.parent), "--stages", "eager")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "helpers.py: no probes" in res.stderr
+
+
+def test_tracecheck_fix_is_offered_only_where_it_generates_code():
+    """``tracecheck fix`` rewrites a pybind11 call inside an autograd.Function into custom ops; a direct call it
+    cannot rewrite (it answers "no code fix generated"), so the next steps point to the kind's page instead."""
+    from tracecheck.render import terminal
+    from tracecheck.report import FAIL, PASS, Finding, ProbeReport, RunReport, StageResult
+
+    def report(in_function: bool) -> RunReport:
+        ctx = {"builtin": "ext.fwd", "pybind11": True, **({"in_autograd_function": True} if in_function else {})}
+        f = Finding("pybind-builtin", "Dynamo cannot trace the C/pybind11 builtin `ext.fwd`.", ctx,
+                    {"user_frame": {"file": "/abs/m.py", "line": 3}})
+        p = ProbeReport("m.py::probe", "/abs/m.py", "probe", {
+            "eager": StageResult("eager", PASS, target="compile"),
+            "explain": StageResult("explain", FAIL, failure=f, findings=[f], target="compile")})
+        return RunReport([p], {}, ["eager", "explain"])
+
+    assert any(line.startswith("tracecheck fix") for line in terminal.next_steps(report(True)))
+    direct = terminal.next_steps(report(False))
+    assert not any(line.startswith("tracecheck fix") for line in direct)
+    assert any("docs/failures/pybind-builtin.md" in line for line in direct)
