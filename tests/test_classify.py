@@ -462,3 +462,36 @@ def test_only_the_call_site_tells_torchs_own_c_builtins_from_an_extension(builti
     b = classify.classify_break({"reason": reason, "gb_type": "Attempted to call function marked as skipped",
                                  "file": "/p/model.py", "line": 7, **raw})
     assert b.kind == kind
+
+
+def test_a_range_constraint_violation_is_not_called_a_specialization():
+    """The same header before a range violation (torch/fx/experimental/symbolic_shapes.py): a neutral summary."""
+    message = ("Constraints violated (batch)! For more information, run with TORCH_LOGS=\"+dynamic\".\n  - Not all "
+               "values of batch = L['x'].size()[0] in the specified range batch <= 16 satisfy the generated guard "
+               "L['x'].size()[0] <= 8.\n")
+    f = classify.classify_error("export", {"type": "torch.fx.experimental.symbolic_shapes.ConstraintViolationError",
+                                           "message": message, "phase": "forward"})
+    assert (f.kind, f.context["cause"], f.context["source"]) == ("dynamic-shape", "constraint", "batch")
+    assert "?" not in f.summary and "Dim(min=" in taxonomy.fix_text(f)
+
+
+def test_a_module_backward_hook_is_named_as_such_under_a_transform():
+    message = ("In order to use an autograd.Function with functorch transforms (vmap, grad, jvp, jacrev, ...), it must "
+               "override the setup_context staticmethod.")
+    tb = ('  File "/x/site-packages/torch/utils/hooks.py", line 120, in setup_input_hook\n'
+          '    res, input_idx = self._apply_on_tensors(fn, args)\n')
+    f = classify.transform_error_finding("vmap", {"type": "RuntimeError", "message": message, "phase": "backward",
+                                                  "transform": "grad", "traceback": tb})
+    assert (f.kind, f.context["cause"]) == ("functorch-incompatible", "module_hook")
+    assert "register_full_backward_hook" in taxonomy.fix_text(f)
+
+
+def test_torch_func_frames_in_a_compiled_runs_traceback_are_not_a_transform():
+    """Dynamo inlines torch.vmap: its frames show in a compile stage's traceback, which is no torch.func refusal."""
+    tb = ('Traceback (most recent call last):\n  File "/x/site-packages/torch/_functorch/vmap.py", line 482, in '
+          '_flat_vmap\n  File "/p/model.py", line 9, in f\n')
+    raw = {"type": "RuntimeError", "message": "Cannot access data pointer of Tensor that doesn't have storage",
+           "phase": "forward", "traceback": tb}
+    assert classify.classify_error("inductor", raw).kind != "functorch-incompatible"
+    assert classify.classify_error("eager", raw).kind == "functorch-incompatible"
+    assert classify.transform_in_traceback({"traceback": tb.replace("_flat_vmap", "grad_impl")}) == "grad"

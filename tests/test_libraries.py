@@ -116,3 +116,30 @@ def test_tracecheck_fix_is_offered_only_where_it_generates_code():
     direct = terminal.next_steps(report(False))
     assert not any(line.startswith("tracecheck fix") for line in direct)
     assert any("docs/failures/pybind-builtin.md" in line for line in direct)
+
+
+def test_a_fake_that_asserts_inside_an_installed_package_is_still_the_fakes(tracecheck, tmp_path):
+    """Kernel libraries live in site-packages: the fake's own frame there is what capture.fake_impl_raised looks for."""
+    pkg = tmp_path / "site-packages" / "libfake27"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(FAKE_ASSERTS.replace("lib27::", "libfake27::").replace(
+        "def probe_fake_asserts", "def _unused"))
+    model = tmp_path / "model.py"
+    model.write_text(f"import sys\nsys.path.insert(0, {str(pkg.parent)!r})\nimport torch\nimport libfake27\n\n\n"
+                     "def probe_installed_fake():\n    return (lambda x: libfake27.quant(x) + 1), (torch.randn(4, 8),)\n")
+    res = tracecheck("run", str(model), "--stages", "eager,explain")
+    f = res.probe("probe_installed_fake")["stages"]["explain"]["findings"][0]
+    assert (f["kind"], f["context"]["cause"], f["context"]["op"]) == ("fake-mismatch", "raises", "libfake27::quant")
+    assert f["evidence"]["user_frame"]["file"].endswith("site-packages/libfake27/__init__.py")
+
+
+def test_a_parser_failure_is_raised_once_and_cleared():
+    from tracecheck import capture
+
+    try:
+        raise ValueError("a record the parser did not expect")
+    except ValueError:
+        capture.parser_failed()
+    with pytest.raises(capture.ParserError, match="(?s)failed 1 time.*a record the parser did not expect"):
+        capture.check_parsers()
+    capture.check_parsers()  # cleared: the next task starts clean

@@ -155,7 +155,7 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
     from tracecheck.render import terminal
 
     monkeypatch.chdir(tmp_path)
-    f = Finding("pybind-builtin", "s", {"builtin": "ext.fwd"}, {})
+    f = Finding("pybind-builtin", "s", {"builtin": "ext.fwd", "in_autograd_function": True}, {})  # what fix rewrites
     g = Finding("graph-break", "s", {"gb_type": "x"}, {})
     fixable = ProbeReport("m.py::probe_a", str(tmp_path / "m.py"), "probe_a",
                           {"explain": StageResult("explain", FAIL, failure=f, findings=[f])})

@@ -3,6 +3,7 @@ import functools
 
 import torch
 
+from tracecheck import numerics
 from tracecheck.numerics import TOLERANCES
 from tracecheck.probe import Case
 from tracecheck.reachable import trainable_parameters
@@ -323,3 +324,68 @@ def test_an_attribute_named_like_a_global_does_not_reach_that_global():
     box = _Box(torch.nn.Linear(2, 2))
     names = [n for n, _ in trainable_parameters(lambda x: box.model(x))]
     assert names == ["closure:box.model.weight", "closure:box.model.bias"]
+
+
+# --- fp32 decision flips, the jitter cap and the BatchNorm floor (issue 22) ------------------------------------------
+
+def _flip_runs():
+    """A ReLU whose input has one element at rounding distance from zero: eager and float64 agree that it is
+    (just) positive; a compiled run that rounds it to the other side drops that element's gradient."""
+    x = torch.linspace(-1, 1, 4096, dtype=torch.float64)
+    x[3000] = 1e-12                                   # the kink
+    fp64 = (x > 0).double() * 3.0                     # d/dx of relu(x) * 3, where x[3000] counts as positive
+    eager = fp64.float()
+    compiled = eager.clone()
+    compiled[3000] = 0.0                              # the flipped decision: 1 element of 2048 positives, 2% RMS
+    jittered = compiled.clone()                       # a 1e-6 jitter flips it too
+    return eager, compiled, jittered, fp64
+
+
+def test_a_decision_that_rounding_flips_is_noise_when_the_jittered_runs_flip_it_too():
+    eager, compiled, jittered, fp64 = _flip_runs()
+    grads = lambda g: Execution(grads={"input[0]": g}, ran_backward=True)  # noqa: E731
+    assert compare(grads(eager), grads(compiled), fp64=lambda: grads(fp64)) != []   # flagged without jitter
+    assert compare(grads(eager), grads(compiled), fp64=lambda: grads(fp64),
+                   jittered=lambda: [grads(jittered)]) == []
+
+
+def test_the_jittered_runs_never_excuse_more_than_the_cap():
+    """A discrete decision (MoE routing) that the jitter flips moves the jittered run far: a compiled result off
+    by 30% must not hide behind it."""
+    eager = torch.ones(256)
+    fp64 = eager.double()
+    wrong = eager * 1.3
+    far_jitter = eager * 1.5                          # the jittered run routed elsewhere
+    grads = lambda g: Execution(grads={"input[0]": g}, ran_backward=True)  # noqa: E731
+    [m] = compare(grads(eager), grads(wrong), fp64=lambda: grads(fp64), jittered=lambda: [grads(far_jitter)])
+    assert m["worst"]["what"] == "grad input[0]"
+    assert 0.3 > numerics.JITTER_CAP   # the premise: 30% is beyond what the jitter may excuse
+
+
+def test_the_batchnorm_floor_passes_a_tenth_of_a_percent_and_not_one_percent():
+    torch.manual_seed(0)
+    fp64 = torch.randn(4096, dtype=torch.float64)
+    eager = fp64.float()                               # eager: exact to fp32 rounding
+    noisy = (fp64 + 1e-3 * fp64.pow(2).mean().sqrt() * torch.randn(4096, dtype=torch.float64)).float()  # 0.1%
+    scaled = eager * 1.01                              # 1%
+    grads = lambda g: Execution(grads={"param:bn.weight": g}, ran_backward=True)  # noqa: E731
+    assert compare(grads(eager), grads(noisy), fp64=lambda: grads(fp64)) != []          # no floor: flagged
+    assert compare(grads(eager), grads(noisy), fp64=lambda: grads(fp64), batchnorm=True) == []
+    [m] = compare(grads(eager), grads(scaled), fp64=lambda: grads(fp64), batchnorm=True)
+    assert "per-model tolerance" in m["worst"]["rule"] and "BatchNorm" in m["worst"]["rule"]
+
+
+def test_jittered_runs_jitter_inputs_and_weights_and_restore_them():
+    from tracecheck.stages._execution import jittered_runs
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    before = model.weight.detach().clone()
+    x = torch.randn(2, 4)
+    [a, b] = jittered_runs(lambda: Case(model, (x,)))()
+    assert torch.equal(model.weight, before) and model.weight.grad is None          # restored
+    plain = model(x)
+    for ex in (a, b):
+        rel = ((ex.outputs - plain).norm() / plain.norm()).item()
+        assert 0 < rel < 1e-5                                                         # jittered, by about 1e-6
+    assert not torch.equal(a.outputs, b.outputs)                                      # two different jitters

@@ -79,7 +79,7 @@ def test_every_renderer_shows_the_failure_and_says_it_is_not_required():
     csv = tables.stages_frame(r)
     assert csv.set_index("stage").loc["vmap", ["target", "required"]].tolist() == ["func", False]
     md = markdown.render(r)
-    assert "0 failing, 0 finding(s)" in md and "## Advice" in md
+    assert "0 failing, 0 finding(s)" in md and "## Targets not required" in md and "#### N1. `functorch-incompatible`" in md
     assert "**Gates nothing:** the func target is not required (--require func gates on it)" in md
     case = next(c for c in ET.fromstring(junit.render(r)).iter("testcase") if c.get("name") == "probe[vmap]")
     assert case.find("failure") is None and "target func not required" in case.find("system-out").text
@@ -147,3 +147,37 @@ def test_a_compile_clean_old_style_function_passes_unless_func_is_required(trace
     assert counter.frame_count == 1
     with pytest.raises(RuntimeError, match="setup_context"):
         torch.func.vmap(fn)(x.detach().unsqueeze(0))
+
+
+def test_an_internal_error_of_a_target_not_required_exits_3_but_fails_no_probe():
+    from tracecheck.cli import _exit_code
+    from tracecheck.exitcodes import ExitCode
+    from tracecheck.report import INTERNAL
+
+    r = _report(vmap_status=PASS)
+    r.probes[0].stages["vmap"] = StageResult("vmap", INTERNAL, target="func", internal_error="Traceback ...\nKeyError: 'x'")
+    assert r.probes[0].verdict.status == PASS and r.probes[0].verdict.targets["func"] == INTERNAL
+    assert _exit_code(r, None, False) == ExitCode.INTERNAL_ERROR                       # tracecheck's bug, always said
+    case = next(c for c in ET.fromstring(junit.render(r)).iter("testcase") if c.get("name") == "probe[vmap]")
+    assert case.find("error").get("type") == "internal-error"
+
+
+def test_shards_of_different_require_do_not_merge_and_a_written_baseline_keeps_its_own_require(tmp_path):
+    from tracecheck import shards
+
+    other = _report(require=("compile", "func"))
+    other.probes[0].id = "m.py::probe_2"
+    with pytest.raises(UsageError, match="require different targets"):
+        shards.merge([_report(), other], ["a.json", "b.json"])
+    path = tmp_path / "base.json"
+    baseline.write_baseline(str(path), _report(require=("compile", "func")))     # a one-off --require func
+    assert "require" not in json.loads(path.read_text())                        # ... is not recorded
+    baseline.write_baseline(str(path), _report(), keep={"require": ["compile", "export"]})
+    assert json.loads(path.read_text())["require"] == ["compile", "export"]      # the file's own setting stays
+
+
+def test_a_required_target_whose_stages_do_not_run_is_a_usage_error():
+    from tracecheck import api
+
+    with pytest.raises(UsageError, match="--require func: no stage of that target is in --stages \\(add vmap\\)"):
+        api.run(api.RunOptions(paths=["nowhere.py"], stages=["eager", "explain"], require=("compile", "func")))

@@ -263,6 +263,7 @@ def test_gradient_hooks_skip_the_grad_comparison_and_say_why(run):
     vmap = probes["probe_gradient_hook"]["stages"]["vmap"]
     assert vmap["status"] == "pass" and vmap["findings"] == []
     assert any("post-accumulate-grad hook on param:0.weight" in x for x in vmap["extra"]["not_checked"])
+    assert vmap["extra"]["vmap"]["grad"].startswith("ran (not compared: the probe has gradient hooks")
     # the oracle: torch.func.grad's gradient is not autograd's once the hook halves .grad
     m = torch.nn.Linear(3, 2)
 

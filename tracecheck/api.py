@@ -75,6 +75,11 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     if not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
         raise UsageError(f"--timeout {opts.timeout_s}: must be a positive number of seconds")
     stages = validate_stages(opts.stages)
+    unchecked = [t for t in opts.require if not any(target_of(s) == t for s in stages)]
+    if unchecked:  # a required target none of whose stages runs would pass unchecked
+        theirs = [s for s in STAGES if target_of(s) in unchecked]
+        raise UsageError(f"--require {','.join(unchecked)}: no stage of {'that target' if len(unchecked) == 1 else 'those targets'} "
+                         f"is in --stages (add {', '.join(theirs)})")
     paths, named = discover.split_node_ids(opts.paths)  # ``file.py::probe`` names one probe, as in pytest
     files = discover.find_files(paths)
     if not files:
@@ -105,7 +110,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         # opcheck after all: eager registered a custom op, or eager did not finish (it cannot tell)
         late = [p for p in probes if p.id in deferred and not _setup_failed(p)
                 and (p.stages["eager"].extra.get("registered_custom_ops")
-                     or p.stages["eager"].status in (CRASH, TIMEOUT))]
+                     or p.stages["eager"].status in (CRASH, TIMEOUT, INTERNAL))]
         if late:
             progress.planned(len(tasks) + len(late))
             _run_stage_tasks(runner, _stage_tasks(opts, files, late, ["opcheck"], device, {}, skip=set()), probes,
@@ -117,7 +122,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         if _setup_failed(p):
             for stage in stages:
                 p.stages[stage] = StageResult(
-                    stage, SKIP, skip_reason="loading the file or calling the probe function raised (see load)")
+                    stage, SKIP, skip_reason="loading the file or calling the probe function failed (see load)")
         results.attribute_crashes(p.stages)
         p.stages = _ordered(p.stages)
         results.attribute_unknowns(p.stages)
@@ -208,6 +213,14 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             env = msg.value if isinstance(msg, protocol.Result) else None
             continue
         path = outcome.task.key
+        if outcome.message is None:  # the loading process hung or died (a probe function that never returns, say)
+            report = ProbeReport(id=discover.probe_id(path, IMPORT_PROBE, root), file=path, name=IMPORT_PROBE)
+            load = results.died_result(LOAD_STAGE, f"loading the file {outcome.died}", outcome.timed_out,
+                                       outcome.log_tail, round(outcome.seconds, 2))
+            load.failure.evidence["phase"] = "setup"  # nothing of the file ran: no stage for it
+            report.stages[LOAD_STAGE] = load
+            found[path] = [report]
+            continue
         res = outcome.checked(f"{os.path.relpath(path)}: loading the file")
         if outcome.template is not None:
             templates[path] = outcome.template

@@ -31,7 +31,7 @@ from typing import Any, Iterable
 
 from . import taxonomy
 from .exitcodes import UsageError
-from .report import CRASH, FAIL, IMPORT_PROBE, PASS, TIMEOUT, ProbeReport, RunReport, StageResult
+from .report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from .reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
 from .shards import shard_from_command
 from .stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY, target_of
@@ -47,7 +47,7 @@ COUNTS_LOWER_IS_BETTER = tuple(dict.fromkeys(k for s in REGISTRY.values() for k,
 COUNTS_NEUTRAL = tuple(dict.fromkeys(k for s in REGISTRY.values() for k, how in s.counts.items() if how == NEUTRAL))
 
 REGRESSED, IMPROVED, CHANGED = "regressed", "improved", "changed"
-_FAILED = (FAIL, TIMEOUT, CRASH)
+_FAILED = FAILED
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -116,10 +116,12 @@ def _break_sort_key(b: dict[str, Any]) -> tuple:
 
 
 def from_report(report: RunReport, severity: dict[str, str] | None = None,
-                require: tuple[str, ...] = ()) -> dict[str, Any]:
+                require: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The baseline document of a run report (sorted, so rewriting an unchanged baseline is a no-op diff).
     ``severity``: the per-kind setting to keep (``severity_setting`` of the baseline being rewritten);
-    ``require``: the baseline's own required targets to keep (``require_setting``), joined with the run's."""
+    ``require``: the required targets the document records: the baseline's own setting when one is written (the
+    run's ``--require`` is the CI command's, like ``--strict``, and is not recorded), the run's (None) when the
+    document is the new side of a comparison."""
     probes = {}
     for p in sorted(report.probes, key=lambda p: p.id):
         probes[p.id] = {"stages": {name: stage_snapshot(s, p) for name, s in p.stages.items()}}
@@ -132,7 +134,7 @@ def from_report(report: RunReport, severity: dict[str, str] | None = None,
     }
     if severity:
         doc["severity"] = dict(sorted(severity.items()))
-    required = normalized([*report.require, *require])
+    required = normalized(report.require if require is None else require)
     if required != DEFAULT_REQUIRE:
         doc["require"] = list(required)
     if report.strict:
@@ -199,25 +201,53 @@ def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
         _check_probes(doc["probes"])
         return doc
     if "probes" in doc and "schema_version" in doc:
-        return from_report(RunReport.from_dict(doc))
+        return from_report(RunReport.from_dict(doc), require=())  # a report as a baseline: its --require was its run's
     raise ValueError("neither a tracecheck baseline nor a tracecheck JSON report")
 
 
+_STATUSES = (PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL)
+
+
 def _check_probes(probes: dict[str, Any]) -> None:
-    """The shape ``compare`` reads: probe -> {"stages": {stage -> {...}}}, kind lists of strings. A hand-edited
-    baseline that breaks it is refused when it is loaded, before a run whose results it would lose."""
+    """The shape ``compare`` reads: probe -> {"stages": {stage -> {...}}}, each field of the type it is written with.
+    A hand-edited baseline that breaks it is refused when it is loaded, before a run whose results it would lose."""
+    from .targets import TARGETS
+
     for pid, probe in probes.items():
         stages = probe.get("stages") if isinstance(probe, dict) else None
         if not isinstance(stages, dict):
             raise ValueError(f"probe {pid!r}: expected an object with a 'stages' object")
         for stage, snap in stages.items():
+            where = f"probe {pid!r}, stage {stage!r}"
             if not isinstance(snap, dict):
-                raise ValueError(f"probe {pid!r}, stage {stage!r}: expected an object")
-            for key in ("kinds", "advice", "breaks"):
+                raise ValueError(f"{where}: expected an object")
+            if snap.get("status") not in _STATUSES:
+                raise ValueError(f"{where}: 'status' must be one of {', '.join(_STATUSES)}")
+            if "target" in snap and snap["target"] not in TARGETS:
+                raise ValueError(f"{where}: 'target' must be one of {', '.join(TARGETS)}")
+            for key in ("kinds", "advice"):
                 value = snap.get(key, [])
-                if not isinstance(value, list) or (key != "breaks" and not all(isinstance(k, str) for k in value)) \
-                        or (key == "breaks" and not all(isinstance(b, dict) for b in value)):
-                    raise ValueError(f"probe {pid!r}, stage {stage!r}: '{key}' must be a list")
+                if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+                    raise ValueError(f"{where}: '{key}' must be a list of kind names")
+            breaks = snap.get("breaks", [])
+            if not isinstance(breaks, list) or not all(
+                    isinstance(b, dict) and isinstance(b.get("kind"), str) and _is(b.get("gb_type"), str)
+                    and _is(b.get("file"), str) and _is(b.get("line"), int) for b in breaks):
+                raise ValueError(f"{where}: 'breaks' must be a list of {{kind, gb_type, file, line}} objects")
+            for key in ("graph_count", "graph_break_count", "recompiles"):
+                if not _is(snap.get(key), int):
+                    raise ValueError(f"{where}: '{key}' must be a count or null")
+            phases = snap.get("phases")
+            if phases is not None and (not isinstance(phases, list) or not all(isinstance(x, str) for x in phases)):
+                raise ValueError(f"{where}: 'phases' must be a list such as [\"forward\", \"backward\"] or null")
+            ca = snap.get("compiled_autograd")
+            if ca is not None and (not isinstance(ca, dict) or not all(_is(v, (int, list)) for v in ca.values())):
+                raise ValueError(f"{where}: 'compiled_autograd' must be an object of counts")
+
+
+def _is(value: Any, types: Any) -> bool:
+    """``value`` is null or of ``types`` (a bool is no count)."""
+    return value is None or (isinstance(value, types) and not isinstance(value, bool))
 
 
 def load_baseline(path: str, what: str = "baseline") -> dict[str, Any]:
@@ -324,7 +354,10 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
 
 
 def _target(stage: str, *snaps: dict[str, Any] | None) -> str:
-    """A stage's target: as its snapshot records it, else (a baseline from before targets) the registry's."""
+    """A stage's target: the registry's (a hand-edited snapshot cannot move a stage out of compile); a stage this
+    tracecheck does not know takes its snapshot's."""
+    if stage in REGISTRY:
+        return target_of(stage)
     return next((s["target"] for s in snaps if s and isinstance(s.get("target"), str)), target_of(stage))
 
 
@@ -363,6 +396,10 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
         return [Change(pid, stage, "stage", "not run", n.get("status"), CHANGED, "stage not in the baseline")]
     out: list[Change] = []
     bs, ns = b.get("status"), n.get("status")
+    if INTERNAL in (bs, ns):  # a stage that failed inside tracecheck checked nothing: nothing to compare with it
+        side = "the new run" if ns == INTERNAL else "the baseline"
+        return [Change(pid, stage, "status", bs, ns, CHANGED,
+                       f"not compared: the stage failed inside tracecheck in {side} (status internal-error)")]
     if bs != ns:
         if bs == PASS and ns in _FAILED:
             effect = REGRESSED
@@ -387,7 +424,7 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
                             n.get("graph_break_count"), "graph breaks")
     out += _compare_breaks(pid, stage, b.get("breaks", []), n.get("breaks", []))
     out += _lower_is_better(pid, stage, "recompiles", b.get("recompiles"), n.get("recompiles"), "recompiles")
-    if "backward" in (b.get("phases") or []) and n.get("phases") == ["forward"]:
+    if "backward" in (b.get("phases") or []) and n.get("phases") == ["forward"] and ns not in _FAILED:
         # a stage that checked training now checks the forward only: its pass no longer covers backward
         out.append(Change(pid, stage, "phases", b["phases"], n["phases"], REGRESSED,
                           "backward no longer runs (forward only)"))
@@ -466,3 +503,4 @@ def write_baseline(path: str, report: RunReport, keep: dict[str, Any] | None = N
     rewritten) ``severity`` and ``require`` settings: the user's choices, not measurements."""
     write_json_atomic(path, from_report(report, severity_setting(keep) if keep else None,
                                         require_setting(keep) if keep else ()))
+

@@ -287,7 +287,7 @@ def innermost_user_frame(stack: Any, names: dict[int, str]) -> dict[str, Any] | 
     for f in reversed(stack or []):
         file = names.get(f.get("filename"), f.get("filename"))
         # site-packages stays in: a fake impl of an installed extension package is the frame to name
-        if isinstance(file, str) and not file.startswith("<") and not os.path.abspath(file).startswith(_LIB_DIRS):
+        if isinstance(file, str) and not _in_torch_or_stdlib(file):
             line = int(f.get("line") or 0)
             return {"file": file, "line": line, "function": f.get("name"),
                     "code": (f.get("loc") or linecache.getline(file, line)).strip()}
@@ -361,11 +361,22 @@ def frame_outside_torch(exc: BaseException) -> dict[str, Any] | None:
     an error raised inside a library (``transformers``' model code, say) was last in code torch did not write."""
     for e in _chain(exc):
         frames = [f for f in traceback.extract_tb(e.__traceback__)
-                  if not f.filename.startswith("<") and not os.path.abspath(f.filename).startswith(_LIB_DIRS)]
+                  if not _in_torch_or_stdlib(f.filename)]
         if frames:
             f = frames[-1]
             return {"file": f.filename, "line": f.lineno, "function": f.name, "code": (f.line or "").strip()}
     return None
+
+
+def _in_torch_or_stdlib(path: str) -> bool:
+    """torch's, tracecheck's or the standard library's code; an installed package is not (kernel libraries live in
+    site-packages, which a system Python keeps inside the standard library's folder)."""
+    if path.startswith("<"):
+        return True
+    full = os.path.abspath(path)
+    if full.startswith((_TORCH_DIR, _LIB_DIRS[0])):
+        return True
+    return full.startswith(_LIB_DIRS[1]) and not any(m in full for m in ("site-packages", "dist-packages"))
 
 
 def _is_library(path: str) -> bool:
@@ -384,7 +395,7 @@ def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
         while tb is not None:
             frames.append(tb.tb_frame)
             tb = tb.tb_next
-        if not frames or _is_library(frames[-1].f_code.co_filename):
+        if not frames or _in_torch_or_stdlib(frames[-1].f_code.co_filename):  # an installed library's fake counts
             continue
         op = None
         for frame in frames:

@@ -64,7 +64,7 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
     """The context when the evidence matches the rule (named groups of the pattern that matched), else None."""
     if rule.only_with_gb_types is not None and (gb_type or "") not in rule.only_with_gb_types:
         return None
-    if rule.only_under_transform and not (raw.get("transform") or transform_in_traceback(raw)):
+    if rule.only_under_transform and not raw.get("transform"):
         return None
     fake = raw.get("fake_impl")
     if rule.fake_impl_raised and isinstance(fake, dict):
@@ -150,14 +150,16 @@ def _stub(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> 
         ctx["cause"] = "stub"
 
 
-#: torch.func's own Python files in a traceback, and the transform each one means
-_FUNCTORCH_FILES = (("torch/_functorch/vmap.py", "vmap"), ("torch/_functorch/apis.py", "vmap"),
-                    ("torch/_functorch/eager_transforms.py", "grad"))
-_HOP_FILE = re.compile(r"torch/_higher_order_ops/(?P<hop>\w+)\.py")
-#: higher-order ops by module, as users call them
+#: a frame of torch.func's own Python in a traceback, and the function that names the transform it runs
+_FUNCTORCH_FRAME = re.compile(r'torch/_functorch/\w+\.py", line \d+, in (?P<func>\w+)')
+_TRANSFORM_OF = {"_flat_vmap": "vmap", "vmap_impl": "vmap", "grad_impl": "grad", "grad_and_value_impl": "grad",
+                 "_vjp_with_argnums": "vjp", "_jvp_with_argnums": "jvp", "jacrev": "jacrev", "jacfwd": "jacfwd",
+                 "hessian": "hessian"}
+#: higher-order ops by module, as users call them (their files name them in a traceback)
 _HOP_NAMES = {"cond": "torch.cond", "while_loop": "torch._higher_order_ops.while_loop", "scan": "torch._higher_order_ops.scan",
               "map": "torch._higher_order_ops.map", "associative_scan": "torch._higher_order_ops.associative_scan",
               "flex_attention": "flex_attention", "invoke_subgraph": "torch._higher_order_ops.invoke_subgraph"}
+_HOP_FILE = re.compile(rf"torch/_higher_order_ops/(?P<hop>{'|'.join(_HOP_NAMES)})\.py")
 
 
 #: a Function torch.func refused that the evidence does not name
@@ -165,17 +167,18 @@ _SOME_FUNCTION = "The autograd.Function"
 
 
 def transform_in_traceback(raw: dict[str, Any]) -> str | None:
-    """The torch.func transform an error was raised under, read from its traceback (the probe called
-    torch.func.vmap/grad itself), innermost first; None when it ran under none."""
+    """The torch.func transform an eager error was raised under (the probe called torch.func.vmap or grad itself),
+    read from the frames of its traceback, innermost first; None when it ran under none. Only for an error raised
+    in eager code: a compiled run's traceback holds the frames Dynamo traced (torch.vmap inlined), not transforms."""
     tb = str(raw.get("traceback", "")).replace("\\", "/")
-    found = [(tb.rfind(f), t) for f, t in _FUNCTORCH_FILES if f in tb]
-    return max(found)[1] if found else None
+    found = [_TRANSFORM_OF[m.group("func")] for m in _FUNCTORCH_FRAME.finditer(tb) if m.group("func") in _TRANSFORM_OF]
+    return found[-1] if found else None
 
 
 def _functorch(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """The transform that refused (the vmap stage says; else the traceback), and for a higher-order op without a
     rule for it, which op."""
-    ctx.setdefault("transform", raw.get("transform") or transform_in_traceback(raw) or "vmap")
+    ctx.setdefault("transform", raw.get("transform") or "vmap")
     key = ctx.pop("transform_key", None)
     if key:  # KeyError: <TransformType.Grad: 2>: the transform the HOP has no rule for
         ctx["transform"] = {"Grad": "grad", "Vmap": "vmap", "Jvp": "jvp", "Functionalize": "functionalize"}.get(
@@ -186,7 +189,7 @@ def _functorch(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str
     if ctx.get("cause") == "storage" and hops:  # a higher-order op without a rule compiles itself under the transform
         ctx["cause"] = "hop"
     if ctx.get("cause") == "hop":
-        ctx["hop"] = _HOP_NAMES.get(hops[-1], f"torch._higher_order_ops.{hops[-1]}") if hops else "a higher-order op"
+        ctx["hop"] = _HOP_NAMES[hops[-1]] if hops else "a higher-order op"
 
 
 def _fake_raises(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
@@ -200,7 +203,7 @@ def _fake_raises(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: s
 def _where(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """The user line a dimension marked dynamic was specialized at (the summary's ``{by}``)."""
     frame = raw.get("user_frame") or {}
-    if ctx.get("cause") == "marked":
+    if ctx.get("cause") in ("marked", "constraint"):
         ctx["by"] = f" at `{frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame.get("file") else ""
 
 
@@ -264,6 +267,8 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
     knows it (opcheck) and the message does not. Never raises.
     """
     chain = raw.get("chain") or [{"type": raw.get("type", ""), "message": raw.get("message", "")}]
+    if stage in ("eager", "load") and not raw.get("transform"):  # the probe's own torch.func call refused it
+        raw = {**raw, "transform": transform_in_traceback(raw)}
     types = {_short_type(c.get("type", "")) for c in chain}
     text = "\n".join(_head_tail(c.get("message", "")) for c in chain)
     gb_type = raw.get("gb_type") or _gb_type_from_text(text)

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__, api, baseline, shards
 from .exitcodes import ExitCode, UsageError
 from .render import annotations, diff, junit, markdown
-from .report import PASS, StageResult
+from .report import FAIL, PASS, StageResult
 from .reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES
 from .targets import normalized, parse_require
@@ -130,7 +130,8 @@ def cli() -> None:
 @click.option("--fresh-imports", is_flag=True,
               help="Import each model file afresh in every stage process, not once per file (slower).")
 @click.option("--strict", is_flag=True,
-              help="Advice (no-batching-rule, opaque-op) fails its stage, the probe, the exit code and --baseline.")
+              help="Advice (no-batching-rule, opaque-op) fails its stage, the probe, the exit code and --baseline "
+                   "where the stage's target is required (no-batching-rule: vmap, so also --require func).")
 @click.option("--require", "require", metavar="TARGETS", default="",
               help="Targets that gate the exit code and --baseline besides compile (always): export (the export "
                    "stage), func (torch.func: the vmap stage). Their stages run either way; a failure of a target "
@@ -183,6 +184,7 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
         if junit_path:
             _write_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison))
         if update_baseline:
+            _refuse_partial_baseline(report)
             _write_output("--baseline", baseline_path, lambda: baseline.write_baseline(baseline_path, report, base))
     _report_comparison(out, report, comparison, baseline_path)
     if update_baseline:
@@ -291,11 +293,15 @@ def compare(base_json, new_json, junit_path, update_baseline, verbose):
             junit.write(junit_path, report, comparison)
         if update_baseline:
             _check_writable(base_json, "BASE")
+            if report is not None:
+                _refuse_partial_baseline(report)
             if report is not None and shards.shard_from_command(report.command):
                 raise UsageError(f"--update-baseline: {new_json} is one shard; merge the shards first "
                                  "(tracecheck merge ... -o all.json)")
+            # the user's settings are the old baseline's (a run's --require is its CI command's, not recorded)
             doc = baseline.from_report(report, baseline.severity_setting(base), baseline.require_setting(base)) \
-                if report is not None else {**baseline.load_baseline(new_json, "NEW"),
+                if report is not None else {**{k: v for k, v in baseline.load_baseline(new_json, "NEW").items()
+                                               if k not in ("severity", "require")},
                                             **{k: base[k] for k in ("severity", "require") if base.get(k)}}
             write_json_atomic(base_json, doc)
     _report_comparison(out, report, comparison, base_json)
@@ -315,7 +321,7 @@ def merge(reports, output, verbose):
         _check_writable(output, "-o")
         merged = shards.merge([load_report(p) for p in reports], list(reports))
         write_json_atomic(output, merged.to_dict())
-    n_fail = sum(1 for p in merged.probes if p.verdict.status != PASS)
+    n_fail = sum(1 for p in merged.probes if p.verdict.status == FAIL)
     console.print(f"merged {len(reports)} report(s): {len(merged.probes)} probes, {n_fail} failing -> {output}",
                   highlight=False, markup=False)
     sys.exit(ExitCode.OK)
@@ -348,6 +354,14 @@ def _errors(console: Console, verbose: bool) -> Iterator[None]:
         if verbose:
             console.print(traceback.format_exc(), markup=False, highlight=False)
         sys.exit(ExitCode.INTERNAL_ERROR)
+
+
+def _refuse_partial_baseline(report) -> None:
+    """A stage that failed inside tracecheck checked nothing: a baseline written from it would drop what it knew."""
+    if report.internal_errors:
+        p, s = report.internal_errors[0]
+        raise RuntimeError(f"{len(report.internal_errors)} stage(s) failed inside tracecheck ({p.id} {s.stage}, ...); "
+                           "the baseline is not rewritten from a run that checked less")
 
 
 def _write_output(option: str, path: str, write: Callable[[], None]) -> None:

@@ -204,3 +204,18 @@ def fake_dispatch_op(frame: Any) -> Any:
         return None
     func = frame.f_locals.get("func")
     return func if getattr(func, "namespace", None) else None
+
+
+def tensor_hooks(t: Any) -> dict[str, int]:
+    """How many gradient hooks a tensor carries, by the method that registered them (``_backward_hooks``,
+    ``_post_accumulate_grad_hooks``: private, the same on 2.13 and 2.14)."""
+    return {"register_hook": len(getattr(t, "_backward_hooks", None) or {}),
+            "register_post_accumulate_grad_hook": len(getattr(t, "_post_accumulate_grad_hooks", None) or {})}
+
+
+def is_training_batchnorm(module: Any) -> bool:
+    """A BatchNorm module (``torch.nn.modules.batchnorm._BatchNorm``: BatchNorm1d/2d/3d, SyncBatchNorm, lazy ones)
+    in training mode, which normalizes by the batch's statistics."""
+    import torch
+
+    return isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.training

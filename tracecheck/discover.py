@@ -322,11 +322,20 @@ def case_factory(path: str, probe: str, device: str = "cpu") -> Callable[[], Cas
     first: dict[int, tuple[Any, Any]] = {}
 
     def make() -> Case:
-        case = as_leaves(to_device(to_case(call_probe(fn)), device))
+        try:
+            case = to_case(call_probe(fn))
+        except Exception as e:  # the probe's own code, called again in a stage: its failure, not tracecheck's
+            raise ProbeCallError(e) from e
+        case = as_leaves(to_device(case, device))
         _restore_state(case, first)
         return case
 
     return make
+
+
+class ProbeCallError(Exception):
+    """The probe function raised (or returned something other than a Case) when a stage called it again: a probe
+    that fails on its second call (a global iterator, a counter). The stage reports it as the probe's failure."""
 
 
 def _restore_state(case: Case, first: dict[int, tuple[Any, Any]]) -> None:

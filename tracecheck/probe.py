@@ -63,4 +63,7 @@ def to_case(value: Any) -> Case:
         raise ProbeShapeError(f"probe's args is a {type(case.args).__name__}; expected a tuple of inputs")
     if not isinstance(case.kwargs, dict):
         raise ProbeShapeError(f"probe's kwargs is a {type(case.kwargs).__name__}; expected a dict")
+    if case.grad is not None and not isinstance(case.grad, bool) and not callable(case.grad):
+        raise ProbeShapeError(f"Case(grad=...) is a {type(case.grad).__name__}; expected None, True, False or a "
+                              "callable loss(outputs)")
     return case

@@ -28,6 +28,7 @@ IMPORT_PROBE = "(import)"
 PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL = "pass", "fail", "skip", "timeout", "crash", "internal-error"
 #: statuses that fail a probe when the stage's target is required
 FAILED = (FAIL, TIMEOUT, CRASH)
+STATUSES = (PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL)
 
 
 @dataclass
@@ -129,6 +130,15 @@ class StageResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StageResult":
+        """Raises ValueError for a field of the wrong type (a hand-edited report), which readers turn into exit 2."""
+        if d.get("status") not in STATUSES:
+            raise ValueError(f"stage {d.get('stage')!r}: status {d.get('status')!r} is not one of {', '.join(STATUSES)}")
+        for key in ("graph_count", "graph_break_count", "explain_graph_break_count"):
+            value = d.get(key)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"stage {d.get('stage')!r}: {key} must be a count or null, not {value!r}")
+        if not isinstance(d.get("extra", {}), dict):
+            raise ValueError(f"stage {d.get('stage')!r}: extra must be an object")
         failure = d.get("failure")
         return cls(
             stage=d["stage"],
@@ -195,7 +205,9 @@ class ProbeReport:
         advice = list(dict.fromkeys(f.kind for s in ranked for f in s.findings if taxonomy.is_advice(f.kind)))
         targets: dict[str, str] = {}
         for s in ranked:
-            target = s.target or TARGETS[0]
+            target = s.target
+            if target is None:  # a report from before targets: no per-target verdict to give
+                continue
             if s.status in FAILED:
                 targets[target] = FAIL
             elif s.status == INTERNAL and targets.get(target) != FAIL:
@@ -281,6 +293,8 @@ class RunReport:
         if version not in READABLE_SCHEMA_VERSIONS:
             raise ValueError(f"report schema_version {version!r} is not supported (this tracecheck reads "
                              f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})")
+        if not isinstance(d.get("environment", {}), dict) or not isinstance(d.get("strict", False), bool):
+            raise ValueError("environment must be an object and strict true or false")
         return cls(
             probes=[ProbeReport.from_dict(p) for p in d["probes"]],
             environment=d.get("environment", {}),
@@ -291,7 +305,7 @@ class RunReport:
             rootdir=d.get("rootdir", ""),
             strict=bool(d.get("strict", False)),
             # before targets, every stage gated: an old report keeps its meaning
-            require=tuple(d.get("require") or (TARGETS if version in (1, 2) else DEFAULT_REQUIRE)),
+            require=_require(d.get("require"), version),
         )
 
     @property
@@ -302,6 +316,15 @@ class RunReport:
     def internal_errors(self) -> list[tuple[ProbeReport, StageResult]]:
         """Stages where tracecheck's own code failed (exit 3, whatever else the run found)."""
         return [(p, s) for p in self.probes for s in p.stages.values() if s.status == INTERNAL]
+
+
+def _require(value: Any, version: Any) -> tuple[str, ...]:
+    """A report's ``require``: a list of targets; absent from a report from before targets (every stage gated then)."""
+    if value is None:
+        return TARGETS if version in (1, 2) else DEFAULT_REQUIRE
+    if not isinstance(value, list) or any(t not in TARGETS for t in value):
+        raise ValueError(f"require must be a list of targets ({', '.join(TARGETS)}), not {value!r}")
+    return tuple(value)
 
 
 def stage_failures(s: StageResult, strict: bool = False) -> list[Finding]:

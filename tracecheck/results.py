@@ -27,7 +27,10 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     draft = [classify.draft_finding(d, raw.get("error")) for d in (raw.get("draft_export") or {}).get("failures", [])]
     findings += draft
     # draft_export's report explains the export error (one finding per failure) when one of them maps to a kind
-    if raw.get("error") and not any(f.kind != "unknown" for f in draft):
+    if raw.get("error") and raw["error"].get("phase") == "setup":  # the probe function itself, called again
+        findings.append(setup_finding(raw["error"], f"The probe function raises when the {stage} stage calls it "
+                                                    "again (it ran when the file was loaded)."))
+    elif raw.get("error") and not any(f.kind != "unknown" for f in draft):
         findings.append(classify.classify_error(stage, raw["error"]))
         if fakes and findings[-1].kind in ("unknown", "backend-error"):
             findings[-1] = _attributed(findings[-1], fakes[0], raw["error"].get("batch_size"))
@@ -222,8 +225,10 @@ def _frame(f: Finding) -> tuple[Any, Any] | None:
 
 
 def attribute_unknowns(stages: dict[str, StageResult]) -> None:
-    """An ``unknown`` finding whose op, else user frame, is that of a root-cause finding of the same probe carries
-    that finding's kind: opcheck's tests often fail with a bare message (``fake not written yet``) that the compile
+    """An ``unknown`` finding that repeats the eager stage's ``eager-error`` (same exception type, first message line
+    and raising frame: opcheck or gradcheck running the failing code again) is that eager-error, attributed, with the
+    eager finding's context (the op it re-ran is kept as ``evidence.rerun_of``). Otherwise, an ``unknown`` finding
+    whose op, else user frame, is that of a root-cause finding of the same probe carries that finding's kind: opcheck's tests often fail with a bare message (``fake not written yet``) that the compile
     stages already explained. By line, a graph break counts as such a cause too (export failing where Dynamo broke
     the graph, at ``x.data_ptr()`` say). A heuristic, so it says so: ``context["first_seen_at"]`` names the stage (in stage
     order) whose finding it took, and the summary says it. ``stages`` is in stage order."""
@@ -269,6 +274,12 @@ def _same_error(f: Finding, other: Finding) -> bool:
     return bool(f.evidence.get("exception_type")) and key(f) == key(other)
 
 
+def setup_finding(error: dict[str, Any], summary: str) -> Finding:
+    """The probe function's own failure: its kind where a rule explains it, else ``eager-error`` (the probe's bug)."""
+    f = classify.classify_error(LOAD_STAGE, error)
+    return Finding("eager-error", summary, f.context, f.evidence) if f.kind == "unknown" else f
+
+
 def load_result(entry: dict[str, Any]) -> StageResult | None:
     """Findings made while loading the file and calling the probe function (the ``load`` pseudo-stage)."""
     findings: list[Finding] = []
@@ -282,10 +293,7 @@ def load_result(entry: dict[str, Any]) -> StageResult | None:
              "first_frame": ev.get("first_frame"), "user_frame": ev.get("second_frame")},
         ))
     if entry.get("setup_error"):
-        f = classify.classify_error(LOAD_STAGE, entry["setup_error"])
-        if f.kind == "unknown":
-            f = Finding("eager-error", "The probe function itself raises.", f.context, f.evidence)
-        findings.append(f)
+        findings.append(setup_finding(entry["setup_error"], "The probe function itself raises."))
     if not findings:
         return None
     return StageResult(LOAD_STAGE, FAIL, failure=findings[0], findings=findings)

@@ -61,6 +61,6 @@ class Gate:
         """Does a stage of ``target`` gate? A stage that names none (a report from before targets) does."""
         return target is None or target in self.require
 
-    def how_to_require(self, target: str) -> str:
-        """The option that makes ``target`` gate, for the reports' "not required" notes."""
-        return f"--require {','.join(t for t in (*self.require, target) if t != COMPILE)}"
+    def how_to_require(self, *targets: str) -> str:
+        """The option that makes ``targets`` gate besides the required ones, for the reports' "not required" notes."""
+        return f"--require {','.join(t for t in normalized([*self.require, *targets]) if t != COMPILE)}"

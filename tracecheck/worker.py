@@ -114,7 +114,12 @@ def run_stage(task: dict[str, Any]) -> dict[str, Any]:
     """One (probe, stage): the stage's ``run`` from the registry, on cases built by ``discover``."""
     from . import discover, stages
 
+    from . import capture
+
     spec = stages.get(task["stage"])
     make_case = discover.case_factory(task["file"], task["probe"], task.get("device", "cpu"))
     options = {k: v for k, v in (task.get("options") or {}).items() if k in spec.options}
-    return spec.run(stages.StageContext(make_case, task.get("device", "cpu"), options))
+    try:
+        return spec.run(stages.StageContext(make_case, task.get("device", "cpu"), options))
+    except discover.ProbeCallError as e:  # the probe function failed when the stage called it again
+        return {"error": capture.error_record(e.__cause__ or e, "setup")}

@@ -13,6 +13,7 @@ from ..exitcodes import UsageError
 from ..report import IMPORT_PROBE, RunReport
 from ..reportio import write_text_atomic
 from ..stages import STAGES
+from ..targets import TARGETS
 from ..taxonomy import kinds
 from ..runner import Runner, Task
 
@@ -228,13 +229,18 @@ def _verify(opts: FixOptions, patched: str, name: str, out: FixOutcome, progress
     """Every stage on the patched probe. A patched probe that does not even load is a reason, not exit 2: the
     user's input was fine, the fix is what failed."""
     try:
+        # verified means every stage passes: every target is required (the generated batching rule is vmap's)
         out.verification = api.run(api.RunOptions([patched], stages=list(STAGES), only=name, jobs=opts.jobs,
-                                                  timeout_s=opts.timeout_s, command=["fix", "--verify", patched]),
-                                   progress)
+                                                  timeout_s=opts.timeout_s, command=["fix", "--verify", patched],
+                                                  require=TARGETS), progress)
     except UsageError as e:
         out.reasons.append(f"the patched probe does not load: {e}")
         return
     verdict = out.verification.probes[0].verdict
+    if out.verification.internal_errors:  # tracecheck's own bug: the CLI exits 3, never "not verified"
+        p, s = out.verification.internal_errors[0]
+        last = (s.internal_error or "").strip().splitlines()[-1:] or ["?"]
+        raise RuntimeError(f"verifying the fix: the {s.stage} stage failed inside tracecheck: {last[0]}")
     if verdict.status != "pass":
         out.reasons.append(f"the patched probe still fails: {', '.join(verdict.kinds)} (first at "
                            f"{verdict.first_failing_stage})")

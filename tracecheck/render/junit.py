@@ -26,7 +26,7 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..report import CRASH, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from ..reportio import write_text_atomic
 
 _XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -61,17 +61,30 @@ def _evidence_text(s: StageResult) -> str:
     return "\n".join(out)
 
 
-def _known(comparison: Any, probe_id: str, stage: str) -> bool:
-    """True when the comparison found no regression for this (probe, stage): the failure is in the baseline."""
-    return not any(c.probe == probe_id and c.stage in (stage, None) for c in comparison.regressions)
+def _regressions(comparison: Any, probe_id: str, stage: str) -> list[Any]:
+    """The comparison's regressions of this (probe, stage), or of the whole probe."""
+    return [c for c in comparison.regressions if c.probe == probe_id and c.stage in (stage, None)]
 
 
 def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None) -> ET.Element:
     file_part = p.id.split("::", 1)[0]
     case = ET.Element("testcase", {"classname": _classname(file_part), "name": f"{p.name}[{stage}]",
                                    "file": file_part, "time": f"{s.seconds:.3f}"})
-    failed = s.status in (FAIL, TIMEOUT, CRASH)
-    if failed and not p.gate.requires(s.target):  # shown with its evidence, failing nothing
+    failed = s.status in FAILED
+    if comparison is not None:
+        # against a baseline the comparison decides (its required targets and advice severity included)
+        regressed = _regressions(comparison, p.id, stage)
+        if regressed and not failed:  # a gated advice kind, say: the stage passed, the gate did not
+            el = ET.SubElement(case, "failure", {"type": "regression", "message": _clean(regressed[0].detail, 1000)})
+            el.text = _clean("\n".join(c.detail for c in regressed) + "\n\n" + _evidence_text(s))
+            return case
+        if failed and not regressed:
+            why = "known failure in the baseline" if p.gate.requires(s.target) else \
+                f"target {s.target} not required, no regression"
+            kinds = ", ".join(dict.fromkeys(f.kind for f in s.findings)) or s.status
+            ET.SubElement(case, "skipped", {"message": _clean(f"{why}: {kinds}", 500)})
+            return case
+    elif failed and not p.gate.requires(s.target):  # shown with its evidence, failing nothing
         ET.SubElement(case, "system-out").text = _clean(
             f"target {s.target} not required ({p.gate.how_to_require(str(s.target))} gates on it); the stage "
             f"failed:\n" + _evidence_text(s))
@@ -81,10 +94,6 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None)
         el = ET.SubElement(case, "error", {"type": INTERNAL, "message": _clean(
             f"tracecheck's own code failed in this stage (not the probe's): {lines[-1]}", 1000)})
         el.text = _clean(s.internal_error or "")
-        return case
-    if failed and comparison is not None and _known(comparison, p.id, stage):
-        kinds = ", ".join(dict.fromkeys(f.kind for f in s.findings)) or s.status
-        ET.SubElement(case, "skipped", {"message": _clean(f"known failure in the baseline: {kinds}", 500)})
         return case
     if s.status == FAIL:
         f = s.failure

@@ -18,7 +18,7 @@ import shlex
 from typing import Any
 
 from ..taxonomy import fix_text, is_advice, kinds
-from ..report import CRASH, FAIL, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
+from ..report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
 from ..report import IMPORT_PROBE, RootCause, StageResult, finding_key, root_causes
 from ..targets import TARGETS, Gate
 from . import view
@@ -196,7 +196,7 @@ class MarkdownRenderer:
         legend = ("✅ pass · ✅ fwd pass, forward only (nothing trains, or the backward was not checked: see below) · "
                   "✅ kind pass, with advice of that kind" + (" (failing: --strict)" if r.strict else "") +
                   " · ❌ fail (kinds) · ⏱️ timeout · 💥 crash · ➖ skipped · – not measured"
-                  + (f" · ⚪ kind: failed, target not required ({view.not_required_note(r)})"
+                  + (f" · ⚪ kind: failed, target not required ({view.not_required_note(r.gate, r.probes)})"
                      if any(p.verdict.not_required for p in r.probes) else "")
                   + (" · 🐞 tracecheck internal error (not the probe's; exit 3)" if r.internal_errors else ""))
         unchecked = [f"- {_code(self.probe_label(p.id))}: " + "; ".join(self.scrub(x) for x in view.not_checked(p))
@@ -224,7 +224,7 @@ class MarkdownRenderer:
         root = "TRACE_DIR" if self.redact else self.scrub(self.trace_dir)
         where = "the trace directory" if self.redact else _code(self.scrub(os.path.abspath(self.trace_dir)))
         kept = [(p, stage) for p in self.report.probes for stage, s in p.stages.items()
-                if s.status in (FAIL, TIMEOUT, CRASH)
+                if s.status in FAILED
                 and _has_log(os.path.join(self.trace_dir, trace_subdir(p.id, stage)))]
         example = (f"{root}/{trace_subdir(kept[0][0].id, kept[0][1])}" if kept else f"{root}/<probe>/<stage>")
         listed = "".join(f"- {_code(self.probe_label(p.id))} `{stage}`: "
@@ -291,14 +291,15 @@ class MarkdownRenderer:
                           for i, r in enumerate(reasons, 1))
         return Details("explain() output: break reasons (first line of each)", body)
 
-    def finding_section(self, index: int, cause: RootCause, advice: bool = False) -> Section:
-        """One root cause, once, however many probes and stages saw it: where, evidence, fix, repro. ``advice``:
-        numbered A1, A2, ... apart from the findings."""
+    def finding_section(self, index: int, cause: RootCause, prefix: str = "") -> Section:
+        """One root cause, once, however many probes and stages saw it: where, evidence, fix, repro. ``prefix``:
+        "A" numbers advice A1, A2, ..., "N" what targets not required found, apart from the findings."""
+        advice = bool(prefix)
         f = cause.finding
         p, stages = cause.seen[0]
         ev, ctx = f.evidence, f.context
         kind = kinds().get(f.kind)
-        lines = [f"#### {'A' if advice else ''}{index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
+        lines = [f"#### {prefix}{index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
         bullets = []
         others = sorted({t for q, st in cause.seen for t in view.not_required_targets(q, st)})
         if others and not is_advice(f.kind):
@@ -357,7 +358,7 @@ class MarkdownRenderer:
             lines.append(f"**Fix:** as in finding {shown} above.{'' if text == fix_text(f) else ' ' + fix_text(f)}\n\n")
         elif kind:
             # the snippet once per kind keeps the report short
-            self._fix_shown[f.kind] = (f"{'A' if advice else ''}{index}", fix_text(f))
+            self._fix_shown[f.kind] = (f"{prefix}{index}", fix_text(f))
             lines.append(f"**Fix:** {fix_text(f)}\n\n")
             if kind.snippet:
                 lines.append(f"```python\n{kind.snippet}\n```\n\n")
@@ -394,9 +395,12 @@ class MarkdownRenderer:
         file = os.path.basename(file) if self.redact else self.scrub(file)
         stage = "eager" if stage == LOAD_STAGE else stage  # load findings come back on any run
         target = file if p.name == IMPORT_PROBE else f"{file}::{p.name}"  # the import fails: the file alone
-        require = [t for t in self.report.gate.require if t != TARGETS[0]]
-        return (f"tracecheck run {shlex.quote(target)} --stages {stage}" + (" --strict" if self.report.strict else "")
-                + (f" --require {','.join(require)}" if require else ""))
+        gate = self.report.gate
+        s = p.stages.get(stage)
+        # a finding of a target not required reproduces (fails the run) only when that target is required
+        extra = (s.target,) if s is not None and s.target and not gate.requires(s.target) else ()
+        return (f"tracecheck run {shlex.quote(target)} --stages {stage}" + (" --strict" if gate.strict else "")
+                + (f" {gate.how_to_require(*extra)}" if len(gate.require) > 1 or extra else ""))
 
     # -- assembly -------------------------------------------------------------------------------------
     def sections(self) -> list[Section]:
@@ -406,8 +410,10 @@ class MarkdownRenderer:
             if extra:
                 out.append(Section([extra]))
         failing = [p for p in self.report.probes if p.verdict.status == FAIL]
-        # advice, and whatever only targets not required found, fail nothing: their own section below
-        advice = [c for c in root_causes(self.report.probes) if not self.gating(c)]
+        # advice, and whatever only targets not required found, fail nothing: their own sections below
+        quiet = [c for c in root_causes(self.report.probes) if not self.gating(c)]
+        advice = [c for c in quiet if is_advice(c.finding.kind)]
+        others = [c for c in quiet if not is_advice(c.finding.kind)]
         if failing:
             causes = [c for c in root_causes(failing) if self.gating(c)]
             out.append(Section(["## Findings\n\nEach root cause once (one kind at one user frame or op), with "
@@ -420,12 +426,14 @@ class MarkdownRenderer:
         else:
             out.append(Section(["## Findings\n\nNo failures and no graph breaks.\n\n"]))
         if advice:
-            note = view.not_required_note(self.report)
-            out.append(Section(["## Advice\n\nNot failures: what an op costs or lacks (kinds of severity "
-                                "`advice`; `--strict` makes them fail)"
-                                + (f", and what the stages of targets not required found ({note})" if note else "")
-                                + ".\n\n"]))
-            out += [self.finding_section(i, c, advice=True) for i, c in enumerate(advice, 1)]
+            out.append(Section(["## Advice\n\nNot failures: what an op costs or lacks (kinds of severity `advice`; "
+                                "`--strict` makes them fail where their target is required).\n\n"]))
+            out += [self.finding_section(i, c, "A") for i, c in enumerate(advice, 1)]
+        if others:
+            note = view.not_required_note(self.report.gate, self.report.probes)
+            out.append(Section([f"## Targets not required\n\nWhat the stages of targets this run did not require "
+                                f"found ({note}), with the same evidence.\n\n"]))
+            out += [self.finding_section(i, c, "N") for i, c in enumerate(others, 1)]
         internal = self.internal_errors()
         if internal is not None:
             out.append(internal)

@@ -86,7 +86,7 @@ def _verdict_table(report: RunReport, short: bool, wrap: bool, numbered: bool) -
         notes += [f"{i} = {labels[p.id]}" for i, p in enumerate(report.probes, 1)]
     marks = {c.shown for p in report.probes for c in map(lambda x: view.cell(x, report.gate), p.stages.values()) if c}
     if view.NOT_REQUIRED in marks:
-        notes.insert(0, "○ kind: a stage of a target not required failed (" + view.not_required_note(report) + ")")
+        notes.insert(0, "○ kind: a stage of a target not required failed (" + view.not_required_note(report.gate, report.probes) + ")")
     if INTERNAL in marks:
         notes.insert(0, "! internal error: tracecheck's own bug, not the probe's (exit 3; the traceback is below)")
     caption = _CAPTION + (". " + "; ".join(notes) if notes else "")
@@ -144,11 +144,14 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
         skipped = view.not_checked(p)
         if v.status == PASS:
             # a pass says nothing about what did not run: a skipped dynamic or gradcheck stage is named, with why
-            shown_any = bool(v.advice or v.not_required)
+            shown_any = bool(v.advice or v.not_required or any(s.status == INTERNAL for s in p.stages.values()))
             if shown_any:
                 what = [f"advice ({', '.join(v.advice)}; advice fails nothing unless --strict)"] if v.advice else []
                 if v.not_required:
-                    what.append(f"targets not required: {view.not_required_note(_one(report, p))}")
+                    what.append(f"targets not required: {view.not_required_note(report.gate, [p])}")
+                internal = [s.stage for s in p.stages.values() if s.status == INTERNAL]
+                if internal:
+                    what.append(f"a tracecheck internal error at {', '.join(internal)} (exit 3)")
                 parts.append(Text(f"\n{p.id}: passed ({', '.join(v.require)}), with " + "; ".join(what),
                                   style="bold"))
                 parts += _findings_of(p, verbose)
@@ -170,11 +173,6 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
         if skipped:
             parts.append(Text("    not checked: " + "; ".join(skipped), style="dim"))
     return Group(*parts)
-
-
-def _one(report: RunReport, p: ProbeReport) -> RunReport:
-    """``report`` narrowed to one probe (for the notes that name the targets it failed)."""
-    return RunReport([p], report.environment, report.stages, strict=report.strict, require=report.require)
 
 
 def _findings_of(p: ProbeReport, verbose: bool) -> list[Text]:
@@ -331,8 +329,8 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
         for line in steps:
             console.print(Text(f"  {line}"), soft_wrap=True)
     verdicts = [p.verdict.status for p in report.probes]
-    n, n_fail, n_internal = len(verdicts), verdicts.count(FAIL), verdicts.count(INTERNAL)
+    n, n_fail, n_internal = len(verdicts), verdicts.count(FAIL), len(report.internal_errors)
     required = ", ".join(report.gate.require)
     console.print(f"\n{n} probe{'s' if n != 1 else ''}, {n_fail} failing ({required})"
-                  + (f", {n_internal} with a tracecheck internal error (exit 3)" if n_internal else "")
+                  + (f", {n_internal} stage(s) with a tracecheck internal error (exit 3)" if n_internal else "")
                   + f", {report.seconds:.1f} s")

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
 from ..stages import forward_only
-from ..targets import COMPILE, TARGETS, Gate
+from ..targets import TARGETS, Gate
 from ..taxonomy import is_advice
 
 #: ``Cell.shown`` of a failed stage whose target the run does not require: shown, gating nothing
@@ -91,15 +91,14 @@ def ca_rows(report: RunReport) -> list[tuple[ProbeReport, StageResult, dict[str,
     return rows
 
 
-def not_required_note(report: RunReport) -> str:
-    """Why a failure of a target not required fails nothing, and how to make it gate."""
-    others = [t for t in TARGETS if t not in report.gate.require
-              and any(s.target == t and s.status in FAILED for p in report.probes for s in p.stages.values())]
+def not_required_note(gate: Gate, probes: list[ProbeReport]) -> str:
+    """Why a failure of a target not required fails nothing, and how to make it gate (one line, "" when none)."""
+    others = [t for t in TARGETS if not gate.requires(t)
+              and any(s.target == t and s.status in FAILED for p in probes for s in p.stages.values())]
     if not others:
         return ""
-    require = ",".join([t for t in report.gate.require if t != COMPILE] + others)
     return (f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not required: shown, gating nothing; "
-            f"--require {require} gates on {'it' if len(others) == 1 else 'them'}")
+            f"{gate.how_to_require(*others)} gates on {'it' if len(others) == 1 else 'them'}")
 
 
 def not_required_targets(p: ProbeReport, stages: list[str]) -> list[str]:

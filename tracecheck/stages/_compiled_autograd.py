@@ -37,8 +37,8 @@ from torch.utils import _pytree as pytree
 
 from .. import capture, compat
 from ..probe import Case
-from ._execution import (Execution, compare, draws_from_numpy, execute, float64_run, grad_targets, jittered_runs,
-                         needs_grad, phases, trains_batchnorm, with_causes)
+from ._execution import (Execution, compare, draws_from_numpy, execute, grad_targets, needs_grad, phases, references,
+                         with_causes)
 
 #: Steps that may recompile without a finding: the first capture, and the one when ``.grad`` becomes defined.
 WARMUP_STEPS = 2
@@ -123,12 +123,8 @@ def _shapes(case: Case) -> list[list[int]]:
 
 def _hook_registrations(case: Case) -> dict[str, int]:
     """Hooks registered on the inputs and parameters before the step (what compiled autograd should capture)."""
-    targets = grad_targets(case).values()
-    return {
-        "register_hook": sum(len(getattr(t, "_backward_hooks", None) or {}) for t in targets),
-        "register_post_accumulate_grad_hook": sum(
-            len(getattr(t, "_post_accumulate_grad_hooks", None) or {}) for t in targets),
-    }
+    counts = [compat.tensor_hooks(t) for t in grad_targets(case).values()]
+    return {key: sum(c[key] for c in counts) for key in ("register_hook", "register_post_accumulate_grad_hook")}
 
 
 def steady_state(records: list[dict[str, Any]], steady_steps: int) -> list[dict[str, Any]]:
@@ -312,12 +308,11 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
     if error_b is None:
         ran = schedule[:len(execs_b)]
 
-        def steps64(case64: Case) -> Execution | None:  # the same steps in float64: the reference
-            execs, _ = _run(case64.fn, cases_for(case64), ran)
+        def run_steps(case: Case) -> Execution | None:  # the same steps (in float64, jittered): the references
+            execs, _ = _run(case.fn, cases_for(case), ran)
             return execs[-1] if len(execs) == len(ran) else None
 
-        mismatches = compare(ref_execs[len(execs_b) - 1], execs_b[-1], float64_run(make_case, steps64),
-                             jittered_runs(make_case, steps64), trains_batchnorm(first))
+        mismatches = compare(ref_execs[len(execs_b) - 1], execs_b[-1], **references(make_case, run_steps, first))
         if mismatches and draws_from_numpy(make_case):
             # Dynamo puts np.random on torch's generator: other numbers than eager by design (see
             # stages._compare_on_numpy_stream); the aot_eager and inductor stages compare such probes

@@ -232,6 +232,15 @@ def float64_run(make_case: Callable[[], Case],
     return thunk
 
 
+def references(make_case: Callable[[], Case], run: Callable[[Case], "Execution | None"] | None = None,
+               case: Case | None = None) -> dict[str, Any]:
+    """What ``compare`` judges a compiled run against, for one probe: the float64 run, the jittered eager runs (both
+    made lazily, by ``run``), and whether the per-model tolerance of training through BatchNorm applies (read from
+    ``case``, a case of the probe already built, else a fresh one)."""
+    return {"fp64": float64_run(make_case, run), "jittered": jittered_runs(make_case, run),
+            "batchnorm": trains_batchnorm(case if case is not None else make_case())}
+
+
 def trains_batchnorm(case: Case) -> bool:
     """Does the probe train (backward runs) through a BatchNorm module in training mode?"""
     return needs_grad(case) and numerics.batchnorm_training([m for _, m in reachable_modules(case.fn)])
@@ -330,7 +339,7 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
         record["extra"] = {"inductor": {"graphs": len(code.codes), "generated_kernels": kernels,
                                         "extern_custom_ops": len(record["opaque_ops"])}}
     if got.error is None:
-        mismatches = compare(ref, got, float64_run(make_case), jittered_runs(make_case), trains_batchnorm(case))
+        mismatches = compare(ref, got, **references(make_case, case=case))
         if mismatches and draws_from_numpy(make_case):
             again = _compare_on_numpy_stream(make_case, backend, fullgraph, ref, record)
             mismatches = mismatches if again is None else again
@@ -370,7 +379,7 @@ def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str, fullgr
     record.setdefault("extra", {})["numerics"] = (
         "the probe draws from NumPy's random generator; compared with torch._dynamo.config."
         "use_numpy_random_stream=True so that the compiled run draws the same numbers as eager")
-    return compare(ref, again, float64_run(make_case), jittered_runs(make_case), trains_batchnorm(case))
+    return compare(ref, again, **references(make_case, case=case))
 
 
 def clip(text: str, limit: int) -> str:

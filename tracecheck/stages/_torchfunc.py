@@ -215,9 +215,10 @@ def gradient_hooks(case: Case) -> list[str]:
 
     found = []
     for name, t in grad_targets(case).items():
-        if getattr(t, "_backward_hooks", None):
+        hooks = compat.tensor_hooks(t)
+        if hooks["register_hook"]:
             found.append(f"a tensor hook (register_hook) on {name}")
-        if getattr(t, "_post_accumulate_grad_hooks", None):
+        if hooks["register_post_accumulate_grad_hook"]:
             found.append(f"a post-accumulate-grad hook on {name}")
     return found
 
