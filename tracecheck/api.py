@@ -202,6 +202,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
                       "only": [opts.only] if opts.only else named.get(f), "root": root}, timeout,
                   serve=not opts.fresh_imports and i < MAX_TEMPLATES) for i, f in enumerate(files)]
     found: dict[str, list[ProbeReport]] = {}
+    empty: list[str] = []  # files with no probe function: helpers beside the model files
     templates: dict[str, Template] = {}
     custom_ops: dict[str, list[str]] = {}
     total_candidates = 0
@@ -240,8 +241,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             reports.append(report)
         found[path] = reports
         if not reports and not res["n_candidates"]:  # a helper module beside the probes: imported, nothing to run
-            progress.note(f"{os.path.relpath(path)}: no probes (no probe() / probe_<name>() functions or "
-                          "@tracecheck.probe); imported only")
+            empty.append(path)
         missing = [n for n in named.get(path, []) if n not in {r.name for r in reports}]
         imported = not any(r.name == IMPORT_PROBE for r in reports)  # else its probes could not be listed
         if missing and imported and not opts.select:  # ``file.py::name`` asked for a probe the file lacks
@@ -249,6 +249,9 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             raise UsageError(f"{discover.probe_id(path, missing[0], root)}: no such probe in the file "
                              f"(its probes: {have})")
     probes = [p for f in files for p in found.get(f, [])]
+    for path in empty if probes else ():  # with no probe at all, the usage error below says it once
+        progress.note(f"{os.path.relpath(path)}: no probes (no probe() / probe_<name>() functions or "
+                      "@tracecheck.probe); imported only")
     if not probes:
         what = f"matching -k {opts.select!r}" if opts.select and total_candidates else \
             f"named {opts.only!r}" if opts.only and total_candidates else \
