@@ -89,6 +89,22 @@ def test_crash_calling_a_redefined_op_is_op_redefined(tmp_path):
     alone = {"eager": crash("eager", 2)}
     results.attribute_crashes(alone)
     assert alone["eager"].failure.kind == "crash"  # no redefinition in this probe
+    # the compiled run calls it first: Dynamo executes the user's lines symbolically, so the op call's first caller
+    # outside torch is tracecheck's stage code, reached through Dynamo
+    traced = ('Fatal Python error: Segmentation fault\n\n'
+              'File "/v/torch/_ops.py", line 916 in __call__\n'
+              'File "/v/torch/_subclasses/fake_tensor.py", line 1606 in __torch_dispatch__\n'
+              'File "/v/torch/_dynamo/symbolic_convert.py", line 1493 in call_function\n'
+              'File "/v/torch/_dynamo/eval_frame.py", line 1446 in _fn\n'
+              'File "/x/tracecheck/stages/_execution.py", line 132 in execute\n')
+    compiled = {"load": load, "inductor": results.died_result("inductor", "process killed by SIGSEGV", False, traced,
+                                                              1.0)}
+    results.attribute_crashes(compiled)
+    assert compiled["inductor"].failure.kind == "op-redefined"
+    untraced = {"load": load, "opcheck": results.died_result(
+        "opcheck", "killed", False, traced.replace("/torch/_dynamo/", "/torch/_library/"), 1.0)}
+    results.attribute_crashes(untraced)
+    assert untraced["opcheck"].failure.kind == "crash"  # tracecheck calling an op itself names no op: not claimed
 
 
 def test_forward_only_passes_are_marked_in_every_renderer():

@@ -179,13 +179,20 @@ _OP_CALL_FILES = ("torch/_ops.py", "torch/_library/custom_ops.py")
 
 
 def _crashed_calling(tail: str, op: str) -> bool:
-    """Did the faulthandler stack (innermost first) die in an op call made from a user line that names ``op``?"""
+    """Did the faulthandler stack (innermost first) die in an op call made from a user line that names ``op``, or
+    made by torch while tracing the probe (the first caller outside torch is tracecheck's own stage code: Dynamo
+    executes the user's lines symbolically, so no frame of theirs is on the stack)?"""
     frames = [(m.group("file"), int(m.group("line"))) for m in _FAULT_FRAME.finditer(tail)]
     short = op.split("::")[-1].split(".")[0]
     for i, (file, _) in enumerate(frames):
         if file.endswith(_OP_CALL_FILES):
-            caller = next(((f, ln) for f, ln in frames[i + 1:] if "/torch/" not in f), None)
-            return bool(caller) and short in linecache.getline(caller[0], caller[1])
+            j = next((k for k in range(i + 1, len(frames)) if "/torch/" not in frames[k][0]), None)
+            if j is None:
+                return False
+            traced = any("/torch/_dynamo/" in f for f, _ in frames[i:j])
+            if traced and "/tracecheck/stages/" in frames[j][0].replace("\\", "/"):
+                return True
+            return short in linecache.getline(*frames[j])
     return False
 
 
