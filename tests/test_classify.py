@@ -495,3 +495,66 @@ def test_torch_func_frames_in_a_compiled_runs_traceback_are_not_a_transform():
     assert classify.classify_error("inductor", raw).kind != "functorch-incompatible"
     assert classify.classify_error("eager", raw).kind == "functorch-incompatible"
     assert classify.transform_in_traceback({"traceback": tb.replace("_flat_vmap", "grad_impl")}) == "grad"
+
+
+# a break Dynamo placed in compiled autograd's generated graph (bitsandbytes' Linear4bit on torch 2.13.0)
+_OBSERVED = ("Observed exception\n  Explanation: Dynamo found no exception handler at the top-level compiled function "
+             "when encountering an exception.\n\n  Developer debug context: raised exception "
+             "IndexError('list index out of range')\n")
+
+
+def test_a_break_in_generated_code_is_not_called_the_users_line():
+    import torch
+    from tracecheck import capture
+
+    torch_file = torch.__file__.replace("__init__.py", "_dynamo/compiled_autograd.py")
+    stack = (f'  File "{torch_file}", line 1242, in runtime_wrapper\n    out = compiled_fn(\n'
+             '  File "<eval_with_key>.9", line 24, in forward\n    aot0_primals_5 = call_aot_bwd_prologue[2]\n')
+    assert capture._caller_outside_torch("<eval_with_key>.9", stack) is None
+    b = classify.classify_break({"reason": _OBSERVED, "gb_type": "Observed exception", "file": "<eval_with_key>.9",
+                                 "line": 24, "code": "aot0_primals_5 = call_aot_bwd_prologue[2]"})
+    f = classify.break_finding(b)
+    assert f.evidence["user_frame"] is None
+    assert f.evidence["generated_frame"] == {"file": "<eval_with_key>.9", "line": 24,
+                                             "code": "aot0_primals_5 = call_aot_bwd_prologue[2]"}
+
+
+def test_a_break_in_generated_code_names_the_library_line_under_it():
+    from tracecheck import capture
+
+    lib = "/opt/venv/lib/python3.11/site-packages/qlib/functional.py"
+    stack = ('  File "<eval_with_key>.9", line 24, in forward\n    x = call_backward(...)\n'
+             f'  File "{lib}", line 88, in backward\n    return dequant(ctx.q) @ g\n')
+    caller = capture._caller_outside_torch("<eval_with_key>.9", stack)
+    assert (caller["file"], caller["line"], caller["code"]) == (lib, 88, "return dequant(ctx.q) @ g")
+    f = classify.break_finding(classify.classify_break({"reason": _OBSERVED, "gb_type": "Observed exception",
+                                                        "file": "<eval_with_key>.9", "line": 24, "caller": caller}))
+    assert f.evidence["user_frame"]["line"] == 88 and "generated_frame" not in f.evidence
+
+
+def _gb4315(got: str) -> str:
+    # torch 2.13.0's wording of a fake impl that raised while Dynamo ran the op on FakeTensors
+    return ("RuntimeError when making fake tensor call\n  Explanation: Dynamo failed to run FX node with fake tensors: "
+            "call_function lib27.quant.default(*(FakeTensor(..., size=(4, 8)),), **{}): got " + got + "\n\n"
+            " For more details about this graph break, please visit: "
+            "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb4315.html")
+
+
+def test_a_graph_break_on_a_fake_that_raised_is_the_fakes_fault():
+    b = classify.classify_break({"reason": _gb4315("AssertionError('quant expects (B, S, C)')"),
+                                 "gb_type": "RuntimeError when making fake tensor call", "file": "m.py", "line": 17})
+    assert (b.kind, b.context["cause"], b.context["op"]) == ("fake-mismatch", "raises", "lib27::quant")
+    assert "quant expects (B, S, C)" in classify.break_finding(b).summary
+
+
+def test_a_graph_break_on_a_data_dependent_fake_is_not_called_a_raising_fake():
+    b = classify.classify_break({"reason": _gb4315("DataDependentOutputException(aten._local_scalar_dense.default)"),
+                                 "gb_type": "RuntimeError when making fake tensor call", "file": "m.py", "line": 17})
+    assert b.kind != "fake-mismatch"
+
+
+def test_a_graph_break_on_torchs_own_op_is_not_a_custom_fake():
+    reason = _gb4315("RuntimeError('bad group')").replace("lib27.quant.default", "_c10d_functional.all_reduce.default")
+    b = classify.classify_break({"reason": reason, "gb_type": "RuntimeError when making fake tensor call",
+                                 "file": "m.py", "line": 17})
+    assert b.kind != "fake-mismatch"

@@ -605,3 +605,79 @@ def test_build_stage_result_turns_steady_state_into_findings_and_keeps_extra():
     clean = results.build_stage_result("compiled_autograd", {**raw, "steady_state_recompiles": []}, 1.0)
     assert clean.status == "pass"
     assert asdict(clean)["extra"]["unique_graphs_with_ca"] == 3
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The backend: named, and a failure checked with the other one before it is called the model's (issue 27)
+
+
+def _refuses_backward_graphs(gm, example_inputs):
+    """A backend that compiles forward graphs as aot_eager does and raises on compiled autograd's backward graphs
+    (Dynamo's graph of a captured backward takes compiled autograd's ``inputs`` list): a backend bug of one
+    backend, the case plain torch shows as "fails with aot_eager, passes with inductor"."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    if any(n.op == "placeholder" and "inputs" in n.name for n in gm.graph.nodes):
+        raise RuntimeError("tc test backend: cannot compile this backward graph")
+    return lookup_backend("aot_eager")(gm, example_inputs)
+
+
+def _linear_case():
+    from tracecheck.probe import Case
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 4)
+    return Case(lin, (torch.randn(2, 8, requires_grad=True),))
+
+
+@pytest.fixture
+def refusing_backend():
+    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
+
+    names = ("tc_refuses_backward", "tc_refuses_backward_too")
+    for name in names:
+        register_backend(functools.partial(_refuses_backward_graphs), name=name)
+    yield names[0]
+    for name in names:
+        _COMPILER_FNS.pop(name, None)
+        _BACKENDS.pop(name, None)
+
+
+def test_a_failure_of_one_backend_only_is_that_backends(refusing_backend):
+    # the oracle, plain torch: the refusing backend fails under compiled autograd, aot_eager passes
+    for backend, fails in ((refusing_backend, True), ("aot_eager", False)):
+        torch._dynamo.reset()
+        case = _linear_case()
+        try:
+            with compat.compiled_autograd(lambda gm, b=backend: torch.compile(gm, backend=b)):
+                torch.compile(case.fn, backend=backend)(*case.args).sum().backward()
+            raised = False
+        except Exception as e:
+            raised = "cannot compile this backward graph" in str(e)
+        assert raised == fails, backend
+    torch._dynamo.reset()
+
+    raw = ca_stage.stage_compiled_autograd(_linear_case, backends=(refusing_backend, "aot_eager"))
+    assert raw["extra"]["backend"] == refusing_backend
+    assert raw["extra"]["other_backend"] == {"backend": "aot_eager", "error": None}
+    s = results.build_stage_result("compiled_autograd", raw, 1.0)
+    f = s.findings[0]
+    assert (f.kind, f.context["cause"]) == ("backend-error", "backend_only")
+    assert "fails with backend tc_refuses_backward and passes with aot_eager" in f.summary
+    assert f.evidence["backends"]["aot_eager"] == "passes"
+    assert "cannot compile this backward graph" in f.evidence["backends"][refusing_backend]
+
+
+def test_a_failure_of_both_backends_stays_unclassified_and_says_so(refusing_backend):
+    other = refusing_backend + "_too"
+    raw = ca_stage.stage_compiled_autograd(_linear_case, backends=(refusing_backend, other))
+    assert raw["extra"]["other_backend"]["error"]["type"] == "torch._dynamo.exc.BackendCompilerFailed"
+    f = results.build_stage_result("compiled_autograd", raw, 1.0).findings[0]
+    assert f.context.get("cause") != "backend_only"
+    assert "cannot compile this backward graph" in f.evidence["backends"][refusing_backend]
+    assert f.evidence["backends"][other] == "the same"
+
+
+def test_the_default_backend_is_named_in_the_record():
+    raw = ca_stage.stage_compiled_autograd(_linear_case)
+    assert raw["extra"]["backend"] == "aot_eager" and "other_backend" not in raw["extra"]

@@ -79,6 +79,16 @@ def test_a_fake_that_asserts_is_the_fakes_fault_at_every_stage(tracecheck, write
         ns["quant"](mode.from_tensor(torch.randn(4, 8)))
 
 
+def test_a_fake_that_raises_is_quoted_in_its_own_words(tracecheck, write_probe):
+    """torch 2.14 re-raises the fake's RuntimeError as one of its own wording: the summary quotes the fake's."""
+    src = FAKE_ASSERTS.replace("lib27::", "lib27r::").replace(
+        'assert x.dim() == 3, "quant expects (B, S, C)"', 'if x.dim() != 3:\n        raise RuntimeError("quant expects (B, S, C)")')
+    res = tracecheck("run", str(write_probe(src)), "--stages", "eager,explain")
+    f = res.probe("probe_fake_asserts")["stages"]["explain"]["findings"][0]
+    assert (f["kind"], f["context"]["cause"]) == ("fake-mismatch", "raises")
+    assert "(RuntimeError: quant expects (B, S, C))" in f["summary"]
+
+
 HELPER = '''
 import torch
 
@@ -143,3 +153,62 @@ def test_a_parser_failure_is_raised_once_and_cleared():
     with pytest.raises(capture.ParserError, match="(?s)failed 1 time.*a record the parser did not expect"):
         capture.check_parsers()
     capture.check_parsers()  # cleared: the next task starts clean
+
+
+INSIDE_FUNCTION = '''
+import torch
+
+
+@torch.library.custom_op("lib27f::gemm_q", mutates_args=())
+def gemm_q(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:      # no autograd registration, as in the library
+    return a @ w.t()
+
+
+@gemm_q.register_fake
+def _(a, w):
+    return a.new_empty(a.shape[0], w.shape[0])
+
+
+class MatMulQ(torch.autograd.Function):                              # the library's own backward
+    @staticmethod
+    def forward(ctx, a, w):
+        ctx.save_for_backward(w)
+        return gemm_q(a, w)
+
+    @staticmethod
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        return g @ w, None
+
+
+W = torch.randn(6, 8)
+
+
+def probe_only_inside_its_function():
+    return (lambda a: MatMulQ.apply(a, W)), (torch.randn(4, 8, requires_grad=True),)
+
+
+def probe_called_directly():
+    return (lambda a: gemm_q(a, W)), (torch.randn(4, 8, requires_grad=True),)
+'''
+
+
+def test_an_op_called_only_inside_its_autograd_function_needs_no_autograd_registration(tracecheck, write_probe):
+    res = tracecheck("run", str(write_probe(INSIDE_FUNCTION)), "--stages", "eager,aot_eager,opcheck")
+    inside = res.probe("probe_only_inside_its_function")["stages"]
+    assert inside["opcheck"]["status"] == "pass", inside["opcheck"]["findings"]
+    assert any("the autograd of lib27f::gemm_q" in n for n in inside["opcheck"]["extra"]["not_checked"])
+    assert inside["aot_eager"]["status"] == "pass"
+    direct = res.probe("probe_called_directly")["stages"]["opcheck"]
+    assert {f["kind"] for f in direct["findings"]} == {"missing-autograd"}
+    # the oracles: opcheck itself fails the registration test; compiled gradients through the Function equal eager's
+    ns: dict = {}
+    exec(INSIDE_FUNCTION.replace("lib27f::", "lib27fo::"), ns)
+    a = torch.randn(4, 8, requires_grad=True)
+    out = torch.library.opcheck(ns["gemm_q"], (a, ns["W"]), raise_exception=False)
+    failed = {t for t, v in out.items() if v != "SUCCESS"}
+    assert failed and failed == {f["evidence"]["opcheck_test"] for f in direct["findings"]}
+    eager_grad, = torch.autograd.grad(ns["MatMulQ"].apply(a, ns["W"]).sum(), a)
+    compiled = torch.compile(lambda x: ns["MatMulQ"].apply(x, ns["W"]), backend="aot_eager", fullgraph=True)
+    compiled_grad, = torch.autograd.grad(compiled(a).sum(), a)
+    torch.testing.assert_close(compiled_grad, eager_grad)

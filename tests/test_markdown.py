@@ -289,3 +289,99 @@ def test_probes_are_named_by_file_and_probe_when_the_report_holds_two_files():
     rows = [ln for ln in section(md, "## Verdicts").splitlines() if ln.startswith("| `")]
     assert [ln.split(" | ")[0] for ln in rows] == ["| `other.py::probe_ok`", "| `model.py::probe_bad`"]
     assert "### `model.py::probe_bad`: first failing stage `explain`" in md
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Many probes: every root cause kept, detail cut first
+
+
+def _unknown(exc: str, message: str) -> "Finding":
+    from tracecheck.report import Finding
+
+    return Finding("unknown", "tracecheck could not classify this failure.", {},
+                   {"exception_type": exc, "exception_chain": [exc], "message": message,
+                    "traceback": "Traceback (most recent call last):\n" + '  File "/venv/torch/x.py", line 1, in f\n'
+                                 * 200 + f"{exc}: {message}"})
+
+
+def many_probes_report(n: int = 36):
+    """``n`` probes in ``n`` files, each with a print graph break at its own line (explain, aot_eager), a missing
+    fake at its own line (fullgraph), a frameless ``unknown`` of its own at export and another at
+    compiled_autograd, and an opaque-op advice; long messages and tracebacks, as real libraries give."""
+    from report_factory import missing_fake
+    from tracecheck.report import Finding
+
+    probes = []
+    for i in range(n):
+        file = f"{ROOT}/lib{i}.py"
+        tb = "Traceback (most recent call last):\n" + f'  File "{file}", line {10 + i}, in forward\n' * 120
+        gf, gb = break_finding(file, 10 + i, gb_type=f"Unsupported thing {i}", traceback=tb)
+        gf.evidence["message"] = gf.evidence["message"] + "\n" + "long explanation line\n" * 40
+        mf = missing_fake(file, 50 + i, traceback=tb)
+        mf.context["op"] = f"lib{i}::op"
+        ex = _unknown("torch._subclasses.fake_tensor.DataDependentOutputException", f"export-only error {i}")
+        ca = _unknown("IndexError", f"list index out of range {i}")
+        adv = Finding("opaque-op", f"lib{i}::op is opaque to Inductor.", {"op": f"lib{i}::op"}, {})
+        probes.append(probe(f"lib{i}.py", "probe", file, {
+            "explain": StageResult("explain", FAIL, failure=gf, findings=[gf], graph_count=2, graph_break_count=1,
+                                   breaks=[gb], extra={"explain_reasons": ["why\n" * 30]}),
+            "aot_eager": StageResult("aot_eager", FAIL, failure=gf, findings=[gf, adv], graph_count=2,
+                                     graph_break_count=1, breaks=[gb]),
+            "fullgraph": StageResult("fullgraph", FAIL, failure=mf, findings=[mf]),
+            "export": StageResult("export", FAIL, failure=ex, findings=[ex], target="export"),
+            "compiled_autograd": StageResult("compiled_autograd", FAIL, failure=ca, findings=[ca]),
+        }))
+    stages = ["explain", "aot_eager", "fullgraph", "export", "compiled_autograd"]
+    return RunReport(probes, {"torch": "2.13.0"}, stages, ["tracecheck", "run", "."], "0.1.0",
+                     require=("compile", "export"))
+
+
+def test_36_probes_keep_every_root_cause_and_cut_detail_first():
+    report = many_probes_report(36)
+    md = markdown.render(report, json_path="out/report.json")
+    assert len(md) < LIMIT
+    assert_well_formed(md)
+    findings = section(md, "## Findings")
+    # the oracle: each probe's five root causes, written above by hand
+    for i in range(36):
+        assert f"lib{i}.py:{10 + i}" in findings                      # its graph break
+        assert f"lib{i}::op" in findings                             # its missing fake
+        assert f"export-only error {i}" in findings                  # each unknown by its own message
+        assert f"list index out of range {i}" in findings
+    assert len([h for h in headings(findings) if h.startswith("#### ")]) == 36 * 4
+    assert len([h for h in headings(section(md, "## Advice")) if h.startswith("#### A")]) == 36
+    per_probe = section(md, "## Per probe")
+    assert all(f"`lib{i}.py::probe`" in per_probe for i in range(36))
+    assert "left out" not in md.replace("explain() output left out", "").replace("traceback left out", "")
+    assert "every root cause is still listed" in md
+    assert "`out/report.json` has everything" in md
+    # the cuts come from the end: the first finding keeps its evidence, fix and repro, the last is one line
+    first = section(md, "#### 1. `graph-break`: Graph break: Unsupported thing 0.")
+    assert "**Fix:**" in first and "**Repro:**" in first and "lib0.py:10" in first
+    last = section(md, "#### 144. `unknown`: tracecheck could not classify this failure.")
+    assert "**Fix:**" not in last
+    assert "`IndexError: list index out of range 35`, lib35.py::probe at compiled_autograd" in last
+
+
+def test_two_frameless_unknowns_of_one_type_are_told_apart_by_their_message():
+    from tracecheck.report import Finding
+
+    a = _unknown("RuntimeError", "first failure at 0x7f00aa")
+    a2 = _unknown("RuntimeError", "first failure at 0x7f00bb")  # the same error, another address
+    b = _unknown("RuntimeError", "second failure")
+    stages = {"export": StageResult("export", FAIL, failure=a, findings=[a], target="compile"),
+              "dynamic": StageResult("dynamic", FAIL, failure=a2, findings=[a2], target="compile"),
+              "compiled_autograd": StageResult("compiled_autograd", FAIL, failure=b, findings=[b])}
+    r = RunReport([probe("m.py", "probe", f"{ROOT}/m.py", stages)], {"torch": "2.13.0"}, list(stages), rootdir=ROOT)
+    findings = section(markdown.render(r), "## Findings")
+    assert len([h for h in headings(findings) if "`unknown`" in h]) == 2
+    assert "first failing stage:** `export` (also seen at `dynamic`)" in findings.lower().replace("**first", "first")
+
+
+def test_two_frameless_unknowns_of_one_probe_are_two_root_causes():
+    md = markdown.render(many_probes_report(1))
+    findings = section(md, "## Findings")
+    unknowns = [h for h in headings(findings) if "`unknown`" in h]
+    assert len(unknowns) == 2
+    assert "export-only error 0" in findings and "list index out of range 0" in findings
+    assert "`IndexError`" in findings and "`torch._subclasses.fake_tensor.DataDependentOutputException`" in findings

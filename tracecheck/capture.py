@@ -18,6 +18,7 @@ import warnings
 from typing import Any
 
 from . import compat
+from .report import is_generated
 
 _LOCATION = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
 _REASON = re.compile(r"Graph Break Reason: (?P<reason>.*?)(?:\nUser code traceback:|\Z)", re.S)
@@ -130,12 +131,13 @@ class TraceCollector(StructuredTraceHandler):
 
 
 def _caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None:
-    """When Dynamo places a break inside torch (a custom op's ``__call__`` in torch/_library, say), the innermost
-    frame of its user stack outside torch: the line the user wrote. The break's own location is kept as is (it is
-    what TORCH_LOGS=graph_breaks prints and what breaks are counted by)."""
-    if not file or not os.path.abspath(file).startswith(_TORCH_DIR):
+    """When Dynamo places a break inside torch (a custom op's ``__call__`` in torch/_library, say) or in code torch
+    generated (``<eval_with_key>.N``, an FX graph such as compiled autograd's), the innermost frame of its user
+    stack in a real file outside torch: the line the user or their library wrote. The break's own location is
+    kept as is (it is what TORCH_LOGS=graph_breaks prints and what breaks are counted by)."""
+    if not file or not (is_generated(file) or os.path.abspath(file).startswith(_TORCH_DIR)):
         return None
-    frames = [m for m in _FROM_USER_CODE.finditer(stack) if not os.path.abspath(m.group("file")).startswith(_TORCH_DIR)]
+    frames = [m for m in _FROM_USER_CODE.finditer(stack) if not _in_torch_or_stdlib(m.group("file"))]
     if not frames:
         return None
     m = frames[-1]
@@ -371,7 +373,7 @@ def frame_outside_torch(exc: BaseException) -> dict[str, Any] | None:
 def _in_torch_or_stdlib(path: str) -> bool:
     """torch's, tracecheck's or the standard library's code; an installed package is not (kernel libraries live in
     site-packages, which a system Python keeps inside the standard library's folder)."""
-    if path.startswith("<"):
+    if path.startswith("<"):  # no file: FX-generated code, <string>
         return True
     full = os.path.abspath(path)
     if full.startswith((_TORCH_DIR, _LIB_DIRS[0])):
@@ -389,6 +391,7 @@ def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
     names it). An error torch raised inside a fake impl (a data-dependent size, say) is not the fake's own raise."""
     from .classify import TORCH_NAMESPACES
 
+    found = None
     for e in _chain(exc):
         frames = []
         tb = e.__traceback__
@@ -405,11 +408,17 @@ def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
         if op is None:
             continue
         last = frames[-1]
-        return {"op": str(op), "exception_type": _qualname(e).rsplit(".", 1)[-1],
-                "message": safe_str(e)[:500],
-                "frame": {"file": last.f_code.co_filename, "line": last.f_lineno, "function": last.f_code.co_name,
-                          "code": linecache.getline(last.f_code.co_filename, last.f_lineno).strip()}}
-    return None
+        # torch 2.14 re-raises the fake's error as a RuntimeError of its own wording over the fake's traceback: the
+        # inner exception raised at the same line is the fake's own words. Any other inner one (a KeyError the
+        # fake caught before raising its ValueError) is not what the fake raised.
+        if found is not None and (found["frame"]["file"], found["frame"]["line"]) != \
+                (last.f_code.co_filename, last.f_lineno):
+            break
+        found = {"op": str(op), "exception_type": _qualname(e).rsplit(".", 1)[-1],
+                 "message": safe_str(e)[:500],
+                 "frame": {"file": last.f_code.co_filename, "line": last.f_lineno, "function": last.f_code.co_name,
+                           "code": linecache.getline(last.f_code.co_filename, last.f_lineno).strip()}}
+    return found
 
 
 def error_record(exc: BaseException, phase: str) -> dict[str, Any]:

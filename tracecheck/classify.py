@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from . import taxonomy
-from .report import Finding, GraphBreak, op_name
+from .report import Finding, GraphBreak, is_generated, op_name
 
 # Namespaces that belong to PyTorch itself: ops elsewhere are the user's custom ops (opcheck targets).
 TORCH_NAMESPACES = {"aten", "prims", "prim", "rngprims", "_c10d_functional", "c10d", "c10d_functional",
@@ -79,6 +79,8 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
         m = p.regex.search(text)
         if m:
             ctx = {k: v for k, v in m.groupdict().items() if v}
+            if p.cause == "raises" and re.split(r"::|\.", ctx.get("op", ""))[0] in TORCH_NAMESPACES:
+                continue  # torch's own op: its meta kernel raised, not a custom op's fake
             if any(rx.search(ctx.get(k, "")) for k, rx in rule.exclude.items()):
                 return None  # e.g. a builtin of torch's own: not this kind
             if p.cause:
@@ -312,10 +314,14 @@ def classify_break(raw: dict[str, Any]) -> GraphBreak:
 def break_finding(b: GraphBreak) -> Finding:
     ctx = {**{k: v for k, v in b.context.items() if k != "caller"}, "gb_type": b.gb_type}
     frame = b.context.get("caller") or {"file": b.file, "line": b.line, "code": b.context.get("code")}
-    return Finding(
-        b.kind, _summary(b.kind, ctx, "compile"), ctx,
-        {"gb_type": b.gb_type, "gb_code": b.gb_code, "doc": b.doc, "user_frame": frame, "message": b.reason},
-    )
+    evidence = {"gb_type": b.gb_type, "gb_code": b.gb_code, "doc": b.doc, "user_frame": frame, "message": b.reason}
+    if b.file and is_generated(b.file) and not b.context.get("caller"):
+        # a break in code torch generated (compiled autograd's graph), with no user or library line under it:
+        # said as such, never as the user's frame
+        evidence["user_frame"] = None
+        evidence["generated_frame"] = {"file": b.file, "line": b.line, "code": b.context.get("code")}
+        ctx["generated"] = f"{b.file}:{b.line}"
+    return Finding(b.kind, _summary(b.kind, ctx, "compile"), ctx, evidence)
 
 
 def classify_warning(message: str) -> Finding | None:

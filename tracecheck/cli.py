@@ -180,7 +180,7 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
             _write_output("--json", json_path, lambda: write_json_atomic(json_path, report.to_dict()))
         if report_path:
             _write_output("--report", report_path, lambda: write_text_atomic(report_path, markdown.render(
-                report, redact=redact, trace_dir=trace_dir, comparison=comparison)))
+                report, redact=redact, trace_dir=trace_dir, comparison=comparison, json_path=json_path)))
         if junit_path:
             _write_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison))
         if update_baseline:
@@ -248,7 +248,7 @@ def show(report_json, fmt, output, redact, trace_dir, verbose):
         report = load_report(report_json)
         if fmt == "md":
             trace_dir = trace_dir or _option_from_command(report.command, "--trace-dir")
-            text = markdown.render(report, redact=redact, trace_dir=trace_dir)
+            text = markdown.render(report, redact=redact, trace_dir=trace_dir, json_path=report_json)
         else:
             from .render import tables
 

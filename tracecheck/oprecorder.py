@@ -27,6 +27,25 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
         self.calls: dict[Any, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self.custom_ops: list[str] = []
         self.random_ops: list[str] = []
+        #: custom ops called at least once with grad mode on and an input that requires grad: the ones autograd
+        #: reaches. One called only inside a torch.autograd.Function's forward (grad mode off there) or under
+        #: no_grad gets its gradient, if any, from elsewhere.
+        self.differentiated: set[str] = set()
+        #: custom ops seen (above autograd) called with grad mode off or no input requiring grad
+        self.grad_off: set[str] = set()
+        self._above: list[_GradSeen] = []
+
+    def __enter__(self) -> "OpRecorder":
+        # grad mode and requires_grad as the caller sees them: below autograd, where this mode runs, they are not
+        self._above.append(_GradSeen(self.differentiated, self.grad_off))
+        self._above[-1].__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._above.pop().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -59,6 +78,24 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
             with self:
                 return fn(*a)
         return run
+
+
+class _GradSeen(torch.overrides.TorchFunctionMode):
+    """Above autograd: sorts every custom op call (``torch.ops.ns.op`` or ``.default``) into ``grad_on`` (grad mode on
+    and an input that requires grad) or ``grad_off``."""
+
+    def __init__(self, grad_on: set[str], grad_off: set[str]) -> None:
+        super().__init__()
+        self.grad_on, self.grad_off = grad_on, grad_off
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and \
+                str(func).split(".")[0] not in TORCH_NAMESPACES:
+            on = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                                 for t in pytree.tree_leaves((args, kwargs)))
+            (self.grad_on if on else self.grad_off).add(op_name(str(func)))
+        return func(*args, **kwargs)
 
 
 def _snap(t: Any) -> Any:

@@ -5,6 +5,8 @@ The JSON layout is documented in docs/report-schema.md; bump SCHEMA_VERSION on a
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -336,6 +338,21 @@ def stage_failures(s: StageResult, strict: bool = False) -> list[Finding]:
     return [f for f in found if strict or not taxonomy.is_advice(f.kind)]
 
 
+def is_generated(path: str) -> bool:
+    """Code torch generated: ``<eval_with_key>.9``, an FX GraphModule's forward (compiled autograd's graph)."""
+    return path.startswith("<eval_with_key>")
+
+
+def first_line(text: Any) -> str:
+    """The first line of a message that says something: past BackendCompilerFailed's ``backend='...' raised:``
+    and Dynamo's ``Encountered graph break when attempting to trace ...`` headers."""
+    lines = [ln.strip() for ln in str(text or "").splitlines() if ln.strip()]
+    return next((ln for ln in lines if not _GENERIC_FIRST.match(ln)), lines[0] if lines else "")
+
+
+_GENERIC_FIRST = re.compile(r"^(Encountered graph break when attempting to trace|backend=\S+ raised:)")
+
+
 def op_name(op: str) -> str:
     """One spelling for an op: ``ns::name`` (``ns.name.default`` -> ``ns::name``; other overloads kept)."""
     if "::" in op:
@@ -351,13 +368,19 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     """Findings equal under this key are the same problem seen by several stages.
 
     An op-level finding is identified by kind and op (opcheck sees no user frame, compile stages do);
-    any other by kind, gb_type and user location.
+    any other by kind, gb_type and user location. An ``unknown`` with neither a frame nor a gb_type (raised deep
+    in torch) is also told apart by its exception type and first message line (numbers masked): two different
+    errors that only share "no location" are two problems.
     """
     if f.context.get("op"):
         return (f.kind, op_name(str(f.context["op"])))
     frame = f.evidence.get("user_frame") or {}
-    return (f.kind, f.evidence.get("gb_type"), frame.get("file"), frame.get("line"),
-            f.context.get("builtin"), f.context.get("what"))
+    key: tuple[Any, ...] = (f.kind, f.evidence.get("gb_type"), frame.get("file"), frame.get("line"),
+                            f.context.get("builtin"), f.context.get("what"))
+    if f.kind == "unknown" and not frame.get("file") and not f.evidence.get("gb_type"):
+        headline = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", first_line(f.evidence.get("message")))[:200]
+        key += (f.evidence.get("exception_type"), headline)
+    return key
 
 
 def group_findings(p: ProbeReport) -> list[tuple[list[str], Finding]]:

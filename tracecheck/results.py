@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from . import classify, taxonomy
-from .report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult
+from .report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, first_line, op_name
 
 
 def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> StageResult:
@@ -36,6 +36,9 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
             findings[-1] = _attributed(findings[-1], fakes[0], raw["error"].get("batch_size"))
         if raw.get("same_as_eager") and findings[-1].kind in ("unknown", "backend-error"):
             findings[-1] = classify.classify_error("eager", raw["error"])  # the probe's own failure, again
+        other = (raw.get("extra") or {}).get("other_backend")
+        if other:  # compiled_autograd reran the failing steps with its other backend
+            findings[-1] = _backend_checked(findings[-1], str(raw["extra"].get("backend")), raw["error"], other)
     breaks = [classify.classify_break(b) for b in raw.get("breaks", [])]
     findings += [classify.break_finding(b) for b in breaks]
     findings += classify.merge_refusals([classify.transform_error_finding(stage, e)
@@ -47,7 +50,10 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
         f = classify.classify_warning(msg)
         if f and not any(x.kind == f.kind for x in findings):
             findings.append(f)
-    findings += _opcheck_findings(stage, raw.get("opcheck") or {})
+    opchecked = _opcheck_findings(stage, raw.get("opcheck") or {})
+    grad_free = {op_name(op) for op in raw.get("grad_free_ops") or []}
+    not_needed = [f for f in opchecked if f.context.get("op") in grad_free and _about_the_ops_autograd(f)]
+    findings += [f for f in opchecked if f not in not_needed]
     for outcome in raw.get("gradcheck") or []:
         if outcome.get("mismatch"):
             findings.append(classify.gradient_finding(outcome))
@@ -87,6 +93,12 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
         result.extra["registered_custom_ops"] = raw["registered_custom_ops"]
     if raw.get("extra"):
         result.extra.update(raw["extra"])
+    for op in dict.fromkeys(f.context["op"] for f in not_needed):
+        tests = ", ".join(f.evidence.get("opcheck_test", "?") for f in not_needed if f.context["op"] == op)
+        result.extra.setdefault("not_checked", []).append(
+            f"the autograd of {op} ({tests} failed), which this probe never uses: it calls the op only "
+            "with gradients off (inside a torch.autograd.Function's forward, whose backward supplies the gradient, "
+            "or under no_grad)")
     return result
 
 
@@ -98,6 +110,18 @@ def apply_strict(stages: dict[str, StageResult]) -> None:
             s.status, s.failure = FAIL, advice[0]
 
 
+def _about_the_ops_autograd(f: Finding) -> bool:
+    """An opcheck failure about the op's own autograd: its registration, or gradients through it."""
+    test = f.evidence.get("opcheck_test")
+    return f.kind == "missing-autograd" or test == "test_autograd_registration" or (
+        test == "test_aot_dispatch_dynamic" and "Gradients of the operator are different" in str(f.evidence.get("message")))
+
+
+def _headline(error: dict[str, Any]) -> str:
+    """``Type: first line`` of an error record, past BackendCompilerFailed's ``backend='...' raised:`` line."""
+    return f"{error.get('type')}: {first_line(error.get('message'))[:300]}"
+
+
 def _attributed(f: Finding, cause: Finding, size: Any) -> Finding:
     """The compiled run's failure at a size where a fake impl disagrees with its kernel: that fake's kind."""
     first = (f.evidence.get("message") or "").strip().splitlines()
@@ -105,6 +129,20 @@ def _attributed(f: Finding, cause: Finding, size: Any) -> Finding:
     summary = (f"The compiled run at batch size {size} failed ({what}) (attributed: the fake impl of "
                f"{cause.context.get('op', '?')} disagrees with its kernel at that size).")
     return Finding(cause.kind, summary, {**cause.context, "attributed_from": f.kind}, f.evidence)
+
+
+def _backend_checked(f: Finding, backend: str, error: dict[str, Any], other: dict[str, Any]) -> Finding:
+    """A failure rerun with the other backend (compiled_autograd): the evidence says what each backend did; an
+    ``unknown`` or ``backend-error`` that the other backend does not hit is this backend's (cause ``backend_only``)."""
+    mine = _headline(error)
+    theirs = (f"not run: {other['not_run']}" if other.get("not_run") else
+              _headline(other["error"]) if other.get("error") else "passes")
+    evidence = {**f.evidence, "backends": {backend: mine, other["backend"]: "the same" if theirs == mine else theirs}}
+    if theirs == "passes" and f.kind in ("unknown", "backend-error"):
+        ctx = {**f.context, "cause": "backend_only", "backend": backend, "other_backend": other["backend"],
+               "stage": "compiled_autograd"}
+        return Finding("backend-error", taxonomy.summary("backend-error", ctx), ctx, evidence)
+    return Finding(f.kind, f.summary, {**f.context, "backend": backend}, evidence)
 
 
 def _opcheck_findings(stage: str, results: dict[str, dict[str, Any]]) -> list[Finding]:

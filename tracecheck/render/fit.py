@@ -1,5 +1,6 @@
 """Fitting a Markdown document under a size limit (GitHub's 65,536 characters): collapsed ``<details>``
-blocks that shrink, then go, then whole finding sections from the end."""
+blocks shrink, then go; then sections lose detail (per-probe sections first, then findings from the end);
+whole finding sections go only when even one line each does not fit."""
 from __future__ import annotations
 
 import re
@@ -46,14 +47,24 @@ class Details:
 
 @dataclass
 class Section:
-    """A piece of the document: text and details, in order. ``droppable`` sections go last-first."""
+    """A piece of the document: text and details, in order. ``droppable`` sections go last-first.
+
+    ``short`` and ``line`` are the same section with less detail (evidence bullets and fix; one line): the
+    fitter uses them before it drops anything, so every root cause stays in the document.
+    """
 
     parts: list[str | Details] = field(default_factory=list)
     droppable: bool = False
     is_finding: bool = False
+    short: list[str | Details] | None = None
+    line: str | None = None
+    level: int = 0  # 0: parts, 1: short, 2: line
 
     def render(self) -> str:
-        return "".join(p.render() if isinstance(p, Details) else p for p in self.parts)
+        if self.level == 2 and self.line is not None:
+            return self.line
+        parts = self.short if self.level >= 1 and self.short is not None else self.parts
+        return "".join(p.render() if isinstance(p, Details) else p for p in parts)
 
     def details(self) -> list[Details]:
         return [p for p in self.parts if isinstance(p, Details)]
@@ -69,11 +80,15 @@ def fence(text: str) -> str:
 class FitStats:
     shrunk: int = 0
     dropped: int = 0
+    probes_to_lines: int = 0
+    findings_short: int = 0
+    findings_to_lines: int = 0
     sections_dropped: int = 0
 
     @property
     def any(self) -> bool:
-        return bool(self.shrunk or self.dropped or self.sections_dropped)
+        return bool(self.shrunk or self.dropped or self.probes_to_lines or self.findings_short
+                    or self.findings_to_lines or self.sections_dropped)
 
     def describe(self) -> str:
         bits = []
@@ -81,8 +96,18 @@ class FitStats:
             bits.append(f"{self.shrunk} collapsed detail(s) shortened, largest first")
         if self.dropped:
             bits.append(f"{self.dropped} detail(s) removed")
+        if self.probes_to_lines:
+            bits.append(f"{self.probes_to_lines} per-probe section(s) cut to one line (graph counts and "
+                        "explain() output left out)")
+        if self.findings_short:
+            bits.append(f"{self.findings_short} finding section(s) cut to their evidence and fix (message, "
+                        "source line, fix snippet and traceback left out)")
+        if self.findings_to_lines:
+            bits.append(f"{self.findings_to_lines} finding section(s) cut to their heading and location")
         if self.sections_dropped:
             bits.append(f"the last {self.sections_dropped} finding section(s) left out")
+        elif self.findings_short or self.findings_to_lines:
+            bits.append("every root cause is still listed")
         return "; ".join(bits)
 
 
@@ -90,7 +115,8 @@ def fit(sections: list[Section], budget: int) -> FitStats:
     """Shrink ``sections`` in place until they render within ``budget`` characters.
 
     Order: shorten the largest ``<details>`` body first (down to ``DETAIL_FLOOR``), then remove details
-    (largest first), then drop droppable sections from the end.
+    (largest first), then render sections with less detail (``Section.short``, ``Section.line``), then drop
+    droppable sections from the end.
     """
     stats = FitStats()
     sizes = [len(s.render()) for s in sections]
@@ -127,7 +153,32 @@ def fit(sections: list[Section], budget: int) -> FitStats:
             resize(d, lambda: setattr(d, "dropped", True))
             stats.dropped += 1
     stats.shrunk = sum(1 for d in details if d.shrunk and not d.dropped)
-    # 3. drop whole finding sections (and their probe headings) from the end
+
+    def relevel(indices: list[int], level: int) -> None:
+        nonlocal total
+        for i in indices:
+            if total <= budget:
+                break
+            s = sections[i]
+            if s.level >= level or (level == 1 and s.short is None) or (level == 2 and s.line is None):
+                continue
+            before, old = sizes[i], s.level
+            s.level = level
+            size = len(s.render())
+            if size >= before:  # a short form that says more than the full one ("as in finding N" spelt out)
+                s.level = old
+                continue
+            sizes[i] = size
+            total += size - before
+
+    # 3. less detail before fewer sections: per-probe sections to a line, then finding sections to their
+    #    evidence and fix, then to a line, each from the end (the first findings keep the most)
+    last_first = [i for i in range(len(sections) - 1, -1, -1) if sections[i].droppable]
+    findings = [i for i in last_first if sections[i].is_finding]
+    relevel([i for i in last_first if not sections[i].is_finding], 2)
+    relevel(findings, 1)
+    relevel(findings, 2)
+    # 4. last resort: drop whole sections from the end
     i = len(sections) - 1
     while total > budget and i > 0:
         if sections[i].droppable:
@@ -136,7 +187,10 @@ def fit(sections: list[Section], budget: int) -> FitStats:
             del sections[i]
             del sizes[i]
         i -= 1
+    stats.probes_to_lines = sum(1 for s in sections if s.droppable and not s.is_finding and s.level == 2)
+    stats.findings_short = sum(1 for s in sections if s.is_finding and s.level == 1)
+    stats.findings_to_lines = sum(1 for s in sections if s.is_finding and s.level == 2)
     if stats.sections_dropped:
         sections.append(Section([f"_{stats.sections_dropped} further finding section(s) left out for size; "
-                                 "`tracecheck show report.json` lists them all._\n\n"]))
+                                 "the JSON report lists them all (`tracecheck show`)._\n\n"]))
     return stats

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..taxonomy import fix_text, is_advice, kinds
 from ..report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
-from ..report import IMPORT_PROBE, RootCause, StageResult, finding_key, root_causes
+from ..report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
 from ..targets import TARGETS, Gate
 from . import view
 from ..environment import COLLECT_ENV_FIELDS
@@ -29,8 +29,9 @@ from .paths import PathScrubber
 
 #: GitHub's limit on an issue or comment body, in characters; the document stays strictly below it.
 GITHUB_COMMENT_LIMIT = 65536
-#: Room kept free for the truncation notice that is written once the final size is known, in characters.
-_NOTICE_RESERVE = 700
+#: Room kept free for the truncation notice that is written once the final size is known, in characters (the
+#: JSON report's path, which it names, comes on top).
+_NOTICE_RESERVE = 900
 #: Trimmed exception message shown in a finding section: at most this many lines / characters.
 _MESSAGE_LINES, _MESSAGE_CHARS = 10, 720
 #: a longer message line (an FX node's arguments, say) is cut in the middle to this many characters
@@ -102,7 +103,7 @@ class MarkdownRenderer:
 
     def __init__(self, report: RunReport, *, redact: bool = False, home: str | None = None,
                  trace_dir: str | None = None, limit: int = GITHUB_COMMENT_LIMIT,
-                 comparison: Any = None) -> None:
+                 comparison: Any = None, json_path: str | None = None) -> None:
         self._fix_shown: dict[str, tuple[str, str]] = {}  # kind -> (the finding that showed its fix snippet, fix)
         self._traceback_shown: dict[tuple, int] = {}  # (kind, gb_type) -> the finding that showed a traceback
         self._message_shown: dict[tuple, int] = {}  # (kind, gb_type, first line) -> finding number
@@ -112,6 +113,7 @@ class MarkdownRenderer:
         self.trace_dir = trace_dir
         self.limit = limit
         self.comparison = comparison
+        self.json_path = json_path  # where the full report is, for what the size limit cut
         files = {p.id.partition("::")[0] for p in report.probes}
         #: the model file when every probe comes from it: probes are then named without it, the header names it
         self.one_file = files.pop() if len(files) == 1 else None
@@ -214,7 +216,8 @@ class MarkdownRenderer:
             return ""
         head = ("| probe | verdict | unique graphs without CA | unique graphs with CA | captures | recompiles "
                 "| hooks captured |\n|---|---|---:|---:|---:|---:|---:|\n")
-        return "## Compiled autograd\n\n" + head + "\n".join(rows) + "\n\n"
+        return (f"## Compiled autograd\n\nBackend: {view.ca_backends(view.ca_rows(self.report))} (forward, and the "
+                "backward graphs compiled autograd captures).\n\n" + head + "\n".join(rows) + "\n\n")
 
     def structured_trace(self) -> str:
         if not self.trace_dir or not os.path.isdir(self.trace_dir):
@@ -259,6 +262,8 @@ class MarkdownRenderer:
             if extra:
                 head.parts.append(extra)
         head.parts.append("\n")
+        head.line = (f"- {_code(self.probe_label(p.id))}: first failing stage {_code(str(v.first_failing_stage))}; "
+                     f"kinds {', '.join(_code(k) for k in v.kinds)}; findings {refs}\n\n")
         return head
 
     def graph_counts(self, p: ProbeReport) -> Details | None:
@@ -334,20 +339,26 @@ class MarkdownRenderer:
             chain = [t for t in (ev.get("exception_chain") or []) if t and t != ev["exception_type"]]
             via = f" (wrapping {', '.join(_code(t) for t in chain)})" if chain else ""
             bullets.append(f"- **Exception:** {_code(ev['exception_type'])}{via}")
+        generated = view.generated_line(ev)
+        if generated:
+            bullets.append(f"- **Where:** {_cell(generated)}")
+        backends = view.backends_line(ev)
+        if backends:
+            bullets.append(f"- **Backends:** {_cell(backends)}")
         lines.append("\n".join(bullets) + "\n\n")
         if frame.get("code"):
             lines.append(f"Source line:\n\n```python\n{self.scrub(frame['code'])}\n```\n\n")
         if f.kind == "op-redefined" and ev.get("first_schema"):
             lines.append(f"Schemas:\n\n```text\nfirst:  {ev['first_schema']}\nsecond: {ev['second_schema']}\n```\n\n")
         message = ev.get("message") or ev.get("cause") or ""
-        first_line = next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "")
-        same = self._message_shown.get((f.kind, ev.get("gb_type"), first_line)) if ev.get("gb_type") else None
+        opening = next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "")
+        same = self._message_shown.get((f.kind, ev.get("gb_type"), opening)) if ev.get("gb_type") else None
         if message and same:  # Dynamo's template for this gb_type again; only the name differs (bullets above)
             lines.append(f"Message: Dynamo's wording of finding {same} above, for this "
                          f"{'op' if ctx.get('op') else 'call'} (the JSON report has it in full).\n\n")
             message = ""
         elif message:
-            self._message_shown[(f.kind, ev.get("gb_type"), first_line)] = index
+            self._message_shown[(f.kind, ev.get("gb_type"), opening)] = index
             trimmed = self.scrub(_trim_message(str(message)))
             lines.append(f"Message (trimmed):\n\n{fence(trimmed)}text\n{trimmed}\n{fence(trimmed)}\n\n")
         numeric = numeric_lines(f, f"in {self.probe_label(p.id)}: " if len(cause.seen) > 1 else "")
@@ -363,8 +374,21 @@ class MarkdownRenderer:
             if kind.snippet:
                 lines.append(f"```python\n{kind.snippet}\n```\n\n")
             lines.append(f"Background: `{kind.doc}` in the tracecheck repository.\n\n")
-        lines.append(f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n")
-        section = Section(list(lines), droppable=True, is_finding=True)
+        repro = f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n"
+        lines.append(repro)
+        # shorter forms for the size limit: the evidence bullets and the fix, then the heading and where
+        headline = self.scrub(first_line(ev.get("message") or ev.get("cause")))[:300]
+        short = [lines[0], lines[1], *([f"Message (first line): {_code(headline)}\n\n"] if headline else []),
+                 f"**Fix:** {fix_text(f)}\n\n" if kind else "", repro]
+        frameless = not frame.get("file") and not ctx.get("op")
+        where = [self.scrub(frame["file"]) + f":{frame.get('line')}" if frame.get("file") else "",
+                 str(ctx.get("op") or ctx.get("builtin") or ""),
+                 f"{ev.get('exception_type')}: {headline[:160]}" if frameless and ev.get("exception_type") else ""]
+        seen = (f"{len(cause.seen)} probes" if len(cause.seen) > 1
+                else f"{self.probe_label(p.id)} at {', '.join(stages)}")
+        line = (f"{lines[0]}- {''.join(_code(w) + ', ' for w in where if w)}{_cell(seen)}; "
+                "the JSON report has the rest\n\n")
+        section = Section(list(lines), droppable=True, is_finding=True, short=short, line=line)
         tb = ev.get("traceback") or next(filter(None, (_traceback_from_other_stages(q, f) for q, _ in cause.seen)),
                                          None)
         tb_key = (f.kind, ev.get("gb_type"))
@@ -416,7 +440,8 @@ class MarkdownRenderer:
         others = [c for c in quiet if not is_advice(c.finding.kind)]
         if failing:
             causes = [c for c in root_causes(failing) if self.gating(c)]
-            out.append(Section(["## Findings\n\nEach root cause once (one kind at one user frame or op), with "
+            out.append(Section(["## Findings\n\nEach root cause once (one kind at one user frame or op; an unclassified error without "
+                                "either, by its exception and first message line), with "
                                 "every probe and stage that saw it.\n\n"]))
             out += [self.finding_section(i, c) for i, c in enumerate(causes, 1)]
             out.append(Section(["## Per probe\n\n"]))
@@ -457,12 +482,14 @@ class MarkdownRenderer:
         sections = self.sections()
         footer = ("---\n_Generated by tracecheck; `tracecheck show report.json --format md` re-renders the "
                   "full JSON report._\n")
-        budget = self.limit - 1 - _NOTICE_RESERVE - len(footer)
+        budget = self.limit - 1 - _NOTICE_RESERVE - len(self.scrub(self.json_path or "")) - len(footer)
         stats = fit(sections, budget)
         notice = ""
         if stats.any:
+            where = (f"The JSON report {_code(self.scrub(self.json_path))} has everything (`tracecheck show` "
+                     "renders it as a table or CSV)" if self.json_path else "The JSON report (`--json`) has everything")
             notice = (f"> **Shortened to stay under GitHub's {GITHUB_COMMENT_LIMIT:,}-character comment limit:** "
-                      f"{stats.describe()}. The JSON report (`--json`) has everything.\n\n")
+                      f"{stats.describe()}. {where}.\n\n")
         doc = sections[0].render() + notice + "".join(s.render() for s in sections[1:]) + footer
         if len(doc) >= self.limit:  # last resort; the budget above makes this unreachable in practice
             cut = "\n\n[... cut at GitHub's comment limit ...]\n"
@@ -518,7 +545,8 @@ def _gb_link(code: str | None) -> str | None:
 
 
 def render(report: RunReport, *, redact: bool = False, trace_dir: str | None = None, home: str | None = None,
-           limit: int = GITHUB_COMMENT_LIMIT, comparison: Any = None) -> str:
-    """The Markdown document for ``report``; always shorter than ``limit`` characters."""
-    return MarkdownRenderer(report, redact=redact, trace_dir=trace_dir, home=home, limit=limit,
+           limit: int = GITHUB_COMMENT_LIMIT, comparison: Any = None, json_path: str | None = None) -> str:
+    """The Markdown document for ``report``; always shorter than ``limit`` characters. ``json_path``: where
+    the full JSON report was written, named when the size limit cut something."""
+    return MarkdownRenderer(report, redact=redact, trace_dir=trace_dir, home=home, limit=limit, json_path=json_path,
                             comparison=comparison).render()

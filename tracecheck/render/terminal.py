@@ -226,9 +226,15 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
     first_line = next((ln.strip() for ln in str(ev.get("message") or "").splitlines() if ln.strip()), "")
     if first_line and not verbose and f.kind in ("eager-error", "backend-error", "unknown"):
         t.append(f"    message: {first_line[:200]}\n", style="dim")
+    backends = view.backends_line(ev)
+    if backends:
+        t.append(f"    backends: {backends}\n", style="dim")
     frame = _frame(f)
     if frame:
         t.append(f"    at {frame}\n", style="dim")
+    generated = view.generated_line(ev)
+    if generated:
+        t.append(f"    {generated}\n", style="dim")
     if ev.get("doc"):
         t.append(f"    gb_type doc: {ev['doc']}\n", style="dim")
     for line in numeric_lines(f):
@@ -255,7 +261,7 @@ def compiled_autograd_table(report: RunReport) -> Table | None:
     rows = view.ca_rows(report)
     if not rows:
         return None
-    table = Table(title="compiled autograd", title_justify="left")
+    table = Table(title=f"compiled autograd (backend {view.ca_backends(rows)})", title_justify="left")
     for col in ("probe", "steps", "graphs without CA", "graphs with CA", "backward graphs / capture", "captures",
                 "hooks captured", "recompiles (steady-state: why)"):
         table.add_column(col, overflow="fold")

@@ -91,6 +91,27 @@ def ca_rows(report: RunReport) -> list[tuple[ProbeReport, StageResult, dict[str,
     return rows
 
 
+def ca_backends(rows: list[tuple[ProbeReport, StageResult, dict[str, Any]]]) -> str:
+    """The backend(s) the compiled_autograd rows were compiled with (old reports: aot_eager, the only one then)."""
+    return ", ".join(dict.fromkeys(str(s.extra.get("backend") or "aot_eager") for _, s, _ in rows))
+
+
+def backends_line(evidence: dict[str, Any]) -> str | None:
+    """``aot_eager: fails; inductor: passes``: what each backend did with the failing steps, when both ran."""
+    backends = evidence.get("backends")
+    return "; ".join(f"{b}: {v}" for b, v in backends.items()) if isinstance(backends, dict) and backends else None
+
+
+def generated_line(evidence: dict[str, Any]) -> str | None:
+    """Where a finding sits when it is in code torch generated and no user or library frame lies under it."""
+    g = evidence.get("generated_frame")
+    if not isinstance(g, dict) or not g.get("file"):
+        return None
+    code = f" `{g['code']}`" if g.get("code") else ""
+    return (f"in generated code {g['file']}:{g.get('line')}{code} (an FX graph torch wrote, such as compiled "
+            "autograd's backward graph; no user or library frame lies under it)")
+
+
 def not_required_note(gate: Gate, probes: list[ProbeReport]) -> str:
     """Why a failure of a target not required fails nothing, and how to make it gate (one line, "" when none)."""
     others = [t for t in TARGETS if not gate.requires(t)

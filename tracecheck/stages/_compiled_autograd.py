@@ -5,7 +5,9 @@ Runs inside one stage process (see _execution.py for the record format). Three r
 the same state, with ``.grad`` accumulating over the steps as in a loop without ``zero_grad``:
 
 1. eager, the reference for outputs and gradients, compared at the same step count;
-2. ``torch.compile(fn, backend="aot_eager")`` with compiled autograd on (``compat.compiled_autograd``):
+2. ``torch.compile(fn, backend="aot_eager")`` with compiled autograd on (``compat.compiled_autograd``; when it
+   fails, the same steps again with ``inductor``, ``extra["other_backend"]``: a failure of one backend only is
+   not the model's):
    ``captures`` (compiled-autograd cache misses, ``counters["compiled_autograd"]["captures"]``), ``compiles``
    (backend compiles of captured backward graphs, counted by tracecheck's backend the way PyTorch's own
    tests count them), the Dynamo graphs made while a captured backward graph ran (per capture, and in all),
@@ -152,7 +154,13 @@ def _run(fn: Callable[..., Any], cases: list[Case], schedule: list[int],
     return execs, None
 
 
-def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = 3, dynamic: bool = False) -> dict[str, Any]:
+#: The backend the measured run compiles with, then the one that checks a failure before it is called the model's:
+#: a failure plain torch shows with one backend and not the other is that backend's.
+BACKENDS = ("aot_eager", "inductor")
+
+
+def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = 3, dynamic: bool = False,
+                            backends: tuple[str, str] = BACKENDS) -> dict[str, Any]:
     """Measure one probe with and without compiled autograd (see the module docstring). Never raises:
     an exception outside the measured steps (turning compiled autograd on or off, the counters) becomes
     the record's ``error`` with phase ``compiled_autograd``.
@@ -163,15 +171,16 @@ def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = 3, dynam
     first again. Returns the raw record: ``error``, ``breaks``, ``warnings``, ``mismatches``,
     ``graph_count`` (Dynamo graphs of the compiled-autograd run, forward and backward), ``recompiles``
     (all), ``steady_state_recompiles`` (the finding's subset) and ``extra``; or ``{"skip_reason": ...}``
-    when nothing runs backward or eager already fails.
+    when nothing runs backward or eager already fails. ``backends``: the measured run's backend, and the one
+    that reruns the steps when it fails (``extra["backend"]``, ``extra["other_backend"]``).
     """
     try:
-        return _measure(make_case, steps, dynamic)
+        return _measure(make_case, steps, dynamic, backends)
     except Exception as e:
         return {"error": capture.error_record(e, "compiled_autograd"), "breaks": [], "warnings": []}
 
 
-def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[str, Any]:
+def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends: tuple[str, str]) -> dict[str, Any]:
     """The body of ``stage_compiled_autograd``."""
     from torch._dynamo.utils import counters
 
@@ -208,8 +217,8 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
     case_b = make_case()
     cases_b = cases_for(case_b)
     hooks_registered = _hook_registrations(case_b)
-    compiled_b = torch.compile(case_b.fn, backend="aot_eager")
-    backward = _BackwardGraphs("aot_eager")
+    compiled_b = torch.compile(case_b.fn, backend=backends[0])
+    backward = _BackwardGraphs(backends[0])
     marks: list[int] = []  # the captures counter before each step, then after the last
     execs_b: list[Execution] = []
     error_b: dict[str, Any] | None = None
@@ -250,7 +259,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
     # 3. torch.compile, plain autograd, the same steps
     torch._dynamo.reset()
     case_a = make_case()
-    compiled_a = torch.compile(case_a.fn, backend="aot_eager")
+    compiled_a = torch.compile(case_a.fn, backend=backends[0])
     before = counters["stats"]["unique_graphs"]
     with capture.TraceCollector() as trace_a:
         _, error_a = _run(compiled_a, cases_for(case_a), schedule)
@@ -262,6 +271,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
     steady = steady_state(recompiles, clean_until)
     in_graph = backward.hooks[-1] if backward.hooks else Counter()
     extra: dict[str, Any] = {
+        "backend": backends[0],
         "unique_graphs_without_ca": unique_without,
         "unique_graphs_with_ca": backward.unique_graphs,
         "backward_graphs_per_capture": backward.graphs_per_capture,
@@ -294,6 +304,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
         extra["error_without_ca"] = f"{error_a['type']}: {error_a['message'][:300]} (step {error_a['step']})"
 
     if error_b:  # the compiled-autograd run stopped early: its counts are partial, so not measured
+        extra["other_backend"] = _other_backend(make_case, cases_for, schedule[:error_b["step"]], backends[1])
         for key in ("unique_graphs_with_ca", "backward_graphs_per_capture", "unique_graphs_forward_with_ca",
                     "captures", "compiles", "hooks_captured", "recompile_count", "backward_graph_breaks"):
             extra[key] = None
@@ -321,6 +332,26 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool) -> dict[s
             mismatches = []
         record["mismatches"] = with_causes(mismatches, make_case)
     return record
+
+
+def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], list[Case]], schedule: list[int],
+                   backend: str) -> dict[str, Any]:
+    """The failing steps again, compiled (forward and compiled autograd's backward) with ``backend``:
+    ``{"backend", "error"}``, ``error`` (``type``, ``message``, ``step``) ``None`` when they pass."""
+    if torch._dynamo.config.suppress_errors:  # a failure would fall back to eager and read as a pass
+        return {"backend": backend, "error": None, "not_run": "torch._dynamo.config.suppress_errors is set"}
+    torch._dynamo.reset()
+    try:
+        case = make_case()
+        with compat.compiled_autograd(_BackwardGraphs(backend)):
+            _, error = _run(torch.compile(case.fn, backend=backend), cases_for(case), schedule)
+    except Exception as e:  # turning compiled autograd on or off failed: not an answer about the backend
+        error = capture.error_record(e, "compiled_autograd")
+    finally:
+        torch._dynamo.reset()
+    if error is None:
+        return {"backend": backend, "error": None}
+    return {"backend": backend, "error": {k: error.get(k) for k in ("type", "message", "step")}}
 
 
 def _recompile_records(records: list[dict[str, Any]], captures_per_step: list[int]) -> list[dict[str, Any]]:

@@ -41,7 +41,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
     # an input of the recorded call requires grad
     differentiable = any(isinstance(t, torch.Tensor) and t.requires_grad
                          for args, kwargs in rec.calls.values() for t in pytree.tree_leaves((args, kwargs)))
-    return {"opcheck": results, "phases": phases(differentiable)}
+    from ..report import op_name
+
+    # ops autograd never reaches in this probe (seen called, and only with grad mode off: inside an
+    # autograd.Function's forward, or under no_grad): a missing autograd registration does not matter to it
+    # (results.py). An op called from C++ is not seen, so it stays checked.
+    grad_free = [str(op) for op in rec.calls
+                 if op_name(str(op)) in rec.grad_off and op_name(str(op)) not in rec.differentiated]
+    return {"opcheck": results, "phases": phases(differentiable), "grad_free_ops": grad_free}
 
 
 SPEC = StageSpec(
