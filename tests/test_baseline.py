@@ -50,10 +50,24 @@ def test_two_machines_with_different_checkouts_compare_equal():
     assert compare(a, b).changes == []
 
 
-def test_a_full_report_and_its_baseline_compare_the_same():
+def test_a_full_report_reads_as_a_baseline_of_its_own_run():
     r = small_report()
-    as_report = baseline.to_baseline(json.loads(json.dumps(r.to_dict())))
-    assert as_report == baseline.from_report(r)
+    doc = baseline.to_baseline(json.loads(json.dumps(r.to_dict())))
+    # the values report_factory wrote by hand, as the baseline keeps them
+    bad = doc["probes"]["model.py::probe_bad"]["stages"]
+    assert (bad["explain"]["status"], bad["explain"]["kinds"]) == ("fail", ["graph-break"])
+    assert (bad["explain"]["graph_count"], bad["explain"]["graph_break_count"]) == (2, 1)
+    assert bad["explain"]["breaks"] == [{"kind": "graph-break", "gb_type": "Failed to trace builtin operator",
+                                         "file": "model.py", "line": 5}]
+    assert (bad["fullgraph"]["status"], bad["fullgraph"]["kinds"]) == ("fail", ["missing-fake"])
+    assert bad["compiled_autograd"]["compiled_autograd"] == {"unique_graphs_without_ca": 3, "unique_graphs_with_ca": 1,
+                                                             "captures": 2, "hooks_captured": 1}
+    ok = doc["probes"]["model.py::probe_ok"]["stages"]
+    assert {s: v["status"] for s, v in ok.items()} == {"eager": "pass", "explain": "pass", "aot_eager": "pass",
+                                                       "fullgraph": "pass", "compiled_autograd": "pass"}
+    # and the run compared with it: nothing changed
+    cmp = baseline.compare_report(doc, r)
+    assert (cmp.compared_probes, cmp.changes, cmp.regressed) == (2, [], False)
 
 
 def test_unsupported_baseline_version_is_refused():

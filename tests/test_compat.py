@@ -1,4 +1,7 @@
 """The torch-version shims in tracecheck/compat.py, on the installed torch."""
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -135,3 +138,95 @@ def test_fake_dispatch_op_names_the_op_whose_fake_raised():
     ops = [str(f) for f in map(compat.fake_dispatch_op, frames) if f is not None]
     assert ops and set(ops) == {"tc_compat.assert_fake.default"}
     assert compat.fake_dispatch_op(frames[0]) is None  # the test's own frame
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The private-name shims, each called on the installed torch (both torches in CI)
+
+
+def test_dynamo_state_shims():
+    from tracecheck import compat
+
+    compat.dynamo_reset()
+    counters = compat.counters()
+    before = counters["stats"]["unique_graphs"]
+    torch.compile(lambda x: x.sin() + 1, backend="eager")(torch.randn(3))
+    assert counters["stats"]["unique_graphs"] == before + 1
+    with compat.dynamo_config_patch(suppress_errors=True):
+        assert compat.dynamo_suppresses_errors() is True
+    assert compat.dynamo_suppresses_errors() is False
+    with compat.inductor_config_patch(fallback_random=True):
+        import torch._inductor.config as config
+
+        assert config.fallback_random is True
+    assert callable(compat.lookup_backend("aot_eager"))
+    compat.dynamo_reset()
+
+
+def test_accuracy_shims_agree_with_hand_computed_values():
+    from tracecheck import compat
+
+    a = torch.tensor([1.0, 2.0, 3.0])
+    assert compat.same(a, a + 1e-7, a.double(), tol=1e-4) is True
+    assert compat.same(a, a + 1.0, a.double(), tol=1e-4) is False
+    assert float(compat.rmse(a.double(), (a + 2.0).double())) == pytest.approx(2.0)
+
+
+def test_op_shims_see_a_custom_op():
+    from tracecheck import compat
+
+    @torch.library.custom_op("tc_compat_shim::twice", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    assert "tc_compat_shim::twice" in compat.all_op_names()
+    assert "tc_compat_shim::twice" in compat.custom_op_defs()
+    assert compat.is_op_overload(torch.ops.tc_compat_shim.twice)
+    assert compat.is_op_overload(torch.ops.tc_compat_shim.twice.default)
+    assert not compat.is_op_overload(torch.sin)
+    assert compat.is_higher_order_op(torch.ops.higher_order.cond)
+    with compat.fake_tensor_mode() as mode:
+        fake = torch.empty(2, 3)
+    assert type(fake).__name__ == "FakeTensor" and mode is not None
+
+
+def test_autograd_function_shims():
+    from tracecheck import compat
+
+    class Old(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    class New(Old):
+        @staticmethod
+        def forward(x):
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+    assert compat.forward_takes_ctx(Old) and not compat.forward_takes_ctx(New)
+
+
+def test_draft_export_report_shim():
+    from tracecheck import compat
+
+    ep = torch.export.draft_export(torch.nn.Linear(3, 2), (torch.randn(4, 3),))
+    report = compat.draft_export_report(ep)
+    assert report is not None and list(getattr(report, "failures", [])) == []
+
+
+def test_structured_trace_shim_writes_a_trace(tmp_path):
+    """In a fresh process: the trace handler re-made for a directory set after torch was imported."""
+    code = ("import sys, torch\nfrom tracecheck import compat\ncompat.keep_structured_trace(sys.argv[1])\n"
+            "torch.compile(lambda x: x + 1, backend='eager')(torch.randn(2))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    logs = list(tmp_path.glob("*.log"))
+    assert logs and any("dynamo_start" in p.read_text() for p in logs)

@@ -157,3 +157,57 @@ def test_a_finding_of_an_unknown_kind_is_refused():
 
     with pytest.raises(ValueError, match="missing_fake"):
         Finding("missing_fake", "typo of missing-fake")
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def private_torch_names(source: str) -> list[str]:
+    """Private torch attributes and modules a module names in code (not in strings): ``torch._dynamo.reset``,
+    ``from torch._C import ...``, ``torch.autograd.function._SingleLevelFunction`` (dunders like ``__version__``
+    are public)."""
+    found = []
+
+    def private(dotted: str) -> bool:
+        return dotted.split(".")[0] == "torch" and any(
+            p.startswith("_") and not p.startswith("__") for p in dotted.split(".")[1:])
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            found += [n for n in names if private(n)][:1]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if private(a.name)]
+        elif isinstance(node, ast.Attribute) and not isinstance(getattr(node, "parent", None), ast.Attribute):
+            dotted = _dotted(node)
+            if dotted and private(dotted):
+                found.append(dotted)
+    return found
+
+
+def test_the_private_name_finder_finds_them():
+    code = ("import torch\nfrom torch._dynamo.utils import counters\nimport torch._inductor.config\n"
+            "torch._dynamo.reset()\nx = torch.autograd.function._SingleLevelFunction\ny = torch.__version__\n"
+            "z = 'torch._dynamo.reset() in a string'\nfrom torch.utils import _pytree\n")
+    found = set(private_torch_names(code))
+    assert {"torch._dynamo.utils", "torch._inductor.config", "torch._dynamo.reset",
+            "torch.autograd.function._SingleLevelFunction", "torch.utils._pytree"} <= found
+    assert not any("__version__" in f for f in found)
+
+
+def test_private_torch_names_live_in_compat_only():
+    offenders = {}
+    for path in PKG.rglob("*.py"):
+        if path.name == "compat.py":
+            continue
+        names = private_torch_names(path.read_text())
+        if names:
+            offenders[str(path.relative_to(PKG))] = sorted(set(names))
+    assert offenders == {}, offenders

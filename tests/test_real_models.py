@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +94,11 @@ def test_numpy_random_blocks_are_compared_on_numpys_stream(report):
     # (torch 2.13.0). On 2.14.1 Dynamo does not crash there and recompiles its many graphs at every batch size, which
     # may run past the stage timeout: a `timeout`, which is what happened, never a wrong kind
     unknown = [f for f in stages["dynamic"]["findings"] if f["kind"] == "unknown"]
-    assert all(f["evidence"]["exception_type"].endswith("InternalTorchDynamoError") for f in unknown), unknown
+    if torch.torch_version.TorchVersion(torch.__version__) < (2, 14):
+        assert unknown and all(f["evidence"]["exception_type"].endswith("InternalTorchDynamoError") for f in unknown)
+        assert stages["dynamic"]["status"] == "fail"
+    else:
+        assert unknown == [] and stages["dynamic"]["status"] in ("pass", "fail", "timeout"), stages["dynamic"]
     assert kinds["dynamic"] - {"unknown", "timeout"} <= {"graph-break", "data-dependent"}
 
 

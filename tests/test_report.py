@@ -20,11 +20,27 @@ def sample() -> RunReport:
     return RunReport([p], {"torch": "2.13.0"}, ["eager", "explain", "opcheck"])
 
 
-def test_round_trip():
-    r = sample()
-    d = json.loads(json.dumps(r.to_dict()))
-    assert RunReport.from_dict(d).to_dict() == d
+def test_a_report_reads_back_field_by_field():
+    d = json.loads(json.dumps(sample().to_dict()))
     assert d["schema_version"] == 3
+    # the JSON holds what sample() wrote by hand
+    explain = d["probes"][0]["stages"]["explain"]
+    assert (explain["status"], explain["graph_count"], explain["graph_break_count"]) == ("fail", 2, 1)
+    assert explain["findings"][0]["kind"] == "pybind-builtin"
+    assert explain["findings"][0]["context"] == {"builtin": "ext.fwd"}
+    assert explain["breaks"][0]["gb_code"] == "GB0007" and explain["breaks"][0]["line"] == 3
+    # and reads back into the same typed values
+    p = RunReport.from_dict(d).probes[0]
+    assert (p.id, p.file, p.name) == ("m.py::probe", "/abs/m.py", "probe")
+    s = p.stages["explain"]
+    assert isinstance(s.failure, Finding) and (s.failure.kind, s.failure.summary) == ("pybind-builtin", "s")
+    assert s.failure.evidence == {"gb_code": "GB0007"} and s.findings == [s.failure]
+    b = s.breaks[0]
+    assert isinstance(b, GraphBreak)
+    assert (b.kind, b.gb_type, b.gb_code, b.file, b.line) == (
+        "pybind-builtin", "Attempted to call function marked as skipped", "GB0007", "m.py", 3)
+    assert (p.stages["opcheck"].status, p.stages["opcheck"].skip_reason) == ("skip", "no custom op")
+    assert p.verdict.status == "fail"
 
 
 def test_verdict_first_failing_stage_and_kinds():

@@ -12,6 +12,8 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.utils import _pytree as pytree  # noqa: F401  (re-exported: torch's pytree, private by name)
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported: the dispatch-mode base class)
 
 GB_SITE = "https://meta-pytorch.github.io/compile-graph-break-site/gb/"
 
@@ -219,3 +221,202 @@ def is_training_batchnorm(module: Any) -> bool:
     import torch
 
     return isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.training
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Private torch names the rest of tracecheck uses, each behind one function here (tests/test_house.py checks
+# that no other module names a private torch attribute or module; tests/test_compat.py calls each shim on the
+# installed torch). The same names on 2.13 and 2.14 unless a shim says otherwise.
+
+
+def dynamo_reset() -> None:
+    """``torch._dynamo.reset()``: Dynamo's caches, and compiled autograd's (``compiled_autograd.reset``)."""
+    torch._dynamo.reset()
+
+
+def counters() -> Any:
+    """``torch._dynamo.utils.counters``: the process-wide ``stats``/``compiled_autograd`` counters."""
+    from torch._dynamo.utils import counters as c
+
+    return c
+
+
+def dynamo_config_patch(**changes: Any) -> Any:
+    """``torch._dynamo.config.patch(...)``, a context manager."""
+    return torch._dynamo.config.patch(**changes)
+
+
+def inductor_config_patch(**changes: Any) -> Any:
+    """``torch._inductor.config.patch(...)``, a context manager."""
+    import torch._inductor.config as config
+
+    return config.patch(**changes)
+
+
+def dynamo_suppresses_errors() -> bool:
+    """``torch._dynamo.config.suppress_errors``: compile errors fall back to eager silently."""
+    return bool(torch._dynamo.config.suppress_errors)
+
+
+def lookup_backend(name: str) -> Callable[..., Any]:
+    """The compiler function registered under a backend name (``torch._dynamo.backends.registry``)."""
+    from torch._dynamo.backends.registry import lookup_backend as lookup
+
+    return lookup(name)
+
+
+def same(ref: Any, res: Any, fp64_ref: Any = None, **kwargs: Any) -> bool:
+    """``torch._dynamo.utils.same``: PyTorch's benchmark accuracy check."""
+    from torch._dynamo.utils import same as same_
+
+    return bool(same_(ref, res, fp64_ref, **kwargs))
+
+
+def rmse(ref: Any, res: Any) -> Any:
+    """``torch._dynamo.utils.rmse``."""
+    from torch._dynamo.utils import rmse as rmse_
+
+    return rmse_(ref, res)
+
+
+def is_op_overload(func: Any) -> bool:
+    """A dispatcher op as Python sees it: ``torch.ops.ns.op`` (a packet) or ``torch.ops.ns.op.default``."""
+    return isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+
+
+def is_higher_order_op(func: Any) -> bool:
+    """``torch.cond``, ``while_loop`` and the other higher-order ops (``torch._ops.HigherOrderOperator``)."""
+    return isinstance(func, torch._ops.HigherOrderOperator)
+
+
+def all_op_names() -> list[str]:
+    """Every op the dispatcher holds, ``ns::name`` (``torch._C._dispatch_get_all_op_names``)."""
+    return [str(n) for n in torch._C._dispatch_get_all_op_names()]
+
+
+def custom_op_defs() -> dict[str, Any]:
+    """The ``torch.library.custom_op`` definitions of this process, by qualified name
+    (``torch._library.custom_ops.OPDEFS``)."""
+    import torch._library.custom_ops as custom_ops
+
+    return custom_ops.OPDEFS
+
+
+def fake_tensor_mode(**kwargs: Any) -> Any:
+    """A ``FakeTensorMode`` (``torch._subclasses.fake_tensor``)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(**kwargs)
+
+
+def forward_takes_ctx(cls: type) -> bool:
+    """Does an ``autograd.Function``'s ``forward`` take ``ctx`` first: it does unless ``setup_context`` is
+    overridden (``_SingleLevelFunction.setup_context`` is the base stub)."""
+    return not defines_setup_context(cls)
+
+
+def draft_export_report(ep: Any) -> Any:
+    """The report ``torch.export.draft_export`` attaches to its ExportedProgram (``ep._report``), or None."""
+    return getattr(ep, "_report", None)
+
+
+def keep_structured_trace(trace_dir: str) -> None:
+    """Write this process's structured trace (TORCH_TRACE) under ``trace_dir``, for tlparse.
+
+    torch reads TORCH_TRACE once, in ``torch._logging._init_logs()`` at import; a process forked from a server that
+    imported torch without it sets the variable, drops the trace handler made then and re-runs ``_init_logs``
+    (torch 2.8 - 2.14 keep the handler in ``_internal.LOG_TRACE_HANDLER``)."""
+    from torch._logging import _internal
+
+    os.makedirs(trace_dir, exist_ok=True)
+    os.environ["TORCH_TRACE"] = trace_dir
+    _internal.LOG_TRACE_HANDLER = None
+    _internal._init_logs()
+
+
+#: the compiler stack a stage process needs, imported once by the fork server (preload.py)
+PRELOAD_MODULES = ("torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx", "torch.library",
+                   "torch.testing._internal.optests")  # the last: torch.library.opcheck
+
+
+def preload_compiler_stack() -> None:
+    import importlib
+
+    for name in PRELOAD_MODULES:
+        importlib.import_module(name)
+
+
+def warm_inductor_cpu() -> None:
+    """Answer, once in the fork server, what every Inductor stage process would otherwise work out for itself
+    on its first compile. Only files and subprocesses: no tensor op, no thread left behind."""
+    try:
+        from torch._inductor import codecache, cpu_vec_isa
+    except Exception:  # a torch without Inductor: the stage that needs it reports it
+        return
+    try:
+        _pick_vec_isa(cpu_vec_isa)
+    except Exception:  # no compiler, say: the stage that needs one reports it
+        pass
+    try:
+        codecache.torch_key()  # the FX graph cache's hash of torch's sources (about 0.2 s per process)
+    except Exception:
+        pass
+    try:  # imported by Dynamo's first look at a higher-order op (about 0.07 s per process)
+        import torch.distributed.tensor.experimental  # noqa: F401
+    except Exception:
+        pass
+
+
+def _pick_vec_isa(cpu_vec_isa: Any) -> None:
+    """Inductor finds the CPU's vector ISAs by compiling and loading a probe library per candidate, each load
+    in a fresh Python (about 1.3 s on x86). The verdict is kept beside Inductor's cache: when every ISA the CPU
+    flags allow passed before, with this torch and compiler, only the ISA Inductor picks is probed again.
+    Inductor's config is left as it was, so compiled code and cache keys are those of a plain torch.compile."""
+    from torch._inductor import config
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    path = os.path.join(cache_dir(), "tracecheck_vec_isa.json")
+    key = _vec_isa_key()
+    try:
+        with open(path) as f:
+            verdicts = json.load(f)
+    except (OSError, ValueError):
+        verdicts = {}
+    passed = verdicts.get(key)
+    if passed is not None and config.cpp.vec_isa_ok is None:
+        config.cpp.vec_isa_ok = True  # the CPU-flag filter alone: no probe
+        try:
+            allowed = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list.__wrapped__()]
+            if sorted(allowed) == sorted(passed):
+                cpu_vec_isa.valid_vec_isa_list()  # cached for the process and every fork
+        finally:
+            config.cpp.vec_isa_ok = None
+    bool(cpu_vec_isa.pick_vec_isa())  # on a miss or a stale verdict, every candidate is probed here
+    found = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+    if found != passed:  # new, or stale: keep what was found
+        verdicts[key] = found
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(verdicts, f)
+        os.replace(tmp, path)
+
+
+def _vec_isa_key() -> str:
+    """What the ISA verdict depends on: this torch, the CPU's flags and the C++ compiler Inductor calls."""
+    import hashlib
+    import platform
+    import shutil
+
+    from torch._inductor import config
+
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    cxx = config.cpp.cxx if isinstance(config.cpp.cxx, (list, tuple)) else (config.cpp.cxx,)
+    compilers = [shutil.which(c) for c in cxx if c]
+    stamps = [(c, os.stat(c).st_mtime_ns) for c in compilers if c]
+    raw = repr((torch.__version__, torch.__file__, platform.machine(), flags, os.environ.get("CXX"), stamps))
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]

@@ -277,7 +277,7 @@ def to_device(case: Case, device: str) -> Case:
     if device == "cpu":
         return case
     import torch
-    from torch.utils import _pytree as pytree
+    from .compat import pytree
 
     def move(t: Any) -> Any:
         if isinstance(t, torch.Tensor):
@@ -293,7 +293,7 @@ def as_leaves(case: Case) -> Case:
     leaves: their ``.grad`` is what tracecheck compares, and only the callable is compiled, so the gradient
     at the callable's inputs is the whole check."""
     import torch
-    from torch.utils import _pytree as pytree
+    from .compat import pytree
 
     def leaf(t: Any) -> Any:
         if isinstance(t, torch.Tensor) and t.requires_grad and not t.is_leaf:

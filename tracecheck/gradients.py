@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 from torch.autograd.gradcheck import GradcheckError
-from torch.utils import _pytree as pytree
+from .compat import pytree
 
 from . import capture, compat
 from .oprecorder import OpRecorder, _snap
@@ -140,9 +140,7 @@ def _arg_names(call: Call, n_args: int) -> list[str]:
         except (TypeError, ValueError):
             params = []
         # forward(ctx, ...) unless the Function overrides setup_context (then forward(x, ...), no ctx)
-        base = torch.autograd.function._SingleLevelFunction.setup_context
-        if getattr(call.target.setup_context, "__func__", call.target.setup_context) is \
-                getattr(base, "__func__", base):
+        if compat.forward_takes_ctx(call.target):
             params = params[1:]
     else:
         params = [a.name for a in call.target._schema.arguments]

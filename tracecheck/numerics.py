@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.utils import _pytree as pytree
+from . import compat
+from .compat import pytree
 
 #: ``tol`` of ``same`` per dtype: the benchmark runner's default for float32 (torchbench, 1e-4), its
 #: ``--float16``/``--amp`` value (1e-3) and its ``higher_bf16`` value (1e-2).
@@ -272,22 +273,18 @@ def _rule(m: dict[str, Any], fp64: bool, jittered: bool, floor: str = "") -> str
 
 def _same(a: torch.Tensor, b: torch.Tensor, fp64: torch.Tensor | None, tol: float, cos_similarity: bool = False) -> bool:
     """``torch._dynamo.utils.same`` on one tensor, its logging silenced (the record carries the numbers)."""
-    from torch._dynamo.utils import same
-
     logger = logging.getLogger("torch._dynamo.utils")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        return bool(same(a, b, fp64, cos_similarity=cos_similarity, tol=tol, equal_nan=True,
-                         log_error=lambda *args, **kwargs: None))
+        return compat.same(a, b, fp64, cos_similarity=cos_similarity, tol=tol, equal_nan=True,
+                           log_error=lambda *args, **kwargs: None)
     finally:
         logger.setLevel(level)
 
 
 def _rmse(ref: torch.Tensor, res: torch.Tensor) -> float | None:
-    from torch._dynamo.utils import rmse
-
-    value = float(rmse(ref.double(), res.double()))
+    value = float(compat.rmse(ref.double(), res.double()))
     return value if math.isfinite(value) else None
 
 
@@ -389,7 +386,7 @@ _RANDOM_TRANSFORMS = {"aten::native_dropout", "aten::dropout", "aten::feature_dr
                       "aten::feature_alpha_dropout"}
 
 
-class Float32Draws(torch.utils._python_dispatch.TorchDispatchMode):
+class Float32Draws(compat.TorchDispatchMode):
     """Inside the float64 reference run: random ops draw in float32, as the eager run did, and the samples are
     widened to float64. torch draws other numbers in float64 than in float32 from the same seed (``randn``,
     ``rand``, ``normal_``, ``uniform_``, ``bernoulli``), so without this a model that adds noise would be

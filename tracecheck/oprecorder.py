@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
+from .compat import pytree
 
+from . import compat
 from .classify import TORCH_NAMESPACES
 from .report import op_name
 
 
-class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+class OpRecorder(compat.TorchDispatchMode):
     """``calls``: the first call of every custom op (an op outside torch's namespaces), its inputs cloned
     before the call (which may mutate them), when ``record_args``; ``custom_ops`` and ``random_ops`` (ATen
     ops tagged ``nondeterministic_seeded``: dropout, bernoulli, rand*): their names, in call order."""
@@ -49,7 +50,7 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if isinstance(func, torch._ops.HigherOrderOperator):
+        if compat.is_higher_order_op(func):
             return self._run_hop(func, args, kwargs)
         if func.namespace not in TORCH_NAMESPACES:
             name = op_name(str(func))
@@ -90,7 +91,7 @@ class _GradSeen(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) and \
+        if compat.is_op_overload(func) and \
                 str(func).split(".")[0] not in TORCH_NAMESPACES:
             on = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                                  for t in pytree.tree_leaves((args, kwargs)))
@@ -108,4 +109,4 @@ def _snap(t: Any) -> Any:
 def registered_custom_ops() -> set[str]:
     """Names of the ops registered in this process outside torch's namespaces. Compared before and after loading
     a file or running a probe, the difference is the custom ops that file or run registered."""
-    return {n for n in torch._C._dispatch_get_all_op_names() if n.split("::")[0] not in TORCH_NAMESPACES}
+    return {n for n in compat.all_op_names() if n.split("::")[0] not in TORCH_NAMESPACES}

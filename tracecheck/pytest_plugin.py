@@ -99,7 +99,7 @@ def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
     """
     import torch
 
-    from . import capture, classify
+    from . import capture, classify, compat
 
     graphs = 0
 
@@ -114,12 +114,12 @@ def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
     pytest_handlers = [h for h in trace_logger.handlers if type(h).__module__.startswith("_pytest")]
     for h in pytest_handlers:
         trace_logger.removeHandler(h)
-    torch._dynamo.reset()
+    compat.dynamo_reset()
     try:
         with capture.TraceCollector() as tc:
             torch.compile(fn, backend=backend)(*args, **kwargs)
     finally:
-        torch._dynamo.reset()
+        compat.dynamo_reset()
         for h in pytest_handlers:
             trace_logger.addHandler(h)
     capture.check_parsers()  # a parser that failed counted nothing: never "no new graph breaks"

@@ -178,7 +178,8 @@ def gb_types_markdown() -> str:
            "it is listed.\n"]
     for kind, types in gb_table().items():
         out.append(f"\n## `{kind}` ({len(types)})\n\n[{kinds()[kind].title}](failures/{kind}.md)\n")
-        out += [f"- ``{t}``" if "`" in t else f"- `{t}`" for t in types]
+        # CommonMark: a code span holding backticks takes a longer fence, padded where it starts or ends with one
+        out += [f"- `` {t} ``" if "`" in t else f"- `{t}`" for t in types]
     return "\n".join(out) + "\n"
 
 

@@ -78,18 +78,10 @@ def task_function(op: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def _keep_structured_trace(trace_dir: str) -> None:
-    """Write this process's structured trace (TORCH_TRACE) under ``trace_dir``, for tlparse.
+    """Write this process's structured trace (TORCH_TRACE) under ``trace_dir``, for tlparse."""
+    from . import compat
 
-    torch reads TORCH_TRACE once, in ``torch._logging._init_logs()`` at import; this process was forked from a
-    server that imported torch without it, so set the variable, drop the trace handler made then, and
-    re-run ``_init_logs`` (torch 2.8 - 2.14 keep the handler in ``_internal.LOG_TRACE_HANDLER``).
-    """
-    from torch._logging import _internal
-
-    os.makedirs(trace_dir, exist_ok=True)
-    os.environ["TORCH_TRACE"] = trace_dir
-    _internal.LOG_TRACE_HANDLER = None
-    _internal._init_logs()
+    compat.keep_structured_trace(trace_dir)
 
 
 def _limit_file_size() -> None:

@@ -16,9 +16,6 @@ if str(PROBES) not in sys.path:
     sys.path.insert(0, str(PROBES))
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: builds or loads the mHC C++ extension, or compiles")
-
 
 def make_pre_inputs(B=2, S=3, n=4, C=8, dtype=torch.float32, seed=0, lead3=False):
     """Random ``(x (B,S,n,C) dtype, phi (M,K) f32, alpha (3,) f32, bias (M,) f32)`` (spec §4.1).

@@ -48,7 +48,7 @@ def test_warm_load_in_a_fresh_process_does_not_rebuild():
     mtime = library.stat().st_mtime_ns
     second = _result(_run_load())
     assert second["built"] is False and second["identity_ok"]
-    assert second["load_s"] < 5.0
+    # no rebuild: the library file is the same one (no timing bound: the brief forbids timing assertions)
     assert library.stat().st_mtime_ns == mtime
 
 

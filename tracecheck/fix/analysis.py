@@ -40,7 +40,7 @@ def _case(task: dict[str, Any]):
 
 def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
     """None when Dynamo traces ``cls.apply`` alone under fullgraph; else the classified finding as a dict."""
-    torch._dynamo.reset()
+    compat.dynamo_reset()
     fn = torch.compile(lambda *a: cls.apply(*a), backend="eager", fullgraph=True)
     try:
         fn(*[observe.clone(a) for a in args])
@@ -48,7 +48,7 @@ def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
         f = classify.classify_error("fullgraph", capture.error_record(e, "fullgraph"))
         return {"kind": f.kind, "summary": f.summary, "evidence": f.evidence}
     finally:
-        torch._dynamo.reset()
+        compat.dynamo_reset()
     return None
 
 

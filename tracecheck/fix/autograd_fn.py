@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
-from torch.autograd.function import _is_setup_context_defined
 
+from .. import compat
 from . import observe
 
 #: Python type -> custom_op annotation, for non-tensor arguments (torch._library.infer_schema accepts these).
@@ -186,7 +186,7 @@ def _annotation(value: Any) -> str:
 
 def _forward_params(cls: type) -> list[inspect.Parameter]:
     params = list(inspect.signature(cls.forward).parameters.values())
-    if not _is_setup_context_defined(cls.setup_context):
+    if not compat.defines_setup_context(cls):
         params = params[1:]  # ctx
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
         raise Unfixable("forward takes *args/**kwargs; the custom op needs named arguments")
@@ -264,7 +264,7 @@ def _aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _run_forward(cls: type, args: dict[str, Any], needs: tuple[bool, ...]) -> tuple[_ForwardCtx, list[Any], bool]:
     ctx = _ForwardCtx(needs)
     values = list(args.values())
-    if _is_setup_context_defined(cls.setup_context):
+    if compat.defines_setup_context(cls):
         out = cls.forward(*values)
         cls.setup_context(ctx, tuple(values), out)
     else:
@@ -369,7 +369,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
                                           [f"out{j}" if len(outs) > 1 else "out" for j in range(len(outs))])]
     # names for saved tensors: the backward's `a, b = ctx.saved_tensors`, else the forward's save_for_backward(a, b)
     saved_src = next((n for n in (_source_names(cls.backward, "ctx.saved_tensors"),
-                                  _saved_arg_names(cls.setup_context if _is_setup_context_defined(cls.setup_context)
+                                  _saved_arg_names(cls.setup_context if compat.defines_setup_context(cls)
                                                    else cls.forward)) if n and len(n) == len(saved)), None)
     res_names: list[str] = [""] * len(residuals)
     for i, ref in enumerate(saved):
@@ -387,7 +387,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     for ref in saved:
         want = ref[1] if ref[0] == "input" else outputs[ref[1]] if ref[0] == "output" else res_names[ref[1]]
         saved_names.append(_ident(want, bw_taken))
-    assigned = _ctx_assignments(cls.setup_context if _is_setup_context_defined(cls.setup_context) else cls.forward)
+    assigned = _ctx_assignments(cls.setup_context if compat.defines_setup_context(cls) else cls.forward)
     scalar_attrs: dict[str, tuple[str, str, tuple[str, str]]] = {}
     for a in scalar_reads:
         v = attrs[a]
@@ -396,7 +396,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
 
     plan = FunctionPlan(
         qualname=cls.__qualname__, module=cls.__module__, module_file=inspect.getsourcefile(cls.forward) or "",
-        op_base=snake(cls.__name__), key=cls.__qualname__, dropin=cls.__name__, setup_context_style=_is_setup_context_defined(cls.setup_context),
+        op_base=snake(cls.__name__), key=cls.__qualname__, dropin=cls.__name__, setup_context_style=compat.defines_setup_context(cls),
         inputs=inputs, outputs=outputs, returns_tuple=returns_tuple, residuals=res_names, saved=saved,
         saved_names=saved_names, tensor_attrs=tensor_attrs, scalar_attrs=scalar_attrs, grad_names=grad_names,
         grads_for=grads_for, nondiff_outputs=nondiff,

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .. import capture, classify
+from .. import capture, classify, compat
 from . import observe
 
 
@@ -86,7 +85,7 @@ def _outputs(result: Any) -> list[torch.Tensor]:
 def _has_fake(op: Any, named: dict[str, Any]) -> str | None:
     """None when the op runs under FakeTensorMode, else the classified reason."""
     try:
-        with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        with compat.fake_tensor_mode(allow_non_fake_inputs=False) as mode:
             fake = {n: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for n, v in named.items()}
             op(**fake)
     except Exception as e:
@@ -128,9 +127,7 @@ def _infer_fake(op: Any, named: dict[str, Any]) -> tuple[list[FakeBranch], int]:
 
 
 def _definition(qualname: str) -> tuple[str, int] | None:
-    import torch._library.custom_ops as custom_ops
-
-    opdef = custom_ops.OPDEFS.get(qualname)
+    opdef = compat.custom_op_defs().get(qualname)
     fn = getattr(opdef, "_init_fn", None)
     try:
         return (inspect.getsourcefile(fn), inspect.getsourcelines(fn)[1]) if fn else None
@@ -177,10 +174,8 @@ def _find_backward(qualname: str, plan: OpPlan) -> None:
 
 
 def _namespaces() -> list[str]:
-    import torch._library.custom_ops as custom_ops
-
-    seen = {q.split("::")[0] for q in custom_ops.OPDEFS}
-    seen |= {str(s).split("::")[0] for s in torch._C._dispatch_get_all_op_names() if "::" in str(s)}
+    seen = {q.split("::")[0] for q in compat.custom_op_defs()}
+    seen |= {s.split("::")[0] for s in compat.all_op_names() if "::" in s}
     return sorted(seen)
 
 

@@ -35,7 +35,7 @@ from collections import Counter
 from typing import Any, Callable
 
 import torch
-from torch.utils import _pytree as pytree
+from ..compat import pytree
 
 from .. import capture, compat
 from ..probe import Case
@@ -57,9 +57,7 @@ class _BackwardGraphs:
     """
 
     def __init__(self, backend: str = "aot_eager") -> None:
-        from torch._dynamo.backends.registry import lookup_backend
-
-        self._inner = lookup_backend(backend)
+        self._inner = compat.lookup_backend(backend)
         self.compiles = 0
         self.unique_graphs = 0
         self.graphs_per_capture: list[int] = []  # Dynamo graphs each captured backward graph became
@@ -71,8 +69,7 @@ class _BackwardGraphs:
         return self._inner(gm, example_inputs)
 
     def __call__(self, gm: torch.fx.GraphModule) -> Callable[..., Any]:
-        from torch._dynamo.utils import counters
-
+        counters = compat.counters()
         self.hooks.append(Counter(
             str(n.kwargs.get("hook_type")) for n in gm.graph.nodes
             if n.op == "call_function" and getattr(n.target, "__name__", "") == "call_hook"))
@@ -182,8 +179,7 @@ def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = 3, dynam
 
 def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends: tuple[str, str]) -> dict[str, Any]:
     """The body of ``stage_compiled_autograd``."""
-    from torch._dynamo.utils import counters
-
+    counters = compat.counters()
     steps = max(int(steps), WARMUP_STEPS + 1)
     first = make_case()
     if not needs_grad(first):
@@ -213,7 +209,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
         return {"skip_reason": "no floating output requires grad, so no backward runs"}
 
     # 2. torch.compile with compiled autograd
-    torch._dynamo.reset()  # also resets compiled autograd's cache (torch._dynamo.compiled_autograd.reset)
+    compat.dynamo_reset()  # also resets compiled autograd's cache
     case_b = make_case()
     cases_b = cases_for(case_b)
     hooks_registered = _hook_registrations(case_b)
@@ -257,7 +253,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
         ref_execs, _ = _run(ref_case.fn, cases_for(ref_case), schedule)
 
     # 3. torch.compile, plain autograd, the same steps
-    torch._dynamo.reset()
+    compat.dynamo_reset()
     case_a = make_case()
     compiled_a = torch.compile(case_a.fn, backend=backends[0])
     before = counters["stats"]["unique_graphs"]
@@ -338,9 +334,9 @@ def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], li
                    backend: str) -> dict[str, Any]:
     """The failing steps again, compiled (forward and compiled autograd's backward) with ``backend``:
     ``{"backend", "error"}``, ``error`` (``type``, ``message``, ``step``) ``None`` when they pass."""
-    if torch._dynamo.config.suppress_errors:  # a failure would fall back to eager and read as a pass
+    if compat.dynamo_suppresses_errors():  # a failure would fall back to eager and read as a pass
         return {"backend": backend, "error": None, "not_run": "torch._dynamo.config.suppress_errors is set"}
-    torch._dynamo.reset()
+    compat.dynamo_reset()
     try:
         case = make_case()
         with compat.compiled_autograd(_BackwardGraphs(backend)):
@@ -348,7 +344,7 @@ def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], li
     except Exception as e:  # turning compiled autograd on or off failed: not an answer about the backend
         error = capture.error_record(e, "compiled_autograd")
     finally:
-        torch._dynamo.reset()
+        compat.dynamo_reset()
     if error is None:
         return {"backend": backend, "error": None}
     return {"backend": backend, "error": {k: error.get(k) for k in ("type", "message", "step")}}

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-from torch.utils import _pytree as pytree
+from ..compat import pytree
 
-from .. import capture, numerics
+from .. import capture, compat, numerics
 from ..numerics import BACKWARD, FORWARD
 from ..probe import Case
 from ..reachable import reachable_modules, trainable_parameters
@@ -316,7 +316,7 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     # the compiled run is the probe's first call, as in a user's program (a library that fills a Python cache on its
     # first call breaks the graph then only); the eager reference comes after, from a fresh case
     case = make_case()
-    with torch._inductor.config.patch(fallback_random=True):
+    with compat.inductor_config_patch(fallback_random=True):
         compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
         with capture.TraceCollector() as trace, capture.WarningCollector() as w, \
                 capture.OutputCodeCollector() as code:
@@ -324,9 +324,9 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     ref = reference(make_case)
     if forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
-    from torch._dynamo.utils import counters
-
     from ..classify import TORCH_NAMESPACES
+
+    counters = compat.counters()
 
     record: dict[str, Any] = {
         "error": got.error, "breaks": trace.breaks, "warnings": w.messages,
@@ -370,9 +370,9 @@ def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str, fullgr
     default), so a compiled model draws other random numbers than eager by design, not by a bug. Compare
     again with ``use_numpy_random_stream=True`` (those calls run on NumPy's stream), in a fresh compile whose
     graphs are not counted: the counts above are plain torch.compile's."""
-    torch._dynamo.reset()
+    compat.dynamo_reset()
     case = make_case()
-    with torch._inductor.config.patch(fallback_random=True), torch._dynamo.config.patch(use_numpy_random_stream=True):
+    with compat.inductor_config_patch(fallback_random=True), compat.dynamo_config_patch(use_numpy_random_stream=True):
         again = execute(torch.compile(case.fn, backend=backend, fullgraph=fullgraph), case)
     if again.error is not None:
         return None  # the first comparison stands

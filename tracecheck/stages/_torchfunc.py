@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any, Callable
 
 import torch
-from torch.utils import _pytree as pytree
+from ..compat import pytree
 
 from .. import capture, compat, numerics
 from ..classify import TORCH_NAMESPACES

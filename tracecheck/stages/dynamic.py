@@ -28,7 +28,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     import torch
 
-    from .. import batch, capture
+    from .. import batch, capture, compat
     from ._execution import compare, draws_from_numpy, execute, phases, reference
 
     own = reference(ctx.make_case)
@@ -60,7 +60,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     # Dynamo moves np.random calls onto torch's generator by default: a probe that draws from NumPy (BigBird's
     # random blocks) keeps NumPy's stream, so that compiled and eager draw the same numbers (as run_compiled does)
     numpy_stream = draws_from_numpy(ctx.make_case)
-    with torch._dynamo.config.patch(use_numpy_random_stream=numpy_stream), capture.RecompileCollector() as rc, \
+    with compat.dynamo_config_patch(use_numpy_random_stream=numpy_stream), capture.RecompileCollector() as rc, \
             capture.SpecializationCollector() as spec, capture.TraceCollector() as trace, \
             capture.WarningCollector() as w:
         for step, (n, ref) in enumerate(zip(plan, refs)):

@@ -88,7 +88,7 @@ def _draft(module: Any, case: Any) -> dict[str, Any]:
         ep = torch.export.draft_export(module, case.args, case.kwargs)
     except Exception as e:
         return {"error": capture.error_record(e, "forward")}
-    report = getattr(ep, "_report", None)
+    report = compat.draft_export_report(ep)
     # names interned before this draft_export are in torch's table only
     names = {**compat.trace_filenames(), **(getattr(report, "str_to_filename", {}) or {})}
     failures = []

@@ -15,7 +15,7 @@ def opcheck_utils(device: str) -> list[str]:
 
 def run(ctx: StageContext) -> dict[str, Any]:
     import torch
-    from torch.utils import _pytree as pytree
+    from ..compat import pytree
 
     from .. import capture
     from ..oprecorder import OpRecorder
