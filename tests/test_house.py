@@ -99,13 +99,19 @@ def test_the_registry_does_not_import_torch():
     assert out.strip() == "False"
 
 
-def _kind_literals() -> dict[str, list[str]]:
-    """String literals the code uses as kind ids: the first argument of Finding(...)/GraphBreak(...), the
-    first element of a returned tuple in classify's rules, strings assigned to a ``kind`` variable, and
-    strings compared with ``.kind``."""
+def _kinds_made_by_code() -> dict[str, list[str]]:
+    """The kinds the code makes or tests, as ``K.NAME`` (taxonomy's constants) or as string literals: the first
+    argument of Finding(...)/GraphBreak(...), the first element of a returned tuple in classify's rules, values
+    assigned to a ``kind`` variable, and values compared with ``.kind``."""
+    from tracecheck import taxonomy
+
     found: dict[str, list[str]] = {}
 
     def add(value: object, where: str) -> None:
+        if isinstance(value, ast.Attribute) and getattr(value.value, "id", None) == "K":
+            value = ast.Constant(getattr(taxonomy.K, value.attr, f"K.{value.attr}"))  # a constant names its id
+        if isinstance(value, ast.Constant):
+            value = value.value
         if isinstance(value, str):
             found.setdefault(value, []).append(where)
 
@@ -114,21 +120,17 @@ def _kind_literals() -> dict[str, list[str]]:
         for node in ast.walk(tree):
             where = f"{path.relative_to(PKG.parent)}:{getattr(node, 'lineno', '?')}"
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in (
-                    "Finding", "GraphBreak") and node.args and isinstance(node.args[0], ast.Constant):
-                add(node.args[0].value, where)
-            if isinstance(node, ast.Return) and path.name == "classify.py":
-                value = node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value
-                if isinstance(value, ast.Constant):
-                    add(value.value, where)
+                    "Finding", "GraphBreak") and node.args:
+                add(node.args[0], where)
+            if isinstance(node, ast.Return) and path.name == "classify.py" and node.value is not None:
+                add(node.value.elts[0] if isinstance(node.value, ast.Tuple) and node.value.elts else node.value, where)
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "kind" for t in node.targets):
                 for c in ast.walk(node.value):
-                    if isinstance(c, ast.Constant):
-                        add(c.value, where)
+                    add(c, where)
             if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "kind":
                 for comp in node.comparators:
-                    for c in ([comp] if isinstance(comp, ast.Constant) else getattr(comp, "elts", [])):
-                        if isinstance(c, ast.Constant):
-                            add(c.value, where)
+                    for c in ([comp] if isinstance(comp, (ast.Constant, ast.Attribute)) else getattr(comp, "elts", [])):
+                        add(c, where)
     return found
 
 
@@ -141,7 +143,7 @@ def test_kinds_json_docs_readme_and_code_name_the_same_kinds():
     start = README.index("`pybind-builtin` ·")
     kinds_list = README[start:README.index("\n\n", start)]            # the README's list of kinds
     assert {k.strip().strip("`") for k in kinds_list.replace("\n", " ").split("·")} == ids
-    used = _kind_literals()
+    used = _kinds_made_by_code()
     assert {"numeric-mismatch", "timeout", "crash", "eager-error"} <= set(used)   # the scan sees the code
     assert {k: where for k, where in used.items() if k not in ids} == {}
     # every kind can be made: by a detection rule of kinds.json, or by the code
@@ -211,3 +213,49 @@ def test_private_torch_names_live_in_compat_only():
         if names:
             offenders[str(path.relative_to(PKG))] = sorted(set(names))
     assert offenders == {}, offenders
+
+
+def _kind_literals(source: str) -> list[str]:
+    """Kind ids written as whole string literals in code (docstrings, f-string text and report.py's status
+    constants, which share the words ``timeout`` and ``crash``, aside)."""
+    from tracecheck import taxonomy
+
+    ids = taxonomy.ids()
+    tree = ast.parse(source)
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            skip |= {id(v) for v in node.values}
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            skip.add(id(node.body[0].value))
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple) and \
+                "TIMEOUT" in [getattr(e, "id", "") for e in node.targets[0].elts]:
+            skip |= {id(e) for e in ast.walk(node.value)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and n.value in ids and id(n) not in skip]
+
+
+def test_code_names_kinds_through_the_registry_only():
+    from tracecheck import taxonomy
+
+    constants = {v for k, v in vars(taxonomy.K).items() if k.isupper()}
+    assert constants == set(taxonomy.ids())  # one constant per kinds.json id, none extra
+    offenders = {str(p.relative_to(PKG)): sorted(set(_kind_literals(p.read_text())))
+                 for p in PKG.rglob("*.py") if p.name != "taxonomy.py"}
+    assert {k: v for k, v in offenders.items() if v} == {}
+    assert _kind_literals('x = "graph-break"\ny = f"a graph-break"\n') == ["graph-break"]  # the finder finds one
+
+
+def test_facts_about_kinds_are_in_their_registry_entries():
+    from tracecheck import taxonomy
+    from tracecheck.taxonomy import K
+
+    # hand-written: what the pipeline asks of the registry
+    assert {K.MISSING_FAKE, K.FAKE_MISMATCH, K.OP_REDEFINED, K.PYBIND_BUILTIN} <= taxonomy.root_cause_ids()
+    assert K.RECOMPILE not in taxonomy.root_cause_ids()
+    assert K.OP_REDEFINED in taxonomy.import_ids() and K.GRAPH_BREAK not in taxonomy.import_ids()
+    assert taxonomy.draft_kind("MISSING_FAKE_KERNEL") == K.MISSING_FAKE
+    assert taxonomy.draft_kind("GUARD_ADDED") == K.DYNAMIC_SHAPE
+    assert taxonomy.draft_kind("A_FUTURE_FAILURE_TYPE") == K.UNKNOWN
+    assert "setup_context" in taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause

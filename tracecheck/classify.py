@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from . import taxonomy
+from .taxonomy import K
 from .report import Finding, GraphBreak, is_generated, op_name
 
 # Namespaces that belong to PyTorch itself: ops elsewhere are the user's custom ops (opcheck targets).
@@ -210,9 +211,9 @@ def _where(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) ->
 
 
 #: what code adds to a kind's context after its rule matched
-_ENRICH = {"pybind-builtin": _pybind_flags, "graph-break": _hints, "data-dependent": _read_values,
-           "missing-fake": _stub, "functorch-incompatible": _functorch, "fake-mismatch": _fake_raises,
-           "dynamic-shape": _where}
+_ENRICH = {K.PYBIND_BUILTIN: _pybind_flags, K.GRAPH_BREAK: _hints, K.DATA_DEPENDENT: _read_values,
+           K.MISSING_FAKE: _stub, K.FUNCTORCH_INCOMPATIBLE: _functorch, K.FAKE_MISMATCH: _fake_raises,
+           K.DYNAMIC_SHAPE: _where}
 
 
 def _gb_type_from_text(text: str) -> str | None:
@@ -230,10 +231,10 @@ def _gb_type_from_text(text: str) -> str | None:
 
 def _fallback(stage: str, types: set[str]) -> str:
     if stage == "eager":
-        return "eager-error"
+        return K.EAGER_ERROR
     if types & _BACKEND_TYPES:
-        return "backend-error"
-    return "unknown"
+        return K.BACKEND_ERROR
+    return K.UNKNOWN
 
 
 def short_builtin(name: str) -> str:
@@ -255,7 +256,7 @@ def _summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
         else "has no fake impl",
         "gb_type": ctx.get("gb_type") or "unspecified",
     }
-    if kind == "functorch-incompatible" and "what" not in ctx:
+    if kind == K.FUNCTORCH_INCOMPATIBLE and "what" not in ctx:
         derived["what"] = refused_what(ctx)
     return taxonomy.summary(kind, {**ctx, **derived})
 
@@ -299,7 +300,7 @@ def classify_break(raw: dict[str, Any]) -> GraphBreak:
     gb_type = raw.get("gb_type") or _gb_type_from_text(text)
     found = _apply_rules(text, {"Unsupported"}, gb_type,
                          {**raw, "is_break": True, "traceback": raw.get("user_stack", "")})
-    kind, ctx = found if found else ("graph-break" if gb_type else "unknown", {})
+    kind, ctx = found if found else (K.GRAPH_BREAK if gb_type else K.UNKNOWN, {})
     if raw.get("code"):
         ctx["code"] = raw["code"]
     if raw.get("caller"):  # the break sits inside torch: the user's line that led there (capture.py)
@@ -330,7 +331,7 @@ def classify_warning(message: str) -> Finding | None:
     if not m:
         return None
     ctx = {"op": m.group("op"), "warning": True}
-    return Finding("missing-autograd",
+    return Finding(K.MISSING_AUTOGRAD,
                    f"Op {ctx['op']} has no autograd kernel; backward ran through the deprecated fallback and "
                    "gradients may be silently wrong.", ctx, {"message": _trim(message)})
 
@@ -364,7 +365,7 @@ def mismatch_finding(raw: dict[str, Any], stage: str = "compile") -> Finding:
         ctx["random_ops"] = random_ops
     summary = (f"Compiled {tensors} differ from eager: {n} of {total} disagree; worst {what} ({how})."
                if n > 1 or total > 1 else f"Compiled {what} differs from eager ({how}).")
-    return Finding("numeric-mismatch", summary, ctx, dict(raw))
+    return Finding(K.NUMERIC_MISMATCH, summary, ctx, dict(raw))
 
 
 def gradient_finding(outcome: dict[str, Any]) -> Finding:
@@ -374,7 +375,7 @@ def gradient_finding(outcome: dict[str, Any]) -> Finding:
            "numerical": f"{m['numerical']:.6g}", "analytical": f"{m['analytical']:.6g}",
            "relative_error": f"{m['relative_error']:.3g}"}
     evidence = {"method": outcome.get("method"), "note": outcome.get("note"), **m}
-    return Finding("wrong-gradient", _summary("wrong-gradient", ctx, "gradcheck"), ctx, evidence)
+    return Finding(K.WRONG_GRADIENT, _summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, evidence)
 
 
 def specialization_finding(raw: dict[str, Any]) -> Finding:
@@ -391,28 +392,9 @@ def specialization_finding(raw: dict[str, Any]) -> Finding:
                            else ""}
     evidence = {"reason": raw.get("reason", ""), "user_frame": frame, "guard_user_frame": raw.get("user_frame"),
                 "specialization": spec or None, "step": raw.get("step")}
-    return Finding("dynamic-shape", _summary("dynamic-shape", ctx, "dynamic"), ctx, evidence)
+    return Finding(K.DYNAMIC_SHAPE, _summary(K.DYNAMIC_SHAPE, ctx, "dynamic"), ctx, evidence)
 
 
-#: functorch-incompatible: what the refusal is about, by cause (the summary's ``{what}``)
-_REFUSED = {
-    "setup_context": ": {function} {defines} forward(ctx, ...) without setup_context",
-    "vmap_rule": ": {function} has no vmap staticmethod and no generate_vmap_rule",
-    "storage": ": code read the data pointer of a tensor under the transform (`x.data_ptr()`, or a C/C++ kernel)",
-    "batch_norm": ": BatchNorm in training mode updates unbatched running statistics in place",
-    "mutating_op": ": custom op {op} mutates an input, and vmap's fallback cannot run such an op without a batching rule",
-    "dynamic_shape": ": an op's output shape depends on the values",
-    "captured_mutation": ": an in-place write ({op}) into a tensor the transform captured",
-    "checkpoint": ": torch.utils.checkpoint under a transform",
-    "control_flow": ": Python control flow reads a batched tensor's value",
-    "item": ": .item() on a batched tensor",
-    "inplace": ": an in-place write of a batched tensor into an unbatched one",
-    "retain_grad": ": the forward calls Tensor.retain_grad()",
-    "module_hook": ": a module backward hook runs through an autograd.Function torch.func refuses",
-    "no_returns": ": custom op {op} returns nothing, and vmap's per-sample fallback cannot run an op without outputs",
-    "no_fallback": ": custom op {op} has a schema vmap's per-sample fallback cannot run (a non-tensor output)",
-    "hop": ": {hop} has no torch.func.{transform} rule",
-}
 
 
 def refused_what(ctx: dict[str, Any]) -> str:
@@ -420,7 +402,7 @@ def refused_what(ctx: dict[str, Any]) -> str:
     functions = [x for x in str(ctx.get("function") or "").split(", ") if x and x != _SOME_FUNCTION]
     many = len(functions) > 1
     named = f"autograd.Function{'s' if many else ''} {', '.join(functions)}" if functions else "an autograd.Function"
-    return _REFUSED.get(str(ctx.get("cause")), "").format(function=named, op=ctx.get("op", "?"),
+    return taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause.get(str(ctx.get("cause")), "").format(function=named, op=ctx.get("op", "?"),
                                                           defines="define" if many else "defines",
                                                           hop=ctx.get("hop", "a higher-order op"),
                                                           transform=ctx.get("transform", "vmap"))
@@ -433,7 +415,7 @@ def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
     f = classify_error(stage, raw)
     transform = raw.get("transform", "vmap")
     f.evidence["transform"] = transform
-    if f.kind == "functorch-incompatible":
+    if f.kind == K.FUNCTORCH_INCOMPATIBLE:
         functions = raw.get("functions") or []
         if functions and f.context.get("function") in (None, _SOME_FUNCTION):
             f.context["function"] = ", ".join(functions)
@@ -457,7 +439,7 @@ def merge_refusals(findings: list[Finding]) -> list[Finding]:
     that names both transforms, instead of a second that a report would fold away as the same problem."""
     out: list[Finding] = []
     for f in findings:
-        same = next((o for o in out if f.kind == o.kind == "functorch-incompatible"
+        same = next((o for o in out if f.kind == o.kind == K.FUNCTORCH_INCOMPATIBLE
                      and o.context.get("cause") == f.context.get("cause")
                      and (o.evidence.get("user_frame") or {}) == (f.evidence.get("user_frame") or {})), None)
         if same is None:
@@ -492,7 +474,7 @@ def fallback_finding(raw: dict[str, Any]) -> Finding:
                 "confirmation": "vmap stops at this op with the fallback turned off "
                                 "(torch._C._functorch._set_vmap_fallback_enabled(False))" if raw.get("confirmed")
                 else "with the fallback turned off, vmap stopped at another op first"}
-    return Finding("no-batching-rule", _summary("no-batching-rule", ctx, "vmap"), ctx, evidence)
+    return Finding(K.NO_BATCHING_RULE, _summary(K.NO_BATCHING_RULE, ctx, "vmap"), ctx, evidence)
 
 
 def opaque_finding(raw: dict[str, Any], stage: str = "inductor") -> Finding:
@@ -500,28 +482,22 @@ def opaque_finding(raw: dict[str, Any], stage: str = "inductor") -> Finding:
     ctx = {"op": op_name(raw["op"]), "calls": raw.get("calls", 1), "kernels": raw.get("kernels", "?")}
     evidence = {"output_code": raw.get("lines", [])[:5], "graphs": raw.get("graphs"),
                 "generated_kernels": raw.get("kernels")}
-    return Finding("opaque-op", _summary("opaque-op", ctx, stage), ctx, evidence)
+    return Finding(K.OPAQUE_OP, _summary(K.OPAQUE_OP, ctx, stage), ctx, evidence)
 
 
-_DRAFT_SUMMARY = {
-    "missing-fake": "Custom op {op} has no fake impl, so torch.export cannot trace it (draft_export: {type}).",
-    "data-dependent": "torch.export cannot decide the data-dependent expression {expr}{at} (draft_export: {type}).",
-    "fake-mismatch": "The fake impl of {op} disagrees with its kernel on the probe's inputs (draft_export: {type}).",
-    "dynamic-shape": "A guard specialized a dimension declared dynamic: {expr}{at} (draft_export: {type}).",
-}
 
 
 def draft_finding(raw: dict[str, Any], error: dict[str, Any] | None) -> Finding:
     """One failure of ``torch.export.draft_export``'s report (stages/export.py: ``type``, ``kind``, ``op``, ``expr``,
     ``user_frame``, ``code``); ``error`` is what ``torch.export.export`` raised, kept as evidence."""
     mapped = raw.get("kind")
-    kind = mapped if mapped in _DRAFT_SUMMARY else "unknown"
+    kind = mapped if mapped in taxonomy.ids() and taxonomy.kinds()[mapped].draft_summary else K.UNKNOWN
     frame = raw.get("user_frame")
     ctx: dict[str, Any] = {k: raw[k] for k in ("op", "expr") if raw.get(k)}
     if ctx.get("op"):
         ctx["op"] = op_name(ctx["op"])
     at = f" at `{raw.get('code') or frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame else ""
-    template = _DRAFT_SUMMARY.get(kind, "torch.export failed; draft_export reports {type}.")
+    template = taxonomy.kinds()[kind].draft_summary or "torch.export failed; draft_export reports {type}."
     summary = template.format_map(
         {"op": ctx.get("op", "?"), "expr": ctx.get("expr", "?"), "at": at, "type": raw.get("type", "?")})
     evidence = {"draft_export_type": raw.get("type"), "user_frame": frame, "reason": raw.get("reason") or None,
@@ -535,7 +511,7 @@ def _apply_rules(text: str, types: set[str], gb_type: str | None,
         ctx = _matches(kind.detect, text, types, gb_type, raw)
         if ctx is None:
             continue
-        if kind.id == "pybind-builtin" and _torch_builtin(ctx.get("builtin", ""), raw):
+        if kind.id == K.PYBIND_BUILTIN and _torch_builtin(ctx.get("builtin", ""), raw):
             continue  # torch's own C function, not the user's extension: the next rule (graph-break) says what it is
         if kind.id in _ENRICH:
             _ENRICH[kind.id](ctx, text, raw, gb_type or "")

@@ -240,17 +240,16 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
 
 #: kinds an import failure is reported as (a custom op's registration or first call refused by torch); any other
 #: import error is the user's input error (exit code 2)
-_IMPORT_KINDS = {"op-redefined", "missing-fake", "missing-autograd", "mutates-args-mismatch", "fake-mismatch"}
 
 
 def _import_finding(exc: BaseException | None) -> dict[str, Any] | None:
     """The error record of an import failure that a custom-op kind explains, else None."""
-    from . import capture, classify
+    from . import capture, classify, taxonomy
 
     if exc is None:
         return None
     record = capture.error_record(exc, "setup")
-    return record if classify.classify_error(LOAD_STAGE, record).kind in _IMPORT_KINDS else None
+    return record if classify.classify_error(LOAD_STAGE, record).kind in taxonomy.import_ids() else None
 
 
 def _required_params(fn: Callable[..., Any]) -> list[str]:

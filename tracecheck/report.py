@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import taxonomy
+from .taxonomy import K
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 
 #: 3: targets (``require``, each stage's ``target``, per-target verdicts; a stage of a target not required fails
@@ -86,7 +87,7 @@ class GraphBreak:
 def _known_kind(kind: str, context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if kind in taxonomy.ids():
         return kind, context
-    return "unknown", {**context, "reported_kind": kind}
+    return K.UNKNOWN, {**context, "reported_kind": kind}
 
 
 @dataclass
@@ -199,11 +200,11 @@ class ProbeReport:
         internal = [s for s in ranked if s.status == INTERNAL and self.gate.requires(s.target)]
         kinds: list[str] = []
         for s in failing:
-            for f in stage_failures(s, self.gate.strict):
+            for f in stage_failures(s, self.gate):
                 if f.kind not in kinds:
                     kinds.append(f.kind)
         not_required = list(dict.fromkeys(f.kind for s in failed if not self.gate.requires(s.target)
-                                          for f in stage_failures(s, self.gate.strict)))
+                                          for f in stage_failures(s, self.gate)))
         advice = list(dict.fromkeys(f.kind for s in ranked for f in s.findings if taxonomy.is_advice(f.kind)))
         targets: dict[str, str] = {}
         for s in ranked:
@@ -329,13 +330,12 @@ def _require(value: Any, version: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def stage_failures(s: StageResult, strict: bool = False) -> list[Finding]:
-    """The findings that failed a stage: its errors, and its advice too when ``strict`` (none for a stage that did
-    not fail)."""
+def stage_failures(s: StageResult, gate: Gate = Gate()) -> list[Finding]:
+    """The findings that failed a stage: those ``gate.fails_on`` (none for a stage that did not fail)."""
     if s.status not in FAILED:
         return []
     found = s.findings or ([s.failure] if s.failure else [])
-    return [f for f in found if strict or not taxonomy.is_advice(f.kind)]
+    return [f for f in found if gate.fails_on(f.kind)]
 
 
 def is_generated(path: str) -> bool:
@@ -377,7 +377,7 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     frame = f.evidence.get("user_frame") or {}
     key: tuple[Any, ...] = (f.kind, f.evidence.get("gb_type"), frame.get("file"), frame.get("line"),
                             f.context.get("builtin"), f.context.get("what"))
-    if f.kind == "unknown" and not frame.get("file") and not f.evidence.get("gb_type"):
+    if f.kind == K.UNKNOWN and not frame.get("file") and not f.evidence.get("gb_type"):
         headline = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", first_line(f.evidence.get("message")))[:200]
         key += (f.evidence.get("exception_type"), headline)
     return key

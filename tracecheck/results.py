@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from . import classify, taxonomy
+from .taxonomy import K
 from .report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, first_line, op_name
 
 
@@ -22,7 +23,7 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     findings: list[Finding] = []
     # a fake impl that disagrees with its kernel at another size (the dynamic stage) is the cause of whatever the
     # compiled run raised there: it comes first
-    fakes = [f for f in _opcheck_findings(stage, raw.get("fake_checks") or {}) if f.kind == "fake-mismatch"]
+    fakes = [f for f in _opcheck_findings(stage, raw.get("fake_checks") or {}) if f.kind == K.FAKE_MISMATCH]
     findings += fakes
     draft = [classify.draft_finding(d, raw.get("error")) for d in (raw.get("draft_export") or {}).get("failures", [])]
     findings += draft
@@ -30,11 +31,11 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
     if raw.get("error") and raw["error"].get("phase") == "setup":  # the probe function itself, called again
         findings.append(setup_finding(raw["error"], f"The probe function raises when the {stage} stage calls it "
                                                     "again (it ran when the file was loaded)."))
-    elif raw.get("error") and not any(f.kind != "unknown" for f in draft):
+    elif raw.get("error") and not any(f.kind != K.UNKNOWN for f in draft):
         findings.append(classify.classify_error(stage, raw["error"]))
-        if fakes and findings[-1].kind in ("unknown", "backend-error"):
+        if fakes and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
             findings[-1] = _attributed(findings[-1], fakes[0], raw["error"].get("batch_size"))
-        if raw.get("same_as_eager") and findings[-1].kind in ("unknown", "backend-error"):
+        if raw.get("same_as_eager") and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
             findings[-1] = classify.classify_error("eager", raw["error"])  # the probe's own failure, again
         other = (raw.get("extra") or {}).get("other_backend")
         if other:  # compiled_autograd reran the failing steps with its other backend
@@ -113,7 +114,7 @@ def apply_strict(stages: dict[str, StageResult]) -> None:
 def _about_the_ops_autograd(f: Finding) -> bool:
     """An opcheck failure about the op's own autograd: its registration, or gradients through it."""
     test = f.evidence.get("opcheck_test")
-    return f.kind == "missing-autograd" or test == "test_autograd_registration" or (
+    return f.kind == K.MISSING_AUTOGRAD or test == "test_autograd_registration" or (
         test == "test_aot_dispatch_dynamic" and "Gradients of the operator are different" in str(f.evidence.get("message")))
 
 
@@ -138,10 +139,10 @@ def _backend_checked(f: Finding, backend: str, error: dict[str, Any], other: dic
     theirs = (f"not run: {other['not_run']}" if other.get("not_run") else
               _headline(other["error"]) if other.get("error") else "passes")
     evidence = {**f.evidence, "backends": {backend: mine, other["backend"]: "the same" if theirs == mine else theirs}}
-    if theirs == "passes" and f.kind in ("unknown", "backend-error"):
+    if theirs == "passes" and f.kind in (K.UNKNOWN, K.BACKEND_ERROR):
         ctx = {**f.context, "cause": "backend_only", "backend": backend, "other_backend": other["backend"],
                "stage": "compiled_autograd"}
-        return Finding("backend-error", taxonomy.summary("backend-error", ctx), ctx, evidence)
+        return Finding(K.BACKEND_ERROR, taxonomy.summary(K.BACKEND_ERROR, ctx), ctx, evidence)
     return Finding(f.kind, f.summary, {**f.context, "backend": backend}, evidence)
 
 
@@ -153,7 +154,7 @@ def _opcheck_findings(stage: str, results: dict[str, dict[str, Any]]) -> list[Fi
             if isinstance(outcome, dict):
                 f = classify.classify_error(stage, outcome, op=op)
                 f.evidence["opcheck_test"] = test
-                if "batch_size" in outcome and f.kind == "fake-mismatch":  # the dynamic stage's check at a new size
+                if "batch_size" in outcome and f.kind == K.FAKE_MISMATCH:  # the dynamic stage's check at a new size
                     f.evidence["batch_size"] = outcome["batch_size"]
                     f.context.update(cause="size", batch_size=outcome["batch_size"])
                     f.summary = (f"{f.summary.rstrip('.')}, at batch size {outcome['batch_size']} (the probe's own "
@@ -199,14 +200,14 @@ def recompile_findings(records: list[dict[str, Any]]) -> list[Finding]:
             evidence["user_frame_from"] = first["user_frame_from"]
         short = first.get("reason", "").split(" (HINT:", 1)[0][:300]  # the hint stays in context.reason
         findings.append(Finding(
-            "recompile", f"{what} on every step after warm-up{where}: {short}",
+            K.RECOMPILE, f"{what} on every step after warm-up{where}: {short}",
             {"reason": first.get("reason", ""), "source": source}, evidence))
     return findings
 
 
 def died_result(stage: str, cause: str, timed_out: bool, log_tail: str, seconds: float) -> StageResult:
     """A stage whose process never reported: ``timeout`` or ``crash``, with the cause and stderr tail."""
-    kind = "timeout" if timed_out else "crash"
+    kind = K.TIMEOUT if timed_out else K.CRASH
     finding = Finding(kind, f"The {stage} stage {cause}.", {"cause": cause},
                       {"stderr_tail": log_tail[-3000:], "cause": cause})
     return StageResult(stage, TIMEOUT if timed_out else CRASH, failure=finding, findings=[finding], seconds=seconds)
@@ -243,7 +244,7 @@ def attribute_crashes(stages: dict[str, StageResult]) -> None:
     ``crash``, signal and stack kept as evidence). Any other crash keeps the ``crash`` label.
     """
     load = stages.get(LOAD_STAGE)
-    redefined = [f for f in (load.findings if load else []) if f.kind == "op-redefined"]
+    redefined = [f for f in (load.findings if load else []) if f.kind == K.OP_REDEFINED]
     for s in stages.values():
         if s.status != CRASH or not s.failure:
             continue
@@ -251,7 +252,7 @@ def attribute_crashes(stages: dict[str, StageResult]) -> None:
         for r in redefined:
             op = r.context.get("op", "")
             if op and _crashed_calling(tail, op):
-                f = Finding("op-redefined",
+                f = Finding(K.OP_REDEFINED,
                             f"The {s.stage} stage died ({s.failure.context.get('cause')}) calling {op}, which was "
                             "redefined: the earlier handle points at a destroyed registration.",
                             {"op": op, "cause": s.failure.context.get("cause")}, dict(s.failure.evidence))
@@ -259,9 +260,6 @@ def attribute_crashes(stages: dict[str, StageResult]) -> None:
                 break
 
 
-#: kinds that name a root cause an opcheck test or another stage can fail of (not a symptom like a recompile)
-_ROOT_CAUSES = {"missing-fake", "fake-mismatch", "missing-autograd", "mutates-args-mismatch", "op-redefined",
-                "pybind-builtin", "data-dependent"}
 
 
 def _frame(f: Finding) -> tuple[Any, Any] | None:
@@ -278,18 +276,18 @@ def attribute_unknowns(stages: dict[str, StageResult]) -> None:
     the graph, at ``x.data_ptr()`` say). A heuristic, so it says so: ``context["first_seen_at"]`` names the stage (in stage
     order) whose finding it took, and the summary says it. ``stages`` is in stage order."""
     causes = [(s.stage, f) for s in stages.values() for f in s.findings
-              if f.kind in _ROOT_CAUSES and not f.context.get("warning")]  # a warning is no failure's cause
+              if f.kind in taxonomy.root_cause_ids() and not f.context.get("warning")]  # a warning is no failure's cause
     eager = stages.get("eager")
-    eager_error = next((f for f in (eager.findings if eager else []) if f.kind == "eager-error"), None)
+    eager_error = next((f for f in (eager.findings if eager else []) if f.kind == K.EAGER_ERROR), None)
     # a graph break names no op, but an error at its line (export tracing into data_ptr, say) is that break's cause
-    breaks = [(s.stage, f) for s in stages.values() for f in s.findings if f.kind == "graph-break"]
+    breaks = [(s.stage, f) for s in stages.values() for f in s.findings if f.kind == K.GRAPH_BREAK]
     for s in stages.values():
         for i, f in enumerate(s.findings):
-            if f.kind != "unknown":
+            if f.kind != K.UNKNOWN:
                 continue
             if eager_error is not None and _same_error(f, eager_error):
                 # opcheck re-running the op, gradcheck re-running the Function: the eager failure again
-                new = Finding("eager-error", f"{eager_error.summary} (attributed: the {s.stage} stage ran the same "
+                new = Finding(K.EAGER_ERROR, f"{eager_error.summary} (attributed: the {s.stage} stage ran the same "
                               "code again and hit the same error)", {**eager_error.context, "first_seen_at": "eager"},
                               {**f.evidence, "rerun_of": f.context.get("op")} if f.context.get("op") else f.evidence)
                 if s.failure is f:
@@ -322,7 +320,7 @@ def _same_error(f: Finding, other: Finding) -> bool:
 def setup_finding(error: dict[str, Any], summary: str) -> Finding:
     """The probe function's own failure: its kind where a rule explains it, else ``eager-error`` (the probe's bug)."""
     f = classify.classify_error(LOAD_STAGE, error)
-    return Finding("eager-error", summary, f.context, f.evidence) if f.kind == "unknown" else f
+    return Finding(K.EAGER_ERROR, summary, f.context, f.evidence) if f.kind == K.UNKNOWN else f
 
 
 def load_result(entry: dict[str, Any]) -> StageResult | None:
@@ -330,7 +328,7 @@ def load_result(entry: dict[str, Any]) -> StageResult | None:
     findings: list[Finding] = []
     for ev in entry.get("registrations", []):
         findings.append(Finding(
-            "op-redefined",
+            K.OP_REDEFINED,
             f"Operator {ev['op']} was registered twice with different schemas; the second silently replaced "
             "the first.",
             {"op": ev["op"]},

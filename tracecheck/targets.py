@@ -57,6 +57,13 @@ class Gate:
     def __post_init__(self) -> None:
         object.__setattr__(self, "require", normalized(self.require))
 
+    def fails_on(self, kind: str) -> bool:
+        """Does a finding of ``kind`` fail its stage: an error always, advice only under ``strict``. The one place
+        this is decided: the report's verdicts, every renderer and the baseline (with the plain ``Gate()``) ask it."""
+        from . import taxonomy
+
+        return self.strict or not taxonomy.is_advice(kind)
+
     def requires(self, target: str | None) -> bool:
         """Does a stage of ``target`` gate? A stage that names none (a report from before targets) does."""
         return target is None or target in self.require

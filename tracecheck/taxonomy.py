@@ -23,6 +23,32 @@ ERROR, ADVICE = "error", "advice"
 SEVERITIES = (ERROR, ADVICE)
 
 
+class K:
+    """Kind ids as code names them: the one spelling outside kinds.json (tests/test_house.py: each is an id there,
+    every id has one, and no other module writes a kind id as a string literal)."""
+
+    PYBIND_BUILTIN = "pybind-builtin"
+    MISSING_FAKE = "missing-fake"
+    MISSING_AUTOGRAD = "missing-autograd"
+    MUTATES_ARGS_MISMATCH = "mutates-args-mismatch"
+    OP_REDEFINED = "op-redefined"
+    FAKE_MISMATCH = "fake-mismatch"
+    DATA_DEPENDENT = "data-dependent"
+    GRAPH_BREAK = "graph-break"
+    WRONG_GRADIENT = "wrong-gradient"
+    DYNAMIC_SHAPE = "dynamic-shape"
+    FUNCTORCH_INCOMPATIBLE = "functorch-incompatible"
+    NO_BATCHING_RULE = "no-batching-rule"
+    OPAQUE_OP = "opaque-op"
+    RECOMPILE = "recompile"
+    NUMERIC_MISMATCH = "numeric-mismatch"
+    BACKEND_ERROR = "backend-error"
+    EAGER_ERROR = "eager-error"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True)
 class Kind:
     id: str
@@ -40,6 +66,15 @@ class Kind:
     code_fix: str = ""
     #: how evidence is recognised as this kind (``Detect``); None: only code makes it (timeout, crash, ...)
     detect: "Detect | None" = None
+    #: a finding of this kind can explain another stage's bare failure of the same op or line (attribute_unknowns)
+    root_cause: bool = False
+    #: an import error this kind explains is the file's load finding, not a failed import (discover)
+    at_import: bool = False
+    #: ``torch.export.draft_export`` failure types this kind labels, and the summary it gets then
+    draft_failure_types: tuple[str, ...] = ()
+    draft_summary: str = ""
+    #: functorch-incompatible: what a refusal is about, per cause (the summary's ``{what}``)
+    refused_by_cause: dict[str, str] = field(default_factory=dict)
 
     @property
     def doc(self) -> str:
@@ -111,10 +146,26 @@ def kinds() -> dict[str, Kind]:
         if k.get("severity") not in SEVERITIES:  # every kind states it: it decides whether a build fails
             raise ValueError(f"kinds.json: kind {k['id']!r} has severity {k.get('severity')!r}; "
                              f"expected one of {SEVERITIES}")
+        draft = k.get("draft_export") or {}
         out[k["id"]] = Kind(k["id"], k["title"], k["summary"], k["fix"], k["severity"], k.get("snippet", ""),
                             k.get("fix_by_cause", {}), k.get("summary_by_cause", {}), k.get("code_fix", ""),
-                            _detect(k.get("detect"), table.get(k["id"], [])))
+                            _detect(k.get("detect"), table.get(k["id"], [])), bool(k.get("root_cause")),
+                            bool(k.get("at_import")), tuple(draft.get("failure_types", ())), draft.get("summary", ""),
+                            k.get("refused_by_cause", {}))
     return out
+
+
+def root_cause_ids() -> frozenset[str]:
+    return frozenset(k.id for k in kinds().values() if k.root_cause)
+
+
+def import_ids() -> frozenset[str]:
+    return frozenset(k.id for k in kinds().values() if k.at_import)
+
+
+def draft_kind(failure_type: str) -> str:
+    """The kind a ``draft_export`` failure type is, ``unknown`` when no kind claims it."""
+    return next((k.id for k in kinds().values() if failure_type in k.draft_failure_types), "unknown")
 
 
 def rules() -> list[Kind]:

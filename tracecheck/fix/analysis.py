@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import torch
 
 from .. import capture, classify, compat, discover
+from ..taxonomy import K
 from ..oprecorder import OpRecorder
 from ..stages import _execution as execution
 from . import autograd_fn, codegen, custom_op, observe
@@ -64,7 +65,7 @@ def analyze(task: dict[str, Any]) -> dict[str, Any]:
     with record_function_calls(calls), recorder:
         execution.execute(case.fn, case)  # forward and backward: backward ops are recorded too
     found: list[dict[str, Any]] = []
-    plans = _function_plans(module, calls, found) if "pybind-builtin" in kinds else []
+    plans = _function_plans(module, calls, found) if K.PYBIND_BUILTIN in kinds else []
     op_plans: list[custom_op.OpPlan] = []
     for op, (args, kwargs) in recorder.calls.items():
         if op.namespace == task["namespace"]:
@@ -106,7 +107,7 @@ def _function_plans(module: Any, calls: dict[type, tuple], found: list[dict[str,
         if verdict is None:
             entry["action"] = "left alone: Dynamo traces it under fullgraph"
             continue
-        if verdict["kind"] != "pybind-builtin":
+        if verdict["kind"] != K.PYBIND_BUILTIN:
             entry["action"] = f"left alone: Dynamo fails on it with {verdict['kind']}, which this fix does not cover"
             continue
         home = sys.modules.get(cls.__module__)

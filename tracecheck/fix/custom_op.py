@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .. import capture, classify, compat
+from ..taxonomy import K
 from . import observe
 
 
@@ -90,7 +91,7 @@ def _has_fake(op: Any, named: dict[str, Any]) -> str | None:
             op(**fake)
     except Exception as e:
         f = classify.classify_error("opcheck", capture.error_record(e, "fake"))
-        return f.kind if f.kind == "missing-fake" else None  # another failure is not this fix's business
+        return f.kind if f.kind == K.MISSING_FAKE else None  # another failure is not this fix's business
     return None
 
 
@@ -193,19 +194,19 @@ def analyse_op(op: Any, args: tuple, kwargs: dict, kinds: set[str], autograd_ops
                   defined_at=_definition(qualname))
     plan.declared_mutates = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     needed = False
-    if "missing-fake" in kinds and _has_fake(op, named):
+    if K.MISSING_FAKE in kinds and _has_fake(op, named):
         plan.needs_fake = True
         needed = True
         if any("[]" in str(r.type) for r in returns):
             plan.fake_error = "the op returns a list of tensors; the number of outputs needs a hand-written fake"
         else:
             plan.fake, plan.runs = _infer_fake(op, named)
-    if "mutates-args-mismatch" in kinds:
+    if K.MUTATES_ARGS_MISMATCH in kinds:
         plan.observed_mutates = _mutated(op, named)
         needed |= plan.mutates_mismatch
     else:
         plan.observed_mutates = list(plan.declared_mutates)
-    if "missing-autograd" in kinds and qualname in autograd_ops:
+    if K.MISSING_AUTOGRAD in kinds and qualname in autograd_ops:
         plan.needs_autograd = True
         needed = True
         _find_backward(qualname, plan)

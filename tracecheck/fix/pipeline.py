@@ -14,7 +14,7 @@ from ..report import IMPORT_PROBE, RunReport
 from ..reportio import write_text_atomic
 from ..stages import STAGES
 from ..targets import TARGETS
-from ..taxonomy import kinds
+from ..taxonomy import K, kinds
 from ..runner import Runner, Task
 
 #: stages that tell the kinds this command fixes apart, fastest first (inductor adds nothing to the diagnosis)
@@ -62,7 +62,7 @@ def _torch_version() -> str:
     try:
         return version("torch")
     except PackageNotFoundError:
-        return "unknown"
+        return K.UNKNOWN
 
 
 #: first lines of the files ``fix`` writes: only such a file is ever overwritten
@@ -181,7 +181,7 @@ def _validate(opts: FixOptions) -> tuple[str, str, str]:
 
 def _analyse(runner: Runner, opts: FixOptions, path: str, probe: Any, patched: str) -> dict[str, Any]:
     autograd_ops = sorted({f.context["op"] for s in probe.stages.values() for f in s.findings
-                           if f.kind == "missing-autograd" and f.context.get("op")})
+                           if f.kind == K.MISSING_AUTOGRAD and f.context.get("op")})
     return _one(runner, {"op": "tracecheck.fix.analysis:analyze", "file": path, "probe": probe.name, "namespace": opts.namespace,
                          "kinds": probe.verdict.kinds, "autograd_ops": autograd_ops,
                          "module_name": os.path.splitext(os.path.basename(opts.output))[0],

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from ..report import Finding
+from ..taxonomy import K
 
 
 def _num(x: Any) -> str:
@@ -16,12 +17,12 @@ def numeric_lines(f: Finding, where: str = "") -> list[str]:
     """What a ``numeric-mismatch`` finding measured: the worst tensor against the float64 reference, how
     many tensors disagreed, and the ops that ran; what an ``opaque-op`` finding counted (plain text, one fact per
     line). ``where``: the probe the numbers are from, when the finding stands for several."""
-    if f.kind == "opaque-op":
+    if f.kind == K.OPAQUE_OP:
         ctx = f.context
         graphs = len(f.evidence.get("graphs") or []) or "?"
         return [f"{where}{ctx.get('calls', '?')} extern call(s) of {ctx.get('op', 'the op')} in {graphs} compiled "
                 f"graph(s); Inductor generated {ctx.get('kernels', '?')} kernel(s) for the rest"]
-    if f.kind != "numeric-mismatch":
+    if f.kind != K.NUMERIC_MISMATCH:
         return []
     ev = f.evidence
     worst = ev.get("worst") or {}

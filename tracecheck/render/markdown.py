@@ -17,7 +17,7 @@ import re
 import shlex
 from typing import Any
 
-from ..taxonomy import fix_text, is_advice, kinds
+from ..taxonomy import K, fix_text, is_advice, kinds
 from ..report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
 from ..report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
 from ..targets import TARGETS, Gate
@@ -127,7 +127,7 @@ class MarkdownRenderer:
     def gating(self, cause: RootCause) -> bool:
         """Does the root cause fail a probe: an error (or advice under ``--strict``) seen at a stage of a
         required target?"""
-        return (self.report.strict or not is_advice(cause.finding.kind)) and \
+        return self.report.gate.fails_on(cause.finding.kind) and \
             any(not view.not_required_targets(q, stages) for q, stages in cause.seen)
 
     def header(self) -> str:
@@ -166,7 +166,7 @@ class MarkdownRenderer:
         rows.append(("device", str(env.get("device", "?"))))
         if env.get("torch_npu"):
             rows.append(("torch_npu", f"{env['torch_npu']} (NPU available: {env.get('npu_available')})"))
-            rows.append(("CANN", str(env.get("cann") or "unknown")))
+            rows.append(("CANN", str(env.get("cann") or K.UNKNOWN)))
         else:
             rows.append(("torch_npu", self.scrub(env.get("npu_note") or "not installed")))
         if env.get("merged_torch_versions"):
@@ -348,7 +348,7 @@ class MarkdownRenderer:
         lines.append("\n".join(bullets) + "\n\n")
         if frame.get("code"):
             lines.append(f"Source line:\n\n```python\n{self.scrub(frame['code'])}\n```\n\n")
-        if f.kind == "op-redefined" and ev.get("first_schema"):
+        if f.kind == K.OP_REDEFINED and ev.get("first_schema"):
             lines.append(f"Schemas:\n\n```text\nfirst:  {ev['first_schema']}\nsecond: {ev['second_schema']}\n```\n\n")
         message = ev.get("message") or ev.get("cause") or ""
         opening = next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "")

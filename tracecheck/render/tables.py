@@ -27,7 +27,7 @@ def stages_frame(report: RunReport) -> pd.DataFrame:
         for stage, s in p.stages.items():
             found = view.stage_kinds(s)
             advice = [k for k in found if is_advice(k)]
-            found = [k for k in found if k not in advice or report.strict]
+            found = [k for k in found if report.gate.fails_on(k)]
             rows.append({
                 "probe": p.id, "file": p.id.split("::", 1)[0], "name": p.name, "stage": stage,
                 "target": s.target or "", "required": report.gate.requires(s.target), "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "advice": ";".join(advice), "first_kind": s.failure.kind if s.failure else "",

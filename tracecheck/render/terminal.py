@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..taxonomy import fix_text, is_advice, kinds
+from ..taxonomy import K, fix_text, is_advice, kinds
 from ..report import (CRASH, FAIL, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport,
                       StageResult, group_findings)
 from ..targets import Gate
@@ -224,7 +224,7 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
     if bits:
         t.append("    " + "; ".join(bits) + "\n", style="dim")
     first_line = next((ln.strip() for ln in str(ev.get("message") or "").splitlines() if ln.strip()), "")
-    if first_line and not verbose and f.kind in ("eager-error", "backend-error", "unknown"):
+    if first_line and not verbose and f.kind in (K.EAGER_ERROR, K.BACKEND_ERROR, K.UNKNOWN):
         t.append(f"    message: {first_line[:200]}\n", style="dim")
     backends = view.backends_line(ev)
     if backends:
@@ -267,7 +267,7 @@ def compiled_autograd_table(report: RunReport) -> Table | None:
         table.add_column(col, overflow="fold")
     labels = short_labels(report)
     for p, s, counts in rows:
-        steady = [f.context.get("reason", "")[:80] for f in s.findings if f.kind == "recompile"]
+        steady = [f.context.get("reason", "")[:80] for f in s.findings if f.kind == K.RECOMPILE]
         count = counts["recompiles"]
         why = _dash(count) + (f" (every step: {'; '.join(steady)})" if steady else " (warm-up only)"
                               if count else "")
@@ -296,7 +296,7 @@ def _generated(f: Finding) -> bool:
     a C/pybind11 builtin only inside an autograd.Function (the Function becomes custom ops; a direct call has none)."""
     if f.context.get("cause") in _NOT_GENERATED:
         return False
-    return f.kind != "pybind-builtin" or bool(f.context.get("in_autograd_function"))
+    return f.kind != K.PYBIND_BUILTIN or bool(f.context.get("in_autograd_function"))
 
 
 def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:

@@ -64,7 +64,7 @@ def cell(s: StageResult | None, gate: Gate = Gate()) -> Cell | None:
     if s is None:
         return None
     found = stage_kinds(s)
-    failed = tuple(k for k in found if gate.strict or not is_advice(k))
+    failed = tuple(k for k in found if gate.fails_on(k))
     advice = tuple(k for k in found if is_advice(k)) if s.status == PASS else ()
     return Cell(s.status, failed, s.status == PASS and forward_only(s), advice, gate.requires(s.target))
 

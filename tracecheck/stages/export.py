@@ -3,19 +3,18 @@ its program run and compared with eager; on failure, ``torch.export.draft_export
 
 The deployment path (AOTInductor, ExecuTorch) starts here. Export traces the forward only, at the probe's static
 shapes (dynamic batch sizes are the ``dynamic`` stage's question). draft_export's failure types map onto kinds
-(``DRAFT_KINDS``); an export error draft_export does not explain is classified like any other exception.
+(``draft_export`` in kinds.json); an export error draft_export does not explain is classified like any other exception.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from .. import taxonomy
 from ..targets import EXPORT
 from ._spec import StageContext, StageSpec
 
-#: draft_export's FailureType names -> tracecheck kinds. GUARD_ADDED: a guard specialized a dimension that the
-#: dynamic_shapes declared dynamic (draft_export reports it only then), so it is a specialized dimension.
-DRAFT_KINDS = {"MISSING_FAKE_KERNEL": "missing-fake", "DATA_DEPENDENT_ERROR": "data-dependent",
-               "MISMATCHED_FAKE_KERNEL": "fake-mismatch", "GUARD_ADDED": "dynamic-shape"}
+# draft_export's FailureType names map to kinds in kinds.json (``draft_export.failure_types``). GUARD_ADDED: a guard
+# specialized a dimension that the dynamic_shapes declared dynamic (draft_export reports it only then).
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -97,7 +96,7 @@ def _draft(module: Any, case: Any) -> dict[str, Any]:
         data = f.data if isinstance(f.data, dict) else {}
         frame = capture.innermost_user_frame(data.get("user_stack"), names)
         locals_ = data.get("frame_locals") or {}
-        failures.append({"type": name, "kind": DRAFT_KINDS.get(name, "unknown"), "op": data.get("op"),
+        failures.append({"type": name, "kind": taxonomy.draft_kind(name), "op": data.get("op"),
                          "expr": data.get("expr"), "reason": str(data.get("reason", ""))[:500],
                          "code": locals_.get("loc") if isinstance(locals_, dict) else None, "user_frame": frame})
     return {"failures": failures}
