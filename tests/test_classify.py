@@ -288,7 +288,7 @@ def test_inductor_output_code_is_read_for_custom_op_calls_only():
     """Literal wrapper code in Inductor's shape (torch 2.13/2.14): an extern custom-op call counts once per call;
     aten externs, the assert lines that quote the op and the header aliases do not."""
     from tracecheck.capture import OutputCodeCollector
-    from tracecheck.classify import TORCH_NAMESPACES
+    from tracecheck.wording import TORCH_NAMESPACES
 
     code = """aten = torch.ops.aten
 inductor_ops = torch.ops.inductor

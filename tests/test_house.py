@@ -259,3 +259,60 @@ def test_facts_about_kinds_are_in_their_registry_entries():
     assert taxonomy.draft_kind("GUARD_ADDED") == K.DYNAMIC_SHAPE
     assert taxonomy.draft_kind("A_FUTURE_FAILURE_TYPE") == K.UNKNOWN
     assert "setup_context" in taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause
+
+
+#: the pipeline's layers, each module in one (the package is flat; these are the folders it will move into), and the
+#: layers each may import besides its own: render → classify → model, and stages/evidence → model, never back
+LAYERS = {
+    "model": {"exitcodes", "protocol", "probe", "wording", "taxonomy", "report", "targets", "reportio"},
+    "torch": {"compat", "environment"},
+    "evidence": {"capture", "oprecorder", "reachable", "batch"},
+    "stages": {"stages", "stages.*", "numerics", "gradients"},
+    "classify": {"classify", "results"},
+    "collect": {"discover"},
+    "isolate": {"runner", "template", "worker", "preload"},
+    "render": {"render", "render.*"},  # render.fix draws tracecheck fix's outcome: app (below)
+    "gate": {"baseline", "shards", "pytest_plugin"},
+    "app": {"tracecheck", "__main__", "api", "cli", "fix", "fix.*", "render.fix"},
+}
+MAY_IMPORT = {
+    "model": set(),
+    "torch": {"model"},
+    "evidence": {"model", "torch"},
+    "stages": {"evidence", "model", "torch"},
+    "classify": {"model"},
+    "collect": {"evidence", "classify", "model", "torch"},
+    "isolate": {"collect", "stages", "evidence", "model", "torch"},
+    "render": {"gate", "stages", "classify", "model", "torch"},  # the stage registry, and a baseline's comparison
+    "gate": {"stages", "evidence", "classify", "model", "torch"},
+    "app": set(LAYERS),
+}
+
+
+def _layer(module: str) -> str:
+    name = module.removeprefix("tracecheck.") if module != "tracecheck" else "tracecheck"
+    exact = [layer for layer, members in LAYERS.items() if name in members]
+    if exact:
+        return exact[-1]  # render.fix is named by app, after render's wildcard
+    for layer, members in LAYERS.items():
+        if name in members or any(m.endswith(".*") and name.startswith(m[:-1]) for m in members):
+            return layer
+    raise AssertionError(f"{module} is in no layer of tests/test_house.py's LAYERS: put it in one")
+
+
+def test_imports_run_down_the_pipeline():
+    wrong = []
+    for module, targets in import_graph().items():
+        here = _layer(module)
+        for t in targets - {"tracecheck"}:  # ``from . import x`` names the package too: x is the import
+            there = _layer(t)
+            if there != here and there not in MAY_IMPORT[here]:
+                wrong.append(f"{module} ({here}) imports {t} ({there})")
+    assert wrong == []
+
+
+def test_the_direction_check_sees_a_wrong_import():
+    graph = {"tracecheck.report": {"tracecheck.render.markdown"}}
+    assert _layer("tracecheck.render.markdown") == "render"
+    assert "render" not in MAY_IMPORT[_layer("tracecheck.report")]
+    assert any(_layer(t) not in MAY_IMPORT["model"] for t in graph["tracecheck.report"])

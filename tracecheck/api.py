@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from . import __version__, discover, environment, protocol, results, shards
 from .exitcodes import UsageError
 from .report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from .reportio import trace_subdir
 from .stages import STAGES, target_of
 from .stages import get as get_stage
 from .stages import order as stage_order
@@ -164,11 +164,6 @@ def _stage_tasks(opts: RunOptions, files: list[str], probes: list[ProbeReport], 
                                  "options": _options(opts, stage)}, opts.timeout_s, template=templates.get(p.file))
             for f in files for stage in by_cost for p in probes
             if p.file == f and not _setup_failed(p) and (p.id, stage) not in skip]
-
-
-def trace_subdir(probe_id: str, stage: str) -> str:
-    """Where ``--trace-dir`` keeps one (probe, stage)'s TORCH_TRACE logs, relative to the trace dir."""
-    return os.path.join(re.sub(r"[^\w.-]+", "_", probe_id).strip("._"), stage)
 
 
 def _trace_dir(opts: RunOptions, p: ProbeReport, stage: str) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import compat
 from .report import is_generated
+from .wording import TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
 
 _LOCATION = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
 _REASON = re.compile(r"Graph Break Reason: (?P<reason>.*?)(?:\nUser code traceback:|\Z)", re.S)
@@ -108,9 +109,7 @@ class TraceCollector(StructuredTraceHandler):
         loc = _LOCATION.search(payload)
         reason_m = _REASON.search(payload)
         reason = (reason_m.group("reason") if reason_m else payload).strip()
-        from .classify import _gb_type_from_text, gb_code_from_text
-
-        gb_type = _gb_type_from_text(reason)  # None when unparsable: never invent one from message text
+        gb_type = gb_type_from_text(reason)  # None when unparsable: never invent one from message text
         file = loc.group("file") if loc else None
         line = int(loc.group("line")) if loc else None
         key = (gb_type, file, line)
@@ -389,8 +388,6 @@ def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
     """``{"op", "exception_type", "message", "frame"}`` when an exception of the chain was raised by a custom op's own
     fake impl: its innermost frame is user code, called from FakeTensor's dispatch of that op (whose ``func`` local
     names it). An error torch raised inside a fake impl (a data-dependent size, say) is not the fake's own raise."""
-    from .classify import TORCH_NAMESPACES
-
     found = None
     for e in _chain(exc):
         frames = []

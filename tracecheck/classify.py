@@ -15,12 +15,10 @@ from typing import Any
 
 from . import taxonomy
 from .taxonomy import K
+from .wording import TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
 from .report import Finding, GraphBreak, is_generated, op_name
 
 # Namespaces that belong to PyTorch itself: ops elsewhere are the user's custom ops (opcheck targets).
-TORCH_NAMESPACES = {"aten", "prims", "prim", "rngprims", "_c10d_functional", "c10d", "c10d_functional",
-                    "profiler", "quantized", "_quantized", "inductor", "debugprims", "higher_order",
-                    "_refs", "mkldnn", "mkl", "onednn", "_inductor_test", "_dynamo_testing", "streams"}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -31,17 +29,11 @@ TORCH_NAMESPACES = {"aten", "prims", "prim", "rngprims", "_c10d_functional", "c1
 _AUTOGRAD_FALLBACK = re.compile(
     r"(?<![\w.:])(?P<op>[\w.:]{1,300}): an autograd kernel was not registered to the Autograd key")
 _BACKEND_TYPES = {"BackendCompilerFailed", "InductorError", "LoweringException", "CppCompileError"}
-_GB_CODE = re.compile(r"/gb/gb(\d{4})\.html")
 _AUTOGRAD_FN = re.compile(r"Higher Order Operator: autograd\.Function|autograd_function\.py|in (forward|backward)\(ctx")
 
 
 def _short_type(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
-
-
-def gb_code_from_text(text: str) -> str | None:
-    m = _GB_CODE.search(text)
-    return f"GB{m.group(1)}" if m else None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -216,17 +208,6 @@ _ENRICH = {K.PYBIND_BUILTIN: _pybind_flags, K.GRAPH_BREAK: _hints, K.DATA_DEPEND
            K.DYNAMIC_SHAPE: _where}
 
 
-def _gb_type_from_text(text: str) -> str | None:
-    """The gb_type is the line right before ``  Explanation:`` in Dynamo's formatted messages (2.7+)."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("  Explanation:"):
-            # fullgraph inside a HOP inserts "  Higher Order Operator: ..." between gb_type and Explanation
-            j = i - 1
-            while j >= 0 and lines[j].startswith("  Higher Order Operator"):
-                j -= 1
-            return lines[j].strip() or None if j >= 0 else None
-    return None
 
 
 def _fallback(stage: str, types: set[str]) -> str:
@@ -274,7 +255,7 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
         raw = {**raw, "transform": transform_in_traceback(raw)}
     types = {_short_type(c.get("type", "")) for c in chain}
     text = "\n".join(_head_tail(c.get("message", "")) for c in chain)
-    gb_type = raw.get("gb_type") or _gb_type_from_text(text)
+    gb_type = raw.get("gb_type") or gb_type_from_text(text)
     kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types), {})
     if op and not ctx.get("op"):
         ctx["op"] = op_name(op)
@@ -297,7 +278,7 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
 def classify_break(raw: dict[str, Any]) -> GraphBreak:
     """Label one graph break from the structured trace (``dynamo_graph_break_reason`` artifact)."""
     text = raw.get("reason", "")
-    gb_type = raw.get("gb_type") or _gb_type_from_text(text)
+    gb_type = raw.get("gb_type") or gb_type_from_text(text)
     found = _apply_rules(text, {"Unsupported"}, gb_type,
                          {**raw, "is_break": True, "traceback": raw.get("user_stack", "")})
     kind, ctx = found if found else (K.GRAPH_BREAK if gb_type else K.UNKNOWN, {})

@@ -23,7 +23,7 @@ def gb_registry() -> dict[str, str]:
     """gb_type -> GB code from torch/_dynamo/graph_break_registry.json (all historical wordings).
 
     The registry ships with torch 2.8+; an older or stripped install gives an empty map, and codes then
-    come from the doc link in the message (classify.gb_code_from_text).
+    come from the doc link in the message (wording.gb_code_from_text).
     """
     path = os.path.join(os.path.dirname(torch._dynamo.__file__), "graph_break_registry.json")
     try:

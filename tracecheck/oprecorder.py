@@ -9,7 +9,7 @@ import torch
 from .compat import pytree
 
 from . import compat
-from .classify import TORCH_NAMESPACES
+from .wording import TORCH_NAMESPACES
 from .report import op_name
 
 

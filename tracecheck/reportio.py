@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from typing import Any
 
@@ -66,3 +67,9 @@ def write_text_atomic(path: str, text: str) -> None:
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:
     """``data`` as indented JSON, atomically (see write_text_atomic). Raises OSError."""
     write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def trace_subdir(probe_id: str, stage: str) -> str:
+    """Where ``--trace-dir`` keeps one (probe, stage)'s TORCH_TRACE logs, relative to the trace dir: the run writes
+    there, the Markdown report points there."""
+    return os.path.join(re.sub(r"[^\w.-]+", "_", probe_id).strip("._"), stage)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__, api
-from ..classify import TORCH_NAMESPACES
+from ..wording import TORCH_NAMESPACES
 from ..exitcodes import UsageError
 from ..report import IMPORT_PROBE, RunReport
 from ..reportio import write_text_atomic

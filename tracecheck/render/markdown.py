@@ -222,7 +222,7 @@ class MarkdownRenderer:
     def structured_trace(self) -> str:
         if not self.trace_dir or not os.path.isdir(self.trace_dir):
             return ""
-        from ..api import trace_subdir
+        from ..reportio import trace_subdir
 
         root = "TRACE_DIR" if self.redact else self.scrub(self.trace_dir)
         where = "the trace directory" if self.redact else _code(self.scrub(os.path.abspath(self.trace_dir)))

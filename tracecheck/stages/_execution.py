@@ -324,7 +324,7 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     ref = reference(make_case)
     if forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
-    from ..classify import TORCH_NAMESPACES
+    from ..wording import TORCH_NAMESPACES
 
     counters = compat.counters()
 

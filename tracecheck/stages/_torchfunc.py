@@ -23,7 +23,7 @@ import torch
 from ..compat import pytree
 
 from .. import capture, compat, numerics
-from ..classify import TORCH_NAMESPACES
+from ..wording import TORCH_NAMESPACES
 from ..oprecorder import OpRecorder
 from ..probe import Case
 from ..reachable import reachable_modules
