@@ -625,7 +625,7 @@ def test_recompile_findings_group_one_cause_over_steps():
 
 def test_build_stage_result_turns_steady_state_into_findings_and_keeps_extra():
     raw = {"error": None, "breaks": [], "warnings": [], "mismatches": [], "graph_count": 2,
-           "recompiles": [_rec(2), _rec(3)], "steady_state_recompiles": [_rec(3)],
+           "steady_state_recompiles": [_rec(3)],
            "extra": {"captures": 3, "unique_graphs_with_ca": 3, "recompiles": [_rec(2), _rec(3)]}}
     r = results.build_stage_result("compiled_autograd", raw, 1.0)
     assert r.status == "fail" and [f.kind for f in r.findings] == ["recompile"]

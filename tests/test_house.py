@@ -264,7 +264,7 @@ def test_facts_about_kinds_are_in_their_registry_entries():
 #: the pipeline's layers, each module in one (the package is flat; these are the folders it will move into), and the
 #: layers each may import besides its own: render → classify → model, and stages/evidence → model, never back
 LAYERS = {
-    "model": {"exitcodes", "protocol", "probe", "wording", "taxonomy", "report", "targets", "reportio"},
+    "model": {"exitcodes", "protocol", "records", "probe", "wording", "taxonomy", "report", "targets", "reportio"},
     "torch": {"compat", "environment"},
     "evidence": {"capture", "oprecorder", "reachable", "batch"},
     "stages": {"stages", "stages.*", "numerics", "gradients"},

@@ -11,64 +11,66 @@ from typing import Any
 
 from . import classify, taxonomy
 from .taxonomy import K
+from .records import StageRecord
 from .report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, first_line, op_name
 
 
-def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> StageResult:
+def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds: float) -> StageResult:
     """Classify one stage record. Status: fail when an error-severity finding was made, skip with a reason, else
     pass (advice findings, ``no-batching-rule`` and ``opaque-op``, are kept on a passing stage; ``apply_strict``
-    makes them fail it)."""
-    if raw.get("skip_reason"):
-        return StageResult(stage, SKIP, skip_reason=raw["skip_reason"], seconds=seconds)
+    makes them fail it). ``raw``: the stage's record (records.StageRecord, or its dict)."""
+    rec = StageRecord.from_raw(raw)
+    if rec.skip_reason:
+        return StageResult(stage, SKIP, skip_reason=rec.skip_reason, seconds=seconds)
     findings: list[Finding] = []
     # a fake impl that disagrees with its kernel at another size (the dynamic stage) is the cause of whatever the
     # compiled run raised there: it comes first
-    fakes = [f for f in _opcheck_findings(stage, raw.get("fake_checks") or {}) if f.kind == K.FAKE_MISMATCH]
+    fakes = [f for f in _opcheck_findings(stage, rec.fake_checks) if f.kind == K.FAKE_MISMATCH]
     findings += fakes
-    draft = [classify.draft_finding(d, raw.get("error")) for d in (raw.get("draft_export") or {}).get("failures", [])]
+    draft = [classify.draft_finding(d, rec.error) for d in rec.draft_export.get("failures", [])]
     findings += draft
     # draft_export's report explains the export error (one finding per failure) when one of them maps to a kind
-    if raw.get("error") and raw["error"].get("phase") == "setup":  # the probe function itself, called again
-        findings.append(setup_finding(raw["error"], f"The probe function raises when the {stage} stage calls it "
+    if rec.error and rec.error.get("phase") == "setup":  # the probe function itself, called again
+        findings.append(setup_finding(rec.error, f"The probe function raises when the {stage} stage calls it "
                                                     "again (it ran when the file was loaded)."))
-    elif raw.get("error") and not any(f.kind != K.UNKNOWN for f in draft):
-        findings.append(classify.classify_error(stage, raw["error"]))
+    elif rec.error and not any(f.kind != K.UNKNOWN for f in draft):
+        findings.append(classify.classify_error(stage, rec.error))
         if fakes and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
-            findings[-1] = _attributed(findings[-1], fakes[0], raw["error"].get("batch_size"))
-        if raw.get("same_as_eager") and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
-            findings[-1] = classify.classify_error("eager", raw["error"])  # the probe's own failure, again
-        other = (raw.get("extra") or {}).get("other_backend")
+            findings[-1] = _attributed(findings[-1], fakes[0], rec.error.get("batch_size"))
+        if rec.same_as_eager and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
+            findings[-1] = classify.classify_error("eager", rec.error)  # the probe's own failure, again
+        other = rec.extra.get("other_backend")
         if other:  # compiled_autograd reran the failing steps with its other backend
-            findings[-1] = _backend_checked(findings[-1], str(raw["extra"].get("backend")), raw["error"], other)
-    breaks = [classify.classify_break(b) for b in raw.get("breaks", [])]
+            findings[-1] = _backend_checked(findings[-1], str(rec.extra.get("backend")), rec.error, other)
+    breaks = [classify.classify_break(b) for b in rec.breaks or []]
     findings += [classify.break_finding(b) for b in breaks]
     findings += classify.merge_refusals([classify.transform_error_finding(stage, e)
-                                         for e in raw.get("transform_errors") or []])
-    for m in raw.get("mismatches", []):
+                                         for e in rec.transform_errors])
+    for m in rec.mismatches:
         findings.append(classify.transform_mismatch_finding(m, stage) if m.get("transform")
                         else classify.mismatch_finding(m, stage))
-    for msg in dict.fromkeys(raw.get("warnings", [])):
+    for msg in dict.fromkeys(rec.warnings):
         f = classify.classify_warning(msg)
         if f and not any(x.kind == f.kind for x in findings):
             findings.append(f)
-    opchecked = _opcheck_findings(stage, raw.get("opcheck") or {})
-    grad_free = {op_name(op) for op in raw.get("grad_free_ops") or []}
+    opchecked = _opcheck_findings(stage, rec.opcheck)
+    grad_free = {op_name(op) for op in rec.grad_free_ops}
     not_needed = [f for f in opchecked if f.context.get("op") in grad_free and _about_the_ops_autograd(f)]
     findings += [f for f in opchecked if f not in not_needed]
-    for outcome in raw.get("gradcheck") or []:
+    for outcome in rec.gradcheck:
         if outcome.get("mismatch"):
             findings.append(classify.gradient_finding(outcome))
         elif outcome.get("error"):
             findings.append(classify.classify_error(stage, outcome["error"],
                                                     op=None if outcome.get("function") else outcome["name"]))
-    findings += [classify.specialization_finding(r) for r in raw.get("dynamic_specializations") or []][:1]
-    findings += recompile_findings(raw.get("steady_state_recompiles") or [])
-    findings += [classify.fallback_finding(r) for r in raw.get("fallback_ops") or []]
-    findings += [classify.opaque_finding(r, stage) for r in raw.get("opaque_ops") or []]
-    graph_count = raw.get("graph_count")
-    explain_count = raw.get("explain_graph_break_count")
+    findings += [classify.specialization_finding(r) for r in rec.dynamic_specializations][:1]
+    findings += recompile_findings(rec.steady_state_recompiles)
+    findings += [classify.fallback_finding(r) for r in rec.fallback_ops]
+    findings += [classify.opaque_finding(r, stage) for r in rec.opaque_ops]
+    graph_count = rec.graph_count
+    explain_count = rec.explain_graph_break_count
     # a stage that raised counted the breaks up to the exception only: not a measurement of the probe
-    measured_breaks = "breaks" in raw and not raw.get("error")
+    measured_breaks = rec.breaks is not None and not rec.error
     errors = [f for f in findings if not taxonomy.is_advice(f.kind)]
     result = StageResult(
         stage=stage,
@@ -81,19 +83,18 @@ def build_stage_result(stage: str, raw: dict[str, Any], seconds: float) -> Stage
         and explain_count != len(breaks) else None,
         breaks=breaks,
         seconds=seconds,
-        phases=raw.get("phases"),
+        phases=rec.phases,
     )
-    if raw.get("opcheck"):
+    if rec.opcheck:
         result.extra["opcheck"] = {op: {t: ("SUCCESS" if v == "SUCCESS" else "FAIL" if isinstance(v, dict) else v)
-                                        for t, v in tests.items()} for op, tests in raw["opcheck"].items()}
-    if raw.get("gradcheck"):
-        result.extra["gradcheck"] = {o["name"]: _gradcheck_verdict(o) for o in raw["gradcheck"]}
-    if raw.get("explain_reasons"):
-        result.extra["explain_reasons"] = raw["explain_reasons"]
-    if raw.get("registered_custom_ops"):
-        result.extra["registered_custom_ops"] = raw["registered_custom_ops"]
-    if raw.get("extra"):
-        result.extra.update(raw["extra"])
+                                        for t, v in tests.items()} for op, tests in rec.opcheck.items()}
+    if rec.gradcheck:
+        result.extra["gradcheck"] = {o["name"]: _gradcheck_verdict(o) for o in rec.gradcheck}
+    if rec.explain_reasons:
+        result.extra["explain_reasons"] = rec.explain_reasons
+    if rec.registered_custom_ops:
+        result.extra["registered_custom_ops"] = rec.registered_custom_ops
+    result.extra.update(rec.extra)
     for op in dict.fromkeys(f.context["op"] for f in not_needed):
         tests = ", ".join(f.evidence.get("opcheck_test", "?") for f in not_needed if f.context["op"] == op)
         result.extra.setdefault("not_checked", []).append(

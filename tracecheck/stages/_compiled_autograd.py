@@ -165,9 +165,9 @@ def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = 3, dynam
     ``steps``: steps with the probe's own inputs, at least ``WARMUP_STEPS + 1`` (3); up to
     ``CONFIRM_STEPS`` more run while the last one still recompiles, so that a model which settles on the
     third step is not reported. ``dynamic``: then one step with the second input shape and one with the
-    first again. Returns the raw record: ``error``, ``breaks``, ``warnings``, ``mismatches``,
-    ``graph_count`` (Dynamo graphs of the compiled-autograd run, forward and backward), ``recompiles``
-    (all), ``steady_state_recompiles`` (the finding's subset) and ``extra``; or ``{"skip_reason": ...}``
+    first again. Returns the fields of a ``records.StageRecord``: ``error``, ``breaks``, ``warnings``,
+    ``mismatches``, ``graph_count`` (Dynamo graphs of the compiled-autograd run, forward and backward),
+    ``steady_state_recompiles`` (the finding's subset of ``extra["recompiles"]``) and ``extra``; or ``{"skip_reason": ...}``
     when nothing runs backward or eager already fails. ``backends``: the measured run's backend, and the one
     that reruns the steps when it fails (``extra["backend"]``, ``extra["other_backend"]``).
     """
@@ -309,7 +309,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
     record: dict[str, Any] = {
         "error": error_b, "breaks": trace_b.breaks, "warnings": warn.messages,
         "graph_count": graphs_with_ca if error_b is None else None,
-        "recompiles": recompiles, "steady_state_recompiles": steady, "extra": extra,
+        "steady_state_recompiles": steady, "extra": extra,  # every recompile is in extra["recompiles"]
         "phases": phases(execs_b[-1]) if execs_b else None,
     }
     if error_b is None:

@@ -6,12 +6,8 @@ stage builds its own fresh ``Case`` (the probe function is called again, seeded)
 compared with eager at the same step count, and no stage sees another's compile caches, counters or
 warn-once state.
 
-Record fields: ``error`` (capture.error_record), ``breaks`` (capture.TraceCollector.breaks),
-``warnings`` (messages), ``mismatches`` (compiled vs eager, one per phase: numerics.judge), ``phases``,
-``graph_count``, ``explain_graph_break_count``, ``skip_reason``, ``opcheck`` (per op: per test util,
-"SUCCESS" or an error record), ``recompiles`` and ``steady_state_recompiles`` (``_compiled_autograd``:
-``{"reason", "step", "source", "user_frame"}``; the second list makes ``recompile`` findings), ``extra``
-(copied into ``StageResult.extra``).
+A stage returns the fields of ``records.StageRecord`` (the one list of them, each documented there); a key no
+field names is refused when the record is read.
 """
 from __future__ import annotations
 
@@ -331,7 +327,7 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     record: dict[str, Any] = {
         "error": got.error, "breaks": trace.breaks, "warnings": w.messages,
         "graph_count": int(counters["stats"]["unique_graphs"]) if got.error is None else None,
-        "ran_backward": got.ran_backward, "phases": phases(got),
+        "phases": phases(got),
     }
     if code.codes and got.error is None:  # inductor: the custom ops its generated code calls as extern kernels
         kernels = code.kernel_count()

@@ -85,7 +85,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     size_guards = [r for r in steady if specialized or _SIZE_GUARD.search(r["reason"])]
     return {
         "fake_checks": fakes, "error": error, "breaks": trace.breaks, "warnings": w.messages,
-        "mismatches": mismatches[:3], "phases": phases(ran_backward), "ran_backward": ran_backward,
+        "mismatches": mismatches[:3], "phases": phases(ran_backward),
         "dynamic_specializations": [{**r, "specialization": _pick(specialized), "batch_sizes": plan}
                                     for r in size_guards],
         "steady_state_recompiles": [r for r in steady if r not in size_guards],

@@ -17,7 +17,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ex = execute(case.fn, case)
     # a custom op registered only now (an extension loaded on first call): api.py runs opcheck after all
     lazy = sorted(registered_custom_ops() - before)
-    return {"error": ex.error, "warnings": w.messages, "ran_backward": ex.ran_backward, "phases": phases(ex),
+    return {"error": ex.error, "warnings": w.messages, "phases": phases(ex),
             "registered_custom_ops": lazy}
 
 

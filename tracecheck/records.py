@@ -1,0 +1,77 @@
+"""What a stage sends back to the classifier: one typed record, the single contract between the stage processes
+(stages/) and ``results.build_stage_result``. A stage function returns the record's fields as a plain dict (it
+crosses the process boundary as JSON, protocol.Result); ``StageRecord.from_raw`` is where it becomes typed, and a
+key no field names is refused there: nothing is written that nobody reads. Pure: no torch import.
+
+Every field says what it holds in the comment above it (``tests/test_records.py`` checks that each has one);
+what a stage keeps in ``extra`` goes into the report as it is, documented in docs/report-schema.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class StageRecord:
+    #: the stage did not run, and why (every other field is then empty)
+    skip_reason: str | None = None
+    #: the exception that stopped the stage (capture.error_record: type, message, chain, gb_type, user_frame, ...)
+    error: dict[str, Any] | None = None
+    #: graph breaks from the structured trace (capture.TraceCollector records); None: this stage does not count them
+    breaks: list[dict[str, Any]] | None = None
+    #: warnings raised while the stage ran (Python and C++ TORCH_WARN)
+    warnings: list[str] = field(default_factory=list)
+    #: compiled-vs-eager (or transform-vs-loop) disagreements, one per phase (numerics.judge records)
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    #: Dynamo graphs the compiled run made
+    graph_count: int | None = None
+    #: explain()'s own break count, where the explain stage asked it
+    explain_graph_break_count: int | None = None
+    #: explain()'s break reasons, verbatim
+    explain_reasons: list[str] = field(default_factory=list)
+    #: "forward" and, where a backward ran and was compared, "backward"
+    phases: list[str] | None = None
+    #: the stage's own counts and notes, kept in the report as they are (StageResult.extra)
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: the opcheck stage: {op: {test: "SUCCESS" or an error record}}
+    opcheck: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the opcheck stage: ops the probe calls only with gradients off (autograd never reaches them)
+    grad_free_ops: list[str] = field(default_factory=list)
+    #: custom ops the probe's file registered (the opcheck stage is scheduled from them)
+    registered_custom_ops: list[str] = field(default_factory=list)
+    #: the gradcheck stage: one outcome per custom op or autograd.Function
+    gradcheck: list[dict[str, Any]] = field(default_factory=list)
+    #: the dynamic stage: fake impls checked at other batch sizes ({op: {test: outcome}}, as opcheck)
+    fake_checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the dynamic stage: dimensions marked dynamic that a guard specialized
+    dynamic_specializations: list[dict[str, Any]] = field(default_factory=list)
+    #: the export stage: torch.export.draft_export's report (failures)
+    draft_export: dict[str, Any] = field(default_factory=dict)
+    #: the vmap stage: torch.func transforms that raised
+    transform_errors: list[dict[str, Any]] = field(default_factory=list)
+    #: the vmap stage: ops that ran through functorch's per-sample fallback (no batching rule)
+    fallback_ops: list[dict[str, Any]] = field(default_factory=list)
+    #: the inductor stage: custom ops Inductor called as opaque kernels
+    opaque_ops: list[dict[str, Any]] = field(default_factory=list)
+    #: compiled autograd: the recompiles that happen on every step after warm-up
+    steady_state_recompiles: list[dict[str, Any]] = field(default_factory=list)
+    #: gradcheck, opcheck: the error is the eager forward's own (the probe's bug), run again
+    same_as_eager: bool = False
+
+    @classmethod
+    def from_raw(cls, raw: "dict[str, Any] | StageRecord") -> "StageRecord":
+        """The typed record of a stage's dict. Raises ValueError for a key no field names (a stage writing what
+        nobody reads) and for ``None`` where a list or dict is expected is taken as empty."""
+        if isinstance(raw, StageRecord):
+            return raw
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - names)
+        if unknown:
+            raise ValueError(f"a stage record with keys no field reads: {', '.join(unknown)} (tracecheck/records.py)")
+        defaults = cls()
+        return cls(**{k: (getattr(defaults, k) if v is None and getattr(defaults, k) is not None else v)
+                      for k, v in raw.items()})
+
+
+FIELDS = tuple(f.name for f in fields(StageRecord))
