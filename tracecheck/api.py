@@ -270,4 +270,7 @@ def _stage_result(stage: str, outcome: Outcome) -> StageResult:
         return StageResult(stage, INTERNAL, seconds=seconds, internal_error=msg.traceback)
     if isinstance(msg, protocol.UsageErrorMessage):
         raise UsageError(msg.message, msg.detail)
-    return results.build_stage_result(stage, msg.value, seconds)
+    try:
+        return results.build_stage_result(stage, msg.value, seconds)
+    except ValueError as e:  # a record the classifier cannot read (records.StageRecord): this stage only
+        return StageResult(stage, INTERNAL, seconds=seconds, internal_error=f"ValueError: {e}")

@@ -18,8 +18,6 @@ from .taxonomy import K
 from .wording import TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
 from .report import Finding, GraphBreak, is_generated, op_name
 
-# Namespaces that belong to PyTorch itself: ops elsewhere are the user's custom ops (opcheck targets).
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Detection rules are data: kinds.json "detect" (taxonomy.Detect), tried in their declared order. Code here only
@@ -208,8 +206,6 @@ _ENRICH = {K.PYBIND_BUILTIN: _pybind_flags, K.GRAPH_BREAK: _hints, K.DATA_DEPEND
            K.DYNAMIC_SHAPE: _where}
 
 
-
-
 def _fallback(stage: str, types: set[str]) -> str:
     if stage == "eager":
         return K.EAGER_ERROR
@@ -376,8 +372,6 @@ def specialization_finding(raw: dict[str, Any]) -> Finding:
     return Finding(K.DYNAMIC_SHAPE, _summary(K.DYNAMIC_SHAPE, ctx, "dynamic"), ctx, evidence)
 
 
-
-
 def refused_what(ctx: dict[str, Any]) -> str:
     """The functorch-incompatible summary's ``{what}``: the cause in words, with the Function(s) or op named."""
     functions = [x for x in str(ctx.get("function") or "").split(", ") if x and x != _SOME_FUNCTION]
@@ -464,8 +458,6 @@ def opaque_finding(raw: dict[str, Any], stage: str = "inductor") -> Finding:
     evidence = {"output_code": raw.get("lines", [])[:5], "graphs": raw.get("graphs"),
                 "generated_kernels": raw.get("kernels")}
     return Finding(K.OPAQUE_OP, _summary(K.OPAQUE_OP, ctx, stage), ctx, evidence)
-
-
 
 
 def draft_finding(raw: dict[str, Any], error: dict[str, Any] | None) -> Finding:

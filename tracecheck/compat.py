@@ -309,12 +309,6 @@ def fake_tensor_mode(**kwargs: Any) -> Any:
     return FakeTensorMode(**kwargs)
 
 
-def forward_takes_ctx(cls: type) -> bool:
-    """Does an ``autograd.Function``'s ``forward`` take ``ctx`` first: it does unless ``setup_context`` is
-    overridden (``_SingleLevelFunction.setup_context`` is the base stub)."""
-    return not defines_setup_context(cls)
-
-
 def draft_export_report(ep: Any) -> Any:
     """The report ``torch.export.draft_export`` attaches to its ExportedProgram (``ep._report``), or None."""
     return getattr(ep, "_report", None)
@@ -420,3 +414,35 @@ def _vec_isa_key() -> str:
     stamps = [(c, os.stat(c).st_mtime_ns) for c in compilers if c]
     raw = repr((torch.__version__, torch.__file__, platform.machine(), flags, os.environ.get("CXX"), stamps))
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def op_schema(op: Any) -> Any:
+    """A dispatcher op's ``FunctionSchema`` (``op._schema``: ``.arguments``, ``.returns``)."""
+    return op._schema
+
+
+def tensor_version(t: Any) -> int:
+    """A tensor's in-place version counter (``t._version``): it moves when the tensor is written."""
+    return int(t._version)
+
+
+@contextlib.contextmanager
+def engine_runs_counted(hits: list[int]) -> Iterator[None]:
+    """Count runs of the autograd engine inside the block (``torch.autograd.grad`` and ``.backward`` both call
+    ``_engine_run_backward``, held by ``torch.autograd.graph`` and ``torch.autograd`` on 2.13 and 2.14)."""
+    import torch.autograd.graph as graph
+
+    original = graph._engine_run_backward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        hits.append(1)
+        return original(*args, **kwargs)
+
+    patched = [(m, "_engine_run_backward") for m in (graph, torch.autograd) if hasattr(m, "_engine_run_backward")]
+    for m, attr in patched:
+        setattr(m, attr, counting)
+    try:
+        yield
+    finally:
+        for m, attr in patched:
+            setattr(m, attr, original)

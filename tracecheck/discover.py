@@ -238,12 +238,10 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
             "custom_ops": sorted(registered_custom_ops() - ops_before)}
 
 
-#: kinds an import failure is reported as (a custom op's registration or first call refused by torch); any other
-#: import error is the user's input error (exit code 2)
-
-
 def _import_finding(exc: BaseException | None) -> dict[str, Any] | None:
-    """The error record of an import failure that a custom-op kind explains, else None."""
+    """The error record of an import failure that a kind marked ``at_import`` in kinds.json explains (a custom
+    op's registration or first call refused by torch), else None: any other import error is the user's input
+    error (exit code 2)."""
     from . import capture, classify, taxonomy
 
     if exc is None:

@@ -140,10 +140,10 @@ def _arg_names(call: Call, n_args: int) -> list[str]:
         except (TypeError, ValueError):
             params = []
         # forward(ctx, ...) unless the Function overrides setup_context (then forward(x, ...), no ctx)
-        if compat.forward_takes_ctx(call.target):
+        if not compat.defines_setup_context(call.target):
             params = params[1:]
     else:
-        params = [a.name for a in call.target._schema.arguments]
+        params = [a.name for a in compat.op_schema(call.target).arguments]
     return [params[i] if i < len(params) else f"arg{i}" for i in range(n_args)]
 
 
@@ -255,7 +255,7 @@ def _with(values: list[Any], idx: list[int], xs: tuple[torch.Tensor, ...]) -> li
 def _output_label(call: Call, j: int) -> str:
     """``output j``, with the schema's name for it when the op's schema names its returns."""
     if not call.is_function:
-        returns = call.target._schema.returns
+        returns = compat.op_schema(call.target).returns
         flat = len(returns) == 1 and str(returns[0].type).endswith("[]")
         if not flat and j < len(returns) and returns[j].name:
             return f"output {j} ({returns[j].name})"

@@ -415,7 +415,7 @@ class Float32Draws(compat.TorchDispatchMode):
             return func(*args, **kwargs)
         out = func(*args32, **kwargs32)
         # an in-place or out= op wrote into the float32 copies: write the samples back into the float64 tensors
-        for i, arg in enumerate(func._schema.arguments):
+        for i, arg in enumerate(compat.op_schema(func).arguments):
             if arg.alias_info is not None and arg.alias_info.is_write:
                 original = args[i] if i < len(args) else kwargs.get(arg.name)
                 written = args32[i] if i < len(args32) else kwargs32.get(arg.name)

@@ -1,4 +1,4 @@
-"""What a stage sends back to the classifier: one typed record, the single contract between the stage processes
+"""What a stage sends back to the classifier: one record, its fields declared here, the single contract between the stage processes
 (stages/) and ``results.build_stage_result``. A stage function returns the record's fields as a plain dict (it
 crosses the process boundary as JSON, protocol.Result); ``StageRecord.from_raw`` is where it becomes typed, and a
 key no field names is refused there: nothing is written that nobody reads. Pure: no torch import.
@@ -61,8 +61,9 @@ class StageRecord:
 
     @classmethod
     def from_raw(cls, raw: "dict[str, Any] | StageRecord") -> "StageRecord":
-        """The typed record of a stage's dict. Raises ValueError for a key no field names (a stage writing what
-        nobody reads) and for ``None`` where a list or dict is expected is taken as empty."""
+        """The record of a stage's dict. A key no field names raises ValueError (a stage writing what nobody
+        reads); ``None`` for a field whose default is not None (a list, a dict, a flag) reads as that default.
+        Values are not type-checked: the field annotations say what each stage writes."""
         if isinstance(raw, StageRecord):
             return raw
         names = {f.name for f in fields(cls)}

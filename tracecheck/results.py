@@ -12,6 +12,7 @@ from typing import Any
 from . import classify, taxonomy
 from .taxonomy import K
 from .records import StageRecord
+from .targets import Gate
 from .report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, first_line, op_name
 
 
@@ -71,7 +72,7 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     explain_count = rec.explain_graph_break_count
     # a stage that raised counted the breaks up to the exception only: not a measurement of the probe
     measured_breaks = rec.breaks is not None and not rec.error
-    errors = [f for f in findings if not taxonomy.is_advice(f.kind)]
+    errors = [f for f in findings if Gate().fails_on(f.kind)]  # a plain run's decision; apply_strict adds advice
     result = StageResult(
         stage=stage,
         status=FAIL if errors else PASS,
@@ -105,11 +106,12 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
 
 
 def apply_strict(stages: dict[str, StageResult]) -> None:
-    """``--strict``: advice fails a stage as an error does (the first advice finding becomes its failure)."""
+    """``--strict``: advice fails a stage as an error does (the first such finding becomes its failure)."""
+    strict = Gate(strict=True)
     for s in stages.values():
-        advice = [f for f in s.findings if taxonomy.is_advice(f.kind)]
-        if s.status == PASS and advice:
-            s.status, s.failure = FAIL, advice[0]
+        failing = [f for f in s.findings if strict.fails_on(f.kind)]
+        if s.status == PASS and failing:
+            s.status, s.failure = FAIL, failing[0]
 
 
 def _about_the_ops_autograd(f: Finding) -> bool:
@@ -259,8 +261,6 @@ def attribute_crashes(stages: dict[str, StageResult]) -> None:
                             {"op": op, "cause": s.failure.context.get("cause")}, dict(s.failure.evidence))
                 s.failure, s.findings = f, [f]
                 break
-
-
 
 
 def _frame(f: Finding) -> tuple[Any, Any] | None:

@@ -47,7 +47,7 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
 
         compat.set_single_compile_thread()
         if task.get("trace_dir"):
-            _keep_structured_trace(task["trace_dir"])
+            compat.keep_structured_trace(task["trace_dir"])  # this process's TORCH_TRACE, for tlparse
         value = task_function(task["op"])(task)
         from . import capture
 
@@ -77,13 +77,6 @@ def task_function(op: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return getattr(importlib.import_module(module), name)
 
 
-def _keep_structured_trace(trace_dir: str) -> None:
-    """Write this process's structured trace (TORCH_TRACE) under ``trace_dir``, for tlparse."""
-    from . import compat
-
-    compat.keep_structured_trace(trace_dir)
-
-
 def _limit_file_size() -> None:
     """Past MAX_FILE_BYTES a write fails with EFBIG (an error in the probe) instead of growing the file."""
     import resource
@@ -111,7 +104,11 @@ def run_stage(task: dict[str, Any]) -> dict[str, Any]:
     spec = stages.get(task["stage"])
     make_case = discover.case_factory(task["file"], task["probe"], task.get("device", "cpu"))
     options = {k: v for k, v in (task.get("options") or {}).items() if k in spec.options}
+    from .records import StageRecord
+
     try:
-        return spec.run(stages.StageContext(make_case, task.get("device", "cpu"), options))
+        raw = spec.run(stages.StageContext(make_case, task.get("device", "cpu"), options))
     except discover.ProbeCallError as e:  # the probe function failed when the stage called it again
         return {"error": capture.error_record(e.__cause__ or e, "setup")}
+    StageRecord.from_raw(raw)  # a key no field reads is tracecheck's bug: this stage's internal error, here
+    return raw

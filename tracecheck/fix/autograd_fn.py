@@ -18,13 +18,12 @@ section (PyTorch docs); the shipped hand-written equivalent is probes/mhc/fixed.
 from __future__ import annotations
 
 import ast
-import contextlib
 import inspect
 import keyword
 import re
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -286,27 +285,6 @@ def _locate(t: Any, args: dict[str, Any], outs: list[Any], residuals: list[Any])
     return ("residual", len(residuals) - 1)
 
 
-@contextlib.contextmanager
-def _watch_engine(hits: list[int]) -> Iterator[None]:
-    """Count runs of the autograd engine (torch.autograd.grad and .backward both go through it)."""
-    import torch.autograd.graph as graph
-
-    original = graph._engine_run_backward
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        hits.append(1)
-        return original(*args, **kwargs)
-
-    patched = [(m, "_engine_run_backward") for m in (graph, torch.autograd) if hasattr(m, "_engine_run_backward")]
-    for m, attr in patched:
-        setattr(m, attr, counting)
-    try:
-        yield
-    finally:
-        for m, attr in patched:
-            setattr(m, attr, original)
-
-
 def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     """Plan the two-op fix of ``cls`` from one eager call with ``example`` args (as passed to ``apply``).
 
@@ -330,7 +308,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     base = {n: observe.clone(v) for n, v in args.items()}
     before = observe.snapshot(base)
     engine_runs: list[int] = []  # forward's, then backward's below
-    with torch.no_grad(), _watch_engine(engine_runs):
+    with torch.no_grad(), compat.engine_runs_counted(engine_runs):
         fctx, outs, returns_tuple = _run_forward(cls, base, needs)
     if fctx._state["dirty"]:
         raise Unfixable("forward calls ctx.mark_dirty (an in-place Function); write it as a custom op with "
@@ -351,7 +329,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     bctx = _BackwardCtx(saved_values, {**attrs}, needs)
     bw_before = observe.snapshot({f"g{j}": g for j, g in enumerate(grads)})
     fwd_engine, engine_runs = bool(engine_runs), []
-    with torch.no_grad(), _watch_engine(engine_runs):
+    with torch.no_grad(), compat.engine_runs_counted(engine_runs):
         gin = cls.backward(bctx, *grads)
     gin = list(gin) if isinstance(gin, tuple) else [gin]
     if len(gin) != len(args):

@@ -67,7 +67,7 @@ class OpPlan:
 
 
 def _named(op: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
-    schema = op._schema
+    schema = compat.op_schema(op)
     out: dict[str, Any] = {}
     for i, a in enumerate(schema.arguments):
         if i < len(args):
@@ -147,7 +147,7 @@ def _find_backward(qualname: str, plan: OpPlan) -> None:
         packet = getattr(getattr(torch.ops, o), n, None) if hasattr(torch.ops, o) else None
         if packet is None or not hasattr(packet, "default"):
             continue
-        args = packet.default._schema.arguments
+        args = compat.op_schema(packet.default).arguments
         grads = [a for a in args if a.name.lower().startswith("grad")]
         rest_outputs = list(range(len(grads), len(plan.outputs)))
         sources: list[str] = []
@@ -163,7 +163,7 @@ def _find_backward(qualname: str, plan: OpPlan) -> None:
             else:
                 ok = False
                 break
-        returns = packet.default._schema.returns
+        returns = compat.op_schema(packet.default).returns
         if ok and len(returns) == len(plan.tensor_inputs) and len(grads) <= len(plan.outputs):
             plan.backward_op = (cand, sources)
             plan.backward_note = (f"found {cand}; its arguments were bound by name (grad* -> output grads, "
@@ -183,7 +183,7 @@ def _namespaces() -> list[str]:
 def analyse_op(op: Any, args: tuple, kwargs: dict, kinds: set[str], autograd_ops: set[str]) -> OpPlan | None:
     """The plan for one recorded custom op, or None when it needs nothing from the kinds found."""
     qualname = op.name()
-    schema = op._schema
+    schema = compat.op_schema(op)
     named = _named(op, args, kwargs)
     returns = schema.returns
     plan = OpPlan(qualname, [a.name for a in schema.arguments],

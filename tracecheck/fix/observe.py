@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from .. import compat
 from . import shapes
 
 #: (inputs by name, output tensors) for one op in one run
@@ -118,13 +119,13 @@ def clone(v: Any) -> Any:
 
 def snapshot(values: dict[str, Any]) -> dict[str, tuple[int, torch.Tensor]]:
     """Version counter and a copy of the data of every tensor in ``values``, for ``mutated``."""
-    return {n: (v._version, v.detach().clone()) for n, v in values.items() if isinstance(v, torch.Tensor)}
+    return {n: (compat.tensor_version(v), v.detach().clone()) for n, v in values.items() if isinstance(v, torch.Tensor)}
 
 
 def mutated(before: dict[str, tuple[int, torch.Tensor]], values: dict[str, Any]) -> list[str]:
     """Names whose version counter moved or whose data changed since ``snapshot`` (NaN-safe)."""
     return [n for n, (version, data) in before.items()
-            if values[n]._version != version
+            if compat.tensor_version(values[n]) != version
             or not torch.equal(torch.nan_to_num(values[n].detach()), torch.nan_to_num(data))]
 
 

@@ -62,7 +62,7 @@ def _torch_version() -> str:
     try:
         return version("torch")
     except PackageNotFoundError:
-        return K.UNKNOWN
+        return "unknown"
 
 
 #: first lines of the files ``fix`` writes: only such a file is ever overwritten

@@ -166,7 +166,7 @@ class MarkdownRenderer:
         rows.append(("device", str(env.get("device", "?"))))
         if env.get("torch_npu"):
             rows.append(("torch_npu", f"{env['torch_npu']} (NPU available: {env.get('npu_available')})"))
-            rows.append(("CANN", str(env.get("cann") or K.UNKNOWN)))
+            rows.append(("CANN", str(env.get("cann") or "unknown")))
         else:
             rows.append(("torch_npu", self.scrub(env.get("npu_note") or "not installed")))
         if env.get("merged_torch_versions"):
