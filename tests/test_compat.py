@@ -190,31 +190,6 @@ def test_op_shims_see_a_custom_op():
     assert type(fake).__name__ == "FakeTensor" and mode is not None
 
 
-def test_autograd_function_shims():
-    from tracecheck import compat
-
-    class Old(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x * 2
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * 2
-
-    class New(Old):
-        @staticmethod
-        def forward(x):
-            return x * 2
-
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            pass
-
-    # forward(ctx, ...) unless setup_context is overridden
-    assert not compat.defines_setup_context(Old) and compat.defines_setup_context(New)
-
-
 def test_draft_export_report_shim():
     from tracecheck import compat
 

@@ -83,8 +83,9 @@ def relative_location(file: str | None, probe: ProbeReport) -> str | None:
 
 def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
     found = {f.kind for f in s.findings or ([s.failure] if s.failure else [])}
-    kinds = sorted(k for k in found if Gate().fails_on(k))  # recorded as a plain run sees them (--strict aside)
-    advice = sorted(k for k in found if not Gate().fails_on(k))
+    plain = Gate()  # recorded as a plain run sees them (--strict aside)
+    kinds = sorted(k for k in found if plain.fails_on(k))
+    advice = sorted(k for k in found if not plain.fails_on(k))
     breaks = sorted(
         ({"kind": b.kind, "gb_type": b.gb_type, "file": relative_location(b.file, probe), "line": b.line}
          for b in s.breaks),

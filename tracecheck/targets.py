@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import taxonomy
 from .exitcodes import UsageError
 
 COMPILE, EXPORT, FUNC = "compile", "export", "func"
@@ -62,8 +63,6 @@ class Gate:
         this is decided: the stage status (results.py), the report's verdicts, every renderer and the baseline's
         snapshot (with the plain ``Gate()``) ask it. A baseline may also name advice kinds that regress like errors
         (its ``severity`` setting, ``baseline.gated_advice``): a comparison's rule, on top of this one."""
-        from . import taxonomy
-
         return self.strict or not taxonomy.is_advice(kind)
 
     def requires(self, target: str | None) -> bool:

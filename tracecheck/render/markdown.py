@@ -209,14 +209,15 @@ class MarkdownRenderer:
     def compiled_autograd(self) -> str:
         rows = []
         keys = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles", "hooks_captured")
-        for p, s, counts in view.ca_rows(self.report):
+        measured = view.ca_rows(self.report)
+        for p, s, counts in measured:
             vals = [str(_none_dash(counts[k])) for k in keys]
             rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | {verdict_cell(s, self.report.gate)} | " + " | ".join(vals) + " |")
         if not rows:
             return ""
         head = ("| probe | verdict | unique graphs without CA | unique graphs with CA | captures | recompiles "
                 "| hooks captured |\n|---|---|---:|---:|---:|---:|---:|\n")
-        return (f"## Compiled autograd\n\nBackend: {view.ca_backends(view.ca_rows(self.report))} (forward, and the "
+        return (f"## Compiled autograd\n\nBackend: {view.ca_backends(measured)} (forward, and the "
                 "backward graphs compiled autograd captures).\n\n" + head + "\n".join(rows) + "\n\n")
 
     def structured_trace(self) -> str:
