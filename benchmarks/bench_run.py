@@ -34,13 +34,13 @@ def serial_main(paths: list[str], stages: list[str]) -> None:
     import torch
     from torch._dynamo.utils import counters
 
-    from tracecheck import discover
+    from tracecheck.collect import casemaker, loadfile, locate
     from tracecheck import stages as registry
 
-    for path in discover.find_files(paths):
-        module = discover.load_module(path)
-        for name, _ in discover.find_probes(module):
-            make_case = discover.case_factory(path, name)
+    for path in locate.find_files(paths):
+        module = loadfile.load_module(path)
+        for name, _ in loadfile.find_probes(module):
+            make_case = casemaker.case_factory(path, name)
             try:
                 make_case()
             except Exception:

@@ -1,4 +1,4 @@
-"""Calibrate the compiled-vs-eager judgement (tracecheck/numerics.py) on vision models in training mode.
+"""Calibrate the compiled-vs-eager judgement (tracecheck/stages/_numerics.py) on vision models in training mode.
 
 Each point is one run of the code the ``aot_eager``/``inductor`` stages run (``stages._execution.run_compiled``) on
 one model, batch size and seed: eager, ``torch.compile`` (``fallback_random=True``), and, when some tensor is not
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from torch.nn.utils import parametrize  # noqa: E402
 
 import convnets  # noqa: E402
-from tracecheck.probe import Case  # noqa: E402
+from tracecheck.model.probe import Case  # noqa: E402
 from tracecheck.stages._execution import run_compiled  # noqa: E402
 
 MODELS = {"resnet18": convnets.resnet18, "hf_resnet": convnets.hf_resnet, "hf_convnext": convnets.hf_convnext,

@@ -4,7 +4,7 @@ Values are written by hand here, never taken from tracecheck's own output.
 """
 from __future__ import annotations
 
-from tracecheck.report import CRASH, FAIL, PASS, SKIP, TIMEOUT, Finding, GraphBreak, ProbeReport, RunReport, StageResult
+from tracecheck.model.report import CRASH, FAIL, PASS, SKIP, TIMEOUT, Finding, GraphBreak, ProbeReport, RunReport, StageResult
 
 HOME = "/home/alice"
 ROOT = f"{HOME}/proj"

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from report_factory import break_finding, small_report
-from tracecheck import baseline, shards
-from tracecheck.exitcodes import UsageError
+from tracecheck.gate import baseline, shards
+from tracecheck.model.exitcodes import UsageError
 from tracecheck.render import annotations
-from tracecheck.report import FAIL, PASS, Finding, StageResult
+from tracecheck.model.report import FAIL, PASS, Finding, StageResult
 
 
 def base_and_new(**kw):
@@ -337,7 +337,7 @@ def test_a_stage_that_stops_running_backward_regresses():
 
 def test_an_import_failure_that_goes_away_is_an_improvement_not_a_missing_probe():
     from report_factory import probe as make_probe
-    from tracecheck.report import LOAD_STAGE, RunReport
+    from tracecheck.model.report import LOAD_STAGE, RunReport
 
     twice = Finding("op-redefined", "Operator ns::f was registered twice under one qualified name.", {"op": "ns::f"},
                     {"user_frame": {"file": "/p/m.py", "line": 7}})
@@ -384,7 +384,7 @@ def test_the_baselines_severity_setting_makes_one_advice_kind_regress():
 
 
 def _strict(report):
-    from tracecheck import results
+    from tracecheck.classify import results
 
     report.strict = True
     for p in report.probes:

@@ -5,7 +5,8 @@ expected labels was read back from tracecheck's output.
 """
 import pytest
 
-from tracecheck import classify, taxonomy
+from tracecheck.model import taxonomy
+from tracecheck.classify import detect, payloads
 
 PYBIND_213 = (
     "Attempted to call function marked as skipped\n"
@@ -79,22 +80,22 @@ def err(message, type_="torch._dynamo.exc.Unsupported", gb_type=None, chain=None
     (PYBIND_OLD, None, "flash_attn_2_cuda.PyCapsule.fwd"),
 ])
 def test_pybind_builtin_names_the_builtin(message, gb_type, builtin):
-    f = classify.classify_error("fullgraph", err(message, gb_type=gb_type))
+    f = detect.classify_error("fullgraph", err(message, gb_type=gb_type))
     assert f.kind == "pybind-builtin"
     assert f.context["builtin"] == builtin
     assert f.context.get("pybind11") is True
 
 
 def test_pybind_inside_autograd_function_is_said():
-    f = classify.classify_error("fullgraph", err(PYBIND_213, gb_type="Attempted to call function marked as skipped"))
+    f = detect.classify_error("fullgraph", err(PYBIND_213, gb_type="Attempted to call function marked as skipped"))
     assert f.context["in_autograd_function"] is True
     assert "autograd.Function" in f.summary
-    plain = classify.classify_error("fullgraph", err(PYBIND_28_CAPSULE))
+    plain = detect.classify_error("fullgraph", err(PYBIND_28_CAPSULE))
     assert "in_autograd_function" not in plain.context
 
 
 def test_gb_type_skips_hop_line_and_code_from_link():
-    f = classify.classify_error("fullgraph", err(PYBIND_213))
+    f = detect.classify_error("fullgraph", err(PYBIND_213))
     assert f.evidence["gb_type"] == "Attempted to call function marked as skipped"
     assert f.evidence["gb_code"] == "GB0007"
 
@@ -104,13 +105,13 @@ def test_gb_type_skips_hop_line_and_code_from_link():
     (NO_FAKE_28, "torch._dynamo.exc.TorchRuntimeError"),
 ])
 def test_missing_fake_custom_op(message, type_):
-    f = classify.classify_error("aot_eager", err(message, type_))
+    f = detect.classify_error("aot_eager", err(message, type_))
     assert f.kind == "missing-fake"
     assert f.context["op"] == "tc::myop"
 
 
 def test_missing_meta_kernel_graph_break():
-    b = classify.classify_break({"reason": NO_META_BREAK, "file": "m.py", "line": 3})
+    b = detect.classify_break({"reason": NO_META_BREAK, "file": "m.py", "line": 3})
     assert b.kind == "missing-fake"
     assert b.context["op"] == "tclib::cpu_only"  # one spelling: ns::name
     assert b.gb_type == "Operator does not support running with fake tensors"
@@ -121,29 +122,29 @@ def test_missing_autograd_unwraps_backend_compiler_failed():
     raw = err(wrapped, "torch._dynamo.exc.BackendCompilerFailed",
               chain=[{"type": "torch._dynamo.exc.BackendCompilerFailed", "message": wrapped},
                      {"type": "RuntimeError", "message": NO_AUTOGRAD}])
-    f = classify.classify_error("aot_eager", raw)
+    f = detect.classify_error("aot_eager", raw)
     assert f.kind == "missing-autograd"
     assert f.context["op"] == "tc::myop2"
 
 
 def test_missing_autograd_at_eager_backward():
-    assert classify.classify_error("eager", err(NO_AUTOGRAD, "RuntimeError")).kind == "missing-autograd"
+    assert detect.classify_error("eager", err(NO_AUTOGRAD, "RuntimeError")).kind == "missing-autograd"
 
 
 def test_cpp_autograd_fallback_warning_is_a_finding():
-    f = classify.classify_warning(CPP_AUTOGRAD_WARN)
+    f = detect.classify_warning(CPP_AUTOGRAD_WARN)
     assert f is not None and f.kind == "missing-autograd" and f.context["op"] == "tclib::cpu_only"
-    assert classify.classify_warning("some unrelated UserWarning") is None
+    assert detect.classify_warning("some unrelated UserWarning") is None
 
 
 def test_mutates_args_lie():
-    f = classify.classify_error("opcheck", err(MUTATES, "RuntimeError"))
+    f = detect.classify_error("opcheck", err(MUTATES, "RuntimeError"))
     assert f.kind == "mutates-args-mismatch" and f.context["argument"] == "buf"
 
 
 @pytest.mark.parametrize("message, type_", [(FAKE_META, "MetadataMismatchError"), (FAKE_INDUCTOR, "AssertionError")])
 def test_fake_mismatch(message, type_):
-    assert classify.classify_error("inductor", err(message, type_)).kind == "fake-mismatch"
+    assert detect.classify_error("inductor", err(message, type_)).kind == "fake-mismatch"
 
 
 @pytest.mark.parametrize("message, type_", [
@@ -151,13 +152,13 @@ def test_fake_mismatch(message, type_):
     (DATA_DEP_28, "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode"),
 ])
 def test_data_dependent_errors(message, type_):
-    assert classify.classify_error("fullgraph", err(message, type_)).kind == "data-dependent"
+    assert detect.classify_error("fullgraph", err(message, type_)).kind == "data-dependent"
 
 
 def test_data_dependent_break_by_gb_type():
     reason = ("Data-dependent branching\n  Explanation: Detected data-dependent branching (e.g. `if my_tensor.sum() > "
               "0:`).\n  Developer debug context: attempted to jump with TensorVariable()\n")
-    assert classify.classify_break({"reason": reason}).kind == "data-dependent"
+    assert detect.classify_break({"reason": reason}).kind == "data-dependent"
 
 
 def test_other_graph_break_keeps_gb_type():
@@ -165,23 +166,23 @@ def test_other_graph_break_keeps_gb_type():
               "  Explanation: Dynamo does not know how to trace builtin operator `print` with argument types ['str']"
               "\n For more details about this graph break, please visit: "
               "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0059.html")
-    b = classify.classify_break({"reason": reason, "file": "m.py", "line": 7})
+    b = detect.classify_break({"reason": reason, "file": "m.py", "line": 7})
     assert (b.kind, b.gb_type, b.gb_code) == ("graph-break", "Failed to trace builtin operator", "GB0059")
 
 
 def test_python_builtin_is_not_pybind():
     reason = ("Attempted to call function marked as skipped\n  Explanation: Dynamo does not know how to trace the "
               "Python builtin `_warnings.warn`.\n")
-    assert classify.classify_break({"reason": reason}).kind == "graph-break"
+    assert detect.classify_break({"reason": reason}).kind == "graph-break"
 
 
 def test_fallbacks_depend_on_stage_and_keep_evidence():
-    eager = classify.classify_error("eager", err("boom", "ValueError"))
+    eager = detect.classify_error("eager", err("boom", "ValueError"))
     assert eager.kind == "eager-error"
-    backend = classify.classify_error("inductor", err("backend='inductor' raised:\nCppCompileError: x",
+    backend = detect.classify_error("inductor", err("backend='inductor' raised:\nCppCompileError: x",
                                                        "torch._dynamo.exc.BackendCompilerFailed"))
     assert backend.kind == "backend-error"
-    unknown = classify.classify_error("aot_eager", err("something odd", "KeyError"))
+    unknown = detect.classify_error("aot_eager", err("something odd", "KeyError"))
     assert unknown.kind == "unknown"
     assert unknown.evidence["message"] == "something odd"
     assert unknown.evidence["exception_type"] == "KeyError"
@@ -200,19 +201,19 @@ def test_inductor_fake_assert_on_an_input_is_not_fake_mismatch():
     # `.data` swapped inside the compiled region: inductor's assertion blames "a custom op" but names an input
     msg = ("expected size 4==2, stride 1==1 at dim=0\nError in op: input\n"
            "This error most often comes from a incorrect fake (aka meta) kernel for a custom op.")
-    f = classify.classify_error("inductor", err(msg, "AssertionError"))
+    f = detect.classify_error("inductor", err(msg, "AssertionError"))
     # no op to blame and no rule for an input whose size changed under the compiled code: unknown, evidence kept
     assert (f.kind, f.evidence["exception_type"]) == ("unknown", "AssertionError")
     assert "expected size 4==2" in f.evidence["message"]
 
 
 def test_op_names_have_one_spelling_and_builtins_read_short():
-    from tracecheck.report import op_name
+    from tracecheck.model.report import op_name
 
     assert op_name("tc.myop.default") == "tc::myop"
     assert op_name("tc.myop.out") == "tc::myop.out"
     assert op_name("tc::myop") == "tc::myop"
-    f = classify.classify_error("fullgraph", err(PYBIND_213, gb_type="Attempted to call function marked as skipped"))
+    f = detect.classify_error("fullgraph", err(PYBIND_213, gb_type="Attempted to call function marked as skipped"))
     assert "`tc_ext.fwd`" in f.summary  # the pybind11 record name stays in context, not in the sentence
 
 
@@ -220,8 +221,8 @@ def test_break_inside_autograd_function_seen_from_user_stack():
     reason = PYBIND_28_CAPSULE
     stack = ('  File "/x/torch/_functorch/autograd_function.py", line 890, in inner\n    outs = orig_fwd(*args)\n'
              '  File "/m/broken.py", line 53, in forward\n    y = ext.fwd(x)\n')
-    assert classify.classify_break({"reason": reason, "user_stack": stack}).context["in_autograd_function"] is True
-    assert "in_autograd_function" not in classify.classify_break({"reason": reason, "user_stack": ""}).context
+    assert detect.classify_break({"reason": reason, "user_stack": stack}).context["in_autograd_function"] is True
+    assert "in_autograd_function" not in detect.classify_break({"reason": reason, "user_stack": ""}).context
 
 
 # --- issue 13's classes, on torch 2.13.0's wording (recorded from the reproducers of tests/test_classifier_classes.py)
@@ -234,9 +235,9 @@ TORCH_OWN_BUILTIN = (
 
 
 def test_torch_own_c_function_is_a_graph_break_with_dynamos_hints():
-    b = classify.classify_break({"reason": TORCH_OWN_BUILTIN})
+    b = detect.classify_break({"reason": TORCH_OWN_BUILTIN})
     assert b.kind == "graph-break"
-    f = classify.break_finding(b)
+    f = detect.break_finding(b)
     assert taxonomy.fix_text(f).startswith("Dynamo's hints for this gb_type: If it is a Python builtin, please file")
 
 
@@ -247,20 +248,20 @@ def _method_call(variable: str) -> str:
 
 
 def test_c_method_of_a_user_object_is_pybind_builtin_and_other_method_calls_are_not():
-    b = classify.classify_break({"reason": _method_call("UserDefinedObjectVariable(Scaler)")})
+    b = detect.classify_break({"reason": _method_call("UserDefinedObjectVariable(Scaler)")})
     assert (b.kind, b.context["builtin"]) == ("pybind-builtin", "Scaler.__call__")
-    assert classify.classify_break({"reason": _method_call("ListVariable(length=2)")}).kind == "graph-break"
+    assert detect.classify_break({"reason": _method_call("ListVariable(length=2)")}).kind == "graph-break"
 
 
 def test_fake_that_cannot_run():
     not_impl = ("NotImplementedError/UnsupportedFakeTensorException when running FX node\n  Explanation: Dynamo failed "
                 "to run FX node with fake tensors: call_function tc13a.nf.default(*(FakeTensor(..., size=(4,)),), "
                 "**{}): got NotImplementedError('fake not written yet')\n")
-    b = classify.classify_break({"reason": not_impl})
+    b = detect.classify_break({"reason": not_impl})
     assert (b.kind, b.context["op"]) == ("missing-fake", "tc13a::nf")
     signature = ("TypeError when making fake tensor call\n  Explanation: \n\n  Developer debug context: TypeError "
                  "tc13b.scale.default: _() takes 1 positional argument but 2 were given\n")
-    b = classify.classify_break({"reason": signature})
+    b = detect.classify_break({"reason": signature})
     assert (b.kind, b.context["op"]) == ("fake-mismatch", "tc13b::scale")
 
 
@@ -268,18 +269,18 @@ def test_undeclared_alias_and_double_definition():
     alias = err("flat (with implementation in <module 'torch._library.custom_ops'>): The output of this custom operator "
                 "(1) must not also be an input to this custom operator and (2) may not alias any inputs to this custom "
                 "operator or other returns.", "RuntimeError")
-    assert classify.classify_error("eager", alias).kind == "mutates-args-mismatch"
+    assert detect.classify_error("eager", alias).kind == "mutates-args-mismatch"
     twice = err("Tried to register an operator (tc13c::twice(Tensor x) -> Tensor) with the same name and overload "
                 "name multiple times. Each overload's schema should only be registered with a single call to def().",
                 "RuntimeError")
-    f = classify.classify_error("load", twice)
+    f = detect.classify_error("load", twice)
     assert (f.kind, f.context["op"]) == ("op-redefined", "tc13c::twice")
 
 
 def test_reading_values_into_python_gets_the_read_fix():
     reason = ("Tensor.tolist() with non-integer tensor\n  Explanation: Dynamo currently does not support tracing "
               "`tolist()` on non-integer tensors.\n")
-    f = classify.break_finding(classify.classify_break({"reason": reason}))
+    f = detect.break_finding(detect.classify_break({"reason": reason}))
     assert f.kind == "data-dependent"
     assert taxonomy.fix_text(f).startswith("The code reads tensor values into Python (Tensor.tolist()")
 
@@ -287,8 +288,8 @@ def test_reading_values_into_python_gets_the_read_fix():
 def test_inductor_output_code_is_read_for_custom_op_calls_only():
     """Literal wrapper code in Inductor's shape (torch 2.13/2.14): an extern custom-op call counts once per call;
     aten externs, the assert lines that quote the op and the header aliases do not."""
-    from tracecheck.capture import OutputCodeCollector
-    from tracecheck.wording import TORCH_NAMESPACES
+    from tracecheck.evidence.tracelog import OutputCodeCollector
+    from tracecheck.evidence.wording import TORCH_NAMESPACES
 
     code = """aten = torch.ops.aten
 inductor_ops = torch.ops.inductor
@@ -328,7 +329,7 @@ def call(args):
 def test_torch_func_refusals_are_functorch_incompatible_with_their_cause(message, cause, fix_says):
     """torch 2.13.0's and 2.14.1's wording (the same on both, observed by running each refusal)."""
     raw = {"type": "RuntimeError", "message": message, "phase": "forward", "transform": "vmap", "functions": []}
-    f = classify.transform_error_finding("vmap", raw)
+    f = payloads.transform_error_finding("vmap", raw)
     assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
     assert f.summary.startswith("torch.func.vmap refuses the probe")
     assert fix_says in taxonomy.fix_text(f)
@@ -336,7 +337,7 @@ def test_torch_func_refusals_are_functorch_incompatible_with_their_cause(message
 
 def test_torch_func_patterns_apply_only_under_a_transform():
     """The broadcast message means an in-place write into an unbatched tensor under vmap only."""
-    f = classify.classify_error("inductor", {"type": "RuntimeError", "phase": "forward",
+    f = detect.classify_error("inductor", {"type": "RuntimeError", "phase": "forward",
                                              "message": "output with shape [3] doesn't match the broadcast shape [2, 3]"})
     assert f.kind == "unknown"
 
@@ -356,7 +357,7 @@ def test_torch_func_patterns_apply_only_under_a_transform():
      "retain_grad", None, "drop it from the function you transform"),
 ])
 def test_more_torch_func_refusals(message, type_, cause, op, fix_says):
-    f = classify.transform_error_finding("vmap", {"type": type_, "message": message, "phase": "forward",
+    f = payloads.transform_error_finding("vmap", {"type": type_, "message": message, "phase": "forward",
                                                   "transform": "vmap", "functions": []})
     assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
     assert f.context.get("op") == op
@@ -369,18 +370,18 @@ def test_a_control_flow_op_without_a_grad_rule_is_named():
           '_cond_op_wrapper\n    return cond_op(*args, **kwargs)\n  File "/x/site-packages/torch/_functorch/'
           'pyfunctorch.py", line 200, in process\n    kernel = op.functorch_table[TransformType.Grad]\n'
           'KeyError: <TransformType.Grad: 2>\n')
-    f = classify.transform_error_finding("vmap", {"type": "KeyError", "message": "<TransformType.Grad: 2>",
+    f = payloads.transform_error_finding("vmap", {"type": "KeyError", "message": "<TransformType.Grad: 2>",
                                                   "phase": "backward", "transform": "grad", "traceback": tb})
     assert (f.kind, f.context["cause"], f.context["hop"], f.context["transform"]) == (
         "functorch-incompatible", "hop", "torch.cond", "grad")
     assert f.summary == "torch.func.grad refuses the probe: torch.cond has no torch.func.grad rule."
     # a KeyError of the user's own is not that
-    assert classify.classify_error("eager", {"type": "KeyError", "message": "'weight'", "phase": "forward"}).kind == \
+    assert detect.classify_error("eager", {"type": "KeyError", "message": "'weight'", "phase": "forward"}).kind == \
         "eager-error"
     # cond's own compile on the transform's wrapped tensors (its first call under grad, torch 2.13)
     message = ('Expected FakeTensor, got <class \'torch.Tensor\'>\n\nfrom user code:\n   File "/x/site-packages/torch/'
                '_higher_order_ops/cond.py", line 242, in _cond_op_wrapper\n    return cond_op(*args, **kwargs)\n')
-    f = classify.transform_error_finding("vmap", {"type": "AssertionError", "message": message, "phase": "backward",
+    f = payloads.transform_error_finding("vmap", {"type": "AssertionError", "message": message, "phase": "backward",
                                                   "transform": "grad"})
     assert (f.kind, f.context["cause"], f.context["hop"]) == ("functorch-incompatible", "hop", "torch.cond")
 
@@ -394,11 +395,11 @@ def test_a_probe_that_calls_torch_func_itself_is_refused_at_eager():
     message = ("In order to use an autograd.Function with functorch transforms (vmap, grad, jvp, jacrev, ...), it must "
                "override the setup_context staticmethod. For more details, please see "
                "https://pytorch.org/docs/main/notes/extending.func.html")
-    f = classify.classify_error("eager", {"type": "RuntimeError", "message": message, "phase": "forward",
+    f = detect.classify_error("eager", {"type": "RuntimeError", "message": message, "phase": "forward",
                                           "traceback": tb})
     assert (f.kind, f.context["cause"], f.context["transform"]) == ("functorch-incompatible", "setup_context", "vmap")
     assert "?" not in taxonomy.fix_text(f)
-    no_tb = classify.classify_error("eager", {"type": "RuntimeError", "message": message, "phase": "forward"})
+    no_tb = detect.classify_error("eager", {"type": "RuntimeError", "message": message, "phase": "forward"})
     assert no_tb.kind == "eager-error"  # the same words with no transform in sight: not claimed
 
 
@@ -412,7 +413,7 @@ CONSTRAINT = (
 @pytest.mark.parametrize("stage", ["explain", "aot_eager", "inductor", "fullgraph", "export"])
 def test_a_dimension_marked_dynamic_and_specialized_is_dynamic_shape(stage):
     frame = {"file": "/p/model.py", "line": 21, "code": "if x.shape[0] == 4:"}
-    f = classify.classify_error(stage, {"type": "torch.fx.experimental.symbolic_shapes.ConstraintViolationError",
+    f = detect.classify_error(stage, {"type": "torch.fx.experimental.symbolic_shapes.ConstraintViolationError",
                                         "message": CONSTRAINT, "phase": "forward", "user_frame": frame})
     assert (f.kind, f.context["cause"], f.context["source"], f.context["value"]) == (
         "dynamic-shape", "marked", "L['x'].size()[0]", "4")
@@ -423,21 +424,21 @@ def test_opchecks_aot_dispatch_output_mismatch_is_the_fakes():
     message = ("Outputs of the operator are different in eager-mode PyTorch vs AOTDispatcher tracing. This means the "
                "operator will have incorrect output underneath torch.compile. This could be because the operator's "
                "implementation not traceable.")
-    f = classify.classify_error("opcheck", {"type": "AssertionError", "message": message,
+    f = detect.classify_error("opcheck", {"type": "AssertionError", "message": message,
                                             "phase": "test_aot_dispatch_dynamic"}, op="gap2::scalar_out")
     assert (f.kind, f.context["cause"], f.context["op"]) == ("fake-mismatch", "aot_outputs", "gap2::scalar_out")
     assert "0-dim tensor instead of a float" in taxonomy.fix_text(f)
-    user = classify.classify_error("eager", {"type": "AssertionError", "message": message, "phase": "forward"})
+    user = detect.classify_error("eager", {"type": "AssertionError", "message": message, "phase": "forward"})
     assert user.kind == "eager-error"  # the words in a user's own assert: not trusted
 
 
 @pytest.mark.parametrize("type_, kind, cause", [("NotImplementedError", "missing-fake", "stub"),
                                                  ("AssertionError", "fake-mismatch", "raises")])
 def test_an_exception_raised_by_the_ops_own_fake_names_the_op(type_, kind, cause):
-    """capture.fake_impl_raised found it (export raises the fake's exception bare, opcheck an empty assert)."""
+    """exceptions.fake_impl_raised found it (export raises the fake's exception bare, opcheck an empty assert)."""
     fake = {"op": "lib.quant.default", "exception_type": type_, "message": "",
             "frame": {"file": "/site-packages/lib/ops.py", "line": 30, "code": "assert x.dim() == 2"}}
-    f = classify.classify_error("export", {"type": type_, "message": "", "phase": "forward", "fake_impl": fake})
+    f = detect.classify_error("export", {"type": type_, "message": "", "phase": "forward", "fake_impl": fake})
     assert (f.kind, f.context["cause"], f.context["op"]) == (kind, cause, "lib::quant")
     assert f.evidence["user_frame"]["line"] == 30  # the fake's own line, where the fix goes
 
@@ -462,7 +463,7 @@ def test_only_the_call_site_tells_torchs_own_c_builtins_from_an_extension(builti
     reason = ("Attempted to call function marked as skipped\n  Explanation: Dynamo does not know how to trace the "
               f"builtin `{builtin}.` This function is either a Python builtin (e.g. _warnings.warn) or a third-party "
               "C/C++ Python extension (perhaps created with pybind).\n")
-    b = classify.classify_break({"reason": reason, "gb_type": "Attempted to call function marked as skipped",
+    b = detect.classify_break({"reason": reason, "gb_type": "Attempted to call function marked as skipped",
                                  "file": "/p/model.py", "line": 7, **raw})
     assert b.kind == kind
 
@@ -472,7 +473,7 @@ def test_a_range_constraint_violation_is_not_called_a_specialization():
     message = ("Constraints violated (batch)! For more information, run with TORCH_LOGS=\"+dynamic\".\n  - Not all "
                "values of batch = L['x'].size()[0] in the specified range batch <= 16 satisfy the generated guard "
                "L['x'].size()[0] <= 8.\n")
-    f = classify.classify_error("export", {"type": "torch.fx.experimental.symbolic_shapes.ConstraintViolationError",
+    f = detect.classify_error("export", {"type": "torch.fx.experimental.symbolic_shapes.ConstraintViolationError",
                                            "message": message, "phase": "forward"})
     assert (f.kind, f.context["cause"], f.context["source"]) == ("dynamic-shape", "constraint", "batch")
     assert "?" not in f.summary and "Dim(min=" in taxonomy.fix_text(f)
@@ -483,7 +484,7 @@ def test_a_module_backward_hook_is_named_as_such_under_a_transform():
                "override the setup_context staticmethod.")
     tb = ('  File "/x/site-packages/torch/utils/hooks.py", line 120, in setup_input_hook\n'
           '    res, input_idx = self._apply_on_tensors(fn, args)\n')
-    f = classify.transform_error_finding("vmap", {"type": "RuntimeError", "message": message, "phase": "backward",
+    f = payloads.transform_error_finding("vmap", {"type": "RuntimeError", "message": message, "phase": "backward",
                                                   "transform": "grad", "traceback": tb})
     assert (f.kind, f.context["cause"]) == ("functorch-incompatible", "module_hook")
     assert "register_full_backward_hook" in taxonomy.fix_text(f)
@@ -495,9 +496,9 @@ def test_torch_func_frames_in_a_compiled_runs_traceback_are_not_a_transform():
           '_flat_vmap\n  File "/p/model.py", line 9, in f\n')
     raw = {"type": "RuntimeError", "message": "Cannot access data pointer of Tensor that doesn't have storage",
            "phase": "forward", "traceback": tb}
-    assert classify.classify_error("inductor", raw).kind != "functorch-incompatible"
-    assert classify.classify_error("eager", raw).kind == "functorch-incompatible"
-    assert classify.transform_in_traceback({"traceback": tb.replace("_flat_vmap", "grad_impl")}) == "grad"
+    assert detect.classify_error("inductor", raw).kind != "functorch-incompatible"
+    assert detect.classify_error("eager", raw).kind == "functorch-incompatible"
+    assert detect.transform_in_traceback({"traceback": tb.replace("_flat_vmap", "grad_impl")}) == "grad"
 
 
 # a break Dynamo placed in compiled autograd's generated graph (bitsandbytes' Linear4bit on torch 2.13.0)
@@ -508,29 +509,29 @@ _OBSERVED = ("Observed exception\n  Explanation: Dynamo found no exception handl
 
 def test_a_break_in_generated_code_is_not_called_the_users_line():
     import torch
-    from tracecheck import capture
+    from tracecheck.evidence import frames
 
     torch_file = torch.__file__.replace("__init__.py", "_dynamo/compiled_autograd.py")
     stack = (f'  File "{torch_file}", line 1242, in runtime_wrapper\n    out = compiled_fn(\n'
              '  File "<eval_with_key>.9", line 24, in forward\n    aot0_primals_5 = call_aot_bwd_prologue[2]\n')
-    assert capture._caller_outside_torch("<eval_with_key>.9", stack) is None
-    b = classify.classify_break({"reason": _OBSERVED, "gb_type": "Observed exception", "file": "<eval_with_key>.9",
+    assert frames.caller_outside_torch("<eval_with_key>.9", stack) is None
+    b = detect.classify_break({"reason": _OBSERVED, "gb_type": "Observed exception", "file": "<eval_with_key>.9",
                                  "line": 24, "code": "aot0_primals_5 = call_aot_bwd_prologue[2]"})
-    f = classify.break_finding(b)
+    f = detect.break_finding(b)
     assert f.evidence["user_frame"] is None
     assert f.evidence["generated_frame"] == {"file": "<eval_with_key>.9", "line": 24,
                                              "code": "aot0_primals_5 = call_aot_bwd_prologue[2]"}
 
 
 def test_a_break_in_generated_code_names_the_library_line_under_it():
-    from tracecheck import capture
+    from tracecheck.evidence import frames
 
     lib = "/opt/venv/lib/python3.11/site-packages/qlib/functional.py"
     stack = ('  File "<eval_with_key>.9", line 24, in forward\n    x = call_backward(...)\n'
              f'  File "{lib}", line 88, in backward\n    return dequant(ctx.q) @ g\n')
-    caller = capture._caller_outside_torch("<eval_with_key>.9", stack)
+    caller = frames.caller_outside_torch("<eval_with_key>.9", stack)
     assert (caller["file"], caller["line"], caller["code"]) == (lib, 88, "return dequant(ctx.q) @ g")
-    f = classify.break_finding(classify.classify_break({"reason": _OBSERVED, "gb_type": "Observed exception",
+    f = detect.break_finding(detect.classify_break({"reason": _OBSERVED, "gb_type": "Observed exception",
                                                         "file": "<eval_with_key>.9", "line": 24, "caller": caller}))
     assert f.evidence["user_frame"]["line"] == 88 and "generated_frame" not in f.evidence
 
@@ -544,20 +545,20 @@ def _gb4315(got: str) -> str:
 
 
 def test_a_graph_break_on_a_fake_that_raised_is_the_fakes_fault():
-    b = classify.classify_break({"reason": _gb4315("AssertionError('quant expects (B, S, C)')"),
+    b = detect.classify_break({"reason": _gb4315("AssertionError('quant expects (B, S, C)')"),
                                  "gb_type": "RuntimeError when making fake tensor call", "file": "m.py", "line": 17})
     assert (b.kind, b.context["cause"], b.context["op"]) == ("fake-mismatch", "raises", "lib27::quant")
-    assert "quant expects (B, S, C)" in classify.break_finding(b).summary
+    assert "quant expects (B, S, C)" in detect.break_finding(b).summary
 
 
 def test_a_graph_break_on_a_data_dependent_fake_is_not_called_a_raising_fake():
-    b = classify.classify_break({"reason": _gb4315("DataDependentOutputException(aten._local_scalar_dense.default)"),
+    b = detect.classify_break({"reason": _gb4315("DataDependentOutputException(aten._local_scalar_dense.default)"),
                                  "gb_type": "RuntimeError when making fake tensor call", "file": "m.py", "line": 17})
     assert b.kind != "fake-mismatch"
 
 
 def test_a_graph_break_on_torchs_own_op_is_not_a_custom_fake():
     reason = _gb4315("RuntimeError('bad group')").replace("lib27.quant.default", "_c10d_functional.all_reduce.default")
-    b = classify.classify_break({"reason": reason, "gb_type": "RuntimeError when making fake tensor call",
+    b = detect.classify_break({"reason": reason, "gb_type": "RuntimeError when making fake tensor call",
                                  "file": "m.py", "line": 17})
     assert b.kind != "fake-mismatch"

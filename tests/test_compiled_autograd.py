@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tracecheck import capture, compat, results
+from tracecheck import compat
+from tracecheck.classify import results
+from tracecheck.evidence import tracelog
 from tracecheck.stages import _compiled_autograd as ca_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -582,15 +584,15 @@ CA_2_13 = ("!2: Cache miss due to new autograd node: CompiledFunctionBackward (N
 
 
 def test_reason_parsing():
-    assert capture._payload_list(DYNAMO_2_13) == [DYNAMO_2_13]  # a single reason comes unencoded
-    assert capture._payload_list(json.dumps([CA_2_13, "x"])) == [CA_2_13, "x"]
-    assert capture._clean(CA_2_13).startswith("Cache miss due to new autograd node: CompiledFunctionBackward")
-    assert capture._clean(DYNAMO_2_13).startswith("self.step == 1  # self.step += 1")
-    frame = capture._guard_user_frame(DYNAMO_2_13)
+    assert tracelog._payload_list(DYNAMO_2_13) == [DYNAMO_2_13]  # a single reason comes unencoded
+    assert tracelog._payload_list(json.dumps([CA_2_13, "x"])) == [CA_2_13, "x"]
+    assert tracelog._clean(CA_2_13).startswith("Cache miss due to new autograd node: CompiledFunctionBackward")
+    assert tracelog._clean(DYNAMO_2_13).startswith("self.step == 1  # self.step += 1")
+    frame = tracelog._guard_user_frame(DYNAMO_2_13)
     assert frame == {"file": "/work/shared/cases/24_ca_step_counter_new_node.py", "line": 25,
                      "function": "forward", "code": "self.step += 1"}
     older = DYNAMO_2_13.split("\nUser stack trace:")[0]  # no user stack: the guard's own comment
-    assert capture._guard_user_frame(older)["line"] == 25
+    assert tracelog._guard_user_frame(older)["line"] == 25
 
 
 def _rec(step, source="compiled_autograd", reason=None):
@@ -651,7 +653,7 @@ def _refuses_backward_graphs(gm, example_inputs):
 
 
 def _linear_case():
-    from tracecheck.probe import Case
+    from tracecheck.model.probe import Case
 
     torch.manual_seed(0)
     lin = torch.nn.Linear(8, 4)

@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-from tracecheck import Case, discover, probe
-from tracecheck.exitcodes import UsageError
-from tracecheck.probe import ProbeShapeError, to_case
+from tracecheck import Case, probe
+from tracecheck.collect import casemaker, loadfile, locate
+from tracecheck.model.exitcodes import UsageError
+from tracecheck.model.probe import ProbeShapeError, to_case
 
 
 def test_directory_skips_packages_hidden_and_init(tmp_path):
@@ -17,16 +18,16 @@ def test_directory_skips_packages_hidden_and_init(tmp_path):
     (tmp_path / ".hidden").mkdir()
     (tmp_path / ".hidden" / "x.py").write_text("")
     (tmp_path / "conftest.py").write_text("")
-    found = [p.replace(str(tmp_path), "") for p in discover.find_files([str(tmp_path)])]
+    found = [p.replace(str(tmp_path), "") for p in locate.find_files([str(tmp_path)])]
     assert found == ["/model_a.py", "/sub/model_b.py"]
 
 
 def test_missing_path_and_non_python_file(tmp_path):
     with pytest.raises(UsageError, match="no such file"):
-        discover.find_files([str(tmp_path / "missing.py")])
+        locate.find_files([str(tmp_path / "missing.py")])
     (tmp_path / "notes.txt").write_text("")
     with pytest.raises(UsageError, match="not a Python file"):
-        discover.find_files([str(tmp_path / "notes.txt")])
+        locate.find_files([str(tmp_path / "notes.txt")])
 
 
 def test_probes_in_source_order_and_only_own(tmp_path):
@@ -38,16 +39,16 @@ def test_probes_in_source_order_and_only_own(tmp_path):
         "def probe():\n    pass\n"
         "def not_a_probe():\n    pass\n"
         "class probe_class:\n    pass\n")
-    module = discover.load_module(str(tmp_path / "m.py"))  # the folder goes on sys.path: helper_mod imports
-    assert [n for n, _ in discover.find_probes(module)] == ["probe_z", "custom_name", "probe"]
+    module = loadfile.load_module(str(tmp_path / "m.py"))  # the folder goes on sys.path: helper_mod imports
+    assert [n for n, _ in loadfile.find_probes(module)] == ["probe_z", "custom_name", "probe"]
 
 
 def test_module_name_for_digit_files_and_shadowing_names():
-    assert discover.module_name_for("/x/01_case.py") == "tc_model_01_case"
-    assert discover.module_name_for("/x/tc_unlikely_model_name.py") == "tc_unlikely_model_name"
+    assert loadfile.module_name_for("/x/01_case.py") == "tc_model_01_case"
+    assert loadfile.module_name_for("/x/tc_unlikely_model_name.py") == "tc_unlikely_model_name"
     # a model file must never replace a real module in sys.modules
-    assert discover.module_name_for("/x/random.py") == "tc_model_random"
-    assert discover.module_name_for("/x/torch.py") == "tc_model_torch"
+    assert loadfile.module_name_for("/x/random.py") == "tc_model_random"
+    assert loadfile.module_name_for("/x/torch.py") == "tc_model_torch"
 
 
 @pytest.mark.parametrize("expr, expected", [
@@ -55,12 +56,12 @@ def test_module_name_for_digit_files_and_shadowing_names():
     ("broken or mhc", True), ("not (fixed or x)", False), (None, True),
 ])
 def test_k_expression(expr, expected):
-    assert discover.matches(expr, "probes/mhc_probes.py::probe_model_fixed") is expected
+    assert loadfile.matches(expr, "probes/mhc_probes.py::probe_model_fixed") is expected
 
 
 def test_k_expression_malformed():
     with pytest.raises(UsageError):
-        discover.matches("fixed and", "a::b")
+        loadfile.matches("fixed and", "a::b")
 
 
 def test_to_case_forms():
@@ -80,7 +81,7 @@ def test_probe_decorator_marks():
     def p():
         return None
 
-    from tracecheck.probe import is_marked
+    from tracecheck.model.probe import is_marked
 
     assert is_marked(p)
 
@@ -91,14 +92,14 @@ def test_rootdir_is_the_nearest_marked_folder_above_the_paths(tmp_path):
     a = tmp_path / "proj" / "models" / "a.py"
     b = tmp_path / "proj" / "models" / "sub" / "b.py"
     a.write_text(""), b.write_text("")
-    assert discover.rootdir([str(a)]) == str(tmp_path / "proj")
-    assert discover.rootdir([str(a), str(b)]) == str(tmp_path / "proj")
-    assert discover.probe_id(str(b), "probe_x", str(tmp_path / "proj")) == "models/sub/b.py::probe_x"
+    assert locate.rootdir([str(a)]) == str(tmp_path / "proj")
+    assert locate.rootdir([str(a), str(b)]) == str(tmp_path / "proj")
+    assert locate.probe_id(str(b), "probe_x", str(tmp_path / "proj")) == "models/sub/b.py::probe_x"
     for marker in ("setup.cfg", "tox.ini", ".git"):
         other = tmp_path / f"other_{marker.strip('.')}"
         (other / "m").mkdir(parents=True)
         (other / marker).mkdir() if marker == ".git" else (other / marker).write_text("")
-        assert discover.rootdir([str(other / "m")]) == str(other), marker
+        assert locate.rootdir([str(other / "m")]) == str(other), marker
 
 
 def test_rootdir_without_markers_is_the_common_ancestor(tmp_path, monkeypatch):
@@ -106,23 +107,23 @@ def test_rootdir_without_markers_is_the_common_ancestor(tmp_path, monkeypatch):
     (tmp_path / "x" / "two").mkdir()
     f1, f2 = tmp_path / "x" / "one" / "m.py", tmp_path / "x" / "two" / "n.py"
     f1.write_text(""), f2.write_text("")
-    monkeypatch.setattr(discover, "ROOT_MARKERS", ("no-such-marker-anywhere",))  # /tmp's parents may hold one
-    assert discover.rootdir([str(f1), str(f2)]) == str(tmp_path / "x")
-    assert discover.rootdir([str(f1)]) == str(tmp_path / "x" / "one")
+    monkeypatch.setattr(locate, "ROOT_MARKERS", ("no-such-marker-anywhere",))  # /tmp's parents may hold one
+    assert locate.rootdir([str(f1), str(f2)]) == str(tmp_path / "x")
+    assert locate.rootdir([str(f1)]) == str(tmp_path / "x" / "one")
 
 
 def test_rootdir_does_not_depend_on_the_current_directory(tmp_path, monkeypatch):
     (tmp_path / "proj" / "models").mkdir(parents=True)
     (tmp_path / "proj" / ".git").mkdir()
     monkeypatch.chdir(tmp_path / "proj")
-    from_root = discover.rootdir(["models"])
+    from_root = locate.rootdir(["models"])
     monkeypatch.chdir(tmp_path / "proj" / "models")
-    assert discover.rootdir(["."]) == from_root == str(tmp_path / "proj")
+    assert locate.rootdir(["."]) == from_root == str(tmp_path / "proj")
 
 
 def test_non_leaf_inputs_that_require_grad_become_leaves():
     x = torch.randn(2, 3, requires_grad=True) * 2
-    case = discover.as_leaves(Case(torch.sin, (x, torch.ones(1))))
+    case = casemaker.as_leaves(Case(torch.sin, (x, torch.ones(1))))
     assert case.args[0].is_leaf and case.args[0].requires_grad and torch.equal(case.args[0], x)
     assert case.args[1] is not None and not case.args[1].requires_grad
 
@@ -140,7 +141,7 @@ def test_a_module_level_model_starts_every_run_from_the_same_state(tmp_path):
         "MODEL = Step()\n"
         "def probe():\n"
         "    return MODEL, (torch.ones(2),)\n")
-    make = discover.case_factory(str(tmp_path / "stateful.py"), "probe")
+    make = casemaker.case_factory(str(tmp_path / "stateful.py"), "probe")
     firsts = []
     for _ in range(3):
         case = make()
@@ -156,9 +157,9 @@ def test_rootdir_through_a_symlinked_current_directory(tmp_path, monkeypatch):
     (tmp_path / "proj" / "linked").symlink_to(tmp_path / "ext" / "real")
     monkeypatch.chdir(tmp_path / "proj")
     monkeypatch.setenv("PWD", str(tmp_path / "proj"))
-    root_a = discover.rootdir(["linked/m.py"])
+    root_a = locate.rootdir(["linked/m.py"])
     monkeypatch.chdir(tmp_path / "proj" / "linked")
     monkeypatch.setenv("PWD", str(tmp_path / "proj" / "linked"))
-    root_b = discover.rootdir(["m.py"])
+    root_b = locate.rootdir(["m.py"])
     assert root_a == root_b == str(tmp_path / "proj")
-    assert discover.probe_id(discover.absolute("m.py"), "p", root_b) == "linked/m.py::p"
+    assert locate.probe_id(locate.absolute("m.py"), "p", root_b) == "linked/m.py::p"

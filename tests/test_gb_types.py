@@ -1,4 +1,4 @@
-"""The gb_type table (tracecheck/gb_types.json): every gb_type of the installed torch's graph-break registry has a
+"""The gb_type table (tracecheck/model/gb_types.json): every gb_type of the installed torch's graph-break registry has a
 kind, once; the classifier labels a bare graph break of that gb_type with it; docs/gb-types.md is the table."""
 import json
 import os
@@ -6,7 +6,8 @@ from collections import Counter
 
 import torch
 
-from tracecheck import classify, taxonomy
+from tracecheck.model import taxonomy
+from tracecheck.classify import detect
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,7 +22,7 @@ def test_every_gb_type_of_the_installed_registry_has_exactly_one_kind():
     listed = Counter(t for types in taxonomy.gb_table().values() for t in types)
     assert [t for t, n in listed.items() if n > 1] == []
     missing = sorted(_registry_gb_types() - set(listed))
-    assert missing == [], f"gb_types of torch {torch.__version__} missing from tracecheck/gb_types.json: {missing}"
+    assert missing == [], f"gb_types of torch {torch.__version__} missing from tracecheck/model/gb_types.json: {missing}"
     assert set(taxonomy.gb_table()) <= taxonomy.ids()
 
 
@@ -34,7 +35,7 @@ def test_the_table_decides_a_bare_graph_break():
                           "Unsupported method call": "graph-break",
                           "Attempted to call function marked as skipped": "graph-break",
                           "a gb_type of a future torch": "graph-break"}.items():
-        b = classify.classify_break({"reason": f"{gb_type}\n  Explanation: (none)\n"})
+        b = detect.classify_break({"reason": f"{gb_type}\n  Explanation: (none)\n"})
         assert (b.gb_type, b.kind) == (gb_type, kind)
 
 
@@ -66,9 +67,9 @@ def test_the_docs_page_lists_gb_types_under_the_kind_they_get():
     # every gb_type of the installed torch is on the page once, and the classifier agrees with the page
     listed = Counter(t for types in sections.values() for t in types)
     assert [t for t, n in listed.items() if n > 1] == []
-    assert _registry_gb_types() - set(listed) == set(), "regenerate: python -m tracecheck.taxonomy > docs/gb-types.md"
+    assert _registry_gb_types() - set(listed) == set(), "regenerate: python -m tracecheck.model.taxonomy > docs/gb-types.md"
     # the page is the table (regenerated with it), and the classifier gives every gb_type on it the page's kind
-    assert sections == taxonomy.gb_table(), "regenerate: python -m tracecheck.taxonomy > docs/gb-types.md"
+    assert sections == taxonomy.gb_table(), "regenerate: python -m tracecheck.model.taxonomy > docs/gb-types.md"
     for kind, types in sections.items():
         for gb_type in types:
-            assert classify.classify_break({"reason": f"{gb_type}\n  Explanation: (none)\n"}).kind == kind, gb_type
+            assert detect.classify_break({"reason": f"{gb_type}\n  Explanation: (none)\n"}).kind == kind, gb_type

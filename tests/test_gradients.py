@@ -3,8 +3,8 @@ hand (no compile: fast)."""
 import pytest
 import torch
 
-from tracecheck import batch
-from tracecheck.gradients import Call, check_call, confirmed, directional
+from tracecheck.stages import _batch as batch
+from tracecheck.stages._gradients import Call, check_call, confirmed, directional
 
 
 class Cube(torch.autograd.Function):

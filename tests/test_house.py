@@ -1,6 +1,7 @@
 """The house rules, checked: no import cycle in tracecheck/, one registry of stages, and every stage has its
 module, its docs and a place in the CLI. Reads the source with ``ast``; imports inside functions count."""
 import ast
+import re
 from pathlib import Path
 
 from tracecheck import stages
@@ -103,7 +104,7 @@ def _kinds_made_by_code() -> dict[str, list[str]]:
     """The kinds the code makes or tests, as ``K.NAME`` (taxonomy's constants) or as string literals: the first
     argument of Finding(...)/GraphBreak(...), the first element of a returned tuple in classify's rules, values
     assigned to a ``kind`` variable, and values compared with ``.kind``."""
-    from tracecheck import taxonomy
+    from tracecheck.model import taxonomy
 
     found: dict[str, list[str]] = {}
 
@@ -135,7 +136,7 @@ def _kinds_made_by_code() -> dict[str, list[str]]:
 
 
 def test_kinds_json_docs_readme_and_code_name_the_same_kinds():
-    from tracecheck import taxonomy
+    from tracecheck.model import taxonomy
 
     ids = set(taxonomy.ids())
     pages = {p.stem for p in (PKG.parent / "docs" / "failures").glob("*.md")} - {"README"}
@@ -155,7 +156,7 @@ def test_kinds_json_docs_readme_and_code_name_the_same_kinds():
 def test_a_finding_of_an_unknown_kind_is_refused():
     import pytest
 
-    from tracecheck.report import Finding
+    from tracecheck.model.report import Finding
 
     with pytest.raises(ValueError, match="missing_fake"):
         Finding("missing_fake", "typo of missing-fake")
@@ -234,7 +235,7 @@ def _kind_literals(source: str) -> list[str]:
     """Kind ids written as string literals where code means a kind: the first argument of Finding/GraphBreak, a
     value compared with ``.kind``, assigned to a ``kind`` variable, returned by a classify rule, or a key of a dict
     whose other keys are kinds. (A torch version that reads "unknown" is not a kind.)"""
-    from tracecheck import taxonomy
+    from tracecheck.model import taxonomy
 
     ids = taxonomy.ids()
     found = []
@@ -258,7 +259,7 @@ def _kind_literals(source: str) -> list[str]:
 
 
 def test_code_names_kinds_through_the_registry_only():
-    from tracecheck import taxonomy
+    from tracecheck.model import taxonomy
 
     constants = {v for k, v in vars(taxonomy.K).items() if k.isupper()}
     assert constants == set(taxonomy.ids())  # one constant per kinds.json id, none extra
@@ -269,8 +270,8 @@ def test_code_names_kinds_through_the_registry_only():
 
 
 def test_facts_about_kinds_are_in_their_registry_entries():
-    from tracecheck import taxonomy
-    from tracecheck.taxonomy import K
+    from tracecheck.model import taxonomy
+    from tracecheck.model.taxonomy import K
 
     # hand-written: what the pipeline asks of the registry
     assert {K.MISSING_FAKE, K.FAKE_MISMATCH, K.OP_REDEFINED, K.PYBIND_BUILTIN} <= taxonomy.root_cause_ids()
@@ -282,43 +283,46 @@ def test_facts_about_kinds_are_in_their_registry_entries():
     assert "setup_context" in taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause
 
 
-#: the pipeline's layers, each module in one (the package is flat; these are the folders it will move into), and the
-#: layers each may import besides its own: render → classify → model, and stages/evidence → model, never back
-LAYERS = {
-    "model": {"exitcodes", "protocol", "records", "probe", "wording", "taxonomy", "report", "targets", "reportio"},
-    "torch": {"compat", "environment"},
-    "evidence": {"capture", "oprecorder", "reachable", "batch"},
-    "stages": {"stages", "stages.*", "numerics", "gradients"},
-    "classify": {"classify", "results"},
-    "collect": {"discover"},
-    "isolate": {"runner", "template", "worker", "preload"},
-    "render": {"render", "render.*"},  # render.fix draws tracecheck fix's outcome: app (below)
-    "gate": {"baseline", "shards", "pytest_plugin"},
-    "app": {"tracecheck", "__main__", "api", "cli", "fix", "fix.*", "render.fix"},
-}
+#: the pipeline's steps are the package's folders: a module's layer is its folder. The top-level modules are the
+#: torch boundary (compat, environment) and the application that drives the pipeline (api, cli). Each layer may
+#: import its own and the layers listed: render → classify → model, stages/evidence → model, never back
+FOLDERS = ("model", "evidence", "stages", "classify", "collect", "isolate", "render", "gate", "fix")
+TOP_LEVEL = {"compat": "torch", "environment": "torch", "api": "app", "cli": "app", "__main__": "app",
+             "tracecheck": "app"}
+#: render.fix draws ``tracecheck fix``'s outcome: it belongs to the fix command (app), not to the report renderers
+APP_MODULES = {"render.fix"}
 MAY_IMPORT = {
     "model": set(),
     "torch": {"model"},
     "evidence": {"model", "torch"},
     "stages": {"evidence", "model", "torch"},
-    "classify": {"model"},
+    "classify": {"evidence", "model"},  # torch's wording (evidence/wording.py), never a capture
     "collect": {"evidence", "classify", "model", "torch"},
     "isolate": {"collect", "stages", "evidence", "model", "torch"},
     "render": {"gate", "stages", "classify", "model", "torch"},  # the stage registry, and a baseline's comparison
     "gate": {"stages", "evidence", "classify", "model", "torch"},
-    "app": set(LAYERS),
+    "fix": {"isolate", "collect", "stages", "evidence", "classify", "model", "torch", "app"},
+    "app": set(FOLDERS) | {"torch", "model"},
 }
 
 
 def _layer(module: str) -> str:
     name = module.removeprefix("tracecheck.") if module != "tracecheck" else "tracecheck"
-    exact = [layer for layer, members in LAYERS.items() if name in members]
-    if exact:
-        return exact[-1]  # render.fix is named by app, after render's wildcard
-    for layer, members in LAYERS.items():
-        if name in members or any(m.endswith(".*") and name.startswith(m[:-1]) for m in members):
-            return layer
-    raise AssertionError(f"{module} is in no layer of tests/test_house.py's LAYERS: put it in one")
+    if name in APP_MODULES:
+        return "app"
+    if name in TOP_LEVEL:
+        return TOP_LEVEL[name]
+    folder = name.split(".")[0]
+    if folder in FOLDERS and "." in name or name in FOLDERS:
+        return folder
+    raise AssertionError(f"tracecheck.{name} is a top-level module outside the pipeline's folders: move it into "
+                         f"one ({', '.join(FOLDERS)}) or name its layer in tests/test_house.py")
+
+
+def test_the_folders_are_the_layers():
+    top = sorted(p.stem for p in PKG.glob("*.py"))
+    assert set(top) == {"__init__", *TOP_LEVEL} - {"tracecheck"}
+    assert sorted(p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()) == sorted(FOLDERS)
 
 
 def test_imports_run_down_the_pipeline():
@@ -333,7 +337,15 @@ def test_imports_run_down_the_pipeline():
 
 
 def test_the_direction_check_sees_a_wrong_import():
-    graph = {"tracecheck.report": {"tracecheck.render.markdown"}}
+    graph = {"tracecheck.model.report": {"tracecheck.render.markdown"}}
     assert _layer("tracecheck.render.markdown") == "render"
-    assert "render" not in MAY_IMPORT[_layer("tracecheck.report")]
-    assert any(_layer(t) not in MAY_IMPORT["model"] for t in graph["tracecheck.report"])
+    assert "render" not in MAY_IMPORT[_layer("tracecheck.model.report")]
+    assert any(_layer(t) not in MAY_IMPORT["model"] for t in graph["tracecheck.model.report"])
+
+
+def test_a_user_frame_is_read_as_a_frame():
+    """``Frame.from_dict`` / ``Finding.user_frame`` (tracecheck/model/frame.py), never the dict's keys."""
+    readers = [f"{p.relative_to(PKG)}:{n}" for p in PKG.rglob("*.py")
+               for n, line in enumerate(p.read_text().splitlines(), 1)
+               if re.search(r"""get\(["']user_frame["']\) or \{\}""", line)]
+    assert readers == []

@@ -2,7 +2,7 @@
 import xml.etree.ElementTree as ET
 
 from report_factory import mixed_status_report, small_report
-from tracecheck import baseline
+from tracecheck.gate import baseline
 from tracecheck.render import junit
 
 #: Attributes the common JUnit schema (Jenkins junit.xsd, GitLab, GitHub test reporters) requires.
@@ -87,7 +87,7 @@ def test_a_missing_probe_becomes_a_failing_testcase():
 
 
 def test_a_pass_with_advice_is_a_passing_testcase_that_says_so():
-    from tracecheck.report import PASS, Finding
+    from tracecheck.model.report import PASS, Finding
 
     r = small_report()
     s = r.probes[0].stages["aot_eager"]

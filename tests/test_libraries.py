@@ -111,7 +111,7 @@ def test_tracecheck_fix_is_offered_only_where_it_generates_code():
     """``tracecheck fix`` rewrites a pybind11 call inside an autograd.Function into custom ops; a direct call it
     cannot rewrite (it answers "no code fix generated"), so the next steps point to the kind's page instead."""
     from tracecheck.render import terminal
-    from tracecheck.report import FAIL, PASS, Finding, ProbeReport, RunReport, StageResult
+    from tracecheck.model.report import FAIL, PASS, Finding, ProbeReport, RunReport, StageResult
 
     def report(in_function: bool) -> RunReport:
         ctx = {"builtin": "ext.fwd", "pybind11": True, **({"in_autograd_function": True} if in_function else {})}
@@ -129,7 +129,7 @@ def test_tracecheck_fix_is_offered_only_where_it_generates_code():
 
 
 def test_a_fake_that_asserts_inside_an_installed_package_is_still_the_fakes(tracecheck, tmp_path):
-    """Kernel libraries live in site-packages: the fake's own frame there is what capture.fake_impl_raised looks for."""
+    """Kernel libraries live in site-packages: the fake's own frame there is what exceptions.fake_impl_raised looks for."""
     pkg = tmp_path / "site-packages" / "libfake27"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(FAKE_ASSERTS.replace("lib27::", "libfake27::").replace(
@@ -144,15 +144,15 @@ def test_a_fake_that_asserts_inside_an_installed_package_is_still_the_fakes(trac
 
 
 def test_a_parser_failure_is_raised_once_and_cleared():
-    from tracecheck import capture
+    from tracecheck.evidence import parsers
 
     try:
         raise ValueError("a record the parser did not expect")
     except ValueError:
-        capture.parser_failed()
-    with pytest.raises(capture.ParserError, match="(?s)failed 1 time.*a record the parser did not expect"):
-        capture.check_parsers()
-    capture.check_parsers()  # cleared: the next task starts clean
+        parsers.parser_failed()
+    with pytest.raises(parsers.ParserError, match="(?s)failed 1 time.*a record the parser did not expect"):
+        parsers.check_parsers()
+    parsers.check_parsers()  # cleared: the next task starts clean
 
 
 INSIDE_FUNCTION = '''

@@ -7,7 +7,7 @@ from report_factory import ROOT, break_finding, probe, small_report
 from tracecheck import environment
 from tracecheck.render import markdown
 from tracecheck.render.paths import PathScrubber
-from tracecheck.report import FAIL, RunReport, StageResult
+from tracecheck.model.report import FAIL, RunReport, StageResult
 
 LIMIT = 65536
 
@@ -228,7 +228,7 @@ def test_redaction_of_path_shapes(path, expected):
 
 def test_a_root_cause_seen_by_several_probes_is_written_once():
     from report_factory import missing_fake
-    from tracecheck.report import FAIL, StageResult
+    from tracecheck.model.report import FAIL, StageResult
 
     def bad(name):
         f = missing_fake(f"{ROOT}/ops.py", 9)  # the same op, at the same frame, for both probes
@@ -267,7 +267,7 @@ def test_attachment_tracebacks_keep_user_frames_and_the_raise():
 
 
 def test_crashes_in_two_probes_stay_two_root_causes():
-    from tracecheck.report import CRASH, Finding
+    from tracecheck.model.report import CRASH, Finding
 
     def crashed(name, why):
         f = Finding("crash", f"The eager stage {why}.", {}, {"cause": why, "stderr_tail": f"tail of {name}"})
@@ -296,7 +296,7 @@ def test_probes_are_named_by_file_and_probe_when_the_report_holds_two_files():
 
 
 def _unknown(exc: str, message: str) -> "Finding":
-    from tracecheck.report import Finding
+    from tracecheck.model.report import Finding
 
     return Finding("unknown", "tracecheck could not classify this failure.", {},
                    {"exception_type": exc, "exception_chain": [exc], "message": message,
@@ -309,7 +309,7 @@ def many_probes_report(n: int = 36):
     fake at its own line (fullgraph), a frameless ``unknown`` of its own at export and another at
     compiled_autograd, and an opaque-op advice; long messages and tracebacks, as real libraries give."""
     from report_factory import missing_fake
-    from tracecheck.report import Finding
+    from tracecheck.model.report import Finding
 
     probes = []
     for i in range(n):
@@ -364,7 +364,6 @@ def test_36_probes_keep_every_root_cause_and_cut_detail_first():
 
 
 def test_two_frameless_unknowns_of_one_type_are_told_apart_by_their_message():
-    from tracecheck.report import Finding
 
     a = _unknown("RuntimeError", "first failure at 0x7f00aa")
     a2 = _unknown("RuntimeError", "first failure at 0x7f00bb")  # the same error, another address

@@ -1,10 +1,10 @@
-"""The stage record (tracecheck/records.py): the one contract between the stages and the classifier."""
+"""The stage record (tracecheck/model/records.py): the one contract between the stages and the classifier."""
 from pathlib import Path
 
 import pytest
 
-from tracecheck import results
-from tracecheck.records import FIELDS, StageRecord
+from tracecheck.classify import results
+from tracecheck.model.records import FIELDS, StageRecord
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,20 @@ def test_breaks_not_written_are_not_a_count_of_zero():
 
 
 def test_every_field_says_what_it_holds():
-    lines = (REPO / "tracecheck" / "records.py").read_text().splitlines()
+    lines = (REPO / "tracecheck" / "model" / "records.py").read_text().splitlines()
     for name in FIELDS:  # the line above each field is its own "#:" comment
         i = next(i for i, ln in enumerate(lines) if ln.startswith(f"    {name}: "))
         assert lines[i - 1].strip().startswith("#:"), name
+
+
+def test_a_frame_reads_what_any_report_holds():
+    from tracecheck.model.frame import Frame
+    from tracecheck.model.report import Finding
+
+    assert Frame.from_dict(None) is None and Frame.from_dict({}) is None and Frame.from_dict({"file": ""}) is None
+    got = Frame.from_dict({"file": "m.py", "line": 7, "code": "y = ext.f(x)"})
+    assert (got.file, got.line, got.function, got.code, got.location) == ("m.py", 7, None, "y = ext.f(x)", "m.py:7")
+    assert Frame("m.py", 7, "forward", "y = ext.f(x)").to_dict() == \
+        {"file": "m.py", "line": 7, "function": "forward", "code": "y = ext.f(x)"}
+    f = Finding("unknown", "s", {}, {"user_frame": {"file": "m.py", "line": 7}})
+    assert f.user_frame == Frame("m.py", 7) and Finding("unknown", "s").user_frame is None

@@ -7,7 +7,7 @@ import pytest
 from rich.console import Console
 
 from tracecheck.render import terminal
-from tracecheck.report import FAIL, PASS, SKIP, Finding, ProbeReport, RunReport, StageResult
+from tracecheck.model.report import FAIL, PASS, SKIP, Finding, ProbeReport, RunReport, StageResult
 
 STAGES = ["eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck", "compiled_autograd"]
 

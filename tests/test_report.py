@@ -4,8 +4,8 @@ import json
 import pytest
 
 from tracecheck import stages
-from tracecheck.report import FAIL, PASS, SKIP, Finding, GraphBreak, ProbeReport, RunReport, StageResult
-from tracecheck.reportio import write_json_atomic
+from tracecheck.model.report import FAIL, PASS, SKIP, Finding, GraphBreak, ProbeReport, RunReport, StageResult
+from tracecheck.model.reportio import write_json_atomic
 
 
 def sample() -> RunReport:
@@ -68,7 +68,7 @@ def test_atomic_write(tmp_path):
 
 
 def test_same_op_seen_by_compile_and_opcheck_is_one_finding():
-    from tracecheck.report import group_findings
+    from tracecheck.model.report import group_findings
 
     compile_f = Finding("missing-fake", "s", {"op": "tc::myop"}, {"user_frame": {"file": "m.py", "line": 3}})
     opcheck_f = Finding("missing-fake", "s", {"op": "tc.myop.default"}, {"opcheck_test": "test_faketensor"})
@@ -82,7 +82,7 @@ def test_same_op_seen_by_compile_and_opcheck_is_one_finding():
 
 
 def test_crash_calling_a_redefined_op_is_op_redefined(tmp_path):
-    from tracecheck import results
+    from tracecheck.classify import results
 
     model = tmp_path / "m.py"
     model.write_text("def head(x):\n    return soft_clip(x, 5.0) * 0.5\n\ndef other(x):\n    return crashy(x)\n")
@@ -205,7 +205,7 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
 
 
 def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_line():
-    from tracecheck import results
+    from tracecheck.classify import results
 
     frame = {"user_frame": {"file": "/p/m.py", "line": 9}}
     by_line = Finding("data-dependent", "Control flow depends on data.", {}, dict(frame))
@@ -230,7 +230,7 @@ def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_l
 
 def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
     """Advice (taxonomy severity) does not fail a stage; --strict (results.apply_strict) makes it the failure."""
-    from tracecheck import results
+    from tracecheck.classify import results
     from tracecheck.render import markdown, tables, terminal
 
     raw = {"phases": ["forward", "backward"],

@@ -3,10 +3,10 @@ import functools
 
 import torch
 
-from tracecheck import numerics
-from tracecheck.numerics import TOLERANCES
-from tracecheck.probe import Case
-from tracecheck.reachable import trainable_parameters
+from tracecheck.stages import _numerics as numerics
+from tracecheck.stages._numerics import TOLERANCES
+from tracecheck.model.probe import Case
+from tracecheck.evidence.reachable import trainable_parameters
 from tracecheck.stages._execution import Execution, compare, execute, float64_run, needs_grad
 
 

@@ -10,10 +10,12 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
-from tracecheck import baseline, stages, targets
-from tracecheck.exitcodes import UsageError
+from tracecheck.gate import baseline
+from tracecheck import stages
+from tracecheck.model import targets
+from tracecheck.model.exitcodes import UsageError
 from tracecheck.render import junit, markdown, tables, terminal
-from tracecheck.report import FAIL, PASS, Finding, ProbeReport, RunReport, StageResult
+from tracecheck.model.report import FAIL, PASS, Finding, ProbeReport, RunReport, StageResult
 
 REFUSAL = Finding("functorch-incompatible", "torch.func.vmap refuses the probe.", {"cause": "setup_context"},
                   {"exception_type": "RuntimeError", "message": "it must override the setup_context staticmethod",
@@ -151,8 +153,8 @@ def test_a_compile_clean_old_style_function_passes_unless_func_is_required(trace
 
 def test_an_internal_error_of_a_target_not_required_exits_3_but_fails_no_probe():
     from tracecheck.cli import _exit_code
-    from tracecheck.exitcodes import ExitCode
-    from tracecheck.report import INTERNAL
+    from tracecheck.model.exitcodes import ExitCode
+    from tracecheck.model.report import INTERNAL
 
     r = _report(vmap_status=PASS)
     r.probes[0].stages["vmap"] = StageResult("vmap", INTERNAL, target="func", internal_error="Traceback ...\nKeyError: 'x'")
@@ -163,7 +165,7 @@ def test_an_internal_error_of_a_target_not_required_exits_3_but_fails_no_probe()
 
 
 def test_shards_of_different_require_do_not_merge_and_a_written_baseline_keeps_its_own_require(tmp_path):
-    from tracecheck import shards
+    from tracecheck.gate import shards
 
     other = _report(require=("compile", "func"))
     other.probes[0].id = "m.py::probe_2"

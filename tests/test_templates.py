@@ -1,5 +1,5 @@
 """A model file is imported once per run, in its template process, and each (probe, stage) process is forked
-from it (tracecheck/template.py); where that is unsafe or unwanted, each stage process imports it afresh.
+from it (tracecheck/isolate/template.py); where that is unsafe or unwanted, each stage process imports it afresh.
 Observed from outside: every import of the model file appends a line to a file the test reads."""
 import json
 import os
@@ -183,7 +183,7 @@ def test_the_fork_servers_preload_leaves_nothing_a_fork_cannot_copy():
         return subprocess.run([sys.executable, "-c", probe_state.format(extra=extra)], capture_output=True,
                               text=True, timeout=300, check=True).stdout.split("\n")[-2]
 
-    assert state("\nimport tracecheck.preload") == state("")  # native threads, torch threads
+    assert state("\nimport tracecheck.isolate.preload") == state("")  # native threads, torch threads
 
 
 def test_the_preloads_remembered_vector_isa_is_the_one_inductor_finds_itself(tmp_path):
@@ -201,11 +201,11 @@ def test_the_preloads_remembered_vector_isa_is_the_one_inductor_finds_itself(tmp
 
     plain = isas()
     assert plain.endswith(" None")
-    assert isas("import tracecheck.preload\n") == plain  # first start: probed, verdict written
+    assert isas("import tracecheck.isolate.preload\n") == plain  # first start: probed, verdict written
     memo = tmp_path / "tracecheck_vec_isa.json"
     (key, passed), = json.loads(memo.read_text()).items()
     assert str(passed) in plain
-    assert isas("import tracecheck.preload\n") == plain  # second start: from the verdict
+    assert isas("import tracecheck.isolate.preload\n") == plain  # second start: from the verdict
     if len(passed) > 1:  # a stale verdict (fewer ISAs than the flags allow) is not trusted
         memo.write_text(json.dumps({key: passed[-1:]}))
-        assert isas("import tracecheck.preload\n") == plain
+        assert isas("import tracecheck.isolate.preload\n") == plain

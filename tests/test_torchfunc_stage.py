@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tracecheck import taxonomy
+from tracecheck.model import taxonomy
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """tracecheck: Dynamo traceability diagnostics for PyTorch models and custom operators."""
-from .probe import Case, probe
+from .model.probe import Case, probe
 
 __version__ = "0.1.0"
 __all__ = ["Case", "probe", "__version__"]

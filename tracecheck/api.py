@@ -7,15 +7,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__, discover, environment, protocol, results, shards
-from .exitcodes import UsageError
-from .report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
-from .reportio import trace_subdir
+from . import __version__, environment
+from .isolate import protocol
+from .classify import results
+from .gate import shards
+from .collect import locate
+from .model.exitcodes import UsageError
+from .model.report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from .model.reportio import trace_subdir
 from .stages import STAGES, target_of
 from .stages import get as get_stage
 from .stages import order as stage_order
-from .runner import Outcome, Runner, Task, Template
-from .targets import DEFAULT_REQUIRE, Gate
+from .isolate.runner import Outcome, Runner, Task, Template
+from .model.targets import DEFAULT_REQUIRE, Gate
 
 @dataclass
 class RunOptions:
@@ -80,12 +84,12 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         theirs = [s for s in STAGES if target_of(s) in unchecked]
         raise UsageError(f"--require {','.join(unchecked)}: no stage of {'that target' if len(unchecked) == 1 else 'those targets'} "
                          f"is in --stages (add {', '.join(theirs)})")
-    paths, named = discover.split_node_ids(opts.paths)  # ``file.py::probe`` names one probe, as in pytest
-    files = discover.find_files(paths)
+    paths, named = locate.split_node_ids(opts.paths)  # ``file.py::probe`` names one probe, as in pytest
+    files = locate.find_files(paths)
     if not files:
         raise UsageError(f"{' '.join(opts.paths)}: no Python files found")
     device = environment.resolve_device(opts.device)
-    root = discover.rootdir(paths)
+    root = locate.rootdir(paths)
     progress.discovered(len(files))
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
@@ -159,7 +163,7 @@ def _stage_tasks(opts: RunOptions, files: list[str], probes: list[ProbeReport], 
     """One task per (probe, stage): a file's tasks together (its template can stop after them), the costliest
     stages first within it (a long stage started last would leave a core idle at the end)."""
     by_cost = sorted(stages, key=lambda s: -get_stage(s).cost)
-    return [Task((p.id, stage), {"op": "tracecheck.worker:run_stage", "file": p.file, "probe": p.name,
+    return [Task((p.id, stage), {"op": "tracecheck.isolate.worker:run_stage", "file": p.file, "probe": p.name,
                                  "stage": stage, "device": device, "trace_dir": _trace_dir(opts, p, stage),
                                  "options": _options(opts, stage)}, opts.timeout_s, template=templates.get(p.file))
             for f in files for stage in by_cost for p in probes
@@ -193,7 +197,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     """Load each file once (in parallel) and list its probes; unless ``fresh_imports``, each loading process
     stays up as the template its stage processes fork from. ``env_task`` runs beside them."""
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
-    tasks = [Task(f, {"op": "tracecheck.discover:inspect_file", "file": f, "select": opts.select,
+    tasks = [Task(f, {"op": "tracecheck.collect.survey:inspect_file", "file": f, "select": opts.select,
                       "only": [opts.only] if opts.only else named.get(f), "root": root}, timeout,
                   serve=not opts.fresh_imports and i < MAX_TEMPLATES) for i, f in enumerate(files)]
     found: dict[str, list[ProbeReport]] = {}
@@ -210,7 +214,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             continue
         path = outcome.task.key
         if outcome.message is None:  # the loading process hung or died (a probe function that never returns, say)
-            report = ProbeReport(id=discover.probe_id(path, IMPORT_PROBE, root), file=path, name=IMPORT_PROBE)
+            report = ProbeReport(id=locate.probe_id(path, IMPORT_PROBE, root), file=path, name=IMPORT_PROBE)
             load = results.died_result(LOAD_STAGE, f"loading the file {outcome.died}", outcome.timed_out,
                                        outcome.log_tail, round(outcome.seconds, 2))
             load.failure.evidence["phase"] = "setup"  # nothing of the file ran: no stage for it
@@ -229,7 +233,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
         for entry in res["probes"]:
             if entry.get("bad_shape"):
                 raise UsageError(entry["bad_shape"])
-            report = ProbeReport(id=discover.probe_id(path, entry["name"], root), file=path, name=entry["name"])
+            report = ProbeReport(id=locate.probe_id(path, entry["name"], root), file=path, name=entry["name"])
             load = results.load_result(entry)
             if load:
                 report.stages[LOAD_STAGE] = load
@@ -241,7 +245,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
         imported = not any(r.name == IMPORT_PROBE for r in reports)  # else its probes could not be listed
         if missing and imported and not opts.select:  # ``file.py::name`` asked for a probe the file lacks
             have = ", ".join(res.get("names") or []) or "none"
-            raise UsageError(f"{discover.probe_id(path, missing[0], root)}: no such probe in the file "
+            raise UsageError(f"{locate.probe_id(path, missing[0], root)}: no such probe in the file "
                              f"(its probes: {have})")
     probes = [p for f in files for p in found.get(f, [])]
     for path in empty if probes else ():  # with no probe at all, the usage error below says it once

@@ -12,13 +12,14 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from . import __version__, api, baseline, shards
-from .exitcodes import ExitCode, UsageError
+from . import __version__, api
+from .gate import baseline, shards
+from .model.exitcodes import ExitCode, UsageError
 from .render import annotations, diff, junit, markdown
-from .report import FAIL, PASS, StageResult
-from .reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
+from .model.report import FAIL, PASS, StageResult
+from .model.reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES
-from .targets import normalized, parse_require
+from .model.targets import normalized, parse_require
 
 EXIT_CODES_HELP = """\b
 Exit codes:

@@ -201,7 +201,7 @@ _FAKE_DISPATCH_FILE = "torch/_subclasses/fake_tensor.py"
 
 def fake_dispatch_op(frame: Any) -> Any:
     """The op a traceback frame of FakeTensorMode's dispatch was running (its ``func`` local), else None: how
-    capture.fake_impl_raised tells which op's fake impl raised."""
+    evidence/exceptions.fake_impl_raised tells which op's fake impl raised."""
     if not frame.f_code.co_filename.replace("\\", "/").endswith(_FAKE_DISPATCH_FILE):
         return None
     func = frame.f_locals.get("func")

@@ -11,7 +11,7 @@ import platform
 import sys
 from typing import Any
 
-from .exitcodes import UsageError
+from .model.exitcodes import UsageError
 
 
 def npu_status() -> dict[str, Any]:

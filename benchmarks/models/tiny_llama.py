@@ -1,7 +1,7 @@
 """A tiny random-weight ``transformers`` Llama in training mode, as a probe (configs only, no download).
 
 The real-model half of benchmarks/bench_run.py: importing ``transformers`` and building the model cost
-seconds, which is what a run pays per stage process unless the file is imported once (tracecheck/template.py).
+seconds, which is what a run pays per stage process unless the file is imported once (tracecheck/isolate/template.py).
 """
 import os
 

@@ -16,9 +16,12 @@ from typing import Any, Iterator
 
 import torch
 
-from .. import capture, classify, compat, discover
-from ..taxonomy import K
-from ..oprecorder import OpRecorder
+from .. import compat
+from ..classify import detect
+from ..collect import casemaker
+from ..evidence import exceptions
+from ..model.taxonomy import K
+from ..evidence.oprecorder import OpRecorder
 from ..stages import _execution as execution
 from . import autograd_fn, codegen, custom_op, observe
 
@@ -36,7 +39,7 @@ def record_function_calls(calls: dict[type, tuple]) -> Iterator[None]:
 
 
 def _case(task: dict[str, Any]):
-    return discover.load_case(task["file"], task["probe"])
+    return casemaker.load_case(task["file"], task["probe"])
 
 
 def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
@@ -46,7 +49,7 @@ def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
     try:
         fn(*[observe.clone(a) for a in args])
     except Exception as e:
-        f = classify.classify_error("fullgraph", capture.error_record(e, "fullgraph"))
+        f = detect.classify_error("fullgraph", exceptions.error_record(e, "fullgraph"))
         return {"kind": f.kind, "summary": f.summary, "evidence": f.evidence}
     finally:
         compat.dynamo_reset()

@@ -20,8 +20,10 @@ from typing import Any
 
 import torch
 
-from .. import capture, classify, compat
-from ..taxonomy import K
+from .. import compat
+from ..classify import detect
+from ..evidence import exceptions
+from ..model.taxonomy import K
 from . import observe
 
 
@@ -90,7 +92,7 @@ def _has_fake(op: Any, named: dict[str, Any]) -> str | None:
             fake = {n: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for n, v in named.items()}
             op(**fake)
     except Exception as e:
-        f = classify.classify_error("opcheck", capture.error_record(e, "fake"))
+        f = detect.classify_error("opcheck", exceptions.error_record(e, "fake"))
         return f.kind if f.kind == K.MISSING_FAKE else None  # another failure is not this fix's business
     return None
 

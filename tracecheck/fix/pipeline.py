@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__, api
-from ..wording import TORCH_NAMESPACES
-from ..exitcodes import UsageError
-from ..report import IMPORT_PROBE, RunReport
-from ..reportio import write_text_atomic
+from ..evidence.wording import TORCH_NAMESPACES
+from ..model.exitcodes import UsageError
+from ..model.report import IMPORT_PROBE, RunReport
+from ..model.reportio import write_text_atomic
 from ..stages import STAGES
-from ..targets import TARGETS
-from ..taxonomy import K, kinds
-from ..runner import Runner, Task
+from ..model.targets import TARGETS
+from ..model.taxonomy import K, kinds
+from ..isolate.runner import Runner, Task
 
 #: stages that tell the kinds this command fixes apart, fastest first (inductor adds nothing to the diagnosis)
 DIAGNOSE_STAGES = ["eager", "explain", "fullgraph", "opcheck"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from ..report import RunReport
+from ..model.report import RunReport
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:

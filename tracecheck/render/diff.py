@@ -5,7 +5,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..baseline import IMPROVED, REGRESSED, Comparison
+from ..gate.baseline import IMPROVED, REGRESSED, Comparison
 
 _STYLE = {REGRESSED: "red", IMPROVED: "green"}
 

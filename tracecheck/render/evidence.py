@@ -5,8 +5,8 @@ import os
 import re
 from typing import Any
 
-from ..report import Finding
-from ..taxonomy import K
+from ..model.report import Finding
+from ..model.taxonomy import K
 
 
 def _num(x: Any) -> str:

@@ -26,8 +26,8 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
-from ..reportio import write_text_atomic
+from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..model.reportio import write_text_atomic
 
 _XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _MAX_TEXT = 20000
@@ -48,10 +48,10 @@ def _evidence_text(s: StageResult) -> str:
     for f in s.findings or ([s.failure] if s.failure else []):
         ev = f.evidence
         out.append(f"[{f.kind}] {f.summary}")
-        frame = ev.get("user_frame") or {}
-        if frame.get("file"):
-            code = f"  {frame['code']}" if frame.get("code") else ""
-            out.append(f"  at {frame['file']}:{frame.get('line')}{code}")
+        frame = f.user_frame
+        if frame is not None:
+            code = f"  {frame.code}" if frame.code else ""
+            out.append(f"  at {frame.location}{code}")
         if ev.get("gb_type"):
             out.append(f"  gb_type: {ev['gb_type']} ({ev.get('gb_code') or 'no GB code'})")
         detail = ev.get("traceback") or ev.get("message") or ev.get("stderr_tail")

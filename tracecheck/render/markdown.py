@@ -17,10 +17,10 @@ import re
 import shlex
 from typing import Any
 
-from ..taxonomy import K, fix_text, is_advice, kinds
-from ..report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
-from ..report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
-from ..targets import TARGETS, Gate
+from ..model.taxonomy import K, fix_text, is_advice, kinds
+from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
+from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
+from ..model.targets import TARGETS, Gate
 from . import view
 from ..environment import COLLECT_ENV_FIELDS
 from .evidence import condense_traceback, numeric_lines
@@ -223,7 +223,7 @@ class MarkdownRenderer:
     def structured_trace(self) -> str:
         if not self.trace_dir or not os.path.isdir(self.trace_dir):
             return ""
-        from ..reportio import trace_subdir
+        from ..model.reportio import trace_subdir
 
         root = "TRACE_DIR" if self.redact else self.scrub(self.trace_dir)
         where = "the trace directory" if self.redact else _code(self.scrub(os.path.abspath(self.trace_dir)))
@@ -321,10 +321,10 @@ class MarkdownRenderer:
             link = ev.get("doc") or _gb_link(ev.get("gb_code"))
             code = f"[{ev['gb_code']}]({link})" if ev.get("gb_code") and link else (ev.get("gb_code") or "no GB code")
             bullets.append(f"- **Graph break:** gb_type {_code(ev['gb_type'])}, {code}")
-        frame = ev.get("user_frame") or {}
-        if frame.get("file"):
-            fn = f" in `{frame['function']}`" if frame.get("function") else ""
-            bullets.append(f"- **User frame:** {_code(self.scrub(frame['file']) + ':' + str(frame.get('line')))}{fn}")
+        frame = f.user_frame
+        if frame is not None:
+            fn = f" in `{frame.function}`" if frame.function else ""
+            bullets.append(f"- **User frame:** {_code(self.scrub(frame.file) + ':' + str(frame.line))}{fn}")
         named = [(label, ctx[key]) for key, label in (("op", "Op"), ("builtin", "Builtin")) if ctx.get(key)]
         if not named and ev.get("gb_type"):
             name = named_in_message(str(ev.get("message") or ""))
@@ -347,8 +347,8 @@ class MarkdownRenderer:
         if backends:
             bullets.append(f"- **Backends:** {_cell(backends)}")
         lines.append("\n".join(bullets) + "\n\n")
-        if frame.get("code"):
-            lines.append(f"Source line:\n\n```python\n{self.scrub(frame['code'])}\n```\n\n")
+        if frame is not None and frame.code:
+            lines.append(f"Source line:\n\n```python\n{self.scrub(frame.code)}\n```\n\n")
         if f.kind == K.OP_REDEFINED and ev.get("first_schema"):
             lines.append(f"Schemas:\n\n```text\nfirst:  {ev['first_schema']}\nsecond: {ev['second_schema']}\n```\n\n")
         message = ev.get("message") or ev.get("cause") or ""
@@ -381,8 +381,8 @@ class MarkdownRenderer:
         headline = self.scrub(first_line(ev.get("message") or ev.get("cause")))[:300]
         short = [lines[0], lines[1], *([f"Message (first line): {_code(headline)}\n\n"] if headline else []),
                  f"**Fix:** {fix_text(f)}\n\n" if kind else "", repro]
-        frameless = not frame.get("file") and not ctx.get("op")
-        where = [self.scrub(frame["file"]) + f":{frame.get('line')}" if frame.get("file") else "",
+        frameless = frame is None and not ctx.get("op")
+        where = [self.scrub(frame.location) if frame is not None else "",
                  str(ctx.get("op") or ctx.get("builtin") or ""),
                  f"{ev.get('exception_type')}: {headline[:160]}" if frameless and ev.get("exception_type") else ""]
         seen = (f"{len(cause.seen)} probes" if len(cause.seen) > 1

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..report import INTERNAL, RunReport
-from ..taxonomy import is_advice
+from ..model.report import INTERNAL, RunReport
+from ..model.taxonomy import is_advice
 from . import view
 
 #: columns added since the first layout come last, so a script reading the CSV by position keeps working
@@ -47,11 +47,11 @@ def findings_frame(report: RunReport) -> pd.DataFrame:
     for p in report.probes:
         for stage, s in p.stages.items():
             for f in s.findings:
-                frame = f.evidence.get("user_frame") or {}
+                frame = f.user_frame
                 rows.append({
                     "probe": p.id, "stage": stage, "kind": f.kind, "summary": f.summary,
                     "gb_type": f.evidence.get("gb_type"), "gb_code": f.evidence.get("gb_code"),
-                    "user_file": frame.get("file"), "user_line": frame.get("line"),
+                    "user_file": frame and frame.file, "user_line": frame and frame.line,
                     "op": f.context.get("op"), "builtin": f.context.get("builtin"),
                 })
     df = pd.DataFrame(rows, columns=FINDING_COLUMNS)

@@ -10,10 +10,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..taxonomy import K, fix_text, is_advice, kinds
-from ..report import (CRASH, FAIL, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport,
-                      StageResult, group_findings)
-from ..targets import Gate
+from ..model.taxonomy import K, fix_text, is_advice, kinds
+from ..model.report import CRASH, FAIL, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult, group_findings
+from ..model.targets import Gate
 from . import view
 from .evidence import numeric_lines
 
@@ -130,11 +129,11 @@ def _heading(stage: str) -> str:
 
 
 def _frame(f: Finding) -> str:
-    fr = f.evidence.get("user_frame") or {}
-    if not fr or not fr.get("file"):
+    fr = f.user_frame
+    if fr is None:
         return ""
-    code = f"  `{fr['code']}`" if fr.get("code") else ""
-    return f"{fr['file']}:{fr.get('line')}{code}"
+    code = f"  `{fr.code}`" if fr.code else ""
+    return f"{fr.location}{code}"
 
 
 def findings(report: RunReport, verbose: bool = False) -> Group:

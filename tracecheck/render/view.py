@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
+from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
 from ..stages import forward_only
-from ..targets import TARGETS, Gate
-from ..taxonomy import is_advice
+from ..model.targets import TARGETS, Gate
+from ..model.taxonomy import is_advice
 
 #: ``Cell.shown`` of a failed stage whose target the run does not require: shown, gating nothing
 NOT_REQUIRED = "not-required"

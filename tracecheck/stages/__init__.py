@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ..report import LOAD_STAGE
-from ..targets import COMPILE
+from ..model.report import LOAD_STAGE
+from ..model.targets import COMPILE
 from ._spec import LOWER_IS_BETTER, NEUTRAL, StageContext, StageSpec
 
 __all__ = ["LOWER_IS_BETTER", "NEUTRAL", "REGISTRY", "STAGES", "StageContext", "StageSpec", "forward_only", "get",

@@ -37,10 +37,10 @@ from typing import Any, Callable
 import torch
 from ..compat import pytree
 
-from .. import capture, compat
-from ..probe import Case
-from ._execution import (Execution, compare, draws_from_numpy, execute, grad_targets, needs_grad, phases, references,
-                         with_causes)
+from .. import compat
+from ..evidence import exceptions, tracelog
+from ..model.probe import Case
+from ._execution import Execution, compare, draws_from_numpy, execute, grad_targets, needs_grad, phases, references, with_causes
 
 #: Steps that may recompile without a finding: the first capture, and the one when ``.grad`` becomes defined.
 WARMUP_STEPS = 2
@@ -81,7 +81,7 @@ class _BackwardGraphs:
             before = counters["stats"]["unique_graphs"]
             # A fresh collector per call: it restores the trace logger's level as it found it, so the
             # stage's own collectors keep listening afterwards.
-            trace = capture.TraceCollector()
+            trace = tracelog.TraceCollector()
             try:
                 with trace:
                     return compiled(*args, **kwargs)
@@ -174,7 +174,7 @@ def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = 3, dynam
     try:
         return _measure(make_case, steps, dynamic, backends)
     except Exception as e:
-        return {"error": capture.error_record(e, "compiled_autograd"), "breaks": [], "warnings": []}
+        return {"error": exceptions.error_record(e, "compiled_autograd"), "breaks": [], "warnings": []}
 
 
 def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends: tuple[str, str]) -> dict[str, Any]:
@@ -219,7 +219,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
     execs_b: list[Execution] = []
     error_b: dict[str, Any] | None = None
     snap = {"unique": counters["stats"]["unique_graphs"], "captures": counters["compiled_autograd"]["captures"]}
-    with capture.TraceCollector() as trace_b, capture.WarningCollector() as warn, capture.RecompileCollector() as rc, \
+    with tracelog.TraceCollector() as trace_b, exceptions.WarningCollector() as warn, tracelog.RecompileCollector() as rc, \
             compat.log_artifacts_enabled("compiled_autograd_verbose"), compat.compiled_autograd(backward):
 
         def step_once(which: int) -> bool:
@@ -257,7 +257,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
     case_a = make_case()
     compiled_a = torch.compile(case_a.fn, backend=backends[0])
     before = counters["stats"]["unique_graphs"]
-    with capture.TraceCollector() as trace_a:
+    with tracelog.TraceCollector() as trace_a:
         _, error_a = _run(compiled_a, cases_for(case_a), schedule)
     unique_without = counters["stats"]["unique_graphs"] - before
     breaks_without = len(trace_a.breaks)
@@ -342,7 +342,7 @@ def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], li
         with compat.compiled_autograd(_BackwardGraphs(backend)):
             _, error = _run(torch.compile(case.fn, backend=backend), cases_for(case), schedule)
     except Exception as e:  # turning compiled autograd on or off failed: not an answer about the backend
-        error = capture.error_record(e, "compiled_autograd")
+        error = exceptions.error_record(e, "compiled_autograd")
     finally:
         compat.dynamo_reset()
     if error is None:

@@ -1,7 +1,7 @@
 """The machinery every stage shares: run a case (forward, backward), compare a compiled run with eager, and
 the compiled stages' common body (``run_compiled``).
 
-A stage's raw record never holds a label: ``results.build_stage_result`` classifies it in the parent. Every
+A stage's raw record never holds a label: ``classify.results.build_stage_result`` classifies it in the parent. Every
 stage builds its own fresh ``Case`` (the probe function is called again, seeded), so a stateful probe is
 compared with eager at the same step count, and no stage sees another's compile caches, counters or
 warn-once state.
@@ -19,10 +19,12 @@ from typing import Any, Callable
 import torch
 from ..compat import pytree
 
-from .. import capture, compat, numerics
-from ..numerics import BACKWARD, FORWARD
-from ..probe import Case
-from ..reachable import reachable_modules, trainable_parameters
+from .. import compat
+from . import _numerics as numerics
+from ..evidence import exceptions, tracelog
+from ._numerics import BACKWARD, FORWARD
+from ..model.probe import Case
+from ..evidence.reachable import reachable_modules, trainable_parameters
 
 
 @dataclass
@@ -127,7 +129,7 @@ def execute(fn: Callable[..., Any], case: Case, reseed: bool = True) -> Executio
     try:
         ex.outputs = fn(*case.args, **case.kwargs)
     except Exception as e:
-        ex.error = capture.error_record(e, "forward")
+        ex.error = exceptions.error_record(e, "forward")
         return ex
     if not needs_grad(case):
         return ex
@@ -143,7 +145,7 @@ def execute(fn: Callable[..., Any], case: Case, reseed: bool = True) -> Executio
         ex.ran_backward = True
         ex.grads = {k: _grad_delta(t.grad, before[k]) for k, t in targets.items()}
     except Exception as e:
-        ex.error = capture.error_record(e, "backward")
+        ex.error = exceptions.error_record(e, "backward")
     return ex
 
 
@@ -218,7 +220,7 @@ def float64_run(make_case: Callable[[], Case],
             with numerics.float64([m for _, m in reachable_modules(case.fn)]), numerics.Float32Draws():
                 ex = run(case64) if run is not None else execute(case64.fn, case64)
         except Exception as e:
-            return f"the probe does not run in float64 ({type(e).__name__}: {capture.safe_str(e)[:200]})"
+            return f"the probe does not run in float64 ({type(e).__name__}: {exceptions.safe_str(e)[:200]})"
         if ex is None or ex.error:
             err = ex.error if ex is not None else {"type": "?", "message": ""}
             first = (err.get("message") or "").strip().splitlines()[:1]
@@ -314,13 +316,13 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     case = make_case()
     with compat.inductor_config_patch(fallback_random=True):
         compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
-        with capture.TraceCollector() as trace, capture.WarningCollector() as w, \
-                capture.OutputCodeCollector() as code:
+        with tracelog.TraceCollector() as trace, exceptions.WarningCollector() as w, \
+                tracelog.OutputCodeCollector() as code:
             got = execute(compiled, case)
     ref = reference(make_case)
     if forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
-    from ..wording import TORCH_NAMESPACES
+    from ..evidence.wording import TORCH_NAMESPACES
 
     counters = compat.counters()
 

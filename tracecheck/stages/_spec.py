@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..targets import COMPILE, TARGETS
+from ..model.targets import COMPILE, TARGETS
 
 #: ``StageSpec.counts`` values: how a baseline compares a count the stage adds to ``StageResult.extra``.
 LOWER_IS_BETTER, NEUTRAL = "lower-is-better", "neutral"

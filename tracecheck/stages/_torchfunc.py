@@ -22,11 +22,13 @@ from typing import Any, Callable
 import torch
 from ..compat import pytree
 
-from .. import capture, compat, numerics
-from ..wording import TORCH_NAMESPACES
-from ..oprecorder import OpRecorder
-from ..probe import Case
-from ..reachable import reachable_modules
+from .. import compat
+from . import _numerics as numerics
+from ..evidence import exceptions
+from ..evidence.wording import TORCH_NAMESPACES
+from ..evidence.oprecorder import OpRecorder
+from ..model.probe import Case
+from ..evidence.reachable import reachable_modules
 from ._execution import seed_all, tensor_outputs
 
 #: the size of the batch vmap maps over: the probe's inputs and one perturbed copy
@@ -110,7 +112,7 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
         except Exception as e:  # the perturbed copy is outside what the probe takes: nothing to compare
             what = f"on its inputs perturbed by {PERTURBATION:g}" if i else "again under torch.no_grad()"
             return {"skip_reason": f"the probe does not run {what} "
-                                   f"({type(e).__name__}: {capture.safe_str(e)[:200]})"}
+                                   f"({type(e).__name__}: {exceptions.safe_str(e)[:200]})"}
     if not loop[0]:
         return {"skip_reason": "the probe returns no tensor"}
     def stacked() -> list[torch.Tensor]:
@@ -128,7 +130,7 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
             got = b.vmapped(randomness)(*stacked())
             break
         except Exception as e:
-            if randomness != "error" or _RANDOMNESS_ERROR not in capture.safe_str(e):
+            if randomness != "error" or _RANDOMNESS_ERROR not in exceptions.safe_str(e):
                 return {"error": _refused(e, "vmap", "forward")}
         # dropout in training mode, say: per-sample draws differ from the loop's by design; check that it runs
         record.update(compared=False, randomness="different")
@@ -182,9 +184,9 @@ def _ragged(loop: list[tuple[torch.Tensor, ...]]) -> str:
 def _refused(e: BaseException, transform: str, phase: str) -> dict[str, Any]:
     """The error record of a transform that raised; its frame, when no user frame is found, the innermost outside
     torch (a transformers model's line)."""
-    record = {**capture.error_record(e, phase), "transform": transform}
+    record = {**exceptions.error_record(e, phase), "transform": transform}
     if not record.get("user_frame"):
-        record["user_frame"] = capture.frame_outside_torch(e)
+        record["user_frame"] = exceptions.frame_outside_torch(e)
     return record
 
 
@@ -200,7 +202,7 @@ def _float64_loop(b: _Batched, copies: list[list[Any]]) -> dict[str, Any] | str:
                 seed_all()
                 outs.append(tensor_outputs(case.fn(*args, **kwargs)))
     except Exception as e:
-        return f"the probe does not run in float64 ({type(e).__name__}: {capture.safe_str(e)[:200]})"
+        return f"the probe does not run in float64 ({type(e).__name__}: {exceptions.safe_str(e)[:200]})"
     return {f"output[{i}]": torch.stack([o[i] for o in outs]).double() for i in range(len(outs[0]))}
 
 
@@ -252,7 +254,7 @@ def fallback_ops(custom_ops: list[str], run: Callable[[], Any]) -> list[dict[str
             run()
         return []
     except Exception as e:
-        msg = capture.safe_str(e)
+        msg = exceptions.safe_str(e)
         stopped = msg.split(_FALLBACK_DISABLED, 1)[0].strip().split()[-1] if _FALLBACK_DISABLED in msg else None
     if stopped is not None and stopped.split("::")[0] in TORCH_NAMESPACES:
         stopped = None  # torch's own op without a batching rule: not the user's to fix

@@ -1,5 +1,5 @@
 """``dynamic``: ``torch.compile(dynamic=True, backend="aot_eager")`` called at the probe's batch size and at three
-more (tracecheck/batch.py says which dimension and which sizes), forward and backward, each compared with eager.
+more (tracecheck/stages/_batch.py says which dimension and which sizes), forward and backward, each compared with eager.
 
 aot_eager, not inductor: what this stage asks (do dims stay symbolic, what specializes them, do fakes hold at
 other sizes) is Dynamo's and AOTAutograd's, and Inductor's codegen is the ``inductor`` stage's. Measured on the tiny
@@ -28,7 +28,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     import torch
 
-    from .. import batch, capture, compat
+    from . import _batch as batch
+    from .. import compat
+    from ..evidence import exceptions, tracelog
     from ._execution import compare, draws_from_numpy, execute, phases, reference
 
     own = reference(ctx.make_case)
@@ -49,7 +51,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         try:
             ex = execute(ref_case.fn, at(ref_case, n))
         except Exception as e:  # resizing a tensor type index_select does not take (sparse, nested)
-            ex = type(own)(error=capture.error_record(e, "forward"))
+            ex = type(own)(error=exceptions.error_record(e, "forward"))
         if ex.error:
             return {"skip_reason": f"the eager run fails at batch size {n} ({ex.error['type']}): dim 0 of the "
                                    "inputs is not a batch dimension this probe can vary"}
@@ -60,9 +62,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     # Dynamo moves np.random calls onto torch's generator by default: a probe that draws from NumPy (BigBird's
     # random blocks) keeps NumPy's stream, so that compiled and eager draw the same numbers (as run_compiled does)
     numpy_stream = draws_from_numpy(ctx.make_case)
-    with compat.dynamo_config_patch(use_numpy_random_stream=numpy_stream), capture.RecompileCollector() as rc, \
-            capture.SpecializationCollector() as spec, capture.TraceCollector() as trace, \
-            capture.WarningCollector() as w:
+    with compat.dynamo_config_patch(use_numpy_random_stream=numpy_stream), tracelog.RecompileCollector() as rc, \
+            tracelog.SpecializationCollector() as spec, tracelog.TraceCollector() as trace, \
+            exceptions.WarningCollector() as w:
         for step, (n, ref) in enumerate(zip(plan, refs)):
             rc.step = spec.step = step
             got = execute(compiled, at(case, n))
@@ -111,8 +113,9 @@ def _fake_results(case: Any, b: int, n: int) -> dict[str, Any]:
 
     import torch
 
-    from .. import batch, capture
-    from ..oprecorder import OpRecorder
+    from . import _batch as batch
+    from ..evidence import exceptions
+    from ..evidence.oprecorder import OpRecorder
 
     rec = OpRecorder()
     try:
@@ -126,7 +129,7 @@ def _fake_results(case: Any, b: int, n: int) -> dict[str, Any]:
         res = torch.library.opcheck(op, a, k, test_utils=("test_faketensor",), raise_exception=False)
         outcome = res.get("test_faketensor", "SUCCESS")
         out[str(op)] = {"test_faketensor": outcome if isinstance(outcome, str) else
-                        {**capture.error_record(outcome, "test_faketensor"), "batch_size": n}}
+                        {**exceptions.error_record(outcome, "test_faketensor"), "batch_size": n}}
     return out
 
 

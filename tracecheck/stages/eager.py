@@ -7,12 +7,12 @@ from ._spec import StageContext, StageSpec
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from .. import capture
-    from ..oprecorder import registered_custom_ops
+    from ..evidence import exceptions
+    from ..evidence.oprecorder import registered_custom_ops
     from ._execution import execute, phases
 
     before = registered_custom_ops()
-    with capture.WarningCollector() as w:
+    with exceptions.WarningCollector() as w:
         case = ctx.make_case()
         ex = execute(case.fn, case)
     # a custom op registered only now (an extension loaded on first call): api.py runs opcheck after all

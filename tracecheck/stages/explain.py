@@ -7,17 +7,18 @@ from ._spec import StageContext, StageSpec
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from .. import capture, compat
+    from .. import compat
+    from ..evidence import exceptions, tracelog
     from ._execution import FORWARD, clip, forward_fails, reference
 
     # explain runs on the probe's first call, as a user's program compiles it: a library that fills a Python cache on
     # its first call (a quantization map built with .tolist()) breaks the graph then, and not after an eager run
     case = ctx.make_case()
-    with capture.TraceCollector() as trace:
+    with tracelog.TraceCollector() as trace:
         try:
             out = compat.explain(case.fn, *case.args, **case.kwargs)
         except Exception as e:
-            error = capture.error_record(e, "forward")
+            error = exceptions.error_record(e, "forward")
         else:
             error = None
     if error is not None:

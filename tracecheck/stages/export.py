@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import taxonomy
-from ..targets import EXPORT
+from ..model import taxonomy
+from ..model.targets import EXPORT
 from ._spec import StageContext, StageSpec
 
 # draft_export's FailureType names map to kinds in kinds.json (``draft_export.failure_types``). GUARD_ADDED: a guard
@@ -22,7 +22,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     import torch
 
-    from .. import capture
+    from ..evidence import exceptions
     from ._execution import FORWARD, compare, execute, float64_run, forward_fails, reference, tensor_outputs
 
     ref = reference(ctx.make_case, backward=False)
@@ -31,17 +31,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
     case = ctx.make_case()
     module = _as_module(case.fn)
     ref = dataclasses.replace(ref, outputs=tensor_outputs(ref.outputs))
-    with capture.WarningCollector() as w:
+    with exceptions.WarningCollector() as w:
         try:
             ep = torch.export.export(module, case.args, case.kwargs, strict=False)
         except Exception as e:
-            return {"error": capture.error_record(e, "forward"), "draft_export": _draft(module, case),
+            return {"error": exceptions.error_record(e, "forward"), "draft_export": _draft(module, case),
                     "phases": [FORWARD], "warnings": w.messages}
     case = ctx.make_case()
     try:
         program = ep.module()
     except Exception as e:
-        return {"error": capture.error_record(e, "forward"), "phases": [FORWARD], "warnings": w.messages}
+        return {"error": exceptions.error_record(e, "forward"), "phases": [FORWARD], "warnings": w.messages}
     got = execute(program, dataclasses.replace(case, grad=False))
     record: dict[str, Any] = {"phases": [FORWARD], "warnings": w.messages,
                               "extra": {"export": {"graph_nodes": len(ep.graph.nodes)}}}
@@ -81,12 +81,13 @@ def _draft(module: Any, case: Any) -> dict[str, Any]:
     ``user_frame`` (innermost user frame of its user stack), ``code``; or ``error`` when draft_export raised."""
     import torch
 
-    from .. import capture, compat
+    from .. import compat
+    from ..evidence import exceptions, frames
 
     try:
         ep = torch.export.draft_export(module, case.args, case.kwargs)
     except Exception as e:
-        return {"error": capture.error_record(e, "forward")}
+        return {"error": exceptions.error_record(e, "forward")}
     report = compat.draft_export_report(ep)
     # names interned before this draft_export are in torch's table only
     names = {**compat.trace_filenames(), **(getattr(report, "str_to_filename", {}) or {})}
@@ -94,7 +95,7 @@ def _draft(module: Any, case: Any) -> dict[str, Any]:
     for f in getattr(report, "failures", []) or []:
         name = getattr(f.failure_type, "name", str(f.failure_type))
         data = f.data if isinstance(f.data, dict) else {}
-        frame = capture.innermost_user_frame(data.get("user_stack"), names)
+        frame = frames.innermost_user_frame(data.get("user_stack"), names)
         locals_ = data.get("frame_locals") or {}
         failures.append({"type": name, "kind": taxonomy.draft_kind(name), "op": data.get("op"),
                          "expr": data.get("expr"), "reason": str(data.get("reason", ""))[:500],

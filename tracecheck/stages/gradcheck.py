@@ -1,5 +1,5 @@
 """``gradcheck``: the registered backward of every custom op and ``autograd.Function`` the probe calls, against
-numerical derivatives of its forward, at the inputs the probe called it with (tracecheck/gradients.py).
+numerical derivatives of its forward, at the inputs the probe called it with (tracecheck/stages/_gradients.py).
 
 opcheck does not check numerical gradients (the custom-op chapter says so: call gradcheck yourself), and a
 compiled run reuses the same backward formula, so a wrong formula passes every other stage.
@@ -12,7 +12,7 @@ from ._spec import StageContext, StageSpec
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from ..gradients import check_call, record_calls
+    from ._gradients import check_call, record_calls
     from ._execution import phases, seed_all
 
     case = ctx.make_case()

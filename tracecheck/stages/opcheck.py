@@ -17,8 +17,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     import torch
     from ..compat import pytree
 
-    from .. import capture
-    from ..oprecorder import OpRecorder
+    from ..evidence import exceptions
+    from ..evidence.oprecorder import OpRecorder
     from ._execution import phases
 
     case = ctx.make_case()
@@ -35,17 +35,17 @@ def run(ctx: StageContext) -> dict[str, Any]:
     for op, (args, kwargs) in rec.calls.items():
         res = torch.library.opcheck(op, args, kwargs, test_utils=opcheck_utils(ctx.device), raise_exception=False)
         results[str(op)] = {
-            test: (v if isinstance(v, str) else capture.error_record(v, test)) for test, v in res.items()
+            test: (v if isinstance(v, str) else exceptions.error_record(v, test)) for test, v in res.items()
         }
     # opcheck's autograd tests (test_autograd_registration, test_aot_dispatch_dynamic) run backward only when
     # an input of the recorded call requires grad
     differentiable = any(isinstance(t, torch.Tensor) and t.requires_grad
                          for args, kwargs in rec.calls.values() for t in pytree.tree_leaves((args, kwargs)))
-    from ..report import op_name
+    from ..model.report import op_name
 
     # ops autograd never reaches in this probe (seen called, and only with grad mode off: inside an
     # autograd.Function's forward, or under no_grad): a missing autograd registration does not matter to it
-    # (results.py). An op called from C++ is not seen, so it stays checked.
+    # (classify/results.py). An op called from C++ is not seen, so it stays checked.
     grad_free = [str(op) for op in rec.calls
                  if op_name(str(op)) in rec.grad_off and op_name(str(op)) not in rec.differentiated]
     return {"opcheck": results, "phases": phases(differentiable), "grad_free_ops": grad_free}

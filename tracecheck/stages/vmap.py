@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..targets import FUNC
+from ..model.targets import FUNC
 from ._spec import StageContext, StageSpec
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from .. import numerics
-    from ..gradients import old_style_functions
+    from . import _numerics as numerics
+    from ._gradients import old_style_functions
     from . import _torchfunc as transforms
     from ._execution import BACKWARD, FORWARD, execute, float64_run, forward_fails, loss_of, values
 

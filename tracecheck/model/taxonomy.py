@@ -92,7 +92,7 @@ class Pattern:
 
 @dataclass(frozen=True)
 class Detect:
-    """A kind's detection rule (kinds.json ``detect``); classify.py applies the rules by ``order``."""
+    """A kind's detection rule (kinds.json ``detect``); classify/detect.py applies the rules by ``order``."""
 
     order: int
     patterns: tuple[Pattern, ...] = ()
@@ -107,7 +107,7 @@ class Detect:
     #: the rule applies only to an error raised under a torch.func transform (evidence with ``transform``)
     only_under_transform: bool = False
     #: an exception of one of these types (``*``: any) raised by a custom op's own fake impl (the error record's
-    #: ``fake_impl``, capture.py) is this kind, with this cause: (types, cause)
+    #: ``fake_impl``, evidence/exceptions.py) is this kind, with this cause: (types, cause)
     fake_impl_raised: tuple[frozenset[str], str] | None = None
 
 
@@ -133,13 +133,13 @@ def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
 def gb_table() -> dict[str, list[str]]:
     """gb_types.json: kind id -> the gb_types of torch's graph-break registry that kind labels (graph-break
     holds the rest). The one place a gb_type is given a kind."""
-    return json.loads(resources.files("tracecheck").joinpath("gb_types.json").read_text())["kinds"]
+    return json.loads(resources.files("tracecheck.model").joinpath("gb_types.json").read_text())["kinds"]
 
 
 @lru_cache(maxsize=1)
 def kinds() -> dict[str, Kind]:
     """All kinds by id, in taxonomy order."""
-    data = json.loads(resources.files("tracecheck").joinpath("kinds.json").read_text())
+    data = json.loads(resources.files("tracecheck.model").joinpath("kinds.json").read_text())
     table = gb_table()
     out = {}
     for k in data["kinds"]:
@@ -219,10 +219,10 @@ def fix_text(f: Any) -> str:
 
 
 def gb_types_markdown() -> str:
-    """docs/gb-types.md: the gb_type table per kind (``python -m tracecheck.taxonomy > docs/gb-types.md``)."""
+    """docs/gb-types.md: the gb_type table per kind (``python -m tracecheck.model.taxonomy > docs/gb-types.md``)."""
     out = ["# gb_types and their kinds\n",
            "Every gb_type of torch's graph-break registry (torch 2.13.0 and 2.14.1), under the kind a graph break "
-           "of that gb_type gets (`tracecheck/gb_types.json`). A kind's message patterns (`tracecheck/kinds.json`) "
+           "of that gb_type gets (`tracecheck/model/gb_types.json`). A kind's message patterns (`tracecheck/model/kinds.json`) "
            "are tried first and can say more: *Attempted to call function marked as skipped* is `graph-break` here "
            "and `pybind-builtin` when Dynamo's message names a C/pybind11 builtin from outside torch. At run time a "
            "gb_type that is not listed (a newer torch) is a `graph-break`; `tests/test_gb_types.py` fails until "

@@ -1,5 +1,5 @@
 """What a stage sends back to the classifier: one record, its fields declared here, the single contract between the stage processes
-(stages/) and ``results.build_stage_result``. A stage function returns the record's fields as a plain dict (it
+(stages/) and ``classify.results.build_stage_result``. A stage function returns the record's fields as a plain dict (it
 crosses the process boundary as JSON, protocol.Result); ``StageRecord.from_raw`` is where it becomes typed, and a
 key no field names is refused there: nothing is written that nobody reads. Pure: no torch import.
 
@@ -16,9 +16,9 @@ from typing import Any
 class StageRecord:
     #: the stage did not run, and why (every other field is then empty)
     skip_reason: str | None = None
-    #: the exception that stopped the stage (capture.error_record: type, message, chain, gb_type, user_frame, ...)
+    #: the exception that stopped the stage (evidence/exceptions.error_record: type, message, chain, gb_type, user_frame, ...)
     error: dict[str, Any] | None = None
-    #: graph breaks from the structured trace (capture.TraceCollector records); None: this stage does not count them
+    #: graph breaks from the structured trace (evidence/tracelog.TraceCollector records); None: this stage does not count them
     breaks: list[dict[str, Any]] | None = None
     #: warnings raised while the stage ran (Python and C++ TORCH_WARN)
     warnings: list[str] = field(default_factory=list)
@@ -69,7 +69,7 @@ class StageRecord:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - names)
         if unknown:
-            raise ValueError(f"a stage record with keys no field reads: {', '.join(unknown)} (tracecheck/records.py)")
+            raise ValueError(f"a stage record with keys no field reads: {', '.join(unknown)} (tracecheck/model/records.py)")
         defaults = cls()
         return cls(**{k: (getattr(defaults, k) if v is None and getattr(defaults, k) is not None else v)
                       for k, v in raw.items()})

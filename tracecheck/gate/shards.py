@@ -6,9 +6,9 @@ import os
 import re
 from typing import Iterable
 
-from .exitcodes import UsageError
-from .report import ProbeReport, RunReport
-from .stages import order as stage_order
+from ..model.exitcodes import UsageError
+from ..model.report import ProbeReport, RunReport
+from ..stages import order as stage_order
 
 
 _SHARD = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")

@@ -20,7 +20,8 @@ import sys
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from . import environment, protocol, worker
+from .. import environment
+from . import protocol, worker
 
 #: how often the template looks for stage processes that ended (the runner learns of an exit this late at most)
 POLL_S = 0.02

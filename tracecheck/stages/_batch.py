@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from .compat import pytree
+from ..compat import pytree
 
 
 def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:

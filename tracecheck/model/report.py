@@ -12,6 +12,7 @@ from typing import Any
 
 from . import taxonomy
 from .taxonomy import K
+from .frame import Frame
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 
 #: 3: targets (``require``, each stage's ``target``, per-target verdicts; a stage of a target not required fails
@@ -50,7 +51,12 @@ class Finding:
 
     def __post_init__(self) -> None:
         if self.kind not in taxonomy.ids():
-            raise ValueError(f"{self.kind!r} is not a kind of tracecheck/kinds.json")
+            raise ValueError(f"{self.kind!r} is not a kind of tracecheck/model/kinds.json")
+
+    @property
+    def user_frame(self) -> Frame | None:
+        """The line the finding points at (``evidence["user_frame"]``), None where nothing placed it."""
+        return Frame.from_dict(self.evidence.get("user_frame"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
@@ -75,7 +81,7 @@ class GraphBreak:
 
     def __post_init__(self) -> None:
         if self.kind not in taxonomy.ids():
-            raise ValueError(f"{self.kind!r} is not a kind of tracecheck/kinds.json")
+            raise ValueError(f"{self.kind!r} is not a kind of tracecheck/model/kinds.json")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GraphBreak":
@@ -260,7 +266,7 @@ class RunReport:
     command: list[str] = field(default_factory=list)
     tracecheck_version: str = ""
     seconds: float = 0.0
-    #: absolute folder the probe ids' file parts are relative to (discover.rootdir); "" when unknown
+    #: absolute folder the probe ids' file parts are relative to (collect/locate.rootdir); "" when unknown
     rootdir: str = ""
     #: ``--strict``: advice findings failed their stages (and so the probe and the exit code)
     strict: bool = False
@@ -374,10 +380,10 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     """
     if f.context.get("op"):
         return (f.kind, op_name(str(f.context["op"])))
-    frame = f.evidence.get("user_frame") or {}
-    key: tuple[Any, ...] = (f.kind, f.evidence.get("gb_type"), frame.get("file"), frame.get("line"),
+    frame = f.user_frame
+    key: tuple[Any, ...] = (f.kind, f.evidence.get("gb_type"), frame and frame.file, frame and frame.line,
                             f.context.get("builtin"), f.context.get("what"))
-    if f.kind == K.UNKNOWN and not frame.get("file") and not f.evidence.get("gb_type"):
+    if f.kind == K.UNKNOWN and frame is None and not f.evidence.get("gb_type"):
         headline = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", first_line(f.evidence.get("message")))[:200]
         key += (f.evidence.get("exception_type"), headline)
     return key
@@ -409,7 +415,7 @@ def root_causes(probes: list[ProbeReport]) -> list[RootCause]:
     for p in probes:
         for stages, f in group_findings(p):
             key = finding_key(f)
-            if not f.context.get("op") and not (f.evidence.get("user_frame") or {}).get("file"):
+            if not f.context.get("op") and f.user_frame is None:
                 key += (p.id,)  # nothing places it (a crash, a timeout): the same kind elsewhere is another cause
             cause = causes.setdefault(key, RootCause(f, []))
             cause.seen.append((p, stages))

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
-from . import compat
-from .compat import pytree
+from .. import compat
+from ..compat import pytree
 
 #: ``tol`` of ``same`` per dtype: the benchmark runner's default for float32 (torchbench, 1e-4), its
 #: ``--float16``/``--amp`` value (1e-3) and its ``higher_bf16`` value (1e-2).
@@ -129,7 +129,7 @@ class Reference:
 def batchnorm_training(modules: list[Any]) -> bool:
     """Does the probe train through BatchNorm (a ``_BatchNorm`` module in training mode, in ``modules`` or inside
     them): the runner's vision-training setting, where ``BATCHNORM_FLOOR`` applies."""
-    from . import compat
+    from .. import compat
 
     return any(compat.is_training_batchnorm(sub) for m in modules for sub in m.modules())
 
@@ -393,7 +393,7 @@ class Float32Draws(compat.TorchDispatchMode):
     compared with a reference that saw other noise, and a wrong compiled result could pass."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        from .report import op_name
+        from ..model.report import op_name
 
         kwargs = kwargs or {}
         if torch.Tag.nondeterministic_seeded not in func.tags or op_name(str(func)) in _RANDOM_TRANSFORMS:
@@ -451,7 +451,7 @@ class OpInventory:
 
 def inventory(run: Callable[[], Any]) -> OpInventory:
     """Run ``run()`` under ``OpRecorder`` (names only); an exception ends the run, not the record."""
-    from .oprecorder import OpRecorder
+    from ..evidence.oprecorder import OpRecorder
 
     rec = OpRecorder(record_args=False)
     try:

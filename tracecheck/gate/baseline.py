@@ -29,14 +29,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from . import taxonomy
-from .exitcodes import UsageError
-from .report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
-from .reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
+from ..model import taxonomy
+from ..model.exitcodes import UsageError
+from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..model.reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
 from .shards import shard_from_command
-from .stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY, target_of
-from .stages import order as stage_order
-from .targets import DEFAULT_REQUIRE, Gate, normalized
+from ..stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY, target_of
+from ..stages import order as stage_order
+from ..model.targets import DEFAULT_REQUIRE, Gate, normalized
 
 BASELINE_SCHEMA_VERSION = 1
 
@@ -162,7 +162,7 @@ def severity_setting(doc: dict[str, Any]) -> dict[str, str]:
 
 def require_setting(doc: dict[str, Any]) -> tuple[str, ...]:
     """A baseline's (or a reduced report's) ``require`` list: the targets it gates on. Raises ValueError."""
-    from .targets import TARGETS
+    from ..model.targets import TARGETS
 
     value = doc.get("require", [])
     if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
@@ -212,7 +212,7 @@ _STATUSES = (PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL)
 def _check_probes(probes: dict[str, Any]) -> None:
     """The shape ``compare`` reads: probe -> {"stages": {stage -> {...}}}, each field of the type it is written with.
     A hand-edited baseline that breaks it is refused when it is loaded, before a run whose results it would lose."""
-    from .targets import TARGETS
+    from ..model.targets import TARGETS
 
     for pid, probe in probes.items():
         stages = probe.get("stages") if isinstance(probe, dict) else None

@@ -3,12 +3,14 @@
 Imports, and answers to questions Inductor asks once per process (compat.warm_inductor_cpu). No tensor op runs
 here, so no OpenMP pool or compile worker exists before the fork.
 """
-from . import compat
+from .. import compat
 
 compat.preload_compiler_stack()
 
-from . import capture, discover, stages, worker  # noqa: E402,F401
-from . import oprecorder  # noqa: E402,F401
-from .stages import _compiled_autograd, _execution  # noqa: E402,F401
+from .. import stages  # noqa: E402,F401
+from . import worker  # noqa: E402,F401
+from ..collect import casemaker, loadfile, survey  # noqa: E402,F401
+from ..evidence import exceptions, frames, oprecorder, opwatch, tracelog  # noqa: E402,F401
+from ..stages import _compiled_autograd, _execution  # noqa: E402,F401
 
 compat.warm_inductor_cpu()

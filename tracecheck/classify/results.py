@@ -9,11 +9,13 @@ import linecache
 import re
 from typing import Any
 
-from . import classify, taxonomy
-from .taxonomy import K
-from .records import StageRecord
-from .targets import Gate
-from .report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, first_line, op_name
+from ..model import taxonomy
+from . import detect, payloads
+from ..model.taxonomy import K
+from ..model.records import StageRecord
+from ..model.exitcodes import UsageError
+from ..model.targets import Gate
+from ..model.report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, first_line, op_name
 
 
 def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds: float) -> StageResult:
@@ -28,30 +30,30 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     # compiled run raised there: it comes first
     fakes = [f for f in _opcheck_findings(stage, rec.fake_checks) if f.kind == K.FAKE_MISMATCH]
     findings += fakes
-    draft = [classify.draft_finding(d, rec.error) for d in rec.draft_export.get("failures", [])]
+    draft = [payloads.draft_finding(d, rec.error) for d in rec.draft_export.get("failures", [])]
     findings += draft
     # draft_export's report explains the export error (one finding per failure) when one of them maps to a kind
     if rec.error and rec.error.get("phase") == "setup":  # the probe function itself, called again
         findings.append(setup_finding(rec.error, f"The probe function raises when the {stage} stage calls it "
                                                     "again (it ran when the file was loaded)."))
     elif rec.error and not any(f.kind != K.UNKNOWN for f in draft):
-        findings.append(classify.classify_error(stage, rec.error))
+        findings.append(detect.classify_error(stage, rec.error))
         if fakes and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
             findings[-1] = _attributed(findings[-1], fakes[0], rec.error.get("batch_size"))
         if rec.same_as_eager and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
-            findings[-1] = classify.classify_error("eager", rec.error)  # the probe's own failure, again
+            findings[-1] = detect.classify_error("eager", rec.error)  # the probe's own failure, again
         other = rec.extra.get("other_backend")
         if other:  # compiled_autograd reran the failing steps with its other backend
             findings[-1] = _backend_checked(findings[-1], str(rec.extra.get("backend")), rec.error, other)
-    breaks = [classify.classify_break(b) for b in rec.breaks or []]
-    findings += [classify.break_finding(b) for b in breaks]
-    findings += classify.merge_refusals([classify.transform_error_finding(stage, e)
+    breaks = [detect.classify_break(b) for b in rec.breaks or []]
+    findings += [detect.break_finding(b) for b in breaks]
+    findings += payloads.merge_refusals([payloads.transform_error_finding(stage, e)
                                          for e in rec.transform_errors])
     for m in rec.mismatches:
-        findings.append(classify.transform_mismatch_finding(m, stage) if m.get("transform")
-                        else classify.mismatch_finding(m, stage))
+        findings.append(payloads.transform_mismatch_finding(m, stage) if m.get("transform")
+                        else payloads.mismatch_finding(m, stage))
     for msg in dict.fromkeys(rec.warnings):
-        f = classify.classify_warning(msg)
+        f = detect.classify_warning(msg)
         if f and not any(x.kind == f.kind for x in findings):
             findings.append(f)
     opchecked = _opcheck_findings(stage, rec.opcheck)
@@ -60,14 +62,14 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     findings += [f for f in opchecked if f not in not_needed]
     for outcome in rec.gradcheck:
         if outcome.get("mismatch"):
-            findings.append(classify.gradient_finding(outcome))
+            findings.append(payloads.gradient_finding(outcome))
         elif outcome.get("error"):
-            findings.append(classify.classify_error(stage, outcome["error"],
+            findings.append(detect.classify_error(stage, outcome["error"],
                                                     op=None if outcome.get("function") else outcome["name"]))
-    findings += [classify.specialization_finding(r) for r in rec.dynamic_specializations][:1]
+    findings += [payloads.specialization_finding(r) for r in rec.dynamic_specializations][:1]
     findings += recompile_findings(rec.steady_state_recompiles)
-    findings += [classify.fallback_finding(r) for r in rec.fallback_ops]
-    findings += [classify.opaque_finding(r, stage) for r in rec.opaque_ops]
+    findings += [payloads.fallback_finding(r) for r in rec.fallback_ops]
+    findings += [payloads.opaque_finding(r, stage) for r in rec.opaque_ops]
     graph_count = rec.graph_count
     explain_count = rec.explain_graph_break_count
     # a stage that raised counted the breaks up to the exception only: not a measurement of the probe
@@ -155,7 +157,7 @@ def _opcheck_findings(stage: str, results: dict[str, dict[str, Any]]) -> list[Fi
     for op, tests in results.items():
         for test, outcome in tests.items():
             if isinstance(outcome, dict):
-                f = classify.classify_error(stage, outcome, op=op)
+                f = detect.classify_error(stage, outcome, op=op)
                 f.evidence["opcheck_test"] = test
                 if "batch_size" in outcome and f.kind == K.FAKE_MISMATCH:  # the dynamic stage's check at a new size
                     f.evidence["batch_size"] = outcome["batch_size"]
@@ -264,8 +266,8 @@ def attribute_crashes(stages: dict[str, StageResult]) -> None:
 
 
 def _frame(f: Finding) -> tuple[Any, Any] | None:
-    uf = f.evidence.get("user_frame") or {}
-    return (uf.get("file"), uf.get("line")) if uf.get("file") else None
+    uf = f.user_frame
+    return (uf.file, uf.line) if uf else None
 
 
 def attribute_unknowns(stages: dict[str, StageResult]) -> None:
@@ -320,12 +322,19 @@ def _same_error(f: Finding, other: Finding) -> bool:
 
 def setup_finding(error: dict[str, Any], summary: str) -> Finding:
     """The probe function's own failure: its kind where a rule explains it, else ``eager-error`` (the probe's bug)."""
-    f = classify.classify_error(LOAD_STAGE, error)
+    f = detect.classify_error(LOAD_STAGE, error)
     return Finding(K.EAGER_ERROR, summary, f.context, f.evidence) if f.kind == K.UNKNOWN else f
 
 
 def load_result(entry: dict[str, Any]) -> StageResult | None:
-    """Findings made while loading the file and calling the probe function (the ``load`` pseudo-stage)."""
+    """Findings made while loading the file and calling the probe function (the ``load`` pseudo-stage). A file
+    whose import raised (``import_error``) gets a result only when a kind marked ``at_import`` in kinds.json
+    explains the exception (a custom op's registration or first call refused by torch); any other import error
+    is the user's input error: UsageError with the loader's message (exit code 2)."""
+    setup = setup_finding(entry["setup_error"], "The probe function itself raises.") \
+        if entry.get("setup_error") else None
+    if entry.get("import_error") is not None and (setup is None or setup.kind not in taxonomy.import_ids()):
+        raise UsageError(entry["import_error"], entry["setup_error"].get("traceback") or None)
     findings: list[Finding] = []
     for ev in entry.get("registrations", []):
         findings.append(Finding(
@@ -336,8 +345,8 @@ def load_result(entry: dict[str, Any]) -> StageResult | None:
             {"first_schema": ev["first_schema"], "second_schema": ev["second_schema"],
              "first_frame": ev.get("first_frame"), "user_frame": ev.get("second_frame")},
         ))
-    if entry.get("setup_error"):
-        findings.append(setup_finding(entry["setup_error"], "The probe function itself raises."))
+    if setup is not None:
+        findings.append(setup)
     if not findings:
         return None
     return StageResult(LOAD_STAGE, FAIL, failure=findings[0], findings=findings)

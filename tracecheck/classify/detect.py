@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from . import taxonomy
-from .taxonomy import K
-from .wording import TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
-from .report import Finding, GraphBreak, is_generated, op_name
+from ..model import taxonomy
+from ..model.taxonomy import K
+from ..evidence.wording import TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
+from ..model.frame import Frame
+from ..model.report import Finding, GraphBreak, is_generated, op_name
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -94,13 +95,14 @@ def _torch_builtin(builtin: str, raw: dict[str, Any]) -> bool:
     line calls it through ``torch.`` (a tensor subclass's ``torch.Tensor._make_wrapper_subclass(...)``)."""
     if not builtin.startswith(_UNKNOWN_MODULE):
         return False
-    # capture.py: the call was made from torch's own code; Dynamo's polyfills (object construction, say) re-enact
+    # evidence/exceptions.py: the call was made from torch's own code; Dynamo's polyfills (object construction, say) re-enact
     # the user's own Python, so a break placed there is still the user's call
     in_torch = bool(raw.get("caller")) and "/_dynamo/polyfills/" not in str(raw.get("file", "")).replace("\\", "/")
     if in_torch or raw.get("traced_in_torch"):
         return True
     method = builtin.rsplit(".", 1)[-1]
-    code = str(raw.get("code") or (raw.get("user_frame") or {}).get("code") or "")
+    frame = Frame.from_dict(raw.get("user_frame"))
+    code = str(raw.get("code") or (frame and frame.code) or "")
     return bool(re.search(rf"\btorch(\.\w+)*\.{re.escape(method)}\b", code))
 
 
@@ -156,7 +158,7 @@ _HOP_FILE = re.compile(rf"torch/_higher_order_ops/(?P<hop>{'|'.join(_HOP_NAMES)}
 
 
 #: a Function torch.func refused that the evidence does not name
-_SOME_FUNCTION = "The autograd.Function"
+SOME_FUNCTION = "The autograd.Function"
 
 
 def transform_in_traceback(raw: dict[str, Any]) -> str | None:
@@ -177,7 +179,7 @@ def _functorch(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str
         ctx["transform"] = {"Grad": "grad", "Vmap": "vmap", "Jvp": "jvp", "Functionalize": "functionalize"}.get(
             key, ctx["transform"])
     if ctx.get("cause") in ("setup_context", "vmap_rule") and not ctx.get("function"):
-        ctx["function"] = _SOME_FUNCTION  # the fix text names it; the vmap stage names the class when it finds it
+        ctx["function"] = SOME_FUNCTION  # the fix text names it; the vmap stage names the class when it finds it
     hops = _HOP_FILE.findall((str(raw.get("traceback", "")) + "\n" + text).replace("\\", "/"))
     if ctx.get("cause") == "storage" and hops:  # a higher-order op without a rule compiles itself under the transform
         ctx["cause"] = "hop"
@@ -195,9 +197,9 @@ def _fake_raises(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: s
 
 def _where(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """The user line a dimension marked dynamic was specialized at (the summary's ``{by}``)."""
-    frame = raw.get("user_frame") or {}
+    frame = Frame.from_dict(raw.get("user_frame"))
     if ctx.get("cause") in ("marked", "constraint"):
-        ctx["by"] = f" at `{frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame.get("file") else ""
+        ctx["by"] = f" at `{frame.code}` ({frame.location})" if frame else ""
 
 
 #: what code adds to a kind's context after its rule matched
@@ -220,7 +222,7 @@ def short_builtin(name: str) -> str:
     return ".".join(parts)
 
 
-def _summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
+def summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
     """The kind's summary template (kinds.json) filled from the context and a few derived values."""
     derived = {
         "stage": stage,
@@ -265,10 +267,10 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
         # a fake impl that raised: its own line is where the fix goes
         "user_frame": ctx.pop("fake_frame", None) or raw.get("user_frame"),
         "phase": raw.get("phase"),
-        "message": _trim(raw.get("message", "")),
+        "message": trim(raw.get("message", "")),
         "traceback": raw.get("traceback", ""),
     }
-    return Finding(kind, _summary(kind, ctx, stage), ctx, evidence)
+    return Finding(kind, summary(kind, ctx, stage), ctx, evidence)
 
 
 def classify_break(raw: dict[str, Any]) -> GraphBreak:
@@ -280,11 +282,11 @@ def classify_break(raw: dict[str, Any]) -> GraphBreak:
     kind, ctx = found if found else (K.GRAPH_BREAK if gb_type else K.UNKNOWN, {})
     if raw.get("code"):
         ctx["code"] = raw["code"]
-    if raw.get("caller"):  # the break sits inside torch: the user's line that led there (capture.py)
+    if raw.get("caller"):  # the break sits inside torch: the user's line that led there (evidence/frames.caller_outside_torch)
         ctx["caller"] = raw["caller"]
     return GraphBreak(
         kind=kind, gb_type=gb_type, gb_code=raw.get("gb_code") or gb_code_from_text(text),
-        file=raw.get("file"), line=raw.get("line"), reason=_trim(text, 1500), doc=raw.get("doc"),
+        file=raw.get("file"), line=raw.get("line"), reason=trim(text, 1500), doc=raw.get("doc"),
         context=ctx,
     )
 
@@ -299,7 +301,7 @@ def break_finding(b: GraphBreak) -> Finding:
         evidence["user_frame"] = None
         evidence["generated_frame"] = {"file": b.file, "line": b.line, "code": b.context.get("code")}
         ctx["generated"] = f"{b.file}:{b.line}"
-    return Finding(b.kind, _summary(b.kind, ctx, "compile"), ctx, evidence)
+    return Finding(b.kind, summary(b.kind, ctx, "compile"), ctx, evidence)
 
 
 def classify_warning(message: str) -> Finding | None:
@@ -310,172 +312,18 @@ def classify_warning(message: str) -> Finding | None:
     ctx = {"op": m.group("op"), "warning": True}
     return Finding(K.MISSING_AUTOGRAD,
                    f"Op {ctx['op']} has no autograd kernel; backward ran through the deprecated fallback and "
-                   "gradients may be silently wrong.", ctx, {"message": _trim(message)})
-
-
-def mismatch_finding(raw: dict[str, Any], stage: str = "compile") -> Finding:
-    """One phase's compiled-vs-eager disagreement (stages.compare / numerics.judge): ``phase``, ``worst``
-    (the worst tensor: ``what``, and ``detail`` or its errors), ``disagreeing`` of ``compared`` tensors,
-    ``fp64_reference``, and the ``custom_ops``/``random_ops`` one eager forward called. The cause is the one
-    the evidence supports: custom ops only when the probe calls one."""
-    phase = raw.get("phase", "forward")
-    worst = raw.get("worst") or {}
-    what = worst.get("what", "?")
-    if worst.get("detail") and worst.get("max_abs_diff") is None:
-        how = worst["detail"]
-    else:
-        bits = [f"max abs diff {worst.get('max_abs_diff'):.3g}" if worst.get("max_abs_diff") is not None else "",
-                f"RMSE vs float64: compiled {worst['rmse_compiled_vs_fp64']:.3g}, eager "
-                f"{worst['rmse_eager_vs_fp64']:.3g}" if worst.get("rmse_compiled_vs_fp64") is not None
-                and worst.get("rmse_eager_vs_fp64") is not None else "",
-                f"cosine {worst['cos_similarity']:.4f}" if worst.get("cos_similarity") is not None else "",
-                f"dtype {worst.get('dtype')}" if worst.get("dtype") else ""]
-        how = ", ".join(b for b in bits if b)
-    n, total = raw.get("disagreeing", 1), raw.get("compared", 1)
-    tensors = "outputs" if phase == "forward" else "gradients"
-    custom, random_ops = raw.get("custom_ops") or [], raw.get("random_ops") or []
-    ctx: dict[str, Any] = {"what": f"{phase} {tensors}", "phase": phase, "tensor": what, "stage": stage,
-                           "cause": "custom-op" if custom else "random" if random_ops else "backend"}
-    if custom:
-        ctx["custom_ops"] = custom
-    if random_ops:
-        ctx["random_ops"] = random_ops
-    summary = (f"Compiled {tensors} differ from eager: {n} of {total} disagree; worst {what} ({how})."
-               if n > 1 or total > 1 else f"Compiled {what} differs from eager ({how}).")
-    return Finding(K.NUMERIC_MISMATCH, summary, ctx, dict(raw))
-
-
-def gradient_finding(outcome: dict[str, Any]) -> Finding:
-    """One call whose backward disagrees with numerical derivatives (gradients.Outcome with a ``mismatch``)."""
-    m = outcome["mismatch"]
-    ctx = {"op": outcome["name"] if outcome.get("function") else op_name(outcome["name"]), "input": m.get("input", "?"), "output": m.get("output", "its outputs"),
-           "numerical": f"{m['numerical']:.6g}", "analytical": f"{m['analytical']:.6g}",
-           "relative_error": f"{m['relative_error']:.3g}"}
-    evidence = {"method": outcome.get("method"), "note": outcome.get("note"), **m}
-    return Finding(K.WRONG_GRADIENT, _summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, evidence)
-
-
-def specialization_finding(raw: dict[str, Any]) -> Finding:
-    """A dimension compiled with ``dynamic=True`` that still recompiles at every new size (stages/dynamic.py):
-    the guard that failed (``reason``, ``user_frame``) and, when the trace saw it, the specialization with the
-    frame whose code forced the constant (a fake impl's ``int(x.shape[0])``, say)."""
-    spec = raw.get("specialization") or {}
-    frame = spec.get("frame") or raw.get("user_frame")
-    source = (spec.get("sources") or [None])[0] or "a dimension"
-    ctx: dict[str, Any] = {"source": source, "value": spec.get("value", "a constant"), "reason": raw.get("reason", ""),
-                           "guard": raw.get("reason", "").split("  #", 1)[0].strip()[:160] or "?",
-                           "sizes": ", ".join(map(str, raw.get("batch_sizes") or [])) or "?",
-                           "by": f" by `{frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame
-                           else ""}
-    evidence = {"reason": raw.get("reason", ""), "user_frame": frame, "guard_user_frame": raw.get("user_frame"),
-                "specialization": spec or None, "step": raw.get("step")}
-    return Finding(K.DYNAMIC_SHAPE, _summary(K.DYNAMIC_SHAPE, ctx, "dynamic"), ctx, evidence)
+                   "gradients may be silently wrong.", ctx, {"message": trim(message)})
 
 
 def refused_what(ctx: dict[str, Any]) -> str:
     """The functorch-incompatible summary's ``{what}``: the cause in words, with the Function(s) or op named."""
-    functions = [x for x in str(ctx.get("function") or "").split(", ") if x and x != _SOME_FUNCTION]
+    functions = [x for x in str(ctx.get("function") or "").split(", ") if x and x != SOME_FUNCTION]
     many = len(functions) > 1
     named = f"autograd.Function{'s' if many else ''} {', '.join(functions)}" if functions else "an autograd.Function"
     return taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause.get(str(ctx.get("cause")), "").format(function=named, op=ctx.get("op", "?"),
                                                           defines="define" if many else "defines",
                                                           hop=ctx.get("hop", "a higher-order op"),
                                                           transform=ctx.get("transform", "vmap"))
-
-
-def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
-    """A torch.func transform that raised (stages/vmap.py: an error record with ``transform``, and ``functions``:
-    the old-style autograd.Function classes the probe calls). A refusal the rules know is
-    ``functorch-incompatible``; any other error is classified as usual, with the transform named."""
-    f = classify_error(stage, raw)
-    transform = raw.get("transform", "vmap")
-    f.evidence["transform"] = transform
-    if f.kind == K.FUNCTORCH_INCOMPATIBLE:
-        functions = raw.get("functions") or []
-        if functions and f.context.get("function") in (None, _SOME_FUNCTION):
-            f.context["function"] = ", ".join(functions)
-        tb = str(raw.get("traceback", "")).replace("\\", "/")
-        if f.context.get("cause") == "setup_context" and not functions:
-            # torch's own old-style Functions: checkpoint(use_reentrant=True), a module's backward hooks
-            for file, cause in (("torch/utils/checkpoint.py", "checkpoint"), ("torch/utils/hooks.py", "module_hook")):
-                if file in tb:
-                    f.context["cause"] = cause
-                    f.context.pop("function", None)
-                    break
-        f.summary = _summary(f.kind, f.context, stage)
-    else:
-        f.context["transform"] = transform
-        f.summary = f"Under torch.func.{transform}: {f.summary}"
-    return f
-
-
-def merge_refusals(findings: list[Finding]) -> list[Finding]:
-    """vmap and grad refused for one cause at one frame (an old-style autograd.Function refuses both): one finding
-    that names both transforms, instead of a second that a report would fold away as the same problem."""
-    out: list[Finding] = []
-    for f in findings:
-        same = next((o for o in out if f.kind == o.kind == K.FUNCTORCH_INCOMPATIBLE
-                     and o.context.get("cause") == f.context.get("cause")
-                     and (o.evidence.get("user_frame") or {}) == (f.evidence.get("user_frame") or {})), None)
-        if same is None:
-            out.append(f)
-            continue
-        first, second = same.context["transform"], f.context["transform"]
-        same.context["transforms"] = [first, second]
-        same.summary = same.summary.replace(f"torch.func.{first} refuses",
-                                            f"torch.func.{first} and torch.func.{second} refuse", 1)
-    return out
-
-
-def transform_mismatch_finding(raw: dict[str, Any], stage: str) -> Finding:
-    """torch.func.vmap's outputs against the eager loop over the batch, or torch.func.grad's gradients against
-    autograd's, that disagree (a numeric-mismatch whose cause is the transform: a batching rule, say)."""
-    f = mismatch_finding(raw, stage)
-    transform = raw.get("transform", "vmap")
-    against = "an eager loop over the batch" if transform == "vmap" else "autograd's"
-    worst = (raw.get("worst") or {}).get("what", "?")
-    f.context.update(cause="transform", transform=transform)
-    f.summary = (f"torch.func.{transform} gives other {f.context['what']} than {against}: {raw.get('disagreeing', 1)} "
-                 f"of {raw.get('compared', 1)} disagree; worst {worst}.")
-    return f
-
-
-def fallback_finding(raw: dict[str, Any]) -> Finding:
-    """A custom op vmap runs through its per-sample fallback (transforms.fallback_ops)."""
-    op = raw["op"]
-    ctx = {"op": op}
-    evidence = {"dispatch_keys": "no FuncTorchBatched kernel and no CompositeImplicitAutograd kernel",
-                "confirmed": bool(raw.get("confirmed")),
-                "confirmation": "vmap stops at this op with the fallback turned off "
-                                "(torch._C._functorch._set_vmap_fallback_enabled(False))" if raw.get("confirmed")
-                else "with the fallback turned off, vmap stopped at another op first"}
-    return Finding(K.NO_BATCHING_RULE, _summary(K.NO_BATCHING_RULE, ctx, "vmap"), ctx, evidence)
-
-
-def opaque_finding(raw: dict[str, Any], stage: str = "inductor") -> Finding:
-    """A custom op Inductor's generated code calls as an extern kernel (capture.OutputCodeCollector)."""
-    ctx = {"op": op_name(raw["op"]), "calls": raw.get("calls", 1), "kernels": raw.get("kernels", "?")}
-    evidence = {"output_code": raw.get("lines", [])[:5], "graphs": raw.get("graphs"),
-                "generated_kernels": raw.get("kernels")}
-    return Finding(K.OPAQUE_OP, _summary(K.OPAQUE_OP, ctx, stage), ctx, evidence)
-
-
-def draft_finding(raw: dict[str, Any], error: dict[str, Any] | None) -> Finding:
-    """One failure of ``torch.export.draft_export``'s report (stages/export.py: ``type``, ``kind``, ``op``, ``expr``,
-    ``user_frame``, ``code``); ``error`` is what ``torch.export.export`` raised, kept as evidence."""
-    mapped = raw.get("kind")
-    kind = mapped if mapped in taxonomy.ids() and taxonomy.kinds()[mapped].draft_summary else K.UNKNOWN
-    frame = raw.get("user_frame")
-    ctx: dict[str, Any] = {k: raw[k] for k in ("op", "expr") if raw.get(k)}
-    if ctx.get("op"):
-        ctx["op"] = op_name(ctx["op"])
-    at = f" at `{raw.get('code') or frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame else ""
-    template = taxonomy.kinds()[kind].draft_summary or "torch.export failed; draft_export reports {type}."
-    summary = template.format_map(
-        {"op": ctx.get("op", "?"), "expr": ctx.get("expr", "?"), "at": at, "type": raw.get("type", "?")})
-    evidence = {"draft_export_type": raw.get("type"), "user_frame": frame, "reason": raw.get("reason") or None,
-                "exception_type": (error or {}).get("type"), "message": _trim((error or {}).get("message", ""))}
-    return Finding(kind, summary, ctx, evidence)
 
 
 def _apply_rules(text: str, types: set[str], gb_type: str | None,
@@ -499,5 +347,5 @@ def _head_tail(text: str, limit: int = 40000) -> str:
     return text if len(text) <= limit else text[: limit // 2] + "\n" + text[-limit // 2:]
 
 
-def _trim(text: str, limit: int = 4000) -> str:
+def trim(text: str, limit: int = 4000) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... [{len(text) - limit} more characters]"

@@ -1,5 +1,5 @@
 """How torch words what tracecheck reads, as plain text (no torch import): the op namespaces that are torch's own,
-and the gb_type and GB code inside a Dynamo message. The evidence listeners (capture.py) and the classifier both
+and the gb_type and GB code inside a Dynamo message. The evidence listeners (evidence/tracelog.py, evidence/exceptions.py) and the classifier both
 read it, so neither imports the other."""
 from __future__ import annotations
 

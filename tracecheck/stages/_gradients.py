@@ -27,10 +27,11 @@ from typing import Any, Callable
 
 import torch
 from torch.autograd.gradcheck import GradcheckError
-from .compat import pytree
+from ..compat import pytree
 
-from . import capture, compat
-from .oprecorder import OpRecorder, _snap
+from .. import compat
+from ..evidence import exceptions
+from ..evidence.oprecorder import OpRecorder, _snap
 
 #: gradcheck (float64) when the differentiable inputs hold at most this many elements; above, the directional
 #: check (gradcheck's failure report alone would cost 2 forward calls per element)
@@ -153,12 +154,12 @@ def check_call(call: Call, seed: int = 0) -> Outcome:
     try:
         _check(call, out, seed)
     except Exception as e:  # the checker's own failure: recorded, never a crash of the stage
-        out.error = capture.error_record(e, "backward")
+        out.error = exceptions.error_record(e, "backward")
     return out
 
 
 def _check(call: Call, out: Outcome, seed: int) -> None:
-    from .stages._execution import seed_all
+    from ._execution import seed_all
 
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     diff = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.requires_grad
@@ -179,7 +180,7 @@ def _check(call: Call, out: Outcome, seed: int) -> None:
     try:
         first = run(leaves)
     except Exception as e:
-        out.error = capture.error_record(e, "forward")
+        out.error = exceptions.error_record(e, "forward")
         return
     keep[:] = [j for j, o in enumerate(first) if isinstance(o, torch.Tensor) and o.is_floating_point()
                and o.requires_grad]
@@ -337,7 +338,7 @@ def _gradcheck(f: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[int, int]
         m = _GRADCHECK_MSG.search(str(e))
         return (int(m.group("out")), int(m.group("inp"))) if m else (0, 0)
     except Exception as e:
-        return capture.error_record(e, "backward")
+        return exceptions.error_record(e, "backward")
     return None
 
 

@@ -15,7 +15,7 @@ import traceback
 from typing import Any, Callable
 
 from . import protocol
-from .exitcodes import UsageError
+from ..model.exitcodes import UsageError
 
 #: set with PYTHONSAFEPATH in the fork server's environment by tracecheck (runner._context), not by the user:
 #: stage processes drop both, so a probe's own subprocesses see the user's environment
@@ -43,15 +43,15 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
         import torch
 
         torch.set_num_threads(max(1, threads))
-        from . import compat
+        from .. import compat
 
         compat.set_single_compile_thread()
         if task.get("trace_dir"):
             compat.keep_structured_trace(task["trace_dir"])  # this process's TORCH_TRACE, for tlparse
         value = task_function(task["op"])(task)
-        from . import capture
+        from ..evidence import parsers
 
-        capture.check_parsers()  # a parser that failed found nothing: an internal error, never an empty result
+        parsers.check_parsers()  # a parser that failed found nothing: an internal error, never an empty result
         message = protocol.Result(value)
     except UsageError as e:
         cause = e.__cause__ or e
@@ -68,7 +68,7 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
 
 
 def task_function(op: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """The function a task names, ``"package.module:function"`` (e.g. ``tracecheck.worker:run_stage``,
+    """The function a task names, ``"package.module:function"`` (e.g. ``tracecheck.isolate.worker:run_stage``,
     ``tracecheck.fix.analysis:analyze``): imported here, in the task process, so the parent never imports
     what its tasks run, and a new kind of task registers nothing here."""
     module, _, name = op.partition(":")
@@ -97,18 +97,19 @@ def _redirect_output(log_path: str) -> None:
 
 def run_stage(task: dict[str, Any]) -> dict[str, Any]:
     """One (probe, stage): the stage's ``run`` from the registry, on cases built by ``discover``."""
-    from . import discover, stages
+    from .. import stages
+    from ..collect import casemaker
 
-    from . import capture
+    from ..evidence import exceptions
 
     spec = stages.get(task["stage"])
-    make_case = discover.case_factory(task["file"], task["probe"], task.get("device", "cpu"))
+    make_case = casemaker.case_factory(task["file"], task["probe"], task.get("device", "cpu"))
     options = {k: v for k, v in (task.get("options") or {}).items() if k in spec.options}
-    from .records import StageRecord
+    from ..model.records import StageRecord
 
     try:
         raw = spec.run(stages.StageContext(make_case, task.get("device", "cpu"), options))
-    except discover.ProbeCallError as e:  # the probe function failed when the stage called it again
-        return {"error": capture.error_record(e.__cause__ or e, "setup")}
+    except casemaker.ProbeCallError as e:  # the probe function failed when the stage called it again
+        return {"error": exceptions.error_record(e.__cause__ or e, "setup")}
     StageRecord.from_raw(raw)  # a key no field reads is tracecheck's bug: this stage's internal error, here
     return raw

@@ -1,7 +1,7 @@
 """Runs tasks in isolated processes, ``jobs`` at a time, with a per-task timeout.
 
 Processes come from a multiprocessing fork server that has already imported torch and the compiler stack
-(tracecheck/preload.py): each task is a fresh fork (fresh Dynamo counters, caches, warn-once state and op
+(tracecheck/isolate/preload.py): each task is a fresh fork (fresh Dynamo counters, caches, warn-once state and op
 registry) without paying the ~5 s import again. A task marked ``serve`` becomes a template once its result is
 in (template.py: the model file stays imported); tasks naming that template are forked from it, so the file's
 imports load once. A child that dies (signal, ``sys.exit``, OOM kill) or overruns its timeout becomes an
@@ -76,7 +76,7 @@ class Outcome:
     def checked(self, what: str) -> dict[str, Any]:
         """The task's result, or the error a caller reports: the process died running user code, or the worker
         said the input was bad -> UsageError (exit 2); tracecheck's own bug inside the worker -> RuntimeError."""
-        from .exitcodes import UsageError
+        from ..model.exitcodes import UsageError
 
         msg = self.message
         if msg is None:
@@ -93,7 +93,7 @@ def _context() -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["tracecheck.preload"])
+    ctx.set_forkserver_preload(["tracecheck.isolate.preload"])
     # The server is a `python -c` interpreter: the current directory comes first on its sys.path, and Python 3.11
     # ignores the sys_path multiprocessing hands it. A ./tracecheck/ folder (a clone, a checkout) would then stand
     # in for the installed tracecheck in every stage process. PYTHONSAFEPATH keeps the directory off.

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from .compat import pytree
+from ..compat import pytree
 
-from . import compat
+from .. import compat
 from .wording import TORCH_NAMESPACES
-from .report import op_name
+from ..model.report import op_name
 
 
 class OpRecorder(compat.TorchDispatchMode):

@@ -2,8 +2,8 @@
 
 For projects that would rather not add a second CI step. Enable it explicitly (it is not auto-loaded)::
 
-    pytest -p tracecheck.pytest_plugin            # or, in conftest.py:
-    pytest_plugins = ["tracecheck.pytest_plugin"]
+    pytest -p tracecheck.gate.pytest_plugin            # or, in conftest.py:
+    pytest_plugins = ["tracecheck.gate.pytest_plugin"]
 
 Then::
 
@@ -31,7 +31,7 @@ from typing import Any, Callable
 import pytest
 
 from . import baseline as bl
-from .reportio import write_json_atomic
+from ..model.reportio import write_json_atomic
 
 STAGE = "explain"
 
@@ -99,7 +99,9 @@ def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
     """
     import torch
 
-    from . import capture, classify, compat
+    from .. import compat
+    from ..classify import detect
+    from ..evidence import parsers, tracelog
 
     graphs = 0
 
@@ -116,14 +118,14 @@ def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
         trace_logger.removeHandler(h)
     compat.dynamo_reset()
     try:
-        with capture.TraceCollector() as tc:
+        with tracelog.TraceCollector() as tc:
             torch.compile(fn, backend=backend)(*args, **kwargs)
     finally:
         compat.dynamo_reset()
         for h in pytest_handlers:
             trace_logger.addHandler(h)
-    capture.check_parsers()  # a parser that failed counted nothing: never "no new graph breaks"
-    return Measurement(graphs, [classify.classify_break(b) for b in tc.breaks])
+    parsers.check_parsers()  # a parser that failed counted nothing: never "no new graph breaks"
+    return Measurement(graphs, [detect.classify_break(b) for b in tc.breaks])
 
 
 class TracecheckFixture:

@@ -1,0 +1,75 @@
+"""The ``discover`` task, run in a task process: one file's probes, called once each to check what they return
+and what they register."""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from ..model.exitcodes import UsageError
+from ..model.probe import ProbeShapeError, to_case
+from ..model.report import IMPORT_PROBE
+from .casemaker import call_probe
+from .loadfile import find_probes, load_module, matches
+from .locate import probe_id
+
+
+def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
+    """The ``discover`` task: load one model file; call each selected probe once to check what it returns and
+    what it registers (``opwatch.OpRegistrationWatch``). ``-k`` (``task["select"]``) matches probe ids relative
+    to ``task["root"]`` (``rootdir``)."""
+    from ..evidence import exceptions, opwatch
+    from ..evidence.oprecorder import registered_custom_ops
+
+    ops_before = registered_custom_ops()
+    path, select = task["file"], task.get("select")
+    only = set(task["only"]) if task.get("only") else None  # probe names asked for by ``file.py::name``
+    root = task.get("root") or os.path.dirname(path)
+    with opwatch.OpRegistrationWatch() as watch:
+        try:
+            module = load_module(path)
+        except UsageError as e:
+            if e.__cause__ is None:
+                raise
+            # the parent classifies the import's exception (once, with every other record) and decides: torch
+            # refused what the file registers or runs at import (an op defined twice, say) is a finding; the
+            # user's own Python error (import, syntax, name) is bad input, exit 2 with this message
+            entry = {"name": IMPORT_PROBE, "setup_error": exceptions.error_record(e.__cause__, "setup"),
+                     "registrations": list(watch.events), "import_error": str(e)}
+            return {"probes": [entry], "n_candidates": 1, "names": [IMPORT_PROBE],
+                    "custom_ops": sorted(registered_custom_ops() - ops_before)}
+        file_events = list(watch.events)
+        probes = []
+        for name, fn in find_probes(module):
+            pid = probe_id(path, name, root)
+            if not matches(select, pid) or (only is not None and name not in only):
+                continue
+            before = len(watch.events)
+            entry: dict[str, Any] = {"name": name}
+            required = _required_params(fn)
+            if required:
+                entry["bad_shape"] = f"{pid}: a probe takes no arguments, this one requires {', '.join(required)}"
+                probes.append(entry)
+                continue
+            try:
+                to_case(call_probe(fn))
+            except ProbeShapeError as e:
+                entry["bad_shape"] = f"{pid}: {e}"
+            except Exception as e:
+                entry["setup_error"] = exceptions.error_record(e, "setup")
+            entry["registrations"] = file_events + watch.events[before:]
+            probes.append(entry)
+    names = [name for name, _ in find_probes(module)]
+    # no custom op registered by the file, its imports or its probes: the runner can skip opcheck (api.py)
+    return {"probes": probes, "n_candidates": len(names), "names": names,
+            "custom_ops": sorted(registered_custom_ops() - ops_before)}
+
+
+def _required_params(fn: Callable[..., Any]) -> list[str]:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD,
+                                                                           p.KEYWORD_ONLY)]

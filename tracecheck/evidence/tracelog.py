@@ -1,0 +1,232 @@
+"""Listeners on the structured trace, inside a stage process: graph breaks, recompiles, specialized dynamic
+dimensions, and the ops Inductor's generated code calls.
+
+Graph breaks are counted from the ``dynamo_graph_break_reason`` artifact of the structured trace (a
+``logging.Handler`` on ``torch.__trace``, the way ``torch.export.draft_export`` listens), because on torch
+2.13 ``explain().graph_break_count`` is ``graph_count - 1`` (0 for two breaks inside an autograd.Function)
+and ``counters["graph_break"]`` misses data-dependent branches. Breaks are deduplicated by
+(gb_type, user file, line): Dynamo retries a frame and logs the same break again.
+"""
+from __future__ import annotations
+
+import json
+import linecache
+import logging
+import re
+from typing import Any
+
+from .. import compat
+from .wording import gb_code_from_text, gb_type_from_text
+from .frames import caller_outside_torch, from_match, innermost_user_frame, is_library
+from .parsers import parser_failed
+
+
+_LOCATION = re.compile(r"Graph break in user code at (?P<file>.+):(?P<line>\d+)")
+_REASON = re.compile(r"Graph Break Reason: (?P<reason>.*?)(?:\nUser code traceback:|\Z)", re.S)
+_CONTEXT = re.compile(r"Developer debug context: (?P<ctx>.*)")
+
+
+class StructuredTraceHandler(logging.Handler):
+    """Base for listeners on the structured trace (``torch.__trace``); a context manager that installs itself.
+
+    torch emits a record only while the logger has a handler, so installing one is what turns the trace on.
+    Subclasses implement ``read(record)``; a failure in it is recorded (``parser_failed``), never raised into torch.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self._logger = logging.getLogger("torch.__trace")
+        self._old_level = self._logger.level
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.read(record)
+        except Exception:  # a logging handler must never raise into torch: the task reports it instead
+            parser_failed()
+
+    def read(self, record: logging.LogRecord) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        self._logger.addHandler(self)
+        self._logger.setLevel(logging.DEBUG)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._old_level)
+
+
+class TraceCollector(StructuredTraceHandler):
+    """Collects graph breaks from the structured trace while installed.
+
+    Use as a context manager. ``breaks`` holds raw break records (see ``classify.detect.classify_break``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.breaks: list[dict[str, Any]] = []
+        self._seen: set[tuple[Any, ...]] = set()
+
+    def read(self, record: logging.LogRecord) -> None:
+        meta = getattr(record, "metadata", {}) or {}
+        art = meta.get("artifact")
+        if isinstance(art, dict) and art.get("name") == "dynamo_graph_break_reason":
+            self._add_break(getattr(record, "payload", "") or "")
+
+    def _add_break(self, payload: str) -> None:
+        loc = _LOCATION.search(payload)
+        reason_m = _REASON.search(payload)
+        reason = (reason_m.group("reason") if reason_m else payload).strip()
+        gb_type = gb_type_from_text(reason)  # None when unparsable: never invent one from message text
+        file = loc.group("file") if loc else None
+        line = int(loc.group("line")) if loc else None
+        key = (gb_type, file, line)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        code = gb_code_from_text(reason) or compat.gb_code(gb_type)
+        ctx = _CONTEXT.search(reason)
+        stack = payload.split("User code traceback:", 1)[1] if "User code traceback:" in payload else ""
+        stack = stack.split("\nTraceback (most recent call last)", 1)[0]
+        self.breaks.append({
+            "gb_type": gb_type, "gb_code": code, "doc": compat.gb_doc_link(code),
+            "file": file, "line": line, "reason": reason, "caller": caller_outside_torch(file, stack),
+            "code": linecache.getline(file, line).strip() if file and line else None,
+            "debug_context": ctx.group("ctx").strip() if ctx else None,
+            "user_stack": stack[-6000:],  # tells e.g. that the break is inside an autograd.Function forward
+        })
+
+
+#: a call of a dispatcher op in Inductor's generated wrapper code: ``buf1 = torch.ops.ns.op.default(buf0)``
+_OUTPUT_CODE_CALL = re.compile(r"torch\.ops\.(?P<ns>\w+)\.(?P<op>\w+)\.(?P<overload>\w+)\(")
+#: a kernel Inductor generated, in its wrapper code: ``cpp_fused_add_sin_0 = async_compile.cpp_pybinding(...``
+#: (``async_compile.triton(`` on a GPU)
+_OUTPUT_CODE_KERNEL = re.compile(r"^\w+ = async_compile\.\w+\(", re.M)
+
+
+class OutputCodeCollector(StructuredTraceHandler):
+    """Inductor's generated wrapper code (the ``inductor_output_code`` event, one per compiled graph, logged on a
+    cache hit too), read for the custom ops it calls as extern kernels: Inductor generated no code for them, so
+    nothing fused across them. ``codes`` holds each graph's code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes: list[str] = []
+
+    def read(self, record: logging.LogRecord) -> None:
+        if "inductor_output_code" in (getattr(record, "metadata", {}) or {}):
+            self.codes.append(str(getattr(record, "payload", "") or ""))
+
+    def kernel_count(self) -> int:
+        """The kernels Inductor generated, over every compiled graph (each defined once in its graph's code)."""
+        return sum(len(_OUTPUT_CODE_KERNEL.findall(code)) for code in self.codes)
+
+    def extern_ops(self, torch_namespaces: set[str]) -> list[dict[str, Any]]:
+        """``{"op": "ns::op", "calls", "graphs", "lines"}`` per op outside ``torch_namespaces``, in order seen."""
+        found: dict[str, dict[str, Any]] = {}
+        for g, code in enumerate(self.codes):
+            for line in code.splitlines():
+                m = _OUTPUT_CODE_CALL.search(line)
+                if not m or m.group("ns") in torch_namespaces:
+                    continue
+                rec = found.setdefault(f"{m.group('ns')}::{m.group('op')}", {"calls": 0, "graphs": [], "lines": []})
+                rec["calls"] += 1
+                if g not in rec["graphs"]:
+                    rec["graphs"].append(g)
+                rec["lines"].append(line.strip()[:200])
+        return [{"op": op, **rec} for op, rec in found.items()]
+
+
+class _StepRecords(StructuredTraceHandler):
+    """A listener that keeps ``records``, each tagged with ``step``: the caller sets it before each step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[dict[str, Any]] = []
+        self.step = 0
+
+
+#: structured-trace artifacts with recompile reasons: Dynamo guard failures, compiled-autograd cache misses
+_DYNAMO_REASONS = "recompile_reasons"
+_CA_REASONS = "compiled_autograd_compile_reasons"
+
+_COMPILE_ID = re.compile(r"^\s*!?[\d/]+:\s*")
+_USER_STACK = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
+_GUARD_SITE = re.compile(r"#\s*(?P<code>.*?)\s*#\s*(?P<file>\S+\.py):(?P<line>\d+) in (?P<func>\w+)")
+
+
+class RecompileCollector(_StepRecords):
+    """Recompile reasons from the structured trace, tagged with the step that was running.
+
+    ``records``: ``{"reason", "step", "source", "user_frame", "graph"}`` where ``source`` is
+    ``"compiled_autograd"`` (a capture, i.e. a compiled-autograd cache miss) or ``"dynamo"`` (a guard
+    failure), and ``graph`` is ``"backward"`` when the recompiled frame is a captured backward graph.
+    Use as a context manager; set ``step`` before each step.
+    """
+
+    def read(self, record: logging.LogRecord) -> None:
+        meta = getattr(record, "metadata", {}) or {}
+        art = meta.get("artifact")
+        if not isinstance(art, dict) or art.get("name") not in (_DYNAMO_REASONS, _CA_REASONS):
+            return
+        reasons = _payload_list(getattr(record, "payload", None))
+        if not reasons:
+            return
+        graph = "backward" if "compiled_autograd_id" in meta else "forward"
+        if art["name"] == _CA_REASONS:
+            # The list grows per cache node: every capture ever made there; the newest is last.
+            self.records.append({"reason": _clean(reasons[-1]), "step": self.step,
+                                 "source": "compiled_autograd", "user_frame": None, "graph": "backward"})
+        else:
+            # One reason per cache entry that failed its guards; the newest entry comes first.
+            self.records.append({"reason": _clean(reasons[0]), "step": self.step, "source": "dynamo",
+                                 "user_frame": _guard_user_frame(reasons[0]), "graph": graph})
+
+
+def _payload_list(payload: Any) -> list[str]:
+    """A reasons payload as a list: torch JSON-encodes a list but passes a single reason as the bare string."""
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            return [payload]
+    if isinstance(payload, str):
+        return [payload]
+    return [str(p) for p in payload or []]
+
+
+def _clean(reason: str) -> str:
+    """First line of a reason, without the compile id (``0/1:``, ``!2:``) and the column padding."""
+    first = _COMPILE_ID.sub("", str(reason).strip().split("\nUser stack trace:", 1)[0])
+    return re.sub(r"[ \t]{2,}", "  ", first.strip())[:1000]
+
+
+def _guard_user_frame(reason: str) -> dict[str, Any] | None:
+    """The user line a guard came from: the ``User stack trace`` (2.13), else the ``# code  # file:line``
+    comment Dynamo puts after the guard."""
+    if "User stack trace:" in reason:
+        frames = [m for m in _USER_STACK.finditer(reason.split("User stack trace:", 1)[1])
+                  if not is_library(m.group("file"))]
+        if frames:
+            return from_match(frames[-1])
+    m = _GUARD_SITE.search(reason)
+    return from_match(m) if m else None
+
+
+class SpecializationCollector(_StepRecords):
+    """Dimensions the shape environment specialized (``symbolic_shape_specialization`` events of the structured
+    trace: a symbolic size replaced by a constant), with the frame that forced it: ``frame`` is the innermost
+    frame outside torch and tracecheck of the Python stack (a fake impl's line, or model code), ``user_frame``
+    the user line Dynamo was tracing. ``step`` tags each record, as in RecompileCollector."""
+
+    def read(self, record: logging.LogRecord) -> None:
+        event = (getattr(record, "metadata", {}) or {}).get("symbolic_shape_specialization")
+        if not isinstance(event, dict):
+            return
+        names = compat.trace_filenames()
+        self.records.append({
+            "symbol": str(event.get("symbol")), "sources": [str(s) for s in event.get("sources") or []],
+            "value": str(event.get("value")), "reason": str(event.get("reason", "")), "step": self.step,
+            "frame": innermost_user_frame(event.get("stack"), names),
+            "user_frame": innermost_user_frame(event.get("user_stack"), names)})
