@@ -349,3 +349,27 @@ def test_a_user_frame_is_read_as_a_frame():
                for n, line in enumerate(p.read_text().splitlines(), 1)
                if re.search(r"""get\(["']user_frame["']\) or \{\}""", line)]
     assert readers == []
+
+
+def _extra_reads(source: str) -> list[int]:
+    """Lines that read a key of an ``.extra`` attribute: ``x.extra[k]`` (not an assignment) or ``x.extra.get(k)``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        target = node.value if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) else \
+            node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "get" else None
+        if isinstance(target, ast.Attribute) and target.attr == "extra":
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_payload_check_sees_a_key_read():
+    assert _extra_reads("a = s.extra.get('steps')\nb = s.extra['backend']\ns.extra['x'] = 1\n") == [1, 2]
+
+
+def test_a_stage_payload_is_read_through_its_type():
+    """``StageResult.extra`` is read through model/payloads.py (``Payload.of``, ``StageResult.notes``): no module
+    outside the stages that write it and the model reads its keys."""
+    readers = [f"{p.relative_to(PKG)}:{n}" for p in PKG.rglob("*.py")
+               if p.relative_to(PKG).parts[0] not in ("stages", "model") for n in _extra_reads(p.read_text())]
+    assert readers == []

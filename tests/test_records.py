@@ -43,3 +43,43 @@ def test_a_frame_reads_what_any_report_holds():
         {"file": "m.py", "line": 7, "function": "forward", "code": "y = ext.f(x)"}
     f = Finding("unknown", "s", {}, {"user_frame": {"file": "m.py", "line": 7}})
     assert f.user_frame == Frame("m.py", 7) and Finding("unknown", "s").user_frame is None
+
+
+def test_every_payload_field_is_in_the_report_schema():
+    """docs/report-schema.md documents what a report holds: each stage payload's keys (model/payloads.py)."""
+    import dataclasses
+
+    from tracecheck.model.payloads import PAYLOADS, StageNotes
+
+    schema = (REPO / "docs" / "report-schema.md").read_text()
+    missing = [f"{cls.__name__}.{f.name}" for cls in (*PAYLOADS.values(), StageNotes)
+               for f in dataclasses.fields(cls) if f'"{f.name}"' not in schema]
+    assert missing == []
+
+
+def test_a_baseline_compares_payload_fields():
+    """A stage's counts (StageSpec.counts, compared by a baseline) are fields of that stage's payload."""
+    import dataclasses
+
+    from tracecheck.model.payloads import PAYLOADS
+    from tracecheck.stages import REGISTRY
+
+    assert {s for s, spec in REGISTRY.items() if spec.counts} <= set(PAYLOADS)
+    assert set(PAYLOADS) <= set(REGISTRY)
+    for stage, spec in REGISTRY.items():
+        names = {f.name for f in dataclasses.fields(PAYLOADS[stage])} if stage in PAYLOADS else set()
+        assert set(spec.counts) <= names, stage
+
+
+def test_a_payload_keeps_the_report_shape():
+    """Written by the stage, read back by everyone else: the dict a report holds, keys as written by hand here."""
+    from tracecheck.model.payloads import CompiledAutogradCounts, StageNotes, VmapRun
+
+    assert VmapRun(batch=2, vmap="matches", grad="refused").to_extra() == \
+        {"vmap": {"batch": 2, "vmap": "matches", "grad": "refused"}}
+    assert StageNotes(numerics="n").to_extra() == {"numerics": "n"} and StageNotes.of({}) is None
+    old = {"steps": 3, "recompiles": [{"reason": "a"}, {"reason": "b"}]}  # a report from before recompile_count
+    assert CompiledAutogradCounts.of(old).recompile_count == 2
+    assert CompiledAutogradCounts.of({"recompiles": 4}).recompile_count == 4  # an older report's int
+    assert CompiledAutogradCounts.of({"numerics": "n"}) is None  # a note alone is no compiled-autograd payload
+    assert "other_backend" not in CompiledAutogradCounts(steps=3).to_extra()

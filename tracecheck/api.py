@@ -113,7 +113,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         _run_stage_tasks(runner, tasks, probes, progress)
         # opcheck after all: eager registered a custom op, or eager did not finish (it cannot tell)
         late = [p for p in probes if p.id in deferred and not _setup_failed(p)
-                and (p.stages["eager"].extra.get("registered_custom_ops")
+                and (p.stages["eager"].notes.registered_custom_ops
                      or p.stages["eager"].status in (CRASH, TIMEOUT, INTERNAL))]
         if late:
             progress.planned(len(tasks) + len(late))

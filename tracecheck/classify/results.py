@@ -12,6 +12,7 @@ from typing import Any
 from ..model import taxonomy
 from . import detect, payloads
 from ..model.taxonomy import K
+from ..model.payloads import CompiledAutogradCounts, StageNotes
 from ..model.records import StageRecord
 from ..model.exitcodes import UsageError
 from ..model.targets import Gate
@@ -42,9 +43,9 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
             findings[-1] = _attributed(findings[-1], fakes[0], rec.error.get("batch_size"))
         if rec.same_as_eager and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
             findings[-1] = detect.classify_error("eager", rec.error)  # the probe's own failure, again
-        other = rec.extra.get("other_backend")
-        if other:  # compiled_autograd reran the failing steps with its other backend
-            findings[-1] = _backend_checked(findings[-1], str(rec.extra.get("backend")), rec.error, other)
+        ca = CompiledAutogradCounts.of(rec.extra)
+        if ca is not None and ca.other_backend:  # compiled_autograd reran the failing steps with its other backend
+            findings[-1] = _backend_checked(findings[-1], ca.backend, rec.error, ca.other_backend)
     breaks = [detect.classify_break(b) for b in rec.breaks or []]
     findings += [detect.break_finding(b) for b in breaks]
     findings += payloads.merge_refusals([payloads.transform_error_finding(stage, e)
@@ -88,22 +89,20 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
         seconds=seconds,
         phases=rec.phases,
     )
-    if rec.opcheck:
-        result.extra["opcheck"] = {op: {t: ("SUCCESS" if v == "SUCCESS" else "FAIL" if isinstance(v, dict) else v)
-                                        for t, v in tests.items()} for op, tests in rec.opcheck.items()}
-    if rec.gradcheck:
-        result.extra["gradcheck"] = {o["name"]: _gradcheck_verdict(o) for o in rec.gradcheck}
-    if rec.explain_reasons:
-        result.extra["explain_reasons"] = rec.explain_reasons
-    if rec.registered_custom_ops:
-        result.extra["registered_custom_ops"] = rec.registered_custom_ops
+    result.extra.update(StageNotes(
+        opcheck={op: {t: ("SUCCESS" if v == "SUCCESS" else "FAIL" if isinstance(v, dict) else v)
+                      for t, v in tests.items()} for op, tests in rec.opcheck.items()} or None,
+        gradcheck={o["name"]: _gradcheck_verdict(o) for o in rec.gradcheck} or None,
+        explain_reasons=rec.explain_reasons or None,
+        registered_custom_ops=rec.registered_custom_ops or None).to_extra())
     result.extra.update(rec.extra)
-    for op in dict.fromkeys(f.context["op"] for f in not_needed):
-        tests = ", ".join(f.evidence.get("opcheck_test", "?") for f in not_needed if f.context["op"] == op)
-        result.extra.setdefault("not_checked", []).append(
-            f"the autograd of {op} ({tests} failed), which this probe never uses: it calls the op only "
-            "with gradients off (inside a torch.autograd.Function's forward, whose backward supplies the gradient, "
-            "or under no_grad)")
+    not_checked = [
+        f"the autograd of {op} ({', '.join(f.evidence.get('opcheck_test', '?') for f in not_needed if f.context['op'] == op)}"
+        " failed), which this probe never uses: it calls the op only with gradients off (inside a "
+        "torch.autograd.Function's forward, whose backward supplies the gradient, or under no_grad)"
+        for op in dict.fromkeys(f.context["op"] for f in not_needed)]
+    if not_checked:
+        result.extra.update(StageNotes(not_checked=(result.notes.not_checked or []) + not_checked).to_extra())
     return result
 
 

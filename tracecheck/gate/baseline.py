@@ -31,6 +31,7 @@ from typing import Any, Iterable
 
 from ..model import taxonomy
 from ..model.exitcodes import UsageError
+from ..model.payloads import PAYLOADS
 from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from ..model.reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
 from .shards import shard_from_command
@@ -106,7 +107,9 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
     }
     if advice:
         snap["advice"] = advice
-    ca = {k: s.extra[k] for k in (*COUNTS_LOWER_IS_BETTER, *COUNTS_NEUTRAL) if k in s.extra}
+    spec, payload_type = REGISTRY.get(s.stage), PAYLOADS.get(s.stage)
+    payload = payload_type.of(s.extra) if spec is not None and spec.counts and payload_type else None
+    ca = {k: getattr(payload, k) for k in spec.counts} if payload is not None else {}
     if ca:
         snap["compiled_autograd"] = ca
     return snap

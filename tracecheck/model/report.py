@@ -13,6 +13,7 @@ from typing import Any
 from . import taxonomy
 from .taxonomy import K
 from .frame import Frame
+from .payloads import CompiledAutogradCounts, StageNotes
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 
 #: 3: targets (``require``, each stage's ``target``, per-target verdicts; a stage of a target not required fails
@@ -126,16 +127,16 @@ class StageResult:
 
     @property
     def recompile_count(self) -> int | None:
-        """Recompiles the stage measured: ``extra["recompile_count"]`` (None when the stage stopped early, so
-        its records are partial), else the length of the ``extra["recompiles"]`` records; None when the stage
-        counts none."""
-        if "recompile_count" in self.extra:
-            value = self.extra["recompile_count"]
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-        value = self.extra.get("recompiles")
-        if isinstance(value, list):
-            return len(value)
+        """Recompiles the stage measured (compiled autograd's count); None when the stage counts none or stopped
+        early, so its records are partial."""
+        counts = CompiledAutogradCounts.of(self.extra)
+        value = counts.recompile_count if counts is not None else None
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def notes(self) -> StageNotes:
+        """What the stage noted beside its payload (what was not checked, explain's reasons, ...)."""
+        return StageNotes.of(self.extra) or StageNotes()
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StageResult":

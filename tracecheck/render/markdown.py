@@ -290,7 +290,7 @@ class MarkdownRenderer:
     def explain_output(self, p: ProbeReport) -> Details | None:
         """explain()'s own break reasons, verbatim but for their first lines (the findings have the rest)."""
         s = p.stages.get("explain")
-        reasons = (s.extra.get("explain_reasons") if s else None) or []
+        reasons = (s.notes.explain_reasons if s else None) or []
         if not reasons:
             return None
         body = "\n".join(f"[{i}] " + next((ln.strip() for ln in self.scrub(str(r)).splitlines() if ln.strip()), "")

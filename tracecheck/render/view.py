@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..model.payloads import CompiledAutogradCounts
 from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
 from ..stages import forward_only
 from ..model.targets import TARGETS, Gate
@@ -14,7 +15,7 @@ from ..model.taxonomy import is_advice
 #: ``Cell.shown`` of a failed stage whose target the run does not require: shown, gating nothing
 NOT_REQUIRED = "not-required"
 
-#: the compiled-autograd counts a row shows, in column order (StageResult.extra keys of that stage)
+#: the compiled-autograd counts a row shows, in column order (fields of payloads.CompiledAutogradCounts)
 CA_COLUMNS = ("steps", "unique_graphs_without_ca", "unique_graphs_with_ca", "backward_graphs_per_capture",
               "captures", "hooks_captured")
 
@@ -71,9 +72,9 @@ def cell(s: StageResult | None, gate: Gate = Gate()) -> Cell | None:
 
 def not_checked(p: ProbeReport) -> list[str]:
     """What the probe's stages did not check, with why: skipped stages, and the parts of a stage that ran without
-    them (``StageResult.extra["not_checked"]``: the vmap stage's torch.func.grad where torch refuses it)."""
+    them (``StageResult.notes.not_checked``: the vmap stage's torch.func.grad where torch refuses it)."""
     out = [f"{stage} ({s.skip_reason})" for stage, s in p.stages.items() if s.status == SKIP]
-    out += [f"{stage}: {what}" for stage, s in p.stages.items() for what in s.extra.get("not_checked") or []]
+    out += [f"{stage}: {what}" for stage, s in p.stages.items() for what in s.notes.not_checked or []]
     return out
 
 
@@ -83,9 +84,10 @@ def ca_rows(report: RunReport) -> list[tuple[ProbeReport, StageResult, dict[str,
     rows = []
     for p in report.probes:
         s = p.stages.get("compiled_autograd")
-        if s is None or not s.extra.get("steps"):
+        ca = CompiledAutogradCounts.of(s.extra) if s is not None else None
+        if ca is None or not ca.steps:
             continue
-        counts = {k: s.extra.get(k) for k in CA_COLUMNS}
+        counts = {k: getattr(ca, k) for k in CA_COLUMNS}
         counts["recompiles"] = s.recompile_count
         rows.append((p, s, counts))
     return rows
@@ -93,7 +95,7 @@ def ca_rows(report: RunReport) -> list[tuple[ProbeReport, StageResult, dict[str,
 
 def ca_backends(rows: list[tuple[ProbeReport, StageResult, dict[str, Any]]]) -> str:
     """The backend(s) the compiled_autograd rows were compiled with (old reports: aot_eager, the only one then)."""
-    return ", ".join(dict.fromkeys(str(s.extra.get("backend") or "aot_eager") for _, s, _ in rows))
+    return ", ".join(dict.fromkeys(str(CompiledAutogradCounts.of(s.extra).backend or "aot_eager") for _, s, _ in rows))
 
 
 def backends_line(evidence: dict[str, Any]) -> str | None:

@@ -39,6 +39,7 @@ from ..compat import pytree
 
 from .. import compat
 from ..evidence import exceptions, tracelog
+from ..model.payloads import CompiledAutogradCounts, StageNotes
 from ..model.probe import Case
 from ._execution import Execution, compare, draws_from_numpy, execute, grad_targets, needs_grad, phases, references, with_causes
 
@@ -266,50 +267,50 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
     clean_until = static_steps if error_b is None else min(static_steps, error_b["step"] - 1)
     steady = steady_state(recompiles, clean_until)
     in_graph = backward.hooks[-1] if backward.hooks else Counter()
-    extra: dict[str, Any] = {
-        "backend": backends[0],
-        "unique_graphs_without_ca": unique_without,
-        "unique_graphs_with_ca": backward.unique_graphs,
-        "backward_graphs_per_capture": backward.graphs_per_capture,
-        "unique_graphs_forward_with_ca": graphs_with_ca - backward.unique_graphs,
-        "graph_breaks_without_ca": breaks_without,
-        "backward_graph_breaks": len(backward.breaks),
-        "captures": captures,
-        "captures_per_step": captures_per_step,
-        "compiles": backward.compiles,
-        "recompiles": recompiles,
-        "recompile_count": len(recompiles),
-        "hooks_captured": sum(in_graph.values()),
-        "hooks": {
+    counts = CompiledAutogradCounts(
+        backend=backends[0],
+        unique_graphs_without_ca=unique_without,
+        unique_graphs_with_ca=backward.unique_graphs,
+        backward_graphs_per_capture=backward.graphs_per_capture,
+        unique_graphs_forward_with_ca=graphs_with_ca - backward.unique_graphs,
+        graph_breaks_without_ca=breaks_without,
+        backward_graph_breaks=len(backward.breaks),
+        captures=captures,
+        captures_per_step=captures_per_step,
+        compiles=backward.compiles,
+        recompiles=recompiles,
+        recompile_count=len(recompiles),
+        hooks_captured=sum(in_graph.values()),
+        hooks={
             "registered": hooks_registered,
             "in_graph": dict(in_graph),
             "evidence": "call_hook nodes by hook_type in the last captured compiled-autograd graph "
                         "(register_hook -> tensor_pre_hook, register_post_accumulate_grad_hook -> "
                         "post_acc_grad_hook)",
         },
-        "steps": len(execs_b),
-        "steady_shape_steps": static_steps,
-        "warmup_steps": WARMUP_STEPS,
-    }
+        steps=len(execs_b),
+        steady_shape_steps=static_steps,
+        warmup_steps=WARMUP_STEPS,
+    )
     if dynamic:
-        extra["schedule"] = ["AB"[i] for i in schedule]
-        extra["shapes"] = {"A": _shapes(first), **({"B": _shapes(_second_shape(first)[0])} if 1 in schedule else {})}
-        if dynamic_note:
-            extra["dynamic_note"] = dynamic_note
+        counts.schedule = ["AB"[i] for i in schedule]
+        counts.shapes = {"A": _shapes(first), **({"B": _shapes(_second_shape(first)[0])} if 1 in schedule else {})}
+        counts.dynamic_note = dynamic_note
     if error_a:
-        extra["error_without_ca"] = f"{error_a['type']}: {error_a['message'][:300]} (step {error_a['step']})"
+        counts.error_without_ca = f"{error_a['type']}: {error_a['message'][:300]} (step {error_a['step']})"
 
     if error_b:  # the compiled-autograd run stopped early: its counts are partial, so not measured
-        extra["other_backend"] = _other_backend(make_case, cases_for, schedule[:error_b["step"]], backends[1])
-        for key in ("unique_graphs_with_ca", "backward_graphs_per_capture", "unique_graphs_forward_with_ca",
-                    "captures", "compiles", "hooks_captured", "recompile_count", "backward_graph_breaks"):
-            extra[key] = None
+        counts.other_backend = _other_backend(make_case, cases_for, schedule[:error_b["step"]], backends[1])
+        counts.unique_graphs_with_ca = counts.backward_graphs_per_capture = counts.unique_graphs_forward_with_ca = None
+        counts.captures = counts.compiles = counts.hooks_captured = counts.recompile_count = None
+        counts.backward_graph_breaks = None
     if error_a:
-        extra["unique_graphs_without_ca"] = extra["graph_breaks_without_ca"] = None
+        counts.unique_graphs_without_ca = counts.graph_breaks_without_ca = None
+    extra = counts.to_extra()
     record: dict[str, Any] = {
         "error": error_b, "breaks": trace_b.breaks, "warnings": warn.messages,
         "graph_count": graphs_with_ca if error_b is None else None,
-        "steady_state_recompiles": steady, "extra": extra,  # every recompile is in extra["recompiles"]
+        "steady_state_recompiles": steady, "extra": extra,  # every recompile is in counts.recompiles
         "phases": phases(execs_b[-1]) if execs_b else None,
     }
     if error_b is None:
@@ -323,8 +324,9 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
         if mismatches and draws_from_numpy(make_case):
             # Dynamo puts np.random on torch's generator: other numbers than eager by design (see
             # stages._compare_on_numpy_stream); the aot_eager and inductor stages compare such probes
-            extra["numerics"] = ("not compared: the probe draws from NumPy's random generator, which compiled "
-                                 "code replaces with torch's; the aot_eager and inductor stages compare it")
+            extra.update(StageNotes(numerics="not compared: the probe draws from NumPy's random generator, which "
+                                    "compiled code replaces with torch's; the aot_eager and inductor stages compare "
+                                    "it").to_extra())
             mismatches = []
         record["mismatches"] = with_causes(mismatches, make_case)
     return record

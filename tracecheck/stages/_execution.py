@@ -23,6 +23,7 @@ from .. import compat
 from . import _numerics as numerics
 from ..evidence import exceptions, tracelog
 from ._numerics import BACKWARD, FORWARD
+from ..model.payloads import InductorKernels, StageNotes
 from ..model.probe import Case
 from ..evidence.reachable import reachable_modules, trainable_parameters
 
@@ -334,8 +335,8 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     if code.codes and got.error is None:  # inductor: the custom ops its generated code calls as extern kernels
         kernels = code.kernel_count()
         record["opaque_ops"] = [{**op, "kernels": kernels} for op in code.extern_ops(TORCH_NAMESPACES)]
-        record["extra"] = {"inductor": {"graphs": len(code.codes), "generated_kernels": kernels,
-                                        "extern_custom_ops": len(record["opaque_ops"])}}
+        record["extra"] = InductorKernels(graphs=len(code.codes), generated_kernels=kernels,
+                                          extern_custom_ops=len(record["opaque_ops"])).to_extra()
     if got.error is None:
         mismatches = compare(ref, got, **references(make_case, case=case))
         if mismatches and draws_from_numpy(make_case):
@@ -374,9 +375,9 @@ def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str, fullgr
         again = execute(torch.compile(case.fn, backend=backend, fullgraph=fullgraph), case)
     if again.error is not None:
         return None  # the first comparison stands
-    record.setdefault("extra", {})["numerics"] = (
+    record.setdefault("extra", {}).update(StageNotes(numerics=(
         "the probe draws from NumPy's random generator; compared with torch._dynamo.config."
-        "use_numpy_random_stream=True so that the compiled run draws the same numbers as eager")
+        "use_numpy_random_stream=True so that the compiled run draws the same numbers as eager")).to_extra())
     return compare(ref, again, **references(make_case, case=case))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..model.payloads import DynamicRun
 from ._spec import StageContext, StageSpec
 
 #: a guard failure on a tensor's size or stride (2.13: "tensor 'x' size mismatch at index 0. expected 2, actual
@@ -91,10 +92,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "dynamic_specializations": [{**r, "specialization": _pick(specialized), "batch_sizes": plan}
                                     for r in size_guards],
         "steady_state_recompiles": [r for r in steady if r not in size_guards],
-        "extra": {"dynamic": {"batch_sizes": plan[: plan.index(error["batch_size"]) + 1] if error else plan,
-                              "symbolic": error is None and not dynamo,
-                              "recompiles": [{k: r[k] for k in ("reason", "step", "user_frame")} for r in dynamo],
-                              "specializations": list({_key(b): b for b in map(_brief, spec.records)}.values())[:10]}},
+        "extra": DynamicRun(batch_sizes=plan[: plan.index(error["batch_size"]) + 1] if error else plan,
+                            symbolic=error is None and not dynamo,
+                            recompiles=[{k: r[k] for k in ("reason", "step", "user_frame")} for r in dynamo],
+                            specializations=list({_key(b): b for b in map(_brief, spec.records)}.values())[:10]
+                            ).to_extra(),
     }
 
 

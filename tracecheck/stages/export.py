@@ -11,6 +11,7 @@ from typing import Any
 
 from ..model import taxonomy
 from ..model.targets import EXPORT
+from ..model.payloads import ExportGraph
 from ._spec import StageContext, StageSpec
 
 # draft_export's FailureType names map to kinds in kinds.json (``draft_export.failure_types``). GUARD_ADDED: a guard
@@ -44,7 +45,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         return {"error": exceptions.error_record(e, "forward"), "phases": [FORWARD], "warnings": w.messages}
     got = execute(program, dataclasses.replace(case, grad=False))
     record: dict[str, Any] = {"phases": [FORWARD], "warnings": w.messages,
-                              "extra": {"export": {"graph_nodes": len(ep.graph.nodes)}}}
+                              "extra": ExportGraph(graph_nodes=len(ep.graph.nodes)).to_extra()}
     if got.error:
         record["error"] = got.error  # the exported program does not run on the probe's own inputs
     else:

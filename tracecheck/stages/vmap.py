@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model.targets import FUNC
+from ..model.payloads import StageNotes, VmapRun
 from ._spec import StageContext, StageSpec
 
 
@@ -58,8 +59,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         not_checked.append(f"torch.func.vmap: {v['skip_reason']}")
     if trains and g.get("skip_reason") and g["skip_reason"] != transforms.CUSTOM_OP_AUTOGRAD_REFUSED:
         not_checked.append(f"torch.func.grad: {g['skip_reason']}")
-    if not_checked:
-        record["extra"]["not_checked"] = not_checked
+    record["extra"].update(StageNotes(not_checked=not_checked or None).to_extra())
     for name, r in (("vmap", v), ("grad", g)):
         if r.get("error"):
             record["transform_errors"].append(r["error"])
@@ -69,10 +69,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     # call the move to a torch-refused custom op "backward no longer runs")
     record["phases"] = [FORWARD, BACKWARD] if g.get("compared") else [FORWARD]
     record["fallback_ops"] = v.get("fallback_ops") or []
-    record["extra"]["vmap"] = {
-        "batch": transforms.BATCH, "vmap": _summary(v), "grad": _summary(g),
+    record["extra"].update(VmapRun(
+        batch=transforms.BATCH, vmap=_summary(v), grad=_summary(g),
         **{k: v[k] for k in ("randomness", "compared", "batched_inputs", "perturbed") if k in v},
-        **({"grad_wrt": g["wrt"], "grads_compared": g["compared"]} if g.get("wrt") else {})}
+        **({"grad_wrt": g["wrt"], "grads_compared": g["compared"]} if g.get("wrt") else {})).to_extra())
     return record
 
 

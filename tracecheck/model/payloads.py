@@ -1,0 +1,164 @@
+"""What a stage keeps in ``StageResult.extra``, typed: one dataclass per stage payload, written by its stage
+(``to_extra``) and read by everyone else (``of``), so no reader names a payload's keys. In a report and on the
+wire a payload is the plain dict it always was (docs/report-schema.md, tested against these fields). Counts a
+baseline compares are named by the stage's ``StageSpec.counts``. Pure: no torch import."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+
+class _Payload:
+    #: the key of ``extra`` that holds the payload; "" for one whose fields are ``extra``'s own keys
+    KEY: ClassVar[str] = ""
+    #: fields written only when they hold something (a report of a run that had none lacks the key)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+
+    def to_extra(self) -> dict[str, Any]:
+        body = {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
+                if not (f.name in self.OPTIONAL and getattr(self, f.name) is None)}
+        return {self.KEY: body} if self.KEY else body
+
+    @classmethod
+    def of(cls, extra: dict[str, Any]):
+        """The payload in a stage's ``extra`` (a report's, or a stage record's), None when the stage wrote none.
+        A field a report from an older tracecheck lacks reads as its default."""
+        body = extra.get(cls.KEY) if cls.KEY else extra
+        if not isinstance(body, dict) or not any(f.name in body for f in fields(cls)):  # type: ignore[arg-type]
+            return None
+        return cls(**{f.name: body[f.name] for f in fields(cls) if f.name in body})  # type: ignore[arg-type]
+
+
+@dataclass
+class CompiledAutogradCounts(_Payload):
+    """The compiled_autograd stage: the same steps with and without compiled autograd (docs/compiled-autograd.md).
+    A count is None where the run that measures it stopped early (its records would be partial)."""
+
+    #: the backend the steps were compiled with
+    backend: str = "aot_eager"
+    #: steps the compiled-autograd run made; of them at the probe's own input shape; of them warm-up
+    steps: int | None = None
+    steady_shape_steps: int | None = None
+    warmup_steps: int | None = None
+    #: Dynamo graphs without compiled autograd; compiled autograd's backward graphs; per capture; forward graphs
+    unique_graphs_without_ca: int | None = None
+    unique_graphs_with_ca: int | None = None
+    backward_graphs_per_capture: Any = None
+    unique_graphs_forward_with_ca: int | None = None
+    #: graph breaks without compiled autograd; in compiled autograd's backward graphs
+    graph_breaks_without_ca: int | None = None
+    backward_graph_breaks: int | None = None
+    #: backward captures in all, per step, and the compiles they cost
+    captures: int | None = None
+    captures_per_step: list[int] = field(default_factory=list)
+    compiles: int | None = None
+    #: every recompile (reason, step, user frame); their number (None: not measured)
+    recompiles: list[dict[str, Any]] = field(default_factory=list)
+    recompile_count: int | None = None
+    #: hooks inside the last captured backward graph, and the registrations they came from
+    hooks_captured: int | None = None
+    hooks: dict[str, Any] = field(default_factory=dict)
+    #: --dynamic: the input shape per step (A, B), the shapes, and why the second shape was not run
+    schedule: list[str] | None = None
+    shapes: dict[str, Any] | None = None
+    dynamic_note: str | None = None
+    #: the plain torch.compile run's own error, when it has one
+    error_without_ca: str | None = None
+    #: the failing steps rerun with the other backend (``_compiled_autograd._other_backend``)
+    other_backend: dict[str, Any] | None = None
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("schedule", "shapes", "dynamic_note", "error_without_ca",
+                                           "other_backend")
+
+    @classmethod
+    def of(cls, extra: dict[str, Any]) -> "CompiledAutogradCounts | None":
+        counts = super().of(extra)
+        if counts is not None and "recompile_count" not in extra:
+            # a report from before the count was written: the records' number, or the int an older one held
+            # (then in any stage's ``extra``)
+            r = counts.recompiles
+            counts.recompile_count = len(r) if isinstance(r, list) else r if isinstance(r, int) else None
+        return counts
+
+
+@dataclass
+class InductorKernels(_Payload):
+    """The inductor stage: what its generated code holds."""
+
+    KEY: ClassVar[str] = "inductor"
+    #: output code modules, kernels Inductor generated, custom ops it calls as opaque extern kernels
+    graphs: int = 0
+    generated_kernels: int = 0
+    extern_custom_ops: int = 0
+
+
+@dataclass
+class DynamicRun(_Payload):
+    """The dynamic stage: the batch sizes run with the batch dimension marked dynamic."""
+
+    KEY: ClassVar[str] = "dynamic"
+    #: the batch sizes run (up to the failing one)
+    batch_sizes: list[int] = field(default_factory=list)
+    #: one graph served every size
+    symbolic: bool = False
+    #: Dynamo's recompiles (reason, step, user frame), and the specializations the shape environment made
+    recompiles: list[dict[str, Any]] = field(default_factory=list)
+    specializations: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class VmapRun(_Payload):
+    """The vmap stage: torch.func.vmap and torch.func.grad against the eager loop (docs/report-schema.md)."""
+
+    KEY: ClassVar[str] = "vmap"
+    #: the batch vmap maps over
+    batch: int = 0
+    #: one word per transform: what came of it
+    vmap: str = ""
+    grad: str = ""
+    #: vmap's randomness setting, tensors compared, inputs batched, inputs perturbed
+    randomness: str | None = None
+    compared: Any = None
+    batched_inputs: Any = None
+    perturbed: Any = None
+    #: what torch.func.grad was taken with respect to, and the gradients compared
+    grad_wrt: Any = None
+    grads_compared: Any = None
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("randomness", "compared", "batched_inputs", "perturbed", "grad_wrt",
+                                           "grads_compared")
+
+
+@dataclass
+class ExportGraph(_Payload):
+    """The export stage: the exported program's graph."""
+
+    KEY: ClassVar[str] = "export"
+    graph_nodes: int = 0
+
+
+@dataclass
+class StageNotes(_Payload):
+    """What any stage may note beside its payload, and what the classifier adds to a stage's result. Every field
+    is written only when it holds something."""
+
+    #: parts of the stage that did not run or were not checked, each with why
+    not_checked: list[str] | None = None
+    #: why compiled and eager values were not compared, when they were not
+    numerics: str | None = None
+    #: the explain stage: explain()'s break reasons, verbatim
+    explain_reasons: list[str] | None = None
+    #: the eager stage: custom ops the probe's file registered (the opcheck stage is scheduled from them)
+    registered_custom_ops: list[str] | None = None
+    #: the opcheck stage: per op, per test: SUCCESS, FAIL, or why it was not run
+    opcheck: dict[str, dict[str, str]] | None = None
+    #: the gradcheck stage: per custom op or autograd.Function, its verdict
+    gradcheck: dict[str, str] | None = None
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("not_checked", "numerics", "explain_reasons", "registered_custom_ops",
+                                           "opcheck", "gradcheck")
+
+
+#: every payload type, by the stage that writes it
+PAYLOADS: dict[str, type[_Payload]] = {"compiled_autograd": CompiledAutogradCounts, "inductor": InductorKernels,
+                                       "dynamic": DynamicRun, "vmap": VmapRun, "export": ExportGraph}
