@@ -6,7 +6,7 @@ expected labels was read back from tracecheck's output.
 import pytest
 
 from tracecheck.model import taxonomy
-from tracecheck.classify import detect, payloads
+from tracecheck.classify import detect, measured
 
 PYBIND_213 = (
     "Attempted to call function marked as skipped\n"
@@ -329,7 +329,7 @@ def call(args):
 def test_torch_func_refusals_are_functorch_incompatible_with_their_cause(message, cause, fix_says):
     """torch 2.13.0's and 2.14.1's wording (the same on both, observed by running each refusal)."""
     raw = {"type": "RuntimeError", "message": message, "phase": "forward", "transform": "vmap", "functions": []}
-    f = payloads.transform_error_finding("vmap", raw)
+    f = measured.transform_error_finding("vmap", raw)
     assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
     assert f.summary.startswith("torch.func.vmap refuses the probe")
     assert fix_says in taxonomy.fix_text(f)
@@ -357,7 +357,7 @@ def test_torch_func_patterns_apply_only_under_a_transform():
      "retain_grad", None, "drop it from the function you transform"),
 ])
 def test_more_torch_func_refusals(message, type_, cause, op, fix_says):
-    f = payloads.transform_error_finding("vmap", {"type": type_, "message": message, "phase": "forward",
+    f = measured.transform_error_finding("vmap", {"type": type_, "message": message, "phase": "forward",
                                                   "transform": "vmap", "functions": []})
     assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
     assert f.context.get("op") == op
@@ -370,7 +370,7 @@ def test_a_control_flow_op_without_a_grad_rule_is_named():
           '_cond_op_wrapper\n    return cond_op(*args, **kwargs)\n  File "/x/site-packages/torch/_functorch/'
           'pyfunctorch.py", line 200, in process\n    kernel = op.functorch_table[TransformType.Grad]\n'
           'KeyError: <TransformType.Grad: 2>\n')
-    f = payloads.transform_error_finding("vmap", {"type": "KeyError", "message": "<TransformType.Grad: 2>",
+    f = measured.transform_error_finding("vmap", {"type": "KeyError", "message": "<TransformType.Grad: 2>",
                                                   "phase": "backward", "transform": "grad", "traceback": tb})
     assert (f.kind, f.context["cause"], f.context["hop"], f.context["transform"]) == (
         "functorch-incompatible", "hop", "torch.cond", "grad")
@@ -381,7 +381,7 @@ def test_a_control_flow_op_without_a_grad_rule_is_named():
     # cond's own compile on the transform's wrapped tensors (its first call under grad, torch 2.13)
     message = ('Expected FakeTensor, got <class \'torch.Tensor\'>\n\nfrom user code:\n   File "/x/site-packages/torch/'
                '_higher_order_ops/cond.py", line 242, in _cond_op_wrapper\n    return cond_op(*args, **kwargs)\n')
-    f = payloads.transform_error_finding("vmap", {"type": "AssertionError", "message": message, "phase": "backward",
+    f = measured.transform_error_finding("vmap", {"type": "AssertionError", "message": message, "phase": "backward",
                                                   "transform": "grad"})
     assert (f.kind, f.context["cause"], f.context["hop"]) == ("functorch-incompatible", "hop", "torch.cond")
 
@@ -484,7 +484,7 @@ def test_a_module_backward_hook_is_named_as_such_under_a_transform():
                "override the setup_context staticmethod.")
     tb = ('  File "/x/site-packages/torch/utils/hooks.py", line 120, in setup_input_hook\n'
           '    res, input_idx = self._apply_on_tensors(fn, args)\n')
-    f = payloads.transform_error_finding("vmap", {"type": "RuntimeError", "message": message, "phase": "backward",
+    f = measured.transform_error_finding("vmap", {"type": "RuntimeError", "message": message, "phase": "backward",
                                                   "transform": "grad", "traceback": tb})
     assert (f.kind, f.context["cause"]) == ("functorch-incompatible", "module_hook")
     assert "register_full_backward_hook" in taxonomy.fix_text(f)

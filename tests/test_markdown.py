@@ -7,7 +7,7 @@ from report_factory import ROOT, break_finding, probe, small_report
 from tracecheck import environment
 from tracecheck.render import markdown
 from tracecheck.render.paths import PathScrubber
-from tracecheck.model.report import FAIL, RunReport, StageResult
+from tracecheck.model.report import FAIL, Finding, RunReport, StageResult
 
 LIMIT = 65536
 
@@ -295,9 +295,7 @@ def test_probes_are_named_by_file_and_probe_when_the_report_holds_two_files():
 # Many probes: every root cause kept, detail cut first
 
 
-def _unknown(exc: str, message: str) -> "Finding":
-    from tracecheck.model.report import Finding
-
+def _unknown(exc: str, message: str) -> Finding:
     return Finding("unknown", "tracecheck could not classify this failure.", {},
                    {"exception_type": exc, "exception_chain": [exc], "message": message,
                     "traceback": "Traceback (most recent call last):\n" + '  File "/venv/torch/x.py", line 1, in f\n'
@@ -364,7 +362,6 @@ def test_36_probes_keep_every_root_cause_and_cut_detail_first():
 
 
 def test_two_frameless_unknowns_of_one_type_are_told_apart_by_their_message():
-
     a = _unknown("RuntimeError", "first failure at 0x7f00aa")
     a2 = _unknown("RuntimeError", "first failure at 0x7f00bb")  # the same error, another address
     b = _unknown("RuntimeError", "second failure")

@@ -33,7 +33,7 @@ def test_every_field_says_what_it_holds():
 
 
 def test_a_frame_reads_what_any_report_holds():
-    from tracecheck.model.frame import Frame
+    from tracecheck.model.records import Frame
     from tracecheck.model.report import Finding
 
     assert Frame.from_dict(None) is None and Frame.from_dict({}) is None and Frame.from_dict({"file": ""}) is None
@@ -49,11 +49,12 @@ def test_every_payload_field_is_in_the_report_schema():
     """docs/report-schema.md documents what a report holds: each stage payload's keys (model/payloads.py)."""
     import dataclasses
 
-    from tracecheck.model.payloads import PAYLOADS, StageNotes
+    from tracecheck.model import payloads
 
+    types = payloads.Payload.__subclasses__()
+    assert set(types) == {*payloads.PAYLOADS.values(), payloads.StageNotes}  # each registered with its stage
     schema = (REPO / "docs" / "report-schema.md").read_text()
-    missing = [f"{cls.__name__}.{f.name}" for cls in (*PAYLOADS.values(), StageNotes)
-               for f in dataclasses.fields(cls) if f'"{f.name}"' not in schema]
+    missing = [f"{cls.__name__}.{f.name}" for cls in types for f in dataclasses.fields(cls) if f'"{f.name}"' not in schema]
     assert missing == []
 
 
@@ -83,3 +84,6 @@ def test_a_payload_keeps_the_report_shape():
     assert CompiledAutogradCounts.of({"recompiles": 4}).recompile_count == 4  # an older report's int
     assert CompiledAutogradCounts.of({"numerics": "n"}) is None  # a note alone is no compiled-autograd payload
     assert "other_backend" not in CompiledAutogradCounts(steps=3).to_extra()
+    old_counts = CompiledAutogradCounts.of({"steps": 3, "captures": 2})  # a report without hooks_captured
+    assert old_counts.written("captures") and not old_counts.written("hooks_captured")
+    assert CompiledAutogradCounts(steps=3).written("hooks_captured")

@@ -292,14 +292,14 @@ def test_a_while_loop_that_vmap_refuses_is_a_refusal_not_a_skip(run):
 
 SABOTAGE = '''
 import torch
-import tracecheck.capture as capture
+import tracecheck.evidence.tracelog as tracelog
 
 
 def _broken(self, payload):
     raise ValueError("injected parser failure")
 
 
-capture.TraceCollector._add_break = _broken     # tracecheck's break parser now fails inside every stage
+tracelog.TraceCollector._add_break = _broken     # tracecheck's break parser now fails inside every stage
 
 
 def probe_print():

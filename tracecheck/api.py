@@ -1,4 +1,4 @@
-"""``run``: discover -> run stages in isolation -> classify -> RunReport. The CLI is a thin shell over this."""
+"""``run``: collect -> run stages in isolation -> classify -> RunReport. The CLI is a thin shell over this."""
 from __future__ import annotations
 
 import math
@@ -42,7 +42,7 @@ class RunOptions:
     steps: int = 3
     #: compiled_autograd stage: also run with a second input shape (batch dim x10) to show shape recompiles
     dynamic: bool = False
-    #: import each model file afresh in every stage process instead of once per file (template.py)
+    #: import each model file afresh in every stage process instead of once per file (isolate/template.py)
     fresh_imports: bool = False
     #: also record torch.utils.collect_env's summary (for --json / --report; runs gcc and pip, ~1 s)
     collect_env: bool = False
@@ -183,7 +183,7 @@ def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
     return dict(sorted(stages.items(), key=lambda kv: stage_order(kv[0])))
 
 
-#: model files kept imported at once (template.py), each holding its imports' memory until its stages are done;
+#: model files kept imported at once (isolate/template.py), each holding its imports' memory until its stages are done;
 #: the files after them import afresh in every stage process
 MAX_TEMPLATES = 8
 

@@ -328,7 +328,7 @@ def keep_structured_trace(trace_dir: str) -> None:
     _internal._init_logs()
 
 
-#: the compiler stack a stage process needs, imported once by the fork server (preload.py)
+#: the compiler stack a stage process needs, imported once by the fork server (isolate/preload.py)
 PRELOAD_MODULES = ("torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx", "torch.library",
                    "torch.testing._internal.optests")  # the last: torch.library.opcheck
 

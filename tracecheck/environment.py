@@ -126,7 +126,7 @@ def collect_env_summary() -> dict[str, Any]:
 def initialised_device() -> str | None:
     """The device runtime this process has initialised (``"CUDA"``, ``"NPU"``, ``"XPU"``), or None. A process
     that has one must not fork: the child cannot use the parent's device context (torch raises "Cannot
-    re-initialize CUDA in forked subprocess"), so a template that initialised one stops serving (template.py)."""
+    re-initialize CUDA in forked subprocess"), so a template that initialised one stops serving (isolate/template.py)."""
     import torch
 
     if torch.cuda.is_initialized():

@@ -16,7 +16,7 @@ from typing import Any
 from ..model import taxonomy
 from ..model.taxonomy import K
 from ..evidence.wording import TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
-from ..model.frame import Frame
+from ..model.records import Frame
 from ..model.report import Finding, GraphBreak, is_generated, op_name
 
 
@@ -95,7 +95,7 @@ def _torch_builtin(builtin: str, raw: dict[str, Any]) -> bool:
     line calls it through ``torch.`` (a tensor subclass's ``torch.Tensor._make_wrapper_subclass(...)``)."""
     if not builtin.startswith(_UNKNOWN_MODULE):
         return False
-    # evidence/exceptions.py: the call was made from torch's own code; Dynamo's polyfills (object construction, say) re-enact
+    # evidence/tracelog.py (frames.caller_outside_torch): the call was made from torch's own code; Dynamo's polyfills (object construction, say) re-enact
     # the user's own Python, so a break placed there is still the user's call
     in_torch = bool(raw.get("caller")) and "/_dynamo/polyfills/" not in str(raw.get("file", "")).replace("\\", "/")
     if in_torch or raw.get("traced_in_torch"):
@@ -199,7 +199,8 @@ def _where(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) ->
     """The user line a dimension marked dynamic was specialized at (the summary's ``{by}``)."""
     frame = Frame.from_dict(raw.get("user_frame"))
     if ctx.get("cause") in ("marked", "constraint"):
-        ctx["by"] = f" at `{frame.code}` ({frame.location})" if frame else ""
+        ctx["by"] = (f" at `{frame.code}` ({frame.location})" if frame.code else f" at {frame.location}") \
+            if frame else ""
 
 
 #: what code adds to a kind's context after its rule matched
@@ -222,7 +223,7 @@ def short_builtin(name: str) -> str:
     return ".".join(parts)
 
 
-def summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
+def fill_summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
     """The kind's summary template (kinds.json) filled from the context and a few derived values."""
     derived = {
         "stage": stage,
@@ -270,7 +271,7 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
         "message": trim(raw.get("message", "")),
         "traceback": raw.get("traceback", ""),
     }
-    return Finding(kind, summary(kind, ctx, stage), ctx, evidence)
+    return Finding(kind, fill_summary(kind, ctx, stage), ctx, evidence)
 
 
 def classify_break(raw: dict[str, Any]) -> GraphBreak:
@@ -301,7 +302,7 @@ def break_finding(b: GraphBreak) -> Finding:
         evidence["user_frame"] = None
         evidence["generated_frame"] = {"file": b.file, "line": b.line, "code": b.context.get("code")}
         ctx["generated"] = f"{b.file}:{b.line}"
-    return Finding(b.kind, summary(b.kind, ctx, "compile"), ctx, evidence)
+    return Finding(b.kind, fill_summary(b.kind, ctx, "compile"), ctx, evidence)
 
 
 def classify_warning(message: str) -> Finding | None:

@@ -1,4 +1,6 @@
-"""Turn raw stage records (stages/_execution.py) and process outcomes (runner.py) into classified ``StageResult``s.
+"""Turn raw stage records (model/records.StageRecord, from stages/) and process outcomes (isolate/runner.py) into
+classified ``StageResult``s, and a file's load into its ``load`` result (an import failure a kind explains is a
+finding; any other is the user's input error, exit 2).
 
 The one place that decides a stage's status; pure (no torch import), like pytest's
 ``TestReport.from_item_and_call``.
@@ -10,10 +12,10 @@ import re
 from typing import Any
 
 from ..model import taxonomy
-from . import detect, payloads
+from . import detect, measured
 from ..model.taxonomy import K
 from ..model.payloads import CompiledAutogradCounts, StageNotes
-from ..model.records import StageRecord
+from ..model.records import Frame, StageRecord
 from ..model.exitcodes import UsageError
 from ..model.targets import Gate
 from ..model.report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, first_line, op_name
@@ -31,7 +33,7 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     # compiled run raised there: it comes first
     fakes = [f for f in _opcheck_findings(stage, rec.fake_checks) if f.kind == K.FAKE_MISMATCH]
     findings += fakes
-    draft = [payloads.draft_finding(d, rec.error) for d in rec.draft_export.get("failures", [])]
+    draft = [measured.draft_finding(d, rec.error) for d in rec.draft_export.get("failures", [])]
     findings += draft
     # draft_export's report explains the export error (one finding per failure) when one of them maps to a kind
     if rec.error and rec.error.get("phase") == "setup":  # the probe function itself, called again
@@ -48,11 +50,11 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
             findings[-1] = _backend_checked(findings[-1], ca.backend, rec.error, ca.other_backend)
     breaks = [detect.classify_break(b) for b in rec.breaks or []]
     findings += [detect.break_finding(b) for b in breaks]
-    findings += payloads.merge_refusals([payloads.transform_error_finding(stage, e)
+    findings += measured.merge_refusals([measured.transform_error_finding(stage, e)
                                          for e in rec.transform_errors])
     for m in rec.mismatches:
-        findings.append(payloads.transform_mismatch_finding(m, stage) if m.get("transform")
-                        else payloads.mismatch_finding(m, stage))
+        findings.append(measured.transform_mismatch_finding(m, stage) if m.get("transform")
+                        else measured.mismatch_finding(m, stage))
     for msg in dict.fromkeys(rec.warnings):
         f = detect.classify_warning(msg)
         if f and not any(x.kind == f.kind for x in findings):
@@ -63,14 +65,14 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     findings += [f for f in opchecked if f not in not_needed]
     for outcome in rec.gradcheck:
         if outcome.get("mismatch"):
-            findings.append(payloads.gradient_finding(outcome))
+            findings.append(measured.gradient_finding(outcome))
         elif outcome.get("error"):
             findings.append(detect.classify_error(stage, outcome["error"],
                                                     op=None if outcome.get("function") else outcome["name"]))
-    findings += [payloads.specialization_finding(r) for r in rec.dynamic_specializations][:1]
+    findings += [measured.specialization_finding(r) for r in rec.dynamic_specializations][:1]
     findings += recompile_findings(rec.steady_state_recompiles)
-    findings += [payloads.fallback_finding(r) for r in rec.fallback_ops]
-    findings += [payloads.opaque_finding(r, stage) for r in rec.opaque_ops]
+    findings += [measured.fallback_finding(r) for r in rec.fallback_ops]
+    findings += [measured.opaque_finding(r, stage) for r in rec.opaque_ops]
     graph_count = rec.graph_count
     explain_count = rec.explain_graph_break_count
     # a stage that raised counted the breaks up to the exception only: not a measurement of the probe
@@ -194,7 +196,7 @@ def recompile_findings(records: list[dict[str, Any]]) -> list[Finding]:
         first = rs[0]
         frame = next((r.get("user_frame") for r in rs if r.get("user_frame")), None)
         what = "Dynamo recompiles" if source == "dynamo" else "Compiled autograd captures a new backward graph"
-        where = f" ({frame.get('file')}:{frame.get('line')})" if frame else ""
+        where = f" ({fr.location})" if (fr := Frame.from_dict(frame)) else ""
         reasons = list(dict.fromkeys(r.get("reason", "") for r in rs))
         evidence: dict[str, Any] = {"user_frame": frame, "reason": first.get("reason", ""),
                                     "steps": sorted({r.get("step") for r in rs})}
@@ -333,7 +335,7 @@ def load_result(entry: dict[str, Any]) -> StageResult | None:
     setup = setup_finding(entry["setup_error"], "The probe function itself raises.") \
         if entry.get("setup_error") else None
     if entry.get("import_error") is not None and (setup is None or setup.kind not in taxonomy.import_ids()):
-        raise UsageError(entry["import_error"], entry["setup_error"].get("traceback") or None)
+        raise UsageError(entry["import_error"], (entry.get("setup_error") or {}).get("traceback") or None)
     findings: list[Finding] = []
     for ev in entry.get("registrations", []):
         findings.append(Finding(

@@ -29,7 +29,7 @@ def module_name_for(path: str) -> str:
     return stem if spec is None or same_file else f"tc_model_{stem}"
 
 
-#: model files this process has imported, by absolute path: a stage process forked from a template (template.py)
+#: model files this process has imported, by absolute path: a stage process forked from a template (isolate/template.py)
 #: finds its file here, imported once, instead of importing it again
 _LOADED: dict[str, ModuleType] = {}
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import compat
 from .wording import TORCH_NAMESPACES
-from ..model.frame import Frame
+from ..model.records import Frame
 from .frames import FROM_USER_CODE, TORCH_DIR, from_match, from_summary, in_torch_or_stdlib, is_library
 
 

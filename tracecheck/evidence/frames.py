@@ -9,7 +9,7 @@ import traceback
 from typing import Any
 
 from .. import compat
-from ..model.frame import Frame
+from ..model.records import Frame
 from ..model.report import is_generated
 
 

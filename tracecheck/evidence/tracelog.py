@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import compat
 from .wording import gb_code_from_text, gb_type_from_text
-from .frames import caller_outside_torch, from_match, innermost_user_frame, is_library
+from .frames import FROM_USER_CODE, caller_outside_torch, from_match, innermost_user_frame, is_library
 from .parsers import parser_failed
 
 
@@ -152,7 +152,6 @@ _DYNAMO_REASONS = "recompile_reasons"
 _CA_REASONS = "compiled_autograd_compile_reasons"
 
 _COMPILE_ID = re.compile(r"^\s*!?[\d/]+:\s*")
-_USER_STACK = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
 _GUARD_SITE = re.compile(r"#\s*(?P<code>.*?)\s*#\s*(?P<file>\S+\.py):(?P<line>\d+) in (?P<func>\w+)")
 
 
@@ -206,7 +205,7 @@ def _guard_user_frame(reason: str) -> dict[str, Any] | None:
     """The user line a guard came from: the ``User stack trace`` (2.13), else the ``# code  # file:line``
     comment Dynamo puts after the guard."""
     if "User stack trace:" in reason:
-        frames = [m for m in _USER_STACK.finditer(reason.split("User stack trace:", 1)[1])
+        frames = [m for m in FROM_USER_CODE.finditer(reason.split("User stack trace:", 1)[1])
                   if not is_library(m.group("file"))]
         if frames:
             return from_match(frames[-1])

@@ -109,7 +109,7 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
         snap["advice"] = advice
     spec, payload_type = REGISTRY.get(s.stage), PAYLOADS.get(s.stage)
     payload = payload_type.of(s.extra) if spec is not None and spec.counts and payload_type else None
-    ca = {k: getattr(payload, k) for k in spec.counts} if payload is not None else {}
+    ca = {k: getattr(payload, k) for k in spec.counts if payload.written(k)} if payload is not None else {}
     if ca:
         snap["compiled_autograd"] = ca
     return snap

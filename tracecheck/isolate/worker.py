@@ -96,7 +96,7 @@ def _redirect_output(log_path: str) -> None:
 
 
 def run_stage(task: dict[str, Any]) -> dict[str, Any]:
-    """One (probe, stage): the stage's ``run`` from the registry, on cases built by ``discover``."""
+    """One (probe, stage): the stage's ``run`` from the registry, on cases built by ``collect.casemaker``."""
     from .. import stages
     from ..collect import casemaker
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 
-class _Payload:
+class Payload:
+    """The base of every payload type: a dataclass whose fields are what its stage writes."""
+
     #: the key of ``extra`` that holds the payload; "" for one whose fields are ``extra``'s own keys
     KEY: ClassVar[str] = ""
     #: fields written only when they hold something (a report of a run that had none lacks the key)
@@ -24,13 +26,21 @@ class _Payload:
         """The payload in a stage's ``extra`` (a report's, or a stage record's), None when the stage wrote none.
         A field a report from an older tracecheck lacks reads as its default."""
         body = extra.get(cls.KEY) if cls.KEY else extra
-        if not isinstance(body, dict) or not any(f.name in body for f in fields(cls)):  # type: ignore[arg-type]
+        names = [f.name for f in fields(cls) if isinstance(body, dict) and f.name in body]  # type: ignore[arg-type]
+        if not names:
             return None
-        return cls(**{f.name: body[f.name] for f in fields(cls) if f.name in body})  # type: ignore[arg-type]
+        payload = cls(**{n: body[n] for n in names})
+        payload._written = frozenset(names)
+        return payload
+
+    def written(self, name: str) -> bool:
+        """Did the stage write this field (a report from an older tracecheck may lack a count)? A payload built
+        by its stage wrote every field."""
+        return name in getattr(self, "_written", {f.name for f in fields(self)})  # type: ignore[arg-type]
 
 
 @dataclass
-class CompiledAutogradCounts(_Payload):
+class CompiledAutogradCounts(Payload):
     """The compiled_autograd stage: the same steps with and without compiled autograd (docs/compiled-autograd.md).
     A count is None where the run that measures it stopped early (its records would be partial)."""
 
@@ -82,7 +92,7 @@ class CompiledAutogradCounts(_Payload):
 
 
 @dataclass
-class InductorKernels(_Payload):
+class InductorKernels(Payload):
     """The inductor stage: what its generated code holds."""
 
     KEY: ClassVar[str] = "inductor"
@@ -93,7 +103,7 @@ class InductorKernels(_Payload):
 
 
 @dataclass
-class DynamicRun(_Payload):
+class DynamicRun(Payload):
     """The dynamic stage: the batch sizes run with the batch dimension marked dynamic."""
 
     KEY: ClassVar[str] = "dynamic"
@@ -107,7 +117,7 @@ class DynamicRun(_Payload):
 
 
 @dataclass
-class VmapRun(_Payload):
+class VmapRun(Payload):
     """The vmap stage: torch.func.vmap and torch.func.grad against the eager loop (docs/report-schema.md)."""
 
     KEY: ClassVar[str] = "vmap"
@@ -130,7 +140,7 @@ class VmapRun(_Payload):
 
 
 @dataclass
-class ExportGraph(_Payload):
+class ExportGraph(Payload):
     """The export stage: the exported program's graph."""
 
     KEY: ClassVar[str] = "export"
@@ -138,7 +148,7 @@ class ExportGraph(_Payload):
 
 
 @dataclass
-class StageNotes(_Payload):
+class StageNotes(Payload):
     """What any stage may note beside its payload, and what the classifier adds to a stage's result. Every field
     is written only when it holds something."""
 
@@ -160,5 +170,5 @@ class StageNotes(_Payload):
 
 
 #: every payload type, by the stage that writes it
-PAYLOADS: dict[str, type[_Payload]] = {"compiled_autograd": CompiledAutogradCounts, "inductor": InductorKernels,
+PAYLOADS: dict[str, type[Payload]] = {"compiled_autograd": CompiledAutogradCounts, "inductor": InductorKernels,
                                        "dynamic": DynamicRun, "vmap": VmapRun, "export": ExportGraph}

@@ -1,6 +1,6 @@
 """What a stage sends back to the classifier: one record, its fields declared here, the single contract between the stage processes
 (stages/) and ``classify.results.build_stage_result``. A stage function returns the record's fields as a plain dict (it
-crosses the process boundary as JSON, protocol.Result); ``StageRecord.from_raw`` is where it becomes typed, and a
+crosses the process boundary as JSON, isolate/protocol.Result); ``StageRecord.from_raw`` is where it becomes typed, and a
 key no field names is refused there: nothing is written that nobody reads. Pure: no torch import.
 
 Every field says what it holds in the comment above it (``tests/test_records.py`` checks that each has one);
@@ -8,7 +8,7 @@ what a stage keeps in ``extra`` goes into the report as it is, documented in doc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -22,7 +22,7 @@ class StageRecord:
     breaks: list[dict[str, Any]] | None = None
     #: warnings raised while the stage ran (Python and C++ TORCH_WARN)
     warnings: list[str] = field(default_factory=list)
-    #: compiled-vs-eager (or transform-vs-loop) disagreements, one per phase (numerics.judge records)
+    #: compiled-vs-eager (or transform-vs-loop) disagreements, one per phase (stages/_numerics.judge records)
     mismatches: list[dict[str, Any]] = field(default_factory=list)
     #: Dynamo graphs the compiled run made
     graph_count: int | None = None
@@ -73,6 +73,37 @@ class StageRecord:
         defaults = cls()
         return cls(**{k: (getattr(defaults, k) if v is None and getattr(defaults, k) is not None else v)
                       for k, v in raw.items()})
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A source location: where a finding points (the user's line, a fake impl's raise, a library's call). On the
+    wire and in a report it is a plain dict (an error record's ``user_frame``, ``evidence["user_frame"]``); code
+    reads it as a ``Frame`` through ``Frame.from_dict`` or ``Finding.user_frame``, never by its keys."""
+
+    file: str
+    line: int | None = None
+    function: str | None = None
+    #: the source line, stripped
+    code: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Frame | None":
+        """The frame of a report's or a record's dict; None for a missing one or one without a file (what any
+        version's report may hold where nothing placed the failure)."""
+        if not isinstance(d, dict) or not d.get("file"):
+            return None
+        line = d.get("line")
+        return cls(str(d["file"]), int(line) if isinstance(line, (int, str)) and str(line).isdigit() else None,
+                   d.get("function") or None, d.get("code") or None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def location(self) -> str:
+        """``file:line``."""
+        return f"{self.file}:{self.line}"
 
 
 FIELDS = tuple(f.name for f in fields(StageRecord))

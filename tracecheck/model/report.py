@@ -12,7 +12,7 @@ from typing import Any
 
 from . import taxonomy
 from .taxonomy import K
-from .frame import Frame
+from .records import Frame
 from .payloads import CompiledAutogradCounts, StageNotes
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 

@@ -68,7 +68,7 @@ class Kind:
     detect: "Detect | None" = None
     #: a finding of this kind can explain another stage's bare failure of the same op or line (attribute_unknowns)
     root_cause: bool = False
-    #: an import error this kind explains is the file's load finding, not a failed import (discover)
+    #: an import error this kind explains is the file's load finding, not a failed import (classify/results.load_result)
     at_import: bool = False
     #: ``torch.export.draft_export`` failure types this kind labels, and the summary it gets then
     draft_failure_types: tuple[str, ...] = ()

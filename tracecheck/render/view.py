@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.payloads import CompiledAutogradCounts
+from ..model.records import Frame
 from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
 from ..stages import forward_only
 from ..model.targets import TARGETS, Gate
@@ -106,11 +107,11 @@ def backends_line(evidence: dict[str, Any]) -> str | None:
 
 def generated_line(evidence: dict[str, Any]) -> str | None:
     """Where a finding sits when it is in code torch generated and no user or library frame lies under it."""
-    g = evidence.get("generated_frame")
-    if not isinstance(g, dict) or not g.get("file"):
+    g = Frame.from_dict(evidence.get("generated_frame"))
+    if g is None:
         return None
-    code = f" `{g['code']}`" if g.get("code") else ""
-    return (f"in generated code {g['file']}:{g.get('line')}{code} (an FX graph torch wrote, such as compiled "
+    code = f" `{g.code}`" if g.code else ""
+    return (f"in generated code {g.location}{code} (an FX graph torch wrote, such as compiled "
             "autograd's backward graph; no user or library frame lies under it)")
 
 

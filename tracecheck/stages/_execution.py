@@ -20,7 +20,7 @@ import torch
 from ..compat import pytree
 
 from .. import compat
-from . import _numerics as numerics
+from . import _numerics
 from ..evidence import exceptions, tracelog
 from ._numerics import BACKWARD, FORWARD
 from ..model.payloads import InductorKernels, StageNotes
@@ -157,19 +157,19 @@ def _grad_delta(grad: torch.Tensor | None, before: torch.Tensor | None) -> torch
     return grad if before is None else grad - before
 
 
-def pairs(ref: Execution, got: Execution) -> list[numerics.Pair] | dict[str, Any]:
+def pairs(ref: Execution, got: Execution) -> list[_numerics.Pair] | dict[str, Any]:
     """What a compiled run is compared on: each output leaf, whether backward ran, each gradient. A
     different output structure is returned as the one disagreement (there is nothing to pair up)."""
     ref_leaves, ref_spec = pytree.tree_flatten(plain(ref.outputs))
     got_leaves, got_spec = pytree.tree_flatten(plain(got.outputs))
     if ref_spec != got_spec:
-        return {"phase": numerics.FORWARD, "disagreeing": 1, "compared": 1, "worst": {
+        return {"phase": _numerics.FORWARD, "disagreeing": 1, "compared": 1, "worst": {
             "what": "outputs", "detail": f"output structure differs: compiled {got_spec} vs eager {ref_spec}"}}
-    out = [numerics.Pair(f"output[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_leaves, got_leaves))]
+    out = [_numerics.Pair(f"output[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_leaves, got_leaves))]
     if ref.ran_backward or got.ran_backward:  # e.g. the compiled outputs lost requires_grad
-        out.append(numerics.Pair("backward", ref.ran_backward, got.ran_backward))
+        out.append(_numerics.Pair("backward", ref.ran_backward, got.ran_backward))
     if ref.ran_backward and got.ran_backward:
-        out += [numerics.Pair(f"grad {k}", ref.grads[k], got.grads.get(k)) for k in ref.grads]
+        out += [_numerics.Pair(f"grad {k}", ref.grads[k], got.grads.get(k)) for k in ref.grads]
     return out
 
 
@@ -177,7 +177,7 @@ def values(ex: Execution, widen: bool = True) -> dict[str, Any]:
     """An execution's outputs and gradients by the names ``pairs`` gives them (the fp64 reference; ``widen``:
     floating values as float64)."""
     outputs = plain(ex.outputs)
-    leaves = pytree.tree_leaves(numerics.as_float64_values(outputs) if widen else outputs)
+    leaves = pytree.tree_leaves(_numerics.as_float64_values(outputs) if widen else outputs)
     out: dict[str, Any] = {f"output[{i}]": v for i, v in enumerate(leaves)}
     out.update({f"grad {k}": (g.double() if g is not None and widen else g) for k, g in ex.grads.items()})
     return out
@@ -185,12 +185,12 @@ def values(ex: Execution, widen: bool = True) -> dict[str, Any]:
 
 def compare(ref: Execution, got: Execution, fp64: Callable[[], "Execution | str"] | None = None,
             jittered: Callable[[], "list[Execution]"] | None = None, batchnorm: bool = False) -> list[dict[str, Any]]:
-    """``got`` (compiled) against ``ref`` (eager), at most one record per phase (numerics.judge).
+    """``got`` (compiled) against ``ref`` (eager), at most one record per phase (_numerics.judge).
 
     ``fp64`` makes the float64 reference run, or returns why it cannot; it is called only when some tensor
     is not allclose at the dtype's tolerance. ``jittered`` makes the eager runs on jittered inputs and weights
     (``jittered_runs``), called only when a tensor fails the RMSE check against eager alone. ``batchnorm``: the
-    probe trains through BatchNorm (``numerics.batchnorm_training``): the per-model tolerance applies.
+    probe trains through BatchNorm (``_numerics.batchnorm_training``): the per-model tolerance applies.
     """
     paired = pairs(ref, got)
     if isinstance(paired, dict):
@@ -203,11 +203,11 @@ def compare(ref: Execution, got: Execution, fp64: Callable[[], "Execution | str"
     def make_jittered() -> list[dict[str, Any]]:
         return [values(ex, widen=False) for ex in (jittered() if jittered is not None else [])]
 
-    reference = numerics.Reference(make, make_jittered=make_jittered)
+    reference = _numerics.Reference(make, make_jittered=make_jittered)
     if batchnorm:
-        reference.relative_floor = numerics.BATCHNORM_FLOOR
+        reference.relative_floor = _numerics.BATCHNORM_FLOOR
         reference.floor_reason = "the probe trains through BatchNorm: the runner's vision-training tolerance"
-    return numerics.judge(paired, reference)
+    return _numerics.judge(paired, reference)
 
 
 def float64_run(make_case: Callable[[], Case],
@@ -217,8 +217,8 @@ def float64_run(make_case: Callable[[], Case],
     def thunk() -> Execution | str:
         try:
             case = make_case()
-            case64 = Case(case.fn, numerics.to_float64(case.args), numerics.to_float64(case.kwargs), case.grad)
-            with numerics.float64([m for _, m in reachable_modules(case.fn)]), numerics.Float32Draws():
+            case64 = Case(case.fn, _numerics.to_float64(case.args), _numerics.to_float64(case.kwargs), case.grad)
+            with _numerics.float64([m for _, m in reachable_modules(case.fn)]), _numerics.Float32Draws():
                 ex = run(case64) if run is not None else execute(case64.fn, case64)
         except Exception as e:
             return f"the probe does not run in float64 ({type(e).__name__}: {exceptions.safe_str(e)[:200]})"
@@ -242,23 +242,23 @@ def references(make_case: Callable[[], Case], run: Callable[[Case], "Execution |
 
 def trains_batchnorm(case: Case) -> bool:
     """Does the probe train (backward runs) through a BatchNorm module in training mode?"""
-    return needs_grad(case) and numerics.batchnorm_training([m for _, m in reachable_modules(case.fn)])
+    return needs_grad(case) and _numerics.batchnorm_training([m for _, m in reachable_modules(case.fn)])
 
 
 def jittered_runs(make_case: Callable[[], Case],
                   run: Callable[[Case], "Execution | None"] | None = None) -> Callable[[], "list[Execution]"]:
-    """A thunk for ``compare``: ``numerics.JITTER_RUNS`` eager runs of fresh cases whose floating inputs and
-    reachable parameters are jittered by ``numerics.JITTER`` (seeded), run by ``run`` (default: ``execute`` once).
+    """A thunk for ``compare``: ``_numerics.JITTER_RUNS`` eager runs of fresh cases whose floating inputs and
+    reachable parameters are jittered by ``_numerics.JITTER`` (seeded), run by ``run`` (default: ``execute`` once).
     Runs that fail are left out."""
     def thunk() -> list[Execution]:
         out = []
-        for j in range(numerics.JITTER_RUNS):
+        for j in range(_numerics.JITTER_RUNS):
             gen = torch.Generator().manual_seed(j)
             try:
                 case = make_case()
-                casej = Case(case.fn, numerics.jitter(case.args, numerics.JITTER, gen),
-                             numerics.jitter(case.kwargs, numerics.JITTER, gen), case.grad)
-                with numerics.jittered([m for _, m in reachable_modules(case.fn)], numerics.JITTER, gen):
+                casej = Case(case.fn, _numerics.jitter(case.args, _numerics.JITTER, gen),
+                             _numerics.jitter(case.kwargs, _numerics.JITTER, gen), case.grad)
+                with _numerics.jittered([m for _, m in reachable_modules(case.fn)], _numerics.JITTER, gen):
                     ex = run(casej) if run is not None else execute(casej.fn, casej)
             except Exception:  # the probe refuses a jittered input: that run measures nothing
                 continue
@@ -283,7 +283,7 @@ def with_causes(mismatches: list[dict[str, Any]], make_case: Callable[[], Case])
         seed_all()
         case.fn(*case.args, **case.kwargs)
 
-    ops = numerics.inventory(forward).to_dict()
+    ops = _numerics.inventory(forward).to_dict()
     return [{**m, **ops} for m in mismatches]
 
 

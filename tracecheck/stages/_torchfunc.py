@@ -23,7 +23,7 @@ import torch
 from ..compat import pytree
 
 from .. import compat
-from . import _numerics as numerics
+from . import _numerics
 from ..evidence import exceptions
 from ..evidence.wording import TORCH_NAMESPACES
 from ..evidence.oprecorder import OpRecorder
@@ -96,7 +96,7 @@ class _Batched:
 
 def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
     """``{"error"}`` (vmap refused the probe, an error record with ``transform``), or the comparison:
-    ``mismatches`` (numerics.judge records), ``fallback_ops`` (``{"op", "confirmed"}``), ``randomness``,
+    ``mismatches`` (_numerics.judge records), ``fallback_ops`` (``{"op", "confirmed"}``), ``randomness``,
     ``compared``, ``perturbed`` (floating inputs the second copy perturbs), ``not_checked``; ``skip_reason`` when
     there is nothing to batch."""
     b = _Batched.of(make_case)
@@ -142,11 +142,11 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
         record["not_checked"].append(f"torch.func.vmap's values ({ragged})")
     if record["compared"]:
         if len(got) != len(loop[0]):
-            record["mismatches"] = [{"phase": numerics.FORWARD, "disagreeing": 1, "compared": 1, "worst": {
+            record["mismatches"] = [{"phase": _numerics.FORWARD, "disagreeing": 1, "compared": 1, "worst": {
                 "what": "outputs", "detail": f"vmap returned {len(got)} tensors, the eager loop {len(loop[0])}"}}]
         else:
-            pairs = [numerics.Pair(f"output[{i}]", torch.stack([o[i] for o in loop]), g) for i, g in enumerate(got)]
-            record["mismatches"] = numerics.judge(pairs, numerics.Reference(lambda: _float64_loop(b, copies)))
+            pairs = [_numerics.Pair(f"output[{i}]", torch.stack([o[i] for o in loop]), g) for i, g in enumerate(got)]
+            record["mismatches"] = _numerics.judge(pairs, _numerics.Reference(lambda: _float64_loop(b, copies)))
     record["fallback_ops"] = fallback_ops(_custom_ops(b, copies[0]),
                                           lambda: b.vmapped(record["randomness"])(*stacked()))
     return record
@@ -196,8 +196,8 @@ def _float64_loop(b: _Batched, copies: list[list[Any]]) -> dict[str, Any] | str:
     try:
         for row in copies:
             case = b.make_case()
-            args, kwargs = pytree.tree_unflatten(numerics.to_float64(_clone(row)), b.spec)
-            with numerics.float64([m for _, m in reachable_modules(case.fn)]), numerics.Float32Draws(), \
+            args, kwargs = pytree.tree_unflatten(_numerics.to_float64(_clone(row)), b.spec)
+            with _numerics.float64([m for _, m in reachable_modules(case.fn)]), _numerics.Float32Draws(), \
                     torch.no_grad():
                 seed_all()
                 outs.append(tensor_outputs(case.fn(*args, **kwargs)))
@@ -270,7 +270,7 @@ def _same_op(a: str, b: str) -> bool:
 
 
 def check_grad(make_case: Callable[[], Case], reference_grads: dict[str, torch.Tensor | None],
-               loss_of: Callable[[Case, Any], Any], fp64: numerics.Reference) -> dict[str, Any]:
+               loss_of: Callable[[Case, Any], Any], fp64: _numerics.Reference) -> dict[str, Any]:
     """``torch.func.grad`` of the probe's loss with respect to its inputs that require grad (or, for a module
     probe with none, its parameters through ``torch.func.functional_call``), compared with autograd's
     ``reference_grads`` (keys as ``_execution.grad_targets`` names them; ``fp64`` the float64 eager run, by
@@ -321,9 +321,9 @@ def check_grad(make_case: Callable[[], Case], reference_grads: dict[str, torch.T
     except Exception as e:
         return {"error": _refused(e, "grad", "backward")}
     flat_got = list(got.values()) if isinstance(got, dict) else list(got)
-    pairs = [numerics.Pair(f"grad {n}", reference_grads.get(n), g) for n, g in zip(names, flat_got)
+    pairs = [_numerics.Pair(f"grad {n}", reference_grads.get(n), g) for n, g in zip(names, flat_got)
              if reference_grads.get(n) is not None]
-    return {"mismatches": numerics.judge(pairs, fp64), "wrt": names, "compared": len(pairs)}
+    return {"mismatches": _numerics.judge(pairs, fp64), "wrt": names, "compared": len(pairs)}
 
 
 #: torch's own refusal: the autograd.Function that torch.library.register_autograd generates has no

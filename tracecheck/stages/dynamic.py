@@ -29,7 +29,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     import torch
 
-    from . import _batch as batch
+    from . import _batch
     from .. import compat
     from ..evidence import exceptions, tracelog
     from ._execution import compare, draws_from_numpy, execute, phases, reference
@@ -38,13 +38,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
     if own.error:  # the probe's own size fails in eager (forward or backward): nothing to compare with
         return {"skip_reason": f"the eager {own.error['phase']} fails (see the eager stage)"}
     case, ref_case = ctx.make_case(), ctx.make_case()
-    b = batch.batch_size(case.args, case.kwargs)
+    b = _batch.batch_size(case.args, case.kwargs)
     if b is None:
         return {"skip_reason": "no tensor input has a dimension that can vary"}
-    plan = batch.sizes(b)
+    plan = _batch.sizes(b)
 
     def at(c: Any, n: int) -> Any:
-        args, kwargs = batch.resize(c.args, c.kwargs, b, n)
+        args, kwargs = _batch.resize(c.args, c.kwargs, b, n)
         return dataclasses.replace(c, args=args, kwargs=kwargs)
 
     refs = []
@@ -115,13 +115,13 @@ def _fake_results(case: Any, b: int, n: int) -> dict[str, Any]:
 
     import torch
 
-    from . import _batch as batch
+    from . import _batch
     from ..evidence import exceptions
     from ..evidence.oprecorder import OpRecorder
 
     rec = OpRecorder()
     try:
-        args, kwargs = batch.resize(case.args, case.kwargs, b, n)
+        args, kwargs = _batch.resize(case.args, case.kwargs, b, n)
         with rec, torch.no_grad():
             dataclasses.replace(case, args=args, kwargs=kwargs).fn(*args, **kwargs)
     except Exception:

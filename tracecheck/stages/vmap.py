@@ -16,7 +16,7 @@ from ._spec import StageContext, StageSpec
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from . import _numerics as numerics
+    from . import _numerics
     from ._gradients import old_style_functions
     from . import _torchfunc as transforms
     from ._execution import BACKWARD, FORWARD, execute, float64_run, forward_fails, loss_of, values
@@ -37,7 +37,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             ex = fp64()
             return ex if isinstance(ex, str) else values(ex)
 
-        g = transforms.check_grad(ctx.make_case, ref.grads, loss_of, numerics.Reference(fp64_values))
+        g = transforms.check_grad(ctx.make_case, ref.grads, loss_of, _numerics.Reference(fp64_values))
     not_checked = list(v.get("not_checked") or [])
     if hooks and not g.get("error"):  # autograd runs them and torch.func.grad does not: not meant to agree
         g.pop("mismatches", None)

@@ -7,12 +7,13 @@ from typing import Any
 
 from ..model import taxonomy
 from ..model.taxonomy import K
+from ..model.records import Frame
 from ..model.report import Finding, op_name
-from .detect import SOME_FUNCTION, classify_error, summary, trim
+from .detect import SOME_FUNCTION, classify_error, fill_summary, trim
 
 
 def mismatch_finding(raw: dict[str, Any], stage: str = "compile") -> Finding:
-    """One phase's compiled-vs-eager disagreement (stages.compare / numerics.judge): ``phase``, ``worst``
+    """One phase's compiled-vs-eager disagreement (stages/_execution.compare / stages/_numerics.judge): ``phase``, ``worst``
     (the worst tensor: ``what``, and ``detail`` or its errors), ``disagreeing`` of ``compared`` tensors,
     ``fp64_reference``, and the ``custom_ops``/``random_ops`` one eager forward called. The cause is the one
     the evidence supports: custom ops only when the probe calls one."""
@@ -44,13 +45,13 @@ def mismatch_finding(raw: dict[str, Any], stage: str = "compile") -> Finding:
 
 
 def gradient_finding(outcome: dict[str, Any]) -> Finding:
-    """One call whose backward disagrees with numerical derivatives (gradients.Outcome with a ``mismatch``)."""
+    """One call whose backward disagrees with numerical derivatives (stages/_gradients.Outcome with a ``mismatch``)."""
     m = outcome["mismatch"]
     ctx = {"op": outcome["name"] if outcome.get("function") else op_name(outcome["name"]), "input": m.get("input", "?"), "output": m.get("output", "its outputs"),
            "numerical": f"{m['numerical']:.6g}", "analytical": f"{m['analytical']:.6g}",
            "relative_error": f"{m['relative_error']:.3g}"}
     evidence = {"method": outcome.get("method"), "note": outcome.get("note"), **m}
-    return Finding(K.WRONG_GRADIENT, summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, evidence)
+    return Finding(K.WRONG_GRADIENT, fill_summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, evidence)
 
 
 def specialization_finding(raw: dict[str, Any]) -> Finding:
@@ -63,11 +64,10 @@ def specialization_finding(raw: dict[str, Any]) -> Finding:
     ctx: dict[str, Any] = {"source": source, "value": spec.get("value", "a constant"), "reason": raw.get("reason", ""),
                            "guard": raw.get("reason", "").split("  #", 1)[0].strip()[:160] or "?",
                            "sizes": ", ".join(map(str, raw.get("batch_sizes") or [])) or "?",
-                           "by": f" by `{frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame
-                           else ""}
+                           "by": f" by `{fr.code}` ({fr.location})" if (fr := Frame.from_dict(frame)) else ""}
     evidence = {"reason": raw.get("reason", ""), "user_frame": frame, "guard_user_frame": raw.get("user_frame"),
                 "specialization": spec or None, "step": raw.get("step")}
-    return Finding(K.DYNAMIC_SHAPE, summary(K.DYNAMIC_SHAPE, ctx, "dynamic"), ctx, evidence)
+    return Finding(K.DYNAMIC_SHAPE, fill_summary(K.DYNAMIC_SHAPE, ctx, "dynamic"), ctx, evidence)
 
 
 def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
@@ -89,7 +89,7 @@ def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
                     f.context["cause"] = cause
                     f.context.pop("function", None)
                     break
-        f.summary = summary(f.kind, f.context, stage)
+        f.summary = fill_summary(f.kind, f.context, stage)
     else:
         f.context["transform"] = transform
         f.summary = f"Under torch.func.{transform}: {f.summary}"
@@ -128,7 +128,7 @@ def transform_mismatch_finding(raw: dict[str, Any], stage: str) -> Finding:
 
 
 def fallback_finding(raw: dict[str, Any]) -> Finding:
-    """A custom op vmap runs through its per-sample fallback (transforms.fallback_ops)."""
+    """A custom op vmap runs through its per-sample fallback (stages/_torchfunc.fallback_ops)."""
     op = raw["op"]
     ctx = {"op": op}
     evidence = {"dispatch_keys": "no FuncTorchBatched kernel and no CompositeImplicitAutograd kernel",
@@ -136,7 +136,7 @@ def fallback_finding(raw: dict[str, Any]) -> Finding:
                 "confirmation": "vmap stops at this op with the fallback turned off "
                                 "(torch._C._functorch._set_vmap_fallback_enabled(False))" if raw.get("confirmed")
                 else "with the fallback turned off, vmap stopped at another op first"}
-    return Finding(K.NO_BATCHING_RULE, summary(K.NO_BATCHING_RULE, ctx, "vmap"), ctx, evidence)
+    return Finding(K.NO_BATCHING_RULE, fill_summary(K.NO_BATCHING_RULE, ctx, "vmap"), ctx, evidence)
 
 
 def opaque_finding(raw: dict[str, Any], stage: str = "inductor") -> Finding:
@@ -144,7 +144,7 @@ def opaque_finding(raw: dict[str, Any], stage: str = "inductor") -> Finding:
     ctx = {"op": op_name(raw["op"]), "calls": raw.get("calls", 1), "kernels": raw.get("kernels", "?")}
     evidence = {"output_code": raw.get("lines", [])[:5], "graphs": raw.get("graphs"),
                 "generated_kernels": raw.get("kernels")}
-    return Finding(K.OPAQUE_OP, summary(K.OPAQUE_OP, ctx, stage), ctx, evidence)
+    return Finding(K.OPAQUE_OP, fill_summary(K.OPAQUE_OP, ctx, stage), ctx, evidence)
 
 
 def draft_finding(raw: dict[str, Any], error: dict[str, Any] | None) -> Finding:
@@ -156,7 +156,8 @@ def draft_finding(raw: dict[str, Any], error: dict[str, Any] | None) -> Finding:
     ctx: dict[str, Any] = {k: raw[k] for k in ("op", "expr") if raw.get(k)}
     if ctx.get("op"):
         ctx["op"] = op_name(ctx["op"])
-    at = f" at `{raw.get('code') or frame.get('code')}` ({frame.get('file')}:{frame.get('line')})" if frame else ""
+    fr = Frame.from_dict(frame)
+    at = f" at `{raw.get('code') or fr.code}` ({fr.location})" if fr else ""
     template = taxonomy.kinds()[kind].draft_summary or "torch.export failed; draft_export reports {type}."
     summary = template.format_map(
         {"op": ctx.get("op", "?"), "expr": ctx.get("expr", "?"), "at": at, "type": raw.get("type", "?")})
