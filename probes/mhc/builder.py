@@ -12,8 +12,8 @@ version and the Python version, so an edit or a torch upgrade builds a fresh cop
 Concurrency: two processes that load at the same time are serialised by cpp_extension's file
 baton (a ``lock`` file in the build folder): one builds, the other waits and then imports. A
 ``built.ok`` stamp, written only after a successful build and import, marks the fast path, so a
-process never imports a half-written library. A build killed mid-way can leave the ``lock`` file
-behind; delete the folder (see :func:`build_directory`) to recover.
+process never imports a half-written library. A build killed mid-way leaves the ``lock`` file behind;
+one older than ``STALE_LOCK_S`` is removed before the next build (torch would wait on it for ever).
 
 ``load()`` is deliberately cheap once the module is cached (one attribute read), because
 ``broken.MhcPreSinkhornFunction.forward`` calls it inside code that Dynamo traces, exactly like the
@@ -96,6 +96,7 @@ class MhcOpBuilder:
             from torch.utils import cpp_extension
 
             build_dir.mkdir(parents=True, exist_ok=True)
+            _clear_stale_lock(build_dir)
             print(
                 f"[mhc] building the {EXTENSION_NAME} extension in {build_dir} "
                 "(first use only, ~30 s)",
@@ -117,6 +118,27 @@ class MhcOpBuilder:
         MhcOpBuilder.last_load_s = time.perf_counter() - start
         MhcOpBuilder.last_load_built = built
         return module
+
+
+#: a build takes 25-40 s on 2 cores; a ``lock`` older than this was left by a build that was killed
+STALE_LOCK_S = 300
+
+
+def _clear_stale_lock(build_dir: Path) -> None:
+    """cpp_extension's baton waits, silently and for ever, while a ``lock`` file exists. One left by a killed
+    build (Ctrl-C during the first build) is removed, and said; a fresh one is another process building now."""
+    lock = build_dir / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > STALE_LOCK_S:
+        print(f"[mhc] removing {lock}: left {age:.0f} s ago by a build that did not finish", file=sys.stderr,
+              flush=True)
+        lock.unlink(missing_ok=True)
+    else:
+        print(f"[mhc] another process is building the extension (since {age:.0f} s); waiting for it",
+              file=sys.stderr, flush=True)
 
 
 def _torch_version() -> str:

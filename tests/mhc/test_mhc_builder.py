@@ -61,3 +61,21 @@ def test_two_processes_building_concurrently_both_succeed(tmp_path):
     assert Path(results[0]["build_dir"], "built.ok").exists()
     third = _result(_run_load(env))
     assert third["built"] is False
+
+
+def test_a_lock_left_by_a_killed_build_is_removed_and_a_fresh_one_kept(tmp_path, capsys):
+    # cpp_extension's baton would wait for ever on a lock a killed first build left behind
+    sys.path.insert(0, str(PROBES))
+    from mhc import builder
+
+    stale, fresh = tmp_path / "stale", tmp_path / "fresh"
+    for d in (stale, fresh):
+        d.mkdir()
+        (d / "lock").write_text("")
+    old = (stale / "lock").stat().st_mtime - builder.STALE_LOCK_S - 60
+    os.utime(stale / "lock", (old, old))
+    builder._clear_stale_lock(stale)
+    builder._clear_stale_lock(fresh)
+    assert not (stale / "lock").exists() and (fresh / "lock").exists()
+    err = capsys.readouterr().err
+    assert "removing" in err and "another process is building" in err

@@ -31,11 +31,11 @@ class StageContext:
 class StageSpec:
     """One stage. ``name`` equals the CLI value of ``--stages``; ``order`` sorts the run order.
 
-    ``run(ctx)`` runs in the stage process and returns the raw record (see ``_execution`` for its fields); it
+    ``run(ctx)`` runs in the stage process and returns the fields of a ``model.records.StageRecord``; it
     imports torch itself, so declaring a stage costs the CLI nothing. ``forward_only``: the stage checks the
     forward by design (no ``✓ fwd`` mark). ``needs``: what the stage needs to have work, documented and shown
     in skip reasons (``"backward"``, ``"custom ops"``). ``options``: the ``RunOptions`` fields it reads.
-    ``counts``: keys it adds to ``StageResult.extra`` that a baseline compares, with how. ``cost``: its
+    ``counts``: fields of its payload (``model.payloads``) that a baseline compares, with how. ``cost``: its
     relative run time, measured on probes/ and tiny transformers models; the runner starts costlier stages first.
     ``heading``: a short column heading for narrow terminals (default: ``name``). ``target``: what the stage
     checks readiness for (``targets.TARGETS``); its failures gate a run only when that target is required.
