@@ -11,7 +11,6 @@ Wording per version: ../shared/torch_failure_wording.md sections 4 and 7.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from ..model import taxonomy
@@ -48,82 +47,24 @@ _TORCH_TYPES = {"Unsupported", "TorchRuntimeError", "UserError", "BackendCompile
                 "ConstraintViolationError"}
 
 
-@dataclass(frozen=True)
-class Evidence:
-    """What the rules read of one exception or one graph break: typed once from its record (the plain dict a stage
-    process sends, evidence/exceptions.error_record or evidence/tracelog.TraceCollector), never read by key after."""
-
-    #: the messages along the exception chain (head and tail of each), or the break's reason
-    text: str
-    #: short exception type names along the chain (a break: ``Unsupported``)
-    types: frozenset[str]
-    gb_type: str | None
-    #: the error's traceback; a break's user stack
-    traceback: str = ""
-    #: an error's phase (``forward``, ``backward``, an opcheck ``test_*``, ...)
-    phase: str = ""
-    #: the torch.func transform it was raised under, when known
-    transform: str | None = None
-    #: a custom op's fake impl raised it (evidence/exceptions.fake_impl_raised)
-    fake_impl: dict[str, Any] | None = None
-    is_break: bool = False
-    #: Dynamo was tracing torch's own code when it stopped
-    traced_in_torch: bool = False
-    #: a break placed inside torch, with the user's line that led there (frames.caller_outside_torch)
-    caller: bool = False
-    #: a break's own file
-    file: str = ""
-    #: the source line: the break's, else the user frame's
-    code: str = ""
-    #: the error's user frame (evidence/frames.py)
-    user_frame: Frame | None = None
-
-    @classmethod
-    def of_error(cls, raw: dict[str, Any], stage: str) -> "Evidence":
-        chain = _chain(raw)
-        transform = raw.get("transform")
-        if stage in ("eager", "load") and not transform:  # the probe's own torch.func call refused it
-            transform = transform_in_traceback(raw)
-        frame = Frame.from_dict(raw.get("user_frame"))
-        fake = raw.get("fake_impl")
-        return cls(text="\n".join(_head_tail(c.get("message", "")) for c in chain),
-                   types=frozenset(_short_type(c.get("type", "")) for c in chain),
-                   gb_type=raw.get("gb_type"), traceback=str(raw.get("traceback") or ""),
-                   phase=str(raw.get("phase") or ""), transform=transform,
-                   fake_impl=fake if isinstance(fake, dict) else None,
-                   traced_in_torch=bool(raw.get("traced_in_torch")), code=(frame and frame.code) or "",
-                   user_frame=frame)
-
-    @classmethod
-    def of_break(cls, raw: dict[str, Any]) -> "Evidence":
-        frame = Frame.from_dict(raw.get("user_frame"))
-        return cls(text=raw.get("reason", ""), types=frozenset({"Unsupported"}), gb_type=raw.get("gb_type"),
-                   traceback=str(raw.get("user_stack") or ""), is_break=True, caller=bool(raw.get("caller")),
-                   file=str(raw.get("file") or ""), code=str(raw.get("code") or (frame and frame.code) or ""),
-                   user_frame=frame)
+def _from_torch(types: set[str], raw: dict[str, Any]) -> bool:
+    return bool(types & _TORCH_TYPES) or bool(raw.get("is_break")) or str(raw.get("phase", "")).startswith("test_")
 
 
-def _chain(raw: dict[str, Any]) -> list[dict[str, Any]]:
-    return raw.get("chain") or [{"type": raw.get("type", ""), "message": raw.get("message", "")}]
-
-
-def _from_torch(ev: Evidence) -> bool:
-    return bool(ev.types & _TORCH_TYPES) or ev.is_break or ev.phase.startswith("test_")
-
-
-def _matches(rule: taxonomy.Detect, ev: Evidence, gb_type: str | None) -> dict[str, Any] | None:
+def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | None,
+             raw: dict[str, Any]) -> dict[str, Any] | None:
     """The context when the evidence matches the rule (named groups of the pattern that matched), else None."""
     if rule.only_with_gb_types is not None and (gb_type or "") not in rule.only_with_gb_types:
         return None
-    if rule.only_under_transform and not ev.transform:
+    if rule.only_under_transform and not raw.get("transform"):
         return None
-    fake, text, types = ev.fake_impl, ev.text, ev.types
-    if rule.fake_impl_raised and fake is not None:
+    fake = raw.get("fake_impl")
+    if rule.fake_impl_raised and isinstance(fake, dict):
         raised, cause = rule.fake_impl_raised
         if "*" in raised or fake.get("exception_type") in raised:
             return {"op": fake.get("op") or "", "cause": cause, **({"fake_frame": fake["frame"]}
                                                                     if fake.get("frame") else {})}
-    trusted = _from_torch(ev)
+    trusted = _from_torch(types, raw)
     for p in rule.patterns:
         if p.torch_only and not trusted:
             continue
@@ -139,7 +80,7 @@ def _matches(rule: taxonomy.Detect, ev: Evidence, gb_type: str | None) -> dict[s
             return ctx
     if (gb_type and gb_type in rule.gb_types) or types & rule.exception_types:
         return {}
-    if rule.any_gb_type and gb_type and ("Unsupported" in types or ev.is_break):
+    if rule.any_gb_type and gb_type and ("Unsupported" in types or raw.get("is_break")):
         return {}
     return None
 
@@ -147,7 +88,7 @@ def _matches(rule: taxonomy.Detect, ev: Evidence, gb_type: str | None) -> dict[s
 _UNKNOWN_MODULE = "<unknown module>."
 
 
-def _torch_builtin(builtin: str, ev: Evidence) -> bool:
+def _torch_builtin(builtin: str, raw: dict[str, Any]) -> bool:
     """Is a builtin Dynamo names without a module (``<unknown module>.TensorBase._make_wrapper_subclass``,
     ``<unknown module>.pybind11_object.__new__``) torch's own? Only the call site tells a user's extension from torch
     itself: torch's code made the call (a break Dynamo places inside torch: flex_attention's fallback), or the user's
@@ -156,20 +97,22 @@ def _torch_builtin(builtin: str, ev: Evidence) -> bool:
         return False
     # evidence/tracelog.py (frames.caller_outside_torch): the call was made from torch's own code; Dynamo's polyfills (object construction, say) re-enact
     # the user's own Python, so a break placed there is still the user's call
-    in_torch = ev.caller and "/_dynamo/polyfills/" not in ev.file.replace("\\", "/")
-    if in_torch or ev.traced_in_torch:
+    in_torch = bool(raw.get("caller")) and "/_dynamo/polyfills/" not in str(raw.get("file", "")).replace("\\", "/")
+    if in_torch or raw.get("traced_in_torch"):
         return True
     method = builtin.rsplit(".", 1)[-1]
-    return bool(re.search(rf"\btorch(\.\w+)*\.{re.escape(method)}\b", ev.code))
+    frame = Frame.from_dict(raw.get("user_frame"))
+    code = str(raw.get("code") or (frame and frame.code) or "")
+    return bool(re.search(rf"\btorch(\.\w+)*\.{re.escape(method)}\b", code))
 
 
-def _pybind_flags(ctx: dict[str, Any], ev: Evidence, gb_type: str) -> None:
+def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     name = ctx.get("builtin", "")
     if gb_type == "call to a callable object with no traceable __call__":  # 2.14: the object's class is named
         ctx["builtin"] = name = f"{name}.__call__"
     if any(mark in name for mark in ("pybind11_detail_function_record", ".PyCapsule.", "pybind11_")):
         ctx["pybind11"] = True
-    if _AUTOGRAD_FN.search(ev.text + "\n" + ev.traceback):
+    if _AUTOGRAD_FN.search(text + "\n" + raw.get("traceback", "")):
         ctx["in_autograd_function"] = True
 
 
@@ -182,21 +125,21 @@ _STOCK_HINTS = re.compile(r"^(It may be possible to write Dynamo tracing rules|Y
                           r"been caused by an earlier graph break)")
 
 
-def _hints(ctx: dict[str, Any], ev: Evidence, gb_type: str) -> None:
+def _hints(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """Dynamo's hints for the gb_type (the ``Hint:`` lines of its message, less the stock ones) become the fix."""
-    found = (m.group("hint").strip() for m in _HINT.finditer(ev.text))
+    found = (m.group("hint").strip() for m in _HINT.finditer(text))
     hints = list(dict.fromkeys(h for h in found if not _STOCK_HINTS.match(h)))[:3]
     if hints:
         ctx["hints"], ctx["cause"] = " ".join(h if h.endswith(".") else h + "." for h in hints), "hints"
 
 
-def _read_values(ctx: dict[str, Any], ev: Evidence, gb_type: str) -> None:
+def _read_values(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """A data-dependent break that reads values into Python (.item(), .tolist()) gets that fix, not the branch's."""
     if ".item()" in gb_type or ".tolist()" in gb_type:
         ctx["cause"], ctx["gb_type"] = "read", gb_type
 
 
-def _stub(ctx: dict[str, Any], ev: Evidence, gb_type: str) -> None:
+def _stub(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """A fake impl that exists but raises NotImplementedError: the fix is to write it, not to register one."""
     if ctx.pop("stub", None):
         ctx["cause"] = "stub"
@@ -227,34 +170,34 @@ def transform_in_traceback(raw: dict[str, Any]) -> str | None:
     return found[-1] if found else None
 
 
-def _functorch(ctx: dict[str, Any], ev: Evidence, gb_type: str) -> None:
+def _functorch(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """The transform that refused (the vmap stage says; else the traceback), and for a higher-order op without a
     rule for it, which op."""
-    ctx.setdefault("transform", ev.transform or "vmap")
+    ctx.setdefault("transform", raw.get("transform") or "vmap")
     key = ctx.pop("transform_key", None)
     if key:  # KeyError: <TransformType.Grad: 2>: the transform the HOP has no rule for
         ctx["transform"] = {"Grad": "grad", "Vmap": "vmap", "Jvp": "jvp", "Functionalize": "functionalize"}.get(
             key, ctx["transform"])
     if ctx.get("cause") in ("setup_context", "vmap_rule") and not ctx.get("function"):
         ctx["function"] = SOME_FUNCTION  # the fix text names it; the vmap stage names the class when it finds it
-    hops = _HOP_FILE.findall((ev.traceback + "\n" + ev.text).replace("\\", "/"))
+    hops = _HOP_FILE.findall((str(raw.get("traceback", "")) + "\n" + text).replace("\\", "/"))
     if ctx.get("cause") == "storage" and hops:  # a higher-order op without a rule compiles itself under the transform
         ctx["cause"] = "hop"
     if ctx.get("cause") == "hop":
         ctx["hop"] = _HOP_NAMES[hops[-1]] if hops else "a higher-order op"
 
 
-def _fake_raises(ctx: dict[str, Any], ev: Evidence, gb_type: str) -> None:
+def _fake_raises(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """A fake impl that raised: what it raised, and its line (the finding's frame: where the fix goes)."""
-    fake = ev.fake_impl or {}
+    fake = raw.get("fake_impl") or {}
     if ctx.get("cause") == "raises" and fake:
         first = next((ln.strip() for ln in str(fake.get("message", "")).splitlines() if ln.strip()), "")
         ctx["exception"] = f"{fake.get('exception_type')}: {first[:160]}" if first else str(fake.get("exception_type"))
 
 
-def _where(ctx: dict[str, Any], ev: Evidence, gb_type: str) -> None:
+def _where(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """The user line a dimension marked dynamic was specialized at (the summary's ``{by}``)."""
-    frame = ev.user_frame
+    frame = Frame.from_dict(raw.get("user_frame"))
     if ctx.get("cause") in ("marked", "constraint"):
         ctx["by"] = (f" at `{frame.code}` ({frame.location})" if frame.code else f" at {frame.location}") \
             if frame else ""
@@ -306,10 +249,13 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
     optional ``gb_type``, ``gb_code``, ``user_frame`` and ``traceback``. ``op`` names the op when the caller
     knows it (opcheck) and the message does not. Never raises.
     """
-    ev = Evidence.of_error(raw, stage)
-    chain, text = _chain(raw), ev.text
-    gb_type = ev.gb_type or gb_type_from_text(text)
-    kind, ctx = _apply_rules(ev, gb_type) or (_fallback(stage, ev.types), {})
+    chain = raw.get("chain") or [{"type": raw.get("type", ""), "message": raw.get("message", "")}]
+    if stage in ("eager", "load") and not raw.get("transform"):  # the probe's own torch.func call refused it
+        raw = {**raw, "transform": transform_in_traceback(raw)}
+    types = {_short_type(c.get("type", "")) for c in chain}
+    text = "\n".join(_head_tail(c.get("message", "")) for c in chain)
+    gb_type = raw.get("gb_type") or gb_type_from_text(text)
+    kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types), {})
     if op and not ctx.get("op"):
         ctx["op"] = op_name(op)
     if gb_type:
@@ -330,10 +276,10 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
 
 def classify_break(raw: dict[str, Any]) -> GraphBreak:
     """Label one graph break from the structured trace (``dynamo_graph_break_reason`` artifact)."""
-    ev = Evidence.of_break(raw)
-    text = ev.text
-    gb_type = ev.gb_type or gb_type_from_text(text)
-    found = _apply_rules(ev, gb_type)
+    text = raw.get("reason", "")
+    gb_type = raw.get("gb_type") or gb_type_from_text(text)
+    found = _apply_rules(text, {"Unsupported"}, gb_type,
+                         {**raw, "is_break": True, "traceback": raw.get("user_stack", "")})
     kind, ctx = found if found else (K.GRAPH_BREAK if gb_type else K.UNKNOWN, {})
     if raw.get("code"):
         ctx["code"] = raw["code"]
@@ -381,16 +327,16 @@ def refused_what(ctx: dict[str, Any]) -> str:
                                                           transform=ctx.get("transform", "vmap"))
 
 
-def _apply_rules(ev: Evidence, gb_type: str | None) -> tuple[str, dict[str, Any]] | None:
-    """The first kind whose rule matches ``ev``, and its context."""
+def _apply_rules(text: str, types: set[str], gb_type: str | None,
+                 raw: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     for kind in taxonomy.rules():
-        ctx = _matches(kind.detect, ev, gb_type)
+        ctx = _matches(kind.detect, text, types, gb_type, raw)
         if ctx is None:
             continue
-        if kind.id == K.PYBIND_BUILTIN and _torch_builtin(ctx.get("builtin", ""), ev):
+        if kind.id == K.PYBIND_BUILTIN and _torch_builtin(ctx.get("builtin", ""), raw):
             continue  # torch's own C function, not the user's extension: the next rule (graph-break) says what it is
         if kind.id in _ENRICH:
-            _ENRICH[kind.id](ctx, ev, gb_type or "")
+            _ENRICH[kind.id](ctx, text, raw, gb_type or "")
         if ctx.get("op"):
             ctx["op"] = op_name(ctx["op"])
         return kind.id, ctx
