@@ -64,3 +64,14 @@ def test_verbose_shows_the_traceback(tracecheck, write_probe):
     res = tracecheck("run", str(p), "--verbose", json_report=False)
     assert res.returncode == 2
     assert "Traceback" in res.stderr and "bad model" in res.stderr
+
+
+def test_an_exception_whose_str_fails_or_starts_blank_is_still_one_line(tracecheck, write_probe):
+    # a broken __str__ at import is the user's input error (exit 2), not tracecheck's internal error (exit 3)
+    p = write_probe("class Weird(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\n"
+                    "raise Weird()\n")
+    res = tracecheck("run", str(p), "--stages", "eager", json_report=False)
+    assert res.returncode == 2 and "Weird: <exception str() failed>" in res.stderr
+    p = write_probe("raise ValueError('\\n\\nthe real message')\n")
+    res = tracecheck("run", str(p), "--stages", "eager", json_report=False)
+    assert res.returncode == 2 and "ValueError: the real message" in res.stderr

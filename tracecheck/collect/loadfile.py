@@ -55,9 +55,19 @@ def load_module(path: str) -> ModuleType:
         where = f"{e.filename or path}:{e.lineno}" if e.lineno else f"{e.filename or path}"
         raise UsageError(f"{where}: syntax error: {e.msg}: {(e.text or '').strip()}"[:300]) from e
     except BaseException as e:  # an import error, or any exception at module level
-        raise UsageError(f"{path}: {_where(e, path)}{type(e).__name__}: {e}".splitlines()[0]) from e
+        raise UsageError(f"{path}: {_where(e, path)}{type(e).__name__}: {_first_line(e)}"[:500]) from e
     _LOADED[key] = module
     return module
+
+
+def _first_line(exc: BaseException) -> str:
+    """The exception's first non-empty message line, even when its class breaks ``__str__`` (as Python's own
+    ``<exception str() failed>``)."""
+    try:
+        text = str(exc)
+    except Exception:
+        return "<exception str() failed>"
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
 def _where(exc: BaseException, path: str) -> str:
