@@ -286,7 +286,7 @@ def test_facts_about_kinds_are_in_their_registry_entries():
 #: the pipeline's steps are the package's folders: a module's layer is its folder. The top-level modules are the
 #: torch boundary (compat, environment) and the application that drives the pipeline (api, cli). Each layer may
 #: import its own and the layers listed: render → classify → model, stages/evidence → model, never back
-FOLDERS = ("model", "evidence", "stages", "classify", "collect", "isolate", "render", "gate", "fix")
+FOLDERS = ("model", "devices", "evidence", "stages", "classify", "collect", "isolate", "render", "gate", "fix")
 TOP_LEVEL = {"compat": "torch", "environment": "torch", "api": "app", "cli": "app", "__main__": "app",
              "tracecheck": "app"}
 #: render.fix draws ``tracecheck fix``'s outcome: it belongs to the fix command (app), not to the report renderers
@@ -294,11 +294,12 @@ APP_MODULES = {"render.fix"}
 MAY_IMPORT = {
     "model": set(),
     "torch": {"model"},
+    "devices": {"model", "torch"},  # the emulated NPU: set up in a task process before the model file imports
     "evidence": {"model", "torch"},
     "stages": {"evidence", "model", "torch"},
     "classify": {"evidence", "model"},  # torch's wording (evidence/wording.py), never a capture
     "collect": {"evidence", "model", "torch"},  # an import failure is classified once, in the parent
-    "isolate": {"collect", "stages", "evidence", "model", "torch"},
+    "isolate": {"collect", "stages", "evidence", "model", "torch", "devices"},
     "render": {"gate", "stages", "classify", "model", "torch"},  # the stage registry, and a baseline's comparison
     "gate": {"stages", "evidence", "classify", "model", "torch"},
     "fix": {"isolate", "collect", "stages", "evidence", "classify", "model", "torch", "app"},

@@ -102,3 +102,38 @@ def test_missing_ops_are_named(probes_report):
     autograd = probes_report["probe_missing_autograd"]["stages"]["eager"]["failure"]
     assert autograd["evidence"]["phase"] == "backward"
     assert "mhc" in autograd["context"]["op"]
+
+
+# ---- the same probes on the emulated NPU (issue 24): the CANN way, kernels registered for PrivateUse1 ----------
+
+
+@pytest.fixture(scope="module")
+def npu_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mhc_npu") / "probes.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", "probes/", "--emulate-npu", "--json", str(out)],
+                          capture_output=True, text=True, timeout=1200, cwd=REPO)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_the_emulated_npu_gives_the_cpu_runs_kinds(probes_report, npu_report):
+    env = npu_report["environment"]
+    assert (env["device"], env["emulated"]) == ("npu", True)
+    npu = {p["name"]: p for p in npu_report["probes"]}
+    assert set(npu) == set(probes_report)
+    for name, cpu_probe in probes_report.items():
+        for stage, on_cpu in cpu_probe["stages"].items():
+            on_npu = npu[name]["stages"][stage]
+            if stage == "inductor":  # Inductor has no code generator for the device: not checked, no finding
+                assert on_npu["status"] == "skip" and "no code generator for device npu" in on_npu["skip_reason"]
+                continue
+            assert (on_npu["status"], sorted(f["kind"] for f in on_npu["findings"])) == \
+                (on_cpu["status"], sorted(f["kind"] for f in on_cpu["findings"])), (name, stage)
+    for name, (kinds, not_required, stage) in EXPECTED.items():
+        assert npu[name]["verdict"]["kinds"] == kinds
+        assert npu[name]["verdict"]["first_failing_stage"] == stage
+    for name in FIXED:  # every stage the device supports passes
+        assert npu[name]["verdict"]["status"] == "pass"
+        assert {s: r["status"] for s, r in npu[name]["stages"].items() if s != "inductor"} == \
+            {s: "pass" for s in npu[name]["stages"] if s != "inductor"}

@@ -50,6 +50,8 @@ class RunOptions:
     strict: bool = False
     #: the targets whose stages gate the verdicts and the exit code (targets.py; compile always)
     require: tuple[str, ...] = DEFAULT_REQUIRE
+    #: run on an emulated NPU: PrivateUse1 renamed npu, on host memory (devices/emulated_npu.py); device npu
+    emulate_npu: bool = False
 
 
 class Progress:
@@ -88,13 +90,14 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     files = locate.find_files(paths)
     if not files:
         raise UsageError(f"{' '.join(opts.paths)}: no Python files found")
-    device = environment.resolve_device(opts.device)
+    device = environment.resolve_device(opts.device, opts.emulate_npu)
     root = locate.rootdir(paths)
     progress.discovered(len(files))
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
         env_task = Task(_ENVIRONMENT, {"op": "tracecheck.environment:environment_task", "device": device,
-                                       "collect_env": opts.collect_env}, opts.timeout_s)
+                                       "collect_env": opts.collect_env, "npu": environment.npu_status(),
+                                       **_emulation(opts)}, opts.timeout_s)
         probes, templates, custom_ops, env = _discover(runner, files, opts, root, named, progress, env_task)
         if opts.shard:
             keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
@@ -135,7 +138,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         for s in p.stages.values():
             s.target = target_of(s.stage)
     if env is None:  # the environment task died: record what the parent can
-        env = {"environment": environment.collect(device), "collect_env": None}
+        env = {"environment": environment.collect(device, opts.emulate_npu), "collect_env": None}
     if env.get("collect_env") is not None:
         env["environment"]["collect_env"] = env["collect_env"]
     return RunReport(probes=probes, environment=env["environment"], stages=stages,
@@ -165,9 +168,16 @@ def _stage_tasks(opts: RunOptions, files: list[str], probes: list[ProbeReport], 
     by_cost = sorted(stages, key=lambda s: -get_stage(s).cost)
     return [Task((p.id, stage), {"op": "tracecheck.isolate.worker:run_stage", "file": p.file, "probe": p.name,
                                  "stage": stage, "device": device, "trace_dir": _trace_dir(opts, p, stage),
-                                 "options": _options(opts, stage)}, opts.timeout_s, template=templates.get(p.file))
+                                 "options": _options(opts, stage), **_emulation(opts)}, opts.timeout_s,
+                 template=templates.get(p.file))
             for f in files for stage in by_cost for p in probes
             if p.file == f and not _setup_failed(p) and (p.id, stage) not in skip]
+
+
+def _emulation(opts: RunOptions) -> dict[str, Any]:
+    """The task key that makes its process install the emulated NPU before it imports the model file
+    (isolate/worker.child_main): a file may name the device, or register a kernel for it, at import."""
+    return {"emulate_npu": True} if opts.emulate_npu else {}
 
 
 def _trace_dir(opts: RunOptions, p: ProbeReport, stage: str) -> str | None:
@@ -198,7 +208,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     stays up as the template its stage processes fork from. ``env_task`` runs beside them."""
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
     tasks = [Task(f, {"op": "tracecheck.collect.survey:inspect_file", "file": f, "select": opts.select,
-                      "only": [opts.only] if opts.only else named.get(f), "root": root}, timeout,
+                      "only": [opts.only] if opts.only else named.get(f), "root": root, **_emulation(opts)}, timeout,
                   serve=not opts.fresh_imports and i < MAX_TEMPLATES) for i, f in enumerate(files)]
     found: dict[str, list[ProbeReport]] = {}
     empty: list[str] = []  # files with no probe function: helpers beside the model files

@@ -113,6 +113,9 @@ def cli() -> None:
               help="Seconds allowed per (probe, stage) process.")
 @click.option("--device", default="auto", show_default=True,
               help="auto (npu if torch_npu works, else cpu), cpu, cuda or npu.")
+@click.option("--emulate-npu", is_flag=True,
+              help="Run on an emulated NPU (PrivateUse1 renamed npu, on CPU memory; no CANN kernel runs): checks "
+                   "ops registered for PrivateUse1, their fakes and autograd without Ascend hardware (docs/npu.md).")
 @click.option("--json", "json_path", metavar="PATH", help="Write the full report as JSON (atomically).")
 @click.option("--report", "report_path", metavar="PATH",
               help="Write a Markdown triage report to paste into an issue (< 65,536 characters).")
@@ -138,7 +141,7 @@ def cli() -> None:
                    "stage), func (torch.func: the vmap stage). Their stages run either way; a failure of a target "
                    "not required is shown and fails nothing.")
 @click.option("-v", "--verbose", is_flag=True, help="Full evidence: tracebacks, messages, stderr tails.")
-def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, redact, trace_dir, baseline_path,
+def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, report_path, redact, trace_dir, baseline_path,
         update_baseline, junit_path, shard, steps, dynamic, fresh_imports, strict, require, verbose):
     """Diagnose the probes in PATHS (model files or directories) under every stage."""
     console = Console(stderr=True)
@@ -167,7 +170,8 @@ def run(paths, select, stages, jobs, timeout_s, device, json_path, report_path, 
                               select=select, jobs=jobs, timeout_s=timeout_s, device=device,
                               command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir,
                               steps=steps, dynamic=dynamic, fresh_imports=fresh_imports,
-                              collect_env=bool(json_path or report_path), strict=strict, require=required)
+                              collect_env=bool(json_path or report_path), strict=strict, require=required,
+                              emulate_npu=emulate_npu)
         live = _LiveProgress(console)
         with live.bar:
             report = api.run(opts, live)

@@ -446,3 +446,33 @@ def engine_runs_counted(hits: list[int]) -> Iterator[None]:
     finally:
         for m, attr in patched:
             setattr(m, attr, original)
+
+
+def inductor_has_codegen(device_type: str) -> bool:
+    """Does Inductor have a code generator (a registered scheduling) for ``device_type``? False for a
+    PrivateUse1 device whose backend registers none (tracecheck's emulated NPU)."""
+    from torch._inductor.codegen.common import get_scheduling_for_device, init_backend_registration
+
+    init_backend_registration()
+    return get_scheduling_for_device(device_type) is not None
+
+
+def privateuse1_backend_name() -> str:
+    """The name of the PrivateUse1 device: ``privateuseone`` until a backend renames it (torch_npu: ``npu``)."""
+    return torch._C._get_privateuse1_backend_name()
+
+
+def setup_privateuse1_backend(name: str, module: Any) -> None:
+    """Rename PrivateUse1 to ``name`` and give it a device guard, hooks and ``torch.<name>`` = ``module`` from Python
+    (``torch.utils.backend_registration._setup_privateuseone_for_python_backend``, experimental on 2.13 and 2.14)."""
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    _setup_privateuseone_for_python_backend(name, backend_module=module)
+
+
+def extensions_root() -> str:
+    """Where ``torch.utils.cpp_extension`` builds extensions: ``$TORCH_EXTENSIONS_DIR`` or its per-Python default."""
+    from torch.utils import cpp_extension
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    return root or os.path.dirname(cpp_extension._get_build_directory("tracecheck", verbose=False))

@@ -5,37 +5,87 @@ runtime it fails to import and the report says so. tracecheck never claims an NP
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.metadata
 import importlib.util
+import json
+import os
 import platform
+import subprocess
 import sys
 from typing import Any
 
 from .model.exitcodes import UsageError
 
 
+#: torch_npu's import, run apart: torch imports an installed torch_npu itself (its device-backend entry point), and
+#: one that fails leaves torch half set up, so the check never runs in a process that goes on to run probes
+_NPU_CHECK = """
+import json, torch_npu, torch
+out = {"version": getattr(torch_npu, "__version__", None), "available": bool(torch.npu.is_available())}
+get_cann = getattr(getattr(torch_npu, "npu", None), "get_cann_version", None)
+out["cann"] = get_cann() if callable(get_cann) else None
+print(json.dumps(out))
+"""
+#: what a torch_npu that does not import needs, said with its error
+NPU_HOW = ("torch_npu needs Ascend's CANN toolkit (install it and `source <cann>/set_env.sh`); "
+           "to check the NPU path without one, --emulate-npu")
+#: torch's switch for importing an installed device backend (torch_npu) at ``import torch``
+AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+@functools.lru_cache(maxsize=1)
 def npu_status() -> dict[str, Any]:
-    """``{"installed", "available", "version", "cann", "error"}`` for torch_npu."""
+    """``{"installed", "available", "version", "cann", "error"}`` for torch_npu, checked in a subprocess (~3 s,
+    only when it is installed). ``error`` is one line: the import error's first line and what to install."""
     status: dict[str, Any] = {"installed": importlib.util.find_spec("torch_npu") is not None, "available": False}
     if not status["installed"]:
         status["error"] = "torch_npu is not installed"
         return status
+    env = {**os.environ, AUTOLOAD: "0"}  # import it by name, so its own error is the one raised
     try:
-        torch_npu = importlib.import_module("torch_npu")
-        status["version"] = getattr(torch_npu, "__version__", None)
-        import torch
-
-        status["available"] = bool(torch.npu.is_available())  # type: ignore[attr-defined]
-        get_cann = getattr(getattr(torch_npu, "npu", None), "get_cann_version", None)
-        status["cann"] = get_cann() if callable(get_cann) else None
-    except Exception as e:  # typically: CANN runtime libraries missing
-        status["error"] = f"torch_npu is installed but does not import: {type(e).__name__}: {e}".splitlines()[0]
+        proc = subprocess.run([sys.executable, "-c", _NPU_CHECK], capture_output=True, text=True, env=env,
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        status["error"] = "torch_npu is installed but `import torch_npu` did not finish in 120 s"
+        return status
+    if proc.returncode == 0:
+        status.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+        if not status["available"]:
+            status["error"] = "torch_npu imports but torch.npu.is_available() is False (no NPU or driver)"
+        return status
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
+    status["error"] = (f"torch_npu {_installed_version('torch_npu')} is installed but does not import "
+                       f"({lines[-1].strip() if lines else f'exit {proc.returncode}'}): {NPU_HOW}")
     return status
 
 
-def resolve_device(requested: str) -> str:
-    """``auto`` -> npu when torch_npu works, else cpu. Raises UsageError for an unavailable device. Imports
-    torch only to check CUDA (the CLI process need not load torch: stage processes do)."""
+def _installed_version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def keep_torch_importable() -> None:
+    """An installed torch_npu that cannot import makes ``import torch`` itself fail (torch loads device backends
+    through their entry point). Unless the user set it, turn that off for this process and the stage processes
+    it starts, so a CPU run works; a torch_npu that imports is left to load as usual."""
+    if AUTOLOAD not in os.environ and npu_status()["installed"] and not npu_status()["available"]:
+        os.environ[AUTOLOAD] = "0"
+
+
+def resolve_device(requested: str, emulate_npu: bool = False) -> str:
+    """``auto`` -> npu when torch_npu works (or is emulated), else cpu. Raises UsageError for an unavailable
+    device. Imports torch only to check CUDA (the CLI process need not load torch: stage processes do)."""
+    keep_torch_importable()
+    if emulate_npu:
+        if requested not in ("auto", "npu", "npu:0"):
+            raise UsageError(f"--emulate-npu emulates the npu device; --device {requested} asks for another")
+        if npu_status()["available"]:
+            raise UsageError("--emulate-npu: torch_npu works on this machine (a real NPU); drop --emulate-npu")
+        return "npu"
     if requested == "auto":
         return "npu" if npu_status()["available"] else "cpu"
     kind, _, index = requested.partition(":")
@@ -59,21 +109,29 @@ def _cuda_available() -> bool:
 def environment_task(task: dict[str, Any]) -> dict[str, Any]:
     """The task that records the environment in a stage-like process (torch already imported there), so the
     CLI process never imports torch: ``collect(device)``, and with ``collect_env`` the collect_env summary."""
-    return {"environment": collect(task["device"]),
+    return {"environment": collect(task["device"], task.get("emulate_npu", False), task.get("npu")),
             "collect_env": collect_env_summary() if task.get("collect_env") else None}
 
 
-def collect(device: str) -> dict[str, Any]:
-    """Environment for the report: versions, platform, device; the full collect_env is left to torch."""
+#: how a report names the emulated device (devices/emulated_npu.py says what it is)
+EMULATED_NPU = "emulated NPU (PrivateUse1 on CPU memory)"
+
+
+def collect(device: str, emulated: bool = False, npu: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Environment for the report: versions, platform, device; the full collect_env is left to torch. ``npu``:
+    the run's ``npu_status()`` when the caller has it (it costs a subprocess where torch_npu is installed)."""
     import torch
 
-    npu = npu_status()
+    npu = npu or npu_status()
     return {
         "torch": torch.__version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
         "device": device,
+        # never a real NPU: the PrivateUse1 key renamed npu, on host memory (tracecheck/devices/emulated_npu.py)
+        "emulated": emulated,
+        **({"device_label": EMULATED_NPU} if emulated else {}),
         "cuda_available": torch.cuda.is_available(),
         "cuda": torch.version.cuda,
         "torch_npu": npu.get("version") if npu["installed"] else None,

@@ -46,6 +46,10 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
         from .. import compat
 
         compat.set_single_compile_thread()
+        if task.get("emulate_npu"):  # before the model file imports: it may name the device or register for it
+            from ..devices import emulated_npu
+
+            emulated_npu.install()
         if task.get("trace_dir"):
             compat.keep_structured_trace(task["trace_dir"])  # this process's TORCH_TRACE, for tlparse
         value = task_function(task["op"])(task)

@@ -350,6 +350,12 @@ def is_generated(path: str) -> bool:
     return path.startswith("<eval_with_key>")
 
 
+def device_text(environment: dict[str, Any]) -> str:
+    """The device a run used, as every report names it: an emulated one says so (never taken for the real one)."""
+    device = str(environment.get("device", "?"))
+    return f"{device}: {environment['device_label']}" if environment.get("emulated") else device
+
+
 def first_line(text: Any) -> str:
     """The first line of a message that says something: past BackendCompilerFailed's ``backend='...' raised:``
     and Dynamo's ``Encountered graph break when attempting to trace ...`` headers."""

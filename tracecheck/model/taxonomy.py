@@ -32,6 +32,7 @@ class K:
     MISSING_AUTOGRAD = "missing-autograd"
     MUTATES_ARGS_MISMATCH = "mutates-args-mismatch"
     OP_REDEFINED = "op-redefined"
+    MISSING_DEVICE_KERNEL = "missing-device-kernel"
     FAKE_MISMATCH = "fake-mismatch"
     DATA_DEPENDENT = "data-dependent"
     GRAPH_BREAK = "graph-break"

@@ -26,7 +26,7 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult, device_text
 from ..model.reportio import write_text_atomic
 
 _XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -122,9 +122,12 @@ def to_element(report: RunReport, comparison: Any = None) -> ET.Element:
         if suite is None:
             suite = ET.SubElement(root, "testsuite", {"name": file_part, "timestamp": stamp})
             props = ET.SubElement(suite, "properties")
-            for key in ("torch", "python", "device"):
+            for key in ("torch", "python"):
                 if report.environment.get(key) is not None:
                     ET.SubElement(props, "property", {"name": key, "value": _clean(report.environment[key], 200)})
+            if report.environment.get("device") is not None:
+                ET.SubElement(props, "property", {"name": "device",
+                                                  "value": _clean(device_text(report.environment), 200)})
             ET.SubElement(props, "property", {"name": "tracecheck", "value": report.tracecheck_version})
             suites[file_part] = suite
         for stage, s in p.stages.items():

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..model.taxonomy import K, fix_text, is_advice, kinds
 from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
-from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
+from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, device_text, first_line, root_causes
 from ..model.targets import TARGETS, Gate
 from . import view
 from ..environment import COLLECT_ENV_FIELDS
@@ -163,7 +163,7 @@ class MarkdownRenderer:
             rows += [("torch", str(env.get("torch", "?"))), ("Python", str(env.get("python", "?"))),
                      ("platform", str(env.get("platform", "?"))),
                      ("CUDA", str(env.get("cuda")) if env.get("cuda") else "not built with CUDA")]
-        rows.append(("device", str(env.get("device", "?"))))
+        rows.append(("device", device_text(env)))
         if env.get("torch_npu"):
             rows.append(("torch_npu", f"{env['torch_npu']} (NPU available: {env.get('npu_available')})"))
             rows.append(("CANN", str(env.get("cann") or "unknown")))

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model.taxonomy import K, fix_text, is_advice, kinds
-from ..model.report import CRASH, FAIL, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult, group_findings
+from ..model.report import CRASH, FAIL, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult, device_text, group_findings
 from ..model.targets import Gate
 from . import view
 from .evidence import numeric_lines
@@ -251,7 +251,7 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
 def environment_line(report: RunReport) -> Text:
     env = report.environment
     npu = f"torch_npu {env['torch_npu']}" if env.get("torch_npu") else (env.get("npu_note") or "no torch_npu")
-    return Text(f"torch {env.get('torch')} · Python {env.get('python')} · device {env.get('device')} · {npu}",
+    return Text(f"torch {env.get('torch')} · Python {env.get('python')} · device {device_text(env)} · {npu}",
                 style="dim")
 
 

@@ -303,10 +303,10 @@ def directional(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor
     x = x.detach()
     rms = float(x.double().pow(2).mean().sqrt()) if x.numel() else 0.0
     h = scale * eps ** (1 / 3) * (rms if rms > 0 and math.isfinite(rms) else 1.0)
-    v = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(x.dtype)
+    v = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(device=x.device, dtype=x.dtype)  # drawn on the CPU: any device
     x0 = x.clone().requires_grad_()
     outs = f(x0)
-    us = [torch.randn(o.shape, generator=gen, dtype=torch.float64) for o in outs]
+    us = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.device) for o in outs]
 
     def loss(os: list[torch.Tensor]) -> torch.Tensor:
         return sum(((u * o.double()).sum() for u, o in zip(us, os)), torch.zeros((), dtype=torch.float64))

@@ -1,4 +1,7 @@
-"""``inductor``: ``torch.compile(backend="inductor")`` forward+backward, compared with eager."""
+"""``inductor``: ``torch.compile(backend="inductor")`` forward+backward, compared with eager.
+
+On a device Inductor has no code generator for (the emulated NPU; a real NPU has torch_npu's), nothing is compiled:
+the stage says why under "not checked" rather than failing the probe for the device."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,8 +10,13 @@ from ._spec import StageContext, StageSpec
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
+    from .. import compat
     from ._execution import run_compiled
 
+    device_type = ctx.device.partition(":")[0]
+    if not compat.inductor_has_codegen(device_type):
+        return {"skip_reason": f"Inductor has no code generator for device {device_type} (a real NPU gets torch_npu's; "
+                               "compile with backend=\"aot_eager\" or torchair's there): nothing was compiled"}
     return run_compiled(ctx.make_case, "inductor")
 
 
