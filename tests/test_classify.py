@@ -562,3 +562,43 @@ def test_a_graph_break_on_torchs_own_op_is_not_a_custom_fake():
     b = detect.classify_break({"reason": reason, "gb_type": "RuntimeError when making fake tensor call",
                                  "file": "m.py", "line": 17})
     assert b.kind != "fake-mismatch"
+
+
+@pytest.mark.parametrize("message", [
+    # the dispatcher's own words for a key with no kernel and no fallback (torch 2.13)
+    "Could not run 'mylib::scale' with arguments from the 'PrivateUse1' backend. This could be because the operator "
+    "doesn't exist for this backend, or was omitted during the selective/custom build process (if using custom "
+    "build). 'mylib::scale' is only available for these backends: [CPU, Meta, BackendSelect, Python].",
+    # tracecheck's emulated npu device (tracecheck/devices/csrc/emulated_npu.cpp)
+    "Could not run 'mylib::scale' with arguments from the 'PrivateUse1' backend. 'mylib::scale' has no kernel for "
+    "PrivateUse1 (on the emulated npu device only aten and prims operators run on the host).",
+])
+def test_a_custom_op_without_a_kernel_for_the_device_is_missing_device_kernel(message):
+    f = detect.classify_error("eager", {"type": "NotImplementedError", "message": message})
+    assert f.kind == "missing-device-kernel"
+    assert (f.context["op"], f.context["key"]) == ("mylib::scale", "PrivateUse1")
+    assert 'torch.library.impl("mylib::scale", "PrivateUse1", kernel)' in taxonomy.fix_text(f)
+
+
+def test_a_missing_meta_kernel_or_an_aten_op_is_not_missing_device_kernel():
+    meta = detect.classify_error("explain", {"type": "NotImplementedError", "message":
+                                      "Could not run 'mylib::scale' with arguments from the 'Meta' backend."})
+    aten = detect.classify_error("eager", {"type": "NotImplementedError", "message":
+                                    "Could not run 'aten::_foo' with arguments from the 'PrivateUse1' backend."})
+    assert "missing-device-kernel" not in (meta.kind, aten.kind)
+    assert aten.kind == "eager-error"
+
+
+def test_an_aten_op_the_emulated_npu_cannot_run_is_unknown_not_the_probes_bug():
+    msg = ("The emulated npu device cannot run aten::_thnn_fused_lstm_cell on the host (tracecheck's emulator, not the "
+           "model): Could not run 'aten::_thnn_fused_lstm_cell' with arguments from the 'CPU' backend.")
+    assert detect.classify_error("eager", {"type": "NotImplementedError", "message": msg}).kind == "unknown"
+
+
+def test_missing_device_kernel_leaves_every_torch_namespace_to_torch():
+    from tracecheck.evidence.wording import TORCH_NAMESPACES
+
+    for ns in sorted(TORCH_NAMESPACES):
+        f = detect.classify_error("eager", {"type": "NotImplementedError", "message":
+                                            f"Could not run '{ns}::some_op' with arguments from the 'PrivateUse1' backend."})
+        assert f.kind != "missing-device-kernel", ns

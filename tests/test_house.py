@@ -294,7 +294,7 @@ APP_MODULES = {"render.fix"}
 MAY_IMPORT = {
     "model": set(),
     "torch": {"model"},
-    "devices": {"model", "torch"},  # the emulated NPU: set up in a task process before the model file imports
+    "devices": {"model", "torch", "evidence"},  # the emulated NPU: set up in a task process before the model file imports
     "evidence": {"model", "torch"},
     "stages": {"evidence", "model", "torch"},
     "classify": {"evidence", "model"},  # torch's wording (evidence/wording.py), never a capture

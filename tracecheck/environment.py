@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from typing import Any
@@ -26,19 +27,25 @@ import json, torch_npu, torch
 out = {"version": getattr(torch_npu, "__version__", None), "available": bool(torch.npu.is_available())}
 get_cann = getattr(getattr(torch_npu, "npu", None), "get_cann_version", None)
 out["cann"] = get_cann() if callable(get_cann) else None
-print(json.dumps(out))
+print("@tracecheck-npu " + json.dumps(out))
 """
+_SENTINEL = "@tracecheck-npu "
 #: what a torch_npu that does not import needs, said with its error
-NPU_HOW = ("torch_npu needs Ascend's CANN toolkit (install it and `source <cann>/set_env.sh`); "
-           "to check the NPU path without one, --emulate-npu")
+NPU_HOW = ("torch_npu needs Ascend's CANN toolkit: install it and `source <cann>/set_env.sh`, then "
+           "`pip install torch_npu` of torch's minor version; to check the NPU path without an NPU, --emulate-npu")
 #: torch's switch for importing an installed device backend (torch_npu) at ``import torch``
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
-@functools.lru_cache(maxsize=1)
 def npu_status() -> dict[str, Any]:
-    """``{"installed", "available", "version", "cann", "error"}`` for torch_npu, checked in a subprocess (~3 s,
-    only when it is installed). ``error`` is one line: the import error's first line and what to install."""
+    """``{"installed", "available", "version", "cann", "error", "import_failed"}`` for torch_npu, checked in a
+    subprocess (~3 s, once per process, only when it is installed). ``error`` is one line: the exception the
+    import ended with (its first line) and what to install."""
+    return dict(_npu_status())
+
+
+@functools.lru_cache(maxsize=1)
+def _npu_status() -> dict[str, Any]:
     status: dict[str, Any] = {"installed": importlib.util.find_spec("torch_npu") is not None, "available": False}
     if not status["installed"]:
         status["error"] = "torch_npu is not installed"
@@ -50,14 +57,17 @@ def npu_status() -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         status["error"] = "torch_npu is installed but `import torch_npu` did not finish in 120 s"
         return status
-    if proc.returncode == 0:
-        status.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    found = [ln[len(_SENTINEL):] for ln in proc.stdout.splitlines() if ln.startswith(_SENTINEL)]
+    if proc.returncode == 0 and found:
+        status.update(json.loads(found[-1]))
         if not status["available"]:
             status["error"] = "torch_npu imports but torch.npu.is_available() is False (no NPU or driver)"
         return status
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
+    # the exception the import ended with: its type and the first line of its message
+    raised = [ln for ln in proc.stderr.splitlines() if re.match(r"^[\w.]+(Error|Exception): ", ln)]
+    status["import_failed"] = True
     status["error"] = (f"torch_npu {_installed_version('torch_npu')} is installed but does not import "
-                       f"({lines[-1].strip() if lines else f'exit {proc.returncode}'}): {NPU_HOW}")
+                       f"({raised[-1].strip() if raised else f'exit {proc.returncode}'}): {NPU_HOW}")
     return status
 
 
@@ -72,7 +82,7 @@ def keep_torch_importable() -> None:
     """An installed torch_npu that cannot import makes ``import torch`` itself fail (torch loads device backends
     through their entry point). Unless the user set it, turn that off for this process and the stage processes
     it starts, so a CPU run works; a torch_npu that imports is left to load as usual."""
-    if AUTOLOAD not in os.environ and npu_status()["installed"] and not npu_status()["available"]:
+    if AUTOLOAD not in os.environ and npu_status().get("import_failed"):
         os.environ[AUTOLOAD] = "0"
 
 
@@ -94,7 +104,8 @@ def resolve_device(requested: str, emulate_npu: bool = False) -> str:
     if kind == "cuda" and not _cuda_available():
         raise UsageError(f"--device {requested}: torch.cuda.is_available() is False on this machine")
     if kind == "npu" and not npu_status()["available"]:
-        raise UsageError(f"--device {requested}: {npu_status().get('error') or 'no NPU available'}")
+        why = npu_status().get("error") or "no NPU available"
+        raise UsageError(f"--device {requested}: {why}" + ("" if NPU_HOW in why else f" ({NPU_HOW})"))
     if kind not in ("cpu", "cuda", "npu", "xpu"):
         raise UsageError(f"--device {requested}: unknown device (use auto, cpu, cuda or npu)")
     return requested

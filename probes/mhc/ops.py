@@ -229,9 +229,9 @@ def install() -> str:
         return BACKEND  # defined elsewhere in this process (e.g. this file imported twice)
     # "DEF" like the CANN extension; "FRAGMENT" only if some of the ops already exist.
     lib = torch.library.Library(NAMESPACE, "DEF" if len(missing) == len(SCHEMAS) else "FRAGMENT")
-    # A PrivateUse1 device named npu without the real package is tracecheck's emulated NPU (host memory): the
+    # tracecheck's emulated NPU (torch.npu.emulated: PrivateUse1 named npu, on CPU memory) gets the
     # same kernels registered for its key, as CANN registers its own (TORCH_LIBRARY_IMPL(ns, PrivateUse1, m)).
-    on_npu = torch._C._get_privateuse1_backend_name() == "npu"
+    on_npu = getattr(getattr(torch, "npu", None), "emulated", False)
     for name in missing:
         lib.define(SCHEMAS[name])
         lib.impl(name, _CPU_IMPLS[name], "CPU")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..model import taxonomy
 from ..model.taxonomy import K
-from ..evidence.wording import TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
+from ..evidence.wording import EMULATOR_GAP, TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
 from ..model.records import Frame
 from ..model.report import Finding, GraphBreak, is_generated, op_name
 
@@ -209,7 +209,9 @@ _ENRICH = {K.PYBIND_BUILTIN: _pybind_flags, K.GRAPH_BREAK: _hints, K.DATA_DEPEND
            K.DYNAMIC_SHAPE: _where}
 
 
-def _fallback(stage: str, types: set[str]) -> str:
+def _fallback(stage: str, types: set[str], text: str) -> str:
+    if EMULATOR_GAP in text:  # an aten op the emulated NPU cannot run on the host: not the probe's bug
+        return K.UNKNOWN
     if stage == "eager":
         return K.EAGER_ERROR
     if types & _BACKEND_TYPES:
@@ -255,7 +257,7 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
     types = {_short_type(c.get("type", "")) for c in chain}
     text = "\n".join(_head_tail(c.get("message", "")) for c in chain)
     gb_type = raw.get("gb_type") or gb_type_from_text(text)
-    kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types), {})
+    kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types, text), {})
     if op and not ctx.get("op"):
         ctx["op"] = op_name(op)
     if gb_type:

@@ -26,6 +26,7 @@ import torch
 
 from .. import compat
 from ..environment import EMULATED_NPU as LABEL  # how every report names what ran
+from ..evidence.wording import TORCH_NAMESPACES
 
 #: the device name
 DEVICE = "npu"
@@ -78,6 +79,9 @@ class EmulatedNpuModule:
     def set_rng_state(self, state: torch.Tensor, device: Any = None) -> None:
         torch.set_rng_state(state)
 
+    def get_amp_supported_dtype(self) -> list[torch.dtype]:
+        return [torch.float16, torch.bfloat16]  # torch.autocast("npu") asks; no op casts (no autocast kernels)
+
 
 def installed() -> bool:
     return _installed is not None
@@ -94,6 +98,7 @@ def install(verbose: bool = False) -> None:
         raise RuntimeError(f"cannot emulate an NPU: the PrivateUse1 device already belongs to {owner!r}"
                            + (" (torch_npu is imported)" if "torch_npu" in sys.modules else ""))
     module = _load(verbose)
+    module.set_host_namespaces(sorted(TORCH_NAMESPACES))  # torch's own ops run on the host; a vendor's are refused
     compat.setup_privateuse1_backend(DEVICE, EmulatedNpuModule())
     _installed = module
 
@@ -126,5 +131,6 @@ def _load(verbose: bool) -> types.ModuleType:
 def _build_directory() -> Path:
     """``$TORCH_EXTENSIONS_DIR`` (or torch's default) ``/tracecheck_emulated_npu_<hash>``: the hash covers the
     source, the flags, torch's and Python's versions, so an upgrade builds beside the old copy."""
-    key = hashlib.sha256(_SOURCE.read_bytes() + repr((_FLAGS, torch.__version__, sys.version_info[:2])).encode())
+    key = hashlib.sha256(_SOURCE.read_bytes() + repr((_FLAGS, torch.__version__, sys.version_info[:2],
+                                                      sys.abiflags)).encode())
     return Path(compat.extensions_root()) / f"{_NAME}_{key.hexdigest()[:16]}"

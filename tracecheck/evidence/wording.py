@@ -10,6 +10,10 @@ TORCH_NAMESPACES = {"aten", "prims", "prim", "rngprims", "_c10d_functional", "c1
                     "profiler", "quantized", "_quantized", "inductor", "debugprims", "higher_order",
                     "_refs", "mkldnn", "mkl", "onednn", "_inductor_test", "_dynamo_testing", "streams"}
 
+#: how tracecheck's emulated NPU (devices/csrc/emulated_npu.cpp) says an aten op fails for want of a host kernel:
+#: the emulator's gap, never the probe's bug (classify: unknown with the evidence, not eager-error)
+EMULATOR_GAP = "The emulated npu device cannot run "
+
 _GB_CODE = re.compile(r"/gb/gb(\d{4})\.html")
 
 

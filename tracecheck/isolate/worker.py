@@ -49,7 +49,10 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
         if task.get("emulate_npu"):  # before the model file imports: it may name the device or register for it
             from ..devices import emulated_npu
 
-            emulated_npu.install()
+            try:
+                emulated_npu.install()
+            except Exception as e:  # no C++ compiler, or PrivateUse1 taken: the set-up failed, not the probe
+                raise UsageError(f"--emulate-npu: {type(e).__name__}: {e}".splitlines()[0]) from e
         if task.get("trace_dir"):
             compat.keep_structured_trace(task["trace_dir"])  # this process's TORCH_TRACE, for tlparse
         value = task_function(task["op"])(task)

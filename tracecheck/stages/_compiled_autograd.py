@@ -338,6 +338,14 @@ def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], li
     ``{"backend", "error"}``, ``error`` (``type``, ``message``, ``step``) ``None`` when they pass."""
     if compat.dynamo_suppresses_errors():  # a failure would fall back to eager and read as a pass
         return {"backend": backend, "error": None, "not_run": "torch._dynamo.config.suppress_errors is set"}
+    if backend == "inductor":  # a device Inductor cannot compile for (the emulated NPU) answers nothing about the model
+        case = make_case()
+        devices = sorted({t.device.type for t in pytree.tree_leaves((case.args, case.kwargs))
+                          if isinstance(t, torch.Tensor)} - {"cpu"})
+        lacking = [d for d in devices if not compat.inductor_has_codegen(d)]
+        if lacking:
+            return {"backend": backend, "error": None,
+                    "not_run": f"Inductor has no code generator for device {', '.join(lacking)}"}
     compat.dynamo_reset()
     try:
         case = make_case()

@@ -10,9 +10,13 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/resize_native.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+
+#include <unordered_set>
 
 namespace {
 
@@ -42,24 +46,27 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   return at::detail::empty_strided_generic(size, stride, &allocator, device_keys(), c10::dtype_or_default(dtype));
 }
 
-// A CPU tensor over the same memory (the device's memory is host memory).
+// A CPU tensor over the same memory (the device's memory is host memory), with the lazy conjugate/negative bits
 at::Tensor host_alias(const at::Tensor& t) {
   if (t.device().is_cpu()) return t;
-  return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  auto h = at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(at::kCPU));
+  h._set_conj(t.is_conj());
+  h._set_neg(t.is_neg());
+  return h;
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  // the host aliases have storages of their own: torch's overlap checks must see the device tensors
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, self);
   host_alias(dst).copy_(host_alias(self));
   return dst;
 }
 
-const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<at::MemoryFormat>) {
-  auto* impl = self.unsafeGetTensorImpl();
-  impl->set_sizes_contiguous(size);
-  const auto nbytes =
-      at::detail::computeStorageNbytesContiguous(size, impl->dtype().itemsize(), impl->storage_offset());
-  at::native::maybe_resize_storage_cpu(impl, nbytes);  // grows the storage with its own (this) allocator
-  return self;
+// torch's CPU resize_: the same size returns early (strides kept), memory_format is honoured, and a larger storage
+// comes from the storage's own allocator (this device's)
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<at::MemoryFormat> format) {
+  return at::native::resize_(self, size, format);
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
@@ -88,17 +95,80 @@ at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, c10::SymIn
                                       C10_AS_INTARRAYREF_SLOW(stride));
 }
 
+std::unordered_set<std::string> host_namespaces = {"aten", "prims"};
+
+void set_host_namespaces(const std::vector<std::string>& names) {
+  host_namespaces = std::unordered_set<std::string>(names.begin(), names.end());
+}
+
+bool on_device(const c10::IValue& v) {
+  return v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_privateuseone();
+}
+
+// A real device refuses a tensor of another device where one of its own is expected (a CPU 0-dim tensor is a
+// scalar and allowed); cpu_fallback would move it silently. Copies and index tensors may cross devices.
+void check_same_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  static const std::unordered_set<std::string> crossing = {
+      "aten::copy_", "aten::_to_copy", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::index.Tensor",
+      "aten::index_put_", "aten::index_put", "aten::_index_put_impl_", "aten::set_"};
+  if (crossing.count(op.schema().name() + (op.schema().overload_name().empty() ? "" : "." + op.schema().overload_name())) ||
+      crossing.count(op.schema().name()))
+    return;
+  const auto n = op.schema().arguments().size();
+  bool device = false;
+  std::optional<c10::Device> other;
+  auto check = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (t.device().is_privateuseone()) device = true;
+    else if (!(t.device().is_cpu() && t.dim() == 0) && !t.device().is_meta()) other = t.device();
+  };
+  for (auto it = stack.end() - n; it != stack.end(); ++it) {
+    if (it->isTensor()) check(it->toTensor());
+    else if (it->isTensorList()) for (const at::Tensor& t : it->toTensorList().vec()) check(t);
+  }
+  TORCH_CHECK(!(device && other), "Expected all tensors to be on the same device, but found at least two devices, npu:0 and ",
+              other ? other->str() : "", "!");
+}
+
 // torch's own operators run on the host (the emulated device's "kernels"). Any other namespace is a vendor's op
 // without a PrivateUse1 kernel: it fails as the dispatcher says it on a real device, never silently on the host.
+// An op torch's CPU backend lacks (a CUDA-only kernel torch chose for a non-CPU device) is the emulator's gap, said so.
 void run_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& name = op.schema().name();
-  if (name.rfind("aten::", 0) == 0 || name.rfind("prims::", 0) == 0) {
+  const auto ns = name.substr(0, name.find("::"));
+  TORCH_CHECK_NOT_IMPLEMENTED(host_namespaces.count(ns), "Could not run '", name,
+                              "' with arguments from the 'PrivateUse1' backend. '", name,
+                              "' has no kernel for PrivateUse1 (on the emulated npu device only torch's own operators "
+                              "run on the host).");
+  check_same_device(op, *stack);
+  try {
     at::native::cpu_fallback(op, stack);
-    return;
+  } catch (const c10::NotImplementedError& e) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "The emulated npu device cannot run ", name, " on the host (tracecheck's "
+                                "emulator, not the model): ", e.what_without_backtrace());
   }
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "Could not run '", name, "' with arguments from the 'PrivateUse1' backend. '",
-                              name, "' has no kernel for PrivateUse1 (on the emulated npu device only aten and prims "
-                              "operators run on the host).");
+}
+
+// Convolutions reach a device outside CPU/CUDA as convolution_overrideable / convolution_backward_overrideable, whose
+// default kernels raise: they run as aten::convolution / convolution_backward on host copies instead.
+void call_on_host(const char* name, const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t insert_none_at) {
+  const auto n = op.schema().arguments().size();
+  check_same_device(op, *stack);
+  for (auto it = stack->end() - n; it != stack->end(); ++it)
+    if (on_device(*it)) *it = it->toTensor().cpu();
+  if (insert_none_at) stack->insert(stack->end() - n + insert_none_at, c10::IValue());
+  c10::Dispatcher::singleton().findSchemaOrThrow(name, "").callBoxed(stack);
+  for (auto& v : *stack)
+    if (v.isTensor() && v.toTensor().defined()) v = v.toTensor().to(c10::Device(c10::DeviceType::PrivateUse1, 0));
+}
+
+void convolution_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  call_on_host("aten::convolution", op, stack, 0);
+}
+
+// convolution_backward takes bias_sizes (None here) after weight; the overrideable one does not
+void convolution_backward_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  call_on_host("aten::convolution_backward", op, stack, 3);
 }
 
 }  // namespace
@@ -116,10 +186,30 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_reshape_alias", reshape_alias);
   m.impl("set_.source_Storage", set_storage);
   m.impl("set_.source_Storage_storage_offset", set_storage_offset);
+  m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution_on_host>());
+  m.impl("convolution_backward_overrideable", torch::CppFunction::makeFromBoxedFunction<&convolution_backward_on_host>());
 }
+
+// The conjugate/negative fallbacks would materialise through a copy, which calls _copy_from again: the copy kernel
+// reads the bits itself (host_alias)
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+// torch.autocast("npu") runs (no op is cast: torch_npu registers its own autocast kernels, this device none)
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&run_on_host>());
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.doc() = "tracecheck's emulated NPU (PrivateUse1 on host memory)"; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "tracecheck's emulated NPU (PrivateUse1 on CPU memory)";
+  m.def("set_host_namespaces", &set_host_namespaces, "the operator namespaces run on the host (torch's own)");
+}
