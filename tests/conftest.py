@@ -66,7 +66,8 @@ def write_probe(tmp_path):
 @pytest.fixture(scope="session")
 def emulated_npu() -> str:
     """tracecheck's emulated NPU installed in this test process (tracecheck/devices/emulated_npu.py); returns the
-    device name. Once per session and never undone: PrivateUse1 can be renamed once per process. The first use
+    device name. Once per session and never undone: PrivateUse1 can be renamed once per process, and must be before
+    the autograd engine first runs (tests/npu_device_checks.py runs in a process of its own). The first use
     on a machine builds the extension (~45 s, cached)."""
     from tracecheck.devices import emulated_npu as emulator
 

@@ -89,7 +89,9 @@ def installed() -> bool:
 
 def install(verbose: bool = False) -> None:
     """Make ``npu`` an emulated device in this process (idempotent). Builds the extension on first use (~45 s,
-    cached under ``$TORCH_EXTENSIONS_DIR``). Raises RuntimeError when PrivateUse1 already belongs to a backend."""
+    cached under ``$TORCH_EXTENSIONS_DIR``). Raises RuntimeError when PrivateUse1 already belongs to a backend.
+    Call it before the process's first backward: the autograd engine sizes its per-device queues once, when it first
+    runs, and a device registered later has none (an INTERNAL ASSERT in engine.cpp). Task processes install it first."""
     global _installed
     if _installed is not None:
         return
