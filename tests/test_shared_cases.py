@@ -112,7 +112,9 @@ def test_every_finding_carries_its_kinds_evidence(cases_report):
     for probe in cases_report.values():
         for stage in probe["stages"].values():
             for f in stage["findings"]:
-                assert f["kind"] in _EVIDENCE, f"a kind this test does not know the evidence of: {f['kind']}"
+                assert f["kind"] in _EVIDENCE, (f"a kind this test does not know the evidence of: {f['kind']} "
+                                                f"({probe['id']} [{stage['stage']}]: {f['summary']} "
+                                                f"{str(f['evidence'].get('stderr_tail', ''))[-1500:]})")
                 missing = [need for need in _EVIDENCE[f["kind"]] if not _has(f, need)]
                 assert not missing, (f["kind"], missing, f)
                 seen.add(f["kind"])
