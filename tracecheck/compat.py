@@ -448,6 +448,12 @@ def engine_runs_counted(hits: list[int]) -> Iterator[None]:
             setattr(m, attr, original)
 
 
+def devices_without_inductor(device_types: Any) -> list[str]:
+    """Those of ``device_types`` (``"npu"``, ``"cpu"`` or ``"npu:0"``) that Inductor cannot compile for, sorted."""
+    types = {d.partition(":")[0] for d in device_types} - {"cpu"}
+    return sorted(t for t in types if not inductor_has_codegen(t))
+
+
 def inductor_has_codegen(device_type: str) -> bool:
     """Does Inductor have a code generator (a registered scheduling) for ``device_type``? False for a
     PrivateUse1 device whose backend registers none (tracecheck's emulated NPU)."""

@@ -340,9 +340,8 @@ def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], li
         return {"backend": backend, "error": None, "not_run": "torch._dynamo.config.suppress_errors is set"}
     if backend == "inductor":  # a device Inductor cannot compile for (the emulated NPU) answers nothing about the model
         case = make_case()
-        devices = sorted({t.device.type for t in pytree.tree_leaves((case.args, case.kwargs))
-                          if isinstance(t, torch.Tensor)} - {"cpu"})
-        lacking = [d for d in devices if not compat.inductor_has_codegen(d)]
+        lacking = compat.devices_without_inductor({t.device.type for t in pytree.tree_leaves((case.args, case.kwargs))
+                                                   if isinstance(t, torch.Tensor)})
         if lacking:
             return {"backend": backend, "error": None,
                     "not_run": f"Inductor has no code generator for device {', '.join(lacking)}"}

@@ -13,9 +13,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from .. import compat
     from ._execution import run_compiled
 
-    device_type = ctx.device.partition(":")[0]
-    if not compat.inductor_has_codegen(device_type):
-        return {"skip_reason": f"Inductor has no code generator for device {device_type} (a real NPU gets torch_npu's; "
+    lacking = compat.devices_without_inductor([ctx.device])
+    if lacking:
+        return {"skip_reason": f"Inductor has no code generator for device {lacking[0]} (a real NPU gets torch_npu's; "
                                "compile with backend=\"aot_eager\" or torchair's there): nothing was compiled"}
     return run_compiled(ctx.make_case, "inductor")
 
