@@ -59,8 +59,7 @@ CASES = os.path.join(os.path.dirname(REPO), "shared", "cases")
 SETS = {
     "small cases": ([os.path.join(CASES, c) for c in (
         "01_flashattn_ext_fwd_in_autograd_fn.py", "06_custom_op_missing_fake.py", "08_custom_op_missing_autograd.py",
-        "16_mask_dependent_branch.py", "19_print_stats_in_forward.py", "22_module_setattr_in_forward.py")],
-        "eager,explain,aot_eager,inductor,fullgraph"),
+        "16_mask_dependent_branch.py", "19_print_stats_in_forward.py", "22_module_setattr_in_forward.py")], None),
     "real model": ([os.path.join(REPO, "benchmarks", "models", "tiny_llama.py")], None),
 }
 
