@@ -79,7 +79,9 @@ def test_case_vmap_verdict(cases_report, case):
         assert (vmap["failure"]["kind"], vmap["failure"]["context"]["cause"]) == ("functorch-incompatible",
                                                                                   VMAP_REFUSED[case.stem])
     elif case.stem.startswith("14_"):
-        assert vmap["status"] == "skip"
+        # the redefined op's stale handle raises (eager fails, so vmap is skipped) or, run to run, segfaults (pytorch
+        # PR #122344); a process that died calling it is labelled op-redefined (results.attribute_crashes)
+        assert vmap["status"] == "skip" or (vmap["status"], vmap["failure"]["kind"]) == ("crash", "op-redefined"), vmap
     else:
         assert vmap["status"] == "pass", vmap["findings"]
 
@@ -115,7 +117,10 @@ def test_every_finding_carries_its_kinds_evidence(cases_report):
                 assert f["kind"] in _EVIDENCE, (f"a kind this test does not know the evidence of: {f['kind']} "
                                                 f"({probe['id']} [{stage['stage']}]: {f['summary']} "
                                                 f"{str(f['evidence'].get('stderr_tail', ''))[-1500:]})")
-                missing = [need for need in _EVIDENCE[f["kind"]] if not _has(f, need)]
+                need = _EVIDENCE[f["kind"]]
+                if stage["status"] == "crash":  # a process that died calling a redefined op: the crash's own evidence
+                    need = {"op-redefined": ("op", "stderr_tail")}.get(f["kind"], need)
+                missing = [n for n in need if not _has(f, n)]
                 assert not missing, (f["kind"], missing, f)
                 seen.add(f["kind"])
     # the scan saw the kinds every torch gives these cases (numeric-mismatch is 2.13's: 2.14 raises instead)

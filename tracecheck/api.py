@@ -1,6 +1,7 @@
 """``run``: collect -> run stages in isolation -> classify -> RunReport. The CLI is a thin shell over this."""
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -63,6 +64,9 @@ class Progress:
     def planned(self, n_tasks: int) -> None: ...
     def started(self, probe_id: str, stage: str) -> None: ...
     def finished(self, probe_id: str, result: StageResult) -> None: ...
+    def verdict(self, probe: ProbeReport, running: list[str]) -> None:
+        """Every stage of ``probe``'s required targets has finished: ``probe`` (a settled copy) has its verdict,
+        before the stages of targets not required (``running``) and the rest of the run end."""
 
 
 def validate_stages(stages: list[str]) -> list[str]:
@@ -113,15 +117,14 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         gate = Gate(opts.require, opts.strict)
         for p in probes:
             p.gate = gate
-        _run_stage_tasks(runner, tasks, probes, progress)
+        verdicts = _Verdicts(progress, deferred, opts.strict)
+        _run_stage_tasks(runner, tasks, probes, progress, verdicts)
         # opcheck after all: eager registered a custom op, or eager did not finish (it cannot tell)
-        late = [p for p in probes if p.id in deferred and not _setup_failed(p)
-                and (p.stages["eager"].notes.registered_custom_ops
-                     or p.stages["eager"].status in (CRASH, TIMEOUT, INTERNAL))]
+        late = [p for p in probes if p.id in deferred and not _setup_failed(p) and _late_opcheck(p)]
         if late:
             progress.planned(len(tasks) + len(late))
             _run_stage_tasks(runner, _stage_tasks(opts, files, late, ["opcheck"], device, {}, skip=set()), probes,
-                             progress)
+                             progress, verdicts)
         for p in probes:
             if p.id in deferred and "opcheck" not in p.stages and not _setup_failed(p):
                 p.stages["opcheck"] = StageResult("opcheck", SKIP, skip_reason=NO_CUSTOM_OP)
@@ -130,13 +133,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
             for stage in stages:
                 p.stages[stage] = StageResult(
                     stage, SKIP, skip_reason="loading the file or calling the probe function failed (see load)")
-        results.attribute_crashes(p.stages)
-        p.stages = _ordered(p.stages)
-        results.attribute_unknowns(p.stages)
-        if opts.strict:
-            results.apply_strict(p.stages)  # the late opcheck and the load findings too
-        for s in p.stages.values():
-            s.target = target_of(s.stage)
+        _settle(p, opts.strict)
     if env is None:  # the environment task died: record what the parent can
         env = {"environment": environment.collect(device, opts.emulate_npu), "collect_env": None}
     if env.get("collect_env") is not None:
@@ -146,14 +143,62 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
                      strict=opts.strict, require=opts.require)
 
 
-def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport], progress: Progress) -> None:
+def _settle(p: ProbeReport, strict: bool) -> None:
+    """Classify's last word on a probe whose stages have run: crashes and unknowns attributed, run order, targets."""
+    results.attribute_crashes(p.stages)
+    p.stages = _ordered(p.stages)
+    results.attribute_unknowns(p.stages)
+    if strict:
+        results.apply_strict(p.stages)  # the late opcheck and the load findings too
+    for s in p.stages.values():
+        s.target = target_of(s.stage)
+
+
+def _late_opcheck(p: ProbeReport) -> bool:
+    """A probe whose opcheck waited for eager gets one: eager registered a custom op, or did not finish (it cannot tell)."""
+    eager = p.stages["eager"]
+    return bool(eager.notes.registered_custom_ops) or eager.status in (CRASH, TIMEOUT, INTERNAL)
+
+
+class _Verdicts:
+    """Says each probe's verdict (``Progress.verdict``) once every stage of its required targets has finished: the
+    stages of targets not required (vmap, export) and the other probes may still be running. A deferred opcheck
+    (``deferred``: it waits for eager) is awaited when eager calls for it."""
+
+    def __init__(self, progress: Progress, deferred: set[str], strict: bool) -> None:
+        self.progress, self.deferred, self.strict = progress, deferred, strict
+        self.waiting: dict[str, set[str]] = {}
+        self.said: set[str] = set()
+
+    def expect(self, tasks: list[Task]) -> None:
+        for t in tasks:
+            self.waiting.setdefault(t.key[0], set()).add(t.key[1])
+
+    def done(self, p: ProbeReport, stage: str) -> None:
+        waiting = self.waiting.get(p.id, set())
+        waiting.discard(stage)
+        if stage == "eager" and p.id in self.deferred and _late_opcheck(p):
+            waiting.add("opcheck")
+        if p.id in self.said or any(p.gate.requires(target_of(s)) for s in waiting) \
+                or not any(p.gate.requires(target_of(s)) for s in p.stages if s != LOAD_STAGE):
+            return
+        self.said.add(p.id)
+        settled = copy.deepcopy(p)
+        _settle(settled, self.strict)
+        self.progress.verdict(settled, sorted(waiting, key=stage_order))
+
+
+def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport], progress: Progress,
+                     verdicts: _Verdicts) -> None:
     by_id = {p.id: p for p in probes}
+    verdicts.expect(tasks)
     for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key)):
         probe_id, stage = outcome.task.key
         by_id[probe_id].stages[stage] = result = _stage_result(stage, outcome)
         if by_id[probe_id].gate.strict:  # --strict: advice fails the stage, and the progress line says so
             results.apply_strict({stage: result})
         progress.finished(probe_id, result)
+        verdicts.done(by_id[probe_id], stage)
 
 
 #: opcheck's skip reason when the runner starts no opcheck process
@@ -163,9 +208,11 @@ NO_CUSTOM_OP = ("no custom op is registered (not by the file, its imports or its
 
 def _stage_tasks(opts: RunOptions, files: list[str], probes: list[ProbeReport], stages: list[str], device: str,
                  templates: dict[str, Template], skip: set[tuple[str, str]]) -> list[Task]:
-    """One task per (probe, stage): a file's tasks together (its template can stop after them), the costliest
-    stages first within it (a long stage started last would leave a core idle at the end)."""
-    by_cost = sorted(stages, key=lambda s: -get_stage(s).cost)
+    """One task per (probe, stage): a file's tasks together (its template can stop after them); within it the
+    stages of the required targets first, so that each probe's verdict is known early (``_Verdicts``), then the
+    others; the costliest first within each (a long stage started last would leave a core idle at the end)."""
+    gate = Gate(opts.require)
+    by_cost = sorted(stages, key=lambda s: (not gate.requires(target_of(s)), -get_stage(s).cost))
     return [Task((p.id, stage), {"op": "tracecheck.isolate.worker:run_stage", "file": p.file, "probe": p.name,
                                  "stage": stage, "device": device, "trace_dir": _trace_dir(opts, p, stage),
                                  "options": _options(opts, stage), **_emulation(opts)}, opts.timeout_s,

@@ -11,12 +11,14 @@ from typing import Any, Callable, Iterator
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
 
 from . import __version__, api
 from .gate import baseline, shards
 from .model.exitcodes import ExitCode, UsageError
 from .render import annotations, diff, junit, markdown
-from .model.report import FAIL, PASS, StageResult
+from .model.report import FAIL, PASS, ProbeReport, StageResult
 from .model.reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES
 from .model.targets import normalized, parse_require
@@ -33,13 +35,44 @@ Exit codes:
   130  interrupted (Ctrl-C, SIGTERM, SIGHUP): stage processes killed, no report written"""
 
 
+class _Board(Progress):
+    """rich's progress bar with, above it, the probes x stages table filling in as stages finish, and each probe's
+    verdict as soon as its required targets' stages are done (``get_renderables`` is rich's hook for this)."""
+
+    def __init__(self, *columns: Any, **kwargs: Any) -> None:
+        self.cells: dict[str, dict[str, Text]] = {}  # probe id -> stage -> cell, in the order probes started
+        self.verdicts: dict[str, Text] = {}
+        super().__init__(*columns, **kwargs)  # may render already
+
+    def get_renderables(self) -> Iterator[Any]:
+        if self.cells:
+            yield self._table()
+        yield self.make_tasks_table(self.tasks)
+
+    def _table(self) -> Table:
+        from .render import terminal
+
+        stages = [s for s in STAGES if any(s in row for row in self.cells.values())]
+        table = Table(box=None, pad_edge=False, show_edge=False)
+        table.add_column("probe", no_wrap=True, overflow="ellipsis", max_width=48)
+        for s in stages:
+            table.add_column(terminal.stage_heading(s), no_wrap=True, overflow="ellipsis", max_width=22)
+        table.add_column("verdict", no_wrap=True)
+        rows = list(self.cells.items())[-max(3, self.console.height - 8):]  # the newest that fit the screen
+        for pid, row in rows:
+            table.add_row(pid.split("::")[-1], *(row.get(s, Text("")) for s in stages),
+                          self.verdicts.get(pid, Text("…", style="dim")))
+        return table
+
+
 class _LiveProgress(api.Progress):
-    """A rich progress bar on stderr; transient, so only the results stay on screen."""
+    """On a terminal: a live board (``_Board``), transient, so only the results stay on screen. Elsewhere (a CI
+    log): a plain line per finished stage and per settled verdict."""
 
     def __init__(self, console: Console) -> None:
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=console, transient=True,
-                            disable=not console.is_terminal)
+        self.bar = _Board(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=console, transient=True,
+                          disable=not console.is_terminal)
         self.task = self.bar.add_task("discovering probes", total=None)
         self.running: list[str] = []
 
@@ -64,15 +97,29 @@ class _LiveProgress(api.Progress):
 
     def started(self, probe_id: str, stage: str) -> None:
         self.running.append(f"{probe_id.split('::')[-1]}:{stage}")
+        self.bar.cells.setdefault(probe_id, {})[stage] = Text("…", style="yellow")
         self.bar.update(self.task, description=", ".join(self.running[-2:]))
 
     def finished(self, probe_id: str, result: StageResult) -> None:
+        from .render import terminal
+
         key = f"{probe_id.split('::')[-1]}:{result.stage}"
         if key in self.running:
             self.running.remove(key)
+        self.bar.cells.setdefault(probe_id, {})[result.stage] = terminal.cell(result)
         self.bar.update(self.task, advance=1, description=", ".join(self.running[-2:]) or "running stages")
         status = result.status if result.status == PASS or not result.failure else result.failure.kind
         self._line(f"{probe_id} [{result.stage}] {status} ({result.seconds:.1f} s)")
+
+    def verdict(self, probe: ProbeReport, running: list[str]) -> None:
+        v = probe.verdict
+        targets = ", ".join(probe.gate.require)
+        said = f"{v.status}" + (f" ({', '.join(v.kinds)}; first at {v.first_failing_stage})" if v.kinds else "")
+        style = "green" if v.status == PASS else "red" if v.status == FAIL else "magenta"
+        self.bar.verdicts[probe.id] = Text(v.status, style=style)
+        self.bar.update(self.task)
+        rest = f"; still running: {', '.join(running)} (targets not required)" if running else ""
+        self._line(f"{probe.id} verdict ({targets}): {said}{rest}")
 
 
 SIMPLE_EXIT_CODES_HELP = """\b

@@ -76,7 +76,7 @@ PROBE_MIN_WIDTH = 16
 
 def _verdict_table(report: RunReport, short: bool, wrap: bool, numbered: bool) -> Table:
     columns = view.columns(report)
-    headings = {c: (_heading(c) if short else c) for c in columns}
+    headings = {c: (stage_heading(c) if short else c) for c in columns}
     notes = [f"{h} = {c}" for c, h in headings.items() if h != c]
     files = {p.file for p in report.probes}
     one_file = len(files) == 1 and report.probes[0].id.endswith("::" + report.probes[0].name)
@@ -121,7 +121,7 @@ def _min_width(table: Table, fold: bool) -> int:
         probe.max_width = saved
 
 
-def _heading(stage: str) -> str:
+def stage_heading(stage: str) -> str:
     from ..stages import REGISTRY
 
     spec = REGISTRY.get(stage)

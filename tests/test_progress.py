@@ -1,0 +1,93 @@
+"""What a run shows while it runs: each probe's verdict as soon as its required targets' stages are done (a line in
+a CI log), and on a terminal the probes x stages board filling in. Oracles: literals written by hand from the probes'
+code (a print in forward is a graph break; vmap is the func target, not required by default)."""
+import io
+
+from rich.console import Console
+
+from tracecheck.cli import _LiveProgress
+from tracecheck.model.report import FAIL, PASS, Finding, ProbeReport, StageResult
+
+PROBES = """
+import torch
+import tracecheck
+
+
+@tracecheck.probe
+def probe_clean():
+    return tracecheck.Case(lambda x: x.sin() * 2, (torch.randn(4, 3),))
+
+
+@tracecheck.probe
+def probe_prints():
+    def f(x):
+        print("stats", x.shape)
+        return x.cos()
+    return tracecheck.Case(f, (torch.randn(4, 3),))
+"""
+
+
+def test_each_verdict_is_said_before_the_stages_of_targets_not_required_end(tracecheck, write_probe):
+    res = tracecheck("run", str(write_probe(PROBES)), "--stages", "eager,explain,vmap", "-j", "1", json_report=False)
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.splitlines()
+
+    def at(text: str) -> int:
+        found = [i for i, line in enumerate(lines) if text in line]
+        assert len(found) == 1, (text, lines)
+        return found[0]
+
+    clean = at("model.py::probe_clean verdict (compile): pass; still running: vmap (targets not required)")
+    prints = at("model.py::probe_prints verdict (compile): fail (graph-break; first at explain); still running: vmap")
+    # -j 1: one stage at a time, the compile target's first: both verdicts come before either vmap stage ends
+    assert max(clean, prints) < min(at("model.py::probe_clean [vmap]"), at("model.py::probe_prints [vmap]"))
+    assert max(at("model.py::probe_clean [explain]"), at("model.py::probe_prints [explain]")) < min(clean, prints)
+
+
+def test_a_late_opcheck_is_awaited_before_the_verdict(tracecheck, write_probe):
+    """An op registered while the probe runs (not at import): opcheck waits for eager, and the verdict for opcheck."""
+    src = """
+    import torch
+    import tracecheck
+
+
+    @tracecheck.probe
+    def probe_lazy():
+        lib = torch.library.Library("lazy_ns", "DEF")
+        lib.define("twice(Tensor x) -> Tensor")
+        lib.impl("twice", lambda x: x * 2, "CPU")
+        probe_lazy.lib = lib
+        return tracecheck.Case(lambda x: torch.ops.lazy_ns.twice(x), (torch.randn(3),))
+    """
+    res = tracecheck("run", str(write_probe(src)), "--stages", "eager,opcheck", "-j", "1", json_report=False)
+    lines = res.stderr.splitlines()
+    verdict = [i for i, line in enumerate(lines) if "probe_lazy verdict (compile)" in line]
+    opcheck = [i for i, line in enumerate(lines) if "probe_lazy [opcheck]" in line]
+    assert len(verdict) == 1 and len(opcheck) == 1, lines
+    assert opcheck[0] < verdict[0]
+
+
+def _board_text(progress: _LiveProgress) -> str:
+    out = Console(file=io.StringIO(), width=120, force_terminal=False)
+    for renderable in progress.bar.get_renderables():
+        out.print(renderable)
+    return out.file.getvalue()
+
+
+def test_the_board_fills_in_as_stages_finish_and_shows_verdicts():
+    console = Console(file=io.StringIO(), width=120, force_terminal=True)
+    live = _LiveProgress(console)
+    live.planned(3)
+    live.started("m.py::probe_a", "eager")
+    live.started("m.py::probe_a", "explain")
+    text = _board_text(live)
+    assert "probe_a" in text and text.count("…") == 3  # two running stages and the verdict to come
+    live.finished("m.py::probe_a", StageResult("eager", PASS))
+    brk = Finding(kind="graph-break", summary="print", evidence={})
+    live.finished("m.py::probe_a", StageResult("explain", FAIL, failure=brk, findings=[brk]))
+    probe = ProbeReport("m.py::probe_a", "m.py", "probe_a", stages={
+        "eager": StageResult("eager", PASS, target="compile"),
+        "explain": StageResult("explain", FAIL, failure=brk, findings=[brk], target="compile")})
+    live.verdict(probe, ["vmap"])
+    row = next(line for line in _board_text(live).splitlines() if "probe_a" in line)
+    assert "✓" in row and "✗ graph-break" in row and row.rstrip().endswith("fail")
