@@ -53,7 +53,12 @@ def test_case_verdict(cases_report, case):
         assert not kinds and all(s["status"] != "fail" for n, s in probe["stages"].items() if n != "vmap"), kinds
     else:
         assert exp["kind"] in kinds, (kinds, exp["notes"])
-        assert kinds <= {exp["kind"], *exp["also"]}, f"misclassified: {kinds - {exp['kind'], *exp['also']}}"
+        also = set(exp["also"])
+        if case.stem.startswith("14_"):
+            # calling the redefined op's stale handle may segfault, run to run (pytorch PR #122344). Inside Dynamo's
+            # trace no Python frame names the call, so the crash stays `crash` (the load stage's op-redefined is there)
+            also.add("crash")
+        assert kinds <= {exp["kind"], *also}, f"misclassified: {kinds - {exp['kind'], *also}}"
 
 
 def compile_kinds(probe: dict) -> set[str]:
@@ -95,6 +100,7 @@ _EVIDENCE = {
     "missing-autograd": ("exception", "op"), "mutates-args-mismatch": ("exception", "op"),
     "op-redefined": ("second_schema", "frame", "op"), "recompile": ("reason",), "numeric-mismatch": ("worst",),
     "no-batching-rule": ("dispatch_keys", "op"), "opaque-op": ("output_code", "op"),
+    "crash": ("stderr_tail",),  # case 14's random segfault (test_case_verdict): the dying process's faulthandler stack
 }
 
 
