@@ -112,11 +112,12 @@ class _LiveProgress(api.Progress):
         self._line(f"{probe_id} [{result.stage}] {status} ({result.seconds:.1f} s)")
 
     def verdict(self, probe: ProbeReport, running: list[str]) -> None:
+        from .render import terminal
+
         v = probe.verdict
         targets = ", ".join(probe.gate.require)
         said = f"{v.status}" + (f" ({', '.join(v.kinds)}; first at {v.first_failing_stage})" if v.kinds else "")
-        style = "green" if v.status == PASS else "red" if v.status == FAIL else "magenta"
-        self.bar.verdicts[probe.id] = Text(v.status, style=style)
+        self.bar.verdicts[probe.id] = terminal.status_text(v.status)
         self.bar.update(self.task)
         rest = f"; still running: {', '.join(running)} (targets not required)" if running else ""
         self._line(f"{probe.id} verdict ({targets}): {said}{rest}")

@@ -34,6 +34,11 @@ def cell(result: StageResult | None, wrap: bool = False, gate: Gate = Gate()) ->
     return Text(" ".join(x for x in (_ICON[c.shown], c.label) if x), style=_STYLE[c.shown])
 
 
+def status_text(status: str) -> Text:
+    """A status word (``pass``, ``fail``, ``internal-error``…) in the style the verdict table gives it."""
+    return Text(status, style=_STYLE.get(status, ""))
+
+
 def _hyphen_split(kind: str) -> list[str]:
     parts = kind.split("-")
     return [p + "-" for p in parts[:-1]] + parts[-1:]
