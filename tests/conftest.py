@@ -10,6 +10,24 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
+#: the files that take minutes (each is one or more tracecheck runs of many probes), longest first: under
+#: ``-n 2 --dist loadfile`` they start first, so that no long file starts near the end while the other worker idles.
+#: pytest-xdist's own order (files with more tests first) put test_real_models.py, the longest, late. From CI's
+#: --durations, torch 2.13.0; a file not listed runs after these, in collection order
+LONGEST_FIRST = ("test_real_models.py", "test_mhc_probes_e2e.py", "test_convnets.py", "test_fix_model_code.py",
+                 "test_shared_cases.py", "test_fix_e2e.py", "test_trust.py", "test_compiled_autograd.py",
+                 "test_ci_roundtrip.py", "test_torchfunc_stage.py", "test_repro.py", "test_readiness_stages.py")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
 
 @pytest.fixture(scope="session")
 def shared_cases() -> Path:

@@ -78,6 +78,8 @@ def test_one_section_per_finding_with_every_required_part():
     assert "**Fix:** Follow the hints of the gb_type's page" in brk
     assert "<details><summary>Traceback (user frames and the last frames" in brk
     assert "tracecheck run model.py::probe_bad --stages explain" in brk
+    # and the plain-torch script for an upstream issue (tracecheck repro; docs/fix.md)
+    assert "tracecheck repro model.py::probe_bad --stage explain -o repro.py" in brk
 
     fake = section(findings, next(h for h in finding_heads if "missing-fake" in h))
     assert "**First failing stage:** `fullgraph`" in fake

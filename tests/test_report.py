@@ -202,6 +202,12 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
     ]
     with_report = terminal.next_steps(RunReport([fixable, other, ok], {}, ["eager", "explain"]), "out/r.md")
     assert with_report[-1] == "attach to an issue: out/r.md (written by --report)"
+    # a graph break whose user frame is in the probe's own file: fix rewrites that file (a diff, no -o module)
+    here = Finding("graph-break", "s", {"gb_type": "x"}, {"user_frame": {"file": str(tmp_path / "m.py"), "line": 3}})
+    mine = ProbeReport("m.py::probe_d", str(tmp_path / "m.py"), "probe_d",
+                       {"explain": StageResult("explain", FAIL, failure=here, findings=[here])})
+    assert terminal.next_steps(RunReport([mine], {}, ["explain"]))[0] == \
+        "tracecheck fix m.py::probe_d --diff fix.diff   (graph-break)"
 
 
 def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_line():

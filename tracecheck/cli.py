@@ -18,6 +18,7 @@ from . import __version__, api
 from .gate import baseline, shards
 from .model.exitcodes import ExitCode, UsageError
 from .render import annotations, diff, junit, markdown
+from .fix.repro_script import STAGE_CALLS
 from .model.report import FAIL, PASS, ProbeReport, StageResult
 from .model.reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES
@@ -267,10 +268,13 @@ Exit codes:
               help="Stage processes at once.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
               help="Seconds per stage process.")
+@click.option("--diff", "diff_path", metavar="PATH", help="Graph breaks in model code: also write the rewrite as a "
+              "unified diff against the probe file (git apply / patch -p1).")
 @click.option("--no-verify", is_flag=True, help="Write the fix without re-running the stages on it.")
 @click.option("-v", "--verbose", is_flag=True, help="Perturbations the op refused, full evidence, tracebacks.")
-def fix(target, output, patched, namespace, jobs, timeout_s, no_verify, verbose):
-    """Generate the fixed registration for a failing probe, and prove it passes every stage."""
+def fix(target, output, patched, namespace, jobs, timeout_s, diff_path, no_verify, verbose):
+    """Generate the fix for a failing probe and prove it: the fixed registration of its custom ops, or a
+    rewrite of its model code for graph breaks."""
     from .fix.pipeline import NOTHING_TO_FIX, VERIFIED, FixOptions
     from .fix.pipeline import fix as run_fix
     from .render import fix as render_fix
@@ -280,9 +284,50 @@ def fix(target, output, patched, namespace, jobs, timeout_s, no_verify, verbose)
         live = _LiveProgress(console)
         with live.bar:
             outcome = run_fix(FixOptions(target, output, patched, namespace, min(jobs, os.cpu_count() or 1),
-                                         timeout_s, verify=not no_verify), live)
+                                         timeout_s, verify=not no_verify, diff=diff_path), live)
     render_fix.render(outcome, _stdout(), verbose=verbose)
     sys.exit(ExitCode.OK if outcome.status in (VERIFIED, NOTHING_TO_FIX) else ExitCode.FINDINGS)
+
+
+@cli.command(epilog="""\b
+Exit codes:
+  0  the script was written and, run with plain python, fails as the finding did
+  1  nothing to reproduce (the stage passes), or the script does not fail the same way
+  2  usage error (bad target, stage or -o)
+  3  internal error in tracecheck
+  130  interrupted""")
+@click.argument("target", metavar="MODEL.py::PROBE")
+@click.option("--stage", type=click.Choice(list(STAGE_CALLS)), help="The stage whose failure to reproduce [default: the "
+              "first failing one].")
+@click.option("-o", "--output", default="repro.py", show_default=True, metavar="PATH", help="The script to write.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+              help="Seconds for the stage process, and for the script's check run.")
+@click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
+def repro(target, stage, output, timeout_s, verbose):
+    """Write a standalone script that reproduces a probe's failure with plain torch (no tracecheck), and check it by
+    running it: for an upstream issue."""
+    from .fix.repro import NOTHING, REPRODUCED, ReproOptions
+    from .fix.repro import repro as run_repro
+
+    console = Console(stderr=True)
+    with _errors(console, verbose):
+        live = _LiveProgress(console)
+        with live.bar:
+            o = run_repro(ReproOptions(target, output, stage, min(2, os.cpu_count() or 1), timeout_s), live)
+    say = lambda text: _stdout().print(text, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+    if o.status == NOTHING:
+        say(f"{o.probe_id}: nothing to reproduce: {o.reason}")
+        sys.exit(ExitCode.FINDINGS)
+    e = o.expected
+    want = e["exception_type"] or "a graph break"
+    say(f"{o.probe_id} [{o.stage}] {e['kind']}: {want}" + (f" (gb_type '{e['gb_type']}')" if e["gb_type"] else ""))
+    say(f"wrote {o.written}")
+    if o.status == REPRODUCED:
+        say(f"checked: `python {o.written}` fails the same way with plain torch (exit {o.returncode})")
+        sys.exit(ExitCode.OK)
+    say(f"NOT reproduced: {o.reason} (exit {o.returncode}); the end of its output:")
+    say(o.tail or "(none)")
+    sys.exit(ExitCode.FINDINGS)
 
 
 @cli.command(epilog=SIMPLE_EXIT_CODES_HELP)

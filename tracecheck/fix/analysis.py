@@ -195,13 +195,32 @@ def _op_entry(plan: custom_op.OpPlan, probe_file: str) -> dict[str, Any]:
 
 
 def eager_dump(task: dict[str, Any]) -> dict[str, Any]:
-    """Run the original probe eagerly (forward + backward) and save outputs and gradients to task["dump"]."""
+    """Run the original probe eagerly (forward + backward) and save outputs and gradients to task["dump"].
+    With ``task["lines_of"]`` (a file), also say which of its lines ran (``lines``): whether the probe's inputs
+    take a branch a model-code rewrite changes (model_code.py)."""
     _, case = _case(task)
-    ran = execution.execute(case.fn, case)
+    watch = os.path.realpath(task["lines_of"]) if task.get("lines_of") else None
+    ran_lines: set[int] = set()
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if os.path.realpath(frame.f_code.co_filename) != watch:
+            return None  # no line events for frames of other files
+        if event == "line":
+            ran_lines.add(frame.f_lineno)
+        return tracer
+
+    previous = sys.gettrace()
+    if watch:
+        sys.settrace(tracer)
+    try:
+        ran = execution.execute(case.fn, case)
+    finally:
+        if watch:
+            sys.settrace(previous)
     if ran.error:
         return {"error": ran.error}
     torch.save({"outputs": ran.outputs, "grads": ran.grads, "ran_backward": ran.ran_backward}, task["dump"])
-    return {}
+    return {"lines": sorted(ran_lines)} if watch else {}
 
 
 def eager_compare(task: dict[str, Any]) -> dict[str, Any]:

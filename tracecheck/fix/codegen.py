@@ -16,6 +16,7 @@ import textwrap
 from .autograd_fn import FunctionPlan
 from .custom_op import OpPlan
 from .observe import OutputMeta
+from .prelude import prelude as _prelude
 
 _HEADER = '''"""{title}
 
@@ -427,27 +428,9 @@ def patched_probe(source: str, probe_file: str, patched_path: str, fixed_path: s
     """
     for qualname, names in (mutates or {}).items():
         source = mutates_edit(source, qualname, names) or source
-    tree = ast.parse(source)
-    body = tree.body
-    first = 0
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
-        first = 1
-    while first < len(body) and isinstance(body[first], ast.ImportFrom) and body[first].module == "__future__":
-        first += 1
-    lines = source.splitlines()
-    at = body[first].lineno - 1 if first < len(body) else len(lines)
+    lines, at, prelude = _prelude(source, probe_file, patched_path)
     here = os.path.dirname(os.path.abspath(patched_path))
-    rel_src = os.path.relpath(os.path.dirname(os.path.abspath(probe_file)), here)
     rel_fix = os.path.relpath(os.path.abspath(fixed_path), here)
-    prelude = [
-        "# ---- tracecheck fix: this is a patched copy of " + os.path.abspath(probe_file),
-        "import os as _tc_os, sys as _tc_sys  # noqa: E401",
-        "_tc_here = _tc_os.path.dirname(_tc_os.path.abspath(__file__))",
-        "# the original's imports resolve as they did next to it (a file beside this copy cannot shadow them)",
-        f"_tc_sys.path.insert(0, _tc_os.path.normpath(_tc_os.path.join(_tc_here, {rel_src!r})))",
-        "# ----",
-        "",
-    ]
     fixed_mod = os.path.splitext(os.path.basename(fixed_path))[0]
     tail = ["", "", "# ---- tracecheck fix: the registrations in " + os.path.basename(fixed_path) +
             (", and the autograd.Functions Dynamo cannot trace routed through custom ops" if rebinds else "") + " ----",

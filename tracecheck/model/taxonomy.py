@@ -50,6 +50,11 @@ class K:
     UNKNOWN = "unknown"
 
 
+#: kinds ``tracecheck fix`` answers with a rewrite of the probe's own file (fix/model_code.py), where the finding's
+#: user frame lies in it; the other kinds with a ``code_fix`` get a fixed registration
+MODEL_CODE_KINDS = (K.GRAPH_BREAK, K.DATA_DEPENDENT)
+
+
 @dataclass(frozen=True)
 class Kind:
     id: str

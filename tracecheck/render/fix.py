@@ -24,6 +24,20 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
         if verbose:
             for r in f.get("refused", []):
                 p(f"    perturbation refused by the op: {r}")
+    for site in o.sites:
+        p(f"  line {site.line} ({site.gb_type or site.kind}): {site.code.strip()[:100]}")
+        for t in site.tried:
+            if t["result"] != "kept":
+                p(f"    tried {t['rewrite']}: {t['result']}")
+        if site.rewrite:
+            p(f"    rewrite {site.rewrite}: {site.note}")
+            p(f"      (follows {site.doc})")
+        elif not site.tried:
+            p("    no rewrite applies")
+    if o.diff:
+        p()
+        p(o.diff.rstrip("\n"))
+        p()
     for path in o.written:
         p(f"  wrote {path}")
     if o.verification is not None:
@@ -41,11 +55,14 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
               f"{w.get('what', '')}: {detail}")
     for r in o.reasons:
         p(f"not verified: {r}" if o.status not in (NO_CODE_FIX, NOTHING_TO_FIX) else f"  {r}")
-    line = {VERIFIED: "fix VERIFIED: every stage passes on the patched probe, and its eager outputs and gradients "
-                      "match " + ("finite differences" if g and "analytic" in g else "the original's"),
+    line = {VERIFIED: "fix VERIFIED: every stage " + ("of the compile target " if o.sites else "") +
+                      "passes on the patched probe, and its eager outputs and gradients match " +
+                      ("finite differences" if g and "analytic" in g else "the original's"),
             NOTHING_TO_FIX: "nothing to fix: the probe passes the diagnosis stages",
             NO_CODE_FIX: "no code fix generated"}.get(o.status, "fix NOT verified (see above)")
     checks = sum(len(f.get("check", [])) for f in o.functions)
+    if o.status == VERIFIED and o.sites:
+        line += " (at the probe's inputs)"
     if o.status == VERIFIED and checks:
         line += f" (at the probe's inputs; review the {checks} CHECK line{'s' if checks > 1 else ''} above, in the code)"
     p(line)

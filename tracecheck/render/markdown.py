@@ -21,6 +21,7 @@ from ..model.taxonomy import K, fix_text, is_advice, kinds
 from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
 from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, device_text, first_line, root_causes
 from ..model.targets import TARGETS, Gate
+from ..stages import REGISTRY as STAGE_REGISTRY
 from . import view
 from ..environment import COLLECT_ENV_FIELDS
 from .evidence import condense_traceback, numeric_lines
@@ -424,8 +425,13 @@ class MarkdownRenderer:
         s = p.stages.get(stage)
         # a finding of a target not required reproduces (fails the run) only when that target is required
         extra = (s.target,) if s is not None and s.target and not gate.requires(s.target) else ()
-        return (f"tracecheck run {shlex.quote(target)} --stages {stage}" + (" --strict" if gate.strict else "")
-                + (f" {gate.how_to_require(*extra)}" if len(gate.require) > 1 or extra else ""))
+        run = (f"tracecheck run {shlex.quote(target)} --stages {stage}" + (" --strict" if gate.strict else "")
+               + (f" {gate.how_to_require(*extra)}" if len(gate.require) > 1 or extra else ""))
+        spec = STAGE_REGISTRY.get(stage)
+        if p.name == IMPORT_PROBE or spec is None or not spec.repro or s is None or s.status != FAIL:
+            return run  # (a crash, a timeout or a load failure: no plain-torch call to write)
+        # the same failure with plain torch, as a script an upstream issue can carry (docs/fix.md)
+        return f"{run}\ntracecheck repro {shlex.quote(target)} --stage {stage} -o repro.py   # plain torch, for upstream"
 
     # -- assembly -------------------------------------------------------------------------------------
     def sections(self) -> list[Section]:

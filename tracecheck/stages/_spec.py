@@ -39,6 +39,7 @@ class StageSpec:
     relative run time, measured on probes/ and tiny transformers models; the runner starts costlier stages first.
     ``heading``: a short column heading for narrow terminals (default: ``name``). ``target``: what the stage
     checks readiness for (``targets.TARGETS``); its failures gate a run only when that target is required.
+    ``repro``: how a standalone reproducer runs the stage with plain torch.
     """
 
     name: str
@@ -53,6 +54,10 @@ class StageSpec:
     #: the verdict table's column heading where the full names do not fit (a legend says what it stands for)
     heading: str = ""
     target: str = COMPILE
+    #: the plain-torch statements a ``tracecheck repro`` script runs for this stage (fix/repro_script.py: they call
+    #: its helpers ``_repro_step``/``_repro_compare`` on ``_repro_fn``, ``_repro_args``, ``_repro_kwargs``; ``{op!r}``
+    #: becomes the finding's op); "" for a stage no script is written for
+    repro: str = ""
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:

@@ -15,4 +15,5 @@ def run(ctx: StageContext) -> dict[str, Any]:
 SPEC = StageSpec(
     name="aot_eager", heading="aot", order=30, cost=2, run=run,
     summary="torch.compile(backend=\"aot_eager\") forward+backward, compared with eager against a float64 "
-            "reference (torch._dynamo.utils.same)")
+            "reference (torch._dynamo.utils.same)",
+    repro='_repro_compare(torch.compile(_repro_fn, backend="aot_eager"))')

@@ -20,4 +20,11 @@ SPEC = StageSpec(
     counts={"unique_graphs_without_ca": LOWER_IS_BETTER, "unique_graphs_with_ca": LOWER_IS_BETTER,
             "captures": LOWER_IS_BETTER, "hooks_captured": NEUTRAL},
     summary="--steps training steps with and without compiled autograd: unique graphs, captures, hooks "
-            "captured, recompiles and their reasons")
+            "captured, recompiles and their reasons",
+    repro=(
+        'from torch._dynamo import compiled_autograd as _repro_ca\n'
+        '_repro_enable = getattr(_repro_ca, "_enable", None) or _repro_ca.enable  # 2.13: _enable only\n'
+        '_repro_compiled = torch.compile(_repro_fn, backend="aot_eager")\n'
+        'with _repro_enable(torch.compile(backend="aot_eager")):\n'
+        '    for _ in range(3):  # training steps: captures and recompiles show up after the first\n'
+        '        _repro_step(_repro_compiled, reseed=False)'))

@@ -153,4 +153,5 @@ def _brief(r: dict[str, Any]) -> dict[str, Any]:
 SPEC = StageSpec(
     name="dynamic", heading="dyn", order=85, cost=6, run=run,
     summary="torch.compile(dynamic=True, backend=\"aot_eager\") at the probe's batch size and three more, "
-            "forward and backward, compared with eager")
+            "forward and backward, compared with eager",
+    repro='_repro_step(torch.compile(_repro_fn, backend="aot_eager", dynamic=True))')

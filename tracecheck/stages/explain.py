@@ -36,4 +36,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 SPEC = StageSpec(
     name="explain", order=20, cost=1, run=run, forward_only=True,
-    summary="torch._dynamo.explain: graph count, and graph breaks counted from the structured trace")
+    summary="torch._dynamo.explain: graph count, and graph breaks counted from the structured trace",
+    repro=(
+        '# explain() lists the breaks; fullgraph=True raises at the first one, with its gb_type\n'
+        '_repro_step(torch.compile(_repro_fn, backend="eager", fullgraph=True), backward=False)'))

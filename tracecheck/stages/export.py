@@ -108,4 +108,7 @@ SPEC = StageSpec(
     target=EXPORT,
     name="export", order=90, cost=2, run=run, forward_only=True,
     summary="torch.export.export(strict=False), the exported program compared with eager; on failure "
-            "torch.export.draft_export's report")
+            "torch.export.draft_export's report",
+    repro=(
+        '_repro_module = _repro_fn if isinstance(_repro_fn, torch.nn.Module) else _ReproWrap(_repro_fn)\n'
+        'torch.export.export(_repro_module, tuple(_repro_args), dict(_repro_kwargs), strict=False)'))

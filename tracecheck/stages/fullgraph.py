@@ -13,4 +13,5 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(name="fullgraph", heading="fullgr", order=50, cost=1, run=run,
-                 summary="torch.compile(fullgraph=True, backend=\"aot_eager\")")
+                 summary="torch.compile(fullgraph=True, backend=\"aot_eager\")",
+                 repro='_repro_step(torch.compile(_repro_fn, backend="aot_eager", fullgraph=True))')

@@ -21,4 +21,5 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(name="inductor", order=40, cost=3, run=run,
-                 summary="the same with backend=\"inductor\" (fallback_random=True)")
+                 summary="the same with backend=\"inductor\" (fallback_random=True)",
+                 repro='_repro_compare(torch.compile(_repro_fn, backend="inductor"))')

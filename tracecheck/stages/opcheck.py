@@ -53,4 +53,21 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 SPEC = StageSpec(
     name="opcheck", order=60, cost=1, run=run, needs=("custom ops",),
-    summary="torch.library.opcheck on every custom op the probe calls, with the inputs it called them with")
+    summary="torch.library.opcheck on every custom op the probe calls, with the inputs it called them with",
+    repro=(
+        "# the custom op's calls in an eager run, then torch.library.opcheck on the first call of each\n"
+        'from torch.utils._python_dispatch import TorchDispatchMode\n'
+        'class _ReproCalls(TorchDispatchMode):\n'
+        '    def __init__(self):\n'
+        '        super().__init__()\n'
+        '        self.calls = {}\n'
+        '    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n'
+        '        if func.namespace not in ("aten", "prim", "prims") and func not in self.calls:\n'
+        '            self.calls[func] = (args, kwargs or {})\n'
+        '        return func(*args, **(kwargs or {}))\n'
+        'with _ReproCalls() as _repro_calls:\n'
+        '    _repro_fn(*_repro_args, **_repro_kwargs)\n'
+        'for _repro_op, (_a, _k) in _repro_calls.calls.items():\n'
+        '    if {op!r} in ("", str(_repro_op.overloadpacket), str(_repro_op)):\n'
+        '        print("opcheck", _repro_op)\n'
+        '        torch.library.opcheck(_repro_op, _a, _k)'))

@@ -1,0 +1,177 @@
+"""Graph breaks in model code, one probe per rewrite class of ``tracecheck fix`` (tracecheck/fix/rewrites.py).
+
+Plain probes (``def probe_<name>()`` returning ``(fn, args)``): the file needs no tracecheck import, as a user's
+would. Used by tests/test_fix_model_code.py, which checks each patched copy with plain torch.compile.
+"""
+import logging
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+class ScaleByMax(nn.Module):
+    """.item() into Python: 'Unsupported Tensor.item() call with capture_scalar_outputs=False'."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        peak = x.abs().max().item()
+        return self.lin(x) / peak
+
+
+class PositiveSum(nn.Module):
+    """A boolean mask: 'Dynamic shape operator' (the output's size depends on the data)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y[y > 0].sum()
+
+
+class SignSwitch(nn.Module):
+    """A branch on a tensor's value with a tensor on both sides: torch.cond."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if y.sum() > 0:
+            z = y.sin()
+        else:
+            z = y.cos()
+        return z * 2
+
+
+class CleanNans(nn.Module):
+    """`if tensor_cond: x = transform(x)`, a transform that is the identity where the condition is false."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if torch.isnan(y).any():
+            y = torch.nan_to_num(y)
+        return y.relu()
+
+
+class UnitScaleFastPath(nn.Module):
+    """A fast path for a value the probe's inputs never have: skipping it while compiling cannot be compared."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, scale):
+        if (scale == 1).all():
+            return self.lin(x)
+        return self.lin(x) * scale
+
+
+class PrintsActivations(nn.Module):
+    """print() of a tensor: reorderable by Dynamo."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        print(y)
+        return y.tanh()
+
+
+class LogsStats(nn.Module):
+    """logger.info with a tensor's value formatted in."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        log.info("mean activation %s", float(y.mean()))
+        return y.tanh()
+
+
+class KeepsHistory(nn.Module):
+    """A Python copy of float activations (.tolist() of a float tensor): no rewrite of tracecheck's applies."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.history = []
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.history.append(y.detach().tolist())
+        return y.tanh()
+
+
+def threshold(x):
+    """A value branch in a function without parameters, inputs that need no grad: torch.cond."""
+    if x.mean() > 0:
+        z = x.sin()
+    else:
+        z = x.cos()
+    return z * 2
+
+
+def _x():
+    torch.manual_seed(0)
+    return torch.randn(3, 4, requires_grad=True)
+
+
+def probe_item():
+    torch.manual_seed(0)
+    return ScaleByMax(), (_x(),)
+
+
+def probe_mask():
+    torch.manual_seed(0)
+    return PositiveSum(), (_x(),)
+
+
+def probe_value_branch():
+    torch.manual_seed(0)
+    return SignSwitch(), (_x(),)
+
+
+def probe_nan_guard():
+    torch.manual_seed(0)
+    return CleanNans(), (_x(),)
+
+
+def probe_untaken_fast_path():
+    torch.manual_seed(0)
+    return UnitScaleFastPath(), (_x(), torch.full((3, 1), 2.0))
+
+
+def probe_print():
+    torch.manual_seed(0)
+    return PrintsActivations(), (_x(),)
+
+
+def probe_logging():
+    torch.manual_seed(0)
+    return LogsStats(), (_x(),)
+
+
+def probe_history():
+    torch.manual_seed(0)
+    return KeepsHistory(), (_x(),)
+
+
+def probe_cond():
+    torch.manual_seed(0)
+    return threshold, (torch.randn(3, 4),)

@@ -1,0 +1,282 @@
+"""``tracecheck fix`` for graph breaks in model code: source rewrites of the probe's own file, each one proven.
+
+For every ``graph-break`` / ``data-dependent`` site in the probe's file (a finding's user frame), the rewrites
+that apply (rewrites.py, in registry order) are tried one at a time on the patched copy, on top of the ones
+already kept. A candidate is kept when the compile target's stages show no break at the rewritten lines, fewer
+breaks than before, and no stage failing that passed (a numeric mismatch included). The fix is verified when the
+last copy kept passes every one of those stages and its eager outputs and gradients equal the original's.
+Parent side: user code runs in stage processes only.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .. import api
+from ..model.exitcodes import UsageError
+from ..model.report import LOAD_STAGE, ProbeReport, RunReport
+from ..model.reportio import write_text_atomic
+from ..model.targets import COMPILE
+from ..stages import STAGES, target_of
+from .prelude import read_source, source_lines, with_prelude
+from ..model.taxonomy import MODEL_CODE_KINDS, kinds
+from .rewrites import (REWRITES, Candidate, Edit, Site, Source, apply, candidates,
+                       new_span, overlap)
+from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
+
+#: the first line of every diff ``fix`` writes: only such a file is ever overwritten by ``--diff``
+DIFF_MARK = "# tracecheck fix: a rewrite of"
+#: the kinds this module handles
+KINDS = MODEL_CODE_KINDS
+#: what a candidate runs: every stage of the compile target (torch.cond, say, traces under explain and fails only
+#: under compiled autograd)
+VERIFY_STAGES = [s for s in STAGES if target_of(s) == COMPILE]
+
+
+@dataclass
+class SiteOutcome:
+    """What happened to one break site: the rewrite kept (if any), and every candidate tried with why it failed."""
+
+    line: int
+    kind: str
+    gb_type: str
+    code: str
+    rewrite: str | None = None
+    note: str = ""
+    doc: str = ""
+    tried: list[dict[str, str]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
+    """The probe file's break sites (one per line, first finding wins), and the break locations outside it."""
+    here = os.path.realpath(path)
+    found: dict[int, Site] = {}
+    outside: list[str] = []
+    for result in probe.stages.values():
+        for f in result.findings:
+            frame = f.user_frame
+            if f.kind not in KINDS or frame is None or frame.line is None:
+                continue
+            if os.path.realpath(frame.file) != here:
+                if frame.location not in outside:
+                    outside.append(frame.location)
+                continue
+            found.setdefault(frame.line, Site(frame.line, f.kind, f.evidence.get("gb_type") or "", frame.code or ""))
+    return [found[k] for k in sorted(found)], outside
+
+
+def _breaks(stages: dict[str, Any]) -> int:
+    explain = stages.get("explain")
+    return explain.graph_break_count if explain is not None and explain.graph_break_count is not None else 0
+
+
+class _Copies:
+    """Patched copies of the probe file: the rewritten text (for the diff) and the runnable copy (the prelude that
+    finds the original's imports, then the rewritten text)."""
+
+    def __init__(self, path: str, text: str):
+        self.path, self.text = path, text
+
+    def rewritten(self, edits: list[Edit]) -> str:
+        return apply(self.text, edits)
+
+    def runnable(self, edits: list[Edit], where: str) -> tuple[str, Any]:
+        """The copy to write at ``where``, and a map from a rewritten line to its line in that copy."""
+        text, at, added = with_prelude(self.rewritten(edits), self.path, where)
+        return text, lambda line: line + added if line >= at else line
+
+    def diff(self, edits: list[Edit], label: str) -> str:
+        """A unified diff from the original to the rewritten text (``git apply`` / ``patch -p1``), after a first
+        line that says what wrote it (both tools skip text before the first ``---``)."""
+        lines = difflib.unified_diff(source_lines(self.text, keepends=True),
+                                     source_lines(self.rewritten(edits), keepends=True), f"a/{label}", f"b/{label}")
+        # a last line without its newline gets the marker diff(1) writes, or git apply calls the patch corrupt
+        body = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+        return f"{DIFF_MARK} {label}\n{body}"
+
+
+def _run(path: str, name: str, stages: list[str], opts: Any, progress: api.Progress | None, tag: str) -> RunReport:
+    report = api.run(api.RunOptions([path], stages=stages, only=name, jobs=opts.jobs, timeout_s=opts.timeout_s,
+                                    command=["fix", tag, path]), progress)
+    if report.internal_errors:  # tracecheck's own bug: the CLI exits 3, never "not kept"
+        p, s = report.internal_errors[0]
+        last = (s.internal_error or "").strip().splitlines()[-1:] or ["?"]
+        raise RuntimeError(f"fixing model code: the {s.stage} stage failed inside tracecheck: {last[0]}")
+    return report
+
+
+def _first(result: Any) -> str:
+    f = result.failure
+    if f is None:
+        return result.status
+    ev = f.evidence
+    what = ev.get("gb_type") or ev.get("exception_type") or ""
+    return f"{f.kind}{': ' + what if what else ''}"
+
+
+def _signatures(result: Any) -> set[tuple[str, str]]:
+    """What a stage failed with, independent of line numbers (which differ between the original and the copy)."""
+    out = {(f.kind, f.evidence.get("gb_type") or f.evidence.get("exception_type") or "") for f in result.findings}
+    return out | ({(result.status, "")} if result.status in ("timeout", "crash") else set())
+
+
+def _judge(site: Site, edits: list[Edit], copy_line: Any, copy: str, before: dict[str, Any],
+           after: ProbeReport) -> str | None:
+    """Why the candidate is not kept, or None when it is. ``copy_line`` maps a rewritten line to its line in
+    ``copy``; ``before``: stage -> result with the edits kept so far."""
+    if LOAD_STAGE in after.stages:
+        return f"the patched copy does not load ({_first(after.stages[LOAD_STAGE])})"
+    lo, hi = (copy_line(n) for n in new_span(edits, site.line, site.line))
+    here = os.path.realpath(copy)
+    for r in after.stages.values():
+        for f in r.findings:
+            frame = f.user_frame
+            if f.kind in KINDS and frame is not None and frame.line is not None and lo <= frame.line <= hi \
+                    and os.path.realpath(frame.file) == here:
+                return f"Dynamo still stops at the rewritten lines ({r.stage}: {f.evidence.get('gb_type') or f.kind})"
+    worse = [f"{name}: {_first(r)}" for name, r in after.stages.items() if r.status not in ("pass", "skip") and (
+             name not in before or before[name].status in ("pass", "skip") or _signatures(r) - _signatures(before[name]))]
+    if worse:
+        return "a stage fails that passed, or fails in a new way: " + "; ".join(worse)
+    if _breaks(before) and _breaks(after.stages) >= _breaks(before):
+        return f"the graph breaks did not go down ({_breaks(before)} -> {_breaks(after.stages)})"
+    return None
+
+
+def _vacuous(src: Source, site: Site, rewrite: str, lines_run: set[int] | None) -> str | None:
+    """Why the eager comparison says nothing about a kept branch rewrite at the probe's inputs: ``compile-guard``
+    skips a branch those inputs never take; ``branchless`` always applies a branch they always take."""
+    if lines_run is None or rewrite not in ("compile-guard", "branchless"):
+        return None
+    node = src.statement_at(site.line)
+    if not isinstance(node, ast.If) or not node.body:
+        return None
+    taken = node.body[0].lineno in lines_run
+    if rewrite == "compile-guard" and not taken:
+        return f"line {site.line}: the probe's inputs never take this branch, so skipping it while compiling was " \
+               "compared with nothing (add a probe whose inputs take it)"
+    if rewrite == "branchless" and taken:
+        return f"line {site.line}: the probe's inputs take this branch, so running it unconditionally was compared " \
+               "only where it was run anyway (add a probe whose inputs do not take it)"
+    return None
+
+
+def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeReport, out: Any,
+                   progress: api.Progress | None, task: Any) -> None:
+    """Fill ``out`` (a pipeline.FixOutcome): sites, kept rewrites, the diff, the written files and the status.
+    ``probe``: the diagnosis (a few stages); the other stages of the compile target run once on the original, so
+    that a candidate is judged stage by stage against the same stages. ``task(payload, what)``: one task in a
+    stage process (pipeline._one)."""
+    found, outside = sites(path, probe)
+    if not found:  # (a break inside a library called from the probe's file has a site at that call too)
+        out.status = NO_CODE_FIX
+        out.no_code_fix = {k: kinds()[k].doc for k in out.kinds if k in kinds()}
+        out.reasons = [f"the break at {where} is outside {os.path.basename(path)}; tracecheck rewrites the probe's "
+                       "own file only" for where in outside] or \
+            [f"no graph break of {os.path.basename(path)} has a user frame in it to rewrite"]
+        return
+    text = read_source(path)
+    src, copies = Source(text), _Copies(path, text)
+    plans = [(site, candidates(src, site)) for site in found]
+    for site, _ in plans:
+        out.sites.append(SiteOutcome(site.line, site.kind, site.gb_type, site.code))
+    with tempfile.TemporaryDirectory(prefix="tracecheck-fix-") as tmp:
+        dump = os.path.join(tmp, "eager.pt")
+        lines_run = None
+        if any(c for _, c in plans) and opts.verify:
+            rest = [s for s in VERIFY_STAGES if s not in probe.stages]
+            before = {**probe.stages,
+                      **(_run(path, name, rest, opts, progress, "--baseline").probes[0].stages if rest else {})}
+            ref = task({"op": "tracecheck.fix.analysis:eager_dump", "file": path, "probe": name, "dump": dump,
+                        "lines_of": path}, "running the original probe eagerly")
+            if "error" in ref:
+                out.status = NO_CODE_FIX
+                out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}): nothing to compare a "
+                                   "rewrite with")
+                return
+            lines_run = set(ref["lines"])
+        kept: list[Edit] = []
+        report = None
+        wrote = False
+        for (site, cands), outcome in zip(plans, out.sites):
+            for cand in cands:
+                if overlap(kept, cand.edits):
+                    outcome.tried.append({"rewrite": cand.rewrite, "result": "it overlaps a rewrite already kept"})
+                    continue
+                edits = _merge(kept, cand)
+                if not opts.verify:  # the first candidate of each site, unproven
+                    kept, outcome.rewrite, outcome.note = edits, cand.rewrite, cand.note
+                    break
+                runnable, copy_line = copies.runnable(edits, patched)
+                write_text_atomic(patched, runnable)
+                wrote = True
+                why = None
+                try:
+                    run = _run(patched, name, VERIFY_STAGES, opts, progress, "--try")
+                except UsageError as e:  # the copy does not import: this candidate's fault, not the user's input
+                    why = f"the patched copy does not load ({e})"
+                else:
+                    why = _judge(site, edits, copy_line, patched, before, run.probes[0])
+                if why is None:
+                    why = _eager_differs(task, patched, name, dump)
+                outcome.tried.append({"rewrite": cand.rewrite, "result": why or "kept"})
+                if why is None:
+                    kept, before, report = edits, run.probes[0].stages, run
+                    outcome.rewrite, outcome.note = cand.rewrite, cand.note
+                    break
+            if outcome.rewrite:
+                outcome.doc = REWRITES[outcome.rewrite].doc
+    for s in out.sites:
+        if s.rewrite is None:
+            out.reasons.append(f"line {s.line} ({s.gb_type or s.kind}): " + (
+                "no rewrite applies" if not s.tried else
+                f"no candidate was kept (tried {', '.join(t['rewrite'] for t in s.tried)}; why: above)"))
+    if not kept:
+        if wrote and os.path.exists(patched):  # the last candidate this run tried: not a fix
+            os.remove(patched)
+        out.status = NO_CODE_FIX
+        return
+    label = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else os.path.basename(path)
+    out.diff = copies.diff(kept, label)
+    write_text_atomic(patched, copies.runnable(kept, patched)[0])
+    out.written = [patched]
+    if opts.diff:
+        write_text_atomic(opts.diff, out.diff)
+        out.written.append(opts.diff)
+    if not opts.verify:
+        out.status = NOT_VERIFIED
+        out.reasons.append("--no-verify: the rewritten copy was not run")
+        return
+    out.verification = report
+    verdict = report.probes[0].verdict
+    if verdict.status != "pass":
+        out.reasons.append(f"the patched probe still fails: {', '.join(verdict.kinds)} (first at "
+                           f"{verdict.first_failing_stage})")
+    for site, outcome in zip(found, out.sites):
+        why = _vacuous(src, site, outcome.rewrite, lines_run) if outcome.rewrite else None
+        if why:
+            out.reasons.append(why)
+    out.status = NOT_VERIFIED if out.reasons else VERIFIED
+
+
+def _eager_differs(task: Any, copy: str, name: str, dump: str) -> str | None:
+    """Why the copy's eager outputs and gradients are not the original's (``dump``), or None when they are."""
+    got = task({"op": "tracecheck.fix.analysis:eager_compare", "file": os.path.abspath(copy), "probe": name,
+                "dump": dump}, "running the patched probe eagerly")
+    if "error" in got:
+        return f"the rewritten probe fails eagerly: {got['error']['type']}: {got['error']['message'][:200]}"
+    if got.get("mismatches"):
+        return f"its eager outputs/gradients differ from the original's ({len(got['mismatches'])} mismatches)"
+    return None
+
+
+def _merge(kept: list[Edit], cand: Candidate) -> list[Edit]:
+    """The kept edits plus the candidate's, a module setting or import added once."""
+    return kept + [e for e in cand.edits if e not in kept]

@@ -1,0 +1,333 @@
+"""Source rewrites for graph breaks in model code (``tracecheck fix`` on a ``graph-break`` or ``data-dependent``
+finding whose user frame lies in the probe's own file).
+
+Each rewrite is one that PyTorch documents for its class of break (``Rewrite.doc``). None is trusted:
+model_code.py applies a candidate to a copy of the file and keeps it only when the stages say the break is gone,
+no new failure came, and eager outputs and gradients held. The registry ``REWRITES`` is the one list; a rewrite
+proposes edits for a site or returns None when it does not apply. Pure (ast and text): the parent process never
+runs user code.
+"""
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+from typing import Callable
+
+from ..model.taxonomy import K
+from .prelude import header_end, source_lines
+
+_GUARD = "torch.compiler.is_compiling()"
+_LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "log"}
+_LOG_OBJECTS = {"logging", "logger", "log", "LOGGER", "_logger", "warnings"}
+_SCALAR_GB = ("Unsupported Tensor.item() call", "Tensor.tolist()")
+_DYNAMIC_SHAPE_GB = ("Dynamic shape operator", "Data dependent operator")
+_BRANCH_GB = ("Data-dependent branching",)
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where Dynamo stopped in the probe's file: the finding's user frame, kind and gb_type."""
+
+    line: int
+    kind: str
+    gb_type: str
+    code: str
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text from ``start`` to ``end`` (``(line, col)``: 1-based line, 0-based column) with ``text``.
+    ``start == end`` inserts."""
+
+    start: tuple[int, int]
+    end: tuple[int, int]
+    text: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One rewrite proposed for one site: its edits, and a line saying what the change does."""
+
+    rewrite: str
+    edits: tuple[Edit, ...]
+    note: str
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    id: str
+    title: str
+    #: the PyTorch documentation the rewrite follows
+    doc: str
+    propose: Callable[["Source", Site], "tuple[tuple[Edit, ...], str] | None"]
+
+
+REWRITES: dict[str, Rewrite] = {}
+
+
+def rewrite(id: str, title: str, doc: str):  # noqa: A002 - the registry's field name
+    def register(fn: Callable[["Source", Site], "tuple[tuple[Edit, ...], str] | None"]):
+        REWRITES[id] = Rewrite(id, title, doc, fn)
+        return fn
+    return register
+
+
+class Source:
+    """The probe file's text, its lines and its AST."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.lines = source_lines(text, keepends=True)
+        self.tree = ast.parse(text)
+
+    def statement_at(self, line: int) -> ast.stmt | None:
+        """The innermost statement spanning ``line``."""
+        best: ast.stmt | None = None
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+                if best is None or (node.lineno, -(node.end_lineno or 0)) >= (best.lineno, -(best.end_lineno or 0)):
+                    best = node
+        return best
+
+    def segment(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.text, node) or ""
+
+    def position(self, line: int, byte_col: int) -> tuple[int, int]:
+        """An Edit position from ast's (line, UTF-8 byte offset) pair: Edit columns count characters."""
+        return line, len(self.lines[line - 1].encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+    def indent(self, node: ast.stmt) -> str:
+        line = self.lines[node.lineno - 1]
+        return line[:len(line) - len(line.lstrip())]
+
+    def owns_its_lines(self, node: ast.stmt) -> bool:
+        """The statement starts its first line and ends its last (no ``a; b`` sharing), so it can be re-indented."""
+        first, last = self.lines[node.lineno - 1], self.lines[(node.end_lineno or node.lineno) - 1]
+        rest = last.encode("utf-8")[node.end_col_offset or 0:].decode("utf-8", errors="ignore").strip()
+        return first.encode("utf-8")[:node.col_offset].strip() == b"" and (rest == "" or rest.startswith("#"))
+
+    def whole_lines(self, node: ast.stmt, text: str) -> Edit:
+        """Replace the statement's lines (indentation and trailing comment included) with ``text``."""
+        end = node.end_lineno or node.lineno
+        return Edit((node.lineno, 0), (end, len(self.lines[end - 1].rstrip("\r\n"))), text.rstrip("\n"))
+
+    def module_setting(self, statement: str) -> tuple[Edit, ...]:
+        """Edits that run ``statement`` at import, right after the module's ``import torch`` (added when the file
+        only has ``from torch import ...``)."""
+        body = self.tree.body
+        for node in body:
+            if isinstance(node, ast.Import) and any(a.name == "torch" and a.asname is None for a in node.names):
+                end = node.end_lineno or node.lineno
+                return (Edit((end + 1, 0), (end + 1, 0), statement + "\n"),)
+        at = header_end(self.tree)
+        return (Edit((at, 0), (at, 0), f"import torch\n{statement}\n"),)
+
+    def needs_torch_import(self) -> tuple[Edit, ...]:
+        """An ``import torch`` at the top when the module does not bind the name ``torch`` itself."""
+        for node in self.tree.body:
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "torch" and a.asname is None
+                                                    for a in node.names):
+                return ()
+        at = header_end(self.tree)
+        return (Edit((at, 0), (at, 0), "import torch\n"),)
+
+
+def candidates(src: Source, site: Site) -> list[Candidate]:
+    """Every rewrite that applies to ``site``, in the order they are worth trying (registry order)."""
+    out = []
+    for r in REWRITES.values():
+        got = r.propose(src, site)
+        if got is not None:
+            edits, note = got
+            out.append(Candidate(r.id, edits, note))
+    return out
+
+
+def overlap(a: "list[Edit] | tuple[Edit, ...]", b: "list[Edit] | tuple[Edit, ...]") -> bool:
+    """Do two sets of edits touch the same text (an insertion at the same point is no overlap)?"""
+    return any(x != y and x.start < y.end and y.start < x.end for x in a for y in b)
+
+
+def apply(text: str, edits: "list[Edit] | tuple[Edit, ...]") -> str:
+    """``text`` with ``edits`` applied, bottom-up so that positions stay valid. Raises ValueError on overlapping
+    edits (a rewrite inside text another rewrite replaced)."""
+    if overlap(edits, edits):
+        raise ValueError("overlapping edits")
+    lines = source_lines(text, keepends=True) + [""]
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+
+    def pos(lc: tuple[int, int]) -> int:
+        return offsets[lc[0] - 1] + lc[1] if lc[0] - 1 < len(offsets) else len(text)
+
+    for e in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+        text = text[:pos(e.start)] + e.text + text[pos(e.end):]
+    return text
+
+
+def new_span(edits: "list[Edit] | tuple[Edit, ...]", first: int, last: int) -> tuple[int, int]:
+    """Where the original lines ``first..last`` are once ``edits`` are applied: shifted by the lines the edits
+    above them add or remove, and widened to any edit that touches them."""
+    shift = 0
+    lo, hi = first, last
+    for e in sorted(edits, key=lambda e: e.start):
+        added = e.text.count("\n") - (e.end[0] - e.start[0])
+        if e.end[0] < first or (e.start == e.end and e.start[0] <= first):
+            shift += added
+        elif e.start[0] <= last:
+            lo, hi = min(lo, e.start[0]), max(hi + added, e.start[0] + e.text.count("\n"))
+    return lo + shift, hi + shift
+
+
+# ---- the rewrites, in the order they are tried for a site -------------------------------------------------------
+
+
+@rewrite("capture-scalar-outputs", "capture .item()/.tolist() as graph values",
+         "PyTorch docs, Common Graph Breaks (compile/programming_model.common_graph_breaks), 'Data-dependent operations': "
+         "torch._dynamo.config.capture_scalar_outputs")
+def _capture_scalar(src: Source, site: Site):
+    if "non-integer" in site.gb_type:  # 'Tensor.tolist() with non-integer tensor': the flag does not cover it
+        return None
+    if not (site.gb_type.startswith(_SCALAR_GB) or
+            (site.kind == K.DATA_DEPENDENT and (".item()" in site.code or ".tolist()" in site.code)
+             and not site.gb_type.startswith(_BRANCH_GB))):
+        return None
+    return (src.module_setting("torch._dynamo.config.capture_scalar_outputs = True  # tracecheck fix: "
+                               ".item()/.tolist() stay in the graph as unbacked SymInts/SymFloats"),
+            "torch._dynamo.config.capture_scalar_outputs = True: Dynamo keeps the scalar in the graph")
+
+
+@rewrite("capture-dynamic-output-shape-ops", "capture ops whose output shape depends on the data",
+         "PyTorch docs, Common Graph Breaks (compile/programming_model.common_graph_breaks), 'Data-dependent operations': "
+         "torch._dynamo.config.capture_dynamic_output_shape_ops")
+def _capture_dynamic(src: Source, site: Site):
+    if not site.gb_type.startswith(_DYNAMIC_SHAPE_GB):
+        return None
+    return (src.module_setting("torch._dynamo.config.capture_dynamic_output_shape_ops = True  # tracecheck fix: "
+                               "nonzero/boolean masks stay in the graph with unbacked sizes"),
+            "torch._dynamo.config.capture_dynamic_output_shape_ops = True: nonzero and boolean-mask indexing "
+            "stay in the graph")
+
+
+def _branch(src: Source, site: Site) -> ast.If | None:
+    node = src.statement_at(site.line)
+    if not isinstance(node, ast.If) or node.lineno != site.line or not src.owns_its_lines(node):
+        return None
+    if src.lines[node.lineno - 1].lstrip().startswith("elif"):  # an elif is not a statement of its own
+        return None
+    if not (site.gb_type.startswith(_BRANCH_GB) or (site.kind == K.DATA_DEPENDENT and not site.gb_type)):
+        return None
+    return node
+
+
+def _assigned(body: list[ast.stmt]) -> "tuple[str, ast.expr] | None":
+    """``name = expr`` or ``return expr`` as a branch's only statement: (name or "return", expr)."""
+    if len(body) != 1:
+        return None
+    s = body[0]
+    if isinstance(s, ast.Return) and s.value is not None:
+        return "return", s.value
+    if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name):
+        return s.targets[0].id, s.value
+    return None
+
+
+@rewrite("torch-cond", "a value branch as torch.cond",
+         "torch.cond (PyTorch docs, Control Flow - Cond; Common Graph Breaks, 'Data-dependent operations')")
+def _torch_cond(src: Source, site: Site):
+    node = _branch(src, site)
+    if node is None:
+        return None
+    then = _assigned(node.body)
+    if then is None:
+        return None
+    if node.orelse:
+        other = _assigned(node.orelse)
+        if other is None or other[0] != then[0]:
+            return None
+        other_text = src.segment(other[1])
+    elif then[0] != "return":
+        other_text = f"{then[0]}.clone()"  # no else: the value it had (a branch may not return an input as is)
+    else:
+        return None
+    target, pred = then[0], src.segment(node.test)
+    call = f"torch.cond({pred}, lambda: {src.segment(then[1])}, lambda: {other_text})"
+    line = f"return {call}" if target == "return" else f"{target} = {call}"
+    return (src.whole_lines(node, src.indent(node) + line + "  # tracecheck fix: both branches in one graph")
+            ,) + src.needs_torch_import(), \
+        f"torch.cond: both branches are traced and the one the data picks runs (line {site.line})"
+
+
+@rewrite("branchless", "apply the transform unconditionally",
+         "the hint of gb_type 'Data-dependent branching': make `if tensor_cond: x = transform(x)` branchless")
+def _branchless(src: Source, site: Site):
+    node = _branch(src, site)
+    if node is None or node.orelse or any(isinstance(s, (ast.Return, ast.Raise, ast.Break, ast.Continue))
+                                          for s in ast.walk(node)):
+        return None
+    body = "".join(src.lines[node.body[0].lineno - 1:node.end_lineno])
+    text = textwrap.indent(textwrap.dedent(body), src.indent(node)).rstrip("\n")
+    note = f"the branch at line {site.line} always runs (its transform must leave other inputs unchanged)"
+    return (src.whole_lines(node, src.indent(node) + f"# tracecheck fix: branchless (was `if {src.segment(node.test)}:`)"
+                            "\n" + text),), note
+
+
+@rewrite("compile-guard", "skip a host-side fast path or check while compiling",
+         "torch.compiler.is_compiling() (PyTorch docs: code to skip under torch.compile)")
+def _compile_guard(src: Source, site: Site):
+    node = _branch(src, site)
+    if node is None:
+        return None
+    test = node.test
+    edit = Edit(src.position(test.lineno, test.col_offset),
+                src.position(test.end_lineno or test.lineno, test.end_col_offset or 0),
+                f"not {_GUARD} and ({src.segment(test)})")
+    takes = "else branch" if node.orelse else "code after it"
+    return (edit,) + src.needs_torch_import(), \
+        f"while compiling, the `if` at line {site.line} is skipped and its {takes} runs; eager is unchanged"
+
+
+def _logging_call(src: Source, site: Site) -> ast.Expr | None:
+    node = src.statement_at(site.line)
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)) or not src.owns_its_lines(node):
+        return None
+    func = node.value.func
+    if isinstance(func, ast.Name) and func.id == "print":
+        return node
+    if isinstance(func, ast.Attribute) and func.attr in _LOG_METHODS:
+        owner = func.value
+        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        if name in _LOG_OBJECTS or name.endswith(("logger", "log")):
+            return node
+    return None
+
+
+@rewrite("reorderable-logging", "print after the graph runs",
+         "torch._dynamo.config.reorderable_logging_functions (the hint of gb_type 'Failed to trace builtin "
+         "operator' for print)")
+def _reorderable(src: Source, site: Site):
+    node = _logging_call(src, site)
+    if node is None or not (isinstance(node.value.func, ast.Name) and node.value.func.id == "print"):
+        return None
+    call = node.value
+    # Dynamo reorders a print of graph values only; an f-string or str() of a tensor still breaks the graph
+    if call.keywords or not all(isinstance(a, (ast.Name, ast.Attribute, ast.Constant)) for a in call.args):
+        return None
+    return src.module_setting("torch._dynamo.config.reorderable_logging_functions.add(print)  # tracecheck fix: "
+                              "prints run after the graph"), \
+        "print is reorderable: Dynamo runs it after the graph, with the graph's values"
+
+
+@rewrite("compile-guard-logging", "skip logging while compiling",
+         "torch.compiler.is_compiling() (PyTorch docs: code to skip under torch.compile)")
+def _guard_logging(src: Source, site: Site):
+    node = _logging_call(src, site)
+    if node is None:
+        return None
+    ind = src.indent(node)
+    body = "".join(src.lines[node.lineno - 1:node.end_lineno])
+    text = f"{ind}if not {_GUARD}:  # tracecheck fix: logs in eager only\n" + textwrap.indent(body, "    ")
+    return (src.whole_lines(node, text),) + src.needs_torch_import(), \
+        f"the logging call at line {site.line} runs in eager only (skipped while compiling)"
