@@ -136,6 +136,32 @@ def test_the_diff_applies_to_a_file_without_a_last_newline(tmp_path):
                                                "# tracecheck fix: logs in eager only\n        print(x)\n    return x")
 
 
+def test_a_tab_indented_print_is_guarded_with_a_tab():
+    text = "import torch\n\ndef f(x):\n\tprint(x)\n\treturn x\n"
+    got = _only(text, Site(4, "graph-break", "Failed to trace builtin operator", "print(x)"), "compile-guard-logging")
+    compile(got, "m.py", "exec")
+    assert "\tif not torch.compiler.is_compiling():  # tracecheck fix: logs in eager only\n\t\tprint(x)\n" in got
+
+
+def test_own_files_only_are_overwritten_and_only_utf8_is_rewritten(tmp_path):
+    from tracecheck.fix.model_code import DIFF_MARK
+    from tracecheck.fix.pipeline import check_output
+    from tracecheck.fix.prelude import read_source
+    from tracecheck.model.exitcodes import UsageError
+
+    notes = tmp_path / "notes.md"
+    notes.write_text(f"my notes\n{DIFF_MARK} m.py\n")  # the mark pasted into a user's file, not on its first line
+    with pytest.raises(UsageError, match="not written by"):
+        check_output(str(notes), "--diff", DIFF_MARK, module=False, suffix="", first_lines=1)
+    notes.write_text(f"{DIFF_MARK} m.py\n--- a/m.py\n")
+    check_output(str(notes), "--diff", DIFF_MARK, module=False, suffix="", first_lines=1)  # a diff fix wrote
+    latin = tmp_path / "latin.py"
+    latin.write_bytes("# -*- coding: latin-1 -*-\ns = 'été'\n".encode("latin-1"))
+    assert read_source(str(latin)).endswith("s = 'été'\n")
+    with pytest.raises(UsageError, match="UTF-8 files only"):
+        read_source(str(latin), utf8_only=True)
+
+
 def test_new_span_follows_lines_added_above():
     edits = [rewrites.Edit((2, 0), (2, 0), "a\nb\n")]  # two lines inserted before line 2
     assert rewrites.new_span(edits, 5, 5) == (7, 7)
@@ -189,7 +215,6 @@ def check_verified(tmp_path: Path, source: Path, probe: str, rewrite: str) -> No
     ("probe_item", "capture-scalar-outputs"),
     ("probe_mask", "capture-dynamic-output-shape-ops"),
     ("probe_cond", "torch-cond"),
-    ("probe_nan_guard", "branchless"),
     ("probe_print", "reorderable-logging"),
     # (compile-guard and compile-guard-logging: shared cases 16 and 19 below)
 ])
@@ -218,6 +243,18 @@ def test_a_break_no_rewrite_covers_is_said_plainly(tmp_path):
     assert "(Tensor.tolist() with non-integer tensor)" in proc.stdout and "no rewrite applies" in proc.stdout
     assert "no code fix generated" in proc.stdout
     assert not patched.exists() and not diff.exists()
+
+
+@pytest.mark.slow
+def test_a_branchless_rewrite_is_offered_but_never_called_verified(tmp_path):
+    """torch.cond is refused (its backward under compiled autograd), branchless is kept: the stages pass and the
+    eager results match at the probe's inputs, but the branch now runs for every input, in eager too."""
+    proc, original, patched, diff = fix(tmp_path, PROBES, "probe_nan_guard")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "tried torch-cond:" in proc.stdout and "rewrite branchless:" in proc.stdout
+    assert "the branch now runs for every input" in proc.stdout and "fix NOT verified" in proc.stdout
+    got = oracle(original, patched, "probe_nan_guard")  # what was checked holds: one graph, the same numbers
+    assert got["fullgraph"] == "ok" and got["outputs_equal"] and got["grads_equal"], got
 
 
 @pytest.mark.slow

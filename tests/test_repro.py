@@ -64,6 +64,30 @@ def test_a_data_dependent_branch_reproduces(tmp_path, shared_cases):
     assert "if torch.all(mask == 1):" in run.stderr  # the user frame, in the script's copy of the file
 
 
+def test_an_item_break_that_fullgraph_captures_is_reproduced_by_explain(tmp_path):
+    """torch 2.13 keeps .item() in the graph under fullgraph=True with capture_scalar_outputs off, while explain
+    (and plain torch.compile) break there: the script falls back to torch._dynamo.explain and raises its reasons."""
+    out = tmp_path / "out" / "repro_item.py"
+    out.parent.mkdir()
+    proc = repro(f"{TESTS / 'models' / 'graph_breaks.py'}::probe_item", out, "--stage", "explain")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    run = plain(out)
+    assert run.returncode == 1 and "Unsupported Tensor.item() call with capture_scalar_outputs=False" in run.stderr, \
+        run.stderr[-3000:]
+
+
+def test_the_script_keeps_a_parenthesised_future_import_first(tmp_path):
+    from tracecheck.fix import repro_script
+
+    model = tmp_path / "m.py"
+    model.write_text("from __future__ import (\n    annotations,\n)\nimport torch\n\ndef probe_a():\n"
+                     "    return torch.sin, (torch.randn(2),)\n")
+    text = repro_script.script(str(model), "probe_a", "eager", {"kind": "eager-error", "message": "C:\\Users\\x"},
+                               "2.13", False, "r.py")
+    compile(text, "r.py", "exec")
+    assert text.index("from __future__ import annotations") < text.index("import torch")
+
+
 def test_a_probe_written_with_tracecheck_names_runs_without_tracecheck(tmp_path):
     model = tmp_path / "model.py"
     model.write_text(
@@ -93,3 +117,5 @@ def test_nothing_to_reproduce_and_bad_input(tmp_path):
     assert mine.read_text() == "x = 1\n"
     proc = repro("probes/mhc_probes.py::probe_fixed", out, "--stage", "vmap")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    proc = repro("probes/mhc_probes.py::probe_fixed", tmp_path / "torch.py")  # `python torch.py` would shadow torch
+    assert proc.returncode == 2 and "would shadow the module 'torch'" in proc.stderr

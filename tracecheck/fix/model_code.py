@@ -121,14 +121,19 @@ def _first(result: Any) -> str:
     return f"{f.kind}{': ' + what if what else ''}"
 
 
-def _signatures(result: Any) -> set[tuple[str, str]]:
-    """What a stage failed with, independent of line numbers (which differ between the original and the copy)."""
-    out = {(f.kind, f.evidence.get("gb_type") or f.evidence.get("exception_type") or "") for f in result.findings}
+def _signatures(result: Any, skip: set[int] = frozenset(), copy: str = "") -> set[tuple[str, str]]:
+    """What a stage failed with, independent of line numbers (which differ between the original and the copy).
+    ``skip``: lines of ``copy`` where other known break sites are (once one break is gone, fullgraph reaches the
+    next one: that is no new failure)."""
+    here = os.path.realpath(copy) if copy else ""
+    out = {(f.kind, f.evidence.get("gb_type") or f.evidence.get("exception_type") or "") for f in result.findings
+           if not (f.kind in KINDS and f.user_frame is not None and f.user_frame.line in skip
+                   and os.path.realpath(f.user_frame.file) == here)}
     return out | ({(result.status, "")} if result.status in ("timeout", "crash") else set())
 
 
 def _judge(site: Site, edits: list[Edit], copy_line: Any, copy: str, before: dict[str, Any],
-           after: ProbeReport) -> str | None:
+           after: ProbeReport, others: set[int] = frozenset()) -> str | None:
     """Why the candidate is not kept, or None when it is. ``copy_line`` maps a rewritten line to its line in
     ``copy``; ``before``: stage -> result with the edits kept so far."""
     if LOAD_STAGE in after.stages:
@@ -142,7 +147,8 @@ def _judge(site: Site, edits: list[Edit], copy_line: Any, copy: str, before: dic
                     and os.path.realpath(frame.file) == here:
                 return f"Dynamo still stops at the rewritten lines ({r.stage}: {f.evidence.get('gb_type') or f.kind})"
     worse = [f"{name}: {_first(r)}" for name, r in after.stages.items() if r.status not in ("pass", "skip") and (
-             name not in before or before[name].status in ("pass", "skip") or _signatures(r) - _signatures(before[name]))]
+             name not in before or before[name].status in ("pass", "skip")
+             or _signatures(r, others, copy) - _signatures(before[name]))]
     if worse:
         return "a stage fails that passed, or fails in a new way: " + "; ".join(worse)
     if _breaks(before) and _breaks(after.stages) >= _breaks(before):
@@ -153,6 +159,8 @@ def _judge(site: Site, edits: list[Edit], copy_line: Any, copy: str, before: dic
 def _vacuous(src: Source, site: Site, rewrite: str, lines_run: set[int] | None) -> str | None:
     """Why the eager comparison says nothing about a kept branch rewrite at the probe's inputs: ``compile-guard``
     skips a branch those inputs never take; ``branchless`` always applies a branch they always take."""
+    if rewrite == "branchless" and lines_run is None:
+        lines_run = set()
     if lines_run is None or rewrite not in ("compile-guard", "branchless"):
         return None
     node = src.statement_at(site.line)
@@ -162,9 +170,10 @@ def _vacuous(src: Source, site: Site, rewrite: str, lines_run: set[int] | None) 
     if rewrite == "compile-guard" and not taken:
         return f"line {site.line}: the probe's inputs never take this branch, so skipping it while compiling was " \
                "compared with nothing (add a probe whose inputs take it)"
-    if rewrite == "branchless" and taken:
-        return f"line {site.line}: the probe's inputs take this branch, so running it unconditionally was compared " \
-               "only where it was run anyway (add a probe whose inputs do not take it)"
+    if rewrite == "branchless":  # eager changes wherever the transform is not the identity while the test is false
+        return f"line {site.line}: the branch now runs for every input, in eager too; it matched the original at " \
+               "the probe's inputs" + (" (which take the branch anyway)" if taken else "") + ", not for every " \
+               "input: review it (e.g. a NaN clean-up guarded by an inf test)"
     return None
 
 
@@ -182,7 +191,11 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                        "own file only" for where in outside] or \
             [f"no graph break of {os.path.basename(path)} has a user frame in it to rewrite"]
         return
-    text = read_source(path)
+    try:
+        text = read_source(path, utf8_only=True)
+    except UsageError as e:
+        out.status, out.reasons = NO_CODE_FIX, [str(e)]
+        return
     src, copies = Source(text), _Copies(path, text)
     plans = [(site, candidates(src, site)) for site in found]
     for site, _ in plans:
@@ -211,6 +224,11 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                     outcome.tried.append({"rewrite": cand.rewrite, "result": "it overlaps a rewrite already kept"})
                     continue
                 edits = _merge(kept, cand)
+                try:
+                    compile(copies.rewritten(edits), path, "exec")
+                except (SyntaxError, ValueError) as e:  # (TabError is a SyntaxError) never run a copy that cannot parse
+                    outcome.tried.append({"rewrite": cand.rewrite, "result": f"not valid Python here ({e})"})
+                    continue
                 if not opts.verify:  # the first candidate of each site, unproven
                     kept, outcome.rewrite, outcome.note = edits, cand.rewrite, cand.note
                     break
@@ -223,7 +241,8 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                 except UsageError as e:  # the copy does not import: this candidate's fault, not the user's input
                     why = f"the patched copy does not load ({e})"
                 else:
-                    why = _judge(site, edits, copy_line, patched, before, run.probes[0])
+                    others = {copy_line(new_span(edits, o.line, o.line)[0]) for o in found if o is not site}
+                    why = _judge(site, edits, copy_line, patched, before, run.probes[0], others)
                 if why is None:
                     why = _eager_differs(task, patched, name, dump)
                 outcome.tried.append({"rewrite": cand.rewrite, "result": why or "kept"})

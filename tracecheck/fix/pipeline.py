@@ -17,6 +17,7 @@ from ..model.targets import TARGETS
 from ..model.taxonomy import K, kinds
 from ..isolate.runner import Runner, Task
 from .model_code import DIFF_MARK
+from .prelude import read_source
 from .model_code import KINDS as MODEL_CODE_KINDS
 from .model_code import fix_model_code
 from .status import NO_CODE_FIX, NOT_VERIFIED, NOTHING_TO_FIX, VERIFIED  # noqa: F401 - re-exported
@@ -89,7 +90,7 @@ def split_target(target: str) -> tuple[str, str]:
             raise UsageError(f"{target}: {name!r} is not a probe function name")
         return path, name
     try:
-        tree = ast.parse(open(path, encoding="utf-8").read())
+        tree = ast.parse(read_source(path))
     except (SyntaxError, ValueError, UnicodeDecodeError) as e:
         raise UsageError(f"{path}: cannot parse it ({e})") from e
     names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and (
@@ -101,7 +102,7 @@ def split_target(target: str) -> tuple[str, str]:
 
 
 def check_output(path: str, option: str, mark: str, module: bool = True, suffix: str = ".py",
-                 written_by: str = "tracecheck fix", existing: bool = True) -> None:
+                 written_by: str = "tracecheck fix", existing: bool = True, first_lines: int = 60) -> None:
     """A writable path (a ``suffix`` file; "" for any) that is new or a file tracecheck wrote before (``mark``
     in it; ``existing=False`` leaves that to a later call, just before writing)."""
     stem, ext = os.path.splitext(os.path.basename(path))
@@ -115,8 +116,9 @@ def check_output(path: str, option: str, mark: str, module: bool = True, suffix:
         raise UsageError(f"{option} {path}: exists and is not a regular file")
     if os.path.exists(path) and existing:
         with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(1 << 20)
-        if mark not in head:
+            head = f.read(1 << 16).splitlines()[:first_lines]
+        # the mark as a line of its own near the top, where tracecheck writes it: not quoted or pasted in a user's file
+        if not any(line.startswith(mark) for line in head):
             raise UsageError(f"{option} {path}: exists and was not written by {written_by}; refusing to overwrite "
                              "it (choose another path, or delete it)")
 
@@ -190,11 +192,13 @@ def _validate(opts: FixOptions) -> tuple[str, str, str]:
                                            f"{os.path.splitext(os.path.basename(path))[0]}_fixed.py")
     if os.path.abspath(patched) in (os.path.abspath(path), os.path.abspath(opts.output)):
         raise UsageError(f"--patched {patched}: must differ from the probe file and from -o")
-    check_output(patched, "--patched", PATCHED_MARK, module=False)  # tracecheck loads it by path
+    check_output(patched, "--patched", PATCHED_MARK, module=False, first_lines=400)  # loaded by path
     if opts.diff is not None:
         if os.path.abspath(opts.diff) in {os.path.abspath(p) for p in (path, patched, opts.output)}:
             raise UsageError(f"--diff {opts.diff}: must differ from the probe file, --patched and -o")
-        check_output(opts.diff, "--diff", DIFF_MARK, module=False, suffix="")
+        if not opts.diff.strip():
+            raise UsageError("--diff: an empty path")
+        check_output(opts.diff, "--diff", DIFF_MARK, module=False, suffix="", first_lines=1)
     if not opts.namespace.isidentifier() or opts.namespace in TORCH_NAMESPACES:
         raise UsageError(f"--namespace {opts.namespace!r}: must be a Python identifier that is not one of "
                          "PyTorch's own op namespaces")

@@ -60,10 +60,15 @@ def with_prelude(source: str, probe_file: str, patched_path: str) -> tuple[str, 
     return "\n".join(lines[:at] + head + lines[at:]) + "\n", at + 1, len(head)
 
 
-def read_source(path: str) -> str:
-    """A probe file's text as Python reads it (a coding cookie honoured). Raises UsageError when it cannot be."""
+def read_source(path: str, utf8_only: bool = False) -> str:
+    """A probe file's text as Python reads it (a coding cookie honoured), its line ends kept. ``utf8_only``: a
+    file in another encoding is refused, for a rewrite written back as UTF-8 would garble it. Raises UsageError."""
     try:
-        with tokenize.open(path) as f:
+        with open(path, "rb") as f:
+            encoding, _ = tokenize.detect_encoding(f.readline)
+        if utf8_only and encoding not in ("utf-8", "utf-8-sig"):
+            raise UsageError(f"{path}: encoded in {encoding}; tracecheck rewrites UTF-8 files only")
+        with open(path, encoding=encoding, newline="") as f:
             return f.read()
     except (OSError, SyntaxError, UnicodeDecodeError) as e:
         raise UsageError(f"{path}: cannot read it as Python source ({e})") from e

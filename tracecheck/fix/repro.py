@@ -7,6 +7,7 @@ and gb_type. Lives beside ``fix`` because it is the same shape of work: code tra
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import subprocess
 import sys
@@ -75,10 +76,10 @@ def reproduced(expected: dict[str, str], stderr: str) -> bool:
     want = expected.get("exception_type") or ""
     names = {want, want.rsplit(".", 1)[-1]} - {""}
     lines = [line.strip() for line in stderr.splitlines()]
-    raised = any(line.split(":", 1)[0] in names for line in lines) if names else \
-        any(line.startswith("torch._dynamo.exc.") for line in lines)
     gb = expected.get("gb_type") or ""
-    return raised and (not gb or gb in stderr)
+    if not names:  # a graph break with no exception (explain): its gb_type, in whatever the script raised
+        return bool(gb) and gb in stderr
+    return any(line.split(":", 1)[0] in names for line in lines) and (not gb or gb in stderr)
 
 
 def repro(opts: ReproOptions, progress: api.Progress | None = None) -> ReproOutcome:
@@ -89,12 +90,20 @@ def repro(opts: ReproOptions, progress: api.Progress | None = None) -> ReproOutc
     if out_abs == os.path.abspath(path):
         raise UsageError(f"-o {opts.output}: is the probe file itself")
     check_output(opts.output, "-o", template.REPRO_MARK, module=False, written_by="tracecheck repro")
+    stem = os.path.splitext(os.path.basename(out_abs))[0]
+    if stem.isidentifier() and importlib.util.find_spec(stem) is not None:  # `python repro.py` puts its folder first
+        raise UsageError(f"-o {opts.output}: would shadow the module {stem!r} when the script runs; choose another name")
     stages = [opts.stage] if opts.stage else list(STAGES)
     report = api.run(api.RunOptions([path], stages=stages, only=name, jobs=opts.jobs, timeout_s=opts.timeout_s,
                                     command=["repro", opts.target]), progress)
     probe = report.probes[0]
     out = ReproOutcome(NOTHING, probe.id)
     failing = [r for r in probe.stages.values() if r.status == "fail" and r.failure is not None and r.stage in STAGES]
+    stuck = [f"{r.stage} ({r.status})" for r in probe.stages.values() if r.status in ("timeout", "crash")]
+    if not failing and stuck:  # a hang or a crash has no plain-torch call to write
+        out.reason = f"{', '.join(stuck)}: no script is written for a stage that timed out or crashed; its stderr " \
+                     f"tail is in `tracecheck run {opts.target} --json`"
+        return out
     if not failing:
         out.reason = f"the {opts.stage} stage does not fail for {probe.id}" if opts.stage else \
             f"no stage a reproducer can be written for ({', '.join(STAGES)}) fails for {probe.id}"

@@ -121,12 +121,14 @@ def script(probe_file: str, probe: str, stage: str, expected: dict[str, str], to
         end = node.end_lineno or node.lineno
         if isinstance(node, ast.ImportFrom) and node.module == "__future__":
             future.append(ast.unparse(node))  # first in the script; `pass` keeps the line (and any `; x` after it)
-            edits.append((node.lineno, node.col_offset, node.end_col_offset or 0))
+            edits.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
         elif isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) and "__main__" in ast.unparse(node.test):
             drop.update(range(node.lineno, end + 1))  # the file's own script part does not run here
-    for line, start, stop in edits:
-        raw = lines[line - 1].encode("utf-8")
-        lines[line - 1] = (raw[:start] + b"pass" + raw[stop:]).decode("utf-8")
+    for first, start, last, stop in edits:  # (a parenthesised import spans lines: its others become blank)
+        head, tail = lines[first - 1].encode("utf-8")[:start], lines[last - 1].encode("utf-8")[stop:]
+        for i in range(first, last):
+            lines[i] = ""
+        lines[first - 1] = (head + b"pass" + tail).decode("utf-8")
     body = "\n".join(line for i, line in enumerate(lines, 1) if i not in drop)
     imports_tracecheck = any(isinstance(n, (ast.Import, ast.ImportFrom)) and any(
         (a.name if isinstance(n, ast.Import) else (n.module or "")).split(".")[0] == "tracecheck" for a in n.names)
@@ -137,7 +139,7 @@ def script(probe_file: str, probe: str, stage: str, expected: dict[str, str], to
         f'"""Reproducer of a {expected.get("kind", "?")} finding: {os.path.basename(probe_file)}::{probe}, '
         f'stage {stage}.',
         "",
-        f"Written by `tracecheck repro` with torch {torch_version}. Plain torch: run `python {name}`.",
+        f"Written by `tracecheck repro` with torch {torch_version}. Plain torch: run it with python.",
         '"""',
         "# Expected: it raises " + (want or "a graph break") + (f" (gb_type '{gb}')" if gb else ""),
     ]

@@ -328,6 +328,7 @@ def _guard_logging(src: Source, site: Site):
         return None
     ind = src.indent(node)
     body = "".join(src.lines[node.lineno - 1:node.end_lineno])
-    text = f"{ind}if not {_GUARD}:  # tracecheck fix: logs in eager only\n" + textwrap.indent(body, "    ")
+    unit = "\t" if "\t" in ind else "    "  # a tab-indented file stays tab-indented
+    text = f"{ind}if not {_GUARD}:  # tracecheck fix: logs in eager only\n" + textwrap.indent(body, unit)
     return (src.whole_lines(node, text),) + src.needs_torch_import(), \
         f"the logging call at line {site.line} runs in eager only (skipped while compiling)"

@@ -38,5 +38,12 @@ SPEC = StageSpec(
     name="explain", order=20, cost=1, run=run, forward_only=True,
     summary="torch._dynamo.explain: graph count, and graph breaks counted from the structured trace",
     repro=(
-        '# explain() lists the breaks; fullgraph=True raises at the first one, with its gb_type\n'
-        '_repro_step(torch.compile(_repro_fn, backend="eager", fullgraph=True), backward=False)'))
+        '# fullgraph=True raises at the first graph break, with its gb_type ...\n'
+        '_repro_step(torch.compile(_repro_fn, backend="eager", fullgraph=True), backward=False)\n'
+        '# ... where it does not (torch 2.13 captures some .item() and boolean masks under fullgraph=True only),\n'
+        '# torch._dynamo.explain lists the breaks\n'
+        'torch._dynamo.reset()\n'
+        '_repro_explained = torch._dynamo.explain(_repro_fn)(*_repro_args, **_repro_kwargs)\n'
+        'if _repro_explained.graph_break_count:\n'
+        '    raise RuntimeError(f"{_repro_explained.graph_break_count} graph break(s) under torch._dynamo.explain:\\n"\n'
+        '                       + "\\n".join(str(r.reason) for r in _repro_explained.break_reasons))'))
