@@ -13,7 +13,7 @@ import ast
 import difflib
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import api
@@ -49,9 +49,6 @@ class SiteOutcome:
     note: str = ""
     doc: str = ""
     tried: list[dict[str, str]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
@@ -158,16 +155,12 @@ def _judge(site: Site, edits: list[Edit], copy_line: Any, copy: str, before: dic
 
 def _vacuous(src: Source, site: Site, rewrite: str, lines_run: set[int] | None) -> str | None:
     """Why the eager comparison says nothing about a kept branch rewrite at the probe's inputs: ``compile-guard``
-    skips a branch those inputs never take; ``branchless`` always applies a branch they always take."""
-    if rewrite == "branchless" and lines_run is None:
-        lines_run = set()
-    if lines_run is None or rewrite not in ("compile-guard", "branchless"):
-        return None
+    skips a branch those inputs never take; ``branchless`` changes eager itself, which no set of inputs settles."""
     node = src.statement_at(site.line)
-    if not isinstance(node, ast.If) or not node.body:
+    if rewrite not in ("compile-guard", "branchless") or not isinstance(node, ast.If) or not node.body:
         return None
-    taken = node.body[0].lineno in lines_run
-    if rewrite == "compile-guard" and not taken:
+    taken = lines_run is not None and node.body[0].lineno in lines_run
+    if rewrite == "compile-guard" and lines_run is not None and not taken:
         return f"line {site.line}: the probe's inputs never take this branch, so skipping it while compiling was " \
                "compared with nothing (add a probe whose inputs take it)"
     if rewrite == "branchless":  # eager changes wherever the transform is not the identity while the test is false
