@@ -166,7 +166,7 @@ def _ident(name: str, taken: set[str]) -> str:
     return out
 
 
-def _annotation(value: Any) -> str:
+def annotation(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return "Tensor"
     if value is None:
@@ -253,7 +253,7 @@ def _same(a: Any, b: Any) -> bool:
     return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a is b
 
 
-def _aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
+def aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
     try:
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.numel() > 0
     except RuntimeError:
@@ -300,7 +300,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
         value = example[i] if i < len(example) else p.default
         name = _ident(p.name, taken)
         default = None if p.default is p.empty else repr(p.default)
-        inputs.append(Arg(name, _annotation(value), default))
+        inputs.append(Arg(name, annotation(value), default))
         args[name] = value
     needs = tuple(isinstance(v, torch.Tensor) and v.is_floating_point() for v in args.values())
 
@@ -337,7 +337,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     grads_for = [n for (n, v), g in zip(args.items(), gin) if isinstance(g, torch.Tensor)]
     bw_values = [*grads, *saved_values]
     grads_alias = [i for i, g in enumerate(g for g in gin if isinstance(g, torch.Tensor))
-                   if any(_aliases(g, v) for v in bw_values)]
+                   if any(aliases(g, v) for v in bw_values)]
     scalar_reads = [a for a in bctx.reads if not isinstance(attrs[a], torch.Tensor)]
 
     # ---- names --------------------------------------------------------------------------------
@@ -370,7 +370,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     for a in scalar_reads:
         v = attrs[a]
         src = ("input", assigned[a]) if assigned.get(a) in args else ("const", repr(v))  # settled after the runs
-        scalar_attrs[a] = (_ident(a, bw_taken), _annotation(v), src)
+        scalar_attrs[a] = (_ident(a, bw_taken), annotation(v), src)
 
     plan = FunctionPlan(
         qualname=cls.__qualname__, module=cls.__module__, module_file=inspect.getsourcefile(cls.forward) or "",
@@ -378,9 +378,9 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
         inputs=inputs, outputs=outputs, returns_tuple=returns_tuple, residuals=res_names, saved=saved,
         saved_names=saved_names, tensor_attrs=tensor_attrs, scalar_attrs=scalar_attrs, grad_names=grad_names,
         grads_for=grads_for, nondiff_outputs=nondiff,
-        outputs_alias_inputs=[j for j, o in enumerate(outs) if any(_aliases(o, v) for v in base.values()
+        outputs_alias_inputs=[j for j, o in enumerate(outs) if any(aliases(o, v) for v in base.values()
                                                                   if isinstance(v, torch.Tensor))],
-        residuals_alias_inputs=[r for r, t in enumerate(residuals) if any(_aliases(t, v) for v in base.values()
+        residuals_alias_inputs=[r for r, t in enumerate(residuals) if any(aliases(t, v) for v in base.values()
                                                                          if isinstance(v, torch.Tensor))],
         fwd_mutates=fwd_mutates,
         grads_alias_inputs=grads_alias, uses_autograd=(fwd_engine, bool(engine_runs)),

@@ -1,6 +1,7 @@
 """``tracecheck fix`` for graph breaks in model code: source rewrites of the probe's own file, each one proven.
 
-For every ``graph-break`` / ``data-dependent`` site in the probe's file (a finding's user frame), the rewrites
+For every ``graph-break`` / ``data-dependent`` site in the probe's file (a finding's user frame), and every C
+function the file calls straight from model code (``pybind-builtin`` outside an autograd.Function), the rewrites
 that apply (rewrites.py, in registry order) are tried one at a time on the patched copy, on top of the ones
 already kept. A candidate is kept when the compile target's stages show no break at the rewritten lines, fewer
 breaks than before, and no stage failing that passed (a numeric mismatch included). The fix is verified when the
@@ -13,7 +14,7 @@ import ast
 import difflib
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import api
@@ -23,15 +24,15 @@ from ..model.reportio import write_text_atomic
 from ..model.targets import COMPILE
 from ..stages import STAGES, target_of
 from .prelude import read_source, source_lines, with_prelude
-from ..model.taxonomy import MODEL_CODE_KINDS, kinds
-from .rewrites import (REWRITES, Candidate, Edit, Site, Source, apply, candidates,
+from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, rewrites_model_code
+from .rewrites import (REWRITES, Candidate, Edit, Site, Source, apply, c_call_at, candidates,
                        new_span, overlap)
 from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
 
 #: the first line of every diff ``fix`` writes: only such a file is ever overwritten by ``--diff``
 DIFF_MARK = "# tracecheck fix: a rewrite of"
-#: the kinds this module handles
-KINDS = MODEL_CODE_KINDS
+#: the kinds this module handles (a C call only outside an autograd.Function: taxonomy.rewrites_model_code)
+KINDS = (*MODEL_CODE_KINDS, K.PYBIND_BUILTIN)
 #: what a candidate runs: every stage of the compile target (torch.cond, say, traces under explain and fails only
 #: under compiled autograd)
 VERIFY_STAGES = [s for s in STAGES if target_of(s) == COMPILE]
@@ -53,7 +54,6 @@ class SiteOutcome:
 
 def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
     """The probe file's break sites (one per line, first finding wins), and the break locations outside it."""
-    here = os.path.realpath(path)
     found: dict[int, Site] = {}
     outside: list[str] = []
     for result in probe.stages.values():
@@ -61,12 +61,33 @@ def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
             frame = f.user_frame
             if f.kind not in KINDS or frame is None or frame.line is None:
                 continue
-            if os.path.realpath(frame.file) != here:
-                if frame.location not in outside:
+            if not rewrites_model_code(f, path):
+                if frame.location not in outside and f.kind in MODEL_CODE_KINDS:
                     outside.append(frame.location)
                 continue
-            found.setdefault(frame.line, Site(frame.line, f.kind, f.evidence.get("gb_type") or "", frame.code or ""))
+            facts = {"builtin": f.context.get("builtin") or ""} if f.kind == K.PYBIND_BUILTIN else None
+            found.setdefault(frame.line, Site(frame.line, f.kind, f.evidence.get("gb_type") or "", frame.code or "",
+                                              facts))
     return [found[k] for k in sorted(found)], outside
+
+
+def _c_calls(found: list[Site], src: Source, path: str, name: str, namespace: str, task: Any) -> list[Site]:
+    """``found`` with the facts the ``custom-op`` rewrite needs for each C call (c_call.py learns them in a stage
+    process), or with why there are none."""
+    calls = {s.line: c_call_at(src, s.line, s.facts["builtin"]) for s in found if s.kind == K.PYBIND_BUILTIN}
+    asks = [{"line": line, **{k: v for k, v in c.items() if k != "span"}} for line, c in calls.items()
+            if isinstance(c, dict)]
+    learnt = {r["line"]: r for r in task({"op": "tracecheck.fix.c_call:observe_calls", "file": path, "probe": name,
+                                          "namespace": namespace, "sites": asks},
+                                         "recording the C calls")["sites"]} if asks else {}
+    out = []
+    for s in found:
+        c = calls.get(s.line)
+        if c is not None:
+            facts = {"error": c} if isinstance(c, str) else {**c, **learnt.get(s.line, {})}
+            s = replace(s, facts={**s.facts, **facts})
+        out.append(s)
+    return out
 
 
 def _breaks(stages: dict[str, Any]) -> int:
@@ -190,6 +211,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
         out.status, out.reasons = NO_CODE_FIX, [str(e)]
         return
     src, copies = Source(text), _Copies(path, text)
+    found = _c_calls(found, src, path, name, opts.namespace, task)
     plans = [(site, candidates(src, site)) for site in found]
     for site, _ in plans:
         out.sites.append(SiteOutcome(site.line, site.kind, site.gb_type, site.code))
@@ -245,10 +267,12 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                     break
             if outcome.rewrite:
                 outcome.doc = REWRITES[outcome.rewrite].doc
+    site_facts = {s.line: s.facts for s in found}
     for s in out.sites:
         if s.rewrite is None:
+            why = (site_facts.get(s.line) or {}).get("error")
             out.reasons.append(f"line {s.line} ({s.gb_type or s.kind}): " + (
-                "no rewrite applies" if not s.tried else
+                f"no rewrite applies{': ' + why if why else ''}" if not s.tried else
                 f"no candidate was kept (tried {', '.join(t['rewrite'] for t in s.tried)}; why: above)"))
     if not kept:
         if wrote and os.path.exists(patched):  # the last candidate this run tried: not a fix

@@ -14,7 +14,7 @@ from ..model.report import IMPORT_PROBE, RunReport
 from ..model.reportio import write_text_atomic
 from ..stages import STAGES
 from ..model.targets import TARGETS
-from ..model.taxonomy import K, kinds
+from ..model.taxonomy import K, kinds, needs_registration_fix, rewrites_model_code
 from ..isolate.runner import Runner, Task
 from .model_code import DIFF_MARK
 from .prelude import read_source
@@ -145,8 +145,9 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
         return out
     out.no_code_fix = {k: kinds()[k].doc if k in kinds() else "" for k in out.kinds
                        if k not in CODE_FIXES}
-    if probe.name != IMPORT_PROBE and not any(k in CODE_FIXES and k not in MODEL_CODE_KINDS for k in out.kinds) \
-            and any(k in MODEL_CODE_KINDS for k in out.kinds):
+    found = [f for s in probe.stages.values() for f in s.findings]
+    if probe.name != IMPORT_PROBE and not any(needs_registration_fix(f, path) for f in found) \
+            and any(f.kind in MODEL_CODE_KINDS or rewrites_model_code(f, path) for f in found):
         with Runner(1) as runner:
             fix_model_code(opts, path, name, patched, probe, out, progress,
                            lambda payload, what: _one(runner, payload, opts.timeout_s, what))

@@ -1,18 +1,20 @@
 """Source rewrites for graph breaks in model code (``tracecheck fix`` on a ``graph-break`` or ``data-dependent``
-finding whose user frame lies in the probe's own file).
+finding whose user frame lies in the probe's own file, or a C/pybind11 function called straight from it).
 
 Each rewrite is one that PyTorch documents for its class of break (``Rewrite.doc``). None is trusted:
 model_code.py applies a candidate to a copy of the file and keeps it only when the stages say the break is gone,
 no new failure came, and eager outputs and gradients held. The registry ``REWRITES`` is the one list; a rewrite
 proposes edits for a site or returns None when it does not apply. Pure (ast and text): the parent process never
-runs user code.
+runs user code (what the ``custom-op`` rewrite needs to know about a C function, c_call.py learns in a stage
+process and model_code.py hands over as ``Site.facts``).
 """
 from __future__ import annotations
 
 import ast
+import keyword
 import textwrap
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..model.taxonomy import K
 from .prelude import header_end, source_lines
@@ -33,6 +35,8 @@ class Site:
     kind: str
     gb_type: str
     code: str
+    #: a C call (``custom-op``): the call as c_call_at found it, plus what c_call.py rendered for it
+    facts: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -332,3 +336,50 @@ def _guard_logging(src: Source, site: Site):
     text = f"{ind}if not {_GUARD}:  # tracecheck fix: logs in eager only\n" + textwrap.indent(body, unit)
     return (src.whole_lines(node, text),) + src.needs_torch_import(), \
         f"the logging call at line {site.line} runs in eager only (skipped while compiling)"
+
+
+def _dotted(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) or (isinstance(node, ast.Attribute) and _dotted(node.value))
+
+
+def c_call_at(src: Source, line: int, builtin: str) -> "dict[str, Any] | str":
+    """The call of the C function ``builtin`` (the finding's context) on ``line``: ``callee`` (a dotted name),
+    ``params`` (a name per argument: the argument's own name where it is a plain variable, ``argN`` else; a
+    keyword's name), ``positional`` and the callee's span. A string says why there is none to rewrite."""
+    node = src.statement_at(line)
+    if node is None:
+        return "no statement on that line"
+    last = builtin.rpartition(".")[2].removesuffix("__call__").rstrip(".") or builtin
+    calls = [c for c in ast.walk(node) if isinstance(c, ast.Call) and c.lineno <= line <= (c.end_lineno or c.lineno)
+             and _dotted(c.func) and src.segment(c.func).rpartition(".")[2] == last]
+    if len(calls) != 1:
+        return f"{len(calls) or 'no'} calls of `{last}` on line {line}"
+    call = calls[0]
+    if src.segment(call.func).split(".")[0] in ("torch", "self"):
+        return f"`{src.segment(call.func)}` is not a module-level name of the file"
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return "the call unpacks *args/**kwargs; a custom op needs one parameter per argument"
+    params: list[str] = []
+    for i, a in enumerate(call.args):
+        name = a.id if isinstance(a, ast.Name) and not keyword.iskeyword(a.id) else f"arg{i}"
+        params.append(name if name not in params else f"arg{i}")
+    params += [k.arg for k in call.keywords if k.arg]
+    if len(set(params)) != len(params):
+        return "two arguments would share a parameter name"
+    f = call.func
+    return {"callee": src.segment(f), "params": params, "positional": len(call.args),
+            "span": (src.position(f.lineno, f.col_offset), src.position(f.end_lineno or f.lineno, f.end_col_offset or 0))}
+
+
+@rewrite("custom-op", "a C function called from model code as a custom op",
+         "torch.library.custom_op with register_fake and register_autograd (PyTorch custom-ops manual); the "
+         "remedy for gb_type 'Attempted to call function marked as skipped' on a C/pybind11 function")
+def _custom_op(src: Source, site: Site):
+    facts = site.facts or {}
+    if site.kind != K.PYBIND_BUILTIN or "definition" not in facts:
+        return None
+    top = next(n for n in src.tree.body if n.lineno <= site.line <= (n.end_lineno or n.lineno))
+    at = min([top.lineno] + [d.lineno for d in getattr(top, "decorator_list", [])])
+    start, end = facts["span"]
+    return (Edit((at, 0), (at, 0), facts["definition"]), Edit(tuple(start), tuple(end), facts["name"])) \
+        + src.needs_torch_import(), facts["note"]

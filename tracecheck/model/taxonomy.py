@@ -11,6 +11,7 @@ Every kind has a ``severity``: ``error`` (a finding fails its stage, the probe, 
 from __future__ import annotations
 
 import json
+import os
 import re
 import string
 from dataclasses import dataclass, field
@@ -53,6 +54,23 @@ class K:
 #: kinds ``tracecheck fix`` answers with a rewrite of the probe's own file (fix/model_code.py), where the finding's
 #: user frame lies in it; the other kinds with a ``code_fix`` get a fixed registration
 MODEL_CODE_KINDS = (K.GRAPH_BREAK, K.DATA_DEPENDENT)
+
+
+def rewrites_model_code(f: Any, probe_file: str) -> bool:
+    """Does ``tracecheck fix`` answer finding ``f`` with a rewrite of ``probe_file`` (fix/model_code.py): a kind of
+    MODEL_CODE_KINDS, or a C/pybind11 function called straight from model code (inside an autograd.Function the
+    Function becomes custom ops instead), whose user frame lies in that file."""
+    if f.kind not in MODEL_CODE_KINDS and (f.kind != K.PYBIND_BUILTIN or f.context.get("in_autograd_function")):
+        return False
+    frame = f.user_frame
+    return frame is not None and bool(frame.file) and os.path.realpath(frame.file) == os.path.realpath(probe_file)
+
+
+def needs_registration_fix(f: Any, probe_file: str) -> bool:
+    """Is finding ``f`` one ``tracecheck fix`` answers with a fixed registration (``-o fixed_ops.py``): a kind with a
+    ``code_fix`` that no rewrite of the probe's file answers."""
+    return f.kind in kinds() and bool(kinds()[f.kind].code_fix) and f.kind not in MODEL_CODE_KINDS \
+        and not rewrites_model_code(f, probe_file)
 
 
 @dataclass(frozen=True)

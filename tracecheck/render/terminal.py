@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..model.taxonomy import MODEL_CODE_KINDS, K, fix_text, is_advice, kinds
+from ..model.taxonomy import MODEL_CODE_KINDS, K, fix_text, is_advice, kinds, needs_registration_fix, rewrites_model_code
 from ..model.report import CRASH, FAIL, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult, device_text, group_findings
 from ..model.targets import Gate
 from . import view
@@ -296,14 +296,14 @@ def _fixable_kinds(p: ProbeReport) -> list[str]:
 
 
 def _generated(f: Finding, probe_file: str) -> bool:
-    """Does ``tracecheck fix`` generate code for this finding: not for a stub it names as the user's to write, for
-    a C/pybind11 builtin only inside an autograd.Function (the Function becomes custom ops; a direct call has none),
-    and for a graph break only in the probe's own file (the file it rewrites)."""
+    """Does ``tracecheck fix`` generate code for this finding: not for a stub it names as the user's to write; a
+    rewrite of the probe's own file for a graph break or a C function called from it; custom ops for a C/pybind11
+    builtin inside an autograd.Function."""
     if f.context.get("cause") in _NOT_GENERATED:
         return False
-    if f.kind in MODEL_CODE_KINDS:
-        return f.user_frame is not None and os.path.realpath(f.user_frame.file) == os.path.realpath(probe_file)
-    return f.kind != K.PYBIND_BUILTIN or bool(f.context.get("in_autograd_function"))
+    if f.kind in MODEL_CODE_KINDS or f.kind == K.PYBIND_BUILTIN:
+        return rewrites_model_code(f, probe_file) or bool(f.context.get("in_autograd_function"))
+    return True
 
 
 def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
@@ -318,7 +318,8 @@ def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
         node = f"{os.path.relpath(p.file)}::{p.name}"
         fixable = _fixable_kinds(p) if p.name != IMPORT_PROBE else []  # an import failure has no probe to fix
         if fixable:
-            output = "--diff fix.diff" if set(fixable) <= set(MODEL_CODE_KINDS) else "-o fixed_ops.py"
+            registration = any(needs_registration_fix(f, p.file) for r in p.stages.values() for f in r.findings)
+            output = "-o fixed_ops.py" if registration else "--diff fix.diff"
             lines.append(f"tracecheck fix {node} {output}   ({', '.join(fixable)})")
         elif v.kinds and v.kinds[0] in kinds():
             node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else node
