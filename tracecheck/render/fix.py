@@ -41,7 +41,7 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
     for path in o.written:
         p(f"  wrote {path}")
     if o.verification is not None:
-        terminal.render(o.verification, out, verbose=verbose)
+        terminal.render(o.verification, out, verbose=verbose, advise=False)
     g = o.gradient_check
     if g and "analytic" in g:
         p(f"gradient check (the original has no backward to compare with): <grad, v> = {g['analytic']:.6g}, finite "

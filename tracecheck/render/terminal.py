@@ -331,14 +331,17 @@ def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
     return lines
 
 
-def render(report: RunReport, console: Console, verbose: bool = False, attachment: str | None = None) -> None:
+def render(report: RunReport, console: Console, verbose: bool = False, attachment: str | None = None,
+           advise: bool = True) -> None:
+    """The run's terminal report. ``advise=False``: no ``next:`` lines (``fix`` shows its verification run, whose
+    probe is the patched copy: advice to fix that copy would mislead)."""
     console.print(environment_line(report))
     console.print(verdict_table(report, console.width))
     ca = compiled_autograd_table(report)
     if ca is not None:
         console.print(ca)
     console.print(findings(report, verbose))
-    steps = next_steps(report, attachment)
+    steps = next_steps(report, attachment) if advise else []
     if steps:
         console.print(Text("\nnext:", style="bold"))
         for line in steps:
