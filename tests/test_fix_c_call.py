@@ -34,8 +34,12 @@ def _argmax(x):  # its result carries no gradient
     return x.detach().argmax(-1)
 
 
+def _mix(key, grad0, x_):  # argument names the generated code must not confuse with its own
+    return [key * grad0 + x_]
+
+
 ext = types.SimpleNamespace(split=functools.partial(_split), scale_=functools.partial(_scale_),
-                            argmax=functools.partial(_argmax), python=lambda x: x)
+                            argmax=functools.partial(_argmax), mix=functools.partial(_mix), python=lambda x: x)
 
 
 def probe_split():
@@ -53,6 +57,25 @@ def probe_argmax():
 
 def probe_python():
     return (lambda x: ext.python(x)), (torch.randn(2),)
+
+
+def probe_mix():
+    key, grad0 = torch.randn(3, requires_grad=True), torch.randn(3)
+    return (lambda x_: ext.mix(key, grad0, x_)[0]), (torch.randn(3, requires_grad=True),)
+
+
+def two_sites(x, w):
+    a = ext.split(x.detach(), 2.0, 1)  # nothing needs grad here
+    b = ext.split(w, 3.0, 2)  # w does
+    return a[0].sum() + b[0].sum()
+
+
+def probe_two_sites():
+    return two_sites, (torch.randn(2, 4), torch.randn(2, 4, requires_grad=True))
+
+
+def probe_none():
+    return (lambda x: ext.split(x, None, 1)[0]), (torch.randn(2, 3),)
 '''
 
 
@@ -63,10 +86,17 @@ def model(tmp_path):
     return path
 
 
-def _define(path, probe: str, callee: str, params: list[str], positional: int) -> tuple[dict, object]:
-    """The worker's answer for one site, and the op it defines (executed in the probe's module)."""
-    got = c_call.observe_calls({"file": str(path), "probe": probe, "namespace": "tc_test_" + probe, "sites": [
-        {"line": 1, "callee": callee, "params": params, "positional": positional}]})["sites"][0]
+def _define(path, probe: str, callee: str) -> tuple[dict, object]:
+    """The worker's answer for the site where ``probe`` calls ``callee`` (found as fix finds it), and the op it
+    defines (executed in the probe's module)."""
+    text = path.read_text()
+    start = text.index(f"def {probe}():")
+    line = text[:text.index(callee + "(", start)].count("\n") + 1
+    site = c_call_at(Source(text), line, callee)
+    assert isinstance(site, dict), site
+    ask = {k: v for k, v in site.items() if k != "span"}
+    got = c_call.observe_calls({"file": str(path), "probe": probe, "namespace": "tc_test_" + probe,
+                                "sites": [{"line": line, **ask}]})["sites"][0]
     if "definition" not in got:
         return got, None
     from tracecheck.collect import casemaker
@@ -76,9 +106,9 @@ def _define(path, probe: str, callee: str, params: list[str], positional: int) -
 
 
 def test_a_differentiable_c_call_gets_a_fake_and_eagers_gradients(model):
-    got, op = _define(model, "probe_split", "ext.split", ["x", "a", "k"], 2)
+    got, op = _define(model, "probe_split", "ext.split")
     assert "@torch.library.custom_op('tc_test_probe_split::split_op', mutates_args=())" in got["definition"]
-    assert "def split_op(x: torch.Tensor, a: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:" in got["definition"]
+    assert "def split_op(x: torch.Tensor, arg1: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:" in got["definition"]
     assert "backward" in got["note"] and "returns a tuple where the C function returned a list" in got["note"]
     x = torch.randn(2, 6, dtype=torch.float64, requires_grad=True)
     torch.library.opcheck(op, (x, 0.5), {"k": 4})  # schema, fake impl and autograd registration
@@ -94,8 +124,8 @@ def test_a_differentiable_c_call_gets_a_fake_and_eagers_gradients(model):
 
 
 def test_a_c_call_that_writes_its_input_declares_it_and_returns_a_copy(model):
-    got, op = _define(model, "probe_scale", "ext.scale_", ["x", "arg1"], 2)
-    assert "mutates_args=('x',)" in got["definition"] and ".clone()" in got["definition"]
+    got, op = _define(model, "probe_scale", "ext.scale_")
+    assert "mutates_args=('arg0',)" in got["definition"]  # (`x.clone()` is no plain name) and ".clone()" in got["definition"]
     assert "register_autograd" not in got["definition"]
     x = torch.ones(4, 5)
     torch.library.opcheck(op, (x.clone(), 3.0))
@@ -104,7 +134,7 @@ def test_a_c_call_that_writes_its_input_declares_it_and_returns_a_copy(model):
 
 
 def test_a_result_without_gradient_stays_without_one(model):
-    got, op = _define(model, "probe_argmax", "ext.argmax", ["x"], 1)
+    got, op = _define(model, "probe_argmax", "ext.argmax")
     assert "mark_non_differentiable" in got["definition"]
     x = torch.randn(4, 5, requires_grad=True)
     torch.library.opcheck(op, (x,))
@@ -113,8 +143,42 @@ def test_a_result_without_gradient_stays_without_one(model):
     assert torch.equal(out, x.detach().argmax(-1))
 
 
+def test_generated_names_cannot_meet_the_users_and_a_one_element_list_stays_a_tuple(model):
+    got, op = _define(model, "probe_mix", "ext.mix")
+    assert "def mix_op(key: torch.Tensor, grad0: torch.Tensor, x_: torch.Tensor) -> tuple[torch.Tensor]:" \
+        in got["definition"]
+    key, grad0, x_ = (torch.randn(3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    torch.library.opcheck(op, (key, grad0, x_))
+    (out,) = op(key, grad0, x_)
+    got_grads = torch.autograd.grad(out.sum(), (key, grad0, x_))
+    for g, want in zip(got_grads, (grad0, key, torch.ones(3, dtype=torch.float64))):  # d(k*g + x)/d each
+        torch.testing.assert_close(g, want.detach())
+
+
+def test_each_site_records_its_own_call(model):
+    """Two lines call the same C function; the one whose input needs grad gets a backward, the other does not."""
+    text = model.read_text()
+    lines = {c: text[:text.index(c)].count("\n") + 1 for c in ("ext.split(x.detach", "ext.split(w")}
+    sites = []
+    for line in lines.values():
+        site = c_call_at(Source(text), line, "ext.split")
+        sites.append({"line": line, **{k: v for k, v in site.items() if k != "span"}})
+    got = c_call.observe_calls({"file": str(model), "probe": "probe_two_sites", "namespace": "tc_test_two",
+                                "sites": sites})["sites"]
+    assert [g["line"] for g in got] == list(lines.values())
+    assert "register_autograd" not in got[0]["definition"] and "def split_op(arg0: torch.Tensor, arg1: float, " \
+        "arg2: int)" in got[0]["definition"]
+    assert "def split_op2(w: torch.Tensor, arg1: float, arg2: int)" in got[1]["definition"]
+    assert "split_op2_backward" in got[1]["definition"]
+
+
+def test_a_none_argument_is_refused(model):
+    got, op = _define(model, "probe_none", "ext.split")
+    assert op is None and "None" in got["error"]
+
+
 def test_python_code_is_not_wrapped(model):
-    got, op = _define(model, "probe_python", "ext.python", ["x"], 1)
+    got, op = _define(model, "probe_python", "ext.python")
     assert op is None and "is Python code, not a C function" in got["error"]
 
 
@@ -132,6 +196,6 @@ def test_the_call_is_found_on_its_line_with_its_argument_names():
     src = Source(text)
     got = c_call_at(src, 6, "ext.pybind11_detail_function_record_v1.fused")
     assert got["callee"] == "ext.fused" and got["params"] == ["x", "arg1", "arg2", "scale"]
-    assert got["positional"] == 3 and got["span"] == ((6, 12), (6, 21))
+    assert got["positional"] == 3 and got["span"] == ((6, 12), (6, 21)) and got["first"] == got["last"] == 6
     assert "unpacks *args" in c_call_at(src, 7, "ext.fused")
     assert "not a module-level name" in c_call_at(src, 8, "ext.fused")

@@ -2,10 +2,11 @@
 
 Dynamo cannot trace into a C function (``pybind-builtin``, gb_type 'Attempted to call function marked as
 skipped'); the remedy PyTorch documents is to make the call a ``torch.library.custom_op``, which Dynamo keeps in
-the graph as one opaque node. What the op needs is learnt from the probe, never assumed:
+the graph as one opaque node. What the op needs is learnt from the call on the site's line while the probe runs
+(forward and backward, once for every site), never assumed:
 
-* its schema: the types of the arguments at the recorded call (``autograd_fn.annotation``), one parameter per
-  argument, named after the call's own argument names where it has them;
+* its schema: the types of the arguments (``autograd_fn.annotation``), one parameter per argument, named after
+  the call's own argument names where it has them (rewrites.c_call_at);
 * ``mutates_args``: the tensor arguments whose version counter or data moved during the call;
 * the fake impl: output shapes, dtypes and devices from runs at the probe's inputs and perturbed ones
   (fix.observe, rendered by ``codegen.fake_lines``);
@@ -13,13 +14,15 @@ the graph as one opaque node. What the op needs is learnt from the probe, never 
   backward op recomputes the call with autograd on and returns its vector-Jacobian product, so the gradients
   stay eager's. A C function whose result carried no gradient gets outputs marked non-differentiable.
 
-Runs in a stage process (it calls user code); returns the definition as text. model_code.py writes it above the
-statement that holds the call and replaces the callee with the op.
+Generated locals and parameters of tracecheck's own start with ``_tc_``, so they cannot meet the user's names.
+Runs in a stage process (it calls user code); returns the definition as text, or per site why there is none.
+model_code.py writes it above the statement that holds the call and replaces the callee with the op.
 Reference: the PyTorch custom-ops manual (``custom_op``, ``register_fake``, ``register_autograd``).
 """
 from __future__ import annotations
 
-import keyword
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,56 +32,75 @@ from ..collect import casemaker
 from ..stages import _execution as execution
 from . import observe
 from .autograd_fn import Unfixable, aliases, annotation, snake
-from .codegen import fake_lines
+from .codegen import _tuple, fake_lines
 
 #: custom_op annotations for autograd_fn.annotation's schema types, as code in the user's file
-_PY_TYPES = {"Tensor": "torch.Tensor", "Optional[Tensor]": "torch.Tensor | None"}
+_PY_TYPES = {"Tensor": "torch.Tensor"}
 
 
 @dataclass
 class _Call:
-    """The first call of one callee while the probe ran: arguments cloned before it, what it did."""
+    """One site's call while the probe ran: its arguments cloned before it, and what it did."""
 
     args: dict[str, Any]
     outputs: list[torch.Tensor] = field(default_factory=list)
-    single: bool = True
-    mutated: list[str] = field(default_factory=list)
-    aliased: list[int] = field(default_factory=list)
-    #: some tensor argument required grad and some output carried a gradient back (eager differentiated it)
-    differentiable: bool = False
-    inputs_need_grad: bool = False
+    #: it returned a bare Tensor (else a tuple or list of them: the op returns a tuple)
+    returns_tensor: bool = True
     #: a pybind11 std::vector<Tensor> comes back as a list; the op returns a tuple (said in the note)
     returns_list: bool = False
+    mutated: list[str] = field(default_factory=list)
+    aliased: list[int] = field(default_factory=list)
+    #: at the recorded call (under the probe's own grad mode): a tensor argument required grad, and some output
+    #: carried a gradient back, i.e. eager differentiated through the C function
+    inputs_need_grad: bool = False
+    differentiable: bool = False
     error: str = ""
 
 
-def _names(site: dict[str, Any]) -> list[str]:
-    return list(site["params"])
+def _record(call: _Call, bound: dict[str, Any], run: Any) -> Any:
+    """Run the original (``run()``) and fill ``call`` from what it did; bookkeeping errors go to ``call.error``,
+    never into the user's forward."""
+    try:
+        before = observe.snapshot(bound)
+    except Exception as e:  # noqa: BLE001 - a tensor tracecheck cannot copy (sparse, meta): no fix, no crash
+        call.error = f"cannot snapshot its arguments ({type(e).__name__}: {e})"
+        return run()
+    out = run()
+    try:
+        outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
+        if not outs or not all(isinstance(o, torch.Tensor) for o in outs):
+            call.error = f"it returns {type(out).__name__}, not a Tensor or a tuple of Tensors"
+            return out
+        call.outputs, call.returns_tensor = outs, isinstance(out, torch.Tensor)
+        call.returns_list = isinstance(out, list)
+        call.mutated = observe.mutated(before, bound)
+        tensors = [v for v in bound.values() if isinstance(v, torch.Tensor)]
+        call.aliased = [i for i, o in enumerate(outs) if any(aliases(o, t) for t in tensors)]
+        call.inputs_need_grad = any(t.requires_grad for t in tensors)
+        call.differentiable = call.inputs_need_grad and any(o.requires_grad for o in outs)
+    except Exception as e:  # noqa: BLE001
+        call.error = f"cannot inspect its outputs ({type(e).__name__}: {e})"
+    return out
 
 
-def _recorder(original: Any, names: list[str], n_positional: int, calls: list[_Call]) -> Any:
-    """``original`` that records its first call with these arguments into ``calls``."""
+def _recorder(original: Any, sites: list[dict[str, Any]], calls: dict[int, _Call], probe_file: str) -> Any:
+    """``original``, recording the first call made from each site's lines of the probe file."""
+    here = os.path.realpath(probe_file)
 
     def recorder(*args: Any, **kwargs: Any) -> Any:
-        if calls or len(args) != n_positional or list(kwargs) != names[n_positional:]:
+        caller = sys._getframe(1)
+        site = next((s for s in sites if s["first"] <= caller.f_lineno <= s["last"] and s["line"] not in calls
+                     and os.path.realpath(caller.f_code.co_filename) == here), None)
+        names = site["params"] if site else []
+        if site is None or len(args) != site["positional"] or list(kwargs) != names[site["positional"]:]:
             return original(*args, **kwargs)
         bound = dict(zip(names, [*args, *kwargs.values()]))
-        call = _Call({n: observe.clone(v) for n, v in bound.items()})
-        before = observe.snapshot(bound)
-        out = original(*args, **kwargs)
-        outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
-        if outs is None or not outs or not all(isinstance(o, torch.Tensor) for o in outs):
-            call.error = f"it returns {type(out).__name__}, not a Tensor or a tuple of Tensors"
-        else:
-            call.outputs, call.single = outs, isinstance(out, torch.Tensor)
-            call.mutated = observe.mutated(before, bound)
-            tensors = [v for v in bound.values() if isinstance(v, torch.Tensor)]
-            call.aliased = [i for i, o in enumerate(outs) if any(aliases(o, t) for t in tensors)]
-            call.inputs_need_grad = any(t.requires_grad for t in tensors)
-            call.differentiable = call.inputs_need_grad and any(o.requires_grad for o in outs)
-            call.returns_list = isinstance(out, list)
-        calls.append(call)
-        return out
+        try:
+            call = calls[site["line"]] = _Call({n: observe.clone(v) for n, v in bound.items()})
+        except Exception as e:  # noqa: BLE001
+            calls[site["line"]] = _Call({}, error=f"cannot copy its arguments ({type(e).__name__}: {e})")
+            return original(*args, **kwargs)
+        return _record(call, bound, lambda: original(*args, **kwargs))
 
     return recorder
 
@@ -94,54 +116,73 @@ def _resolve(module: Any, callee: str) -> tuple[Any, str]:
     return owner, attr
 
 
+def _get(owner: Any, attr: str) -> Any:
+    return owner[attr] if isinstance(owner, dict) else getattr(owner, attr)
+
+
+def _set(owner: Any, attr: str, value: Any) -> None:
+    if isinstance(owner, dict):
+        owner[attr] = value
+    else:
+        setattr(owner, attr, value)
+
+
 def observe_calls(task: dict[str, Any]) -> dict[str, Any]:
-    """For each site (``line``, ``callee`` a dotted name in the module's globals, ``params`` one name per argument
-    in call order, ``positional`` how many are positional): the custom op's definition, or why there is none."""
+    """For each site (``line``; ``first``/``last``: the call's lines; ``callee``: a dotted name in the module's
+    globals; ``params``: one name per argument in call order; ``positional``: how many are positional), the
+    custom op's definition, or ``error``: why there is none. One eager run (forward and backward) records them
+    all."""
     module, case = casemaker.load_case(task["file"], task["probe"])
+    errors: dict[int, str] = {}
+    by_callee: dict[str, list[dict[str, Any]]] = {}
+    for site in task["sites"]:
+        by_callee.setdefault(site["callee"], []).append(site)
+    calls: dict[int, _Call] = {}
+    installed: list[tuple[Any, str, Any]] = []
+    originals: dict[str, Any] = {}
+    try:
+        for callee, sites in by_callee.items():
+            why = ""
+            try:
+                owner, attr = _resolve(module, callee)
+                original = _get(owner, attr)
+                if not callable(original) or hasattr(original, "__code__"):
+                    why = f"`{callee}` is Python code, not a C function"
+                else:
+                    _set(owner, attr, _recorder(original, sites, calls, task["file"]))
+                    installed.append((owner, attr, original))
+                    originals[callee] = original
+            except Exception as e:  # noqa: BLE001 - a name that does not resolve, an object that refuses setattr
+                why = f"cannot record calls of `{callee}` ({type(e).__name__}: {e})"
+            for s in sites if why else ():
+                errors[s["line"]] = why
+        run = execution.execute(case.fn, case) if originals else None
+    finally:
+        for owner, attr, original in reversed(installed):
+            _set(owner, attr, original)
     out: list[dict[str, Any]] = []
     taken = set(vars(module))
     for site in task["sites"]:
-        try:
-            owner, attr = _resolve(module, site["callee"])
-            original = owner[attr] if isinstance(owner, dict) else getattr(owner, attr)
-        except (KeyError, AttributeError) as e:
-            out.append({"line": site["line"], "error": f"`{site['callee']}` is not a module-level name ({e})"})
-            continue
-        if not callable(original) or hasattr(original, "__code__"):
-            out.append({"line": site["line"], "error": f"`{site['callee']}` is Python code, not a C function"})
-            continue
-        calls: list[_Call] = []
-        recorder = _recorder(original, _names(site), site["positional"], calls)
-        try:
-            if isinstance(owner, dict):
-                owner[attr] = recorder
-            else:
-                setattr(owner, attr, recorder)
-        except (AttributeError, TypeError) as e:
-            out.append({"line": site["line"], "error": f"cannot record calls of `{site['callee']}` ({e})"})
-            continue
-        try:
-            run = execution.execute(case.fn, case)
-        finally:
-            if isinstance(owner, dict):
-                owner[attr] = original
-            else:
-                setattr(owner, attr, original)
-        if run.error is not None and not calls:
-            out.append({"line": site["line"], "error": f"the probe fails eagerly ({run.error['type']})"})
-            continue
-        if not calls:
-            out.append({"line": site["line"], "error": "the probe's inputs never call it here with these arguments"})
-            continue
-        try:
-            out.append({"line": site["line"], **_render(site, original, calls[0], task["namespace"], taken)})
-        except Unfixable as e:
-            out.append({"line": site["line"], "error": str(e)})
+        line = site["line"]
+        if line in errors:
+            out.append({"line": line, "error": errors[line]})
+        elif line not in calls:
+            failed = run is not None and run.error is not None
+            out.append({"line": line, "error": f"the probe fails eagerly ({run.error['type']})" if failed else
+                        "the probe's inputs never call it on this line with these arguments"})
+        else:
+            try:
+                out.append({"line": line, **_render(site, originals[site["callee"]], calls[line],
+                                                    task["namespace"], taken)})
+            except Unfixable as e:
+                out.append({"line": line, "error": str(e)})
+            except Exception as e:  # noqa: BLE001 - the C function refused a rerun: no fix, said why
+                out.append({"line": line, "error": f"running it again failed ({type(e).__name__}: "
+                                                   f"{str(e).splitlines()[0][:200] if str(e) else ''})"})
     return {"sites": out}
 
 
 def _ident(base: str, taken: set[str]) -> str:
-    base = base if base.isidentifier() and not keyword.iskeyword(base) else "c_call"
     name, i = base, 1
     while name in taken:
         i += 1
@@ -150,104 +191,114 @@ def _ident(base: str, taken: set[str]) -> str:
     return name
 
 
+def _invoke(callee: str, names: list[str], npos: int, value: Any = None) -> str:
+    value = value or (lambda n: n)
+    return f"{callee}({', '.join([value(n) for n in names[:npos]] + [f'{n}={value(n)}' for n in names[npos:]])})"
+
+
+def _ret(n: int, tuple_: bool) -> str:
+    return "torch.Tensor" if n == 1 and not tuple_ else f"tuple[{', '.join(['torch.Tensor'] * n)}]"
+
+
 def _render(site: dict[str, Any], fn: Any, call: _Call, ns: str, taken: set[str]) -> dict[str, Any]:
     if call.error:
         raise Unfixable(call.error)
+    if any(v is None for v in call.args.values()):
+        raise Unfixable("an argument is None at the probe's call: an optional tensor and an optional number "
+                        "cannot be told apart from it")
     if call.differentiable and call.mutated:
         raise Unfixable(f"it writes to {', '.join(call.mutated)} and eager differentiates through it; a recomputing "
                         "backward would read the written values")
-    callee, names, npos = site["callee"], _names(site), site["positional"]
+    callee, names, npos = site["callee"], list(site["params"]), site["positional"]
     types = {n: _PY_TYPES.get(annotation(v), annotation(v)) for n, v in call.args.items()}
-    base = snake(site["callee"].rpartition(".")[2])
-    op = _ident(f"{base}_op", taken)
-    qual = f"{ns}::{op}"
-    invoke = f"{callee}({', '.join(names[:npos] + [f'{n}={n}' for n in names[npos:]])})"
+    op = _ident(f"{snake(callee.rpartition('.')[2])}_op", taken)
     nout = len(call.outputs)
-    outs = [f"out{i}" for i in range(nout)]
-    ret = "torch.Tensor" if call.single else _ret(nout, tuple_=True)
+    outs = [f"_tc_out{i}" for i in range(nout)]
     observed = observe.observe(lambda a: [(a, _as_list(fn(*[a[n] for n in names[:npos]],
-                                                          **{n: a[n] for n in names[npos:]})))],
-                               call.args)
+                                                          **{n: a[n] for n in names[npos:]})))], call.args)
+    metas = observed.groups[0]
+    if any(m.todo for m in metas):
+        raise Unfixable("no fake impl fits its outputs' shapes: " + "; ".join(t for m in metas for t in m.todo))
     ranks = {n: v.dim() for n, v in call.args.items() if isinstance(v, torch.Tensor)}
-    fake = fake_lines(outs, observed.groups[0], ranks)
-    if any("NotImplementedError" in line for line in fake):
-        raise Unfixable("no fake impl fits its outputs' shapes: " + "; ".join(
-            t for m in observed.groups[0] for t in m.todo))
-    why = "Dynamo cannot trace a C/pybind11 function"
-    L = [f"# tracecheck fix: `{callee}` as a custom op ({why}); its fake impl was inferred from "
-         f"{observed.runs} eager runs",
-         f"@torch.library.custom_op({qual!r}, mutates_args={tuple(call.mutated)!r})",
-         f"def {op}({', '.join(f'{n}: {types[n]}' for n in names)}) -> {ret}:"]
+    fake = fake_lines(outs, metas, ranks)
+    if not call.returns_tensor:  # the schema says tuple: a one-element tuple too
+        fake[-1] = f"    return {_tuple(outs)}"
+    L = [f"# tracecheck fix: `{callee}` as a custom op (Dynamo cannot trace a C/pybind11 function); its fake impl "
+         f"was inferred from {observed.runs} eager runs",
+         f"@torch.library.custom_op({f'{ns}::{op}'!r}, mutates_args={tuple(call.mutated)!r})",
+         f"def {op}({', '.join(f'{n}: {types[n]}' for n in names)}) -> {_ret(nout, not call.returns_tensor)}:"]
     if call.aliased:
-        L += [f"    {', '.join(outs)}{',' if call.single is False and nout == 1 else ''} = {invoke}",
+        L += [f"    {_tuple(outs) if not call.returns_tensor else outs[0]} = {_invoke(callee, names, npos)}",
               *(f"    {outs[i]} = {outs[i]}.clone()  # it returned (a view of) an input; a custom op may not"
                 for i in call.aliased),
-              f"    return {', '.join(outs)}{',' if not call.single and nout == 1 else ''}"]
+              f"    return {_tuple(outs) if not call.returns_tensor else outs[0]}"]
     else:
-        L.append(f"    return {invoke}" if call.single else f"    return tuple({invoke})")
+        L.append(f"    return {'' if call.returns_tensor else 'tuple'}({_invoke(callee, names, npos)})")
     L += ["", "", f"@{op}.register_fake", f"def _({', '.join(names)}):", *fake]
     if call.differentiable:
-        L += _autograd(op, qual, callee, names, npos, types, call, taken)
+        L += _autograd(op, ns, callee, names, npos, types, call, taken)
     elif call.inputs_need_grad:  # eager's result carried no gradient: nor does the op's
         L += ["", "", f"def _{op}_setup_context(ctx, inputs, output):",
               "    ctx.mark_non_differentiable(*((output,) if isinstance(output, torch.Tensor) else output))",
-              "", "", f"def _{op}_backward(ctx, *grads):",
-              f"    return {', '.join(['None'] * len(names))}{',' if len(names) == 1 else ''}", "", "",
+              "", "", f"def _{op}_backward(ctx, *_tc_grads):",
+              f"    return {_tuple(['None'] * len(names))}", "", "",
               f"{op}.register_autograd(_{op}_backward, setup_context=_{op}_setup_context)"]
-    note = f"`{callee}` runs as the custom op {qual}" + (
-        " (backward: the call recomputed with autograd on)" if call.differentiable else "") + (
-        "; it returns a tuple where the C function returned a list" if call.returns_list else "")
+    checks = [f"{o} {u}" for o, m in zip(outs, metas) for u in m.unconfirmed]
+    note = f"`{callee}` runs as the custom op {ns}::{op}" + (
+        " (backward: the call recomputed with autograd on)" if call.differentiable else
+        " (no backward: nothing required grad at the probe's call)" if not call.inputs_need_grad else "") + (
+        "; it returns a tuple where the C function returned a list" if call.returns_list else "") + (
+        "; CHECK the fake: " + "; ".join(checks) if checks else "")
     return {"definition": "\n".join(L) + "\n\n\n", "name": op, "note": note}
-
-
-def _ret(n: int, tuple_: bool = False) -> str:
-    return "torch.Tensor" if n == 1 and not tuple_ else f"tuple[{', '.join(['torch.Tensor'] * n)}]"
 
 
 def _as_list(out: Any) -> list[torch.Tensor]:
     return [out] if isinstance(out, torch.Tensor) else list(out)
 
 
-def _autograd(op: str, qual: str, callee: str, names: list[str], npos: int, types: dict[str, str], call: _Call,
+def _autograd(op: str, ns: str, callee: str, names: list[str], npos: int, types: dict[str, str], call: _Call,
               taken: set[str]) -> list[str]:
     """A backward op that recomputes the call with autograd on (eager's gradients, whatever the C++ does), its
     fake, and the ``register_autograd`` wiring."""
     tensors = [n for n in names if types[n] == "torch.Tensor"]
     wrt = [n for n in tensors if call.args[n].is_floating_point() or call.args[n].is_complex()]
-    grads = [f"grad{i}" for i in range(len(call.outputs))]
+    grads = [f"_tc_grad{i}" for i in range(len(call.outputs))]
     bwd = _ident(f"{op}_backward", taken)
-    params = [f"{g}: torch.Tensor" for g in grads] + [f"{n}: {types[n]}" for n in names]
-    copies = {n: f"{n}_" if n in wrt else n for n in names}
-    invoke = f"{callee}({', '.join([copies[n] for n in names[:npos]] + [f'{n}={copies[n]}' for n in names[npos:]])})"
-    result = [f"g_{n}" for n in wrt]
-    L = ["", "", f"@torch.library.custom_op({qual + '_backward'!r}, mutates_args=())",
-         f"def {bwd}({', '.join(params)}) -> {_ret(len(wrt))}:",
-         f'    """The vector-Jacobian product of `{callee}`: the call again with autograd on, as eager ran it."""',
-         "    # a custom op's kernel runs below autograd: turn its dispatch keys back on, as eager ran the call",
-         "    exclude = torch._C._dispatch_tls_local_exclude_set()",
-         "    for key in torch._C.DispatchKey.__members__.values():",
-         "        if key.name.startswith(\"Autograd\") or key.name == \"ADInplaceOrView\":",
-         "            exclude = exclude.remove(key)",
-         "    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude), "
-         "torch.enable_grad():",
-         *(f"        {n}_ = {n}.detach().requires_grad_()" for n in wrt),
-         f"        outs = {invoke}",
-         "        outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)",
-         f"        pairs = [(o, g) for o, g in zip(outs, ({', '.join(grads)},)) if o.requires_grad]",
-         f"        got = torch.autograd.grad([o for o, _ in pairs], ({', '.join(f'{n}_' for n in wrt)},), "
-         "[g for _, g in pairs], allow_unused=True)",
-         f"    {', '.join(result)}, = (torch.zeros_like(t) if g is None else g.contiguous() "
-         f"for t, g in zip(({', '.join(wrt)},), got))",
-         f"    return {', '.join(result)}",
-         "", "", f"@{bwd}.register_fake", f"def _({', '.join(grads + names)}):",
-         f"    return {', '.join(f'torch.empty({n}.shape, dtype={n}.dtype, device={n}.device)' for n in wrt)}",
-         "", "", f"def _{op}_setup_context(ctx, inputs, output):",
-         f"    {', '.join(names)}{',' if len(names) == 1 else ''} = inputs",
-         f"    ctx.save_for_backward({', '.join(tensors)}{',' if len(tensors) == 1 else ''})",
-         *(f"    ctx.{n} = {n}" for n in names if n not in tensors),
-         "", "", f"def _{op}_backward(ctx, {', '.join(grads)}):",
-         f"    {', '.join(tensors)}{',' if len(tensors) == 1 else ''} = ctx.saved_tensors",
-         f"    {', '.join(result)} = {bwd}({', '.join(grads + [n if n in tensors else f'ctx.{n}' for n in names])})",
-         f"    return {', '.join(f'g_{n}' if n in wrt else 'None' for n in names)}{',' if len(names) == 1 else ''}",
-         "", "", f"{op}.register_autograd(_{op}_backward, setup_context=_{op}_setup_context)"]
-    return L
+    result = [f"_tc_g_{n}" for n in wrt]
+    copy = (lambda n: f"_tc_in_{n}" if n in wrt else n)
+    # (a user name could be a ctx attribute's: they are stored as _tc_<name>)
+    saved = (lambda n: f"_tc_saved[{tensors.index(n)}]" if n in tensors else f"ctx._tc_{n}")
+    return [
+        "", "", f"@torch.library.custom_op({f'{ns}::{bwd}'!r}, mutates_args=())",
+        f"def {bwd}({', '.join([f'{g}: torch.Tensor' for g in grads] + [f'{n}: {types[n]}' for n in names])})"
+        f" -> {_ret(len(wrt), False)}:",
+        f'    """The vector-Jacobian product of `{callee}`: the call again with autograd on, as eager ran it."""',
+        "    # a custom op's kernel runs below autograd: turn its dispatch keys back on, as eager ran the call",
+        "    _tc_exclude = torch._C._dispatch_tls_local_exclude_set()",
+        "    for _tc_key in torch._C.DispatchKey.__members__.values():",
+        "        if _tc_key.name.startswith(\"Autograd\") or _tc_key.name == \"ADInplaceOrView\":",
+        "            _tc_exclude = _tc_exclude.remove(_tc_key)",
+        "    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), _tc_exclude), "
+        "torch.enable_grad():",
+        *(f"        {copy(n)} = {n}.detach().requires_grad_()" for n in wrt),
+        f"        _tc_outs = {_invoke(callee, names, npos, copy)}",
+        "        _tc_outs = (_tc_outs,) if isinstance(_tc_outs, torch.Tensor) else tuple(_tc_outs)",
+        f"        _tc_pairs = [(o, g) for o, g in zip(_tc_outs, {_tuple(grads)}) if o.requires_grad]",
+        f"        _tc_got = torch.autograd.grad([o for o, _ in _tc_pairs], {_tuple([copy(n) for n in wrt])}, "
+        "[g for _, g in _tc_pairs], allow_unused=True)",
+        # a fresh tensor each: a gradient autograd passed straight through is the incoming grad (an op may not
+        # return its input)
+        f"    {_tuple(result)} = tuple(torch.zeros_like(t) if g is None else g.clone(memory_format=torch.contiguous_format)"
+        f" for t, g in zip({_tuple(wrt)}, _tc_got))",
+        f"    return {', '.join(result)}",
+        "", "", f"@{bwd}.register_fake", f"def _({', '.join(grads + names)}):",
+        f"    return {', '.join(f'torch.empty({n}.shape, dtype={n}.dtype, device={n}.device)' for n in wrt)}",
+        # setup_context is called with ctx=, inputs=, output=; user names never become its locals
+        "", "", f"def _{op}_setup_context(ctx, inputs, output):",
+        f"    ctx.save_for_backward({', '.join(f'inputs[{names.index(n)}]' for n in tensors)})",
+        *(f"    ctx._tc_{n} = inputs[{i}]" for i, n in enumerate(names) if n not in tensors),
+        "", "", f"def _{op}_backward(ctx, {', '.join(grads)}):",
+        "    _tc_saved = ctx.saved_tensors",
+        f"    {', '.join(result)} = {bwd}({', '.join(grads + [saved(n) for n in names])})",
+        f"    return {_tuple([f'_tc_g_{n}' if n in wrt else 'None' for n in names])}",
+        "", "", f"{op}.register_autograd(_{op}_backward, setup_context=_{op}_setup_context)"]

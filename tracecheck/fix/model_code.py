@@ -77,9 +77,14 @@ def _c_calls(found: list[Site], src: Source, path: str, name: str, namespace: st
     calls = {s.line: c_call_at(src, s.line, s.facts["builtin"]) for s in found if s.kind == K.PYBIND_BUILTIN}
     asks = [{"line": line, **{k: v for k, v in c.items() if k != "span"}} for line, c in calls.items()
             if isinstance(c, dict)]
-    learnt = {r["line"]: r for r in task({"op": "tracecheck.fix.c_call:observe_calls", "file": path, "probe": name,
-                                          "namespace": namespace, "sites": asks},
-                                         "recording the C calls")["sites"]} if asks else {}
+    learnt: dict[int, dict[str, Any]] = {}
+    if asks:
+        try:
+            learnt = {r["line"]: r for r in task({"op": "tracecheck.fix.c_call:observe_calls", "file": path,
+                                                  "probe": name, "namespace": namespace, "sites": asks},
+                                                 "recording the C calls")["sites"]}
+        except UsageError as e:  # the process died (a C function that crashed on a perturbed input): no facts
+            learnt = {a["line"]: {"error": f"recording the call failed ({e})"} for a in asks}
     out = []
     for s in found:
         c = calls.get(s.line)

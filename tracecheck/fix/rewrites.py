@@ -345,29 +345,40 @@ def _dotted(node: ast.expr) -> bool:
 def c_call_at(src: Source, line: int, builtin: str) -> "dict[str, Any] | str":
     """The call of the C function ``builtin`` (the finding's context) on ``line``: ``callee`` (a dotted name),
     ``params`` (a name per argument: the argument's own name where it is a plain variable, ``argN`` else; a
-    keyword's name), ``positional`` and the callee's span. A string says why there is none to rewrite."""
+    keyword's name), ``positional``, the call's ``first`` and ``last`` lines and the callee's ``span``. A string
+    says why there is none to rewrite."""
     node = src.statement_at(line)
     if node is None:
         return "no statement on that line"
-    last = builtin.rpartition(".")[2].removesuffix("__call__").rstrip(".") or builtin
+    name = builtin[:-len(".__call__")] if builtin.endswith(".__call__") else builtin
+    last = name.rpartition(".")[2]
     calls = [c for c in ast.walk(node) if isinstance(c, ast.Call) and c.lineno <= line <= (c.end_lineno or c.lineno)
              and _dotted(c.func) and src.segment(c.func).rpartition(".")[2] == last]
     if len(calls) != 1:
-        return f"{len(calls) or 'no'} calls of `{last}` on line {line}"
+        return f"{len(calls) or 'no'} calls of `{last}` on line {line} (a C function called under another name " \
+               "is not followed)"
     call = calls[0]
-    if src.segment(call.func).split(".")[0] in ("torch", "self"):
+    root = src.segment(call.func).split(".")[0]
+    if root in ("torch", "self"):
         return f"`{src.segment(call.func)}` is not a module-level name of the file"
     if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
         return "the call unpacks *args/**kwargs; a custom op needs one parameter per argument"
+    # the op's parameters may not hide the names its body reads (torch, the callee's module) nor tracecheck's own
+    reserved = {"torch", root}
     params: list[str] = []
     for i, a in enumerate(call.args):
-        name = a.id if isinstance(a, ast.Name) and not keyword.iskeyword(a.id) else f"arg{i}"
-        params.append(name if name not in params else f"arg{i}")
-    params += [k.arg for k in call.keywords if k.arg]
+        ok = isinstance(a, ast.Name) and not keyword.iskeyword(a.id) and a.id not in reserved \
+            and not a.id.startswith("_tc_") and a.id not in params
+        params.append(a.id if ok else f"arg{i}")
+    for k in call.keywords:
+        if k.arg in reserved or (k.arg or "").startswith("_tc_"):
+            return f"the keyword argument {k.arg}= would hide a name the custom op reads"
+        params.append(k.arg or "")
     if len(set(params)) != len(params):
         return "two arguments would share a parameter name"
     f = call.func
     return {"callee": src.segment(f), "params": params, "positional": len(call.args),
+            "first": call.lineno, "last": call.end_lineno or call.lineno,
             "span": (src.position(f.lineno, f.col_offset), src.position(f.end_lineno or f.lineno, f.end_col_offset or 0))}
 
 

@@ -69,8 +69,9 @@ def rewrites_model_code(f: Any, probe_file: str) -> bool:
 def needs_registration_fix(f: Any, probe_file: str) -> bool:
     """Is finding ``f`` one ``tracecheck fix`` answers with a fixed registration (``-o fixed_ops.py``): a kind with a
     ``code_fix`` that no rewrite of the probe's file answers."""
-    return f.kind in kinds() and bool(kinds()[f.kind].code_fix) and f.kind not in MODEL_CODE_KINDS \
-        and not rewrites_model_code(f, probe_file)
+    if f.kind == K.PYBIND_BUILTIN:  # a direct call elsewhere has no Function to convert: no fix at all
+        return bool(f.context.get("in_autograd_function"))
+    return f.kind in kinds() and bool(kinds()[f.kind].code_fix) and f.kind not in MODEL_CODE_KINDS
 
 
 @dataclass(frozen=True)
