@@ -35,7 +35,8 @@ _SCALAR_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 
 
 class Unfixable(Exception):
-    """The Function does something the two-op fix cannot express (message says what)."""
+    """The code does something a custom-op fix cannot express (the message says what): an autograd.Function here,
+    a C call in c_call.py."""
 
 
 @dataclass
@@ -154,7 +155,7 @@ def snake(name: str) -> str:
     return re.sub(r"\W+", "_", s).strip("_") or "fn"
 
 
-def _ident(name: str, taken: set[str]) -> str:
+def ident(name: str, taken: set[str]) -> str:
     base = re.sub(r"\W", "_", name) or "arg"
     if base[0].isdigit() or keyword.iskeyword(base):
         base = f"{base}_"
@@ -298,7 +299,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     inputs: list[Arg] = []
     for i, p in enumerate(params):
         value = example[i] if i < len(example) else p.default
-        name = _ident(p.name, taken)
+        name = ident(p.name, taken)
         default = None if p.default is p.empty else repr(p.default)
         inputs.append(Arg(name, annotation(value), default))
         args[name] = value
@@ -343,7 +344,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     # ---- names --------------------------------------------------------------------------------
     names = set(args)
     out_src = _source_names(cls.forward, "return")
-    outputs = [_ident(n, names) for n in (out_src if out_src and len(out_src) == len(outs) else
+    outputs = [ident(n, names) for n in (out_src if out_src and len(out_src) == len(outs) else
                                           [f"out{j}" if len(outs) > 1 else "out" for j in range(len(outs))])]
     # names for saved tensors: the backward's `a, b = ctx.saved_tensors`, else the forward's save_for_backward(a, b)
     saved_src = next((n for n in (_source_names(cls.backward, "ctx.saved_tensors"),
@@ -356,21 +357,21 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     for a, ref in tensor_attrs.items():
         if ref[0] == "residual" and not res_names[ref[1]]:
             res_names[ref[1]] = a
-    res_names = [_ident(n, names) for n in res_names]
+    res_names = [ident(n, names) for n in res_names]
     bw_taken: set[str] = set()
     grad_params = list(inspect.signature(cls.backward).parameters)[1:]
-    grad_names = [_ident(grad_params[j] if j < len(grad_params) and not grad_params[j].startswith("*")
+    grad_names = [ident(grad_params[j] if j < len(grad_params) and not grad_params[j].startswith("*")
                          else f"grad_{outputs[j]}", bw_taken) for j in range(len(outs))]
     saved_names = []
     for ref in saved:
         want = ref[1] if ref[0] == "input" else outputs[ref[1]] if ref[0] == "output" else res_names[ref[1]]
-        saved_names.append(_ident(want, bw_taken))
+        saved_names.append(ident(want, bw_taken))
     assigned = _ctx_assignments(cls.setup_context if compat.defines_setup_context(cls) else cls.forward)
     scalar_attrs: dict[str, tuple[str, str, tuple[str, str]]] = {}
     for a in scalar_reads:
         v = attrs[a]
         src = ("input", assigned[a]) if assigned.get(a) in args else ("const", repr(v))  # settled after the runs
-        scalar_attrs[a] = (_ident(a, bw_taken), annotation(v), src)
+        scalar_attrs[a] = (ident(a, bw_taken), annotation(v), src)
 
     plan = FunctionPlan(
         qualname=cls.__qualname__, module=cls.__module__, module_file=inspect.getsourcefile(cls.forward) or "",

@@ -31,7 +31,7 @@ import torch
 from ..collect import casemaker
 from ..stages import _execution as execution
 from . import observe
-from .autograd_fn import Unfixable, aliases, annotation, snake
+from .autograd_fn import Unfixable, aliases, annotation, ident, snake
 from .codegen import _tuple, fake_lines
 
 #: custom_op annotations for autograd_fn.annotation's schema types, as code in the user's file
@@ -182,15 +182,6 @@ def observe_calls(task: dict[str, Any]) -> dict[str, Any]:
     return {"sites": out}
 
 
-def _ident(base: str, taken: set[str]) -> str:
-    name, i = base, 1
-    while name in taken:
-        i += 1
-        name = f"{base}{i}"
-    taken.add(name)
-    return name
-
-
 def _invoke(callee: str, names: list[str], npos: int, value: Any = None) -> str:
     value = value or (lambda n: n)
     return f"{callee}({', '.join([value(n) for n in names[:npos]] + [f'{n}={value(n)}' for n in names[npos:]])})"
@@ -211,7 +202,7 @@ def _render(site: dict[str, Any], fn: Any, call: _Call, ns: str, taken: set[str]
                         "backward would read the written values")
     callee, names, npos = site["callee"], list(site["params"]), site["positional"]
     types = {n: _PY_TYPES.get(annotation(v), annotation(v)) for n, v in call.args.items()}
-    op = _ident(f"{snake(callee.rpartition('.')[2])}_op", taken)
+    op = ident(f"{snake(callee.rpartition('.')[2])}_op", taken)
     nout = len(call.outputs)
     outs = [f"_tc_out{i}" for i in range(nout)]
     observed = observe.observe(lambda a: [(a, _as_list(fn(*[a[n] for n in names[:npos]],
@@ -263,7 +254,7 @@ def _autograd(op: str, ns: str, callee: str, names: list[str], npos: int, types:
     tensors = [n for n in names if types[n] == "torch.Tensor"]
     wrt = [n for n in tensors if call.args[n].is_floating_point() or call.args[n].is_complex()]
     grads = [f"_tc_grad{i}" for i in range(len(call.outputs))]
-    bwd = _ident(f"{op}_backward", taken)
+    bwd = ident(f"{op}_backward", taken)
     result = [f"_tc_g_{n}" for n in wrt]
     copy = (lambda n: f"_tc_in_{n}" if n in wrt else n)
     # (a user name could be a ctx attribute's: they are stored as _tc_<name>)
