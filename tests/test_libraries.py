@@ -108,24 +108,29 @@ def test_a_helper_module_beside_the_probes_is_said_in_the_progress_lines(tracech
 
 
 def test_tracecheck_fix_is_offered_only_where_it_generates_code():
-    """``tracecheck fix`` rewrites a pybind11 call inside an autograd.Function into custom ops; a direct call it
-    cannot rewrite (it answers "no code fix generated"), so the next steps point to the kind's page instead."""
+    """``tracecheck fix`` rewrites a pybind11 call inside an autograd.Function into custom ops, and a direct call
+    from the probe's own file into a custom op of its own; a direct call from another file (a library's) it cannot
+    rewrite, so the next steps point to the kind's page instead."""
     from tracecheck.render import terminal
     from tracecheck.model.report import FAIL, PASS, Finding, ProbeReport, RunReport, StageResult
 
-    def report(in_function: bool) -> RunReport:
+    def report(in_function: bool, frame_file: str = "/abs/m.py") -> RunReport:
         ctx = {"builtin": "ext.fwd", "pybind11": True, **({"in_autograd_function": True} if in_function else {})}
         f = Finding("pybind-builtin", "Dynamo cannot trace the C/pybind11 builtin `ext.fwd`.", ctx,
-                    {"user_frame": {"file": "/abs/m.py", "line": 3}})
+                    {"user_frame": {"file": frame_file, "line": 3}})
         p = ProbeReport("m.py::probe", "/abs/m.py", "probe", {
             "eager": StageResult("eager", PASS, target="compile"),
             "explain": StageResult("explain", FAIL, failure=f, findings=[f], target="compile")})
         return RunReport([p], {}, ["eager", "explain"])
 
-    assert any(line.startswith("tracecheck fix") for line in terminal.next_steps(report(True)))
-    direct = terminal.next_steps(report(False))
-    assert not any(line.startswith("tracecheck fix") for line in direct)
-    assert any("docs/failures/pybind-builtin.md" in line for line in direct)
+    def offers_fix(lines: list[str]) -> bool:
+        return any(line.startswith("tracecheck fix") for line in lines)
+
+    assert offers_fix(terminal.next_steps(report(True)))
+    assert offers_fix(terminal.next_steps(report(False)))
+    elsewhere = terminal.next_steps(report(False, "/abs/site-packages/lib/ops.py"))
+    assert not offers_fix(elsewhere)
+    assert any("docs/failures/pybind-builtin.md" in line for line in elsewhere)
 
 
 def test_a_fake_that_asserts_inside_an_installed_package_is_still_the_fakes(tracecheck, tmp_path):
