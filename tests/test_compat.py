@@ -251,3 +251,57 @@ def test_preload_and_inductor_warm_up_run_on_the_installed_torch():
 
     assert all(name in sys.modules for name in compat.PRELOAD_MODULES)
     compat.warm_inductor_cpu()  # answers Inductor's per-process questions; must not raise
+
+
+def _accelerator_build() -> bool:
+    return bool(torch.version.cuda or torch.version.hip or getattr(torch.version, "xpu", None))
+
+
+def test_the_fork_servers_warm_up_compile_leaves_a_fresh_processs_state():
+    """compat.warm_compile compiles in the fork server (isolate/preload.py) so stage processes start warm; what a
+    stage reads must be as a fresh process has it. Oracle: the same explain, counters and random draws in a process
+    that never warmed (plain torch, same script)."""
+    script = """
+import random, sys, torch
+from torch._dynamo.utils import counters
+if sys.argv[1] == "warm":
+    from tracecheck import compat
+    compat.preload_compiler_stack()
+    print("ran", compat.warm_compile())
+torch.manual_seed(0); random.seed(0)
+before = (torch.randn(3).tolist(), random.random())
+print("counters", {k: dict(v) for k, v in counters.items() if v})
+def f(x):
+    x = x.sin()
+    if x.sum() > 0:
+        x = x * 2
+    return x.cos()
+out = torch._dynamo.explain(f)(torch.randn(4))
+print("explain", out.graph_count, out.graph_break_count, [r.reason for r in out.break_reasons])
+torch._dynamo.reset(); counters.clear()
+torch.compile(f, backend="aot_eager")(torch.randn(4, requires_grad=True)).sum().backward()
+print("stats", dict(counters["stats"]), before)
+"""
+
+    def run(mode):
+        proc = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.splitlines()
+
+    warm, cold = run("warm"), run("cold")
+    assert warm[0] == f"ran {not _accelerator_build()}"  # a CUDA/ROCm/XPU build: no compile before the fork
+    assert warm[1:] == cold
+    assert cold[0] == "counters {}"
+    assert cold[1].startswith("explain 2 1 ")  # the branch on x.sum() breaks the graph: two graphs
+
+
+def test_the_warm_up_puts_back_rng_threads_and_interned_names():
+    import random
+
+    structured = torch._logging.structured
+    state = (torch.random.get_rng_state(), random.getstate(), torch.get_num_threads(), dict(structured.INTERN_TABLE))
+    assert compat.warm_compile() is (not _accelerator_build())
+    assert torch.equal(torch.random.get_rng_state(), state[0])
+    assert random.getstate() == state[1]
+    assert torch.get_num_threads() == state[2]
+    assert structured.INTERN_TABLE == state[3]
