@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
@@ -360,69 +359,6 @@ def warm_inductor_cpu() -> None:
         import torch.distributed.tensor.experimental  # noqa: F401
     except Exception:
         pass
-
-
-def warm_compile() -> bool:
-    """Compile and run a small function with Inductor once, in the fork server, so that each stage process forked
-    from it starts past Inductor's first compile in a process (its lowerings and passes set up, the compiled-code
-    loader): about 0.5 s per process that compiles with Inductor. Measured side by side on the small-cases set of
-    benchmarks/bench_run.py, tracecheck run took about 0.7 s (5%) less with it; the same warm-up for eager, aot_eager,
-    dynamic shapes and compiled autograd cost the fork server as much as it saved the stage processes, so it is not
-    done. Returns whether it ran.
-
-    Only on a build with no accelerator runtime: Dynamo asks ``torch.cuda.is_available()`` while it compiles,
-    which initialises CUDA's driver in a CUDA build, and a forked child cannot use CUDA after that; autograd's
-    device threads would likewise make every child's backward raise. One thread and no compile workers (a fork
-    cannot copy threads), and what a stage reads is put back as a fresh process has it: Dynamo's caches and
-    counters (``torch._dynamo.reset``), the global RNGs (torch's, Python's), warnings (none recorded), the
-    structured trace's interned file names (a stage's own trace must name them), and the thread tqdm starts."""
-    import random
-    import warnings
-
-    if torch.version.cuda or torch.version.hip or getattr(torch.version, "xpu", None) or "torch_npu" in sys.modules \
-            or torch._C._get_privateuse1_backend_name() != "privateuseone":
-        return False
-    from torch._dynamo.utils import counters
-
-    structured = getattr(torch._logging, "structured", None)
-    interned = dict(getattr(structured, "INTERN_TABLE", None) or {})
-    rng, py_rng = torch.random.get_rng_state(), random.getstate()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # no OpenMP pool before the fork: a child's first parallel region would hang
-    set_single_compile_thread()  # Inductor's compile workers are processes and threads a fork cannot copy
-
-    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.gelu(x @ w).softmax(-1).sum()
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
-            torch.compile(f, backend="inductor")(x, w).backward()
-    except Exception:  # no C++ compiler, say: each Inductor stage process warms itself, and reports that
-        pass
-    finally:
-        torch._dynamo.reset()
-        counters.clear()
-        torch.random.set_rng_state(rng)
-        random.setstate(py_rng)
-        torch.set_num_threads(threads)
-        if structured is not None and hasattr(structured, "INTERN_TABLE"):
-            structured.INTERN_TABLE.clear()
-            structured.INTERN_TABLE.update(interned)
-        _stop_tqdm_monitor()
-    return True
-
-
-def _stop_tqdm_monitor() -> None:
-    """torch.fx's Interpreter opens a (disabled) tqdm bar, which starts tqdm's monitor thread once per process."""
-    tqdm = sys.modules.get("tqdm.std")
-    monitor = getattr(getattr(tqdm, "tqdm", None), "monitor", None)
-    if monitor is not None:
-        try:
-            monitor.exit()
-        finally:
-            tqdm.tqdm.monitor = None
 
 
 def _pick_vec_isa(cpu_vec_isa: Any) -> None:

@@ -1,10 +1,8 @@
 """Imported once by the fork server, so each stage process starts with torch and the compiler stack loaded.
 
-Imports, answers to questions Inductor asks once per process (compat.warm_inductor_cpu), and one small Inductor
-compile on a single thread (compat.warm_compile), so no OpenMP pool or compile worker exists before the fork.
+Imports, and answers to questions Inductor asks once per process (compat.warm_inductor_cpu). No tensor op runs
+here, so no OpenMP pool or compile worker exists before the fork.
 """
-import os
-
 from .. import compat
 
 compat.preload_compiler_stack()
@@ -16,6 +14,3 @@ from ..evidence import exceptions, frames, oprecorder, opwatch, tracelog  # noqa
 from ..stages import _compiled_autograd, _execution  # noqa: E402,F401
 
 compat.warm_inductor_cpu()
-
-if os.environ.get("TRACECHECK_WARM_COMPILE", "1") != "0":  # =0: each stage process warms itself (A/B timing)
-    compat.warm_compile()
