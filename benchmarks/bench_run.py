@@ -139,16 +139,21 @@ def main() -> None:
             print(f"  warm-up (not measured): serial {_time(serial):.1f} s, tracecheck {_time(tc):.1f} s")
             ratios, serial_budgets, tc_budgets = [], [], []
             for r in range(args.rounds):
+                for stale in (serial_json, tc_json):  # a run that dies writes none: no budget of an earlier run
+                    if os.path.exists(stale):
+                        os.remove(stale)
                 t_serial = _time(serial)
                 t_tc = _time(tc)
                 ratios.append(t_tc / t_serial)
                 print(f"  round {r + 1}: serial single-process {t_serial:6.1f} s | tracecheck run -j {args.jobs} "
                       f"{t_tc:6.1f} s | ratio {t_tc / t_serial:.2f}x")
-                if args.budget:
+                if args.budget and os.path.exists(serial_json) and os.path.exists(tc_json):
                     with open(serial_json) as f:
                         serial_budgets.append({**json.load(f), "(whole run)": t_serial})
                     tc_budgets.append({**_tracecheck_budget(tc_json), "(whole run)": t_tc})
-            if args.budget:
+                elif args.budget:
+                    print("    (a side wrote no per-stage seconds this round: it died; run it by hand to see why)")
+            if serial_budgets:
                 _print_budget(stages.split(","), serial_budgets, tc_budgets)
             summary.append((name, statistics.median(ratios)))
     print()
