@@ -36,8 +36,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def serial_main(paths: list[str], stages: list[str], budget_out: str | None = None) -> None:
     """The baseline: everything in this one process, in order, through the same stage registry. With
     ``budget_out``, the seconds each stage took (summed over the probes) are written there as JSON."""
-    import json
-
     import torch
     from torch._dynamo.utils import counters
 
