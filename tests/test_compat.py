@@ -1,4 +1,5 @@
 """The torch-version shims in tracecheck/compat.py, on the installed torch."""
+import os
 import subprocess
 import sys
 
@@ -251,3 +252,91 @@ def test_preload_and_inductor_warm_up_run_on_the_installed_torch():
 
     assert all(name in sys.modules for name in compat.PRELOAD_MODULES)
     compat.warm_inductor_cpu()  # answers Inductor's per-process questions; must not raise
+
+
+def _accelerator_build() -> bool:
+    return bool(torch.version.cuda or torch.version.hip or getattr(torch.version, "xpu", None))
+
+
+_WARM_STATE_SCRIPT = """
+import os, random, sys, torch
+from torch._dynamo.utils import counters
+if sys.argv[1] == "warm":
+    from tracecheck import compat
+    compat.preload_compiler_stack()
+    threads = len(os.listdir("/proc/self/task"))
+    print("ran", compat.warm_compile(), "threads left", len(os.listdir("/proc/self/task")) - threads)
+torch.manual_seed(0); random.seed(0)
+before = (torch.randn(3).tolist(), random.random())
+# what Dynamo patches at a process's first torch.compile: an eager stage must see torch unpatched
+print("unpatched", torch.nn.Module.__init__.__qualname__, torch.fx._symbolic_trace.Tracer.trace.__qualname__,
+      torch.distributions.Distribution._validate_args)
+print("counters", {k: dict(v) for k, v in counters.items() if v})
+def f(x):
+    x = x.sin()
+    if x.sum() > 0:
+        x = x * 2
+    return x.cos()
+out = torch._dynamo.explain(f)(torch.randn(4))
+print("explain", out.graph_count, out.graph_break_count, [r.reason for r in out.break_reasons])
+torch._dynamo.reset(); counters.clear()
+names = []
+def backend(gm, example_inputs):
+    getattr(gm, "real_recompile", gm.recompile)()  # a lazy graph module's code is made at its first call
+    names.append(gm.forward.__code__.co_filename)  # <eval_with_key>.N: FX's loader counts per process
+    return gm.forward
+torch.compile(f, backend=backend)(torch.randn(4, requires_grad=True)).sum().backward()
+print("stats", dict(counters["stats"]), names, before)
+"""
+
+
+def test_the_fork_servers_warm_up_compile_leaves_a_fresh_processs_state():
+    """compat.warm_compile compiles in the fork server (isolate/preload.py) so stage processes start warm; what a
+    stage reads must be as a fresh process has it. Oracle: the same explain, counters, graph-module names and
+    random draws in a process that never warmed (plain torch, same script)."""
+
+    def run(mode):
+        proc = subprocess.run([sys.executable, "-c", _WARM_STATE_SCRIPT, mode], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.splitlines()
+
+    warm, cold = run("warm"), run("cold")
+    ran = not _accelerator_build() and sys.platform == "linux"  # a CUDA/ROCm/XPU build: no compile before the fork
+    assert warm[0] == f"ran {ran} threads left 0"  # tqdm's monitor stopped, no OpenMP pool or compile worker
+    assert warm[1:] == cold
+    assert cold[0] == "unpatched Module.__init__ Tracer.trace True"
+    assert cold[1] == "counters {}"
+    assert cold[2].startswith("explain 2 1 ")  # the branch on x.sum() breaks the graph: two graphs
+    assert "'<eval_with_key>." in cold[3]
+
+
+def test_a_backward_on_a_device_registered_after_the_warm_up_runs():
+    """The warm-up runs no backward: autograd's device set-up happens once per process, so a backward before the
+    fork would leave a device registered later (--emulate-npu, torch_npu imported by the model file) without its
+    ready queue, and every stage's backward on it would hit an internal assert. Oracle: d(sum(2x))/dx = 2."""
+    script = """
+import torch
+import tracecheck.isolate.preload  # the fork server's imports and its warm-up
+from tracecheck.devices import emulated_npu
+emulated_npu.install()
+x = torch.ones(3, device=emulated_npu.DEVICE, requires_grad=True)
+(2 * x).sum().backward()
+print(x.grad.cpu().tolist())
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRACECHECK_WARM_COMPILE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == "[2.0, 2.0, 2.0]"
+
+
+def test_the_warm_up_puts_back_rng_threads_and_interned_names():
+    import random
+
+    structured = torch._logging.structured
+    state = (torch.random.get_rng_state(), random.getstate(), torch.get_num_threads(), dict(structured.INTERN_TABLE))
+    compat.warm_compile()
+    assert torch.equal(torch.random.get_rng_state(), state[0])
+    assert random.getstate() == state[1]
+    assert torch.get_num_threads() == state[2]
+    assert structured.INTERN_TABLE == state[3]

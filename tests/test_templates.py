@@ -209,3 +209,25 @@ def test_the_preloads_remembered_vector_isa_is_the_one_inductor_finds_itself(tmp
     if len(passed) > 1:  # a stale verdict (fewer ISAs than the flags allow) is not trusted
         memo.write_text(json.dumps({key: passed[-1:]}))
         assert isas("import tracecheck.isolate.preload\n") == plain
+
+
+@pytest.mark.parametrize("stages", ["eager", "eager,explain"])
+def test_stage_processes_see_the_users_environment_not_the_fork_servers(tmp_path, stages):
+    """The fork server gets PYTHONSAFEPATH, and TRACECHECK_WARM_COMPILE=0 when no stage compiles (--stages eager):
+    tracecheck's, so the probe's process must not see them; a variable the user set stays."""
+    model = tmp_path / "envdump.py"
+    model.write_text(
+        "import json, os, torch\n"
+        "def probe():  # called in the template and again in each stage process\n"
+        "    with open(os.environ['ENV_DUMP'], 'a') as f:\n"
+        "        f.write(json.dumps(sorted(k for k in os.environ if 'SAFEPATH' in k or k.startswith('TRACECHECK')))"
+        " + '\\n')\n"
+        "    return (lambda x: x * 2), (torch.randn(3),)\n")
+    dump = tmp_path / "env.jsonl"
+    env = {k: v for k, v in os.environ.items() if "SAFEPATH" not in k and not k.startswith("TRACECHECK")}
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(model), "--stages", stages],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**env, "ENV_DUMP": str(dump), "TRACECHECK_USERS_OWN": "1"})
+    assert proc.returncode == 0, proc.stderr
+    seen = dump.read_text().splitlines()
+    assert len(seen) >= 1 + len(stages.split(",")) and set(seen) == {'["TRACECHECK_USERS_OWN"]'}

@@ -98,7 +98,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     root = locate.rootdir(paths)
     progress.discovered(len(files))
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
-    with Runner(min(opts.jobs, os.cpu_count() or 1)) as runner:
+    with Runner(min(opts.jobs, os.cpu_count() or 1), warm_compile=any(get_stage(s).compiles for s in stages)) as runner:
         env_task = Task(_ENVIRONMENT, {"op": "tracecheck.environment:environment_task", "device": device,
                                        "collect_env": opts.collect_env, "npu": environment.npu_status(),
                                        **_emulation(opts)}, opts.timeout_s)

@@ -361,6 +361,108 @@ def warm_inductor_cpu() -> None:
         pass
 
 
+def warm_compile() -> bool:
+    """Compile and run one small function with Inductor, forward only, in the fork server: each stage process
+    forked from it then starts past Dynamo's, AOTAutograd's and Inductor's first compile in a process (lowerings,
+    passes, FakeTensor's dispatch set-up, the compiled-code loader). Returns whether it ran.
+
+    Forward only, on tensors that need no grad: a backward here would spend autograd's one-time device set-up
+    (``Engine::start_device_threads``, once per process) before the fork, and every stage process's backward on a
+    device registered later (``--emulate-npu``, torch_npu imported by the model file) would then hit an internal
+    assert. Not on a CUDA, ROCm or XPU build (Dynamo asks ``torch.cuda.is_available()``, which initialises the
+    driver, and a forked child cannot use CUDA after that) nor off Linux. One thread and no compile workers (a fork
+    cannot copy threads); what a stage reads is put back as a fresh process has it: Dynamo's caches and counters
+    (``torch._dynamo.reset``), torch's module-level id counters (graph-module and resume-function names), the
+    global RNGs, the structured trace's interned file names, and the thread tqdm starts. The monkeypatches Dynamo
+    applies to torch at its first ``torch.compile`` in a process (``TorchPatcher.patch``: distributions stop
+    validating their arguments, ``torch.jit.trace`` and FX's tracer are wrapped; ``install_generation_tagging_init``:
+    ``nn.Module.__init__`` is wrapped) are held off, so an eager, vmap or export stage runs torch unpatched, as it
+    would in a fresh process; a torch without these hooks gets no warm-up."""
+    import random
+    import sys
+    import warnings
+    from unittest import mock
+
+    if sys.platform != "linux" or torch.version.cuda or torch.version.hip or getattr(torch.version, "xpu", None):
+        return False
+    from torch._dynamo import eval_frame
+    from torch._dynamo.utils import counters
+
+    patcher = getattr(eval_frame, "TorchPatcher", None)
+    if not hasattr(patcher, "patch") or not hasattr(eval_frame, "install_generation_tagging_init"):
+        return False
+
+    structured = getattr(torch._logging, "structured", None)
+    interned = dict(getattr(structured, "INTERN_TABLE", None) or {})
+    ids = _id_counters()
+    rng, py_rng = torch.random.get_rng_state(), random.getstate()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # no OpenMP pool before the fork: a child's first parallel region would hang
+    set_single_compile_thread()  # Inductor's compile workers are processes and threads a fork cannot copy
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x @ w).softmax(-1).sum(0)
+
+    try:
+        with warnings.catch_warnings(), mock.patch.object(patcher, "patch", staticmethod(lambda: None)), \
+                mock.patch.object(eval_frame, "install_generation_tagging_init", lambda: None):
+            warnings.simplefilter("ignore")
+            torch.compile(f, backend="inductor")(torch.randn(4, 8), torch.randn(8, 8))
+    except Exception:  # no C++ compiler, say: each stage process warms itself, and the stage reports it
+        pass
+    finally:
+        torch._dynamo.reset()
+        counters.clear()
+        metrics = sys.modules.get("torch._inductor.metrics")
+        if hasattr(metrics, "reset"):
+            metrics.reset()  # Inductor's kernel counts
+        for (module, name), value in ids.items():
+            setattr(module, name, value)
+        torch.random.set_rng_state(rng)
+        random.setstate(py_rng)
+        torch.set_num_threads(threads)
+        if structured is not None and hasattr(structured, "INTERN_TABLE"):
+            structured.INTERN_TABLE.clear()
+            structured.INTERN_TABLE.update(interned)
+        _stop_tqdm_monitor()
+    return True
+
+
+def _id_counters() -> dict[tuple[Any, str], Any]:
+    """Fresh copies of torch's module-level id counters as they stand now (``itertools.count`` objects, and the
+    FX loader's ``next_id`` behind ``<eval_with_key>.N``), to be put back after the warm-up compile."""
+    import itertools
+    import re
+    import sys
+
+    out: dict[tuple[Any, str], Any] = {}
+    for mod_name, module in list(sys.modules.items()):
+        if not mod_name.startswith("torch.") or module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if type(value) is itertools.count:
+                start = re.fullmatch(r"count\((-?\d+)\)", repr(value))
+                if start:
+                    out[(module, name)] = itertools.count(int(start.group(1)))
+    loader = getattr(sys.modules.get("torch.fx.graph_module"), "_loader", None)
+    if loader is not None and isinstance(getattr(loader, "next_id", None), int):
+        out[(loader, "next_id")] = loader.next_id
+    return out
+
+
+def _stop_tqdm_monitor() -> None:
+    """torch.fx's Interpreter opens a (disabled) tqdm bar, which starts tqdm's monitor thread once per process."""
+    import sys
+
+    tqdm = sys.modules.get("tqdm.std")
+    monitor = getattr(getattr(tqdm, "tqdm", None), "monitor", None)
+    if monitor is not None:
+        try:
+            monitor.exit()
+        finally:
+            tqdm.tqdm.monitor = None
+
+
 def _pick_vec_isa(cpu_vec_isa: Any) -> None:
     """Inductor finds the CPU's vector ISAs by compiling and loading a probe library per candidate, each load
     in a fresh Python (about 1.3 s on x86). The verdict is kept beside Inductor's cache: when every ISA the CPU

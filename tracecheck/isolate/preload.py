@@ -1,8 +1,11 @@
 """Imported once by the fork server, so each stage process starts with torch and the compiler stack loaded.
 
-Imports, and answers to questions Inductor asks once per process (compat.warm_inductor_cpu). No tensor op runs
-here, so no OpenMP pool or compile worker exists before the fork.
+Imports, answers to questions Inductor asks once per process (compat.warm_inductor_cpu), and one small Inductor
+compile, forward only, on a single thread (compat.warm_compile): no OpenMP pool, compile worker or autograd device
+thread exists before the fork.
 """
+import os
+
 from .. import compat
 
 compat.preload_compiler_stack()
@@ -14,3 +17,10 @@ from ..evidence import exceptions, frames, oprecorder, opwatch, tracelog  # noqa
 from ..stages import _compiled_autograd, _execution  # noqa: E402,F401
 
 compat.warm_inductor_cpu()
+
+# "0": each stage process warms itself (the run has no compile stage; A/B timing)
+if os.environ.get(worker.WARM_COMPILE_VAR, "1") != "0":
+    try:
+        compat.warm_compile()
+    except Exception:  # a warm-up that fails leaves stage processes to warm themselves, as without it
+        pass

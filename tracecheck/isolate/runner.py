@@ -89,7 +89,7 @@ class Outcome:
         return msg.value
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context(warm_compile: bool) -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
@@ -97,14 +97,21 @@ def _context() -> multiprocessing.context.BaseContext:
     # The server is a `python -c` interpreter: the current directory comes first on its sys.path, and Python 3.11
     # ignores the sys_path multiprocessing hands it. A ./tracecheck/ folder (a clone, a checkout) would then stand
     # in for the installed tracecheck in every stage process. PYTHONSAFEPATH keeps the directory off.
+    # The server's preload compiles once (compat.warm_compile), worth it only when a stage compiles; the variable
+    # is also the user's (=0: no warm-up, for A/B timing). The server starts once per tracecheck process.
+    env = {} if warm_compile or worker.WARM_COMPILE_VAR in os.environ else {worker.WARM_COMPILE_VAR: "0"}
     if "PYTHONSAFEPATH" not in os.environ:
+        env["PYTHONSAFEPATH"] = "1"
+    if env:
         from multiprocessing import forkserver
 
-        os.environ["PYTHONSAFEPATH"] = os.environ[worker.SAFEPATH_MARK] = "1"
+        os.environ.update(env, **{worker.SERVER_ENV_MARK: ",".join(env)})  # the stage processes drop these
+        env[worker.SERVER_ENV_MARK] = ""
         try:
             forkserver.ensure_running()
         finally:
-            del os.environ["PYTHONSAFEPATH"], os.environ[worker.SAFEPATH_MARK]
+            for name in env:
+                del os.environ[name]
     return ctx
 
 
@@ -227,10 +234,10 @@ class _Forked:
 class Runner:
     """Run ``Task``s ``jobs`` at a time; ``run`` yields ``Outcome``s as they finish."""
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, warm_compile: bool = True) -> None:
         self.jobs = max(1, jobs)
         self.threads = max(1, (os.cpu_count() or 1) // self.jobs)  # torch threads per stage: no oversubscription
-        self._ctx = _context()
+        self._ctx = _context(warm_compile)
         self._tmp = tempfile.TemporaryDirectory(prefix="tracecheck-")
         self._counter = 0
         self._templates: list[Template] = []

@@ -17,9 +17,11 @@ from typing import Any, Callable
 from . import protocol
 from ..model.exitcodes import UsageError
 
-#: set with PYTHONSAFEPATH in the fork server's environment by tracecheck (runner._context), not by the user:
-#: stage processes drop both, so a probe's own subprocesses see the user's environment
-SAFEPATH_MARK = "TRACECHECK_SET_PYTHONSAFEPATH"
+#: the variables tracecheck (runner._context), not the user, set in the fork server's environment, comma-separated:
+#: stage processes drop them and this one, so a probe's own subprocesses see the user's environment
+SERVER_ENV_MARK = "TRACECHECK_SERVER_ENV"
+#: read by the fork server's preload (isolate/preload.py): "0" skips its warm-up compile
+WARM_COMPILE_VAR = "TRACECHECK_WARM_COMPILE"
 
 
 #: Largest file a stage process may write (its log included): a probe printing in a loop must not fill the disk.
@@ -30,8 +32,8 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
     """Entry point of a task process: run ``task["op"]`` and write its ``protocol`` message to
     ``result_path`` (JSON), unless the process dies first. Returns the message (template.serve reads it)."""
     os.setpgrp()  # own process group: the parent can kill whatever the probe spawned on timeout
-    if os.environ.pop(SAFEPATH_MARK, None):  # tracecheck's, for the fork server only: not the probe's
-        os.environ.pop("PYTHONSAFEPATH", None)
+    for name in filter(None, os.environ.pop(SERVER_ENV_MARK, "").split(",")):  # the fork server's, not the probe's
+        os.environ.pop(name, None)
     try:
         _redirect_output(log_path)
     except OSError:

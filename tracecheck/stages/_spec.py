@@ -39,7 +39,8 @@ class StageSpec:
     relative run time, measured on probes/ and tiny transformers models; the runner starts costlier stages first.
     ``heading``: a short column heading for narrow terminals (default: ``name``). ``target``: what the stage
     checks readiness for (``targets.TARGETS``); its failures gate a run only when that target is required.
-    ``repro``: how a standalone reproducer runs the stage with plain torch.
+    ``repro``: how a standalone reproducer runs the stage with plain torch. ``compiles``: the stage calls Dynamo,
+    AOTAutograd or Inductor, so the fork server's warm-up compile (``compat.warm_compile``) saves it time.
     """
 
     name: str
@@ -58,6 +59,7 @@ class StageSpec:
     #: its helpers ``_repro_step``/``_repro_compare`` on ``_repro_fn``, ``_repro_args``, ``_repro_kwargs``; ``{op!r}``
     #: becomes the finding's op); "" for a stage no script is written for
     repro: str = ""
+    compiles: bool = True
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:

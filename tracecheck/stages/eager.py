@@ -22,6 +22,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="eager", order=10, cost=0, run=run,
+    name="eager", order=10, cost=0, run=run, compiles=False,
     summary="the reference outputs and gradients; a missing autograd formula shows here, at backward",
     repro='_repro_step(_repro_fn)')

@@ -29,6 +29,6 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="gradcheck", heading="grad", order=80, cost=1, run=run, needs=("custom ops",),
+    name="gradcheck", heading="grad", order=80, cost=1, run=run, needs=("custom ops",), compiles=False,
     summary="each custom op's and autograd.Function's backward against numerical derivatives (float64 "
             "gradcheck, else a float32 central difference)")

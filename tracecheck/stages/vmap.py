@@ -93,6 +93,6 @@ def _summary(r: dict[str, Any]) -> str:
 
 SPEC = StageSpec(
     target=FUNC,
-    name="vmap", order=88, cost=1, run=run,
+    name="vmap", order=88, cost=1, run=run, compiles=False,
     summary="torch.func.vmap over two perturbed copies of the tensor inputs vs an eager loop (ops without a "
             "batching rule named), and torch.func.grad vs autograd")
