@@ -361,71 +361,112 @@ def warm_inductor_cpu() -> None:
         pass
 
 
-def warm_compile() -> bool:
+def warm_compile() -> list[str] | None:
     """Compile and run one small function with Inductor, forward only, in the fork server: each stage process
     forked from it then starts past Dynamo's, AOTAutograd's and Inductor's first compile in a process (lowerings,
-    passes, FakeTensor's dispatch set-up, the compiled-code loader). Returns whether it ran.
+    passes, FakeTensor's dispatch set-up, the compiled-code loader). Returns the warnings the compile raised (none is
+    expected: a warn-once spent here would never reach a stage), or None when it did not compile.
 
     Forward only, on tensors that need no grad: a backward here would spend autograd's one-time device set-up
     (``Engine::start_device_threads``, once per process) before the fork, and every stage process's backward on a
     device registered later (``--emulate-npu``, torch_npu imported by the model file) would then hit an internal
     assert. Not on a CUDA, ROCm or XPU build (Dynamo asks ``torch.cuda.is_available()``, which initialises the
-    driver, and a forked child cannot use CUDA after that) nor off Linux. One thread and no compile workers (a fork
-    cannot copy threads); what a stage reads is put back as a fresh process has it: Dynamo's caches and counters
-    (``torch._dynamo.reset``), torch's module-level id counters (graph-module and resume-function names), the
-    global RNGs, the structured trace's interned file names, and the thread tqdm starts. The monkeypatches Dynamo
-    applies to torch at its first ``torch.compile`` in a process (``TorchPatcher.patch``: distributions stop
-    validating their arguments, ``torch.jit.trace`` and FX's tracer are wrapped; ``install_generation_tagging_init``:
-    ``nn.Module.__init__`` is wrapped) are held off, so an eager, vmap or export stage runs torch unpatched, as it
-    would in a fresh process; a torch without these hooks gets no warm-up."""
+    driver, and a forked child cannot use CUDA after that), off Linux, nor while the user's ``TORCH_LOGS``,
+    ``TORCH_TRACE`` or ``TORCH_COMPILE_DEBUG`` would log it. One thread and no compile workers (a fork cannot copy
+    threads). What a stage reads is put back as a fresh process has it:
+    - Dynamo's caches and counters (``torch._dynamo.reset``), Inductor's metrics, the compilation metrics, torch's
+      module-level id counters and FX's generated-source cache (``<eval_with_key>.N`` names and their lines);
+    - the snapshots of torch a first compile caches (Dynamo's trace rules, Inductor's per-device backends): a model
+      file or a device plugin imported later may add to torch;
+    - the global RNGs, the structured trace's interned and dumped file names, tqdm's thread and its lock (a
+      multiprocessing lock every fork would share);
+    - the monkeypatches Dynamo applies at its first ``torch.compile`` in a process (``TorchPatcher.patch``:
+      distributions stop validating arguments, ``torch.jit.trace`` and FX's tracer are wrapped;
+      ``install_generation_tagging_init``: ``nn.Module.__init__`` is wrapped) are held off, so an eager, vmap or
+      export stage runs torch unpatched; a torch without these hooks gets no warm-up.
+    C++ warn-once warnings stay unspent (``torch.set_warn_always`` during the compile)."""
+    import linecache
     import random
     import sys
     import warnings
     from unittest import mock
 
-    if sys.platform != "linux" or torch.version.cuda or torch.version.hip or getattr(torch.version, "xpu", None):
-        return False
+    if sys.platform != "linux" or torch.version.cuda or torch.version.hip or getattr(torch.version, "xpu", None) \
+            or any(os.environ.get(v) for v in ("TORCH_LOGS", "TORCH_TRACE", "TORCH_COMPILE_DEBUG")):
+        return None
     from torch._dynamo import eval_frame
     from torch._dynamo.utils import counters
 
     patcher = getattr(eval_frame, "TorchPatcher", None)
     if not hasattr(patcher, "patch") or not hasattr(eval_frame, "install_generation_tagging_init"):
-        return False
+        return None
 
     structured = getattr(torch._logging, "structured", None)
     interned = dict(getattr(structured, "INTERN_TABLE", None) or {})
+    dumped = set(getattr(structured, "DUMPED_FILES", None) or ())
     ids = _id_counters()
+    generated = getattr(getattr(sys.modules.get("torch.fx.graph_module"), "_loader", None), "eval_cache", None)
+    generated = generated if isinstance(generated, dict) else {}
+    sources, generated_before = set(linecache.cache), set(generated)
+    snapshots = _snapshot_caches()
+    tqdm_locks = _tqdm_locks()
     rng, py_rng = torch.random.get_rng_state(), random.getstate()
-    threads = torch.get_num_threads()
+    threads, warn_always = torch.get_num_threads(), torch.is_warn_always_enabled()
     torch.set_num_threads(1)  # no OpenMP pool before the fork: a child's first parallel region would hang
     set_single_compile_thread()  # Inductor's compile workers are processes and threads a fork cannot copy
+    torch.set_warn_always(True)
 
     def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.gelu(x @ w).softmax(-1).sum(0)
 
+    raised: list[str] | None = None
     try:
-        with warnings.catch_warnings(), mock.patch.object(patcher, "patch", staticmethod(lambda: None)), \
+        with warnings.catch_warnings(record=True) as caught, \
+                mock.patch.object(patcher, "patch", staticmethod(lambda: None)), \
                 mock.patch.object(eval_frame, "install_generation_tagging_init", lambda: None):
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("always")  # recorded, and no once-registry entry left behind
             torch.compile(f, backend="inductor")(torch.randn(4, 8), torch.randn(8, 8))
+        raised = [str(w.message) for w in caught]
     except Exception:  # no C++ compiler, say: each stage process warms itself, and the stage reports it
         pass
     finally:
         torch._dynamo.reset()
         counters.clear()
-        metrics = sys.modules.get("torch._inductor.metrics")
-        if hasattr(metrics, "reset"):
-            metrics.reset()  # Inductor's kernel counts
+        for module, name in (("torch._inductor.metrics", "reset"), ("torch._dynamo.utils", "clear_compilation_metrics")):
+            getattr(sys.modules.get(module), name, lambda: None)()
+        for fn, size in snapshots.items():
+            if fn.cache_info().currsize > size:
+                fn.cache_clear()
         for (module, name), value in ids.items():
             setattr(module, name, value)
+        for name in set(linecache.cache) - sources:  # the restored counter hands these names out again
+            if name.startswith("<eval_with_key>"):
+                del linecache.cache[name]
+        for name in set(generated) - generated_before:
+            del generated[name]
         torch.random.set_rng_state(rng)
         random.setstate(py_rng)
         torch.set_num_threads(threads)
-        if structured is not None and hasattr(structured, "INTERN_TABLE"):
-            structured.INTERN_TABLE.clear()
-            structured.INTERN_TABLE.update(interned)
-        _stop_tqdm_monitor()
-    return True
+        torch.set_warn_always(warn_always)
+        for name, value in (("INTERN_TABLE", interned), ("DUMPED_FILES", dumped)):
+            table = getattr(structured, name, None)
+            if table is not None:
+                table.clear()
+                table.update(value)
+        _stop_tqdm_monitor(keep_locks=tqdm_locks)
+    return raised
+
+
+def _snapshot_caches() -> dict[Any, int]:
+    """The caches a first compile fills with a snapshot of torch's namespace or its registered devices (Dynamo's
+    trace rules, Inductor's per-device backends), with their sizes now: ``warm_compile`` empties those it filled, so
+    that a stage process takes its snapshot after its model file and device plugins have loaded, as it would fresh."""
+    import sys
+
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    fns = [getattr(rules, n) for n in dir(rules)] if rules is not None else []
+    fns.append(getattr(sys.modules.get("torch._inductor.codegen.common"), "init_backend_registration", None))
+    return {fn: fn.cache_info().currsize for fn in fns if callable(getattr(fn, "cache_info", None))}
 
 
 def _id_counters() -> dict[tuple[Any, str], Any]:
@@ -450,8 +491,19 @@ def _id_counters() -> dict[tuple[Any, str], Any]:
     return out
 
 
-def _stop_tqdm_monitor() -> None:
-    """torch.fx's Interpreter opens a (disabled) tqdm bar, which starts tqdm's monitor thread once per process."""
+def _tqdm_locks() -> tuple[bool, bool]:
+    """Whether tqdm's write lock and its multiprocessing lock exist yet (``_stop_tqdm_monitor`` keeps only those)."""
+    import sys
+
+    tqdm = sys.modules.get("tqdm.std")
+    bar, lock = getattr(tqdm, "tqdm", None), getattr(tqdm, "TqdmDefaultWriteLock", None)
+    return bar is None or "_lock" in vars(bar), lock is None or "mp_lock" in vars(lock)
+
+
+def _stop_tqdm_monitor(keep_locks: tuple[bool, bool]) -> None:
+    """torch.fx's Interpreter opens a (disabled) tqdm bar, which starts tqdm's monitor thread once per process and
+    makes tqdm's write lock, a multiprocessing lock: made before a fork, every stage process would share it, and
+    one killed while holding it would hang the others. The locks that existed before (``keep_locks``) stay."""
     import sys
 
     tqdm = sys.modules.get("tqdm.std")
@@ -461,6 +513,10 @@ def _stop_tqdm_monitor() -> None:
             monitor.exit()
         finally:
             tqdm.tqdm.monitor = None
+    for keep, owner, name in zip(keep_locks, ("tqdm", "TqdmDefaultWriteLock"), ("_lock", "mp_lock")):
+        cls = getattr(tqdm, owner, None)
+        if not keep and cls is not None and name in vars(cls):
+            delattr(cls, name)
 
 
 def _pick_vec_isa(cpu_vec_isa: Any) -> None:

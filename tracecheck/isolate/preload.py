@@ -18,9 +18,10 @@ from ..stages import _compiled_autograd, _execution  # noqa: E402,F401
 
 compat.warm_inductor_cpu()
 
-# "0": each stage process warms itself (the run has no compile stage; A/B timing)
+# "0": each stage process warms itself (the run has no compile stage; A/B timing). Whatever goes wrong leaves
+# stage processes to warm themselves, as without it.
 if os.environ.get(worker.WARM_COMPILE_VAR, "1") != "0":
     try:
         compat.warm_compile()
-    except Exception:  # a warm-up that fails leaves stage processes to warm themselves, as without it
+    except Exception:
         pass
