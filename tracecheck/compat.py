@@ -395,7 +395,6 @@ def warm_compile() -> list[str] | None:
             or any(os.environ.get(v) for v in ("TORCH_LOGS", "TORCH_TRACE", "TORCH_COMPILE_DEBUG")):
         return None
     from torch._dynamo import eval_frame
-    from torch._dynamo.utils import counters
 
     patcher = getattr(eval_frame, "TorchPatcher", None)
     if not hasattr(patcher, "patch") or not hasattr(eval_frame, "install_generation_tagging_init"):
@@ -430,8 +429,8 @@ def warm_compile() -> list[str] | None:
     except Exception:  # no C++ compiler, say: each stage process warms itself, and the stage reports it
         pass
     finally:
-        torch._dynamo.reset()
-        counters.clear()
+        dynamo_reset()
+        counters().clear()
         for module, name in (("torch._inductor.metrics", "reset"), ("torch._dynamo.utils", "clear_compilation_metrics")):
             getattr(sys.modules.get(module), name, lambda: None)()
         for fn, size in snapshots.items():
