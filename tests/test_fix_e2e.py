@@ -106,23 +106,68 @@ def test_mhc_inferred_fakes_match_the_spec_at_new_shapes(mhc_function_fix):
     assert got.strip() == f"{shapes} {dtypes}"
 
 
-def test_mhc_fake_refuses_another_rank_clearly(mhc_function_fix):
-    """The fakes were inferred with x of rank 4 (B, S, n, C); the 3-D form (T, n, C) of spec §4.2 is a clear
-    error at trace time, not a wrong shape."""
+def test_mhc_fake_holds_at_the_specs_3d_form(mhc_function_fix):
+    """The probe's x is 4-D (B, S, n, C); the reference kernel also takes the 3-D form (T, n, C), where spec §4.2
+    (line 140) drops the (B, S) pair for T: h_in (T, C), h_post (T, n), h_res (T, n*n), ..., sum_out (2I, T, n).
+    The fake, inferred with x at other ranks too, gives those shapes; a 2-D x, which the kernel refuses, is refused
+    by the fake's rank check."""
     _, _, tmp = mhc_function_fix
     got = _python("""
         import importlib.util, torch
         spec = importlib.util.spec_from_file_location("patched", "mhc_probes_fixed.py")
         m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
         from torch._subclasses.fake_tensor import FakeTensorMode
-        try:
-            with FakeTensorMode():
+        with FakeTensorMode():
+            outs = torch.ops.tracecheck_fix.mhc_pre_sinkhorn_function_forward(
+                torch.empty(5, 4, 16), torch.empty(24, 64), torch.empty(3), torch.empty(24), 4, 7, 1e-6, 1e-6)
+            print([tuple(o.shape) for o in outs])
+            try:
                 torch.ops.tracecheck_fix.mhc_pre_sinkhorn_function_forward(
-                    torch.empty(5, 4, 16), torch.empty(24, 64), torch.empty(3), torch.empty(24), 4, 20, 1e-6, 1e-6)
-        except RuntimeError as e:
-            print(str(e).splitlines()[0])
+                    torch.empty(4, 16), torch.empty(24, 64), torch.empty(3), torch.empty(24), 4, 7, 1e-6, 1e-6)
+            except RuntimeError as e:
+                print(str(e).splitlines()[0])
     """, tmp)
-    assert "x: this fake impl was inferred at rank 4" in got
+    T, n, C, I = 5, 4, 16, 7
+    shapes = [(T, C), (T, n), (T, n * n), (T, n), (T, n * n + 2 * n), (T, 1), (2 * I, T, n), (2 * I, T, n, n)]
+    first, second = got.strip().splitlines()
+    assert first == str(shapes)
+    assert "x: this fake impl holds from rank 3 up" in second
+
+
+def test_mhc_fix_compiles_at_sizes_and_ranks_the_probe_never_used(mhc_function_fix):
+    """Plain torch.compile(fullgraph=True, dynamic=True) of the fixed ops, forward and backward, at (B, S) =
+    (3, 5) and at the 3-D form (T=6): outputs and gradients equal the original autograd.Functions run eagerly."""
+    _, _, tmp = mhc_function_fix
+    got = _python("""
+        import importlib.util, torch
+        spec = importlib.util.spec_from_file_location("patched", "mhc_probes_fixed.py")
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        import fixed_ops
+        pre_f, post_f = fixed_ops._ORIGINALS["MhcPreSinkhornFunction"], fixed_ops._ORIGINALS["MhcPostFunction"]
+        pre_d, post_d = fixed_ops.install(pre_f), fixed_ops.install(post_f)
+        n, C = 4, 16
+
+        def run(pre, post, x, phi, alpha, bias):
+            h_in, h_post, h_res = pre.apply(x, phi, alpha, bias, n, 20, 1e-6, 1e-6)
+            return post.apply(x, h_res.reshape(*x.shape[:-2], n, n), h_in, h_post)
+
+        compiled = torch.compile(lambda *a: run(pre_d, post_d, *a), backend="aot_eager", fullgraph=True, dynamic=True)
+        for lead in [(3, 5), (6,)]:
+            torch.manual_seed(0)
+            base = [torch.randn(*lead, n, C), torch.randn(n * n + 2 * n, n * C) * 0.1, torch.rand(3), torch.randn(n * n + 2 * n) * 0.1]
+            a = [t.clone().requires_grad_() for t in base]
+            r = [t.clone().requires_grad_() for t in base]
+            out = compiled(*a)
+            ref = run(pre_f, post_f, *r)
+            assert out.shape == ref.shape == (*lead, n, C), (out.shape, ref.shape)
+            (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape)).sum().backward()
+            (ref * torch.linspace(-1, 1, ref.numel()).reshape(ref.shape)).sum().backward()
+            torch.testing.assert_close(out, ref)
+            for g, h in zip(a, r):
+                torch.testing.assert_close(g.grad, h.grad, rtol=1e-4, atol=1e-5)
+        print("OK")
+    """, tmp)
+    assert got.strip().endswith("OK")
 
 
 @pytest.mark.parametrize("probe", ["probe_missing_fake", "probe_missing_autograd"])

@@ -295,3 +295,120 @@ def test_runs_add_copies_symbols():
     sym["n"] = 4
     assert runs.symbols == [{"n": 3}]
     assert runs.values == [9]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fakes that hold beyond the probe: other sizes, other ranks (issue 37). The oracle is the real op run at
+# shapes observe() never used; the fake is the code codegen.fake_lines writes, executed.
+# ---------------------------------------------------------------------------------------------------------
+
+def _fake_of(fn, args):
+    """The fake impl tracecheck would write for ``fn`` at ``args``, as a callable (the generated source, exec'd)."""
+    from tracecheck.fix.codegen import fake_lines
+
+    obs = ob.observe(_single(fn), args)
+    outs = [f"out{i}" for i in range(len(obs.groups[0]))]
+    ranks = {n: v.dim() for n, v in args.items() if isinstance(v, torch.Tensor)}
+    src = f"def fake({', '.join(args)}):\n" + "\n".join(fake_lines(outs, obs.groups[0], ranks))
+    ns = {"torch": torch}
+    exec(src, ns)  # noqa: S102 - the generated fake, as a user would import it
+    return ns["fake"], src
+
+
+def _shapes(result):
+    return [tuple(t.shape) for t in (result if isinstance(result, tuple) else (result,))]
+
+
+_OPS = {
+    # name: (op, probe inputs, inputs at shapes and ranks the probe never used)
+    "elementwise": (lambda x: x * torch.sigmoid(x), {"x": torch.randn(4, 16)},
+                    [{"x": torch.randn(2, 8, 16)}, {"x": torch.randn(7)}, {"x": torch.randn(3, 5, 2, 9)}]),
+    "matmul": (lambda x, w: x @ w.t(), {"x": torch.randn(4, 16), "w": torch.randn(32, 16)},
+               [{"x": torch.randn(2, 3, 16), "w": torch.randn(5, 16)}, {"x": torch.randn(9, 7), "w": torch.randn(3, 7)}]),
+    "reduction": (lambda x: x.sum(-1), {"x": torch.randn(4, 16)},
+                  [{"x": torch.randn(2, 3, 5)}, {"x": torch.randn(11)}]),
+    "several outputs": (lambda x, w: (x @ w, x.mean(-1, keepdim=True), torch.cat([x, x], -1)),
+                        {"x": torch.randn(4, 6), "w": torch.randn(6, 10)},
+                        [{"x": torch.randn(2, 5, 3), "w": torch.randn(3, 7)}, {"x": torch.randn(9, 2), "w": torch.randn(2, 2)}]),
+    "int argument": (lambda x, k: x.unsqueeze(-1).expand(*x.shape, k).contiguous(), {"x": torch.randn(4, 6), "k": 3},
+                     [{"x": torch.randn(2, 5, 7), "k": 9}, {"x": torch.randn(8), "k": 1}]),
+}
+
+
+@pytest.mark.parametrize("name", list(_OPS))
+def test_the_written_fake_holds_at_sizes_and_ranks_the_probe_never_used(name):
+    fn, probe, unseen = _OPS[name]
+    fake, src = _fake_of(fn, probe)
+    for args in unseen:
+        assert _shapes(fake(**args)) == _shapes(fn(**args)), (args, src)
+
+
+def test_an_elementwise_fake_is_written_over_the_inputs_shape():
+    fake, src = _fake_of(lambda x: x * torch.sigmoid(x), {"x": torch.randn(4, 16)})
+    assert "torch.empty(x.shape," in src and "x.dim() == 2" not in src
+
+
+def test_a_fake_that_holds_at_one_rank_only_refuses_the_others():
+    # sum over dim 0 of a 2-D x: at rank 3 dim 0 is another axis, so the fake keeps x at rank 2, clearly
+    fn = lambda x: x.sum(0)  # noqa: E731
+    fake, src = _fake_of(fn, {"x": torch.randn(4, 16)})
+    assert _shapes(fake(torch.randn(5, 9))) == _shapes(fn(torch.randn(5, 9)))
+    with pytest.raises(RuntimeError, match="inferred at rank 2"):
+        fake(torch.randn(3, 5, 9))
+
+
+def test_equal_sizes_the_op_refuses_to_change_together_are_told_apart():
+    # mHC's shape: x (B, S, n, C) with n fixed at 4 by the kernel; the probe has S == n == 4, so changing the
+    # class {S, n} together is refused. S alone changes: h_post is (B, S, n), never (B, S, S).
+    def h_post(x):
+        if x.size(-2) != 4:
+            raise RuntimeError("n must be 4")
+        return x.sum(-1)
+
+    fake, src = _fake_of(h_post, {"x": torch.randn(2, 4, 4, 16)})
+    for shape in [(2, 8, 4, 16), (3, 1, 4, 5), (6, 4, 16)]:
+        x = torch.randn(*shape)
+        assert _shapes(fake(x)) == _shapes(h_post(x)), src
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fix.shape_check: opcheck at shapes beyond the probe's finds a fake that only held there
+# ---------------------------------------------------------------------------------------------------------
+
+def _linear_op(ns: str, tied: bool):
+    @torch.library.custom_op(f"{ns}::lin", mutates_args=())
+    def lin(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w.t()
+
+    @lin.register_fake
+    def _(x, w):
+        # the tied fake: at the probe, w.size(0) == 8 * x.size(0) (32 == 8 * 4)
+        return x.new_empty(x.size(0), 8 * x.size(0)) if tied else x.new_empty(*x.shape[:-1], w.size(0))
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w, g.reshape(-1, g.size(-1)).t() @ x.reshape(-1, x.size(-1))
+
+    lin.register_autograd(backward, setup_context=setup)
+    return lin
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_shape_check_finds_a_fake_that_only_held_at_the_probes_sizes(tied):
+    from tracecheck.fix import shape_check
+
+    ns = f"tc_shape_check_{'tied' if tied else 'right'}"
+    _linear_op(ns, tied)
+    op = getattr(torch.ops, ns).lin.default
+    x, w = torch.randn(4, 16, requires_grad=True), torch.randn(32, 16, requires_grad=True)
+    res = shape_check.check_op(op, (x, w), {})
+    if tied:
+        assert res.failed and all(test == "test_faketensor" for _, test, _ in res.failed)
+        assert any(label.startswith("x.size(0) 4->") for label, _, _ in res.failed)
+    else:
+        assert res.failed == [] and len(res.checked) >= 2
+        assert any("at rank 3" in label for label in res.checked)  # x at rank 3: x @ w.t() takes it
+    assert any(label.startswith("x.size(1)") for label in res.refused)  # x @ w.t() needs x.size(1) == w.size(1)

@@ -81,6 +81,9 @@ def analyze(task: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"functions": found}
     if not plans and not op_plans:
         return out
+    # the ops whose fakes tracecheck wrote: checked again at shapes the probe never used (fix.shape_check)
+    out["shape_ops"] = [f"{task['namespace']}::{p.op_base}_forward" for p in plans] + \
+        [p.qualname for p in op_plans if p.needs_fake and not p.todo]
     out["fixed_module"] = codegen.fixed_module(plans, op_plans, task["namespace"], task["module_name"], task["target"],
                                                task["versions"])
     rebinds: list[tuple[str | None, str]] = []

@@ -108,13 +108,26 @@ def _ret_type(n: int) -> str:
 def fake_lines(names: list[str], metas: list[OutputMeta], ranks: dict[str, int], indent: str = "    ") -> list[str]:
     """Body lines of a fake impl creating ``names`` from ``metas``; raises NotImplementedError on the TODO path.
 
-    The expressions hold at the ranks the runs used: each input they read checks its rank first, so another rank
-    is a clear error at compile time rather than a wrong shape."""
+    A shape that held at every rank the runs tried is written over the input's shape (``x.shape``,
+    ``(*x.shape[:-1], w.size(0))``) and checks only a lower bound on that rank; one that held at the probe's
+    ranks alone checks each rank it reads, so another rank is a clear error at compile time rather than a wrong
+    shape. ``ranks``: each input's rank at the probe (for metas that carry no rank checks of their own)."""
     lines: list[str] = []
-    used = " ".join(d.code or "" for m in metas for d in (m.shape or []))
-    for t, rank in ranks.items():
-        if f"{t}.size(" in used:
-            lines.append(f"{indent}torch._check({t}.dim() == {rank}, lambda: {f'{t}: this fake impl was inferred at rank {rank} (tracecheck fix); regenerate it for other ranks'!r})")
+    checks: dict[str, tuple[str, int]] = {}
+    for meta in metas:
+        for t, (op, rank) in (meta.rank_checks or _positional_checks(meta, ranks)).items():
+            if checks.get(t, (">=", -1))[0] == "==":
+                continue
+            checks[t] = (op, rank) if op == "==" else (">=", max(rank, checks.get(t, (">=", -1))[1]))
+    for t in ranks:
+        if t not in checks or (checks[t][0] == ">=" and checks[t][1] <= 0):
+            continue
+        op, rank = checks[t]
+        if op == "==":
+            why = f"{t}: this fake impl was inferred at rank {rank} (tracecheck fix); regenerate it for other ranks"
+        else:
+            why = f"{t}: this fake impl holds from rank {rank} up (tracecheck fix)"
+        lines.append(f"{indent}torch._check({t}.dim() {op} {rank}, lambda: {why!r})")
     for name, meta in zip(names, metas):
         todo = meta.todo
         if todo:
@@ -125,10 +138,16 @@ def fake_lines(names: list[str], metas: list[OutputMeta], ranks: dict[str, int],
         for note in meta.unconfirmed:
             lines.append(f"{indent}# CHECK {name} {note}")
         same = meta.like if meta.like and codes == [f"{meta.like}.size({i})" for i in range(len(codes))] else None
-        shape = f"{same}.shape" if same and codes else _tuple(codes) if codes else "()"
+        fixed = f"{same}.shape" if same and codes else _tuple(codes) if codes else "()"
+        shape = meta.generic if meta.generic and meta.generic != _tuple(codes) else fixed
         lines.append(f"{indent}{name} = torch.empty({shape}, dtype={meta.dtype}, device={meta.device})")
     lines.append(f"{indent}return {', '.join(names)}")
     return lines
+
+
+def _positional_checks(meta: OutputMeta, ranks: dict[str, int]) -> dict[str, tuple[str, int]]:
+    used = " ".join(d.code or "" for d in (meta.shape or []))
+    return {t: ("==", r) for t, r in ranks.items() if f"{t}.size(" in used}
 
 
 def _op_decorator(ns: str, op: str, mutates: list[str]) -> str:

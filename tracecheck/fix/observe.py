@@ -12,7 +12,11 @@ groups: the forward op and the backward op). Perturbations change the primary ``
    op rejects the class change, also double every size that is a multiple of ``v`` (``K = n*C`` follows ``C``). Sizes the op never accepted changing stay fixed, and an
    expression over them is reported unconfirmed (see ``fix.shapes``);
 4. per int argument of value 0 or 1: the two next values;
-5. per floating input: another dtype (float64, then bfloat16), alone, then with every input of its dtype.
+5. per floating input: another dtype (float64, then bfloat16), alone, then with every input of its dtype;
+6. per tensor input (another *rank*): one and two new leading dims, and its first dim dropped. These runs are
+   kept apart from the others (their symbols differ): they decide whether an output's shape holds at every
+   rank, written over the input's shape (``x.shape``, ``(*x.shape[:-1], w.size(0))``), or only at the probe's
+   rank, where the fake checks ``x.dim() == r``.
 
 Runs the op rejects are dropped (their error is kept for the report). Everything runs under ``no_grad`` on
 the inputs' device. Source for the approach: the fake-impl contract in the PyTorch custom-ops manual
@@ -46,6 +50,12 @@ class OutputMeta:
     rank_note: str = ""
     #: an input with this output's exact shape in every run (the fake may then write ``torch.empty(like.shape)``)
     like: str | None = None
+    #: the shape as one expression that holds at other ranks too (``x.shape``, ``(*x.shape[:-1], w.size(0))``),
+    #: checked against every run, the other-rank runs included; None: only ``shape`` at the probe's ranks
+    generic: str | None = None
+    #: per input the fake reads: ``("==", r)`` (only rank r was seen to fit) or ``(">=", r)`` (``generic`` holds
+    #: from rank r up, as far as the runs went)
+    rank_checks: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def todo(self) -> list[str]:
@@ -69,6 +79,8 @@ class Observed:
     groups: list[list[OutputMeta]]
     runs: int
     refused: list[str] = field(default_factory=list)
+    #: the other ranks the op accepted, as "x: rank 3" (what a generic shape was checked at)
+    ranks_seen: list[str] = field(default_factory=list)
 
 
 def symbols_of(inputs: dict[str, Any]) -> dict[str, int]:
@@ -129,7 +141,7 @@ def mutated(before: dict[str, tuple[int, torch.Tensor]], values: dict[str, Any])
             or not torch.equal(torch.nan_to_num(values[n].detach()), torch.nan_to_num(data))]
 
 
-def _with_sizes(args: dict[str, Any], new: dict[str, int], fresh: bool = False,
+def with_sizes(args: dict[str, Any], new: dict[str, int], fresh: bool = False,
                 signed: bool = False) -> dict[str, Any]:
     """``args`` with the symbols in ``new`` set to new values (tensors resampled at their new shape)."""
     out: dict[str, Any] = {}
@@ -172,7 +184,8 @@ class _Recorder:
         self.runs: list[list[Group]] = []
         self.refused: list[str] = []
 
-    def __call__(self, label: str, args: dict[str, Any]) -> bool:
+    def __call__(self, label: str, args: dict[str, Any], into: list[list[Group]] | None = None) -> bool:
+        into = self.runs if into is None else into
         try:
             with torch.no_grad():
                 groups = self.call(args)
@@ -182,7 +195,7 @@ class _Recorder:
         if self.runs and [len(o) for _, o in groups] != [len(o) for _, o in self.runs[0]]:
             self.refused.append(f"{label}: a different number of outputs")
             return False
-        self.runs.append(groups)
+        into.append(groups)
         return True
 
 
@@ -194,34 +207,235 @@ def observe(call: Callable[[dict[str, Any]], list[Group]], args: dict[str, Any])
     rec = _Recorder(call)
     with torch.no_grad():
         rec.runs.append(call({n: clone(v) for n, v in args.items()}))
-    rec("fresh data", _with_sizes(args, {}, fresh=True))
+    rec("fresh data", with_sizes(args, {}, fresh=True))
     # non-negative probe data (probabilities, post-ReLU) would hide `x[x > 0]`: also try data of either sign
-    rec("fresh data of either sign", _with_sizes(args, {}, fresh=True, signed=True))
+    rec("fresh data of either sign", with_sizes(args, {}, fresh=True, signed=True))
     classes = _size_classes(args)
     for value, members in classes.items():
         label = f"{'='.join(members)}: {value} -> {2 * value}"
-        if rec(label, _with_sizes(args, {m: 2 * value for m in members})):
-            # tell the members apart where the op allows (cross-attention: Lq and Lk equal in the probe)
-            for m in members if len(members) > 1 else ():
-                rec(f"{m}: {value} -> {2 * value}", _with_sizes(args, {m: 2 * value}))
-            continue
-        multiples = {m: 2 * v for v, ms in classes.items() if v % value == 0 for m in ms}
-        if len(multiples) > len(members):
-            rec(label + " with its multiples", _with_sizes(args, multiples))
+        together = rec(label, with_sizes(args, {m: 2 * value for m in members}))
+        if not together:
+            multiples = {m: 2 * v for v, ms in classes.items() if v % value == 0 for m in ms}
+            if len(multiples) > len(members):
+                rec(label + " with its multiples", with_sizes(args, multiples))
+        # tell the members apart where the op allows (cross-attention: Lq and Lk equal in the probe), also when
+        # the op refuses changing them together (mHC: S == n in the probe, and n is fixed by the weights)
+        for m in members if len(members) > 1 else ():
+            rec(f"{m}: {value} -> {2 * value}", with_sizes(args, {m: 2 * value}))
     # int arguments of 0 or 1 are in no size class (a size-1 dim is a broadcast axis), but `repeat(n)` at n=1
     # must still be told from a constant: two more values each (three points pin a line)
     for name, v in args.items():
         if type(v) is int and v in (0, 1):
             for new in (v + 1, v + 2):
-                rec(f"{name}: {v} -> {new}", _with_sizes(args, {name: new}))
+                rec(f"{name}: {v} -> {new}", with_sizes(args, {name: new}))
     for label, new in _dtype_variants(args):
         rec(label, new)
-    groups = [[_infer_output(rec.runs, g, k) for k in range(len(rec.runs[0][g][1]))]
+    other_ranks: list[RankRun] = []
+    for name, new_shape, new in rank_variants(args):
+        into: list[list[Group]] = []
+        if rec(f"{name} at rank {len(new_shape)}", new, into):
+            first = name.split("+")[0]
+            other_ranks.append(RankRun(name, len(new_shape), into[0], len(new_shape) > args[first].dim()))
+    groups = [[_infer_output(rec.runs, other_ranks, g, k) for k in range(len(rec.runs[0][g][1]))]
               for g in range(len(rec.runs[0]))]
-    return Observed(groups, len(rec.runs), rec.refused)
+    seen = sorted({f"{r.input}: rank {r.rank}" for r in other_ranks})
+    return Observed(groups, len(rec.runs) + len(other_ranks), rec.refused, seen)
 
 
-def _infer_output(runs: list[list[Group]], g: int, k: int) -> OutputMeta:
+@dataclass(frozen=True)
+class RankRun:
+    """One run with ``input`` (a primary argument) at another rank: the probe's sizes with new leading dims, or
+    with its first dim dropped."""
+
+    #: the input, or inputs joined by "+" (those that share the first tensor's leading size, changed together)
+    input: str
+    #: the new rank of the (first) input
+    rank: int
+    groups: list[Group]
+    #: leading dims added (True) or dropped
+    grew: bool
+
+
+#: at most this many tensor inputs are tried at other ranks (each costs three real runs)
+MAX_RANK_INPUTS = 6
+
+
+def rank_variants(args: dict[str, Any]) -> list[tuple[str, tuple[int, ...], dict[str, Any]]]:
+    """``(input, its new shape, args)``: per tensor input alone, one and two new leading dims (of sizes no other
+    dim has, so they can be found in the outputs) and, from rank 2, the first dim dropped; then the same for the
+    tensors that share the first tensor's leading size, together (a batch dim every input carries). ``input``
+    joins those names with "+"."""
+    taken = set(symbols_of(args).values())
+    new = [v for v in range(3, 200) if v not in taken][:2]
+    tensors = [(n, v) for n, v in args.items() if isinstance(v, torch.Tensor)][:MAX_RANK_INPUTS]
+    out = []
+
+    def variants(names: list[str]) -> None:
+        for change in ((new[0],), (new[1], new[0]), None):
+            if change is None and any(args[n].dim() < 2 for n in names):
+                continue
+            shapes_ = {n: (*change, *args[n].shape) if change else tuple(args[n].shape[1:]) for n in names}
+            out.append(("+".join(names), shapes_[names[0]],
+                        {n: (_resample(v, shapes_[n]) if n in shapes_ else clone(v)) for n, v in args.items()}))
+
+    for name, _ in tensors:
+        variants([name])
+    if tensors and tensors[0][1].dim():
+        lead = tensors[0][1].shape[0]
+        batch = [n for n, v in tensors if v.dim() and v.shape[0] == lead]
+        if len(batch) > 1:
+            variants(batch)
+    return out
+
+
+class _Shape:
+    """Stands in for a tensor in a shape expression: ``size(i)``, ``shape``, ``dim()`` (see ``_evaluates``)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = tuple(shape)
+
+    def size(self, i: int) -> int:
+        return self.shape[i]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+
+def _evaluates(expr: str, inputs: dict[str, Any], expected: tuple[int, ...]) -> bool:
+    """Whether the shape expression ``expr`` (code tracecheck wrote: names, ``.size(i)``, ``.shape[...]``,
+    arithmetic) gives ``expected`` at ``inputs``."""
+    env = {n: _Shape(tuple(v.shape)) if isinstance(v, torch.Tensor) else v for n, v in inputs.items()}
+    try:
+        got = eval(expr, {"__builtins__": {}}, env)  # noqa: S307 - our own generated expression over sizes
+        return tuple(int(d) for d in got) == tuple(expected)
+    except Exception:  # an index out of range at this rank: it does not hold here
+        return False
+
+
+_SIZE = r"\b{name}\.size\((\d+)\)"
+
+
+def _changed_rank(base_in: dict[str, Any], run_in: dict[str, Any]) -> dict[str, int]:
+    """Inputs whose shape in the run is their base shape with leading dims added (> 0) or dropped (< 0)."""
+    out: dict[str, int] = {}
+    for n, v in run_in.items():
+        b = base_in.get(n)
+        if not (isinstance(v, torch.Tensor) and isinstance(b, torch.Tensor)) or v.dim() == b.dim():
+            continue
+        short, long = (tuple(b.shape), tuple(v.shape)) if v.dim() > b.dim() else (tuple(v.shape), tuple(b.shape))
+        if long[len(long) - len(short):] == short:
+            out[n] = v.dim() - b.dim()
+    return out
+
+
+def _generic_candidate(codes: list[str], base_in: dict[str, Any], base_out: tuple[int, ...], run_in: dict[str, Any],
+                       run_out: tuple[int, ...]) -> tuple[str, list[str]] | None:
+    """``(expression, inputs read from the end)`` for an output whose shape at the probe's ranks is ``codes``,
+    from one run where some inputs gained or lost leading dims: those inputs' dims are read from the end, and
+    the dims the output gained or lost with them are those inputs' leading dims. None when the run shows no
+    such relation."""
+    import re
+
+    changed = _changed_rank(base_in, run_in)
+    if not changed:
+        return None
+    conv = list(codes)
+    for n in changed:
+        r = base_in[n].dim()
+        conv = [re.sub(_SIZE.format(name=re.escape(n)), lambda m, n=n, r=r: f"{n}.size({int(m.group(1)) - r})", c)
+                for c in conv]
+    extra = len(run_out) - len(base_out)
+    if extra == 0:
+        return (_tuple_expr(conv), list(changed)) if tuple(run_out) == tuple(base_out) else None
+    d = abs(extra)
+    short, long = (base_out, run_out) if extra > 0 else (run_out, base_out)
+    where = [p for p in range(len(short) + 1) if long[:p] == short[:p] and long[p + d:] == short[p:]]
+    best = None  # (input, position, how many of the output's dims from there are its leading dims)
+    for n, delta in changed.items():
+        if delta != extra:
+            continue
+        for p in where:
+            k = 0
+            while p + k < len(codes) and codes[p + k] == f"{n}.size({k})":
+                k += 1
+            if extra < 0 and k < d:
+                continue  # the dims the output lost must be the ones the input lost
+            if best is None or k > best[2]:
+                best = (n, p, k)
+    if best is None:
+        return None
+    n, p, k = best
+    r = base_in[n].dim()
+    lead = f"*{n}.shape" if r - k == 0 else f"*{n}.shape[:-{r - k}]"
+    parts = [*conv[:p], lead, *conv[p + k:]]
+    return (f"{n}.shape" if parts == [f"*{n}.shape"] else _tuple_expr(parts)), list(changed)
+
+
+def _tuple_expr(parts: list[str]) -> str:
+    return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+
+
+def _holds(expr: str, run: RankRun, g: int, k: int) -> bool:
+    inputs, outs = run.groups[g]
+    return _evaluates(expr, inputs, tuple(outs[k].shape))
+
+
+def _generic(codes: list[str], samples: list[tuple[dict[str, Any], torch.Tensor]], rank_runs: list[RankRun],
+             g: int, k: int) -> tuple[str | None, dict[str, tuple[str, int]]]:
+    """The expression of an output's shape that holds at every rank the runs tried, and the rank check of each
+    input the fake reads; ``(None, checks)`` where only the probe's ranks fit."""
+    import re
+
+    base_in, base = samples[0]
+    ranks = {n: v.dim() for n, v in base_in.items() if isinstance(v, torch.Tensor)}
+    text = " ".join(codes)
+    positional = {n: ("==", r) for n, r in ranks.items() if re.search(_SIZE.format(name=re.escape(n)), text)}
+    for primary in dict.fromkeys(r.input for r in rank_runs):
+        mine = [r for r in rank_runs if r.input == primary]
+        cand = None
+        for run in sorted(mine, key=lambda r: not r.grew):  # added dims first
+            run_in, run_outs = run.groups[g]
+            cand = _generic_candidate(codes, base_in, tuple(base.shape), run_in, tuple(run_outs[k].shape))
+            if cand is not None:
+                break
+        if cand is None:
+            continue
+        expr, readers = cand
+        readers = [n for n in readers if re.search(rf"\b{re.escape(n)}\.(size|shape)\b", expr)]
+        if not all(_evaluates(expr, i, tuple(o.shape)) for i, o in samples) \
+                or not all(_holds(expr, r, g, k) for r in mine):
+            continue
+        # each reader holds from the lowest rank it had in a run where the expression held
+        low = {n: min([ranks[n]] + [r.groups[g][0][n].dim() for r in mine if n in r.groups[g][0]]) for n in readers}
+        checks = {n: (">=", low[n]) for n in readers}
+        for n, check in positional.items():
+            checks.setdefault(n, check)  # read by position: the probe's rank only
+        # an input the op took at another rank where this expression does not hold (a bias with more dims,
+        # broadcast) is held to the probe's rank; the expression's own inputs failing it rule it out
+        ok = True
+        for r in rank_runs:
+            if r.input == primary or _holds(expr, r, g, k):
+                continue
+            changed = [n for n, v in r.groups[g][0].items() if isinstance(v, torch.Tensor)
+                       and isinstance(base_in.get(n), torch.Tensor) and v.dim() != base_in[n].dim()]
+            if any(n in readers for n in changed):
+                ok = False
+                break
+            checks.update({n: ("==", ranks[n]) for n in changed})
+        if ok:
+            return expr, checks
+    # only the probe's ranks: the inputs read by position, and any input the op took at another rank where
+    # these dims do not hold, are held to the probe's rank
+    checks = dict(positional)
+    fixed = _tuple_expr(codes) if codes else "()"
+    for r in rank_runs:
+        if not _holds(fixed, r, g, k):
+            checks.update({n: ("==", ranks[n]) for n, v in r.groups[g][0].items() if isinstance(v, torch.Tensor)
+                           and isinstance(base_in.get(n), torch.Tensor) and v.dim() != base_in[n].dim()})
+    return None, checks
+
+
+def _infer_output(runs: list[list[Group]], rank_runs: list[RankRun], g: int, k: int) -> OutputMeta:
     samples = [(run[g][0], run[g][1][k]) for run in runs]
     base_inputs, base = samples[0]
     device = next((f"{n}.device" for n, v in base_inputs.items() if isinstance(v, torch.Tensor)
@@ -235,15 +449,18 @@ def _infer_output(runs: list[list[Group]], g: int, k: int) -> OutputMeta:
     like = next((n for n, v in base_inputs.items() if isinstance(v, torch.Tensor)
                  and all(isinstance(i.get(n), torch.Tensor) and i[n].shape == o.shape for i, o in samples)), None)
     if like:  # same shape as that input in every run: its shape, dim for dim (grad_x is x.shape)
-        return OutputMeta([shapes.DimExpr(f"{like}.size({i})", confirmed=True) for i in range(base.dim())], dtype,
-                          device, like=like)
-    dims = []
-    for i in range(base.dim()):
-        r = shapes.Runs()
-        for inputs, out in samples:
-            r.add(symbols_of(inputs), out.shape[i])
-        dims.append(shapes.infer_dim(names, r))
-    return OutputMeta(dims, dtype, device, like=like)
+        dims = [shapes.DimExpr(f"{like}.size({i})", confirmed=True) for i in range(base.dim())]
+    else:
+        dims = []
+        for i in range(base.dim()):
+            r = shapes.Runs()
+            for inputs, out in samples:
+                r.add(symbols_of(inputs), out.shape[i])
+            dims.append(shapes.infer_dim(names, r))
+    meta = OutputMeta(dims, dtype, device, like=like)
+    if not meta.todo:
+        meta.generic, meta.rank_checks = _generic([d.code for d in dims], samples, rank_runs, g, k)
+    return meta
 
 
 def _promoted(inputs: dict[str, Any], names: list[str]) -> torch.dtype:

@@ -53,6 +53,16 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
             detail = w.get("detail") or f"max abs diff {w.get('max_abs_diff')} (tol {w.get('tol')})"
             p(f"  {m.get('phase', '')}: {m.get('disagreeing')} of {m.get('compared')} differ; worst "
               f"{w.get('what', '')}: {detail}")
+    for op in o.shapes:
+        p(f"shapes beyond the probe's, {op['op']} (opcheck test_faketensor, test_aot_dispatch_dynamic):")
+        if op["checked"]:
+            p(f"  passed at: {'; '.join(op['checked'])}")
+        if op["restricted"]:
+            p(f"  refused by the fake's rank check (the eager op accepts them): {'; '.join(op['restricted'])}")
+        if op["refused"] and verbose:
+            p(f"  the eager op refuses: {'; '.join(op['refused'])}")
+        elif op["refused"]:
+            p(f"  the eager op refuses {len(op['refused'])} more (-v lists them)")
     for r in o.reasons:
         p(f"not verified: {r}" if o.status not in (NO_CODE_FIX, NOTHING_TO_FIX) else f"  {r}")
     line = {VERIFIED: "fix VERIFIED: every stage " + ("of the compile target " if o.sites else "") +
@@ -63,6 +73,9 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
     checks = sum(len(f.get("check", [])) for f in o.functions)
     if o.status == VERIFIED and o.sites:
         line += " (at the probe's inputs)"
+    beyond = sum(len(op["checked"]) for op in o.shapes)
+    if o.status == VERIFIED and beyond:
+        line += f"; the fakes also at {beyond} other shape{'s' if beyond > 1 else ''} (listed above)"
     if o.status == VERIFIED and checks:
         line += f" (at the probe's inputs; review the {checks} CHECK line{'s' if checks > 1 else ''} above, in the code)"
     p(line)

@@ -1,0 +1,188 @@
+"""Worker side of ``tracecheck fix``'s check at shapes the probe never used (runs in a stage process).
+
+A fake inferred from runs at a few sizes can tie two sizes that only happened to be equal, or hold at one rank
+only; the stages run the patched probe at its own inputs, where such a fake still looks right. So each op the
+fix generated or registered a fake for is run again at other shapes: every size of every input changed on its
+own (to a value no other size has, so no two sizes move in step), and each tensor input at another rank.
+Where the original eager op accepts those inputs, ``torch.library.opcheck`` compares the fake with the real
+kernel (``test_faketensor``) and the op compiled through AOTAutograd with dynamic shapes, forward and backward,
+with eager (``test_aot_dispatch_dynamic``). Inputs the eager op refuses say nothing about the fake and are
+listed as such.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from .. import compat
+from ..compat import pytree
+from ..collect import casemaker
+from ..evidence.oprecorder import OpRecorder
+from ..model.report import op_name
+from ..stages import _execution as execution
+from . import observe
+
+#: opcheck's tests that judge a fake impl at new shapes: the fake against the kernel, and AOTAutograd's dynamic-shape
+#: compile (forward and backward) against eager
+TESTS = ("test_faketensor", "test_aot_dispatch_dynamic")
+#: the words of the rank checks codegen.fake_lines writes: a fake refusing a rank this way says so on purpose
+RANK_CHECK = "this fake impl was inferred at rank"
+#: at most this many shapes per op beyond the probe's (each is an AOTAutograd compile): sizes, then other ranks
+MAX_SIZES = 6
+MAX_RANKS = 3
+
+
+@dataclass
+class OpShapes:
+    """What one op was checked at: ``checked`` (labels of shapes that passed), ``failed`` (label, test, first line
+    of torch's error), ``refused`` (shapes the eager op itself refuses)."""
+
+    op: str
+    checked: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str, str]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    #: shapes the eager op accepts and the fake refuses on purpose: a rank check tracecheck wrote (a restriction
+    #: the fake states, not a wrong shape)
+    restricted: list[str] = field(default_factory=list)
+
+
+def _next_size(v: int, taken: set[int]) -> int:
+    new = v + 3
+    while new in taken:
+        new += 1
+    return new
+
+
+def _class_groups(symbols: dict[str, int]) -> list[list[str]]:
+    """Sizes of equal value that a consistent change may have to move together (a batch size every input
+    carries): the whole class, and its tensor dims grouped by position from the start and from the end (S and n
+    equal in a probe still sit at different positions)."""
+    classes: dict[int, list[str]] = {}
+    for sym, v in symbols.items():
+        if v >= 2:
+            classes.setdefault(v, []).append(sym)
+    out: list[list[str]] = []
+    for members in classes.values():
+        if len(members) < 2:
+            continue
+        for key in (_dim_index, lambda m: _dim_index(m, from_end=True)):
+            by: dict[Any, list[str]] = {}
+            for m in members:
+                by.setdefault(key(m), []).append(m)
+            out += [g for g in by.values() if 1 < len(g) < len(members)]
+        out.append(members)
+    return out
+
+
+def _dim_index(sym: str, from_end: bool = False) -> Any:
+    """``x.size(2)`` -> 2 (or -2 counted from the end of x's rank, which the symbol name does not carry: the
+    caller's tensors do, through ``_RANKS``); an int argument is its own group."""
+    if ".size(" not in sym:
+        return sym
+    name, i = sym.split(".size(")
+    i = int(i.rstrip(")"))
+    return i - _RANKS.get(name, 0) if from_end else i
+
+
+#: the ranks of the tensors whose variants are being built (set by shape_variants; a symbol names only its index)
+_RANKS: dict[str, int] = {}
+
+
+def shape_variants(named: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Each size (tensor dim or int argument) changed alone to a size no other has; then sizes of equal value
+    changed together where a consistent change needs that (``_class_groups``), with the sizes that are multiples
+    of them (``K = n * C``); then each tensor, and the tensors sharing the first one's leading size, at other
+    ranks."""
+    symbols = observe.symbols_of(named)
+    _RANKS.clear()
+    _RANKS.update({n: v.dim() for n, v in named.items() if isinstance(v, torch.Tensor)})
+    taken = set(symbols.values())
+    out: list[tuple[str, dict[str, Any]]] = []
+    seen: set[frozenset] = set()
+    for group in [[s] for s, v in symbols.items() if v >= 1] + _class_groups(symbols):
+        if frozenset(group) in seen:
+            continue
+        seen.add(frozenset(group))
+        v = symbols[group[0]]
+        new = _next_size(v, taken)
+        change = {m: new for m in group}
+        out.append((f"{'='.join(group)} {v}->{new}", observe.with_sizes(named, change)))
+        if v >= 2:
+            multiples = {m: w // v * new for m, w in symbols.items() if w != v and w % v == 0}
+            if multiples:
+                out.append((f"{'='.join(group)} {v}->{new} with their multiples",
+                            observe.with_sizes(named, {**change, **multiples})))
+    for name, shape, args in observe.rank_variants(named):
+        out.append((f"{name} at rank {len(shape)} {tuple(shape)}", args))
+    return out
+
+
+def _positional(op: Any, named: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    schema = compat.op_schema(op)
+    args = tuple(named[a.name] for a in schema.arguments if a.name in named and not a.kwarg_only)
+    kwargs = {a.name: named[a.name] for a in schema.arguments if a.name in named and a.kwarg_only}
+    return args, kwargs
+
+
+def _named(op: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    from .custom_op import _named as named
+
+    return named(op, args, kwargs)
+
+
+def check_op(op: Any, args: tuple, kwargs: dict) -> OpShapes:
+    """opcheck's fake and dynamic-shape tests at every variant of the recorded call the eager op accepts."""
+    res = OpShapes(op.name())
+    done = {"size": 0, "rank": 0}
+    for label, named in shape_variants(_named(op, args, kwargs)):
+        what = "rank" if " at rank " in label else "size"
+        if done[what] >= (MAX_RANKS if what == "rank" else MAX_SIZES):
+            continue
+        a, k = _positional(op, named)
+        try:
+            with torch.no_grad():
+                op(*[observe.clone(v) for v in a], **{n: observe.clone(v) for n, v in k.items()})
+        except Exception:  # noqa: BLE001 - the original kernel refuses these inputs: nothing to judge the fake by
+            res.refused.append(label)
+            continue
+        done[what] += 1
+        out = torch.library.opcheck(op, a, k, test_utils=list(TESTS), raise_exception=False)
+        bad = [(test, v) for test, v in out.items() if not (isinstance(v, str) and v in ("SUCCESS", "xfail", "skip"))]
+        if bad:
+            test, err = bad[0]
+            if RANK_CHECK in str(err):
+                res.restricted.append(label)
+                continue
+            msg = str(err).strip().splitlines()
+            res.failed.append((label, test, f"{type(err).__name__}: {msg[0] if msg else ''}"[:300]))
+        else:
+            res.checked.append(label)
+    return res
+
+
+def _no_grad(v: Any) -> Any:
+    return v.detach() if isinstance(v, torch.Tensor) else v
+
+
+def run(task: dict[str, Any]) -> dict[str, Any]:
+    """Task: load the patched probe, record the ops in ``task["ops"]`` in one eager run, check each at new shapes."""
+    _, case = casemaker.load_case(task["file"], task["probe"])
+    recorder = OpRecorder()
+    with recorder:
+        ran = execution.execute(case.fn, case)
+    if ran.error and not recorder.calls:
+        return {"error": ran.error}
+    wanted = set(task["ops"])
+    found = []
+    for op, (a, k) in recorder.calls.items():
+        if op.name() not in wanted:
+            continue
+        # an op autograd never reaches (a backward op, called by the engine or with grad mode off) is checked
+        # without gradients: its own backward is no part of this fix
+        if op_name(str(op)) not in recorder.differentiated:
+            a, k = pytree.tree_map(_no_grad, (a, k))
+        found.append(check_op(op, a, k))
+    return {"ops": [asdict(r) for r in found],
+            "missing": sorted(wanted - {r.op for r in found})}
