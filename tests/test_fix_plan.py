@@ -3,6 +3,8 @@ check (fix.analysis), on small Functions whose right answer follows from their c
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -185,8 +187,28 @@ def test_patched_probe_puts_its_path_setup_after_future_imports(tmp_path):
     assert "'../src'" in out  # the original's folder, relative to the copy
     # the fixed module is loaded from its own path: no namesake on sys.path can stand in for it
     assert "spec_from_file_location('fixed_ops', _tc_os.path.join(_tc_here, 'fixed_ops.py'))" in out
-    assert out.count("import pkg.mod as _tc_pkg_mod") == 1
+    assert out.count("_tc_pkg_mod = _tc_importlib.import_module('pkg.mod')") == 1
     assert out.rstrip().endswith("_tc_pkg_mod.H = _tracecheck_fixed.install(_tc_pkg_mod.H)")
+
+
+def test_patched_probe_rebinds_in_a_module_whose_package_reexports_a_function_under_its_name(tmp_path):
+    """CANN's cann_ops_transformer: ops/mhc/__init__.py does ``from .mhc_pre import mhc_pre``, so the attribute
+    ``mhc_pre`` of the package is the function, and ``import ops.mhc.mhc_pre as m`` binds the function."""
+    pkg = tmp_path / "ops" / "mhc"
+    pkg.mkdir(parents=True)
+    (tmp_path / "ops" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from .mhc_pre import mhc_pre\n")
+    (pkg / "mhc_pre.py").write_text("class Fn:\n    pass\n\ndef mhc_pre():\n    return Fn\n")
+    (tmp_path / "fixed_ops.py").write_text("def install(cls):\n    return 'drop-in for ' + cls.__name__\n")
+    probe = tmp_path / "m.py"
+    probe.write_text("import ops.mhc.mhc_pre\n")
+    out = codegen.patched_probe(probe.read_text(), str(probe), str(tmp_path / "m_fixed.py"),
+                                str(tmp_path / "fixed_ops.py"), [("ops.mhc.mhc_pre", "Fn")])
+    (tmp_path / "m_fixed.py").write_text(out)
+    proc = subprocess.run([sys.executable, "-c", "import sys, runpy; sys.path.insert(0, '.'); runpy.run_path('m_fixed.py'); "
+                           "print(sys.modules['ops.mhc.mhc_pre'].Fn)"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "drop-in for Fn"
 
 
 WRONG_BACKWARD = '''

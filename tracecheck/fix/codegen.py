@@ -466,7 +466,11 @@ def patched_probe(source: str, probe_file: str, patched_path: str, fixed_path: s
             continue
         alias = "_tc_" + module.replace(".", "_")
         if module not in imported:
-            tail.append(f"import {module} as {alias}  # noqa: E402")
+            if not imported:
+                tail.append("import importlib as _tc_importlib  # noqa: E402")
+            # the module object itself: `import a.b.c as m` binds whatever attribute `c` of a.b holds, and a
+            # package that re-exports a function under its module's name (CANN's ops/mhc/__init__.py) binds that
+            tail.append(f"{alias} = _tc_importlib.import_module({module!r})")
             imported.add(module)
         tail.append(f"{alias}.{name} = _tracecheck_fixed.install({alias}.{name})")
     return "\n".join(lines[:at] + prelude + lines[at:] + tail) + "\n"

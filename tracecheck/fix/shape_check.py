@@ -27,6 +27,7 @@ from . import observe
 #: opcheck's tests that judge a fake impl at new shapes: the fake against the kernel, and AOTAutograd's dynamic-shape
 #: compile (forward and backward) against eager
 TESTS = ("test_faketensor", "test_aot_dispatch_dynamic")
+MULTIPLES = " with their multiples"
 #: the words of the rank checks codegen.fake_lines writes: a fake refusing a rank this way says so on purpose
 RANK_CHECK = "this fake impl was inferred at rank"
 #: at most this many shapes per op beyond the probe's (each is an AOTAutograd compile): sizes, then other ranks
@@ -112,7 +113,7 @@ def shape_variants(named: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         if v >= 2:
             multiples = {m: w // v * new for m, w in symbols.items() if w != v and w % v == 0}
             if multiples:
-                out.append((f"{'='.join(group)} {v}->{new} with their multiples",
+                out.append((f"{'='.join(group)} {v}->{new}{MULTIPLES}",
                             observe.with_sizes(named, {**change, **multiples})))
     for name, shape, args in observe.rank_variants(named):
         out.append((f"{name} at rank {len(shape)} {tuple(shape)}", args))
@@ -140,6 +141,8 @@ def check_op(op: Any, args: tuple, kwargs: dict) -> OpShapes:
         what = "rank" if " at rank " in label else "size"
         if done[what] >= (MAX_RANKS if what == "rank" else MAX_SIZES):
             continue
+        if label.endswith(MULTIPLES) and label[:-len(MULTIPLES)] in res.checked + [f[0] for f in res.failed]:
+            continue  # the change alone was taken: its multiples add nothing
         a, k = _positional(op, named)
         try:
             with torch.no_grad():
