@@ -278,6 +278,72 @@ def test_shared_case_11_mutates_args(shared_cases, tmp_path):
     _plain_torch_agrees(shared_cases / "11_undeclared_residual_mutation.py", tmp_path)
 
 
+FAKE_MISMATCH = '''
+import torch
+
+@torch.library.custom_op("tc_test_fm::lin", mutates_args=())
+def lin(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w.t()
+
+@lin.register_fake
+def _(x, w):
+    return torch.empty_like(x)   # wrong: the last dim is w's rows
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+def _backward(ctx, g):
+    x, w = ctx.saved_tensors
+    return g @ w, g.reshape(-1, g.size(-1)).t() @ x.reshape(-1, x.size(-1))
+
+lin.register_autograd(_backward, setup_context=_setup)
+
+def probe():
+    return (lambda x, w: lin(x, w).relu()), (torch.randn(4, 16, requires_grad=True), torch.randn(32, 16, requires_grad=True))
+'''
+
+
+def test_fake_mismatch_gets_its_fake_regenerated(tmp_path):
+    """Issue 37: a custom op ``x @ w.t()`` whose fake returns ``empty_like(x)`` got "no code fix is generated". The
+    regenerated fake replaces it (a diff in the fixed module shows the change); plain torch then compiles the
+    patched probe at other sizes and a rank the probe never used, forward and backward, equal to eager."""
+    (tmp_path / "lin.py").write_text(FAKE_MISMATCH)
+    outcome, out, tmp = _fix(tmp_path, f"{tmp_path / 'lin.py'}::probe")
+    assert "fake-mismatch" in outcome.kinds
+    assert outcome.status == VERIFIED, outcome.reasons
+    text = out.read_text()
+    assert "-    return torch.empty_like(x)" in text  # the diff against the op's own fake
+    got = _python("""
+        import importlib.util, torch
+        spec = importlib.util.spec_from_file_location("patched", "lin_fixed.py")
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        fn, _ = m.probe()
+        compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
+        for xs, ws in [((7, 5), (3, 5)), ((2, 3, 16), (9, 16))]:
+            x, w = torch.randn(*xs, requires_grad=True), torch.randn(*ws, requires_grad=True)
+            out = compiled(x, w)
+            out.sum().backward()
+            gx, gw = x.grad, w.grad
+            x.grad = w.grad = None
+            ref = (x @ w.t()).relu()
+            ref.sum().backward()
+            torch.testing.assert_close(out, ref)
+            torch.testing.assert_close(gx, x.grad)
+            torch.testing.assert_close(gw, w.grad)
+        print("OK")
+    """, tmp)
+    assert got.strip().endswith("OK")
+
+
+def test_shared_case_27_fake_wrong_shape_moe(shared_cases, tmp_path):
+    """The expert broadcast (x.repeat(num_experts, 1)) that the case's fake forgets: the regenerated fake follows
+    num_experts, and inductor (where the case fails) then agrees with eager."""
+    outcome, out, _ = _fix(tmp_path, f"{shared_cases / '27_fake_wrong_shape_moe.py'}::probe")
+    assert outcome.status == VERIFIED, outcome.reasons
+    assert "num_experts" in out.read_text().split("def _moe_dispatch_fake")[1]
+    _plain_torch_agrees(shared_cases / "27_fake_wrong_shape_moe.py", tmp_path)
+
+
 def test_shared_case_08_skeleton_is_not_verified(shared_cases, tmp_path):
     outcome, out, _ = _fix(tmp_path, f"{shared_cases / '08_custom_op_missing_autograd.py'}::probe")
     assert outcome.status == NOT_VERIFIED

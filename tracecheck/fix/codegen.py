@@ -266,6 +266,7 @@ def op_section(plan: OpPlan) -> str:
     L: list[str] = ["", "", f"# {'=' * 100}", f"# {q}" + (f"  (defined at {plan.defined_at[0]}:{plan.defined_at[1]})"
                                                        if plan.defined_at else ""), f"# {'=' * 100}"]
     if plan.needs_fake:
+        start = len(L) + 2
         L += ["", "", f"@torch.library.register_fake({q!r})", f"def _{base}_fake({', '.join(plan.args)}):",
               f"    # inferred from {plan.runs} eager runs at the probe's inputs and perturbed ones (tracecheck fix.observe)"]
         if plan.fake_error:
@@ -278,6 +279,13 @@ def op_section(plan: OpPlan) -> str:
                 L += fake_lines(plan.outputs, branch.metas, plan.ranks, indent="        ")
             else:
                 L += fake_lines(plan.outputs, branch.metas, plan.ranks)
+        if plan.fake_disagreement:
+            # fake-mismatch: this registration replaces the op's own fake (register_fake overrides); the diff
+            # says what changed
+            diff = fake_diff(plan.own_fake_source, "\n".join(L[start:]) + "\n", q)
+            note = [f"# Replaces the op's own fake, which disagrees with its kernel at the probe's inputs "
+                    f"({plan.fake_disagreement}):"] + [f"#   {d}" if d else "#" for d in diff.splitlines()]
+            L[start:start] = note
     if plan.mutates_mismatch:
         fixed = tuple(plan.observed_mutates)
         where = f"where the op is defined ({plan.defined_at[0]}:{plan.defined_at[1]})" if plan.defined_at else \
@@ -292,6 +300,17 @@ def op_section(plan: OpPlan) -> str:
     if plan.needs_autograd:
         L += _autograd_lines(plan, base)
     return "\n".join(L) + "\n"
+
+
+def fake_diff(own: str, generated: str, qualname: str) -> str:
+    """A unified diff from the op's own fake to the generated one ("" without the own fake's source)."""
+    import difflib
+
+    if not own:
+        return ""
+    own = textwrap.dedent(own)
+    return "".join(difflib.unified_diff(own.splitlines(keepends=True), generated.splitlines(keepends=True),
+                                        f"{qualname}: its fake", f"{qualname}: tracecheck fix"))
 
 
 def _mutating_vmap_lines(plan: OpPlan, base: str) -> list[str]:

@@ -58,6 +58,9 @@ class OpPlan:
     #: file and line of the ``custom_op(...)`` definition, when tracecheck can find it
     defined_at: tuple[str, int] | None = None
     runs: int = 0
+    #: fake-mismatch: how the op's own fake disagreed with its kernel, and that fake's source (the fix replaces it)
+    fake_disagreement: str = ""
+    own_fake_source: str = ""
 
     @property
     def mutates_mismatch(self) -> bool:
@@ -95,6 +98,37 @@ def _has_fake(op: Any, named: dict[str, Any]) -> str | None:
         f = detect.classify_error("opcheck", exceptions.error_record(e, "fake"))
         return f.kind if f.kind == K.MISSING_FAKE else None  # another failure is not this fix's business
     return None
+
+
+def _fake_disagrees(op: Any, named: dict[str, Any]) -> str:
+    """How the op's registered fake disagrees with its kernel at ``named`` ("" when shapes and dtypes agree): the
+    fake run under FakeTensorMode against a real call, output by output."""
+    try:
+        with torch.no_grad():
+            real = _outputs(op(**{n: observe.clone(v) for n, v in named.items()}))
+    except Exception:  # noqa: BLE001 - the kernel itself fails here: nothing to compare the fake with
+        return ""
+    try:
+        with compat.fake_tensor_mode(allow_non_fake_inputs=False) as mode:
+            fake = _outputs(op(**{n: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
+                                  for n, v in named.items()}))
+    except Exception as e:  # noqa: BLE001
+        return f"the fake raises {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    for j, (f, r) in enumerate(zip(fake, real)):
+        if tuple(f.shape) != tuple(r.shape) or f.dtype != r.dtype:
+            return (f"output {j}: the fake gives {tuple(f.shape)} {str(f.dtype).replace('torch.', '')}, the kernel "
+                    f"{tuple(r.shape)} {str(r.dtype).replace('torch.', '')}")
+    if len(fake) != len(real):
+        return f"the fake returns {len(fake)} outputs, the kernel {len(real)}"
+    return ""
+
+
+def _own_fake_source(qualname: str) -> str:
+    fn = getattr(compat.custom_op_defs().get(qualname), "_abstract_fn", None)
+    try:
+        return inspect.getsource(fn) if fn else ""
+    except (OSError, TypeError):
+        return ""
 
 
 def _mutated(op: Any, named: dict[str, Any]) -> list[str]:
@@ -202,6 +236,12 @@ def analyse_op(op: Any, args: tuple, kwargs: dict, kinds: set[str], autograd_ops
         if any("[]" in str(r.type) for r in returns):
             plan.fake_error = "the op returns a list of tensors; the number of outputs needs a hand-written fake"
         else:
+            plan.fake, plan.runs = _infer_fake(op, named)
+    if K.FAKE_MISMATCH in kinds and not plan.needs_fake:
+        plan.fake_disagreement = _fake_disagrees(op, named)
+        if plan.fake_disagreement:
+            plan.needs_fake = needed = True
+            plan.own_fake_source = _own_fake_source(qualname)
             plan.fake, plan.runs = _infer_fake(op, named)
     if K.MUTATES_ARGS_MISMATCH in kinds:
         plan.observed_mutates = _mutated(op, named)
