@@ -185,6 +185,12 @@ def test_mhc_custom_op_fixes_are_verified(tmp_path, probe):
     if probe == "probe_missing_fake":
         assert "if outFlag:" in text  # outputs 3-7 are (0,) placeholders when outFlag is False (spec §4.2)
         assert "torch.empty((0,)" in text
+        # the generated fakes were checked at sizes the probe never used (each batch and sequence size alone,
+        # the 3-D (T, n, C) form of spec §4.2), and none failed there
+        checked = {op["op"]: op for op in outcome.shapes}
+        pre = checked["mhc_broken_nofake::mhc_pre_sinkhorn"]
+        assert pre["failed"] == [] and any(label.startswith("x.size(1)") for label in pre["checked"]), pre
+        assert any(label.startswith("x at rank 3") for label in pre["checked"]), pre
     else:
         # the existing backward operators are wired, in the argument order of their CANN schemas (spec §5)
         assert "torch.ops.cann_ops_transformer.mhc_pre_sinkhorn_backward(grad_out0, grad_out1, grad_out2, x, phi, " \

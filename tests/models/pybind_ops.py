@@ -1,8 +1,9 @@
-"""Five small pybind11 ops (a load_inline extension, built once per test session in TC_TEST_BUILD_DIR), each
+"""Five small pybind11 ops (a load_inline extension, built once in the temp folder), each
 called inside an old-style torch.autograd.Function, as kernel teams wrap theirs: an elementwise op, a matmul-like
 op, a reduction, an op returning several outputs of different shapes, and one whose int argument sets an output
 dim. tracecheck's fixer was not written for any of them (tests/test_fix_generic_ops.py)."""
 import os
+import tempfile
 import torch
 from torch.utils.cpp_extension import load_inline
 
@@ -19,7 +20,9 @@ torch::Tensor repeat_last(torch::Tensor x, int64_t k) {
   return x.unsqueeze(-1).expand(sizes).contiguous();
 }
 """
-_BUILD = os.environ["TC_TEST_BUILD_DIR"]
+# one fixed folder (not an environment variable: tracecheck's stage processes keep the environment their fork
+# server started with); cpp_extension rebuilds only when the source changes
+_BUILD = os.path.join(tempfile.gettempdir(), "tc_generic_ops_build")
 os.makedirs(_BUILD, exist_ok=True)
 ext = load_inline("tc_generic_ops_ext", cpp_sources=_SRC,
                   functions=["swish", "linear", "rowsum", "stats", "repeat_last"], build_directory=_BUILD)

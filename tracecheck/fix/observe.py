@@ -263,26 +263,30 @@ MAX_RANK_INPUTS = 6
 def rank_variants(args: dict[str, Any]) -> list[tuple[str, tuple[int, ...], dict[str, Any]]]:
     """``(input, its new shape, args)``: per tensor input alone, one and two new leading dims (of sizes no other
     dim has, so they can be found in the outputs) and, from rank 2, the first dim dropped; then the same for the
-    tensors that share the first tensor's leading size, together (a batch dim every input carries). ``input``
-    joins those names with "+"."""
+    tensors that carry the first tensor's leading size (a batch dim every input carries), together, each at the
+    position of that size (mHC's ``sum_out`` is ``(2I, B, S, n)``). ``input`` joins those names with "+"."""
     taken = set(symbols_of(args).values())
     new = [v for v in range(3, 200) if v not in taken][:2]
-    tensors = [(n, v) for n, v in args.items() if isinstance(v, torch.Tensor)][:MAX_RANK_INPUTS]
+    tensors = [(n, v) for n, v in args.items() if isinstance(v, torch.Tensor)]
     out = []
 
-    def variants(names: list[str]) -> None:
+    def variants(at: dict[str, int]) -> None:
+        names = list(at)
         for change in ((new[0],), (new[1], new[0]), None):
             if change is None and any(args[n].dim() < 2 for n in names):
                 continue
-            shapes_ = {n: (*change, *args[n].shape) if change else tuple(args[n].shape[1:]) for n in names}
+            shapes_ = {}
+            for n in names:
+                shape, i = tuple(args[n].shape), at[n]
+                shapes_[n] = (*shape[:i], *change, *shape[i:]) if change else (*shape[:i], *shape[i + 1:])
             out.append(("+".join(names), shapes_[names[0]],
                         {n: (_resample(v, shapes_[n]) if n in shapes_ else clone(v)) for n, v in args.items()}))
 
-    for name, _ in tensors:
-        variants([name])
+    for name, _ in tensors[:MAX_RANK_INPUTS]:
+        variants({name: 0})
     if tensors and tensors[0][1].dim():
         lead = tensors[0][1].shape[0]
-        batch = [n for n, v in tensors if v.dim() and v.shape[0] == lead]
+        batch = {n: tuple(v.shape).index(lead) for n, v in tensors if lead in tuple(v.shape)}
         if len(batch) > 1:
             variants(batch)
     return out

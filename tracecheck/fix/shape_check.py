@@ -109,14 +109,16 @@ def shape_variants(named: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         v = symbols[group[0]]
         new = _next_size(v, taken)
         change = {m: new for m in group}
-        out.append((f"{'='.join(group)} {v}->{new}", observe.with_sizes(named, change)))
+        name = "=".join(group) if len(group) <= 3 else f"{'='.join(group[:2])} (and {len(group) - 2} more)"
+        out.append((f"{name} {v}->{new}", observe.with_sizes(named, change)))
         if v >= 2:
             multiples = {m: w // v * new for m, w in symbols.items() if w != v and w % v == 0}
             if multiples:
-                out.append((f"{'='.join(group)} {v}->{new}{MULTIPLES}",
+                out.append((f"{name} {v}->{new}{MULTIPLES}",
                             observe.with_sizes(named, {**change, **multiples})))
-    for name, shape, args in observe.rank_variants(named):
-        out.append((f"{name} at rank {len(shape)} {tuple(shape)}", args))
+    for names, shape, args in observe.rank_variants(named):
+        names = names if names.count("+") < 3 else f"{names.split('+')[0]} and {names.count('+')} more"
+        out.append((f"{names} at rank {len(shape)} {tuple(shape)}", args))
     return out
 
 

@@ -60,7 +60,8 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
         if op["restricted"]:
             p(f"  refused by the fake's rank check (the eager op accepts them): {'; '.join(op['restricted'])}")
         if op["refused"] and verbose:
-            p(f"  the eager op refuses: {'; '.join(op['refused'])}")
+            more = f"; … {len(op['refused']) - 12} more" if len(op["refused"]) > 12 else ""
+            p(f"  the eager op refuses: {'; '.join(op['refused'][:12])}{more}")
         elif op["refused"]:
             p(f"  the eager op refuses {len(op['refused'])} more (-v lists them)")
     for r in o.reasons:
