@@ -341,6 +341,36 @@ def test_fake_mismatch_gets_its_fake_regenerated(tmp_path):
     assert got.strip().endswith("OK")
 
 
+def test_a_fake_right_at_the_probes_batch_size_only_is_found_and_regenerated(tmp_path):
+    """`tracecheck run` finds this fake-mismatch at the dynamic stage only; fix's own diagnosis must look there
+    too, rather than say "nothing to fix" after `run` advised `tracecheck fix`."""
+    (tmp_path / "rows.py").write_text(textwrap.dedent('''
+        import torch
+
+        @torch.library.custom_op("tc_test_fm_rows::double_rows", mutates_args=())
+        def double_rows(x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x, x])
+
+        @double_rows.register_fake
+        def _(x):
+            return x.new_empty(8, x.shape[1])   # right at the probe's 4 rows only
+
+        def probe():
+            return (lambda x: double_rows(x).sin()), (torch.randn(4, 3),)
+    '''))
+    outcome, _, tmp = _fix(tmp_path, f"{tmp_path / 'rows.py'}::probe")
+    assert outcome.kinds == ["fake-mismatch"] and outcome.status == VERIFIED, outcome.reasons
+    got = _python("""
+        import importlib.util, torch
+        spec = importlib.util.spec_from_file_location("patched", "rows_fixed.py")
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            print(tuple(torch.ops.tc_test_fm_rows.double_rows(torch.empty(9, 5)).shape))
+    """, tmp)
+    assert got.strip() == "(18, 5)"  # torch.cat([x, x]) of 9 rows
+
+
 def test_shared_case_27_fake_wrong_shape_moe(shared_cases, tmp_path):
     """The expert broadcast (x.repeat(num_experts, 1)) that the case's fake forgets: the regenerated fake follows
     num_experts, and inductor (where the case fails) then agrees with eager."""

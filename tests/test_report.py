@@ -270,3 +270,20 @@ def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
     back = RunReport.from_dict(json.loads(json.dumps(strict.to_dict())))
     assert back.strict and back.probes[0].verdict.kinds == ["opaque-op"]
     assert back.probes[0].verdict.advice == ["opaque-op"]
+
+
+def test_next_steps_offer_fix_for_a_wrong_fake_but_not_for_one_that_returns_values(tmp_path, monkeypatch):
+    """fix regenerates a fake's shapes (fake-mismatch, issue 37); a fake whose outputs carry values into the graph
+    (cause aot_outputs: a float the op returns, baked in as a constant) is not answered by new shapes: its page."""
+    from tracecheck.render import terminal
+
+    monkeypatch.chdir(tmp_path)
+
+    def probe(cause):
+        f = Finding("fake-mismatch", "s", {"op": "ns::op", **({"cause": cause} if cause else {})}, {})
+        return ProbeReport(f"m.py::probe_{cause}", str(tmp_path / "m.py"), f"probe_{cause}",
+                           {"opcheck": StageResult("opcheck", FAIL, failure=f, findings=[f])})
+
+    lines = terminal.next_steps(RunReport([probe("size"), probe("aot_outputs")], {}, ["opcheck"]))
+    assert lines[:2] == ["tracecheck fix m.py::probe_size -o fixed_ops.py   (fake-mismatch)",
+                         "m.py::probe_aot_outputs: read docs/failures/fake-mismatch.md (fake-mismatch)"]

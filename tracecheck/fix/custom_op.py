@@ -71,19 +71,6 @@ class OpPlan:
         return [t for b in self.fake for m in b.metas for t in m.todo] + ([self.fake_error] if self.fake_error else [])
 
 
-def _named(op: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
-    schema = compat.op_schema(op)
-    out: dict[str, Any] = {}
-    for i, a in enumerate(schema.arguments):
-        if i < len(args):
-            out[a.name] = args[i]
-        elif a.name in kwargs:
-            out[a.name] = kwargs[a.name]
-        elif a.has_default_value():
-            out[a.name] = a.default_value
-    return out
-
-
 def _outputs(result: Any) -> list[torch.Tensor]:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
@@ -101,12 +88,27 @@ def _has_fake(op: Any, named: dict[str, Any]) -> str | None:
 
 
 def _fake_disagrees(op: Any, named: dict[str, Any]) -> str:
-    """How the op's registered fake disagrees with its kernel at ``named`` ("" when shapes and dtypes agree): the
-    fake run under FakeTensorMode against a real call, output by output."""
+    """How the op's registered fake disagrees with its kernel ("" when shapes and dtypes agree): the fake run under
+    FakeTensorMode against a real call, output by output, at the probe's inputs and then at each size changed
+    alone where the kernel accepts it (a fake right at the probe's batch size only)."""
+    from .shape_check import shape_variants
+
+    for label, args in [("the probe's inputs", named), *shape_variants(named)[:MAX_FAKE_CHECKS]]:
+        why = _disagreement(op, args)
+        if why:
+            return why if args is named else f"at {label}: {why}"
+    return ""
+
+
+#: at most this many other shapes are tried for a fake that may hold at the probe's alone (each is two calls)
+MAX_FAKE_CHECKS = 8
+
+
+def _disagreement(op: Any, named: dict[str, Any]) -> str:
     try:
         with torch.no_grad():
             real = _outputs(op(**{n: observe.clone(v) for n, v in named.items()}))
-    except Exception:  # noqa: BLE001 - the kernel itself fails here: nothing to compare the fake with
+    except Exception:  # noqa: BLE001 - the kernel itself refuses these inputs: nothing to compare the fake with
         return ""
     try:
         with compat.fake_tensor_mode(allow_non_fake_inputs=False) as mode:
@@ -114,12 +116,12 @@ def _fake_disagrees(op: Any, named: dict[str, Any]) -> str:
                                   for n, v in named.items()}))
     except Exception as e:  # noqa: BLE001
         return f"the fake raises {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    if len(fake) != len(real):
+        return f"the fake returns {len(fake)} outputs, the kernel {len(real)}"
     for j, (f, r) in enumerate(zip(fake, real)):
         if tuple(f.shape) != tuple(r.shape) or f.dtype != r.dtype:
             return (f"output {j}: the fake gives {tuple(f.shape)} {str(f.dtype).replace('torch.', '')}, the kernel "
                     f"{tuple(r.shape)} {str(r.dtype).replace('torch.', '')}")
-    if len(fake) != len(real):
-        return f"the fake returns {len(fake)} outputs, the kernel {len(real)}"
     return ""
 
 
@@ -220,7 +222,7 @@ def analyse_op(op: Any, args: tuple, kwargs: dict, kinds: set[str], autograd_ops
     """The plan for one recorded custom op, or None when it needs nothing from the kinds found."""
     qualname = op.name()
     schema = compat.op_schema(op)
-    named = _named(op, args, kwargs)
+    named = observe.named_args(op, args, kwargs)
     returns = schema.returns
     plan = OpPlan(qualname, [a.name for a in schema.arguments],
                   ["out"] if len(returns) == 1 else [f"out{j}" for j in range(len(returns))],

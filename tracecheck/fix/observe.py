@@ -83,6 +83,20 @@ class Observed:
     ranks_seen: list[str] = field(default_factory=list)
 
 
+def named_args(op: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A recorded op call's arguments by schema name (defaults filled in): what observe and the fakes read."""
+    schema = compat.op_schema(op)
+    out: dict[str, Any] = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(args):
+            out[a.name] = args[i]
+        elif a.name in kwargs:
+            out[a.name] = kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+    return out
+
+
 def symbols_of(inputs: dict[str, Any]) -> dict[str, int]:
     """``{"x.size(0)": 2, ..., "num_iters": 20}``: the sizes a fake impl may read, in argument order."""
     out: dict[str, int] = {}

@@ -24,6 +24,8 @@ from .status import NO_CODE_FIX, NOT_VERIFIED, NOTHING_TO_FIX, VERIFIED  # noqa:
 
 #: stages that tell the kinds this command fixes apart, fastest first (inductor adds nothing to the diagnosis)
 DIAGNOSE_STAGES = ["eager", "explain", "fullgraph", "opcheck"]
+#: where a probe that passes those is looked at again: a fake right at the probe's batch size only (fake-mismatch)
+SECOND_LOOK = ["dynamic"]
 #: kinds with a code fix, and the fixer that handles them (``code_fix`` in kinds.json)
 CODE_FIXES = {k.id: k.code_fix for k in kinds().values() if k.code_fix}
 
@@ -141,6 +143,12 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
     os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
     diagnosis = api.run(api.RunOptions([path], stages=DIAGNOSE_STAGES, only=name, jobs=opts.jobs,
                                        timeout_s=opts.timeout_s, command=["fix", opts.target]), progress)
+    if diagnosis.probes and diagnosis.probes[0].verdict.status == "pass":
+        # a fake right at the probe's batch size only shows at another one (the dynamic stage): look there before
+        # saying there is nothing to fix, as `tracecheck run` does
+        diagnosis = api.run(api.RunOptions([path], stages=[*DIAGNOSE_STAGES, *SECOND_LOOK], only=name,
+                                           jobs=opts.jobs, timeout_s=opts.timeout_s, command=["fix", opts.target]),
+                            progress)
     probe = diagnosis.probes[0]
     out = FixOutcome(NOTHING_TO_FIX, probe.id, probe.verdict.kinds, diagnosis=diagnosis)
     if not out.kinds:

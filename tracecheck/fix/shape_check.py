@@ -129,17 +129,11 @@ def _positional(op: Any, named: dict[str, Any]) -> tuple[tuple[Any, ...], dict[s
     return args, kwargs
 
 
-def _named(op: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
-    from .custom_op import _named as named
-
-    return named(op, args, kwargs)
-
-
 def check_op(op: Any, args: tuple, kwargs: dict) -> OpShapes:
     """opcheck's fake and dynamic-shape tests at every variant of the recorded call the eager op accepts."""
     res = OpShapes(op.name())
     done = {"size": 0, "rank": 0}
-    for label, named in shape_variants(_named(op, args, kwargs)):
+    for label, named in shape_variants(observe.named_args(op, args, kwargs)):
         what = "rank" if " at rank " in label else "size"
         if done[what] >= (MAX_RANKS if what == "rank" else MAX_SIZES):
             continue
