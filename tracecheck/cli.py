@@ -305,7 +305,8 @@ Exit codes:
 @click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
 def repro(target, stage, output, timeout_s, verbose):
     """Write a standalone script that reproduces a probe's failure with plain torch (no tracecheck), and check it by
-    running it: for an upstream issue."""
+    running it. It keeps only what the probe's call needs from its file, and says whose code the evidence blames:
+    torch's (the script is for an upstream issue), yours, or a library's."""
     from .fix.repro import NOTHING, REPRODUCED, ReproOptions
     from .fix.repro import repro as run_repro
 
@@ -321,9 +322,17 @@ def repro(target, stage, output, timeout_s, verbose):
     e = o.expected
     want = e["exception_type"] or "a graph break"
     say(f"{o.probe_id} [{o.stage}] {e['kind']}: {want}" + (f" (gb_type '{e['gb_type']}')" if e["gb_type"] else ""))
-    say(f"wrote {o.written}")
+    say(f"the script runs the {o.stage} stage ({o.stage_note})")
+    cut = f"only what the call needs from the probe file ({o.kept_lines} of its {o.file_lines} lines)" if o.pruned \
+        else f"the whole probe file ({o.file_lines} lines)"
+    say(f"wrote {o.written}: {o.lines} lines, {cut}")
+    if o.fallback:
+        say(f"note: {o.fallback}")
     if o.status == REPRODUCED:
         say(f"checked: `python {o.written}` fails the same way with plain torch (exit {o.returncode})")
+    if o.owner is not None:
+        say(f"whose bug: {o.owner.line()}")
+    if o.status == REPRODUCED:
         sys.exit(ExitCode.OK)
     say(f"NOT reproduced: {o.reason} (exit {o.returncode}); the end of its output:")
     say(o.tail or "(none)")
