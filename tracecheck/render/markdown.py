@@ -430,8 +430,8 @@ class MarkdownRenderer:
         spec = STAGE_REGISTRY.get(stage)
         if p.name == IMPORT_PROBE or spec is None or not spec.repro or s is None or s.status != FAIL:
             return run  # (a crash, a timeout or a load failure: no plain-torch call to write)
-        # the same failure with plain torch, as a script an upstream issue can carry (docs/fix.md)
-        return f"{run}\ntracecheck repro {shlex.quote(target)} --stage {stage} -o repro.py   # plain torch, for upstream"
+        # the same failure with plain torch, as a script an issue can carry; repro says whose bug it is (docs/fix.md)
+        return f"{run}\ntracecheck repro {shlex.quote(target)} --stage {stage} -o repro.py   # plain torch; says whose bug"
 
     # -- assembly -------------------------------------------------------------------------------------
     def sections(self) -> list[Section]:
