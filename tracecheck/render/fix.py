@@ -77,6 +77,11 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
     beyond = sum(len(op["checked"]) for op in o.shapes)
     if o.status == VERIFIED and beyond:
         line += f"; the fakes also at {beyond} other shape{'s' if beyond > 1 else ''} (listed above)"
+        restricted = sum(len(op["restricted"]) for op in o.shapes)
+        if restricted:
+            line += f", and {restricted} the eager op takes are refused by their rank checks"
+    if o.status == VERIFIED and o.verification is not None:
+        line += f"; on device {terminal.device_text(o.verification.environment)}"
     if o.status == VERIFIED and checks:
         line += f" (at the probe's inputs; review the {checks} CHECK line{'s' if checks > 1 else ''} above, in the code)"
     p(line)
