@@ -83,5 +83,5 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
     if o.status == VERIFIED and o.verification is not None:
         line += f"; on device {terminal.device_text(o.verification.environment)}"
     if o.status == VERIFIED and checks:
-        line += f" (at the probe's inputs; review the {checks} CHECK line{'s' if checks > 1 else ''} above, in the code)"
+        line += f" ({'' if beyond else 'at the probe' + chr(39) + 's inputs; '}review the {checks} CHECK line{'s' if checks > 1 else ''} above, in the code)"
     p(line)

@@ -1,0 +1,73 @@
+"""``tracecheck fix`` on the mHC wrapper laid out as CANN's ``cann_ops_transformer`` ships it
+(tests/models/cann_like): a package that re-exports each wrapper function under its module's name, S == n in the
+probe, and a no-grad path that calls the pybind11 module straight from the library's own file.
+
+Oracle: plain torch in a fresh interpreter (the patched copy imports; torch.compile(fullgraph=True, dynamic=True)
+at S != n, forward and backward, equals the original autograd.Function run eagerly) and the mHC spec's shapes
+(shared/mhc_spec.md §4.2: h_post is (B, S, n))."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tracecheck.fix.pipeline import VERIFIED, FixOptions, fix
+
+PROBE = Path(__file__).resolve().parent / "models" / "cann_like" / "cann_probe.py"
+
+pytestmark = pytest.mark.slow
+
+
+def _python(code: str, cwd: Path) -> str:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def train_fix(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cann_train")
+    return fix(FixOptions(f"{PROBE}::probe_train", output=str(tmp / "fixed_ops.py"), timeout_s=600)), tmp
+
+
+def test_the_function_path_is_fixed_and_its_patched_copy_imports(train_fix):
+    outcome, tmp = train_fix
+    assert outcome.kinds[0] == "pybind-builtin"
+    assert outcome.status == VERIFIED, outcome.reasons
+    # the patched copy rebinds the Function in its module, reached through importlib: `import a.b.mhc_pre_sinkhorn
+    # as m` would bind the re-exported function (AttributeError: 'function' object has no attribute ...)
+    assert "import_module('cann_ops_like.ops.mhc.mhc_pre_sinkhorn')" in (tmp / "cann_probe_fixed.py").read_text()
+
+
+def test_the_fake_keeps_s_and_n_apart_and_compiles_where_they_differ(train_fix):
+    _, tmp = train_fix
+    got = _python("""
+        import importlib.util, sys, torch
+        spec = importlib.util.spec_from_file_location("patched", "cann_probe_fixed.py")
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        import fixed_ops
+        original = fixed_ops._ORIGINALS["MhcPreSinkhornFunction"]
+        wrapper = sys.modules["cann_ops_like.ops.mhc.mhc_pre_sinkhorn"]
+        n, C = 4, 16
+        compiled = torch.compile(m._pre, backend="aot_eager", fullgraph=True, dynamic=True)
+        for lead in [(2, 8), (3, 5), (6,)]:
+            g = torch.Generator().manual_seed(1)
+            base = [torch.randn(*lead, n, C, generator=g), torch.randn(24, 64, generator=g) / 8,
+                    torch.tensor([0.5, 0.6, 0.7]), 0.1 * torch.randn(24, generator=g)]
+            a = [t.clone().requires_grad_() for t in base]
+            r = [t.clone().requires_grad_() for t in base]
+            out = compiled(*a)
+            h_in, h_post, h_res = original.apply(*r, n, 20, 1e-6, 1e-6)
+            assert tuple(h_post.shape) == (*lead, n)  # spec §4.2
+            ref = h_in.sum(-1) + (h_post * h_res[..., :n]).sum(-1)
+            out.sum().backward(); ref.sum().backward()
+            torch.testing.assert_close(out, ref)
+            for x, y in zip(a, r):
+                torch.testing.assert_close(x.grad, y.grad, rtol=1e-4, atol=1e-5)
+        print("OK")
+    """, tmp)
+    assert got.strip().endswith("OK")
