@@ -7,25 +7,16 @@ at S != n, forward and backward, equals the original autograd.Function run eager
 (shared/mhc_spec.md §4.2: h_post is (B, S, n))."""
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from test_fix_e2e import _python  # a fresh interpreter: custom-op registrations are process-global
 
 from tracecheck.fix.pipeline import VERIFIED, FixOptions, fix
 
 PROBE = Path(__file__).resolve().parent / "models" / "cann_like" / "cann_probe.py"
 
 pytestmark = pytest.mark.slow
-
-
-def _python(code: str, cwd: Path) -> str:
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc.stdout
 
 
 @pytest.fixture(scope="module")
