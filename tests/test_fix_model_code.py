@@ -169,6 +169,96 @@ def test_new_span_follows_lines_added_above():
     assert rewrites.new_span(edits + [guard], 5, 5) == (7, 8)
 
 
+LM = '''import torch
+from torch import nn
+
+
+class LM(nn.Module):
+    def forward(self, x):
+        x = self.emb(x)
+        peak = x.abs().max().item()
+        if peak > 50:
+            x = x.clamp(-50, 50)
+        print(x)
+        return x
+'''
+ITEM = Site(8, "data-dependent", "Unsupported Tensor.item() call with capture_scalar_outputs=False",
+            "peak = x.abs().max().item()")
+ITEM_BRANCH = Site(9, "data-dependent", "", "if peak > 50:")  # (fullgraph stops at the `if`: no gb_type)
+
+
+def test_a_branch_on_an_item_scalar_becomes_torch_where_without_the_item():
+    want = LM.replace("        peak = x.abs().max().item()\n        if peak > 50:\n            x = x.clamp(-50, 50)\n",
+                      "        x = torch.where(x.abs().max() > 50, x.clamp(-50, 50), x)  # tracecheck fix: a tensor "
+                      "select, no .item()\n")
+    for site in (ITEM, ITEM_BRANCH):  # the same rewrite from either line
+        assert _only(LM, site, "tensor-where") == want
+    cands = [c.rewrite for c in rewrites.candidates(Source(LM), ITEM)]
+    assert cands.index("tensor-where") < cands.index("branchless") and cands[0] == "tensor-where", cands
+    # one edit over both statements: the lines below it move up by two (the print: line 11 -> 9)
+    cand = next(c for c in rewrites.candidates(Source(LM), ITEM) if c.rewrite == "tensor-where")
+    assert rewrites.new_span(cand.edits, 11, 11) == (9, 9) and rewrites.new_span(cand.edits, 8, 8) == (8, 8)
+
+
+def test_the_other_branch_rewrites_drop_the_dead_item_too():
+    assert _only(LM, ITEM_BRANCH, "branchless") == LM.replace(
+        "        peak = x.abs().max().item()\n        if peak > 50:\n            x = x.clamp(-50, 50)\n",
+        "        # tracecheck fix: branchless (was `if peak > 50:` on `peak = x.abs().max().item()`)\n"
+        "        x = x.clamp(-50, 50)\n")
+    assert _only(LM, ITEM, "compile-guard") == LM.replace(
+        "        peak = x.abs().max().item()\n        if peak > 50:\n",
+        "        if not torch.compiler.is_compiling() and (x.abs().max() > 50):\n")
+    text = ("import torch\n\ndef f(x):\n    s = (x - 1).mean().item()\n    # the sign decides\n    if s > 0:\n"
+            "        z = x.sin()\n    else:\n        z = x.cos()\n    return z\n")
+    site = Site(6, "data-dependent", "Data-dependent branching", "if s > 0:")
+    assert [c.rewrite for c in rewrites.candidates(Source(text), site)] == ["torch-cond", "compile-guard"]
+    assert _only(text, site, "torch-cond") == (
+        "import torch\n\ndef f(x):\n    # the sign decides\n    z = torch.cond((x - 1).mean() > 0, lambda: x.sin(), "
+        "lambda: x.cos())  # tracecheck fix: both branches in one graph\n    return z\n")
+
+
+def test_a_guard_that_raises_on_an_item_scalar_becomes_torch_check():
+    text = ("import torch\n\ndef f(x):\n    peak = x.abs().max().item()\n    if peak > 50:\n"
+            "        raise ValueError('activations blew up')\n    return x\n")
+    site = Site(4, "data-dependent", "Unsupported Tensor.item() call with capture_scalar_outputs=False", "")
+    assert _only(text, site, "torch-check") == (
+        "import torch\ntorch._dynamo.config.capture_scalar_outputs = True  # tracecheck fix: .item()/.tolist() stay in "
+        "the graph as unbacked SymInts/SymFloats\n\ndef f(x):\n    peak = x.abs().max().item()\n"
+        "    torch._check_with(ValueError, torch.sym_not(peak > 50), lambda: 'activations blew up')  # tracecheck fix: "
+        "a check the graph keeps\n    return x\n")
+    # a message that formats the scalar in: Dynamo cannot keep it, so no torch.check (left as it is)
+    formatted = text.replace("'activations blew up'", "f'peak {peak}'")
+    assert "torch-check" not in {c.rewrite for c in rewrites.candidates(Source(formatted), site)}
+
+
+@pytest.mark.parametrize("change", [
+    ("        return x\n", "        return x / peak\n"),  # the scalar is read again: not dead
+    ("        if peak > 50:", "        x = x * 2\n        if peak > 50:"),  # not adjacent: x changed in between
+    ("        if peak > 50:", "        if peak > 50 and x.numel() > 1:"),  # `and` calls bool() on a tensor again
+    ("            x = x.clamp(-50, 50)\n", "            y = x.clamp(-50, 50)\n"),  # y has no value to keep otherwise
+    ("            x = x.clamp(-50, 50)\n", "            x = x.clamp(-50, 50)\n        else:\n            x = x * 0\n"),
+])
+def test_no_tensor_where_unless_the_scalar_is_dead_and_the_branch_assigns_a_bound_name(change):
+    text = LM.replace(*change)
+    src = Source(text)
+    at = {t.strip().split(" ")[0]: i for i, t in enumerate(text.splitlines(), 1)}
+    for site in (Site(at["peak"], ITEM.kind, ITEM.gb_type, ""), Site(at["if"], ITEM_BRANCH.kind, "", "")):
+        assert "tensor-where" not in {c.rewrite for c in rewrites.candidates(src, site)}
+
+
+def test_a_scalar_read_later_is_kept_by_the_branch_rewrites():
+    text = LM.replace("        return x\n", "        return x / peak\n")
+    got = _only(text, ITEM_BRANCH, "branchless")
+    assert "        peak = x.abs().max().item()\n        # tracecheck fix: branchless (was `if peak > 50:`)\n" in got
+
+
+def test_a_candidate_runs_the_stages_it_changes_first():
+    from tracecheck.fix.model_code import VERIFY_PHASES, VERIFY_STAGES
+
+    assert sorted(s for phase in VERIFY_PHASES for s in phase) == sorted(VERIFY_STAGES)
+    assert {"explain", "fullgraph"} <= set(VERIFY_PHASES[0]) and "compiled_autograd" in VERIFY_PHASES[-1]
+
+
 # ---- end to end ----------------------------------------------------------------------------------------------------
 
 
@@ -220,6 +310,17 @@ def check_verified(tmp_path: Path, source: Path, probe: str, rewrite: str) -> No
 ])
 def test_each_rewrite_class_gives_a_verified_diff(tmp_path, probe, rewrite):
     check_verified(tmp_path, PROBES, probe, rewrite)
+
+
+@pytest.mark.slow
+def test_a_branch_on_an_item_scalar_gets_a_verified_torch_where(tmp_path):
+    """A model in training clamps outliers when `peak = y.abs().max().item()` is large, then prints: the `.item()`
+    and its `if` become one torch.where (the dead `.item()` line goes), the print is made reorderable; the oracle
+    compiles the copy with fullgraph=True and compares outputs and gradients (the probe's inputs take the clamp)."""
+    check_verified(tmp_path, PROBES, "probe_item_branch", "tensor-where")
+    diff = (tmp_path / "work" / "fix.diff").read_text()
+    assert "-        peak = y.abs().max().item()\n-        if peak > 0.5:\n-            y = y.clamp(-0.5, 0.5)\n" \
+           "+        y = torch.where(y.abs().max() > 0.5, y.clamp(-0.5, 0.5), y)  # tracecheck fix:" in diff, diff
 
 
 @pytest.mark.slow

@@ -65,6 +65,22 @@ class CleanNans(nn.Module):
         return y.relu()
 
 
+class ClampsOutliers(nn.Module):
+    """A branch on a scalar read with .item() (a tiny LM's outlier clamp in training), and a print: torch.where."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        peak = y.abs().max().item()
+        if peak > 0.5:
+            y = y.clamp(-0.5, 0.5)
+        print(y)
+        return y.tanh()
+
+
 class UnitScaleFastPath(nn.Module):
     """A fast path for a value the probe's inputs never have: skipping it while compiling cannot be compared."""
 
@@ -150,6 +166,11 @@ def probe_value_branch():
 def probe_nan_guard():
     torch.manual_seed(0)
     return CleanNans(), (_x(),)
+
+
+def probe_item_branch():
+    torch.manual_seed(0)
+    return ClampsOutliers(), (_x(),)
 
 
 def probe_untaken_fast_path():

@@ -5,12 +5,13 @@ function the file calls straight from model code (``pybind-builtin`` outside an 
 that apply (rewrites.py, in registry order) are tried one at a time on the patched copy, on top of the ones
 already kept. A candidate is kept when the compile target's stages show no break at the rewritten lines, fewer
 breaks than before, and no stage failing that passed (a numeric mismatch included). The fix is verified when the
-last copy kept passes every one of those stages and its eager outputs and gradients equal the original's.
-Parent side: user code runs in stage processes only.
+last copy kept passes every one of those stages and its eager outputs and gradients equal the original's. A
+candidate's stages run in two groups (``VERIFY_PHASES``), the ones a rewrite is meant to change first, and the first
+stage that refuses it ends its try (what still runs is stopped). Parent side: user code runs in stage processes
+only.
 """
 from __future__ import annotations
 
-import ast
 import difflib
 import os
 import tempfile
@@ -19,13 +20,14 @@ from typing import Any
 
 from .. import api
 from ..model.exitcodes import UsageError
-from ..model.report import LOAD_STAGE, ProbeReport, RunReport
+from ..model.report import CRASH, INTERNAL, LOAD_STAGE, SKIP, ProbeReport, RunReport, StageResult
 from ..model.reportio import write_text_atomic
 from ..model.targets import COMPILE
 from ..stages import STAGES, target_of
+from ..stages import order as stage_order
 from .prelude import read_source, source_lines, with_prelude
 from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, rewrites_model_code
-from .rewrites import (REWRITES, Candidate, Edit, Site, Source, apply, c_call_at, candidates,
+from .rewrites import (REWRITES, Candidate, Edit, Site, Source, apply, branch_at, c_call_at, candidates,
                        new_span, overlap)
 from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
 
@@ -36,6 +38,12 @@ KINDS = (*MODEL_CODE_KINDS, K.PYBIND_BUILTIN)
 #: what a candidate runs: every stage of the compile target (torch.cond, say, traces under explain and fails only
 #: under compiled autograd)
 VERIFY_STAGES = [s for s in STAGES if target_of(s) == COMPILE]
+#: the groups a candidate's stages run in, the second (and the eager comparison) only when the first did not refuse
+#: it: first where Dynamo stops and the break count, what a rewrite is meant to change (most refusals come from
+#: these), then the rest. They are the groups the original's stages ran in (the diagnosis, then the baseline), so
+#: that a finding is classified alike on both sides (classify settles a run's findings across its stages).
+_FIRST = ("eager", "explain", "fullgraph", "opcheck")
+VERIFY_PHASES = [[s for s in VERIFY_STAGES if s in _FIRST], [s for s in VERIFY_STAGES if s not in _FIRST]]
 
 
 @dataclass
@@ -50,6 +58,8 @@ class SiteOutcome:
     note: str = ""
     doc: str = ""
     tried: list[dict[str, str]] = field(default_factory=list)
+    #: the rewrite kept for an earlier site took this one in (its lines were rewritten with that site's)
+    covered: bool = False
 
 
 def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
@@ -156,41 +166,129 @@ def _signatures(result: Any, skip: set[int] = frozenset(), copy: str = "") -> se
 
 
 def _judge(site: Site, edits: list[Edit], copy_line: Any, copy: str, before: dict[str, Any],
-           after: ProbeReport, others: set[int] = frozenset()) -> str | None:
-    """Why the candidate is not kept, or None when it is. ``copy_line`` maps a rewritten line to its line in
-    ``copy``; ``before``: stage -> result with the edits kept so far."""
-    if LOAD_STAGE in after.stages:
-        return f"the patched copy does not load ({_first(after.stages[LOAD_STAGE])})"
+           after: dict[str, Any], others: set[int] = frozenset(), settled: bool = True) -> str | None:
+    """Why the candidate is not kept, or None when it is (so far: ``after`` holds the stages run yet). ``copy_line``
+    maps a rewritten line to its line in ``copy``; ``before``: stage -> result with the edits kept so far.
+    ``settled=False``: stage results as they finish, before their run classifies them across stages, which may
+    rename a crash's or an ``unknown`` finding (never a status): such a result fails anew only by status."""
+    if LOAD_STAGE in after:
+        return f"the patched copy does not load ({_first(after[LOAD_STAGE])})"
     lo, hi = (copy_line(n) for n in new_span(edits, site.line, site.line))
     here = os.path.realpath(copy)
-    for r in after.stages.values():
+    for r in after.values():
         for f in r.findings:
             frame = f.user_frame
             if f.kind in KINDS and frame is not None and frame.line is not None and lo <= frame.line <= hi \
                     and os.path.realpath(frame.file) == here:
                 return f"Dynamo still stops at the rewritten lines ({r.stage}: {f.evidence.get('gb_type') or f.kind})"
-    worse = [f"{name}: {_first(r)}" for name, r in after.stages.items() if r.status not in ("pass", "skip") and (
+    worse = [f"{name}: {_first(r)}" for name, r in after.items() if r.status not in ("pass", "skip") and (
              name not in before or before[name].status in ("pass", "skip")
-             or _signatures(r, others, copy) - _signatures(before[name]))]
+             or (settled or _final(r)) and _signatures(r, others, copy) - _signatures(before[name]))]
     if worse:
         return "a stage fails that passed, or fails in a new way: " + "; ".join(worse)
-    if _breaks(before) and _breaks(after.stages) >= _breaks(before):
-        return f"the graph breaks did not go down ({_breaks(before)} -> {_breaks(after.stages)})"
+    if _breaks(before) and "explain" in after and _breaks(after) >= _breaks(before):
+        return f"the graph breaks did not go down ({_breaks(before)} -> {_breaks(after)})"
     return None
+
+
+class _Refused(Exception):
+    """A finished stage refused the candidate: the rest of its run is not needed."""
+
+
+class _Watch(api.Progress):
+    """The live display's progress, and the candidate judged as each stage finishes: ``judge(stages)`` says why
+    not, and ``_Refused`` then leaves ``api.run`` (its Runner kills the stage processes still running)."""
+
+    def __init__(self, inner: api.Progress | None, judge: Any) -> None:
+        self.inner, self.judge = inner or api.Progress(), judge
+        self.stages: dict[str, Any] = {}
+        self.running: list[tuple[str, str]] = []
+
+    def discovered(self, n_files: int) -> None:
+        self.inner.discovered(n_files)
+
+    def loading(self, path: str) -> None:
+        self.inner.loading(path)
+
+    def note(self, line: str) -> None:
+        self.inner.note(line)
+
+    def planned(self, n_tasks: int) -> None:
+        self.inner.planned(n_tasks)
+
+    def started(self, probe_id: str, stage: str) -> None:
+        self.running.append((probe_id, stage))
+        self.inner.started(probe_id, stage)
+
+    def finished(self, probe_id: str, result: StageResult) -> None:
+        if (probe_id, result.stage) in self.running:
+            self.running.remove((probe_id, result.stage))
+        self.inner.finished(probe_id, result)
+        if result.status == INTERNAL:  # tracecheck's own bug: the run ends and _run says so (exit 3), no refusal
+            return
+        self.stages[result.stage] = result
+        why = self.judge(self.stages)
+        if why is not None:
+            for pid, stage in self.running:  # the display's cells for them end too
+                self.inner.finished(pid, StageResult(stage, SKIP, skip_reason="stopped: the candidate was refused"))
+            raise _Refused(why)
+
+    def verdict(self, probe: ProbeReport, running: list[str]) -> None:
+        self.inner.verdict(probe, running)
+
+
+def _final(result: StageResult) -> bool:
+    """Settling the run leaves this result's findings as they are (classify.results: attribute_crashes renames a
+    crash's, attribute_unknowns an ``unknown``)."""
+    return result.status != CRASH and all(f.kind != K.UNKNOWN for f in result.findings)
+
+
+def _try(site: Site, edits: list[Edit], copy_line: Any, patched: str, name: str, before: dict[str, Any],
+         others: set[int], opts: Any, progress: api.Progress | None, task: Any,
+         dump: str) -> tuple[str | None, RunReport | None]:
+    """Run a written candidate group by group (``VERIFY_PHASES``), the eager comparison after the first, and stop
+    at the first refusal: (why it is not kept, None), or (None, one report of every stage)."""
+    runs: list[RunReport] = []
+    stages: dict[str, Any] = {}
+    for i, phase in enumerate(VERIFY_PHASES):
+        watch = _Watch(progress, lambda done: _judge(site, edits, copy_line, patched, before, done, others,
+                                                     settled=False))
+        try:
+            runs.append(_run(patched, name, phase, opts, watch, "--try"))
+        except UsageError as e:  # the copy does not import: this candidate's fault, not the user's input
+            return f"the patched copy does not load ({e})", None
+        except _Refused as e:
+            return str(e), None
+        stages.update(runs[-1].probes[0].stages)
+        why = _judge(site, edits, copy_line, patched, before, stages, others)
+        if why is None and i == 0:
+            why = _eager_differs(task, patched, name, dump)
+        if why is not None:
+            return why, None
+    last = runs[-1]
+    probe = replace(last.probes[0], stages=dict(sorted(stages.items(), key=lambda kv: stage_order(kv[0]))))
+    return None, replace(last, probes=[probe], stages=list(VERIFY_STAGES),
+                         seconds=round(sum(r.seconds for r in runs), 2))
+
+
+def _covers(edits: "tuple[Edit, ...]", line: int) -> bool:
+    """Do ``edits`` replace text on ``line`` (an insertion replaces nothing)?"""
+    return any(e.start != e.end and e.start[0] <= line and (line < e.end[0] or (line == e.end[0] and e.end[1] > 0))
+               for e in edits)
 
 
 def _vacuous(src: Source, site: Site, rewrite: str, lines_run: set[int] | None) -> str | None:
     """Why the eager comparison says nothing about a kept branch rewrite at the probe's inputs: ``compile-guard``
     skips a branch those inputs never take; ``branchless`` changes eager itself, which no set of inputs settles."""
-    node = src.statement_at(site.line)
-    if rewrite not in ("compile-guard", "branchless") or not isinstance(node, ast.If) or not node.body:
+    node = branch_at(src, site)  # (a site on the .item() line before it: the `if` it tests)
+    if rewrite not in ("compile-guard", "branchless") or node is None or not node.body:
         return None
     taken = lines_run is not None and node.body[0].lineno in lines_run
     if rewrite == "compile-guard" and lines_run is not None and not taken:
-        return f"line {site.line}: the probe's inputs never take this branch, so skipping it while compiling was " \
+        return f"line {node.lineno}: the probe's inputs never take this branch, so skipping it while compiling was " \
                "compared with nothing (add a probe whose inputs take it)"
     if rewrite == "branchless":  # eager changes wherever the transform is not the identity while the test is false
-        return f"line {site.line}: the branch now runs for every input, in eager too; it matched the original at " \
+        return f"line {node.lineno}: the branch now runs for every input, in eager too; it matched the original at " \
                "the probe's inputs" + (" (which take the branch anyway)" if taken else "") + ", not for every " \
                "input: review it (e.g. a NaN clean-up guarded by an inf test)"
     return None
@@ -238,8 +336,14 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
         kept: list[Edit] = []
         report = None
         wrote = False
+        kept_at: list[tuple[int, Candidate]] = []  # (site line, the candidate kept there)
         for (site, cands), outcome in zip(plans, out.sites):
-            for cand in cands:
+            # one rewrite may take in two sites (an .item() and the `if` on its scalar): this one is done
+            owner = next(((line, c) for line, c in kept_at if _covers(c.edits, site.line)), None)
+            if owner is not None:
+                outcome.rewrite, outcome.note = owner[1].rewrite, f"rewritten with line {owner[0]}"
+                outcome.covered = True
+            for cand in cands if owner is None else ():
                 if overlap(kept, cand.edits):
                     outcome.tried.append({"rewrite": cand.rewrite, "result": "it overlaps a rewrite already kept"})
                     continue
@@ -251,24 +355,18 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                     continue
                 if not opts.verify:  # the first candidate of each site, unproven
                     kept, outcome.rewrite, outcome.note = edits, cand.rewrite, cand.note
+                    kept_at.append((site.line, cand))
                     break
                 runnable, copy_line = copies.runnable(edits, patched)
                 write_text_atomic(patched, runnable)
                 wrote = True
-                why = None
-                try:
-                    run = _run(patched, name, VERIFY_STAGES, opts, progress, "--try")
-                except UsageError as e:  # the copy does not import: this candidate's fault, not the user's input
-                    why = f"the patched copy does not load ({e})"
-                else:
-                    others = {copy_line(new_span(edits, o.line, o.line)[0]) for o in found if o is not site}
-                    why = _judge(site, edits, copy_line, patched, before, run.probes[0], others)
-                if why is None:
-                    why = _eager_differs(task, patched, name, dump)
+                others = {copy_line(new_span(edits, o.line, o.line)[0]) for o in found if o is not site}
+                why, run = _try(site, edits, copy_line, patched, name, before, others, opts, progress, task, dump)
                 outcome.tried.append({"rewrite": cand.rewrite, "result": why or "kept"})
                 if why is None:
                     kept, before, report = edits, run.probes[0].stages, run
                     outcome.rewrite, outcome.note = cand.rewrite, cand.note
+                    kept_at.append((site.line, cand))
                     break
             if outcome.rewrite:
                 outcome.doc = REWRITES[outcome.rewrite].doc
@@ -301,7 +399,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
         out.reasons.append(f"the patched probe still fails: {', '.join(verdict.kinds)} (first at "
                            f"{verdict.first_failing_stage})")
     for site, outcome in zip(found, out.sites):
-        why = _vacuous(src, site, outcome.rewrite, lines_run) if outcome.rewrite else None
+        why = _vacuous(src, site, outcome.rewrite, lines_run) if outcome.rewrite and not outcome.covered else None
         if why:
             out.reasons.append(why)
     out.status = NOT_VERIFIED if out.reasons else VERIFIED

@@ -101,6 +101,15 @@ class Source:
         """An Edit position from ast's (line, UTF-8 byte offset) pair: Edit columns count characters."""
         return line, len(self.lines[line - 1].encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
 
+    def offset(self, pos: tuple[int, int]) -> int:
+        """The index in ``text`` of an Edit position."""
+        return sum(len(line) for line in self.lines[:pos[0] - 1]) + pos[1]
+
+    def span(self, node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]]:
+        """A node's start and end as Edit positions."""
+        return (self.position(node.lineno, node.col_offset),
+                self.position(node.end_lineno or node.lineno, node.end_col_offset or 0))
+
     def indent(self, node: ast.stmt) -> str:
         line = self.lines[node.lineno - 1]
         return line[:len(line) - len(line.lstrip())]
@@ -185,7 +194,182 @@ def new_span(edits: "list[Edit] | tuple[Edit, ...]", first: int, last: int) -> t
     return lo + shift, hi + shift
 
 
+_SCALAR_TESTS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+_CAPTURE_SCALAR = ("torch._dynamo.config.capture_scalar_outputs = True  # tracecheck fix: .item()/.tolist() stay in "
+                   "the graph as unbacked SymInts/SymFloats")
+
+
+@dataclass(frozen=True)
+class _Scalar:
+    """``name = <tensor>.item()`` as the statement right before an ``if`` whose test is one comparison reading
+    ``name`` once: the host round-trip a branch on a tensor's value takes."""
+
+    assign: ast.Assign
+    branch: ast.If
+    name: str
+    #: the receiver of ``.item()``, parenthesised where the test's precedence needs it
+    tensor: str
+    #: ``name`` is read by the test and nowhere else in its function: the assignment can go
+    dead: bool
+
+    def test(self, src: Source) -> str:
+        """The ``if``'s test with the tensor in place of the name."""
+        t0, t1 = src.span(self.branch.test)
+        n0, n1 = src.span(next(n for n in ast.walk(self.branch.test) if isinstance(n, ast.Name) and n.id == self.name))
+        return src.text[src.offset(t0):src.offset(n0)] + self.tensor + src.text[src.offset(n1):src.offset(t1)]
+
+    def replace(self, src: Source, edit: Edit) -> Edit:
+        """``edit`` (which starts on the ``if``'s first line) widened up to the assignment, which it drops: one
+        edit, so that new_span maps the lines below it; the comment and blank lines between the two stay."""
+        after = ((self.assign.end_lineno or self.assign.lineno) + 1, 0)
+        return Edit((self.assign.lineno, 0), edit.end, src.text[src.offset(after):src.offset(edit.start)] + edit.text)
+
+
+def _scope(tree: ast.Module, node: ast.stmt) -> ast.AST:
+    """The innermost function holding ``node`` (the module at top level)."""
+    best: ast.AST = tree
+    for f in ast.walk(tree):
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.lineno <= node.lineno <= (f.end_lineno or 0) \
+                and f is not node and (best is tree or f.lineno >= best.lineno):
+            best = f
+    return best
+
+
+def _siblings(tree: ast.Module, node: ast.stmt) -> list[ast.stmt]:
+    for parent in ast.walk(tree):
+        for _, value in ast.iter_fields(parent):
+            if isinstance(value, list) and any(v is node for v in value):
+                return value
+    return []
+
+
+def _scalar_branch(src: Source, site: Site) -> _Scalar | None:
+    """The ``.item()`` scalar an ``if`` tests, from a site at either statement: the ``.item()`` line (gb_type
+    'Unsupported Tensor.item() call') or the ``if`` (the branch on it, once the scalar is captured)."""
+    node = src.statement_at(site.line)
+    body = _siblings(src.tree, node) if node is not None else []
+    at = next((i for i, s in enumerate(body) if s is node), None)
+    if at is None:
+        return None
+    if isinstance(node, ast.If) and node.lineno == site.line and _branch(src, site) is not None and at > 0:
+        assign, branch = body[at - 1], node
+    elif isinstance(node, ast.Assign) and (site.gb_type.startswith(_SCALAR_GB[0]) or site.kind == K.DATA_DEPENDENT) \
+            and at + 1 < len(body):
+        assign, branch = node, body[at + 1]
+    else:
+        return None
+    if not (isinstance(assign, ast.Assign) and isinstance(branch, ast.If) and len(assign.targets) == 1
+            and isinstance(assign.targets[0], ast.Name) and src.owns_its_lines(assign) and src.owns_its_lines(branch)):
+        return None
+    call, name = assign.value, assign.targets[0].id
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "item"
+            and not call.args and not call.keywords):
+        return None
+    test = branch.test  # one comparison: `a and b`, `not a`, `a < b < c` would call bool() on a tensor again
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], _SCALAR_TESTS)):
+        return None
+    if sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(test)) != 1:
+        return None
+    scope = _scope(src.tree, branch)
+    reads = sum(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Store) for n in ast.walk(scope))
+    shared = any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(scope))
+    receiver = call.func.value
+    tensor = src.segment(receiver)
+    if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) or "\n" in tensor:
+        tensor = f"({tensor})"
+    return _Scalar(assign, branch, name, tensor, dead=reads == 1 and not shared)
+
+
+def _branch_site(src: Source, site: Site) -> "tuple[ast.If, _Scalar | None] | None":
+    """The ``if`` a branch rewrite changes at ``site``, with the dead ``.item()`` scalar it tests (the rewrite
+    tests the tensor and drops the assignment, whose ``.item()`` would break the graph still)."""
+    scalar = _scalar_branch(src, site)
+    if scalar is not None and scalar.dead:
+        return scalar.branch, scalar
+    node = _branch(src, site)
+    return None if node is None else (node, None)
+
+
+def branch_at(src: Source, site: Site) -> ast.If | None:
+    """The ``if`` that the branch rewrites (torch-cond, branchless, compile-guard, tensor-where) change for
+    ``site``: the site's own, or the one testing the ``.item()`` scalar assigned on the site's line."""
+    got = _branch_site(src, site)
+    if got is not None:
+        return got[0]
+    scalar = _scalar_branch(src, site)  # (torch-check: the scalar stays)
+    return None if scalar is None else scalar.branch
+
+
+def _bound_before(src: Source, node: ast.stmt, name: str) -> bool:
+    """``name`` is a parameter of ``node``'s function or assigned above ``node`` in it."""
+    scope = _scope(src.tree, node)
+    args = getattr(scope, "args", None)
+    if args is not None and name in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                                     args.vararg, args.kwarg) if a is not None}:
+        return True
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) and n.lineno < node.lineno
+               for n in ast.walk(scope))
+
+
+def _one_line(text: str) -> str:
+    """Source text for a comment: one line."""
+    return " ".join(text.split())
+
+
 # ---- the rewrites, in the order they are tried for a site -------------------------------------------------------
+
+
+@rewrite("tensor-where", "a branch on an .item() scalar as torch.where",
+         "torch.where (PyTorch docs, Common Graph Breaks, 'Data-dependent operations': keep the value a tensor "
+         "instead of reading it with .item() and branching on it)")
+def _tensor_where(src: Source, site: Site):
+    scalar = _scalar_branch(src, site)
+    if scalar is None or not scalar.dead or scalar.branch.orelse:
+        return None
+    node = scalar.branch
+    then = _assigned(node.body)
+    # the else side is the name's value before the `if`: it must have one
+    if then is None or then[0] in ("return", scalar.name) or not _bound_before(src, node, then[0]):
+        return None
+    target = then[0]
+    line = f"{target} = torch.where({scalar.test(src)}, {src.segment(then[1])}, {target})"
+    edit = src.whole_lines(node, src.indent(node) + line + "  # tracecheck fix: a tensor select, no .item()")
+    return (scalar.replace(src, edit),) + src.needs_torch_import(), \
+        f"torch.where: the `if` at line {node.lineno} tests the tensor and the .item() at line " \
+        f"{scalar.assign.lineno} is removed; both sides are computed and the test picks one (exact while " \
+        f"`{_one_line(src.segment(then[1]))}` keeps {target}'s shape and dtype)"
+
+
+def _raised(src: Source, body: list[ast.stmt]) -> "tuple[str, str] | None":
+    """``raise E("message")`` as a branch's only statement: (E, the message's literal)."""
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].cause is not None:
+        return None
+    exc = body[0].exc
+    if not (isinstance(exc, ast.Call) and _dotted(exc.func) and len(exc.args) == 1 and not exc.keywords
+            and isinstance(exc.args[0], ast.Constant) and isinstance(exc.args[0].value, str)):
+        return None  # a formatted message cannot be: Dynamo refuses a torch._check message that reads traced values
+    return src.segment(exc.func), src.segment(exc.args[0])
+
+
+@rewrite("torch-check", "a guard that raises on an .item() scalar as torch._check",
+         "torch._check_with on the captured scalar (PyTorch docs: torch._check for data-dependent values; "
+         "torch._dynamo.config.capture_scalar_outputs)")
+def _torch_check(src: Source, site: Site):
+    scalar = _scalar_branch(src, site)
+    if scalar is None or scalar.branch.orelse:
+        return None
+    node = scalar.branch
+    raised = _raised(src, node.body)
+    if raised is None:
+        return None
+    exc, message = raised
+    # torch.sym_not: `not` would ask for the scalar's value (a data-dependent guard); a negated comparison is not
+    # the same for NaN
+    line = f"torch._check_with({exc}, torch.sym_not({src.segment(node.test)}), lambda: {message})"
+    edit = src.whole_lines(node, src.indent(node) + line + "  # tracecheck fix: a check the graph keeps")
+    return (edit,) + src.module_setting(_CAPTURE_SCALAR), \
+        f"torch._check_with: the guard at line {node.lineno} stays in the graph as a runtime assert on the " \
+        f"captured scalar; eager raises {exc} as before, compiled code a RuntimeError"
 
 
 @rewrite("capture-scalar-outputs", "capture .item()/.tolist() as graph values",
@@ -198,8 +382,7 @@ def _capture_scalar(src: Source, site: Site):
             (site.kind == K.DATA_DEPENDENT and (".item()" in site.code or ".tolist()" in site.code)
              and not site.gb_type.startswith(_BRANCH_GB))):
         return None
-    return (src.module_setting("torch._dynamo.config.capture_scalar_outputs = True  # tracecheck fix: "
-                               ".item()/.tolist() stay in the graph as unbacked SymInts/SymFloats"),
+    return (src.module_setting(_CAPTURE_SCALAR),
             "torch._dynamo.config.capture_scalar_outputs = True: Dynamo keeps the scalar in the graph")
 
 
@@ -241,9 +424,10 @@ def _assigned(body: list[ast.stmt]) -> "tuple[str, ast.expr] | None":
 @rewrite("torch-cond", "a value branch as torch.cond",
          "torch.cond (PyTorch docs, Control Flow - Cond; Common Graph Breaks, 'Data-dependent operations')")
 def _torch_cond(src: Source, site: Site):
-    node = _branch(src, site)
-    if node is None:
+    got = _branch_site(src, site)
+    if got is None:
         return None
+    node, scalar = got
     then = _assigned(node.body)
     if then is None:
         return None
@@ -256,41 +440,48 @@ def _torch_cond(src: Source, site: Site):
         other_text = f"{then[0]}.clone()"  # no else: the value it had (a branch may not return an input as is)
     else:
         return None
-    target, pred = then[0], src.segment(node.test)
+    target, pred = then[0], scalar.test(src) if scalar else src.segment(node.test)
     call = f"torch.cond({pred}, lambda: {src.segment(then[1])}, lambda: {other_text})"
     line = f"return {call}" if target == "return" else f"{target} = {call}"
-    return (src.whole_lines(node, src.indent(node) + line + "  # tracecheck fix: both branches in one graph")
-            ,) + src.needs_torch_import(), \
-        f"torch.cond: both branches are traced and the one the data picks runs (line {site.line})"
+    edit = src.whole_lines(node, src.indent(node) + line + "  # tracecheck fix: both branches in one graph")
+    return (scalar.replace(src, edit) if scalar else edit,) + src.needs_torch_import(), \
+        f"torch.cond: both branches are traced and the one the data picks runs (line {node.lineno})" + \
+        (f"; the .item() at line {scalar.assign.lineno} is removed" if scalar else "")
 
 
 @rewrite("branchless", "apply the transform unconditionally",
          "the hint of gb_type 'Data-dependent branching': make `if tensor_cond: x = transform(x)` branchless")
 def _branchless(src: Source, site: Site):
-    node = _branch(src, site)
-    if node is None or node.orelse or any(isinstance(s, (ast.Return, ast.Raise, ast.Break, ast.Continue))
-                                          for s in ast.walk(node)):
+    got = _branch_site(src, site)
+    if got is None:
+        return None
+    node, scalar = got
+    if node.orelse or any(isinstance(s, (ast.Return, ast.Raise, ast.Break, ast.Continue)) for s in ast.walk(node)):
         return None
     body = "".join(src.lines[node.body[0].lineno - 1:node.end_lineno])
     text = textwrap.indent(textwrap.dedent(body), src.indent(node)).rstrip("\n")
-    note = f"the branch at line {site.line} always runs (its transform must leave other inputs unchanged)"
-    return (src.whole_lines(node, src.indent(node) + f"# tracecheck fix: branchless (was `if {src.segment(node.test)}:`)"
-                            "\n" + text),), note
+    note = f"the branch at line {node.lineno} always runs (its transform must leave other inputs unchanged)"
+    was = f"if {_one_line(src.segment(node.test))}:"
+    if scalar:  # the scalar is read by the test alone: its .item() goes with it
+        was += f"` on `{_one_line(src.segment(scalar.assign))}"
+        note += f"; the .item() at line {scalar.assign.lineno} is removed"
+    edit = src.whole_lines(node, src.indent(node) + f"# tracecheck fix: branchless (was `{was}`)\n" + text)
+    return (scalar.replace(src, edit) if scalar else edit,), note
 
 
 @rewrite("compile-guard", "skip a host-side fast path or check while compiling",
          "torch.compiler.is_compiling() (PyTorch docs: code to skip under torch.compile)")
 def _compile_guard(src: Source, site: Site):
-    node = _branch(src, site)
-    if node is None:
+    got = _branch_site(src, site)
+    if got is None:
         return None
-    test = node.test
-    edit = Edit(src.position(test.lineno, test.col_offset),
-                src.position(test.end_lineno or test.lineno, test.end_col_offset or 0),
-                f"not {_GUARD} and ({src.segment(test)})")
+    node, scalar = got
+    start, end = src.span(node.test)
+    edit = Edit(start, end, f"not {_GUARD} and ({scalar.test(src) if scalar else src.segment(node.test)})")
     takes = "else branch" if node.orelse else "code after it"
-    return (edit,) + src.needs_torch_import(), \
-        f"while compiling, the `if` at line {site.line} is skipped and its {takes} runs; eager is unchanged"
+    return (scalar.replace(src, edit) if scalar else edit,) + src.needs_torch_import(), \
+        f"while compiling, the `if` at line {node.lineno} is skipped and its {takes} runs; eager is unchanged" + \
+        (f" (it tests the tensor: the .item() at line {scalar.assign.lineno} is removed)" if scalar else "")
 
 
 def _logging_call(src: Source, site: Site) -> ast.Expr | None:
