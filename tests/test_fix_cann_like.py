@@ -62,3 +62,35 @@ def test_the_fake_keeps_s_and_n_apart_and_compiles_where_they_differ(train_fix):
         print("OK")
     """, tmp)
     assert got.strip().endswith("OK")
+
+
+def test_the_librarys_own_direct_call_gets_a_custom_op_the_probes_file_installs(tmp_path):
+    """The no-grad path calls the pybind11 module from the library's file (mhc_pre_sinkhorn.py), not the probe's:
+    the fix must still reach it. The probe's patched copy installs a custom op in the library's module; the library
+    is not edited; plain torch then compiles the probe fullgraph at S != n, equal to eager."""
+    library = PROBE.parent / "cann_ops_like" / "ops" / "mhc" / "mhc_pre_sinkhorn.py"
+    before = library.read_text()
+    outcome = fix(FixOptions(f"{PROBE}::probe_infer", output=str(tmp_path / "fixed_ops.py"), timeout_s=600))
+    assert outcome.kinds == ["pybind-builtin"]
+    assert outcome.status == VERIFIED, outcome.reasons
+    assert library.read_text() == before
+    (site,) = outcome.sites
+    assert site.rewrite == "custom-op" and site.file.endswith("mhc_pre_sinkhorn.py")
+    assert "import_module('cann_ops_like.ops.mhc.mhc_pre_sinkhorn')" in outcome.diff
+    assert outcome.shapes and outcome.shapes[0]["failed"] == []
+    line = before[:before.index("outs = ext.mhc_pre_sinkhorn")].count("\n") + 1
+    # the reference: the C function itself, kept by the patched copy under _tc_c_<line>
+    got = _python("""
+        import importlib.util, torch
+        spec = importlib.util.spec_from_file_location("patched", "cann_probe_fixed.py")
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        compiled = torch.compile(m._pre, backend="aot_eager", fullgraph=True)
+        g = torch.Generator().manual_seed(2)
+        x, phi = torch.randn(2, 8, 4, 16, generator=g), torch.randn(24, 64, generator=g) / 8
+        alpha, bias = torch.tensor([0.5, 0.6, 0.7]), 0.1 * torch.randn(24, generator=g)
+        out = compiled(x, phi, alpha, bias)
+        h_in, h_post, h_res = m._tc_c_LINE(x, phi, alpha, bias, 4, 20, 1e-6, 1e-6, False)[:3]
+        torch.testing.assert_close(out, h_in.sum(-1) + (h_post * h_res[..., :4]).sum(-1))
+        print("OK")
+    """.replace("LINE", str(line)), tmp_path)
+    assert got.strip().endswith("OK")

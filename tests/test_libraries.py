@@ -107,17 +107,24 @@ def test_a_helper_module_beside_the_probes_is_said_in_the_progress_lines(tracech
     assert "helpers.py: no probes" in res.stderr
 
 
-def test_tracecheck_fix_is_offered_only_where_it_generates_code():
+def test_tracecheck_fix_is_offered_only_where_it_generates_code(tmp_path):
     """``tracecheck fix`` rewrites a pybind11 call inside an autograd.Function into custom ops, and a direct call
-    from the probe's own file into a custom op of its own; a direct call from another file (a library's) it cannot
-    rewrite, so the next steps point to the kind's page instead."""
+    through a module-level name into a custom op of its own, from the probe's file or from a library's (the probe's
+    file installs it there). A call through ``self.`` (DeepSpeed's ``self.ds_opt_adam.adam_update``) it cannot
+    rebind, nor a file it cannot read: the next steps point to the kind's page instead."""
     from tracecheck.render import terminal
     from tracecheck.model.report import FAIL, PASS, Finding, ProbeReport, RunReport, StageResult
 
-    def report(in_function: bool, frame_file: str = "/abs/m.py") -> RunReport:
+    lib = tmp_path / "site-packages" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "ops.py").write_text("import ext\n\ndef fwd(x):\n    return ext.fwd(x)\n")
+    (lib / "adam.py").write_text("class Adam:\n    def step(self, x):\n        return self.ext.fwd(x)\n")
+
+    def report(in_function: bool, frame_file: str = "/abs/m.py", line: int = 3) -> RunReport:
         ctx = {"builtin": "ext.fwd", "pybind11": True, **({"in_autograd_function": True} if in_function else {})}
         f = Finding("pybind-builtin", "Dynamo cannot trace the C/pybind11 builtin `ext.fwd`.", ctx,
-                    {"user_frame": {"file": frame_file, "line": 3}})
+                    {"user_frame": {"file": frame_file, "line": line, "code": "ext.fwd(x)" if frame_file ==
+                                    "/abs/m.py" else ""}})
         p = ProbeReport("m.py::probe", "/abs/m.py", "probe", {
             "eager": StageResult("eager", PASS, target="compile"),
             "explain": StageResult("explain", FAIL, failure=f, findings=[f], target="compile")})
@@ -128,9 +135,11 @@ def test_tracecheck_fix_is_offered_only_where_it_generates_code():
 
     assert offers_fix(terminal.next_steps(report(True)))
     assert offers_fix(terminal.next_steps(report(False)))
-    elsewhere = terminal.next_steps(report(False, "/abs/site-packages/lib/ops.py"))
-    assert not offers_fix(elsewhere)
-    assert any("docs/failures/pybind-builtin.md" in line for line in elsewhere)
+    assert offers_fix(terminal.next_steps(report(False, str(lib / "ops.py"), 4)))
+    for frame_file, line in ((str(lib / "adam.py"), 3), ("/abs/site-packages/lib/gone.py", 3)):
+        elsewhere = terminal.next_steps(report(False, frame_file, line))
+        assert not offers_fix(elsewhere), frame_file
+        assert any("docs/failures/pybind-builtin.md" in line for line in elsewhere)
 
 
 def test_a_fake_that_asserts_inside_an_installed_package_is_still_the_fakes(tracecheck, tmp_path):

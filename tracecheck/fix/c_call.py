@@ -105,6 +105,16 @@ def _recorder(original: Any, sites: list[dict[str, Any]], calls: dict[int, _Call
     return recorder
 
 
+def module_of(path: str) -> Any:
+    """The imported module whose file is ``path`` (a library's module the probe reached), or None."""
+    here = os.path.realpath(path)
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if isinstance(f, str) and os.path.realpath(f) == here:
+            return m
+    return None
+
+
 def _resolve(module: Any, callee: str) -> tuple[Any, str]:
     """The object that holds the callee (the module's globals for a bare name) and the attribute name."""
     owner_src, _, attr = callee.rpartition(".")
@@ -134,24 +144,29 @@ def observe_calls(task: dict[str, Any]) -> dict[str, Any]:
     all."""
     module, case = casemaker.load_case(task["file"], task["probe"])
     errors: dict[int, str] = {}
-    by_callee: dict[str, list[dict[str, Any]]] = {}
+    by_callee: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for site in task["sites"]:
-        by_callee.setdefault(site["callee"], []).append(site)
+        by_callee.setdefault((site.get("file") or task["file"], site["callee"]), []).append(site)
     calls: dict[int, _Call] = {}
     installed: list[tuple[Any, str, Any]] = []
-    originals: dict[str, Any] = {}
+    originals: dict[tuple[str, str], Any] = {}
+    homes: dict[str, str] = {}  # a library file -> the name of its module (the patched probe imports it)
     try:
-        for callee, sites in by_callee.items():
+        for (where, callee), sites in by_callee.items():
             why = ""
             try:
-                owner, attr = _resolve(module, callee)
+                home = module if where == task["file"] else module_of(where)
+                if home is None:
+                    raise LookupError(f"no imported module is {where}")
+                homes[where] = home.__name__
+                owner, attr = _resolve(home, callee)
                 original = _get(owner, attr)
                 if not callable(original) or hasattr(original, "__code__"):
                     why = f"`{callee}` is Python code, not a C function"
                 else:
-                    _set(owner, attr, _recorder(original, sites, calls, task["file"]))
+                    _set(owner, attr, _recorder(original, sites, calls, where))
                     installed.append((owner, attr, original))
-                    originals[callee] = original
+                    originals[(where, callee)] = original
             except Exception as e:  # noqa: BLE001 - a name that does not resolve, an object that refuses setattr
                 why = f"cannot record calls of `{callee}` ({type(e).__name__}: {e})"
             for s in sites if why else ():
@@ -171,9 +186,10 @@ def observe_calls(task: dict[str, Any]) -> dict[str, Any]:
             out.append({"line": line, "error": f"the probe fails eagerly ({run.error['type']})" if failed else
                         "the probe's inputs never call it on this line with these arguments"})
         else:
+            where = site.get("file") or task["file"]
             try:
-                out.append({"line": line, **_render(site, originals[site["callee"]], calls[line],
-                                                    task["namespace"], taken)})
+                rendered = _render(site, originals[(where, site["callee"])], calls[line], task["namespace"], taken)
+                out.append({"line": line, **rendered, **({"module": homes[where]} if where != task["file"] else {})})
             except Unfixable as e:
                 out.append({"line": line, "error": str(e)})
             except Exception as e:  # noqa: BLE001 - the C function refused a rerun: no fix, said why
@@ -201,6 +217,8 @@ def _render(site: dict[str, Any], fn: Any, call: _Call, ns: str, taken: set[str]
         raise Unfixable(f"it writes to {', '.join(call.mutated)} and eager differentiates through it; a recomputing "
                         "backward would read the written values")
     callee, names, npos = site["callee"], list(site["params"]), site["positional"]
+    # a call in a library's file: the op calls the original through the name the patched probe keeps it under
+    call_as = site.get("call_as") or callee
     types = {n: _PY_TYPES.get(annotation(v), annotation(v)) for n, v in call.args.items()}
     op = ident(f"{snake(callee.rpartition('.')[2])}_op", taken)
     nout = len(call.outputs)
@@ -219,15 +237,15 @@ def _render(site: dict[str, Any], fn: Any, call: _Call, ns: str, taken: set[str]
          f"@torch.library.custom_op({f'{ns}::{op}'!r}, mutates_args={tuple(call.mutated)!r})",
          f"def {op}({', '.join(f'{n}: {types[n]}' for n in names)}) -> {_ret(nout, not call.returns_tensor)}:"]
     if call.aliased:
-        L += [f"    {_tuple(outs) if not call.returns_tensor else outs[0]} = {_invoke(callee, names, npos)}",
+        L += [f"    {_tuple(outs) if not call.returns_tensor else outs[0]} = {_invoke(call_as, names, npos)}",
               *(f"    {outs[i]} = {outs[i]}.clone()  # it returned (a view of) an input; a custom op may not"
                 for i in call.aliased),
               f"    return {_tuple(outs) if not call.returns_tensor else outs[0]}"]
     else:
-        L.append(f"    return {'' if call.returns_tensor else 'tuple'}({_invoke(callee, names, npos)})")
+        L.append(f"    return {'' if call.returns_tensor else 'tuple'}({_invoke(call_as, names, npos)})")
     L += ["", "", f"@{op}.register_fake", f"def _({', '.join(names)}):", *fake]
     if call.differentiable:
-        L += _autograd(op, ns, callee, names, npos, types, call, taken)
+        L += _autograd(op, ns, callee, names, npos, types, call, taken, call_as)
     elif call.inputs_need_grad:  # eager's result carried no gradient: nor does the op's
         L += ["", "", f"def _{op}_setup_context(ctx, inputs, output):",
               "    ctx.mark_non_differentiable(*((output,) if isinstance(output, torch.Tensor) else output))",
@@ -248,7 +266,7 @@ def _as_list(out: Any) -> list[torch.Tensor]:
 
 
 def _autograd(op: str, ns: str, callee: str, names: list[str], npos: int, types: dict[str, str], call: _Call,
-              taken: set[str]) -> list[str]:
+              taken: set[str], call_as: str) -> list[str]:
     """A backward op that recomputes the call with autograd on (eager's gradients, whatever the C++ does), its
     fake, and the ``register_autograd`` wiring."""
     tensors = [n for n in names if types[n] == "torch.Tensor"]
@@ -272,7 +290,7 @@ def _autograd(op: str, ns: str, callee: str, names: list[str], npos: int, types:
         "    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), _tc_exclude), "
         "torch.enable_grad():",
         *(f"        {copy(n)} = {n}.detach().requires_grad_()" for n in wrt),
-        f"        _tc_outs = {_invoke(callee, names, npos, copy)}",
+        f"        _tc_outs = {_invoke(call_as, names, npos, copy)}",
         "        _tc_outs = (_tc_outs,) if isinstance(_tc_outs, torch.Tensor) else tuple(_tc_outs)",
         f"        _tc_pairs = [(o, g) for o, g in zip(_tc_outs, {_tuple(grads)}) if o.requires_grad]",
         f"        _tc_got = torch.autograd.grad([o for o, _ in _tc_pairs], {_tuple([copy(n) for n in wrt])}, "

@@ -30,6 +30,7 @@ from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, rewrites_model_code
 from .rewrites import (REWRITES, Candidate, Edit, Site, Source, apply, branch_at, c_call_at, candidates,
                        new_span, overlap)
 from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
+from .verify_shapes import check_shapes
 
 #: the first line of every diff ``fix`` writes: only such a file is ever overwritten by ``--diff``
 DIFF_MARK = "# tracecheck fix: a rewrite of"
@@ -60,12 +61,17 @@ class SiteOutcome:
     tried: list[dict[str, str]] = field(default_factory=list)
     #: the rewrite kept for an earlier site took this one in (its lines were rewritten with that site's)
     covered: bool = False
+    #: the library file the line is in ("" for the probe's own file)
+    file: str = ""
 
 
 def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
-    """The probe file's break sites (one per line, first finding wins), and the break locations outside it."""
+    """The break sites (one per line, first finding wins): the probe file's, then the C calls a library makes (the
+    probe's file installs a custom op there); and the break locations outside the probe's file left alone."""
     found: dict[int, Site] = {}
+    library: dict[tuple[str, int], Site] = {}
     outside: list[str] = []
+    here = os.path.realpath(path)
     for result in probe.stages.values():
         for f in result.findings:
             frame = f.user_frame
@@ -76,17 +82,24 @@ def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
                     outside.append(frame.location)
                 continue
             facts = {"builtin": f.context.get("builtin") or ""} if f.kind == K.PYBIND_BUILTIN else None
-            found.setdefault(frame.line, Site(frame.line, f.kind, f.evidence.get("gb_type") or "", frame.code or "",
-                                              facts))
-    return [found[k] for k in sorted(found)], outside
+            site = Site(frame.line, f.kind, f.evidence.get("gb_type") or "", frame.code or "", facts)
+            if os.path.realpath(frame.file) == here:
+                found.setdefault(frame.line, site)
+            else:
+                library.setdefault((os.path.realpath(frame.file), frame.line), replace(site, file=frame.file))
+    # (a library line that shares its number with a site of the probe's file waits for a later run: outcomes are
+    # told apart by line)
+    extra = [s for _, s in sorted(library.items()) if s.line not in found]
+    return [found[k] for k in sorted(found)] + extra, outside
 
 
 def _c_calls(found: list[Site], src: Source, path: str, name: str, namespace: str, task: Any) -> list[Site]:
     """``found`` with the facts the ``custom-op`` rewrite needs for each C call (c_call.py learns them in a stage
     process), or with why there are none."""
-    calls = {s.line: c_call_at(src, s.line, s.facts["builtin"]) for s in found if s.kind == K.PYBIND_BUILTIN}
-    asks = [{"line": line, **{k: v for k, v in c.items() if k != "span"}} for line, c in calls.items()
-            if isinstance(c, dict)]
+    calls = {s.line: _call_at(s, src) for s in found if s.kind == K.PYBIND_BUILTIN}
+    files = {s.line: s.file for s in found if s.file}
+    asks = [{"line": line, **{k: v for k, v in c.items() if k != "span"}, **_library_ask(line, files)}
+            for line, c in calls.items() if isinstance(c, dict)]
     learnt: dict[int, dict[str, Any]] = {}
     if asks:
         try:
@@ -99,10 +112,36 @@ def _c_calls(found: list[Site], src: Source, path: str, name: str, namespace: st
     for s in found:
         c = calls.get(s.line)
         if c is not None:
-            facts = {"error": c} if isinstance(c, str) else {**c, **learnt.get(s.line, {})}
+            facts = {"error": c} if isinstance(c, str) else {**c, **_library_ask(s.line, files),
+                                                              **learnt.get(s.line, {})}
             s = replace(s, facts={**s.facts, **facts})
         out.append(s)
     return out
+
+
+def _call_at(site: Site, probe_src: Source) -> dict[str, Any] | str:
+    """The C call on the site's line, in the probe's text or the library file's (a string says why there is none)."""
+    if not site.file:
+        return c_call_at(probe_src, site.line, site.facts["builtin"])
+    try:
+        text = Source(read_source(site.file, utf8_only=True))
+    except (UsageError, SyntaxError, ValueError) as e:
+        return f"cannot read {site.file} ({e})"
+    return c_call_at(text, site.line, site.facts["builtin"])
+
+
+def _library_ask(line: int, files: dict[int, str]) -> dict[str, Any]:
+    """What c_call and the rewrite need for a C call in a library's file: the file, and the names the probe's
+    file keeps its module and the original C function under."""
+    if line not in files:
+        return {}
+    return {"file": files[line], "call_as": f"_tc_c_{line}", "module_alias": f"_tc_lib_{line}",
+            "file_label": _label(files[line])}
+
+
+def _label(path: str) -> str:
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("..") else os.path.basename(path)
 
 
 def _breaks(stages: dict[str, Any]) -> int:
@@ -173,8 +212,12 @@ def _judge(site: Site, edits: list[Edit], copy_line: Any, copy: str, before: dic
     rename a crash's or an ``unknown`` finding (never a status): such a result fails anew only by status."""
     if LOAD_STAGE in after:
         return f"the patched copy does not load ({_first(after[LOAD_STAGE])})"
-    lo, hi = (copy_line(n) for n in new_span(edits, site.line, site.line))
-    here = os.path.realpath(copy)
+    if site.file:  # a library's line, which the probe's file does not edit: Dynamo must not stop there any more
+        first, last = (site.facts or {}).get("first", site.line), (site.facts or {}).get("last", site.line)
+        lo, hi, here = first, last, os.path.realpath(site.file)
+    else:
+        lo, hi = (copy_line(n) for n in new_span(edits, site.line, site.line))
+        here = os.path.realpath(copy)
     for r in after.values():
         for f in r.findings:
             frame = f.user_frame
@@ -317,7 +360,8 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     found = _c_calls(found, src, path, name, opts.namespace, task)
     plans = [(site, candidates(src, site)) for site in found]
     for site, _ in plans:
-        out.sites.append(SiteOutcome(site.line, site.kind, site.gb_type, site.code))
+        out.sites.append(SiteOutcome(site.line, site.kind, site.gb_type, site.code,
+                                     file=_label(site.file) if site.file else ""))
     with tempfile.TemporaryDirectory(prefix="tracecheck-fix-") as tmp:
         dump = os.path.join(tmp, "eager.pt")
         lines_run = None
@@ -339,7 +383,8 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
         kept_at: list[tuple[int, Candidate]] = []  # (site line, the candidate kept there)
         for (site, cands), outcome in zip(plans, out.sites):
             # one rewrite may take in two sites (an .item() and the `if` on its scalar): this one is done
-            owner = next(((line, c) for line, c in kept_at if _covers(c.edits, site.line)), None)
+            owner = None if site.file else next(((line, c) for line, c in kept_at if _covers(c.edits, site.line)),
+                                                  None)
             if owner is not None:
                 outcome.rewrite, outcome.note = owner[1].rewrite, f"rewritten with line {owner[0]}"
                 outcome.covered = True
@@ -360,7 +405,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                 runnable, copy_line = copies.runnable(edits, patched)
                 write_text_atomic(patched, runnable)
                 wrote = True
-                others = {copy_line(new_span(edits, o.line, o.line)[0]) for o in found if o is not site}
+                others = {copy_line(new_span(edits, o.line, o.line)[0]) for o in found if o is not site and not o.file}
                 why, run = _try(site, edits, copy_line, patched, name, before, others, opts, progress, task, dump)
                 outcome.tried.append({"rewrite": cand.rewrite, "result": why or "kept"})
                 if why is None:
@@ -374,7 +419,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     for s in out.sites:
         if s.rewrite is None:
             why = (site_facts.get(s.line) or {}).get("error")
-            out.reasons.append(f"line {s.line} ({s.gb_type or s.kind}): " + (
+            out.reasons.append(f"{s.file + ':' if s.file else 'line '}{s.line} ({s.gb_type or s.kind}): " + (
                 f"no rewrite applies{': ' + why if why else ''}" if not s.tried else
                 f"no candidate was kept (tried {', '.join(t['rewrite'] for t in s.tried)}; why: above)"))
     if not kept:
@@ -402,6 +447,11 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
         why = _vacuous(src, site, outcome.rewrite, lines_run) if outcome.rewrite and not outcome.covered else None
         if why:
             out.reasons.append(why)
+    # the custom ops written for C calls: their fakes at shapes the probe never used, as for a registration fix
+    ops = [f"{opts.namespace}::{site.facts['name']}" for site, o in zip(found, out.sites)
+           if o.rewrite == "custom-op" and not o.covered and site.facts and "name" in site.facts]
+    if ops:
+        check_shapes(task, patched, name, ops, out)
     out.status = NOT_VERIFIED if out.reasons else VERIFIED
 
 

@@ -20,6 +20,7 @@ from .model_code import DIFF_MARK
 from .prelude import read_source
 from .model_code import KINDS as MODEL_CODE_KINDS
 from .model_code import fix_model_code
+from .verify_shapes import check_shapes
 from .status import NO_CODE_FIX, NOT_VERIFIED, NOTHING_TO_FIX, VERIFIED  # noqa: F401 - re-exported
 
 #: stages that tell the kinds this command fixes apart, fastest first (inductor adds nothing to the diagnosis)
@@ -187,7 +188,8 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
                                f"stages not run: finish the TODOs in {opts.output}, then: tracecheck run {patched}")
             return out
         _compare_eager(runner, opts, path, probe.name, patched, out)
-        _check_shapes(runner, opts, patched, probe.name, res.get("shape_ops", []), out)
+        check_shapes(lambda payload, what: _one(runner, payload, opts.timeout_s, what), patched, probe.name,
+                     res.get("shape_ops", []), out)
     _verify(opts, patched, probe.name, out, progress)
     out.status = NOT_VERIFIED if out.reasons else VERIFIED
     return out
@@ -261,24 +263,6 @@ def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patch
     elif not fd["ok"]:
         out.reasons.append(f"the patched probe's gradients disagree with finite differences ("
                            f"{fd['analytic']:.6g} vs {fd['numeric']:.6g} along a random direction)")
-
-
-def _check_shapes(runner: Runner, opts: FixOptions, patched: str, name: str, ops: list[str], out: FixOutcome) -> None:
-    """The generated fakes at shapes the probe never used (fix.shape_check); a wrong shape there is a reason."""
-    if not ops:
-        return
-    got = _one(runner, {"op": "tracecheck.fix.shape_check:run", "file": os.path.abspath(patched), "probe": name,
-                        "ops": ops}, opts.timeout_s, "checking the fakes at other shapes")
-    if "error" in got:
-        out.reasons.append(f"the patched probe fails eagerly: {got['error']['type']}: {got['error']['message'][:300]}")
-        return
-    out.shapes = got["ops"]
-    for op in got["ops"]:
-        for label, test, msg in op["failed"]:
-            out.reasons.append(f"{op['op']} at {label} (the eager op accepts it): opcheck {test}: {msg}")
-        if not op["checked"] and not op["failed"]:
-            out.reasons.append(f"{op['op']}: no shape beyond the probe's could be checked (the eager op refuses "
-                               f"every one tried: {', '.join(op['refused'][:4]) or 'none'})")
 
 
 def _verify(opts: FixOptions, patched: str, name: str, out: FixOutcome, progress: api.Progress | None) -> None:

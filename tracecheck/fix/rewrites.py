@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import os
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,6 +38,9 @@ class Site:
     code: str
     #: a C call (``custom-op``): the call as c_call_at found it, plus what c_call.py rendered for it
     facts: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    #: the library file the line is in, for a C call a library makes ("" for the probe's own file): the probe's
+    #: file then installs the custom op in that library's module rather than editing the call
+    file: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,8 @@ def candidates(src: Source, site: Site) -> list[Candidate]:
     """Every rewrite that applies to ``site``, in the order they are worth trying (registry order)."""
     out = []
     for r in REWRITES.values():
+        if site.file and r.id != "custom-op":
+            continue  # a library's line: only the op the probe's file installs reaches it (its text is not src)
         got = r.propose(src, site)
         if got is not None:
             edits, note = got
@@ -580,8 +586,29 @@ def _custom_op(src: Source, site: Site):
     facts = site.facts or {}
     if site.kind != K.PYBIND_BUILTIN or "definition" not in facts:
         return None
+    if site.file:
+        return _library_custom_op(src, site, facts)
     top = next(n for n in src.tree.body if n.lineno <= site.line <= (n.end_lineno or n.lineno))
     at = min([top.lineno] + [d.lineno for d in getattr(top, "decorator_list", [])])
     start, end = facts["span"]
     return (Edit((at, 0), (at, 0), facts["definition"]), Edit(tuple(start), tuple(end), facts["name"])) \
         + src.needs_torch_import(), facts["note"]
+
+
+def _library_custom_op(src: Source, site: Site, facts: dict[str, Any]):
+    """A C call in a library's file: the probe's file, at its end, imports that module, keeps the C function under
+    ``call_as``, defines the custom op (which calls it through that name) and rebinds the callee there, so the
+    library's own line calls the op. The library's files are not edited."""
+    alias, callee, module = facts["module_alias"], facts["callee"], facts["module"]
+    where = f"{facts.get('file_label') or os.path.basename(site.file)}:{site.line}"
+    block = ("" if src.text.endswith("\n") or not src.text else "\n") + "\n\n" + "\n".join([
+        f"# ---- tracecheck fix: `{callee}`, called at {where} ({module}), as a custom op: Dynamo cannot trace a "
+        "C/pybind11 function ----",
+        "import importlib as _tc_importlib  # noqa: E402",
+        f"{alias} = _tc_importlib.import_module({module!r})",
+        f"{facts['call_as']} = {alias}.{callee}",
+        "", "", facts["definition"].rstrip("\n"), "", "",
+        f"{alias}.{callee} = {facts['name']}  # the library's call now goes through the custom op", ""])
+    end = (len(src.lines) + 1, 0)
+    return (Edit(end, end, block),) + src.needs_torch_import(), \
+        facts["note"] + f" (installed in {module} by the probe's file: the library is not edited)"

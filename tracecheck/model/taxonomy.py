@@ -58,12 +58,32 @@ MODEL_CODE_KINDS = (K.GRAPH_BREAK, K.DATA_DEPENDENT)
 
 def rewrites_model_code(f: Any, probe_file: str) -> bool:
     """Does ``tracecheck fix`` answer finding ``f`` with a rewrite of ``probe_file`` (fix/model_code.py): a kind of
-    MODEL_CODE_KINDS, or a C/pybind11 function called straight from model code (inside an autograd.Function the
-    Function becomes custom ops instead), whose user frame lies in that file."""
+    MODEL_CODE_KINDS whose user frame lies in that file, or a C/pybind11 function called straight from model code
+    (inside an autograd.Function the Function becomes custom ops instead): from that file, or from a library's,
+    where the probe's file installs the custom op in the library's module."""
     if f.kind not in MODEL_CODE_KINDS and (f.kind != K.PYBIND_BUILTIN or f.context.get("in_autograd_function")):
         return False
     frame = f.user_frame
-    return frame is not None and bool(frame.file) and os.path.realpath(frame.file) == os.path.realpath(probe_file)
+    if frame is None or not frame.file:
+        return False
+    if os.path.realpath(frame.file) == os.path.realpath(probe_file):
+        return True
+    # a library's C call (a user frame is never torch's own: evidence/frames.py)
+    return f.kind == K.PYBIND_BUILTIN and frame.line is not None and os.path.isfile(frame.file) and \
+        _called_by_name(frame, str(f.context.get("builtin") or ""))
+
+
+def _called_by_name(frame: Any, builtin: str) -> bool:
+    """Does the frame's line call the C function through a module-level name (``ext.fwd(...)``, ``fwd(...)``), which
+    the custom-op rewrite can rebind? Not through ``self.`` or ``torch.`` (fix/rewrites.c_call_at refuses the same
+    when it parses the call)."""
+    import linecache
+    import re
+
+    code = frame.code or linecache.getline(frame.file, frame.line)
+    last = builtin.removesuffix(".__call__").rpartition(".")[2]
+    m = re.search(rf"((?:[A-Za-z_]\w*\.)*){re.escape(last)}\s*\(", code) if last else None
+    return m is not None and (m.group(1) or last).split(".")[0] not in ("self", "torch")
 
 
 def needs_registration_fix(f: Any, probe_file: str) -> bool:

@@ -25,7 +25,8 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
             for r in f.get("refused", []):
                 p(f"    perturbation refused by the op: {r}")
     for site in o.sites:
-        p(f"  line {site.line} ({site.gb_type or site.kind}): {site.code.strip()[:100]}")
+        where = f"{site.file}:{site.line}" if site.file else f"line {site.line}"
+        p(f"  {where} ({site.gb_type or site.kind}): {site.code.strip()[:100]}")
         for t in site.tried:
             if t["result"] != "kept":
                 p(f"    tried {t['rewrite']}: {t['result']}")
