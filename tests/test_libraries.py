@@ -226,3 +226,14 @@ def test_an_op_called_only_inside_its_autograd_function_needs_no_autograd_regist
     compiled = torch.compile(lambda x: ns["MatMulQ"].apply(x, ns["W"]), backend="aot_eager", fullgraph=True)
     compiled_grad, = torch.autograd.grad(compiled(a).sum(), a)
     torch.testing.assert_close(compiled_grad, eager_grad)
+
+
+@pytest.mark.parametrize("code, rebindable", [
+    ("return ext.fwd(x)", True), ("y = fwd(x) + 1", True), ("return pkg.ext.fwd(x)", True),
+    ("return self.ext.fwd(x)", False), ("return torch.ops.ext.fwd(x)", False), ("return helper._fwd(x)", False),
+    ("return ext.fwd_other(x)", False)])
+def test_a_c_call_is_rebindable_only_through_a_module_level_name(code, rebindable):
+    from tracecheck.model.records import Frame
+    from tracecheck.model.taxonomy import _called_by_name
+
+    assert _called_by_name(Frame("/abs/lib.py", 3, "f", code), "ext.fwd") is rebindable

@@ -302,6 +302,12 @@ def custom_op_defs() -> dict[str, Any]:
     return custom_ops.OPDEFS
 
 
+def custom_op_fake_impl(qualname: str) -> Any:
+    """The fake impl registered on a ``torch.library.custom_op`` (``CustomOpDef._abstract_fn``), or None (an op
+    defined with ``Library.define`` keeps it elsewhere)."""
+    return getattr(custom_op_defs().get(qualname), "_abstract_fn", None)
+
+
 def fake_tensor_mode(**kwargs: Any) -> Any:
     """A ``FakeTensorMode`` (``torch._subclasses.fake_tensor``)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -177,12 +177,9 @@ def _disambiguate(plans: list[Any]) -> None:
 
 def _op_entry(plan: custom_op.OpPlan, probe_file: str) -> dict[str, Any]:
     done, todo, check = [], list(plan.todo), []
-    if plan.fake_disagreement:
+    if plan.needs_fake:
         done.append(f"register_fake regenerated: its own fake disagrees with its kernel ({plan.fake_disagreement}); "
-                    "the diff is in the fixed module")
-        check += [f"{o} {u}" for b in plan.fake for o, m in zip(plan.outputs, b.metas) for u in m.unconfirmed]
-    elif plan.needs_fake:
-        done.append("register_fake generated")
+                    "the diff is in the fixed module" if plan.fake_disagreement else "register_fake generated")
         check += [f"{o} {u}" for b in plan.fake for o, m in zip(plan.outputs, b.metas) for u in m.unconfirmed]
     if plan.mutates_mismatch:
         done.append(f"mutates_args={tuple(plan.observed_mutates)!r} (declared {tuple(plan.declared_mutates)!r})")

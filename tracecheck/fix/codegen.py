@@ -16,6 +16,8 @@ import textwrap
 from .autograd_fn import FunctionPlan
 from .custom_op import OpPlan
 from .observe import OutputMeta
+from .observe import reads_by_position
+from .observe import tuple_expr as _tuple
 from .prelude import prelude as _prelude
 
 _HEADER = '''"""{title}
@@ -97,10 +99,6 @@ _USE = ("Use: ``Cls = {module}.install(Cls)`` where the original class is bound 
         "custom\nops run the original ``forward``/``backward`` code, so keep it importable.")
 
 
-def _tuple(items: list[str]) -> str:
-    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
-
-
 def _ret_type(n: int) -> str:
     return "Tensor" if n == 1 else f"tuple[{', '.join(['Tensor'] * n)}]"
 
@@ -115,7 +113,8 @@ def fake_lines(names: list[str], metas: list[OutputMeta], ranks: dict[str, int],
     lines: list[str] = []
     checks: dict[str, tuple[str, int]] = {}
     for meta in metas:
-        for t, (op, rank) in (meta.rank_checks or _positional_checks(meta, ranks)).items():
+        checks_of = meta.rank_checks if meta.rank_checks is not None else _positional_checks(meta, ranks)
+        for t, (op, rank) in checks_of.items():
             if checks.get(t, (">=", -1))[0] == "==":
                 continue
             checks[t] = (op, rank) if op == "==" else (">=", max(rank, checks.get(t, (">=", -1))[1]))
@@ -147,7 +146,7 @@ def fake_lines(names: list[str], metas: list[OutputMeta], ranks: dict[str, int],
 
 def _positional_checks(meta: OutputMeta, ranks: dict[str, int]) -> dict[str, tuple[str, int]]:
     used = " ".join(d.code or "" for d in (meta.shape or []))
-    return {t: ("==", r) for t, r in ranks.items() if f"{t}.size(" in used}
+    return {t: ("==", r) for t, r in ranks.items() if reads_by_position(t, used)}
 
 
 def _op_decorator(ns: str, op: str, mutates: list[str]) -> str:

@@ -93,28 +93,38 @@ def _fake_disagrees(op: Any, named: dict[str, Any]) -> str:
     alone where the kernel accepts it (a fake right at the probe's batch size only)."""
     from .shape_check import shape_variants
 
-    for label, args in [("the probe's inputs", named), *shape_variants(named)[:MAX_FAKE_CHECKS]]:
+    tried = 0
+    for label, args in [("the probe's inputs", named), *shape_variants(named)]:
         why = _disagreement(op, args)
         if why:
             return why if args is named else f"at {label}: {why}"
+        tried += why is not None
+        if tried > MAX_FAKE_CHECKS:
+            break
     return ""
 
 
-#: at most this many other shapes are tried for a fake that may hold at the probe's alone (each is two calls)
+#: at most this many other shapes the kernel accepts are tried for a fake that may hold at the probe's alone
 MAX_FAKE_CHECKS = 8
+#: a fake whose output sizes depend on data (get_ctx().new_dynamic_size()) raises these without a ShapeEnv
+_DATA_DEPENDENT = ("DynamicOutputShapeException", "DataDependentOutputException", "GuardOnDataDependentSymNode")
 
 
-def _disagreement(op: Any, named: dict[str, Any]) -> str:
+def _disagreement(op: Any, named: dict[str, Any]) -> str | None:
+    """How the fake disagrees with the kernel at ``named``: "" when they agree, None when the kernel refuses these
+    inputs (or the fake's sizes depend on data, which no comparison here can judge)."""
     try:
         with torch.no_grad():
             real = _outputs(op(**{n: observe.clone(v) for n, v in named.items()}))
     except Exception:  # noqa: BLE001 - the kernel itself refuses these inputs: nothing to compare the fake with
-        return ""
+        return None
     try:
         with compat.fake_tensor_mode(allow_non_fake_inputs=False) as mode:
             fake = _outputs(op(**{n: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
                                   for n, v in named.items()}))
     except Exception as e:  # noqa: BLE001
+        if type(e).__name__ in _DATA_DEPENDENT:  # new_dynamic_size() needs a ShapeEnv: a right fake can raise here
+            return None
         return f"the fake raises {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
     if len(fake) != len(real):
         return f"the fake returns {len(fake)} outputs, the kernel {len(real)}"
@@ -126,7 +136,7 @@ def _disagreement(op: Any, named: dict[str, Any]) -> str:
 
 
 def _own_fake_source(qualname: str) -> str:
-    fn = getattr(compat.custom_op_defs().get(qualname), "_abstract_fn", None)
+    fn = compat.custom_op_fake_impl(qualname)
     try:
         return inspect.getsource(fn) if fn else ""
     except (OSError, TypeError):
@@ -218,6 +228,13 @@ def _namespaces() -> list[str]:
     return sorted(seen)
 
 
+def _fill_fake(plan: OpPlan, op: Any, named: dict[str, Any], returns: Any) -> None:
+    if any("[]" in str(r.type) for r in returns):
+        plan.fake_error = "the op returns a list of tensors; the number of outputs needs a hand-written fake"
+    else:
+        plan.fake, plan.runs = _infer_fake(op, named)
+
+
 def analyse_op(op: Any, args: tuple, kwargs: dict, kinds: set[str], autograd_ops: set[str]) -> OpPlan | None:
     """The plan for one recorded custom op, or None when it needs nothing from the kinds found."""
     qualname = op.name()
@@ -235,16 +252,13 @@ def analyse_op(op: Any, args: tuple, kwargs: dict, kinds: set[str], autograd_ops
     if K.MISSING_FAKE in kinds and _has_fake(op, named):
         plan.needs_fake = True
         needed = True
-        if any("[]" in str(r.type) for r in returns):
-            plan.fake_error = "the op returns a list of tensors; the number of outputs needs a hand-written fake"
-        else:
-            plan.fake, plan.runs = _infer_fake(op, named)
+        _fill_fake(plan, op, named, returns)
     if K.FAKE_MISMATCH in kinds and not plan.needs_fake:
         plan.fake_disagreement = _fake_disagrees(op, named)
         if plan.fake_disagreement:
             plan.needs_fake = needed = True
             plan.own_fake_source = _own_fake_source(qualname)
-            plan.fake, plan.runs = _infer_fake(op, named)
+            _fill_fake(plan, op, named, returns)
     if K.MUTATES_ARGS_MISMATCH in kinds:
         plan.observed_mutates = _mutated(op, named)
         needed |= plan.mutates_mismatch

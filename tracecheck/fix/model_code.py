@@ -87,10 +87,13 @@ def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
                 found.setdefault(frame.line, site)
             else:
                 library.setdefault((os.path.realpath(frame.file), frame.line), replace(site, file=frame.file))
-    # (a library line that shares its number with a site of the probe's file waits for a later run: outcomes are
-    # told apart by line)
-    extra = [s for _, s in sorted(library.items()) if s.line not in found]
-    return [found[k] for k in sorted(found)] + extra, outside
+    # (a library line that shares its number with another site waits for a later run: outcomes are told apart by
+    # line)
+    extra: dict[int, Site] = {}
+    for _, s in sorted(library.items()):
+        if s.line not in found:
+            extra.setdefault(s.line, s)
+    return [found[k] for k in sorted(found)] + list(extra.values()), outside
 
 
 def _c_calls(found: list[Site], src: Source, path: str, name: str, namespace: str, task: Any) -> list[Site]:
@@ -314,6 +317,14 @@ def _try(site: Site, edits: list[Edit], copy_line: Any, patched: str, name: str,
                          seconds=round(sum(r.seconds for r in runs), 2))
 
 
+def _same_call(site: Site, found: list[Site], line: int) -> bool:
+    """Does the library site kept at ``line`` rebind the same callee in the same module as ``site`` (one op serves
+    every line of that library that calls it)?"""
+    other = next((s for s in found if s.line == line and s.file), None)
+    key = lambda s: ((s.facts or {}).get("module"), (s.facts or {}).get("callee"))  # noqa: E731
+    return other is not None and None not in key(site) and key(other) == key(site)
+
+
 def _covers(edits: "tuple[Edit, ...]", line: int) -> bool:
     """Do ``edits`` replace text on ``line`` (an insertion replaces nothing)?"""
     return any(e.start != e.end and e.start[0] <= line and (line < e.end[0] or (line == e.end[0] and e.end[1] > 0))
@@ -323,8 +334,10 @@ def _covers(edits: "tuple[Edit, ...]", line: int) -> bool:
 def _vacuous(src: Source, site: Site, rewrite: str, lines_run: set[int] | None) -> str | None:
     """Why the eager comparison says nothing about a kept branch rewrite at the probe's inputs: ``compile-guard``
     skips a branch those inputs never take; ``branchless`` changes eager itself, which no set of inputs settles."""
+    if rewrite not in ("compile-guard", "branchless") or site.file:
+        return None
     node = branch_at(src, site)  # (a site on the .item() line before it: the `if` it tests)
-    if rewrite not in ("compile-guard", "branchless") or node is None or not node.body:
+    if node is None or not node.body:
         return None
     taken = lines_run is not None and node.body[0].lineno in lines_run
     if rewrite == "compile-guard" and lines_run is not None and not taken:
@@ -383,8 +396,8 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
         kept_at: list[tuple[int, Candidate]] = []  # (site line, the candidate kept there)
         for (site, cands), outcome in zip(plans, out.sites):
             # one rewrite may take in two sites (an .item() and the `if` on its scalar): this one is done
-            owner = None if site.file else next(((line, c) for line, c in kept_at if _covers(c.edits, site.line)),
-                                                  None)
+            owner = next(((line, c) for line, c in kept_at if _same_call(site, found, line)), None) if site.file \
+                else next(((line, c) for line, c in kept_at if _covers(c.edits, site.line)), None)
             if owner is not None:
                 outcome.rewrite, outcome.note = owner[1].rewrite, f"rewritten with line {owner[0]}"
                 outcome.covered = True
@@ -427,7 +440,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
             os.remove(patched)
         out.status = NO_CODE_FIX
         return
-    label = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else os.path.basename(path)
+    label = _label(path)
     out.diff = copies.diff(kept, label)
     write_text_atomic(patched, copies.runnable(kept, patched)[0])
     out.written = [patched]

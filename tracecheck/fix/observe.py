@@ -25,6 +25,7 @@ the inputs' device. Source for the approach: the fake-impl contract in the PyTor
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -54,8 +55,8 @@ class OutputMeta:
     #: checked against every run, the other-rank runs included; None: only ``shape`` at the probe's ranks
     generic: str | None = None
     #: per input the fake reads: ``("==", r)`` (only rank r was seen to fit) or ``(">=", r)`` (``generic`` holds
-    #: from rank r up, as far as the runs went)
-    rank_checks: dict[str, tuple[str, int]] = field(default_factory=dict)
+    #: from rank r up, as far as the runs went); None when not worked out (the fake then checks what it reads)
+    rank_checks: dict[str, tuple[str, int]] | None = None
 
     @property
     def todo(self) -> list[str]:
@@ -79,8 +80,6 @@ class Observed:
     groups: list[list[OutputMeta]]
     runs: int
     refused: list[str] = field(default_factory=list)
-    #: the other ranks the op accepted, as "x: rank 3" (what a generic shape was checked at)
-    ranks_seen: list[str] = field(default_factory=list)
 
 
 def named_args(op: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -249,11 +248,10 @@ def observe(call: Callable[[dict[str, Any]], list[Group]], args: dict[str, Any])
         into: list[list[Group]] = []
         if rec(f"{name} at rank {len(new_shape)}", new, into):
             first = name.split("+")[0]
-            other_ranks.append(RankRun(name, len(new_shape), into[0], len(new_shape) > args[first].dim()))
+            other_ranks.append(RankRun(name, into[0], len(new_shape) > args[first].dim()))
     groups = [[_infer_output(rec.runs, other_ranks, g, k) for k in range(len(rec.runs[0][g][1]))]
               for g in range(len(rec.runs[0]))]
-    seen = sorted({f"{r.input}: rank {r.rank}" for r in other_ranks})
-    return Observed(groups, len(rec.runs) + len(other_ranks), rec.refused, seen)
+    return Observed(groups, len(rec.runs) + len(other_ranks), rec.refused)
 
 
 @dataclass(frozen=True)
@@ -263,8 +261,6 @@ class RankRun:
 
     #: the input, or inputs joined by "+" (those that share the first tensor's leading size, changed together)
     input: str
-    #: the new rank of the (first) input
-    rank: int
     groups: list[Group]
     #: leading dims added (True) or dropped
     grew: bool
@@ -333,6 +329,11 @@ def _evaluates(expr: str, inputs: dict[str, Any], expected: tuple[int, ...]) -> 
 _SIZE = r"\b{name}\.size\((\d+)\)"
 
 
+def reads_by_position(name: str, code: str) -> bool:
+    """Does shape code ``code`` read a dim of input ``name`` by its position (``x.size(1)``, not ``idx.size(1)``)?"""
+    return re.search(_SIZE.format(name=re.escape(name)), code) is not None
+
+
 def _changed_rank(base_in: dict[str, Any], run_in: dict[str, Any]) -> dict[str, int]:
     """Inputs whose shape in the run is their base shape with leading dims added (> 0) or dropped (< 0)."""
     out: dict[str, int] = {}
@@ -352,8 +353,6 @@ def _generic_candidate(codes: list[str], base_in: dict[str, Any], base_out: tupl
     from one run where some inputs gained or lost leading dims: those inputs' dims are read from the end, and
     the dims the output gained or lost with them are those inputs' leading dims. None when the run shows no
     such relation."""
-    import re
-
     changed = _changed_rank(base_in, run_in)
     if not changed:
         return None
@@ -364,7 +363,7 @@ def _generic_candidate(codes: list[str], base_in: dict[str, Any], base_out: tupl
                 for c in conv]
     extra = len(run_out) - len(base_out)
     if extra == 0:
-        return (_tuple_expr(conv), list(changed)) if tuple(run_out) == tuple(base_out) else None
+        return (tuple_expr(conv), list(changed)) if tuple(run_out) == tuple(base_out) else None
     d = abs(extra)
     short, long = (base_out, run_out) if extra > 0 else (run_out, base_out)
     where = [p for p in range(len(short) + 1) if long[:p] == short[:p] and long[p + d:] == short[p:]]
@@ -386,10 +385,11 @@ def _generic_candidate(codes: list[str], base_in: dict[str, Any], base_out: tupl
     r = base_in[n].dim()
     lead = f"*{n}.shape" if r - k == 0 else f"*{n}.shape[:-{r - k}]"
     parts = [*conv[:p], lead, *conv[p + k:]]
-    return (f"{n}.shape" if parts == [f"*{n}.shape"] else _tuple_expr(parts)), list(changed)
+    return (f"{n}.shape" if parts == [f"*{n}.shape"] else tuple_expr(parts)), list(changed)
 
 
-def _tuple_expr(parts: list[str]) -> str:
+def tuple_expr(parts: list[str]) -> str:
+    """Code of a tuple of ``parts`` (a one-element tuple keeps its comma)."""
     return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
 
 
@@ -402,12 +402,10 @@ def _generic(codes: list[str], samples: list[tuple[dict[str, Any], torch.Tensor]
              g: int, k: int) -> tuple[str | None, dict[str, tuple[str, int]]]:
     """The expression of an output's shape that holds at every rank the runs tried, and the rank check of each
     input the fake reads; ``(None, checks)`` where only the probe's ranks fit."""
-    import re
-
     base_in, base = samples[0]
     ranks = {n: v.dim() for n, v in base_in.items() if isinstance(v, torch.Tensor)}
     text = " ".join(codes)
-    positional = {n: ("==", r) for n, r in ranks.items() if re.search(_SIZE.format(name=re.escape(n)), text)}
+    positional = {n: ("==", r) for n, r in ranks.items() if reads_by_position(n, text)}
     for primary in dict.fromkeys(r.input for r in rank_runs):
         mine = [r for r in rank_runs if r.input == primary]
         cand = None
@@ -423,8 +421,11 @@ def _generic(codes: list[str], samples: list[tuple[dict[str, Any], torch.Tensor]
         if not all(_evaluates(expr, i, tuple(o.shape)) for i, o in samples) \
                 or not all(_holds(expr, r, g, k) for r in mine):
             continue
-        # each reader holds from the lowest rank it had in a run where the expression held
-        low = {n: min([ranks[n]] + [r.groups[g][0][n].dim() for r in mine if n in r.groups[g][0]]) for n in readers}
+        # each reader holds from the lowest rank it had in a run where the expression held (its own, or one that
+        # changed it together with others)
+        held = [r for r in rank_runs if _holds(expr, r, g, k)]
+        low = {n: min([ranks[n]] + [r.groups[g][0][n].dim() for r in held
+                                    if isinstance(r.groups[g][0].get(n), torch.Tensor)]) for n in readers}
         checks = {n: (">=", low[n]) for n in readers}
         for n, check in positional.items():
             checks.setdefault(n, check)  # read by position: the probe's rank only
@@ -445,7 +446,7 @@ def _generic(codes: list[str], samples: list[tuple[dict[str, Any], torch.Tensor]
     # only the probe's ranks: the inputs read by position, and any input the op took at another rank where
     # these dims do not hold, are held to the probe's rank
     checks = dict(positional)
-    fixed = _tuple_expr(codes) if codes else "()"
+    fixed = tuple_expr(codes)
     for r in rank_runs:
         if not _holds(fixed, r, g, k):
             checks.update({n: ("==", ranks[n]) for n, v in r.groups[g][0].items() if isinstance(v, torch.Tensor)

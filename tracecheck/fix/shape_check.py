@@ -11,6 +11,7 @@ listed as such.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,8 +29,9 @@ from . import observe
 #: compile (forward and backward) against eager
 TESTS = ("test_faketensor", "test_aot_dispatch_dynamic")
 MULTIPLES = " with their multiples"
-#: the words of the rank checks codegen.fake_lines writes: a fake refusing a rank this way says so on purpose
-RANK_CHECK = "this fake impl was inferred at rank"
+#: the words of the rank checks codegen.fake_lines writes (both forms): a fake refusing a rank this way says so
+#: on purpose
+RANK_CHECK = re.compile(r"this fake impl (was inferred at|holds from) rank \d+")
 #: at most this many shapes per op beyond the probe's (each is an AOTAutograd compile): sizes, then other ranks
 MAX_SIZES = 6
 MAX_RANKS = 3
@@ -56,7 +58,7 @@ def _next_size(v: int, taken: set[int]) -> int:
     return new
 
 
-def _class_groups(symbols: dict[str, int]) -> list[list[str]]:
+def _class_groups(symbols: dict[str, int], ranks: dict[str, int]) -> list[list[str]]:
     """Sizes of equal value that a consistent change may have to move together (a batch size every input
     carries): the whole class, and its tensor dims grouped by position from the start and from the end (S and n
     equal in a probe still sit at different positions)."""
@@ -68,7 +70,7 @@ def _class_groups(symbols: dict[str, int]) -> list[list[str]]:
     for members in classes.values():
         if len(members) < 2:
             continue
-        for key in (_dim_index, lambda m: _dim_index(m, from_end=True)):
+        for key in (lambda m: _dim_index(m, ranks), lambda m: _dim_index(m, ranks, from_end=True)):
             by: dict[Any, list[str]] = {}
             for m in members:
                 by.setdefault(key(m), []).append(m)
@@ -77,18 +79,14 @@ def _class_groups(symbols: dict[str, int]) -> list[list[str]]:
     return out
 
 
-def _dim_index(sym: str, from_end: bool = False) -> Any:
-    """``x.size(2)`` -> 2 (or -2 counted from the end of x's rank, which the symbol name does not carry: the
-    caller's tensors do, through ``_RANKS``); an int argument is its own group."""
+def _dim_index(sym: str, ranks: dict[str, int], from_end: bool = False) -> Any:
+    """``x.size(2)`` -> 2, or counted from the end of x's rank (``ranks``: a symbol names only its index); an int
+    argument is its own group."""
     if ".size(" not in sym:
         return sym
     name, i = sym.split(".size(")
     i = int(i.rstrip(")"))
-    return i - _RANKS.get(name, 0) if from_end else i
-
-
-#: the ranks of the tensors whose variants are being built (set by shape_variants; a symbol names only its index)
-_RANKS: dict[str, int] = {}
+    return i - ranks.get(name, 0) if from_end else i
 
 
 def shape_variants(named: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -97,12 +95,11 @@ def shape_variants(named: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     of them (``K = n * C``); then each tensor, and the tensors sharing the first one's leading size, at other
     ranks."""
     symbols = observe.symbols_of(named)
-    _RANKS.clear()
-    _RANKS.update({n: v.dim() for n, v in named.items() if isinstance(v, torch.Tensor)})
+    ranks = {n: v.dim() for n, v in named.items() if isinstance(v, torch.Tensor)}
     taken = set(symbols.values())
     out: list[tuple[str, dict[str, Any]]] = []
     seen: set[frozenset] = set()
-    for group in [[s] for s, v in symbols.items() if v >= 1] + _class_groups(symbols):
+    for group in [[s] for s, v in symbols.items() if v >= 1] + _class_groups(symbols, ranks):
         if frozenset(group) in seen:
             continue
         seen.add(frozenset(group))
@@ -151,7 +148,7 @@ def check_op(op: Any, args: tuple, kwargs: dict) -> OpShapes:
         bad = [(test, v) for test, v in out.items() if not (isinstance(v, str) and v in ("SUCCESS", "xfail", "skip"))]
         if bad:
             test, err = bad[0]
-            if RANK_CHECK in str(err):
+            if RANK_CHECK.search(str(err)):
                 res.restricted.append(label)
                 continue
             msg = str(err).strip().splitlines()

@@ -6,21 +6,31 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..model.exitcodes import UsageError
+
 
 def check_shapes(task: Any, patched: str, name: str, ops: list[str], out: Any) -> None:
     """The generated fakes at shapes the probe never used (fix.shape_check); a wrong shape there is a reason.
     ``task(payload, what)``: one task in a stage process."""
     if not ops:
         return
-    got = task({"op": "tracecheck.fix.shape_check:run", "file": os.path.abspath(patched), "probe": name, "ops": ops},
-               "checking the fakes at other shapes")
+    try:
+        got = task({"op": "tracecheck.fix.shape_check:run", "file": os.path.abspath(patched), "probe": name,
+                    "ops": ops}, "checking the fakes at other shapes")
+    except (UsageError, RuntimeError) as e:  # the process died (a kernel crashing at a new rank) or timed out
+        out.reasons.append(f"the check of the fakes at other shapes did not finish ({e})")
+        return
     if "error" in got:
         out.reasons.append(f"the patched probe fails eagerly: {got['error']['type']}: {got['error']['message'][:300]}")
         return
     out.shapes = got["ops"]
+    for op in got["missing"]:
+        out.reasons.append(f"{op}: the patched probe never called it, so its fake was not checked at other shapes")
     for op in got["ops"]:
         for label, test, msg in op["failed"]:
             out.reasons.append(f"{op['op']} at {label} (the eager op accepts it): opcheck {test}: {msg}")
         if not op["checked"] and not op["failed"]:
-            out.reasons.append(f"{op['op']}: no shape beyond the probe's could be checked (the eager op refuses "
-                               f"every one tried: {', '.join(op['refused'][:4]) or 'none'})")
+            why = (f"the fake's rank checks refuse {len(op['restricted'])} the eager op takes, and the eager op "
+                   f"refuses the other {len(op['refused'])}" if op["restricted"] else
+                   f"the eager op refuses every one tried: {', '.join(op['refused'][:4]) or 'none'}")
+            out.reasons.append(f"{op['op']}: no shape beyond the probe's could be checked ({why})")

@@ -82,7 +82,7 @@ def _called_by_name(frame: Any, builtin: str) -> bool:
 
     code = frame.code or linecache.getline(frame.file, frame.line)
     last = builtin.removesuffix(".__call__").rpartition(".")[2]
-    m = re.search(rf"((?:[A-Za-z_]\w*\.)*){re.escape(last)}\s*\(", code) if last else None
+    m = re.search(rf"(?<![\w.])((?:[A-Za-z_]\w*\.)*){re.escape(last)}\s*\(", code) if last else None
     return m is not None and (m.group(1) or last).split(".")[0] not in ("self", "torch")
 
 
