@@ -4,6 +4,7 @@ op, a reduction, an op returning several outputs of different shapes, and one wh
 dim. tracecheck's fixer was not written for any of them (tests/test_fix_generic_ops.py)."""
 import os
 import tempfile
+import time
 import torch
 from torch.utils.cpp_extension import load_inline
 
@@ -20,10 +21,15 @@ torch::Tensor repeat_last(torch::Tensor x, int64_t k) {
   return x.unsqueeze(-1).expand(sizes).contiguous();
 }
 """
-# one fixed folder (not an environment variable: tracecheck's stage processes keep the environment their fork
-# server started with); cpp_extension rebuilds only when the source changes
-_BUILD = os.path.join(tempfile.gettempdir(), "tc_generic_ops_build")
+# one fixed folder per torch version (not an environment variable: tracecheck's stage processes keep the environment
+# their fork server started with); cpp_extension rebuilds only when the source changes
+_BUILD = os.path.join(tempfile.gettempdir(), f"tc_generic_ops_build-{torch.__version__}")
 os.makedirs(_BUILD, exist_ok=True)
+# a build killed mid-way leaves cpp_extension's lock behind, and the next load would wait on it for ever (the mHC
+# builder does the same: probes/mhc/builder.py); a real build takes well under this
+_LOCK = os.path.join(_BUILD, "lock")
+if os.path.exists(_LOCK) and time.time() - os.path.getmtime(_LOCK) > 300:
+    os.remove(_LOCK)
 ext = load_inline("tc_generic_ops_ext", cpp_sources=_SRC,
                   functions=["swish", "linear", "rowsum", "stats", "repeat_last"], build_directory=_BUILD)
 
