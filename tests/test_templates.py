@@ -177,14 +177,19 @@ def test_a_template_that_dies_costs_no_other_result(tmp_path):
 
 def test_the_fork_servers_preload_leaves_nothing_a_fork_cannot_copy():
     """preload.py asks Inductor's CPU questions (subprocesses) before any fork: no thread may be left behind."""
-    probe_state = ("import os, torch{extra}\n"
-                   "print(len(os.listdir('/proc/self/task')), torch.get_num_threads())")
+    probe_state = ("import os, sys, threading, traceback, torch{extra}\n"
+                   "print(len(os.listdir('/proc/self/task')), torch.get_num_threads())\n"
+                   "for t in threading.enumerate():  # what a failure shows: the Python threads and where they are\n"
+                   "    print(t.name, ''.join(traceback.format_stack(sys._current_frames().get(t.ident))), "
+                   "file=sys.stderr)")
 
     def state(extra):
-        return subprocess.run([sys.executable, "-c", probe_state.format(extra=extra)], capture_output=True,
-                              text=True, timeout=300, check=True).stdout.split("\n")[-2]
+        done = subprocess.run([sys.executable, "-c", probe_state.format(extra=extra)], capture_output=True,
+                              text=True, timeout=300, check=True)
+        return done.stdout.split("\n")[-2], done.stderr
 
-    assert state("\nimport tracecheck.isolate.preload") == state("")  # native threads, torch threads
+    (preloaded, threads), (plain, _) = state("\nimport tracecheck.isolate.preload"), state("")
+    assert preloaded == plain, threads  # native threads, torch threads
 
 
 def test_the_preloads_remembered_vector_isa_is_the_one_inductor_finds_itself(tmp_path):
