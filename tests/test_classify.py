@@ -602,3 +602,28 @@ def test_missing_device_kernel_leaves_every_torch_namespace_to_torch():
         f = detect.classify_error("eager", {"type": "NotImplementedError", "message":
                                             f"Could not run '{ns}::some_op' with arguments from the 'PrivateUse1' backend."})
         assert f.kind != "missing-device-kernel", ns
+
+
+def test_a_c_function_of_pythons_standard_library_is_not_pybind():
+    """``_pickle.dumps`` (gpytorch's and linear_operator's memoize keys) is Python's own C code, which no custom op can
+    wrap: a graph-break with Dynamo's hints, not pybind-builtin. Oracle: torch's own reason for refusing the call,
+    from plain ``torch.compile(fullgraph=True)`` in this test, names the builtin as Dynamo words it."""
+    import pickle
+
+    import torch
+
+    def fn(x):
+        key = pickle.dumps({"n": 3})
+        return x.sin() * len(key)
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as raised:  # fullgraph: Dynamo refuses the call with its reason
+        torch.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
+    torch._dynamo.reset()
+    reason = str(raised.value)
+    assert "_pickle.dumps" in reason, reason
+    f = detect.classify_break({"reason": reason, "gb_type": "Attempted to call function marked as skipped"})
+    assert f.kind == "graph-break", f
+    # an extension's builtin with the same wording stays pybind-builtin
+    assert detect.classify_break({"reason": reason.replace("_pickle.dumps", "my_ext.dumps"),
+                                  "gb_type": "Attempted to call function marked as skipped"}).kind == "pybind-builtin"

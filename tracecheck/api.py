@@ -21,6 +21,8 @@ from .stages import get as get_stage
 from .stages import order as stage_order
 from .isolate.runner import Outcome, Runner, Task, Template
 from .model.targets import DEFAULT_REQUIRE, Gate
+from .model.taxonomy import K
+from .model.payloads import StageNotes
 
 @dataclass
 class RunOptions:
@@ -197,8 +199,28 @@ def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport
         by_id[probe_id].stages[stage] = result = _stage_result(stage, outcome)
         if by_id[probe_id].gate.strict:  # --strict: advice fails the stage, and the progress line says so
             results.apply_strict({stage: result})
-        progress.finished(probe_id, result)
+        progress.finished(probe_id, _as_settled(by_id[probe_id], stage, verdicts))
         verdicts.done(by_id[probe_id], stage)
+
+
+#: kinds the final report may still re-attribute once the probe's other stages end (classify/results.attribute_unknowns)
+_PENDING_KINDS = (K.UNKNOWN, K.BACKEND_ERROR)
+
+
+def _as_settled(p: ProbeReport, stage: str, verdicts: "_Verdicts") -> StageResult:
+    """What the live line says of a finished stage: its result as the final report will say it, as far as the stages
+    finished so far tell (attribute_unknowns run on a copy); an ``unknown`` or ``backend-error`` that a stage still
+    running may yet explain is marked ``notes.kind_pending``, so that no live line states a kind the final verdict
+    contradicts."""
+    settled = copy.deepcopy(p)
+    settled.stages = _ordered(settled.stages)
+    results.attribute_unknowns(settled.stages)
+    shown = settled.stages[stage]
+    others = verdicts.waiting.get(p.id, set()) - {stage}
+    late = p.id in verdicts.deferred and "opcheck" not in p.stages
+    if shown.failure is not None and shown.failure.kind in _PENDING_KINDS and (others or late):
+        shown.extra.update(StageNotes(kind_pending=True).to_extra())
+    return shown
 
 
 #: opcheck's skip reason when the runner starts no opcheck process

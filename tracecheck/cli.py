@@ -107,9 +107,12 @@ class _LiveProgress(api.Progress):
         key = f"{probe_id.split('::')[-1]}:{result.stage}"
         if key in self.running:
             self.running.remove(key)
-        self.bar.cells.setdefault(probe_id, {})[result.stage] = terminal.cell(result)
+        pending = bool(result.notes.kind_pending)  # api._as_settled: a stage still running may explain it
+        self.bar.cells.setdefault(probe_id, {})[result.stage] = \
+            Text("✗ …", style="red") if pending else terminal.cell(result)
         self.bar.update(self.task, advance=1, description=", ".join(self.running[-2:]) or "running stages")
-        status = result.status if result.status == PASS or not result.failure else result.failure.kind
+        status = result.status if result.status == PASS or not result.failure else \
+            f"{result.status}, kind pending (the other stages may explain it)" if pending else result.failure.kind
         self._line(f"{probe_id} [{result.stage}] {status} ({result.seconds:.1f} s)")
 
     def verdict(self, probe: ProbeReport, running: list[str]) -> None:

@@ -289,6 +289,32 @@ def is_higher_order_op(func: Any) -> bool:
     return isinstance(func, torch._ops.HigherOrderOperator)
 
 
+def is_traceable_wrapper_subclass(t: Any) -> bool:
+    """A tensor subclass that names its inner tensors (``__tensor_flatten__``/``__tensor_unflatten__``: DTensor,
+    TwoTensor, optimum-quanto's QTensors), as ``torch.utils._python_dispatch`` decides (2.1+)."""
+    from torch.utils import _python_dispatch
+
+    return bool(_python_dispatch.is_traceable_wrapper_subclass(t))
+
+
+def is_infra_tensor(t: Any) -> bool:
+    """A tensor of torch's own tracing machinery: a ``FakeTensor`` or a ``FunctionalTensor``
+    (``torch._subclasses``), never a user's subclass."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    return isinstance(t, (FakeTensor, FunctionalTensor))
+
+
+def infra_dispatch_mode_active() -> bool:
+    """Is one of torch's infra dispatch modes (fake, functionalization, proxy tracing:
+    ``torch._C._TorchDispatchModeKey``) on the stack: a probe's own ``FakeTensorMode`` block, ``torch.compile``'s and
+    ``torch.export``'s tracing (2.2+)."""
+    keys = torch._C._TorchDispatchModeKey
+    return any(torch._C._get_dispatch_mode(getattr(keys, k)) is not None
+               for k in ("FAKE", "FUNCTIONAL", "PROXY") if hasattr(keys, k))
+
+
 def all_op_names() -> list[str]:
     """Every op the dispatcher holds, ``ns::name`` (``torch._C._dispatch_get_all_op_names``)."""
     return [str(n) for n in torch._C._dispatch_get_all_op_names()]

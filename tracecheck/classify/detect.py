@@ -10,7 +10,9 @@ Wording per version: ../shared/torch_failure_wording.md sections 4 and 7.
 """
 from __future__ import annotations
 
+import os
 import re
+import sys
 from typing import Any
 
 from ..model import taxonomy
@@ -54,6 +56,8 @@ def _from_torch(types: set[str], raw: dict[str, Any]) -> bool:
 def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | None,
              raw: dict[str, Any]) -> dict[str, Any] | None:
     """The context when the evidence matches the rule (named groups of the pattern that matched), else None."""
+    if types & rule.not_with_types:
+        return None
     if rule.only_with_gb_types is not None and (gb_type or "") not in rule.only_with_gb_types:
         return None
     if rule.only_under_transform and not raw.get("transform"):
@@ -64,10 +68,14 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
         if "*" in raised or fake.get("exception_type") in raised:
             return {"op": fake.get("op") or "", "cause": cause, **({"fake_frame": fake["frame"]}
                                                                     if fake.get("frame") else {})}
+    if rule.raised_in_torch and _raised_in_torch(rule.raised_in_torch, types, raw):
+        return {}
     trusted = _from_torch(types, raw)
     for p in rule.patterns:
         if p.torch_only and not trusted:
             continue
+        if p.generated and not (raw.get("phase") == "backward" and _generated_frame(text)):
+            continue  # a graph torch generated while the backward ran: compiled autograd's, not an FX graph of the user's
         m = p.regex.search(text)
         if m:
             ctx = {k: v for k, v in m.groupdict().items() if v}
@@ -83,6 +91,145 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
     if rule.any_gb_type and gb_type and ("Unsupported" in types or raw.get("is_break")):
         return {}
     return None
+
+
+#: a frame of a Python traceback (``File "...", line N, in f``), and the line that names the exception raised
+_TB_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n(?:\s*(?P<code>[^\n]*)\n)?', re.M)
+_TB_SEPARATORS = re.compile(r"\n(?:The above exception was the direct cause of the following exception:|During handling "
+                            r"of the above exception, another exception occurred:)\n")
+
+
+def _root(raw: dict[str, Any]) -> dict[str, Any]:
+    """The innermost exception of the evidence's chain (``{"type", "message", "raised_at"}``)."""
+    chain = raw.get("chain") or [{"type": raw.get("type", ""), "message": raw.get("message", "")}]
+    return chain[-1]
+
+
+def raising_frame(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the innermost exception was raised: its record's ``raised_at`` (evidence/exceptions.raised_at), else the
+    innermost of its frames (``root_frames``)."""
+    root = _root(raw)
+    if root.get("raised_at"):
+        return root["raised_at"]
+    frames = root_frames(raw)
+    return frames[-1] if frames else None
+
+
+def _raised_in_torch(rule: tuple[frozenset[str], frozenset[str], re.Pattern[str], re.Pattern[str] | None],
+                     types: set[str], raw: dict[str, Any]) -> bool:
+    """The innermost exception was raised by torch's own compiler (``rule``: Detect.raised_in_torch): an exception of
+    ``types`` raised there, or any exception wrapped by one of ``wrapped_by`` (InternalTorchDynamoError: Dynamo's own
+    word that the error is internal). An assert in the user's or a library's code is not; neither is one whose raising
+    frame lies outside torch under Dynamo's wrapper (Dynamo ran the user's ``__eq__``, say), one torch raised under a
+    call the user's or a library's code made (``_called_from_user_code``), nor torch's words for a misuse of its APIs
+    (``not_message``: a real tensor mixed into FakeTensorMode, a wrong ``__metadata_guard__``)."""
+    raised, wrapped_by, files, not_message = rule
+    root_type = _short_type(str(_root(raw).get("type", "")))
+    wrapped = bool(types & wrapped_by)
+    if root_type not in raised and not wrapped:
+        return False
+    chain = raw.get("chain") or [{"message": raw.get("message", "")}]
+    if not_message is not None and any(not_message.search(str(c.get("message", ""))) for c in chain):
+        return False
+    if _called_from_user_code(raw):
+        return False
+    frame = raising_frame(raw)
+    if frame is None or not frame.get("file"):
+        return wrapped and root_type in wrapped_by  # Dynamo's wrapper alone, nothing under it to place
+    return bool(files.search(str(frame["file"]).replace("\\", "/")))
+
+
+#: torch's, the standard library's and tracecheck's own files (detect imports no torch: by path), and code torch or
+#: Python generated (``<eval_with_key>.N``, ``<frozen genericpath>``, ``<string>``)
+_TORCH_FILE = re.compile(r"(^|[/\\])torch[/\\]")
+_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
+_TRACECHECK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: where torch's compilers take over from running code: Dynamo's frame conversion (its callback intercepts a frame and
+#: traces it symbolically), compiled autograd, AOTAutograd and torch.export's tracer
+_COMPILER_ENTRY = re.compile(r"(^|[/\\])torch[/\\](_dynamo[/\\](convert_frame|compiled_autograd)\.py|"
+                             r"_functorch[/\\]aot_autograd\.py|export[/\\]_trace\.py)$")
+
+
+def _outside_torch(file: str) -> bool:
+    """A frame of the user's or a library's code (site-packages included): not torch's, the standard library's,
+    tracecheck's, nor generated code."""
+    if not file or file.startswith("<"):
+        return False
+    full = os.path.abspath(file)
+    if _TORCH_FILE.search(file) or full.startswith(_TRACECHECK_DIR):
+        return False
+    return not (full.startswith(_STDLIB_DIR) and not re.search(r"(site|dist)-packages", full))
+
+
+def root_frames(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """The innermost exception's traceback, outermost frame first: its record's ``frames`` (evidence/exceptions.tb_frames),
+    else the frames of the first block of the formatted traceback (Python prints the innermost exception first)."""
+    frames = _root(raw).get("frames")
+    if isinstance(frames, list):
+        return frames
+    tb = str(raw.get("traceback") or "")
+    if "Traceback (most recent call last)" not in tb:
+        return []
+    block = _TB_SEPARATORS.split(tb)[0].split("\nfrom user code:", 1)[0]
+    return [{"file": m.group("file"), "line": int(m.group("line")), "function": m.group("func"),
+             "code": (m.group("code") or "").strip()} for m in _TB_FRAME.finditer(block)]
+
+
+def _called_from_user_code(raw: dict[str, Any]) -> bool:
+    """Did torch raise under a call the user's or a library's code made for real: the innermost frame of theirs in the
+    innermost exception's traceback has no compiler entry (``_COMPILER_ENTRY``) under it. Their code called torch
+    directly (a real tensor mixed into a FakeTensorMode they made), or torch ran their code for real and it called torch
+    (a fake impl, a ``__torch_function__``): theirs to look at first, never "a torch bug". Code Dynamo traces runs
+    symbolically and leaves no frame; a frame it intercepts (a graph break's resume function) has the entry under it."""
+    frames = root_frames(raw)
+    mine = [i for i, f in enumerate(frames) if _outside_torch(str(f.get("file") or ""))]
+    if not mine:
+        return False
+    below = frames[mine[-1] + 1:]
+    return not any(_COMPILER_ENTRY.search(str(f.get("file") or "").replace("\\", "/")) for f in below)
+
+
+def _generated_frame(text: str) -> dict[str, Any] | None:
+    """The innermost frame of Dynamo's ``from user code:`` block when it is code torch generated (``<eval_with_key>``:
+    an FX graph such as compiled autograd's backward), else None."""
+    if "from user code:" not in text:
+        return None
+    block = text.split("from user code:", 1)[1].split("Set TORCHDYNAMO_VERBOSE", 1)[0]  # Dynamo's suffix ends it
+    frames = list(_TB_FRAME.finditer(block))
+    if not frames or not is_generated(frames[-1].group("file")):
+        return None
+    m = frames[-1]
+    return {"file": m.group("file"), "line": int(m.group("line")), "code": (m.group("code") or "").strip()}
+
+
+#: Dynamo's quote of a failed fake run: the node and what it raised
+_FAKE_RUN_GOT = re.compile(r"call_function (?P<op>[\w.]+\(\*\([^\n]{0,200}?\), \*\*\{[^\n]{0,100}?\}\)): "
+                           r"got (?P<type>\w+)\((?P<q>['\"])(?P<message>[^\n]+?)(?P=q)\)")
+
+
+#: compiled autograd's assert on an autograd.Function whose backward (or forward) is a classmethod
+_CLASSMETHOD_FN = re.compile(r"Expected FunctionType, got <class 'method'>")
+
+
+def _torch_internal(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
+    """The innermost exception (``Type: first line``) and the torch frame it was raised at, or the generated graph's line."""
+    root = _root(raw)
+    first = next((ln.strip() for ln in str(root.get("message", "")).splitlines() if ln.strip()), "")
+    ctx["exception"] = f"{_short_type(str(root.get('type', '')))}: {first[:200]}" if first else \
+        _short_type(str(root.get("type", "")))
+    if _CLASSMETHOD_FN.search(first):  # a classmethod where torch documents @staticmethod: cheapest fixed in user code
+        ctx["cause"] = "classmethod"
+    got = _FAKE_RUN_GOT.search(text)
+    if ctx.get("cause") == "generated" and got:  # the fake run's own error, as Dynamo quotes it
+        ctx["exception"] = f"{got.group('op')}: {got.group('type')}: {got.group('message')[:200]}"
+    frame = _generated_frame(text) if ctx.get("cause") == "generated" else raising_frame(raw)
+    if frame:
+        file = str(frame.get("file", "")).replace("\\", "/")
+        file = file[file.rindex("/torch/") + 1:] if "/torch/" in file and not is_generated(file) else file
+        ctx["torch_frame"] = f"{file}:{frame.get('line')}" + (f" in {frame['function']}" if frame.get("function") else "")
+        ctx["torch_frame_record"] = frame
+    else:
+        ctx["torch_frame"] = "a frame the evidence does not name"
 
 
 _UNKNOWN_MODULE = "<unknown module>."
@@ -104,6 +251,13 @@ def _torch_builtin(builtin: str, raw: dict[str, Any]) -> bool:
     frame = Frame.from_dict(raw.get("user_frame"))
     code = str(raw.get("code") or (frame and frame.code) or "")
     return bool(re.search(rf"\btorch(\.\w+)*\.{re.escape(method)}\b", code))
+
+
+def _stdlib_builtin(builtin: str) -> bool:
+    """Is the builtin a C function of Python's standard library (``_pickle.dumps``, ``_warnings.warn``)? No custom op
+    can wrap what returns bytes or warns: Dynamo's own hint for it (file an issue, or keep it out of the compiled
+    code) is the advice."""
+    return builtin.split(".", 1)[0] in sys.stdlib_module_names
 
 
 def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
@@ -206,7 +360,7 @@ def _where(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) ->
 #: what code adds to a kind's context after its rule matched
 _ENRICH = {K.PYBIND_BUILTIN: _pybind_flags, K.GRAPH_BREAK: _hints, K.DATA_DEPENDENT: _read_values,
            K.MISSING_FAKE: _stub, K.FUNCTORCH_INCOMPATIBLE: _functorch, K.FAKE_MISMATCH: _fake_raises,
-           K.DYNAMIC_SHAPE: _where}
+           K.DYNAMIC_SHAPE: _where, K.TORCH_INTERNAL_ERROR: _torch_internal}
 
 
 def _fallback(stage: str, types: set[str], text: str) -> str:
@@ -262,6 +416,9 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
         ctx["op"] = op_name(op)
     if gb_type:
         ctx.setdefault("gb_type", gb_type)
+    torch_frame = ctx.pop("torch_frame_record", None)
+    if kind == K.TORCH_INTERNAL_ERROR:
+        ctx.setdefault("stage", stage)  # the fix's ``tracecheck repro ... --stage``
     evidence = {
         "exception_type": raw.get("type"),
         "exception_chain": [c.get("type") for c in chain],
@@ -273,6 +430,8 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
         "message": trim(raw.get("message", "")),
         "traceback": raw.get("traceback", ""),
     }
+    if torch_frame:  # torch-internal-error: the frame of torch's own code (or graph) that raised, never the user's
+        evidence["torch_frame"] = torch_frame
     return Finding(kind, fill_summary(kind, ctx, stage), ctx, evidence)
 
 
@@ -283,6 +442,7 @@ def classify_break(raw: dict[str, Any]) -> GraphBreak:
     found = _apply_rules(text, {"Unsupported"}, gb_type,
                          {**raw, "is_break": True, "traceback": raw.get("user_stack", "")})
     kind, ctx = found if found else (K.GRAPH_BREAK if gb_type else K.UNKNOWN, {})
+    ctx.pop("torch_frame_record", None)
     if raw.get("code"):
         ctx["code"] = raw["code"]
     if raw.get("caller"):  # the break sits inside torch: the user's line that led there (evidence/frames.caller_outside_torch)
@@ -335,8 +495,9 @@ def _apply_rules(text: str, types: set[str], gb_type: str | None,
         ctx = _matches(kind.detect, text, types, gb_type, raw)
         if ctx is None:
             continue
-        if kind.id == K.PYBIND_BUILTIN and _torch_builtin(ctx.get("builtin", ""), raw):
-            continue  # torch's own C function, not the user's extension: the next rule (graph-break) says what it is
+        if kind.id == K.PYBIND_BUILTIN and (_torch_builtin(ctx.get("builtin", ""), raw)
+                                            or _stdlib_builtin(ctx.get("builtin", ""))):
+            continue  # torch's or Python's own C function, not the user's extension: graph-break says what it is
         if kind.id in _ENRICH:
             _ENRICH[kind.id](ctx, text, raw, gb_type or "")
         if ctx.get("op"):

@@ -24,7 +24,7 @@ def mismatch_finding(raw: dict[str, Any], stage: str = "compile") -> Finding:
         how = worst["detail"]
     else:
         bits = [f"max abs diff {worst.get('max_abs_diff'):.3g}" if worst.get("max_abs_diff") is not None else "",
-                f"RMSE vs float64: compiled {worst['rmse_compiled_vs_fp64']:.3g}, eager "
+                f"RMSE vs {worst.get('reference_dtype') or 'float64'}: compiled {worst['rmse_compiled_vs_fp64']:.3g}, eager "
                 f"{worst['rmse_eager_vs_fp64']:.3g}" if worst.get("rmse_compiled_vs_fp64") is not None
                 and worst.get("rmse_eager_vs_fp64") is not None else "",
                 f"cosine {worst['cos_similarity']:.4f}" if worst.get("cos_similarity") is not None else "",

@@ -18,7 +18,8 @@ from ..model.payloads import CompiledAutogradCounts, StageNotes
 from ..model.records import Frame, StageRecord
 from ..model.exitcodes import UsageError
 from ..model.targets import Gate
-from ..model.report import CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, first_line, op_name
+from ..model.report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, headline, later_step,
+                            op_name)
 
 
 def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds: float) -> StageResult:
@@ -45,6 +46,8 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
             findings[-1] = _attributed(findings[-1], fakes[0], rec.error.get("batch_size"))
         if rec.same_as_eager and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
             findings[-1] = detect.classify_error("eager", rec.error)  # the probe's own failure, again
+        if stage == "eager" and (rec.error.get("step") or 1) > 1:
+            findings[-1] = _later_step(findings[-1], rec.error)
         ca = CompiledAutogradCounts.of(rec.extra)
         if ca is not None and ca.other_backend:  # compiled_autograd reran the failing steps with its other backend
             findings[-1] = _backend_checked(findings[-1], ca.backend, rec.error, ca.other_backend)
@@ -124,11 +127,6 @@ def _about_the_ops_autograd(f: Finding) -> bool:
         test == "test_aot_dispatch_dynamic" and "Gradients of the operator are different" in str(f.evidence.get("message")))
 
 
-def _headline(error: dict[str, Any]) -> str:
-    """``Type: first line`` of an error record, past BackendCompilerFailed's ``backend='...' raised:`` line."""
-    return f"{error.get('type')}: {first_line(error.get('message'))[:300]}"
-
-
 def _attributed(f: Finding, cause: Finding, size: Any) -> Finding:
     """The compiled run's failure at a size where a fake impl disagrees with its kernel: that fake's kind."""
     first = (f.evidence.get("message") or "").strip().splitlines()
@@ -138,12 +136,20 @@ def _attributed(f: Finding, cause: Finding, size: Any) -> Finding:
     return Finding(cause.kind, summary, {**cause.context, "attributed_from": f.kind}, f.evidence)
 
 
+def _later_step(f: Finding, error: dict[str, Any]) -> Finding:
+    """The eager stage's failure at a later training step (stages/eager.py ``second_step``): step 1 ran."""
+    step = error["step"]
+    summary = (f"{f.summary.rstrip('.')}: eager {later_step(step, error)} (state the model keeps across "
+               "steps, such as a buffer left attached to the previous step's graph, breaks the next one).")
+    return Finding(f.kind, summary, {**f.context, "step": step}, {**f.evidence, "step": step})
+
+
 def _backend_checked(f: Finding, backend: str, error: dict[str, Any], other: dict[str, Any]) -> Finding:
     """A failure rerun with the other backend (compiled_autograd): the evidence says what each backend did; an
     ``unknown`` or ``backend-error`` that the other backend does not hit is this backend's (cause ``backend_only``)."""
-    mine = _headline(error)
+    mine = headline(error, 300)
     theirs = (f"not run: {other['not_run']}" if other.get("not_run") else
-              _headline(other["error"]) if other.get("error") else "passes")
+              headline(other["error"], 300) if other.get("error") else "passes")
     evidence = {**f.evidence, "backends": {backend: mine, other["backend"]: "the same" if theirs == mine else theirs}}
     if theirs == "passes" and f.kind in (K.UNKNOWN, K.BACKEND_ERROR):
         ctx = {**f.context, "cause": "backend_only", "backend": backend, "other_backend": other["backend"],
@@ -310,15 +316,166 @@ def attribute_unknowns(stages: dict[str, StageResult]) -> None:
             if s.failure is f:
                 s.failure = new
             s.findings[i] = new
+    link_backward_shape(stages)
+    advise_upstream(stages)
+
+
+#: autograd's words for a gradient whose shape is not its output's (torch/autograd/__init__.py _make_grads; the engine's
+#: validate_outputs for a node's returned gradient)
+_BACKWARD_SHAPE = (
+    re.compile(r"Mismatch in shape: grad_output\[\d+\] has a shape of (?P<grad>torch\.Size\(\[[\d, ]*\]\)) and "
+               r"output\[\d+\] has a shape of (?P<out>torch\.Size\(\[[\d, ]*\]\))"),
+    re.compile(r"Function (?P<node>\w+) returned an invalid gradient at index \d+ - got (?P<grad>\[[\d, ]*\]) but "
+               r"expected shape compatible with (?P<out>\[[\d, ]*\])"),
+)
+
+
+#: a fake-mismatch whose evidence is about shapes (opcheck's test_faketensor: ``Shapes torch.Size([..]) and
+#: torch.Size([..]) are not equal``; real-tensor propagation's ``output size mismatch``): only such a fake can make a
+#: backward's gradient and output shapes disagree. A dtype, stride or value mismatch, or a fake that raises, cannot.
+_SHAPE_EVIDENCE = re.compile(r"Shapes torch\.Size\(\[[\d, ]*\]\) and torch\.Size\(\[[\d, ]*\]\) are not equal|"
+                             r"output size mismatch|\bshape mismatch\b|mismatch(?:ed)? (?:in )?(?:shapes?|sizes?)\b", re.I)
+
+
+def _about_shape(f: Finding) -> bool:
+    """A fake-mismatch finding whose own evidence says the fake's output shape is not the kernel's (at the probe's
+    own sizes: the dynamic stage's other batch size, cause ``size``, says nothing of the probe's)."""
+    if f.context.get("cause") in ("raises", "aot_outputs", "size", "backward_shape") or "attributed_from" in f.context:
+        return False
+    return bool(_SHAPE_EVIDENCE.search(str(f.evidence.get("message") or "")))
+
+
+def _found_by(stage: str, f: Finding) -> str:
+    """Who found a fake-mismatch, in words: opcheck's test, else the stage that did."""
+    test = f.evidence.get("opcheck_test")
+    return f"opcheck's {test}" if test else f"the {stage} stage"
+
+
+def _custom_ops_recorded(stages: dict[str, StageResult]) -> set[str]:
+    """Every custom op the probe is known to call or register: opcheck's (the ops it checked), the eager stage's
+    registrations, and the ops findings name."""
+    ops: set[str] = set()
+    for s in stages.values():
+        notes = s.notes
+        ops.update(op_name(op) for op in (notes.opcheck or {}))
+        ops.update(op_name(op) for op in (notes.registered_custom_ops or []))
+    return ops
+
+
+def link_backward_shape(stages: dict[str, StageResult]) -> None:
+    """A compiled run that fails on a backward shape mismatch (a ``backend-error`` or ``unknown``: autograd's
+    ``Mismatch in shape: grad_output[0] ... output[0] ...``, or a node's ``invalid gradient``) in a probe where a custom
+    op's fake impl was found returning the wrong shape (a ``fake-mismatch`` whose evidence is a shape mismatch,
+    ``_about_shape``) is that fake-mismatch: the traced graph's shapes come from the fake. The op must be the one the
+    autograd node is named after (``GeneratedBackwardFor_<ns>_<op>_<overload>Backward``), or the only custom op the
+    probe is recorded to call; else nothing is linked. The finding names the op, the two shapes and who found the fake's
+    mismatch (cause ``backward_shape``)."""
+    fakes = [(s.stage, f) for s in stages.values() for f in s.findings
+             if f.kind == K.FAKE_MISMATCH and f.context.get("op") and _about_shape(f)]
+    if not fakes:
+        return
+    recorded = _custom_ops_recorded(stages) | {op_name(c.context["op"]) for _, c in fakes}
+    for s in stages.values():
+        for i, f in enumerate(s.findings):
+            if f.kind not in (K.UNKNOWN, K.BACKEND_ERROR):
+                continue
+            message = str(f.evidence.get("message") or "")
+            m = next((m for rx in _BACKWARD_SHAPE if (m := rx.search(message))), None)
+            if m is None:
+                continue
+            node = m.groupdict().get("node") or ""
+            named = [(st, c) for st, c in fakes
+                     if node and f"For_{re.sub(r'[^A-Za-z0-9]+', '_', c.context['op'])}_" in node]
+            only = [(st, c) for st, c in fakes if len(recorded) == 1 and op_name(c.context["op"]) in recorded]
+            found = named[0] if named else only[0] if only and not node else None
+            if found is None:
+                continue
+            stage, cause = found
+            ctx = {"op": cause.context["op"], "cause": "backward_shape", "attributed_from": f.kind,
+                   "mismatch": f"gradient {m.group('grad')}, output {m.group('out')}",
+                   "found_by": _found_by(stage, cause), "first_seen_at": stage}
+            new = Finding(K.FAKE_MISMATCH, taxonomy.summary(K.FAKE_MISMATCH, ctx), ctx, f.evidence)
+            if s.failure is f:
+                s.failure = new
+            s.findings[i] = new
+
+
+#: kinds whose code can make a compiler backend fail on a probe that runs eagerly: a custom op's fake or registration
+#: that lies to the tracer, a backward that is wrong, the probe's own eager failure
+_BACKEND_SUSPECTS = frozenset({K.FAKE_MISMATCH, K.MISSING_FAKE, K.MUTATES_ARGS_MISMATCH, K.MISSING_AUTOGRAD,
+                               K.WRONG_GRADIENT, K.EAGER_ERROR, K.OP_REDEFINED})
+#: never a suspect: a graph break is only where tracing stopped (most models have one); torch's own error is torch's;
+#: an unplaced or dead stage says nothing of the code
+_NEVER_SUSPECT = frozenset({K.GRAPH_BREAK, K.TORCH_INTERNAL_ERROR, K.BACKEND_ERROR, K.UNKNOWN, K.TIMEOUT, K.CRASH})
+
+
+def _suspect_of(b: Finding, c: Finding) -> bool:
+    """Can finding ``c`` be why the backend raised ``b``: its kind is one that makes backends fail, or it sits at the
+    backend error's own user frame or names its op. Never a graph break, advice or torch's own error."""
+    if c is b or c.kind in _NEVER_SUSPECT or c.kind not in taxonomy.kinds() \
+            or taxonomy.kinds()[c.kind].severity != taxonomy.ERROR:
+        return False
+    if c.kind in _BACKEND_SUSPECTS:
+        return True
+    same_frame = _frame(b) is not None and _frame(c) == _frame(b)
+    op = b.context.get("op")
+    return same_frame or bool(op and c.context.get("op") == op)
+
+
+def _suspect_where(c: Finding) -> str:
+    """Where a suspect finding points: its frame, else the op it names, else its kind."""
+    if c.user_frame is not None and c.user_frame.file:
+        return c.user_frame.location
+    return f"{c.kind} of {c.context['op']}" if c.context.get("op") else c.kind
+
+
+def advise_upstream(stages: dict[str, StageResult]) -> None:
+    """``backend-error``'s fix says "report upstream" only when no other finding of the probe can be why the backend
+    failed (``_suspect_of``: a fake impl or registration that lies to the tracer, a wrong backward, an eager failure, or
+    a finding at the backend error's own frame or op; never a graph break, advice or torch's own error): otherwise
+    that code is the first suspect, and the fix says to fix it first (a new finding with cause ``suspect_code``, the
+    suspects named)."""
+    every = [f for s in stages.values() for f in s.findings]
+    for s in stages.values():
+        for i, f in enumerate(s.findings):
+            if f.kind != K.BACKEND_ERROR or f.context.get("cause") is not None:
+                continue
+            where = ", ".join(dict.fromkeys(_suspect_where(c) for c in every if _suspect_of(f, c)))[:300]
+            if not where:
+                continue
+            new = Finding(f.kind, f.summary, {**f.context, "cause": "suspect_code", "suspect": where}, f.evidence)
+            if s.failure is f:
+                s.failure = new
+            s.findings[i] = new
+
+
+#: an unplaced rerun is matched by its words alone only when they say something: at least this many characters and
+#: words (never ``RuntimeError:`` or an empty first line)
+_SPECIFIC = (24, 3)
 
 
 def _same_error(f: Finding, other: Finding) -> bool:
-    """The same exception: its type, the first line of its message and the frame that raised it."""
-    def key(x: Finding) -> tuple[Any, ...]:
+    """The same exception: its type, the first line of its message and the frame that raised it. A re-raise with no
+    frame of the user's under it (gradcheck re-running an autograd.Function whose forward raised inside torch's C
+    code: save_for_backward given a float) is the same error when type and words agree and the words are specific
+    (``_SPECIFIC``), or when both name the same op."""
+    def line(x: Finding) -> str:
         lines = str(x.evidence.get("message") or "").strip().splitlines()
-        return x.evidence.get("exception_type"), lines[0] if lines else "", _frame(x)
+        return lines[0].strip() if lines else ""
 
-    return bool(f.evidence.get("exception_type")) and key(f) == key(other)
+    def key(x: Finding, frame: bool = True) -> tuple[Any, ...]:
+        return x.evidence.get("exception_type"), line(x), _frame(x) if frame else None
+
+    if not f.evidence.get("exception_type"):
+        return False
+    placed = _frame(f) is not None
+    if not placed:
+        words = line(f)
+        same_op = bool(f.context.get("op")) and f.context.get("op") == other.context.get("op")
+        specific = len(words) >= _SPECIFIC[0] and len(re.findall(r"[A-Za-z]{2,}", words)) >= _SPECIFIC[1]
+        if not (specific or same_op):
+            return False
+    return key(f, placed) == key(other, placed)
 
 
 def setup_finding(error: dict[str, Any], summary: str) -> Finding:

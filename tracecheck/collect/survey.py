@@ -3,6 +3,8 @@ and what they register."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Callable
 
 from ..model.exitcodes import UsageError
@@ -16,17 +18,36 @@ from .locate import probe_id
 def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
     """The ``discover`` task: load one model file; call each selected probe once to check what it returns and
     what it registers (``opwatch.OpRegistrationWatch``). ``-k`` (``task["select"]``) matches probe ids relative
-    to ``task["root"]`` (``rootdir``)."""
+    to ``task["root"]`` (``rootdir``). A template process (isolate/template.py) runs the two halves apart:
+    ``load_file`` in itself, ``call_probes`` in a forked child, so no probe's factory runs where stage processes
+    are forked from."""
+    return call_probes(load_file(task))
+
+
+@dataclass
+class Loaded:
+    """A model file imported (``load_file``), its probes not called yet."""
+
+    task: dict[str, Any]
+    #: the custom ops registered before the file imported
+    ops_before: set[str]
+    #: sees the registrations of the import; ``call_probes`` watches the probes with it (same schemas)
+    watch: Any
+    module: ModuleType | None = None
+    #: the whole discovery when the import failed (nothing to call)
+    result: dict[str, Any] | None = None
+
+
+def load_file(task: dict[str, Any]) -> Loaded:
+    """Import the model file of the ``discover`` task, watching what it registers; call no probe."""
     from ..evidence import exceptions, opwatch
     from ..evidence.oprecorder import registered_custom_ops
 
     ops_before = registered_custom_ops()
-    path, select = task["file"], task.get("select")
-    only = set(task["only"]) if task.get("only") else None  # probe names asked for by ``file.py::name``
-    root = task.get("root") or os.path.dirname(path)
-    with opwatch.OpRegistrationWatch() as watch:
+    loaded = Loaded(task, ops_before, opwatch.OpRegistrationWatch())
+    with loaded.watch as watch:
         try:
-            module = load_module(path)
+            loaded.module = load_module(task["file"])
         except UsageError as e:
             if e.__cause__ is None:
                 raise
@@ -35,9 +56,24 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
             # user's own Python error (import, syntax, name) is bad input, exit 2 with this message
             entry = {"name": IMPORT_PROBE, "setup_error": exceptions.error_record(e.__cause__, "setup"),
                      "registrations": list(watch.events), "import_error": str(e)}
-            return {"probes": [entry], "n_candidates": 1, "names": [IMPORT_PROBE],
-                    "custom_ops": sorted(registered_custom_ops() - ops_before)}
-        file_events = list(watch.events)
+            loaded.result = {"probes": [entry], "n_candidates": 1, "names": [IMPORT_PROBE],
+                             "custom_ops": sorted(registered_custom_ops() - ops_before)}
+    return loaded
+
+
+def call_probes(loaded: Loaded) -> dict[str, Any]:
+    """The ``discover`` task's result for a file ``load_file`` imported: each selected probe called once."""
+    from ..evidence import exceptions
+    from ..evidence.oprecorder import registered_custom_ops
+
+    if loaded.result is not None:
+        return loaded.result
+    task, module = loaded.task, loaded.module
+    path, select = task["file"], task.get("select")
+    only = set(task["only"]) if task.get("only") else None  # probe names asked for by ``file.py::name``
+    root = task.get("root") or os.path.dirname(path)
+    file_events = list(loaded.watch.events)  # the import's
+    with loaded.watch as watch:
         probes = []
         for name, fn in find_probes(module):
             pid = probe_id(path, name, root)
@@ -61,7 +97,7 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
     names = [name for name, _ in find_probes(module)]
     # no custom op registered by the file, its imports or its probes: the runner can skip opcheck (api.py)
     return {"probes": probes, "n_candidates": len(names), "names": names,
-            "custom_ops": sorted(registered_custom_ops() - ops_before)}
+            "custom_ops": sorted(registered_custom_ops() - loaded.ops_before)}
 
 
 def _required_params(fn: Callable[..., Any]) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any
 from .. import compat
 from .wording import TORCH_NAMESPACES
 from ..model.records import Frame
-from .frames import FROM_USER_CODE, TORCH_DIR, from_match, from_summary, in_torch_or_stdlib, is_library
+from .frames import FROM_USER_CODE, TORCH_DIR, from_match, from_summary, in_torch_or_stdlib
 
 
 class WarningCollector:
@@ -55,22 +55,21 @@ def _qualname(exc: BaseException) -> str:
 
 
 def user_frame(exc: BaseException) -> dict[str, Any] | None:
-    """The innermost frame in the user's code: from Dynamo's ``from user code:`` block (or the ``User stack:`` of a
-    constraint violation), else the traceback."""
+    """The innermost frame in the user's or a library's code (``frames.in_torch_or_stdlib``: never torch's,
+    tracecheck's or the standard library's; an installed library's line is named, as the explain stage's break
+    records name it, frames.caller_outside_torch): from Dynamo's ``from user code:`` block (or the ``User stack:`` of
+    a constraint violation), else the traceback. One rule in both, so that the same problem is placed at the same
+    frame by every stage (``finding_key``, ``attribute_unknowns``)."""
     for e in _chain(exc):
         msg = safe_str(e)
         # Dynamo's "from user code:" block; the shape environment's "User stack:" (ConstraintViolationError)
         marker = next((m for m in ("from user code:", "User stack:") if m in msg), None)
         if marker:
             frames = list(FROM_USER_CODE.finditer(msg.split(marker, 1)[1]))
-            user = [m for m in frames if not is_library(m.group("file"))]
+            user = [m for m in frames if not in_torch_or_stdlib(m.group("file"), m.group("func"))]
             if user:
                 return from_match(user[-1])
-    for e in _chain(exc):
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if not is_library(f.filename)]
-        if frames:
-            return from_summary(frames[-1])
-    return None
+    return frame_outside_torch(exc)
 
 
 def frame_outside_torch(exc: BaseException) -> dict[str, Any] | None:
@@ -78,7 +77,7 @@ def frame_outside_torch(exc: BaseException) -> dict[str, Any] | None:
     an error raised inside a library (``transformers``' model code, say) was last in code torch did not write."""
     for e in _chain(exc):
         frames = [f for f in traceback.extract_tb(e.__traceback__)
-                  if not in_torch_or_stdlib(f.filename)]
+                  if not in_torch_or_stdlib(f.filename, f.name)]
         if frames:
             return from_summary(frames[-1])
     return None
@@ -95,7 +94,7 @@ def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
         while tb is not None:
             frames.append(tb.tb_frame)
             tb = tb.tb_next
-        if not frames or in_torch_or_stdlib(frames[-1].f_code.co_filename):  # an installed library's fake counts
+        if not frames or in_torch_or_stdlib(frames[-1].f_code.co_filename, frames[-1].f_code.co_name):  # an installed library's fake counts
             continue
         op = None
         for frame in frames:
@@ -118,6 +117,28 @@ def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
     return found
 
 
+def raised_at(exc: BaseException) -> dict[str, Any] | None:
+    """The innermost traceback frame of ``exc`` itself (where it was raised, torch's own files included), or None
+    when it carries no traceback (raised in C with no Python frame under it)."""
+    try:
+        frames = traceback.extract_tb(exc.__traceback__)
+    except Exception:
+        return None
+    return from_summary(frames[-1]) if frames else None
+
+
+def tb_frames(exc: BaseException, limit: int = 300) -> list[dict[str, Any]]:
+    """The frames of ``exc``'s own traceback, outermost first (``{"file", "line", "function"}``, no source line): where
+    it went from the frame that caught it down to its raise. The innermost ``limit`` when deeper."""
+    out = []
+    try:
+        for frame, line in traceback.walk_tb(exc.__traceback__):
+            out.append({"file": frame.f_code.co_filename, "line": line, "function": frame.f_code.co_name})
+    except Exception:
+        return out[-limit:]
+    return out[-limit:]
+
+
 def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
     """Plain-data evidence of one exception, for ``classify.detect.classify_error``."""
     chain = _chain(exc)
@@ -129,7 +150,9 @@ def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
     return {
         "type": _qualname(exc),
         "message": safe_str(exc),
-        "chain": [{"type": _qualname(e), "message": safe_str(e)} for e in chain],
+        # the innermost exception's whole traceback too (classify.detect: did the user's code call torch there?)
+        "chain": [{"type": _qualname(e), "message": safe_str(e), "raised_at": raised_at(e),
+                   **({"frames": tb_frames(e)} if e is chain[-1] else {})} for e in chain],
         "gb_type": gb_type if isinstance(gb_type, str) else None,
         "gb_code": compat.gb_code(gb_type) if isinstance(gb_type, str) else None,
         "phase": phase,

@@ -13,7 +13,10 @@ from ..model.records import Frame
 from ..model.report import is_generated
 
 
-FROM_USER_CODE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
+#: a traceback-formatted frame and its code line; a frame with no source (``<string>``, ``<frozen os>``) has none, and
+#: the next frame's ``File`` line is never taken for its code
+FROM_USER_CODE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n'
+                            r'(?:(?![ \t]*File ")[ \t]*(?P<code>.*))?')
 
 # Frames under these are library frames, never "the user's line".
 _LIB_DIRS = tuple(
@@ -24,13 +27,19 @@ TORCH_DIR = _LIB_DIRS[-1]
 
 
 def caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None:
-    """When Dynamo places a break inside torch (a custom op's ``__call__`` in torch/_library, say) or in code torch
-    generated (``<eval_with_key>.N``, an FX graph such as compiled autograd's), the innermost frame of its user
-    stack in a real file outside torch: the line the user or their library wrote. The break's own location is
-    kept as is (it is what TORCH_LOGS=graph_breaks prints and what breaks are counted by)."""
-    if not file or not (is_generated(file) or os.path.abspath(file).startswith(TORCH_DIR)):
+    """When Dynamo places a break inside torch (a custom op's ``__call__`` in torch/_library, say), in code torch
+    generated (``<eval_with_key>.N``, an FX graph such as compiled autograd's) or in Python's standard library
+    (``<frozen genericpath>``: ``os.path.isdir``'s ``os.stat``, called by a library's op builder), the innermost
+    frame of its user stack outside torch and the standard library (``in_torch_or_stdlib``): the line the user or
+    their library wrote, the frame the fullgraph stage names for the same break (``exceptions.user_frame``). A break
+    in the user's own file-less code (``exec``'d, a notebook cell: ``<string>``) is left where it is. The break's own
+    location is kept as is (it is what TORCH_LOGS=graph_breaks prints and what breaks are counted by)."""
+    stacked = list(FROM_USER_CODE.finditer(stack))
+    # the break's function, from its own frame (the innermost of the stack): a dataclass's __init__ in <string>
+    func = next((m.group("func") for m in reversed(stacked) if m.group("file") == file), None)
+    if not file or not in_torch_or_stdlib(file, func):
         return None
-    frames = [m for m in FROM_USER_CODE.finditer(stack) if not in_torch_or_stdlib(m.group("file"))]
+    frames = [m for m in stacked if not in_torch_or_stdlib(m.group("file"), m.group("func"))]
     if not frames:
         return None
     return from_match(frames[-1])
@@ -38,7 +47,7 @@ def caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None:
 
 def from_match(m: re.Match[str]) -> dict[str, Any]:
     """The frame of a ``FROM_USER_CODE`` match (a traceback-formatted ``File "...", line N, in f`` and its code)."""
-    return Frame(m.group("file"), int(m.group("line")), m.group("func"), m.group("code").strip()).to_dict()
+    return Frame(m.group("file"), int(m.group("line")), m.group("func"), (m.group("code") or "").strip()).to_dict()
 
 
 def from_summary(f: traceback.FrameSummary) -> dict[str, Any]:
@@ -51,29 +60,37 @@ def innermost_user_frame(stack: Any, names: dict[int, str]) -> dict[str, Any] | 
     for f in reversed(stack or []):
         file = names.get(f.get("filename"), f.get("filename"))
         # site-packages stays in: a fake impl of an installed extension package is the frame to name
-        if isinstance(file, str) and not in_torch_or_stdlib(file):
+        if isinstance(file, str) and not in_torch_or_stdlib(file, f.get("name")):
             line = int(f.get("line") or 0)
             return Frame(file, line, f.get("name"), (f.get("loc") or linecache.getline(file, line)).strip()).to_dict()
     return None
 
 
-def in_torch_or_stdlib(path: str) -> bool:
-    """torch's, tracecheck's or the standard library's code; an installed package is not (kernel libraries live in
-    site-packages, which a system Python keeps inside the standard library's folder)."""
-    if path.startswith("<"):  # no file: FX-generated code, <string>
-        return True
+#: a dunder the standard library generates with ``exec`` (file ``<string>``): a dataclass's ``__init__``/``__repr__``/
+#: ``__eq__`` (and their ``__create_fn__``), a namedtuple's ``__new__``
+_GENERATED_DUNDER = re.compile(r"__\w+__")
+
+
+def in_torch_or_stdlib(path: str, func: str | None = None) -> bool:
+    """torch's, tracecheck's or the standard library's code, never the frame a finding is located at. An installed
+    package is not (kernel libraries live in site-packages, which a system Python keeps inside the standard library's
+    folder), nor is code the user ran without a file: ``exec``/``compile`` (``<string>``), a prompt (``<stdin>``) or a
+    notebook cell (``<ipython-input-3-…>``). Of the file-less frames, only the standard library's frozen modules
+    (``<frozen genericpath>``), code torch generated (``<eval_with_key>.N``) and the dunders the standard library
+    generates in ``<string>`` (``func``: a dataclass's ``__init__``, a namedtuple's ``__new__``) are. The one rule for
+    every frame a finding is placed at (the user frame of an exception, a graph break, a guard, an op's definition)."""
+    if path.startswith("<"):
+        return path.startswith("<frozen ") or is_generated(path) or \
+            (path == "<string>" and bool(func) and _GENERATED_DUNDER.fullmatch(func or "") is not None)
     full = os.path.abspath(path)
-    if full.startswith((TORCH_DIR, _LIB_DIRS[0])):
+    if full.startswith((TORCH_DIR, _LIB_DIRS[0])) or f"{os.sep}torchinductor_" in full:  # (Inductor's output code)
         return True
     return full.startswith(_LIB_DIRS[1]) and not any(m in full for m in ("site-packages", "dist-packages"))
 
 
-def is_library(path: str) -> bool:
-    return path.startswith("<") or os.path.abspath(path).startswith(_LIB_DIRS) or "site-packages" in path
-
-
 def caller_frame() -> dict[str, Any] | None:
+    """The innermost frame of the current stack outside torch, tracecheck and the standard library."""
     for f in reversed(traceback.extract_stack()[:-2]):
-        if not is_library(f.filename):
+        if not in_torch_or_stdlib(f.filename, f.name):
             return from_summary(f)
     return None

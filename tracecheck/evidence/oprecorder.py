@@ -1,6 +1,17 @@
 """Which ops a run calls, seen below autograd by a ``TorchDispatchMode``: the one recorder behind the opcheck
 stage (the inputs of each custom op's first call), the numeric findings (which custom and random ops ran)
-and ``tracecheck fix`` (the ops a probe's forward and backward call)."""
+and ``tracecheck fix`` (the ops a probe's forward and backward call).
+
+Traceable wrapper subclasses with their own ``__torch_dispatch__`` (optimum-quanto's packed weights, TwoTensor): the
+mode sees an op called on one first and answers ``NotImplemented``, so that the subclass's ``__torch_dispatch__``
+runs with the mode still on the stack and the ops it calls on its inner tensors (a custom unpack kernel) are
+recorded too. (Calling ``func`` from the mode instead runs the subclass with the mode popped: its ops went unseen.)
+Never for torch's own FakeTensor and FunctionalTensor, nor while a fake, functionalization or proxy mode is on
+(``_subclass_dispatch``): the recorder stays transparent to a probe's own ``FakeTensorMode`` and to ``torch.compile``.
+
+The recorder's own failures (copying a call's inputs) never pass for the probe's: the run goes on unrecorded and
+leaving the ``with`` block raises ``RecorderError``, an ``InternalError`` that the stage's and the probe's
+``except Exception`` do not catch, so the stage ends as ``internal-error``."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,7 +21,12 @@ from ..compat import pytree
 
 from .. import compat
 from .wording import TORCH_NAMESPACES
+from ..model.exitcodes import InternalError
 from ..model.report import op_name
+
+
+class RecorderError(InternalError):
+    """The op recorder failed (not the probe): its first failure is the ``__cause__``."""
 
 
 class OpRecorder(compat.TorchDispatchMode):
@@ -35,6 +51,11 @@ class OpRecorder(compat.TorchDispatchMode):
         #: custom ops seen (above autograd) called with grad mode off or no input requiring grad
         self.grad_off: set[str] = set()
         self._above: list[_GradSeen] = []
+        #: the recorder's own first failure (copying inputs): raised as RecorderError when the block ends
+        self.failure: BaseException | None = None
+        #: >0 while the recorder's own code runs (``snapshot``): the ops and autograd.Functions it calls (a
+        #: subclass's clone may dequantize through one) are not the probe's, and are neither recorded nor copied
+        self.busy = 0
 
     def __enter__(self) -> "OpRecorder":
         # grad mode and requires_grad as the caller sees them: below autograd, where this mode runs, they are not
@@ -47,9 +68,28 @@ class OpRecorder(compat.TorchDispatchMode):
             super().__exit__(*exc)
         finally:
             self._above.pop().__exit__(*exc)
+        if self.failure is not None and not self._above:  # the outermost block (``_seen`` re-enters it)
+            failure, self.failure = self.failure, None
+            raise RecorderError(f"tracecheck's op recorder failed: {type(failure).__name__}: "
+                                f"{str(failure)[:300]}") from failure
+
+    def snapshot(self, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
+        """Copies of a call's inputs (tensors detached and cloned, a wrapper subclass through its inner tensors),
+        taken before the call, which may mutate them. None when copying failed: the failure is kept (``failure``)
+        and the run goes on."""
+        self.busy += 1
+        try:
+            return pytree.tree_map(_snap, args), pytree.tree_map(_snap, kwargs)
+        except Exception as e:  # RecursionError included: the recorder's, never the probe's
+            self.failure = self.failure or e
+            return None
+        finally:
+            self.busy -= 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.busy:
+            return func(*args, **kwargs)
         if compat.is_higher_order_op(func):
             return self._run_hop(func, args, kwargs)
         if func.namespace not in TORCH_NAMESPACES:
@@ -57,11 +97,15 @@ class OpRecorder(compat.TorchDispatchMode):
             if name not in self.custom_ops:
                 self.custom_ops.append(name)
             if self.record_args and func not in self.calls:
-                self.calls[func] = (pytree.tree_map(_snap, tuple(args)), pytree.tree_map(_snap, dict(kwargs)))
+                copied = self.snapshot(tuple(args), dict(kwargs))
+                if copied is not None:
+                    self.calls[func] = copied
         elif torch.Tag.nondeterministic_seeded in func.tags:
             name = op_name(str(func))
             if name not in self.random_ops:
                 self.random_ops.append(name)
+        if _subclass_dispatch(types, args, kwargs):
+            return NotImplemented  # the subclass's __torch_dispatch__ next, under this mode (module docstring)
         return func(*args, **kwargs)
 
     def _run_hop(self, hop: Any, args: Any, kwargs: dict[str, Any]) -> Any:
@@ -99,11 +143,33 @@ class _GradSeen(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _subclass_dispatch(types: Any, args: Any, kwargs: Any) -> bool:
+    """Should the mode answer ``NotImplemented``: an argument is a user's traceable wrapper subclass (names its
+    inner tensors: optimum-quanto's QTensors, TwoTensor), and none of torch's infra modes (fake, functionalization,
+    proxy) is on. Never for FakeTensor or FunctionalTensor, nor under their modes (a probe's own ``FakeTensorMode``
+    block, ``torch.compile``'s tracing): with the mode active their ``__torch_dispatch__`` answers
+    ``NotImplemented`` too, and the op fails with a ``TypeError``. Other subclasses with a ``__torch_dispatch__``
+    run as before, through ``func`` (their inner ops unseen)."""
+    if all(t is torch.Tensor or t is torch.nn.Parameter for t in types):  # ``types`` lists only those with their own
+        return False
+    if compat.infra_dispatch_mode_active():
+        return False
+    return any(compat.is_traceable_wrapper_subclass(a) and not compat.is_infra_tensor(a)
+               for a in pytree.tree_leaves((args, kwargs)))
+
+
 def _snap(t: Any) -> Any:
-    if isinstance(t, torch.Tensor):
+    if not isinstance(t, torch.Tensor):
+        return t
+    if compat.is_traceable_wrapper_subclass(t):
+        # copied through its inner tensors: its own detach/clone may run the probe's code (a dequantizing
+        # fallback calling an autograd.Function), which is neither a copy nor the probe's call
+        names, meta = t.__tensor_flatten__()
+        c = type(t).__tensor_unflatten__({n: _snap(getattr(t, n)).detach() for n in names}, meta,
+                                         t.size(), t.stride())
+    else:
         c = t.detach().clone()
-        return c.requires_grad_(t.requires_grad) if t.is_floating_point() else c
-    return t
+    return c.requires_grad_(t.requires_grad) if t.is_floating_point() and c.is_leaf else c
 
 
 def registered_custom_ops() -> set[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import compat
 from .wording import gb_code_from_text, gb_type_from_text
-from .frames import FROM_USER_CODE, caller_outside_torch, from_match, innermost_user_frame, is_library
+from .frames import FROM_USER_CODE, caller_outside_torch, from_match, in_torch_or_stdlib, innermost_user_frame
 from .parsers import parser_failed
 
 
@@ -206,7 +206,7 @@ def _guard_user_frame(reason: str) -> dict[str, Any] | None:
     comment Dynamo puts after the guard."""
     if "User stack trace:" in reason:
         frames = [m for m in FROM_USER_CODE.finditer(reason.split("User stack trace:", 1)[1])
-                  if not is_library(m.group("file"))]
+                  if not in_torch_or_stdlib(m.group("file"), m.group("func"))]
         if frames:
             return from_match(frames[-1])
     m = _GUARD_SITE.search(reason)

@@ -161,8 +161,16 @@ def owner(f: Finding, probe_file: str) -> Owner:
     title = taxonomy.kinds()[f.kind].title if f.kind in taxonomy.kinds() else f.kind
     frame = f.user_frame
     here = f"{_shown(frame.file)}:{frame.line}" if frame else ""
+    if f.kind == K.BACKEND_ERROR and ctx.get("cause") == "suspect_code":  # classify/results.advise_upstream
+        return Owner(UNPLACED, "", f"{f.kind}, with other findings of the probe that can make a backend fail "
+                                   f"({ctx.get('suspect') or 'see the report'}): fix those first, then rerun")
     if f.kind == K.BACKEND_ERROR:
         return Owner(TORCH, here, f"{f.kind}: the compiler backend raised on code that runs eagerly")
+    if f.kind == K.TORCH_INTERNAL_ERROR and ctx.get("cause") == "classmethod":  # torch asserts on a documented misuse
+        return Owner(YOURS, here or "the autograd.Function's forward/backward",
+                     f"{f.kind}: a classmethod where torch documents @staticmethod (torch should have said so clearly)")
+    if f.kind == K.TORCH_INTERNAL_ERROR:  # raised in torch's own code (or a graph it generated): evidence.torch_frame
+        return Owner(TORCH, str(ctx.get("torch_frame") or here), f"{f.kind}: {ctx.get('exception') or 'torch raised'}")
     if f.kind == K.NUMERIC_MISMATCH and ctx.get("cause") == "backend":
         return Owner(TORCH, "", f"{f.kind}: no custom op ran, and the compiled result is further from float64 than "
                                 "eager's")

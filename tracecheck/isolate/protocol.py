@@ -54,3 +54,14 @@ def from_json(doc: Any) -> Message:
         return _TYPES[doc[TYPE_KEY]](**fields)
     except TypeError as e:
         raise ValueError(f"malformed {doc[TYPE_KEY]} message: {e}") from e
+
+
+def read_message(path: str) -> Message | None:
+    """The task's message; None when the process wrote none (it died) or a torn one."""
+    import json
+
+    try:
+        with open(path) as f:
+            return from_json(json.load(f))
+    except (OSError, ValueError):
+        return None

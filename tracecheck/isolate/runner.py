@@ -3,8 +3,8 @@
 Processes come from a multiprocessing fork server that has already imported torch and the compiler stack
 (tracecheck/isolate/preload.py): each task is a fresh fork (fresh Dynamo counters, caches, warn-once state and op
 registry) without paying the ~5 s import again. A task marked ``serve`` becomes a template once its result is
-in (template.py: the model file stays imported); tasks naming that template are forked from it, so the file's
-imports load once. A child that dies (signal, ``sys.exit``, OOM kill) or overruns its timeout becomes an
+in (template.py: the model file stays imported; its probes were called in a child of it, never in it); tasks
+naming that template are forked from it, so the file's imports load once and no probe sees another's state. A child that dies (signal, ``sys.exit``, OOM kill) or overruns its timeout becomes an
 outcome like any other; the others are unaffected.
 """
 from __future__ import annotations
@@ -325,7 +325,7 @@ class Runner:
                     _kill_group(handle)
                 exitcode = handle.finish(timed_out)
                 del running[key]
-                outcome = Outcome(task, None if timed_out else _read_message(result_path), exitcode, timed_out,
+                outcome = Outcome(task, None if timed_out else protocol.read_message(result_path), exitcode, timed_out,
                                   now - start, _tail(log_path), setup_failed=not os.path.exists(log_path),
                                   template_died=isinstance(handle, _Forked) and exitcode is None
                                   and not handle.template.alive)
@@ -345,17 +345,6 @@ def _kill_group(proc: Any) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # the child called setpgrp(): pgid == pid
     except (ProcessLookupError, PermissionError):
         proc.kill()  # not in its own group yet: the process alone
-
-
-def _read_message(path: str) -> protocol.Message | None:
-    """The task's message; None when the process wrote none (it died) or a torn one."""
-    import json
-
-    try:
-        with open(path) as f:
-            return protocol.from_json(json.load(f))
-    except (OSError, ValueError):
-        return None
 
 
 def _tail(path: str, limit: int = 4000) -> str:

@@ -1,12 +1,19 @@
 """A template process: one model file imported once; the file's stage processes are forked from it.
 
 The runner starts it like any task process (from the fork server, torch preloaded) with the file's discovery
-task, which imports the file and calls each probe once. After writing that result it stays up, and each
-(probe, stage) of the file is an ``os.fork()`` of it: ``transformers``, a C++ extension and the rest of the
-file's imports load once per file, not once per stage. The template itself never runs a forward or compiles.
+task. It imports the file (``survey.load_file``) and nothing more: the probes are called once each
+(``survey.call_probes``) in a forked child of it, which writes the discovery result and exits. Then the
+template stays up, and each (probe, stage) of the file is an ``os.fork()`` of it: ``transformers``, a C++
+extension and the rest of the file's imports load once per file, not once per stage. A stage process thus
+inherits what a fresh process that imported the file has (the file's module-level state, torch and the compiler
+stack as the fork server left them) and nothing a probe did: no probe's factory, forward or compile ever ran in
+the template, so a cache one probe fills (a library's first call) is cold for every other probe, as in a fresh
+process. The child costs one fork per file.
 
-Forking is unsafe once a device runtime is initialised (CUDA, an NPU): a template whose file did that, at
-import or while building a probe, says so and exits, and the runner starts that file's stages the plain way.
+Forking is unsafe once a device runtime is initialised (CUDA, an NPU) or threads run: a template whose file did
+that at import calls the probes itself, says so and exits, and the runner starts that file's stages the plain
+way (from the fork server, each importing the file afresh). A child that dies calling the probes (a segfault,
+``sys.exit``) takes the template with it, the same way: the runner reports the loading process's death.
 
 Messages on ``conn``: template -> runner ``("ready", why_not | None)`` once, then ``("pid", pid)`` answering
 each ``("fork", task, result_path, log_path, threads)``, and ``("exit", pid, exitcode)`` when a forked
@@ -18,7 +25,7 @@ import os
 import signal
 import sys
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, Callable
 
 from .. import environment
 from . import protocol, worker
@@ -28,25 +35,85 @@ POLL_S = 0.02
 
 
 def serve(task: dict[str, Any], result_path: str, log_path: str, threads: int, conn: Connection) -> None:
-    """Run the discovery ``task`` like any task process, then fork the file's stage processes on request.
+    """Run the discovery ``task`` like any task process, its probes in a forked child (no probe's code runs in
+    this process), then fork the file's stage processes on request.
 
     Discovery runs with one torch thread, whatever ``threads`` says: an OpenMP parallel region run here with
-    more threads (building a model can run one) leaves libgomp's pool behind, and a forked child's first
+    more threads (importing a model can run one) leaves libgomp's pool behind, and a forked child's first
     parallel region would hang. Each stage process sets its own thread count."""
+    from ..collect import survey
+
     before = _native_threads()
-    message = worker.child_main(task, result_path, log_path, 1)
+    worker.enter(log_path)
+    loaded: list[survey.Loaded] = []
+
+    def load() -> dict[str, Any]:
+        worker.set_up(task, 1)
+        loaded.append(survey.load_file(task))
+        return loaded[0].result or {}
+
+    message = worker.perform(load)
     why_not = None
-    if not isinstance(message, protocol.Result):
-        why_not = "the file did not load"
-    else:
+    if isinstance(message, protocol.Result) and loaded[0].result is None:  # imported: its probes are to call
         device = environment.initialised_device()
         if device:
-            why_not = f"the file initialised {device} at import or while building a probe; forking would break it"
+            why_not = f"the file initialised {device} at import; forking would break it"
         elif _native_threads() > before:
-            why_not = "the file started threads while loading or building a probe; forking would not copy them"
+            why_not = "the file started threads while loading; forking would not copy them"
+        message = _call_probes(loaded[0], result_path, conn, why_not is None)
+        if message is None:  # out of processes or memory: called here, so this process forks no stage
+            why_not = "the template process could not fork"
+            message = worker.perform(lambda: survey.call_probes(loaded[0]))
+    if not isinstance(message, protocol.Result):
+        why_not = why_not or "the file did not load"  # a more specific reason (could not fork) is kept
+    if not os.path.exists(result_path):  # the forked child wrote its own
+        worker.write_message(message, result_path)
     conn.send(("ready", why_not))
     if why_not is None:
         _fork_on_request(conn)
+
+
+def _call_probes(loaded: Any, result_path: str, conn: Connection, fork: bool) -> protocol.Message | None:
+    """The discovery result of the imported file: its probes called in a forked child that writes it to
+    ``result_path`` (``fork``), else here. None when the fork failed. A child that died without a result ends
+    this process the same way (its exit code, its signal)."""
+    from ..collect import survey
+
+    if not fork:
+        return worker.perform(lambda: survey.call_probes(loaded))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid == 0:  # stays in this process group: a timeout kills it with the template
+        _child(conn, lambda: worker.write_message(worker.perform(lambda: survey.call_probes(loaded)), result_path))
+
+    _, status = os.waitpid(pid, 0)
+    message = protocol.read_message(result_path)
+    if message is None:
+        _exit_like(os.waitstatus_to_exitcode(status))
+    return message
+
+
+def _exit_like(code: int) -> None:
+    """End this process as the child that called the probes ended: killed by the same signal, or the same code."""
+    if code < 0:
+        import faulthandler
+
+        faulthandler.disable()  # the child's stack is in the log; this process's would only mislead
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), -code)
+        code = 1  # a signal that does not kill: exit anyway
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _native_threads() -> int:
@@ -73,7 +140,7 @@ def _fork_on_request(conn: Connection) -> None:
                     conn.send(("pid", None))
                     continue
                 if pid == 0:
-                    _child(conn, *request[1:])
+                    _child(conn, lambda: worker.child_main(*request[1:]))
                 children.add(pid)
                 conn.send(("pid", pid))
             for pid in list(children):
@@ -95,9 +162,10 @@ def _fork_on_request(conn: Connection) -> None:
                 pass
 
 
-def _child(conn: Connection, task: dict[str, Any], result_path: str, log_path: str, threads: int) -> None:
-    """The forked stage process: exit codes as multiprocessing gives them (``sys.exit(n)`` in a probe -> n,
-    ``sys.exit("message")`` -> the message on stderr and 1). Never returns into the template's loop."""
+def _child(conn: Connection, body: Callable[[], Any]) -> None:
+    """A forked process running ``body`` (a stage: ``worker.child_main``; the discovery's probe calls): exit
+    codes as multiprocessing gives them (``sys.exit(n)`` in a probe -> n, ``sys.exit("message")`` -> the message
+    on stderr and 1). Never returns into the template's code."""
     code = 1
     try:
         from multiprocessing import process, util
@@ -109,7 +177,7 @@ def _child(conn: Connection, task: dict[str, Any], result_path: str, log_path: s
         util._finalizer_registry.clear()
         util._run_after_forkers()
         process._children = set()
-        worker.child_main(task, result_path, log_path, threads)
+        body()
         code = 0
     except SystemExit as e:
         if isinstance(e.code, int) or e.code is None:

@@ -15,7 +15,7 @@ import traceback
 from typing import Any, Callable
 
 from . import protocol
-from ..model.exitcodes import UsageError
+from ..model.exitcodes import InternalError, UsageError
 
 #: the variables tracecheck (runner._context), not the user, set in the fork server's environment, comma-separated:
 #: stage processes drop them and this one, so a probe's own subprocesses see the user's environment
@@ -30,7 +30,21 @@ MAX_FILE_BYTES = 1 << 30
 
 def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: int) -> protocol.Message:
     """Entry point of a task process: run ``task["op"]`` and write its ``protocol`` message to
-    ``result_path`` (JSON), unless the process dies first. Returns the message (template.serve reads it)."""
+    ``result_path`` (JSON), unless the process dies first. Returns the message."""
+    enter(log_path)
+
+    def run() -> dict[str, Any]:
+        set_up(task, threads)
+        return task_function(task["op"])(task)
+
+    message = perform(run)
+    write_message(message, result_path)
+    return message
+
+
+def enter(log_path: str) -> None:
+    """The start of a task process (template.serve's too): its own process group, the user's environment, its
+    output to ``log_path``."""
     os.setpgrp()  # own process group: the parent can kill whatever the probe spawned on timeout
     for name in filter(None, os.environ.pop(SERVER_ENV_MARK, "").split(",")):  # the fork server's, not the probe's
         os.environ.pop(name, None)
@@ -40,24 +54,33 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
         os._exit(1)  # no log file: the parent knows it was tracecheck's set-up, not the probe
     faulthandler.enable()  # a segfault in the probe leaves its Python stack in the stderr tail
     _limit_file_size()
+
+
+def set_up(task: dict[str, Any], threads: int) -> None:
+    """What a task process sets once, before the model file imports (call it inside ``perform``: a failed
+    set-up is a UsageError). A process forked after it (template.py) inherits it."""
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    from .. import compat
+
+    compat.set_single_compile_thread()
+    if task.get("emulate_npu"):  # before the model file imports: it may name the device or register for it
+        from ..devices import emulated_npu
+
+        try:
+            emulated_npu.install()
+        except Exception as e:  # no C++ compiler, or PrivateUse1 taken: the set-up failed, not the probe
+            raise UsageError(f"--emulate-npu: {type(e).__name__}: {e}".splitlines()[0]) from e
+    if task.get("trace_dir"):
+        compat.keep_structured_trace(task["trace_dir"])  # this process's TORCH_TRACE, for tlparse
+
+
+def perform(run: Callable[[], dict[str, Any]]) -> protocol.Message:
+    """``run()``'s value as a ``protocol`` message: a Result, the user's bad input, or tracecheck's own error."""
     message: protocol.Message
     try:
-        import torch
-
-        torch.set_num_threads(max(1, threads))
-        from .. import compat
-
-        compat.set_single_compile_thread()
-        if task.get("emulate_npu"):  # before the model file imports: it may name the device or register for it
-            from ..devices import emulated_npu
-
-            try:
-                emulated_npu.install()
-            except Exception as e:  # no C++ compiler, or PrivateUse1 taken: the set-up failed, not the probe
-                raise UsageError(f"--emulate-npu: {type(e).__name__}: {e}".splitlines()[0]) from e
-        if task.get("trace_dir"):
-            compat.keep_structured_trace(task["trace_dir"])  # this process's TORCH_TRACE, for tlparse
-        value = task_function(task["op"])(task)
+        value = run()
         from ..evidence import parsers
 
         parsers.check_parsers()  # a parser that failed found nothing: an internal error, never an empty result
@@ -65,15 +88,19 @@ def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: i
     except UsageError as e:
         cause = e.__cause__ or e
         message = protocol.UsageErrorMessage(str(e), "".join(traceback.format_exception(cause)))
-    except Exception:
+    except (Exception, InternalError):  # InternalError: tracecheck's own, raised past the probe's handlers
         message = protocol.InternalErrorMessage(traceback.format_exc())
+    return message
+
+
+def write_message(message: protocol.Message, result_path: str) -> None:
+    """Write the task's message where the runner reads it (atomically: a torn file is a dead process)."""
     tmp = result_path + ".tc-tmp"
     with open(tmp, "w") as f:
         json.dump(protocol.to_json(message), f, default=str)
     os.replace(tmp, result_path)
     sys.stdout.flush()
     sys.stderr.flush()
-    return message
 
 
 def task_function(op: str) -> Callable[[dict[str, Any]], dict[str, Any]]:

@@ -15,6 +15,12 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130
 
 
+class InternalError(BaseException):
+    """tracecheck's own failure where the probe's exceptions are caught as evidence (a stage's ``except Exception``
+    around the probe's run): a ``BaseException``, so that neither the probe's handlers nor the stage's take it
+    for the probe's. The stage process reports it as the stage's ``internal-error`` (isolate/worker.py; exit 3)."""
+
+
 class UsageError(Exception):
     """Bad input. The message is one line naming the path and the problem; the CLI exits USAGE_ERROR.
 

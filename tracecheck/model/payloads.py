@@ -164,9 +164,12 @@ class StageNotes(Payload):
     opcheck: dict[str, dict[str, str]] | None = None
     #: the gradcheck stage: per custom op or autograd.Function, its verdict
     gradcheck: dict[str, str] | None = None
+    #: the live progress line only (api._as_settled, never in a report): a stage still running may re-attribute the
+    #: failure's kind (classify/results.attribute_unknowns)
+    kind_pending: bool | None = None
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("not_checked", "numerics", "explain_reasons", "registered_custom_ops",
-                                           "opcheck", "gradcheck")
+                                           "opcheck", "gradcheck", "kind_pending")
 
 
 #: every payload type, by the stage that writes it

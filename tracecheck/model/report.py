@@ -366,6 +366,33 @@ def first_line(text: Any) -> str:
 _GENERIC_FIRST = re.compile(r"^(Encountered graph break when attempting to trace|backend=\S+ raised:)")
 
 
+def headline(error: Any, limit: int = 200) -> str:
+    """``Type: first line`` of an error record (a dict with ``type`` and ``message``, evidence/exceptions.error_record)
+    or of an exception: the type's short name and the message's first line that says something (``first_line``),
+    cut at ``limit``. The one spelling of a run's failure in a skip reason, a note or a finding's evidence."""
+    if isinstance(error, BaseException):
+        kind = type(error).__name__
+        try:
+            message: Any = str(error)
+        except Exception:  # the probe's exception class may break __str__
+            message = ""
+    else:
+        kind, message = str(error.get("type") or "error"), error.get("message")
+    text = f"{kind.rsplit('.', 1)[-1]}: {first_line(message)}".rstrip(": ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def later_step(step: int, error: dict[str, Any] | None = None, after: str | None = None) -> str:
+    """``training step N fails in <phase> (<headline>) after step 1 ran on the same model and inputs``: a training
+    step that fails only after earlier ones ran on the same model (the eager stage's second step, the eager
+    reference steps of compiled_autograd and dynamic). ``after``: what ran before, when not steps 1 to N-1 on the same
+    model and inputs."""
+    where = f" in {error['phase']}" if error and error.get("phase") in ("forward", "backward") else ""
+    what = f" ({headline(error)})" if error else ""
+    ran = "step 1 ran" if step == 2 else f"steps 1 to {step - 1} ran"
+    return f"training step {step} fails{where}{what} after {after or ran + ' on the same model and inputs'}"
+
+
 def op_name(op: str) -> str:
     """One spelling for an op: ``ns::name`` (``ns.name.default`` -> ``ns::name``; other overloads kept)."""
     if "::" in op:
@@ -391,8 +418,8 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     key: tuple[Any, ...] = (f.kind, f.evidence.get("gb_type"), frame and frame.file, frame and frame.line,
                             f.context.get("builtin"), f.context.get("what"))
     if f.kind == K.UNKNOWN and frame is None and not f.evidence.get("gb_type"):
-        headline = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", first_line(f.evidence.get("message")))[:200]
-        key += (f.evidence.get("exception_type"), headline)
+        words = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", first_line(f.evidence.get("message")))[:200]
+        key += (f.evidence.get("exception_type"), words)
     return key
 
 

@@ -37,9 +37,13 @@ class K:
     FAKE_MISMATCH = "fake-mismatch"
     DATA_DEPENDENT = "data-dependent"
     GRAPH_BREAK = "graph-break"
+    TORCH_INTERNAL_ERROR = "torch-internal-error"
     WRONG_GRADIENT = "wrong-gradient"
     DYNAMIC_SHAPE = "dynamic-shape"
+    NON_PYTREE_OUTPUT = "non-pytree-output"
     FUNCTORCH_INCOMPATIBLE = "functorch-incompatible"
+    UNTRACEABLE_TENSOR_STATE = "untraceable-tensor-state"
+    DEVICE_MISMATCH = "device-mismatch"
     NO_BATCHING_RULE = "no-batching-rule"
     OPAQUE_OP = "opaque-op"
     RECOMPILE = "recompile"
@@ -133,6 +137,9 @@ class Pattern:
     torch_only: bool = False
     #: the cause a match names (``Finding.context["cause"]``, which picks the kind's ``fix_by_cause``)
     cause: str = ""
+    #: counts only where the innermost frame of Dynamo's ``from user code:`` block is code torch generated
+    #: (``<eval_with_key>``: compiled autograd's backward graph), no line of the user's
+    generated: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,12 @@ class Detect:
     #: an exception of one of these types (``*``: any) raised by a custom op's own fake impl (the error record's
     #: ``fake_impl``, evidence/exceptions.py) is this kind, with this cause: (types, cause)
     fake_impl_raised: tuple[frozenset[str], str] | None = None
+    #: the rule never applies to evidence with one of these exception types in its chain (a hard error is no break)
+    not_with_types: frozenset[str] = frozenset()
+    #: ``(types, wrapped_by, file, not_message)``: the innermost exception of the chain was raised at a frame whose
+    #: file matches ``file`` (torch's own compiler), and it is one of ``types`` or an exception of ``wrapped_by`` wraps
+    #: it; never when a message of the chain matches ``not_message`` (torch's words for the user's misuse)
+    raised_in_torch: "tuple[frozenset[str], frozenset[str], re.Pattern[str], re.Pattern[str] | None] | None" = None
 
 
 def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
@@ -162,7 +175,8 @@ def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
     only = d.get("only_with_gb_types")
     return Detect(
         order=int(d["order"]),
-        patterns=tuple(Pattern(re.compile(p["regex"]), bool(p.get("torch_only")), p.get("cause", ""))
+        patterns=tuple(Pattern(re.compile(p["regex"]), bool(p.get("torch_only")), p.get("cause", ""),
+                               bool(p.get("generated")))
                        for p in d.get("patterns", [])),
         gb_types=frozenset(gb_types),
         exception_types=frozenset(d.get("exception_types", [])),
@@ -171,7 +185,12 @@ def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
         exclude={k: re.compile(v) for k, v in d.get("exclude", {}).items()},
         only_under_transform=bool(d.get("only_under_transform")),
         fake_impl_raised=(frozenset(d["fake_impl_raised"]["types"]), d["fake_impl_raised"].get("cause", ""))
-        if d.get("fake_impl_raised") else None)
+        if d.get("fake_impl_raised") else None,
+        not_with_types=frozenset(d.get("not_with_types", [])),
+        raised_in_torch=(frozenset(d["raised_in_torch"]["types"]), frozenset(d["raised_in_torch"].get("wrapped_by", [])),
+                         re.compile(d["raised_in_torch"]["file"]),
+                         re.compile(d["raised_in_torch"]["not_message"]) if d["raised_in_torch"].get("not_message")
+                         else None) if d.get("raised_in_torch") else None)
 
 
 @lru_cache(maxsize=1)

@@ -33,9 +33,15 @@ def numeric_lines(f: Finding, where: str = "") -> list[str]:
         ratio = worst.get("error_ratio")
         # the vmap stage compares torch.func's result, not a compiled one, with eager
         got = f"torch.func.{f.context['transform']}" if f.context.get("transform") else "compiled"
-        lines.append(f"RMSE against the float64 reference: {got} {_num(worst['rmse_compiled_vs_fp64'])}, "
+        lines.append(f"RMSE against the {worst.get('reference_dtype') or 'float64'} reference: {got} "
+                     f"{_num(worst['rmse_compiled_vs_fp64'])}, "
                      f"eager {_num(worst.get('rmse_eager_vs_fp64'))}"
                      + (f" ({ratio:.1f}x eager's)" if isinstance(ratio, (int, float)) else ""))
+    elif "relative_rmse_vs_eager" in worst:  # half precision with no higher-precision reference: gross errors only
+        lines.append(f"no higher-precision reference: {ev.get('fp64_unavailable')}; judged against eager for a gross "
+                     f"error only: RMSE {_num(worst.get('relative_rmse_vs_eager'))} of eager's RMS (at most "
+                     f"{_num(worst.get('relative_rmse_bound'))}), cosine similarity at least "
+                     f"{_num(worst.get('cos_threshold'))}")
     elif ev.get("fp64_reference") is False:
         lines.append(f"no float64 reference: {ev.get('fp64_unavailable')}; judged by allclose at "
                      f"tol {_num(worst.get('tol'))}")

@@ -20,7 +20,7 @@ from typing import Any
 from ..model.taxonomy import K, fix_text, is_advice, kinds
 from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
 from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, device_text, first_line, root_causes
-from ..model.targets import TARGETS, Gate
+from ..model.targets import COMPILE, TARGETS, Gate
 from ..stages import REGISTRY as STAGE_REGISTRY
 from . import view
 from ..environment import COLLECT_ENV_FIELDS
@@ -425,9 +425,11 @@ class MarkdownRenderer:
         s = p.stages.get(stage)
         # a finding of a target not required reproduces (fails the run) only when that target is required
         extra = (s.target,) if s is not None and s.target and not gate.requires(s.target) else ()
-        run = (f"tracecheck run {shlex.quote(target)} --stages {stage}" + (" --strict" if gate.strict else "")
-               + (f" {gate.how_to_require(*extra)}" if len(gate.require) > 1 or extra else ""))
+        # compile is always required, and a run with none of its stages is refused: eager runs beside the others
         spec = STAGE_REGISTRY.get(stage)
+        stages = stage if spec is None or spec.target == COMPILE else f"eager,{stage}"
+        run = (f"tracecheck run {shlex.quote(target)} --stages {stages}" + (" --strict" if gate.strict else "")
+               + (f" {gate.how_to_require(*extra)}" if len(gate.require) > 1 or extra else ""))
         if p.name == IMPORT_PROBE or spec is None or not spec.repro or s is None or s.status != FAIL:
             return run  # (a crash, a timeout or a load failure: no plain-torch call to write)
         # the same failure with plain torch, as a script an issue can carry; repro says whose bug it is (docs/fix.md)

@@ -227,9 +227,11 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
         bits.append(f"opcheck {ev['opcheck_test']}")
     if bits:
         t.append("    " + "; ".join(bits) + "\n", style="dim")
-    first_line = next((ln.strip() for ln in str(ev.get("message") or "").splitlines() if ln.strip()), "")
-    if first_line and not verbose and f.kind in (K.EAGER_ERROR, K.BACKEND_ERROR, K.UNKNOWN):
-        t.append(f"    message: {first_line[:200]}\n", style="dim")
+    # the root cause's words, past a wrapper's header (BackendCompilerFailed's ``backend='...' raised:``), for every
+    # finding an exception made (a data-dependent TypeError from NumPy as much as an unknown)
+    said = view.shown_message(ev)
+    if said and not verbose and (ev.get("exception_type") or f.kind in (K.EAGER_ERROR, K.BACKEND_ERROR, K.UNKNOWN)):
+        t.append(f"    message: {said[:200]}\n", style="dim")
     backends = view.backends_line(ev)
     if backends:
         t.append(f"    backends: {backends}\n", style="dim")

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..model.payloads import CompiledAutogradCounts
 from ..model.records import Frame
-from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
+from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult, first_line
 from ..stages import forward_only
 from ..model.targets import TARGETS, Gate
 from ..model.taxonomy import is_advice
@@ -132,3 +132,13 @@ def not_required_targets(p: ProbeReport, stages: list[str]) -> list[str]:
     if not targets or any(p.gate.requires(t) for t in targets):
         return []
     return list(dict.fromkeys(t for t in targets if t))
+
+
+def shown_message(ev: dict[str, Any]) -> str:
+    """The message a finding shows: the first line that says something of the outermost exception's message
+    (``evidence.message``; report.first_line skips BackendCompilerFailed's ``backend='aot_eager' raised:`` and Dynamo's
+    graph-break header, so a backend failure shows the line its wrapper quotes, ``RuntimeError: Mismatch in shape: ...``),
+    never a wrapper's prefix alone. Not the innermost exception's own message: the evidence keeps the chain's types
+    only, and a chain's innermost ``__context__`` can be an exception torch caught and handled while it raised the
+    one that matters."""
+    return first_line(ev.get("message"))

@@ -204,8 +204,15 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
         dynamic_note = f"the second input shape fails in eager ({ref_error['type']}); ran the first shape only"
         shape_phase, ref_execs, ref_error = [], ref_execs[:steps], None
     if ref_error:
+        from ..model.report import headline, later_step
+
         where = "forward" if ref_error["phase"] == "forward" else "backward"
-        return {"skip_reason": f"the eager {where} fails (see the eager stage); nothing to compare"}
+        if ref_error["step"] == 1:  # the eager stage's own run
+            return {"skip_reason": f"the eager {where} fails ({headline(ref_error)}; see the eager stage); "
+                                   "nothing to compare"}
+        # a later step on the same model and inputs: say which run failed, not the step that ran
+        return {"skip_reason": f"eager {later_step(ref_error['step'], {**ref_error, 'phase': where})}; "
+                               "nothing to compare"}
     if not ref_execs[-1].ran_backward:
         return {"skip_reason": "no floating output requires grad, so no backward runs"}
 

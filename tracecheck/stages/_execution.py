@@ -36,6 +36,9 @@ class Execution:
     grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
     error: dict[str, Any] | None = None
     ran_backward: bool = False
+    #: a higher-precision reference run: its precision ("float64", or "float32" for a half-precision probe that
+    #: cannot run in float64); None for any other run
+    reference_dtype: str | None = None
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:
@@ -56,9 +59,10 @@ def plain(obj: Any) -> Any:
 
 
 def tensor_outputs(outputs: Any) -> tuple[torch.Tensor, ...]:
-    """The tensors among a probe's outputs, flattened: what export and torch.func transform and compare. Export and
-    vmap refuse an output type that is not a pytree node (transformers' ``DynamicCache``, say) although the model
-    runs, so such a leaf is dropped rather than reported."""
+    """The tensors among a probe's outputs, flattened: what export compares and torch.func transforms and compares.
+    vmap refuses an output type that is not a pytree node (transformers' ``DynamicCache``, say) although the model
+    runs, so such a leaf is dropped rather than reported; export exports the real outputs and reports it
+    (``non-pytree-output``, stages/export.py)."""
     return tuple(t for t in pytree.tree_leaves(plain(outputs)) if isinstance(t, torch.Tensor))
 
 
@@ -184,13 +188,18 @@ def values(ex: Execution, widen: bool = True) -> dict[str, Any]:
 
 
 def compare(ref: Execution, got: Execution, fp64: Callable[[], "Execution | str"] | None = None,
-            jittered: Callable[[], "list[Execution]"] | None = None, batchnorm: bool = False) -> list[dict[str, Any]]:
+            jittered: Callable[[], "list[Execution]"] | None = None, batchnorm: bool = False,
+            notes: list[str] | None = None) -> list[dict[str, Any]]:
     """``got`` (compiled) against ``ref`` (eager), at most one record per phase (_numerics.judge).
 
-    ``fp64`` makes the float64 reference run, or returns why it cannot; it is called only when some tensor
-    is not allclose at the dtype's tolerance. ``jittered`` makes the eager runs on jittered inputs and weights
-    (``jittered_runs``), called only when a tensor fails the RMSE check against eager alone. ``batchnorm``: the
-    probe trains through BatchNorm (``_numerics.batchnorm_training``): the per-model tolerance applies.
+    ``fp64`` makes the higher-precision reference run (float64; float32 for a half-precision probe that cannot run
+    in float64), or returns why it cannot; it is called only when some tensor is not allclose at the dtype's
+    tolerance. ``jittered`` makes the eager runs on jittered inputs and weights (``jittered_runs``), called only
+    when a tensor fails the RMSE check against eager alone. ``batchnorm``: the probe trains through BatchNorm
+    (``_numerics.batchnorm_training``): the per-model tolerance applies. Tensors are judged in half precision by
+    their own dtype, or by the precision of ``ref``'s outputs (``_numerics.output_half``); with no reference, a
+    half-precision tensor that is not allclose but shows no gross error is not judged, and ``notes`` (when given)
+    gets a line saying which and why.
     """
     paired = pairs(ref, got)
     if isinstance(paired, dict):
@@ -198,35 +207,69 @@ def compare(ref: Execution, got: Execution, fp64: Callable[[], "Execution | str"
 
     def make() -> dict[str, Any] | str:
         ex = fp64() if fp64 is not None else "no float64 run was possible for this comparison"
-        return ex if isinstance(ex, str) else values(ex)
+        if isinstance(ex, str):
+            return ex
+        reference.dtype = ex.reference_dtype or "float64"
+        return values(ex)
 
     def make_jittered() -> list[dict[str, Any]]:
         return [values(ex, widen=False) for ex in (jittered() if jittered is not None else [])]
 
-    reference = _numerics.Reference(make, make_jittered=make_jittered)
+    reference = _numerics.Reference(make, make_jittered=make_jittered, half=_numerics.output_half(_tensors(ref.outputs)))
     if batchnorm:
         reference.relative_floor = _numerics.BATCHNORM_FLOOR
         reference.floor_reason = "the probe trains through BatchNorm: the runner's vision-training tolerance"
-    return _numerics.judge(paired, reference)
+    records = _numerics.judge(paired, reference)
+    if reference.not_judged and notes is not None:
+        shown = ", ".join(reference.not_judged[:5]) + (f" and {len(reference.not_judged) - 5} more"
+                                                        if len(reference.not_judged) > 5 else "")
+        notes.append(f"numerics not judged for {len(reference.not_judged)} half-precision tensor(s) not allclose to "
+                     f"eager ({shown}): no higher-precision reference ({reference.unavailable}); half-precision "
+                     "rounding is not judged by allclose alone (checked against eager for a gross error only: cosine "
+                     f"similarity and an RMSE within {_numerics.NO_REFERENCE_RMSE:g} of eager's RMS)")
+    return records
 
 
-def float64_run(make_case: Callable[[], Case],
-                run: Callable[[Case], "Execution | None"] | None = None) -> Callable[[], "Execution | str"]:
+def float64_run(make_case: Callable[[], Case], run: Callable[[Case], "Execution | None"] | None = None,
+                case: Case | None = None) -> Callable[[], "Execution | str"]:
     """A thunk for ``compare``: a fresh case in float64 (its reachable modules cast in place and restored),
-    run by ``run`` (default: ``execute`` once, seeded). Returns why not when the probe fails in float64."""
-    def thunk() -> Execution | str:
+    run by ``run`` (default: ``execute`` once, seeded). Returns why not when the probe fails in float64. A probe
+    that holds half-precision tensors (``half_precision``: of ``case``, a case of the probe already built, else of
+    the first fresh one; asked once) and fails in float64 is run in float32 instead."""
+    holds_half: list[torch.dtype | None] = [half_precision(case)] if case is not None else []
+
+    def once(dtype: torch.dtype) -> Execution | str:
+        name = str(dtype).removeprefix("torch.")
+        cast = _numerics.to_float64 if dtype == torch.float64 else _numerics.to_float32
         try:
             case = make_case()
-            case64 = Case(case.fn, _numerics.to_float64(case.args), _numerics.to_float64(case.kwargs), case.grad)
-            with _numerics.float64([m for _, m in reachable_modules(case.fn)]), _numerics.Float32Draws():
-                ex = run(case64) if run is not None else execute(case64.fn, case64)
+            if not holds_half:
+                holds_half.append(half_precision(case))
+            casted = Case(case.fn, cast(case.args), cast(case.kwargs), case.grad)
+            with _numerics.cast([m for _, m in reachable_modules(case.fn)], dtype), _numerics.Float32Draws():
+                ex = run(casted) if run is not None else execute(casted.fn, casted)
         except Exception as e:
-            return f"the probe does not run in float64 ({type(e).__name__}: {exceptions.safe_str(e)[:200]})"
+            return f"the probe does not run in {name} ({type(e).__name__}: {exceptions.safe_str(e)[:200]})"
         if ex is None or ex.error:
+            from ..model.report import headline
+
             err = ex.error if ex is not None else {"type": "?", "message": ""}
-            first = (err.get("message") or "").strip().splitlines()[:1]
-            return f"the probe does not run in float64 ({err['type']}: {first[0][:200] if first else ''})"
+            return f"the probe does not run in {name} ({headline(err)})"
+        ex.reference_dtype = name
         return ex
+
+    def thunk() -> Execution | str:
+        ex = once(torch.float64)
+        if not isinstance(ex, str):
+            return ex
+        if not holds_half or holds_half[0] is None:
+            return ex  # a float32 run of a probe that holds no half-precision tensor is eager again: no reference
+        # a half-precision probe that cannot run in float64 (a custom kernel without a float64 path): float32 is the
+        # higher-precision reference, as for the benchmark runner's --amp/--bfloat16 runs against fp32
+        ex32 = once(torch.float32)
+        if not isinstance(ex32, str):
+            return ex32
+        return ex + f"; nor in float32 {ex32.removeprefix('the probe does not run in float32 ')}"
 
     return thunk
 
@@ -236,8 +279,18 @@ def references(make_case: Callable[[], Case], run: Callable[[Case], "Execution |
     """What ``compare`` judges a compiled run against, for one probe: the float64 run, the jittered eager runs (both
     made lazily, by ``run``), and whether the per-model tolerance of training through BatchNorm applies (read from
     ``case``, a case of the probe already built, else a fresh one)."""
-    return {"fp64": float64_run(make_case, run), "jittered": jittered_runs(make_case, run),
-            "batchnorm": trains_batchnorm(case if case is not None else make_case())}
+    case = case if case is not None else make_case()
+    return {"fp64": float64_run(make_case, run, case), "jittered": jittered_runs(make_case, run),
+            "batchnorm": trains_batchnorm(case)}
+
+
+def half_precision(case: Case) -> torch.dtype | None:
+    """Does the probe hold half-precision tensors (a bfloat16/float16 input, parameter or buffer; None if none): a
+    float32 run is then a reference (``float64_run``)."""
+    try:
+        return _numerics.half_precision((case.args, case.kwargs), [m for _, m in reachable_modules(case.fn)])
+    except Exception:
+        return None
 
 
 def trains_batchnorm(case: Case) -> bool:
@@ -338,11 +391,16 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
         record["extra"] = InductorKernels(graphs=len(code.codes), generated_kernels=kernels,
                                           extern_custom_ops=len(record["opaque_ops"])).to_extra()
     if got.error is None:
-        mismatches = compare(ref, got, **references(make_case, case=case))
+        notes: list[str] = []
+        mismatches = compare(ref, got, **references(make_case, case=case), notes=notes)
         if mismatches and draws_from_numpy(make_case):
-            again = _compare_on_numpy_stream(make_case, backend, fullgraph, ref, record)
+            notes.clear()
+            again = _compare_on_numpy_stream(make_case, backend, fullgraph, ref, record, notes)
             mismatches = mismatches if again is None else again
         record["mismatches"] = with_causes(mismatches, make_case)
+        if notes:
+            extra = record.setdefault("extra", {})
+            extra.update(StageNotes(not_checked=[*extra.get("not_checked", []), *notes]).to_extra())
     elif ref.error and ref.error["type"] == got.error["type"] and ref.error["phase"] == got.error["phase"]:
         record["same_as_eager"] = True  # the compiled run fails exactly where eager does
     return record
@@ -364,7 +422,7 @@ def draws_from_numpy(make_case: Callable[[], Case]) -> bool:
 
 
 def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str, fullgraph: bool, ref: Execution,
-                             record: dict[str, Any]) -> list[dict[str, Any]] | None:
+                             record: dict[str, Any], notes: list[str] | None = None) -> list[dict[str, Any]] | None:
     """Dynamo traces ``np.random`` calls onto torch's generator (``use_numpy_random_stream=False``, the
     default), so a compiled model draws other random numbers than eager by design, not by a bug. Compare
     again with ``use_numpy_random_stream=True`` (those calls run on NumPy's stream), in a fresh compile whose
@@ -378,7 +436,7 @@ def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str, fullgr
     record.setdefault("extra", {}).update(StageNotes(numerics=(
         "the probe draws from NumPy's random generator; compared with torch._dynamo.config."
         "use_numpy_random_stream=True so that the compiled run draws the same numbers as eager")).to_extra())
-    return compare(ref, again, **references(make_case, case=case))
+    return compare(ref, again, **references(make_case, case=case), notes=notes)
 
 
 def clip(text: str, limit: int) -> str:

@@ -31,7 +31,7 @@ from ..compat import pytree
 
 from .. import compat
 from ..evidence import exceptions
-from ..evidence.oprecorder import OpRecorder, _snap
+from ..evidence.oprecorder import OpRecorder
 
 #: gradcheck (float64) when the differentiable inputs hold at most this many elements; above, the directional
 #: check (gradcheck's failure report alone would cost 2 forward calls per element)
@@ -108,10 +108,12 @@ def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
     rec = _TopLevel()
 
     def hook(cls: type, apply: Callable[..., Any], *a: Any, **k: Any) -> Any:
-        if not _is_user_function(cls):
+        if rec.busy or not _is_user_function(cls):  # busy: called while the recorder copies inputs, not the probe's
             return apply(*a, **k)
         if not rec.depth and cls not in functions:
-            functions[cls] = (pytree.tree_map(_snap, a), pytree.tree_map(_snap, k))
+            copied = rec.snapshot(a, k)
+            if copied is not None:
+                functions[cls] = copied
         rec.depth += 1
         try:
             return apply(*a, **k)
@@ -163,7 +165,7 @@ def _check(call: Call, out: Outcome, seed: int) -> None:
 
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     diff = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.requires_grad
-            and t.is_floating_point()]
+            and t.is_floating_point() and not _wrapped(t)]
     if not diff:
         out.skip = "no input of its recorded call requires grad"
         return
@@ -345,11 +347,18 @@ def _gradcheck(f: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[int, int]
 _GRADCHECK_MSG = re.compile(r"mismatch for output (?P<out>\d+) with respect to input (?P<inp>\d+)")
 
 
+def _wrapped(t: torch.Tensor) -> bool:
+    """A wrapper subclass (optimum-quanto's quantized weights): its dtype is its own (quanto refuses ``.to(dtype)``),
+    and perturbing it element by element means nothing; it is neither cast nor differentiated, only passed on."""
+    return compat.is_traceable_wrapper_subclass(t)
+
+
 def _cast(leaves: list[Any], dtype: torch.dtype) -> list[Any]:
-    """The leaves with every floating tensor in ``dtype`` (the differentiable ones as fresh leaves)."""
+    """The leaves with every floating tensor in ``dtype`` (the differentiable ones as fresh leaves); a wrapper
+    subclass (a quantized weight) as it is."""
     out = []
     for t in leaves:
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not _wrapped(t):
             out.append(t.detach().to(dtype).requires_grad_(t.requires_grad))
         else:
             out.append(t)

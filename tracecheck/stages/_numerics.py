@@ -21,6 +21,21 @@ same seeds; random ops draw in float32 there (``Float32Draws``), so the referenc
 probe cannot run in float64 (an extension kernel that only takes float32, a dtype check), the verdict falls
 back to ``same`` without a reference: allclose at ``tol`` and the cosine check; the evidence says so.
 
+Half precision: a tensor is judged in half precision when it is a bfloat16/float16 tensor, or when the probe's
+eager outputs are (``output_half``, ``Reference.half``: a float32 gradient computed through bfloat16 activations
+carries bfloat16's rounding, as the benchmark runner's ``--amp``/``--bfloat16`` tolerance applies to every
+output). Never because some buffer is (a float32 model with a bfloat16 rotary cache computes in float32). Such a
+tensor gets its half dtype's ``tol`` at least, and eager-half and compiled-half are both judged against a
+higher-precision run of the same inputs and weights, as the benchmark runner does: float64 where the probe runs
+in it, else float32 (the half-precision parameters, buffers and inputs cast to float32: a custom kernel that takes
+bf16/fp16/fp32 but not float64, say), widened to float64 so that ``same``'s RMSE check runs (``Reference.dtype``
+says which). It fails only when the compiled result is further from that reference than ``same``'s multiplier (3 in
+half precision) times eager's error, plus ``tol / 10``, or fails the cosine check. With no higher-precision
+reference, half-precision rounding is not judged by allclose alone: a tensor that is not allclose is still checked
+against eager for a gross error (cosine similarity, and an RMSE at most ``NO_REFERENCE_RMSE`` of eager's RMS), and
+is a mismatch only when it fails one; otherwise it is *not judged* (``Reference.not_judged``, said in the stage's
+notes), never a mismatch blamed on a backend for rounding.
+
 Random ops: every run is seeded identically and the compiled stages set
 ``torch._inductor.config.fallback_random`` (``stages._execution.run_compiled``), so dropout draws the same
 numbers in eager and compiled code. The ops that ran (custom ops, random ops) are recorded only when something
@@ -67,6 +82,12 @@ JITTER_CAP = 3e-2
 BATCHNORM_FLOOR = 2e-3
 
 FORWARD, BACKWARD = "forward", "backward"
+#: half-precision floating dtypes: judged only against a higher-precision reference
+HALF = (torch.float16, torch.bfloat16)
+#: with no higher-precision reference, a half-precision tensor's RMSE against eager, as a fraction of eager's RMS,
+#: above which it is a mismatch all the same (a gross error: a sign flip, a zeroed or 10%-scaled result), far above
+#: the rounding of a bf16 ulp or two (relative ~4e-3 each)
+NO_REFERENCE_RMSE = 0.1
 
 _PLAIN = (int, float, bool, str, bytes, type(None), torch.dtype, torch.Size)
 
@@ -105,6 +126,17 @@ class Reference:
     #: (``BATCHNORM_FLOOR`` for a probe that trains through BatchNorm), and why
     relative_floor: float = 0.0
     floor_reason: str = ""
+    #: the reference's precision: "float64", or "float32" for a half-precision probe that cannot run in float64
+    #: (its values are widened to float64 either way, as ``same`` needs)
+    dtype: str = "float64"
+    #: the half precision the probe's eager outputs are in (``output_half``; None: they are not): every tensor is
+    #: judged in that precision at least (a float32 gradient computed through bfloat16 activations carries
+    #: bfloat16's rounding, as the benchmark runner's --amp/--bfloat16 tolerance applies to every output); a
+    #: half-precision tensor is judged in its own dtype whatever this is
+    half: torch.dtype | None = None
+    #: the tensors (``what``) not allclose, passing the gross-error checks, and not judged further for want of a
+    #: higher-precision reference
+    not_judged: list[str] = field(default_factory=list)
 
     def get(self, what: str) -> Any:
         if not self._tried:
@@ -151,6 +183,7 @@ def judge(pairs: list[Pair], reference: Reference) -> list[dict[str, Any]]:
                                   "worst": worst, "disagreeing_tensors": [b["what"] for b in bad][:20]}
         if reference.values is not None:
             record["fp64_reference"] = True
+            record["reference_dtype"] = reference.dtype
         elif reference.unavailable:
             record["fp64_reference"] = False
             record["fp64_unavailable"] = reference.unavailable
@@ -187,7 +220,8 @@ def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
         return None if torch.equal(a, b) else {**base, "detail": "integer/bool values differ"}
     if a.is_complex():
         a, b = torch.view_as_real(a), torch.view_as_real(b)
-    tol = tolerance(a.dtype)
+    half = a.dtype if a.dtype in HALF else reference.half  # per tensor: its own dtype, else the outputs' precision
+    tol = max(tolerance(a.dtype), tolerance(half)) if half is not None else tolerance(a.dtype)
     if torch.allclose(a, b, rtol=tol, atol=tol, equal_nan=True):
         return None  # same()'s own first test: no reference needed
     # NaN and Inf in the same places with the same values are agreement: compare the finite rest
@@ -207,6 +241,10 @@ def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
         keep = ~a_bad
         a, b = a[keep], b[keep]
         fp64 = fp64[keep] if fp64 is not None else None
+    if fp64 is None and half is not None:
+        # half precision with no higher-precision reference: allclose alone would blame rounding on the backend, so
+        # only a gross error against eager is judged
+        return _judge_half_without_reference(what, a, b, {**base, "tol": tol}, reference)
     ok_rmse = _same(a, b, fp64, tol)
     jitter_errors: list[float] = []
     scale = float(fp64.double().pow(2).mean().sqrt()) if fp64 is not None and fp64.numel() else 0.0
@@ -229,7 +267,7 @@ def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
         # 2; plus tol/10) with a floor relative to the tensor's size. Not same() itself: its tol is also allclose's, and
         # a tol that large would pass a gradient off by 1% before the RMSE check runs
         noise = max([_rmse(fp64, a) or 0.0, *jitter_errors])
-        multiplier = 3.0 if a.numel() < 1000 or a.dtype in (torch.float16, torch.bfloat16) else 2.0
+        multiplier = 3.0 if a.numel() < 1000 or a.dtype in HALF else 2.0
         floor_used = True
         ok_rmse = res_rmse is not None and res_rmse <= multiplier * noise + tol / 10 + reference.relative_floor * scale
     # the cosine check, relative to eager as the RMSE check is: compiled must be as aligned with the truth
@@ -250,24 +288,55 @@ def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
                    error_ratio=(res_err / ref_err) if ref_err and res_err is not None else None)
         if jitter_errors:
             out["rmse_jittered_vs_fp64"] = max(jitter_errors)
+    if fp64 is not None:
+        out["reference_dtype"] = reference.dtype
     out["rule"] = _rule(out, fp64 is not None, bool(jitter_errors),
-                        f"{reference.relative_floor:g} of the float64 result's RMS ({reference.floor_reason})"
-                        if floor_used else "")
+                        f"{reference.relative_floor:g} of the {reference.dtype} result's RMS ({reference.floor_reason})"
+                        if floor_used else "", reference.dtype)
     return out
 
 
-def _rule(m: dict[str, Any], fp64: bool, jittered: bool, floor: str = "") -> str:
+def _judge_half_without_reference(what: str, a: torch.Tensor, b: torch.Tensor, base: dict[str, Any],
+                                   reference: Reference) -> dict[str, Any] | None:
+    """A half-precision tensor (``a`` eager, ``b`` compiled, finite, not allclose) with no higher-precision reference:
+    a mismatch only for a gross error against eager, the cosine check (same()'s, eager as the truth) or an RMSE
+    above ``NO_REFERENCE_RMSE`` of eager's RMS; else not judged (``Reference.not_judged``)."""
+    tol = base["tol"]
+    scale = float(a.double().pow(2).mean().sqrt()) if a.numel() else 0.0
+    rmse = _rmse(a, b) if a.numel() else 0.0
+    relative = (rmse / scale if scale else (0.0 if not rmse else math.inf)) if rmse is not None else math.inf
+    ok_rmse = relative <= NO_REFERENCE_RMSE
+    ok_cos = _same(a, b, None, tol, cos_similarity=True)
+    if ok_rmse and ok_cos:
+        reference.not_judged.append(what)
+        return None
+    diff = (a.double() - b.double()).abs()
+    worst = float(diff.max()) if diff.numel() else 0.0
+    out: dict[str, Any] = {**base, "max_abs_diff": worst if math.isfinite(worst) else None,
+                           "cos_similarity": _cos(a, b), "fp64_used": False,
+                           "relative_rmse_vs_eager": relative if math.isfinite(relative) else None,
+                           "relative_rmse_bound": NO_REFERENCE_RMSE, "cos_threshold": COS_THRESHOLD,
+                           "failed": [n for n, ok in (("rmse", ok_rmse), ("cosine", ok_cos)) if not ok]}
+    out["rule"] = _rule(out, False, False)
+    return out
+
+
+def _rule(m: dict[str, Any], fp64: bool, jittered: bool, floor: str = "", ref_dtype: str = "float64") -> str:
     """Which of torch._dynamo.utils.same's checks decided, in words (the evidence's ``rule``)."""
     tol = m.get("tol")
+    if "relative_rmse_vs_eager" in m:  # half precision with no higher-precision reference (gross errors only)
+        return (f"no higher-precision reference: half precision judged against eager for a gross error only, cosine "
+                f"similarity below {COS_THRESHOLD} or an RMSE above {NO_REFERENCE_RMSE:g} of eager's RMS (tol {tol:g})")
+    eager = f"eager {str(m.get('dtype', '')).removeprefix('torch.')}'s".replace("eager 's", "eager's")
     if "rmse" in m.get("failed", []):
         if not fp64:
             return f"not allclose at tol {tol:g} (no float64 reference: the RMSE check could not run)"
-        return (f"RMSE vs float64 above same()'s multiplier (2, or 3 under 1000 elements) times eager fp32's RMSE plus "
-                f"tol/10 (tol {tol:g})" + (f", and above it times the RMSE of eager runs on inputs and weights "
-                                           f"jittered by {JITTER:g} (fp32's noise at ReLU/max-pool decisions)"
-                                           if jittered else "") + (f", plus the per-model tolerance, {floor}" if floor
-                                                                   else ""))
-    return (f"cosine similarity to the {'float64' if fp64 else 'eager'} result below {COS_THRESHOLD} while eager's "
+        return (f"RMSE vs {ref_dtype} above same()'s multiplier (2, or 3 under 1000 elements or in half precision) "
+                f"times {eager} RMSE plus tol/10 (tol {tol:g})"
+                + (f", and above it times the RMSE of eager runs on inputs and weights "
+                   f"jittered by {JITTER:g} (rounding noise at ReLU/max-pool decisions)" if jittered else "")
+                + (f", plus the per-model tolerance, {floor}" if floor else ""))
+    return (f"cosine similarity to the {ref_dtype if fp64 else 'eager'} result below {COS_THRESHOLD} while eager's "
             "is above")
 
 
@@ -307,15 +376,25 @@ def float64(modules: list[torch.nn.Module]) -> Iterator[None]:
     In place and restored (data and ``.grad``), because a probe may hand out the same module on every call:
     a cast copy would need a deep copy of whatever the callable holds.
     """
+    with cast(modules, torch.float64):
+        yield
+
+
+@contextlib.contextmanager
+def cast(modules: list[torch.nn.Module], dtype: torch.dtype) -> Iterator[None]:
+    """``float64`` for any ``dtype``: floating parameters and buffers of ``modules`` in ``dtype`` for the duration,
+    then exactly as they were. To float32, only the half-precision ones are cast (float64 ones stay)."""
     saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+    seen: set[int] = set()
     for m in modules:
         for t in [*m.parameters(), *m.buffers()]:
-            if t.is_floating_point():
+            if t.is_floating_point() and id(t) not in seen and (dtype == torch.float64 or t.dtype in HALF):
+                seen.add(id(t))
                 saved.append((t, t.data, t.grad if isinstance(t, torch.nn.Parameter) else None))
     try:
         with torch.no_grad():
             for t, data, _ in saved:
-                t.data = data.double()
+                t.data = data.to(dtype)
                 if isinstance(t, torch.nn.Parameter):
                     t.grad = None
         yield
@@ -378,6 +457,37 @@ def to_float64(tree: Any) -> Any:
         return t
 
     return pytree.tree_map(cast, tree)
+
+
+def to_float32(tree: Any) -> Any:
+    """Half-precision floating tensors of ``tree`` as float32 leaves (``requires_grad`` kept); everything else as
+    is: the inputs of a half-precision probe's float32 reference."""
+    def one(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and t.dtype in HALF:
+            return t.detach().float().requires_grad_(t.requires_grad)
+        return t
+
+    return pytree.tree_map(one, tree)
+
+
+def half_precision(tree: Any, modules: list[torch.nn.Module]) -> torch.dtype | None:
+    """Does the probe hold half-precision tensors: bfloat16 (or else float16) when a tensor of that dtype is among its
+    inputs (``tree``) or the parameters and buffers of ``modules``; None when none is. What makes a float32 run a
+    reference (it differs from eager); not what a tensor is judged in (``output_half``)."""
+    found = {t.dtype for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor) and t.dtype in HALF}
+    found |= {t.dtype for m in modules for t in [*m.parameters(), *m.buffers()] if t.dtype in HALF}
+    return _widest(found)
+
+
+def output_half(outputs: list[torch.Tensor]) -> torch.dtype | None:
+    """The half precision a probe computes in, from its eager outputs: bfloat16 (or else float16) when a floating
+    output is of that dtype; None when none is (a float32 model with a bfloat16 buffer computes in float32)."""
+    return _widest({t.dtype for t in outputs if isinstance(t, torch.Tensor) and t.dtype in HALF})
+
+
+def _widest(found: set[torch.dtype]) -> torch.dtype | None:
+    """bfloat16 when among ``found`` (the looser tolerance), else float16 when it is, else None."""
+    return torch.bfloat16 if torch.bfloat16 in found else torch.float16 if found else None
 
 
 #: seeded ops whose output is an input transformed with random numbers, not the random numbers themselves:

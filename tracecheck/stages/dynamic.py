@@ -33,10 +33,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from .. import compat
     from ..evidence import exceptions, tracelog
     from ._execution import compare, draws_from_numpy, execute, phases, reference
+    from ..model.report import headline
 
     own = reference(ctx.make_case)
     if own.error:  # the probe's own size fails in eager (forward or backward): nothing to compare with
-        return {"skip_reason": f"the eager {own.error['phase']} fails (see the eager stage)"}
+        return {"skip_reason": f"the eager {own.error['phase']} fails ({headline(own.error)}; see the eager stage)"}
     case, ref_case = ctx.make_case(), ctx.make_case()
     b = _batch.batch_size(case.args, case.kwargs)
     if b is None:
@@ -54,8 +55,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         except Exception as e:  # resizing a tensor type index_select does not take (sparse, nested)
             ex = type(own)(error=exceptions.error_record(e, "forward"))
         if ex.error:
-            return {"skip_reason": f"the eager run fails at batch size {n} ({ex.error['type']}): dim 0 of the "
-                                   "inputs is not a batch dimension this probe can vary"}
+            return {"skip_reason": _eager_fails(ctx.make_case, at, plan[: len(refs)], n, ex.error)}
         refs.append(ex)
     compiled = torch.compile(case.fn, backend="aot_eager", dynamic=True)
     mismatches: list[dict[str, Any]] = []
@@ -98,6 +98,29 @@ def run(ctx: StageContext) -> dict[str, Any]:
                             specializations=list({_key(b): b for b in map(_brief, spec.records)}.values())[:10]
                             ).to_extra(),
     }
+
+
+def _eager_fails(make_case: Any, at: Any, before: list[int], n: int, error: dict[str, Any]) -> str:
+    """Why the eager runs stop at batch size ``n``, after steps at the sizes ``before`` on the same model and inputs
+    (as the compiled run takes them). A size that runs alone on a fresh case is not the cause: the repeated step is
+    (a buffer left attached to the previous step's graph; the eager stage's second step reports it)."""
+    from ..model.report import headline, later_step
+    from ._execution import execute
+
+    if before:
+        try:
+            fresh = make_case()
+            alone = execute(fresh.fn, at(fresh, n))
+        except Exception:
+            alone = None
+        if alone is not None and not alone.error:
+            sizes = f"a step at batch size {before[0]}" if len(before) == 1 else \
+                f"steps at batch sizes {', '.join(map(str, before))}"
+            return (f"eager {later_step(len(before) + 1, error, after=f'{sizes} on the same model')} (this step at "
+                    f"batch size {n}, which runs alone on a fresh one): the probe does not survive repeated training "
+                    "steps, whatever the batch size")
+    return (f"the eager run fails at batch size {n} ({headline(error)}): dim 0 of the inputs is not a batch "
+            "dimension this probe can vary")
 
 
 def _check_fakes(case: Any, b: int, own: int, n: int) -> dict[str, Any]:

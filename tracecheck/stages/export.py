@@ -31,6 +31,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         return {"skip_reason": "the eager forward fails (see the eager stage)"}
     case = ctx.make_case()
     module = _as_module(case.fn)
+    # compared as the tensors among the outputs; the program itself returns the probe's real outputs (below)
     ref = dataclasses.replace(ref, outputs=tensor_outputs(ref.outputs))
     with exceptions.WarningCollector() as w:
         try:
@@ -44,6 +45,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     except Exception as e:
         return {"error": exceptions.error_record(e, "forward"), "phases": [FORWARD], "warnings": w.messages}
     got = execute(program, dataclasses.replace(case, grad=False))
+    if not got.error:
+        got = dataclasses.replace(got, outputs=tensor_outputs(got.outputs))
     record: dict[str, Any] = {"phases": [FORWARD], "warnings": w.messages,
                               "extra": ExportGraph(graph_nodes=len(ep.graph.nodes)).to_extra()}
     if got.error:
@@ -61,10 +64,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 def _as_module(fn: Any) -> Any:
     """The probe as the ``nn.Module`` export takes: a module whose forward calls the probe (a module probe is a
-    submodule, so its parameters are the program's) and returns ``tensor_outputs``."""
+    submodule, so its parameters are the program's) and returns its outputs as they are, so that export flattens
+    them as ``torch.export.export`` of the probe would: an output type that is no pytree node (transformers'
+    ``DynamicCache``, an unregistered dataclass) is refused with torch's own error (``non-pytree-output``), as it
+    is when the user exports the model."""
     import torch
-
-    from ._execution import tensor_outputs
 
     class Probe(torch.nn.Module):
         def __init__(self) -> None:
@@ -72,7 +76,7 @@ def _as_module(fn: Any) -> Any:
             self.fn = fn
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
-            return tensor_outputs(self.fn(*args, **kwargs))
+            return self.fn(*args, **kwargs)
 
     return Probe()
 

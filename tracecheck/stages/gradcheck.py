@@ -19,7 +19,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     seed_all()
     calls, error = record_calls(case.fn, case.args, case.kwargs)
     if not calls:
-        why = f"the eager forward fails before any custom op ran ({type(error).__name__})" if error else \
+        from ..model.report import headline
+
+        why = ("the eager forward under tracecheck's op recorder fails before any custom op ran "
+               f"({headline(error)})") if error else \
             "the probe calls no custom op or autograd.Function"
         return {"skip_reason": why}
     outcomes = [check_call(c).to_dict() for c in calls]

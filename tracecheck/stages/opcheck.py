@@ -28,7 +28,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             case.fn(*case.args, **case.kwargs)
     except Exception as e:
         if not rec.calls:
-            return {"skip_reason": f"the eager forward fails before any custom op ran ({type(e).__name__})"}
+            from ..model.report import headline
+
+            return {"skip_reason": f"the eager forward under tracecheck's op recorder fails before any custom op "
+                                   f"ran ({headline(e)})"}
     if not rec.calls:
         return {"skip_reason": "the probe calls no custom op"}
     results: dict[str, dict[str, Any]] = {}
