@@ -256,8 +256,10 @@ def _torch_builtin(builtin: str, raw: dict[str, Any]) -> bool:
 def _stdlib_builtin(builtin: str) -> bool:
     """Is the builtin a C function of Python's standard library (``_pickle.dumps``, ``_warnings.warn``)? No custom op
     can wrap what returns bytes or warns: Dynamo's own hint for it (file an issue, or keep it out of the compiled
-    code) is the advice."""
-    return builtin.split(".", 1)[0] in sys.stdlib_module_names
+    code) is the advice. Not ``sys``: ``sys.call_tracing(kernel, args)`` runs a Python function from C, as an
+    extension's kernel call does (the shared reproducers stand it in for one), and a custom op around it works."""
+    module = builtin.split(".", 1)[0]
+    return module in sys.stdlib_module_names and module != "sys"
 
 
 def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
