@@ -630,3 +630,45 @@ def test_a_c_function_of_pythons_standard_library_is_not_pybind():
     # sys.call_tracing runs a Python kernel from C (the shared reproducers' stand-in for an extension): still pybind
     assert detect.classify_break({"reason": reason.replace("_pickle.dumps", "sys.call_tracing"),
                                   "gb_type": "Attempted to call function marked as skipped"}).kind == "pybind-builtin"
+
+
+def test_a_c_method_called_with_constants_only_is_told_to_stay_a_constant():
+    """A C-extension method called with constants only (pywt's ``Modes.from_object('zero')``, here the C type
+    ``struct.Struct``'s ``pack(3)``) makes a constant: the advice is to compute it outside the compiled code or through
+    ``torch.compiler.assume_constant_result``, not a custom op. Oracles: plain ``torch.compile(fullgraph=True)``'s
+    refusal (its words, in this test), and the advised decorator making the same function compile whole and agree
+    with eager; the same call with a tensor argument keeps the custom-op advice."""
+    import struct
+
+    import torch
+
+    packer = struct.Struct("<i")
+
+    def fn(x):
+        return x * len(packer.pack(3))
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as raised:
+        torch.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
+    reason = str(raised.value)
+    f = detect.classify_error("fullgraph", err(reason, "torch._dynamo.exc.Unsupported", gb_type="Unsupported method call"))
+    assert f.kind == "pybind-builtin" and f.context.get("cause") == "constant_args", f
+    assert f.context["args"] == "3" and "constant" in f.summary
+    fix = taxonomy.fix_text(f)
+    assert "assume_constant_result" in fix and "custom_op" not in fix
+
+    @torch.compiler.assume_constant_result
+    def packed_len() -> int:
+        return len(packer.pack(3))
+
+    def fixed(x):
+        return x * packed_len()
+
+    torch._dynamo.reset()
+    x = torch.randn(3)
+    assert torch.equal(torch.compile(fixed, backend="eager", fullgraph=True)(x), fn(x))
+    torch._dynamo.reset()
+    tensor_arg = reason.replace("[ConstantVariable(int: 3)]", "[TensorVariable()]")
+    assert "TensorVariable()" in tensor_arg
+    g = detect.classify_error("fullgraph", err(tensor_arg, "torch._dynamo.exc.Unsupported", gb_type="Unsupported method call"))
+    assert g.kind == "pybind-builtin" and g.context.get("cause") is None, g

@@ -253,6 +253,13 @@ def _torch_builtin(builtin: str, raw: dict[str, Any]) -> bool:
     return bool(re.search(rf"\btorch(\.\w+)*\.{re.escape(method)}\b", code))
 
 
+#: Dynamo's debug context of a method call it refused: ``call_method UserDefinedObjectVariable(_Modes) from_object
+#: [ConstantVariable(str: 'zero')] {}``; and one constant argument's value
+_CONSTANT_CALL = re.compile(r"call_method \w+\([^)]*\) \w+ \[(?P<args>[^\]\n]*)\] \{(?P<kwargs>[^}\n]*)\}")
+_CONSTANT_ARG = re.compile(r"ConstantVariable\(\w+: ([^()]*)\)")
+_SEPARATORS = re.compile(r"[\s,]|'\w+':")  # between the arguments, and a keyword's name
+
+
 def _stdlib_builtin(builtin: str) -> bool:
     """Is the builtin a C function of Python's standard library (``_pickle.dumps``, ``_warnings.warn``)? No custom op
     can wrap what returns bytes or warns: Dynamo's own hint for it (file an issue, or keep it out of the compiled
@@ -270,6 +277,12 @@ def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: 
         ctx["pybind11"] = True
     if _AUTOGRAD_FN.search(text + "\n" + raw.get("traceback", "")):
         ctx["in_autograd_function"] = True
+    args = _CONSTANT_CALL.search(text)
+    listed = args and args.group("args") + ", " + args.group("kwargs")
+    if args and not _SEPARATORS.sub("", _CONSTANT_ARG.sub("", listed)):
+        # Dynamo's debug context lists the call's arguments: constants only (a mode string turned into an int, as
+        # pywt's Modes.from_object does) make a constant result, which no custom op is needed for
+        ctx.update(cause="constant_args", args=", ".join(_CONSTANT_ARG.findall(listed)) or "no arguments")
 
 
 _HINT = re.compile(r"^\s*Hint: (?P<hint>.+)$", re.M)
