@@ -334,9 +334,13 @@ from tracecheck.devices import emulated_npu
 emulated_npu.install()
 x = torch.ones(3, device=emulated_npu.DEVICE, requires_grad=True)
 (2 * x).sum().backward()
-print(x.grad.cpu().tolist())
+print(x.grad.cpu().tolist(), flush=True)
+import os
+os._exit(0)  # as a stage process ends (multiprocessing's os._exit): no interpreter teardown
 """
+    # (the teardown of a plain interpreter on the 2.14.1 CUDA build once aborted in CI under load, "terminate called
+    # without an active exception", after the backward had run: not what this test is about, and no stage meets it)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TRACECHECK_WARM_COMPILE": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, (proc.stdout[-500:], proc.stderr[-3000:])
     assert proc.stdout.splitlines()[-1] == "[2.0, 2.0, 2.0]"
