@@ -19,7 +19,7 @@ from ..model import taxonomy
 from ..model.taxonomy import K
 from ..evidence.wording import EMULATOR_GAP, TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
 from ..model.records import Frame
-from ..model.report import Finding, GraphBreak, is_generated, op_name
+from ..model.report import Finding, GraphBreak, headline, is_generated, op_name
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -214,10 +214,8 @@ _CLASSMETHOD_FN = re.compile(r"Expected FunctionType, got <class 'method'>")
 def _torch_internal(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str) -> None:
     """The innermost exception (``Type: first line``) and the torch frame it was raised at, or the generated graph's line."""
     root = _root(raw)
-    first = next((ln.strip() for ln in str(root.get("message", "")).splitlines() if ln.strip()), "")
-    ctx["exception"] = f"{_short_type(str(root.get('type', '')))}: {first[:200]}" if first else \
-        _short_type(str(root.get("type", "")))
-    if _CLASSMETHOD_FN.search(first):  # a classmethod where torch documents @staticmethod: cheapest fixed in user code
+    ctx["exception"] = headline({"type": _short_type(str(root.get("type", ""))), "message": root.get("message")})
+    if _CLASSMETHOD_FN.search(ctx["exception"]):  # a classmethod where torch documents @staticmethod: cheapest fixed in user code
         ctx["cause"] = "classmethod"
     got = _FAKE_RUN_GOT.search(text)
     if ctx.get("cause") == "generated" and got:  # the fake run's own error, as Dynamo quotes it
