@@ -462,3 +462,178 @@ def test_e2e_custom_op_backward_shape_is_the_fake_mismatch(tracecheck, write_pro
     # the live lines (not a terminal: one per finished stage) never say backend-error for aot_eager
     live = [ln for ln in res.stderr.splitlines() if "probe_widen [aot_eager]" in ln]
     assert live and all("backend-error" not in ln for ln in live), live
+
+
+# --- the root cause's message, from real exceptions ----------------------------------------------------------------
+def _raised(fn):
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - the test inspects whatever was raised
+        return e
+    raise AssertionError("expected an exception")
+
+
+def _finding_for(exc, stage="aot_eager"):
+    from tracecheck.evidence.exceptions import error_record
+    return detect.classify_error(stage, error_record(exc, "forward"))
+
+
+def test_a_backends_own_error_is_shown_by_its_root_not_the_wrapper():
+    """torch.compile with a backend that raises: torch wraps it in BackendCompilerFailed (``inner_exception``)."""
+    def bad_backend(gm, example_inputs):
+        raise ValueError("the backend's own words\nsecond line")
+
+    exc = _raised(lambda: torch.compile(lambda x: x.sin() + 1, backend=bad_backend)(torch.randn(3)))
+    inner = exc.inner_exception  # the oracle: torch's own exception object
+    f = _finding_for(exc)
+    assert view.shown_message(f.evidence) == f"{type(inner).__name__}: {str(inner).splitlines()[0]}"
+    assert "backend=" not in view.shown_message(f.evidence)
+
+
+def test_raise_from_shows_the_cause_and_a_handled_context_does_not_replace_the_error():
+    class WrapperError(RuntimeError):
+        pass
+
+    def wrapped():
+        try:
+            raise KeyError("the real reason")
+        except KeyError as e:
+            raise WrapperError("Failed running call_function foo") from e
+
+    def handled():
+        try:
+            {}["cache miss"]
+        except KeyError:
+            raise ValueError("shape [4, 16] does not match [4, 32]")
+
+    assert view.shown_message(_finding_for(_raised(wrapped)).evidence) == "KeyError: 'the real reason'"
+    assert view.shown_message(_finding_for(_raised(handled)).evidence) == "shape [4, 16] does not match [4, 32]"
+
+
+def test_a_graph_break_keeps_dynamos_own_account_of_why():
+    """fullgraph=True on a data-dependent branch: Dynamo's Unsupported is the root cause even when raised from an
+    internal exception; its first line is what plain torch prints first."""
+    def branchy(x):
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+    exc = _raised(lambda: torch.compile(branchy, backend="eager", fullgraph=True)(torch.randn(3)))
+    f = _finding_for(exc, "fullgraph")
+    plain_first = next(ln.strip() for ln in str(exc).splitlines() if ln.strip())
+    assert view.shown_message(f.evidence) == plain_first
+
+
+# --- "register a backward" only where a gradient flows through the op ---------------------------------------------
+TOPK_PROBE = '''
+import torch
+
+
+@torch.library.custom_op("tc_trust_topk::topk_idx", mutates_args=())
+def topk_idx(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    v, i = torch.topk(x, k, dim=-1)
+    return v.clone(), i.clone()
+
+
+@topk_idx.register_fake
+def _(x, k):
+    shape = (*x.shape[:-1], k)
+    return x.new_empty(shape), x.new_empty(shape, dtype=torch.long)
+# no register_autograd: the router below differentiates only through gather, never through the op
+
+
+class Router(torch.nn.Module):
+    def __init__(self, use_values=False):
+        super().__init__()
+        self.gate = torch.nn.Linear(16, 8)
+        self.proj = torch.nn.Linear(16, 16)
+        self.use_values = use_values
+
+    def forward(self, x):
+        scores = self.gate(x)
+        values, idx = topk_idx(scores, 2)
+        w = values if self.use_values else torch.gather(scores.softmax(-1), -1, idx)
+        return self.proj(x) * w.sum(-1, keepdim=True)
+
+
+def probe_indices_only():
+    torch.manual_seed(0)
+    return Router(), (torch.randn(4, 16),)
+
+
+def probe_through_values():
+    torch.manual_seed(0)
+    return Router(use_values=True), (torch.randn(4, 16),)
+'''
+
+
+def test_e2e_an_op_no_gradient_reaches_is_not_told_to_register_a_backward(tracecheck, write_probe):
+    path = write_probe(TOPK_PROBE)
+    ns = _load(path)
+    # plain torch, the oracle: with indices only, eager trains and aot_eager's gradients equal eager's; opcheck on
+    # the op itself (its inputs requiring grad) still fails, as tracecheck's opcheck stage saw before
+    model, (x,) = ns["probe_indices_only"]()
+    model(x).sum().backward()
+    eager = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.compile(model, backend="aot_eager")(x).sum().backward()
+    assert all(torch.allclose(a, p.grad) for a, p in zip(eager, model.parameters()))
+    scores = torch.randn(4, 8, requires_grad=True)
+    with pytest.raises(Exception, match="no autograd formula was registered"):
+        torch.library.opcheck(ns["topk_idx"], (scores, 2))
+    # through the values, eager's own backward raises: the op needs its backward there
+    model, (x,) = ns["probe_through_values"]()
+    with pytest.raises(RuntimeError, match="no autograd formula was registered"):
+        model(x).sum().backward()
+
+    res = tracecheck("run", str(path), "--stages", "eager,aot_eager,opcheck,gradcheck")
+    only = res.probe("probe_indices_only")["stages"]
+    assert only["opcheck"]["status"] == "pass" and only["aot_eager"]["status"] == "pass", json.dumps(only)[:3000]
+    assert only["gradcheck"]["status"] in ("pass", "skip") and not only["gradcheck"].get("findings")
+    said = " ".join(only["opcheck"].get("not_checked") or only["opcheck"].get("extra", {}).get("not_checked", []))
+    assert "no gradient reaches the op's outputs" in said, json.dumps(only["opcheck"])[:3000]
+    through = res.probe("probe_through_values")["stages"]
+    assert through["eager"]["failure"]["kind"] == "missing-autograd"
+    assert through["opcheck"]["failure"]["kind"] == "missing-autograd"
+
+
+# --- a generic graph break named by the vmap stage at the same line ----------------------------------------------
+DATA_PTR_PROBE = '''
+import torch
+
+
+def aligned(x):
+    return x * 2 if x.data_ptr() % 16 == 0 else x.clone()
+
+
+def probe_data_ptr():
+    return aligned, (torch.randn(4, 8),)
+'''
+
+
+def test_e2e_a_generic_break_gets_the_construct_vmap_names_at_its_line(tracecheck, write_probe):
+    path = write_probe(DATA_PTR_PROBE)
+    fn, (x,) = _load(path)["probe_data_ptr"]()
+    # plain torch, the oracle: fullgraph refuses the line, and vmap refuses it for its data pointer
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(fn, backend="eager", fullgraph=True)(x)
+    with pytest.raises(RuntimeError, match="Cannot access data pointer of Tensor that doesn't have storage"):
+        torch.func.vmap(fn)(x.unsqueeze(0))
+    res = tracecheck("run", str(path), "--stages", "eager,fullgraph,vmap")
+    stages = res.probe("probe_data_ptr")["stages"]
+    brk = stages["fullgraph"]["failure"]
+    assert brk["kind"] == "graph-break" and brk["context"]["cause"] == "named_by_transform", json.dumps(brk)[:2000]
+    assert brk["evidence"]["user_frame"]["code"].startswith("return x * 2 if x.data_ptr()")
+    assert "data pointer" in brk["summary"] and "x.is_contiguous()" in taxonomy.fix_text(Finding(
+        brk["kind"], brk["summary"], brk["context"], brk["evidence"]))
+
+
+def test_a_break_elsewhere_or_with_its_own_hints_keeps_its_advice():
+    frame = {"file": "/m/model.py", "line": 7, "code": "x.data_ptr()"}
+    vmap = Finding("functorch-incompatible", "v", {"cause": "storage"}, {"user_frame": frame})
+    other_line = Finding("graph-break", "b", {"gb_type": "Observed exception"}, {"user_frame": {**frame, "line": 9}})
+    hinted = Finding("graph-break", "b", {"gb_type": "x", "cause": "hints", "hints": "do y."}, {"user_frame": frame})
+    stages = {"vmap": StageResult("vmap", FAIL, failure=vmap, findings=[vmap]),
+              "explain": StageResult("explain", FAIL, failure=other_line, findings=[other_line, hinted])}
+    results.name_by_transform(stages)
+    assert [f.context.get("cause") for f in stages["explain"].findings] == [None, "hints"]

@@ -19,7 +19,7 @@ from ..model import taxonomy
 from ..model.taxonomy import K
 from ..evidence.wording import EMULATOR_GAP, TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
 from ..model.records import Frame
-from ..model.report import Finding, GraphBreak, headline, is_generated, op_name
+from ..model.report import Finding, GraphBreak, headline, is_generated, op_name, says_nothing
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -103,6 +103,34 @@ def _root(raw: dict[str, Any]) -> dict[str, Any]:
     """The innermost exception of the evidence's chain (``{"type", "message", "raised_at"}``)."""
     chain = raw.get("chain") or [{"type": raw.get("type", ""), "message": raw.get("message", "")}]
     return chain[-1]
+
+
+#: an exception that is Dynamo's own account of why it stopped (a graph break's Explanation/Hints): its words are the
+#: root cause to show, whatever internal error it was raised from
+_DYNAMO_VERDICT = re.compile(r"^\s*Explanation:", re.M)
+
+
+def root_cause(raw: dict[str, Any]) -> dict[str, str] | None:
+    """``{"type", "message"}`` of the exception the error comes down to, when that is not the outermost one: down the
+    links that say "this is why" (BackendCompilerFailed's ``inner_exception``, ``raise ... from``), past wrappers
+    whose own first line says nothing, stopping at Dynamo's own account of a graph break. A ``__context__`` (raised
+    while another was handled) is followed only from a wrapper with nothing of its own to say: torch sometimes
+    handles one error before raising the one that matters."""
+    chain = raw.get("chain") or []
+    if len(chain) < 2:
+        return None
+    at = 0
+    for i in range(1, len(chain)):
+        here = chain[at]
+        if _DYNAMO_VERDICT.search(str(here.get("message", ""))):
+            break
+        if chain[i].get("via") == "wrapped" or says_nothing(here.get("message")):
+            at = i
+        else:
+            break
+    if at == 0:
+        return None
+    return {"type": _short_type(str(chain[at].get("type", ""))), "message": trim(str(chain[at].get("message", "")), 2000)}
 
 
 def raising_frame(raw: dict[str, Any]) -> dict[str, Any] | None:
@@ -443,6 +471,9 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
         "message": trim(raw.get("message", "")),
         "traceback": raw.get("traceback", ""),
     }
+    root = root_cause(raw)
+    if root:
+        evidence["root"] = root
     if torch_frame:  # torch-internal-error: the frame of torch's own code (or graph) that raised, never the user's
         evidence["torch_frame"] = torch_frame
     return Finding(kind, fill_summary(kind, ctx, stage), ctx, evidence)

@@ -64,7 +64,8 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
             findings.append(f)
     opchecked = _opcheck_findings(stage, rec.opcheck)
     grad_free = {op_name(op) for op in rec.grad_free_ops}
-    not_needed = [f for f in opchecked if f.context.get("op") in grad_free and _about_the_ops_autograd(f)]
+    grad_unused = {op_name(op) for op in rec.grad_unused_ops}
+    not_needed = [f for f in opchecked if f.context.get("op") in grad_free | grad_unused and _about_the_ops_autograd(f)]
     findings += [f for f in opchecked if f not in not_needed]
     for outcome in rec.gradcheck:
         if outcome.get("mismatch"):
@@ -103,8 +104,11 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     result.extra.update(rec.extra)
     not_checked = [
         f"the autograd of {op} ({', '.join(f.evidence.get('opcheck_test', '?') for f in not_needed if f.context['op'] == op)}"
-        " failed), which this probe never uses: it calls the op only with gradients off (inside a "
-        "torch.autograd.Function's forward, whose backward supplies the gradient, or under no_grad)"
+        " failed), which this probe never uses: " + (
+            "it calls the op only with gradients off (inside a torch.autograd.Function's forward, whose backward "
+            "supplies the gradient, or under no_grad)" if op in grad_free else
+            "no gradient reaches the op's outputs in the probe's backward (its loss does not depend on them: "
+            "indices used to gather, say); register_autograd only matters once a gradient flows through the op")
         for op in dict.fromkeys(f.context["op"] for f in not_needed)]
     if not_checked:
         result.extra.update(StageNotes(not_checked=(result.notes.not_checked or []) + not_checked).to_extra())
@@ -317,7 +321,40 @@ def attribute_unknowns(stages: dict[str, StageResult]) -> None:
                 s.failure = new
             s.findings[i] = new
     link_backward_shape(stages)
+    name_by_transform(stages)
     advise_upstream(stages)
+
+
+#: torch.func refusals (functorch-incompatible causes) of a construct that stops Dynamo for the same reason: a value
+#: or a storage a traced tensor (FakeTensor, BatchedTensor) does not have
+_SAME_OBSTACLE = frozenset({"storage", "item", "control_flow", "dynamic_shape"})
+
+
+def name_by_transform(stages: dict[str, StageResult]) -> None:
+    """A graph break with only the generic advice (no cause of its own: Dynamo's ``Observed exception`` at
+    ``x.data_ptr()``, say) at the line where a torch.func stage's refusal names the construct (a data pointer read, an
+    ``.item()``, a branch on a value: ``_SAME_OBSTACLE``) gets that construct and that finding's fix (cause
+    ``named_by_transform``): the same line stops both for the same reason, and the transform's words say which."""
+    named = [(s.stage, f) for s in stages.values() for f in s.findings
+             if f.kind == K.FUNCTORCH_INCOMPATIBLE and f.context.get("cause") in _SAME_OBSTACLE and _frame(f)]
+    if not named:
+        return
+    for s in stages.values():
+        for i, f in enumerate(s.findings):
+            if f.kind != K.GRAPH_BREAK or f.context.get("cause") is not None or _frame(f) is None:
+                continue
+            found = next(((st, c) for st, c in named if _frame(c) == _frame(f)), None)
+            if found is None:
+                continue
+            stage, c = found
+            refused = taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause.get(c.context["cause"], "")
+            ctx = {**f.context, "cause": "named_by_transform", "named_by": stage,
+                   "construct": refused.lstrip(": ").replace("{", "(").replace("}", ")"),
+                   "named_fix": taxonomy.fix_text(c)}
+            new = Finding(K.GRAPH_BREAK, taxonomy.summary(K.GRAPH_BREAK, ctx), ctx, f.evidence)
+            if s.failure is f:
+                s.failure = new
+            s.findings[i] = new
 
 
 #: autograd's words for a gradient whose shape is not its output's (torch/autograd/__init__.py _make_grads; the engine's

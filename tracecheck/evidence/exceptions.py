@@ -33,11 +33,21 @@ class WarningCollector:
 
 def _chain(exc: BaseException) -> list[BaseException]:
     """The exception, then what it wraps: ``inner_exception`` (BackendCompilerFailed), cause, context."""
-    out: list[BaseException] = []
+    return [e for e, _ in _links(exc)]
+
+
+def _links(exc: BaseException) -> list[tuple[BaseException, str]]:
+    """``_chain`` with how each exception was reached from the one before it: ``raised`` (the first), ``wrapped``
+    (an ``inner_exception`` or ``raise ... from``: the wrapper's own word that this is why) or ``context`` (raised
+    while another was being handled: often the cause, but sometimes an error torch caught and handled first)."""
+    out: list[tuple[BaseException, str]] = []
     cur: BaseException | None = exc
-    while cur is not None and cur not in out and len(out) < 8:
-        out.append(cur)
-        cur = getattr(cur, "inner_exception", None) or cur.__cause__ or cur.__context__
+    via = "raised"
+    while cur is not None and all(cur is not e for e, _ in out) and len(out) < 8:
+        out.append((cur, via))
+        inner = getattr(cur, "inner_exception", None) or cur.__cause__
+        via = "wrapped" if isinstance(inner, BaseException) else "context"
+        cur = inner if isinstance(inner, BaseException) else cur.__context__
     return out
 
 
@@ -141,7 +151,8 @@ def tb_frames(exc: BaseException, limit: int = 300) -> list[dict[str, Any]]:
 
 def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
     """Plain-data evidence of one exception, for ``classify.detect.classify_error``."""
-    chain = _chain(exc)
+    links = _links(exc)
+    chain = [e for e, _ in links]
     gb_type = next((getattr(e, "gb_type", None) for e in chain if getattr(e, "gb_type", None)), None)
     try:
         tb = "".join(traceback.format_exception(exc))[-20000:]
@@ -151,8 +162,8 @@ def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
         "type": _qualname(exc),
         "message": safe_str(exc),
         # the innermost exception's whole traceback too (classify.detect: did the user's code call torch there?)
-        "chain": [{"type": _qualname(e), "message": safe_str(e), "raised_at": raised_at(e),
-                   **({"frames": tb_frames(e)} if e is chain[-1] else {})} for e in chain],
+        "chain": [{"type": _qualname(e), "message": safe_str(e), "raised_at": raised_at(e), "via": via,
+                   **({"frames": tb_frames(e)} if e is chain[-1] else {})} for e, via in links],
         "gb_type": gb_type if isinstance(gb_type, str) else None,
         "gb_code": compat.gb_code(gb_type) if isinstance(gb_type, str) else None,
         "phase": phase,

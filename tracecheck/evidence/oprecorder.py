@@ -14,7 +14,7 @@ leaving the ``with`` block raises ``RecorderError``, an ``InternalError`` that t
 ``except Exception`` do not catch, so the stage ends as ``internal-error``."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from ..compat import pytree
@@ -50,6 +50,10 @@ class OpRecorder(compat.TorchDispatchMode):
         self.differentiated: set[str] = set()
         #: custom ops seen (above autograd) called with grad mode off or no input requiring grad
         self.grad_off: set[str] = set()
+        #: of ``differentiated``: those whose outputs a gradient reached in a backward run after the block
+        #: (``never_differentiated``): an op whose outputs the loss does not depend on (top-k indices, say) is
+        #: called with grad on, yet autograd never runs through it
+        self.reached: set[str] = set()
         self._above: list[_GradSeen] = []
         #: the recorder's own first failure (copying inputs): raised as RecorderError when the block ends
         self.failure: BaseException | None = None
@@ -59,7 +63,7 @@ class OpRecorder(compat.TorchDispatchMode):
 
     def __enter__(self) -> "OpRecorder":
         # grad mode and requires_grad as the caller sees them: below autograd, where this mode runs, they are not
-        self._above.append(_GradSeen(self.differentiated, self.grad_off))
+        self._above.append(_GradSeen(self.differentiated, self.grad_off, self.reached))
         self._above[-1].__enter__()
         return super().__enter__()
 
@@ -72,6 +76,16 @@ class OpRecorder(compat.TorchDispatchMode):
             failure, self.failure = self.failure, None
             raise RecorderError(f"tracecheck's op recorder failed: {type(failure).__name__}: "
                                 f"{str(failure)[:300]}") from failure
+
+    def never_differentiated(self, backward: Callable[[], Any]) -> set[str]:
+        """The ops of ``differentiated`` whose outputs no gradient reached when ``backward`` ran (the probe's own
+        backward of the recorded forward's outputs): autograd never runs through them in this probe. Empty when
+        ``backward`` raises (nothing is known then)."""
+        try:
+            backward()
+        except Exception:
+            return set()
+        return self.differentiated - self.reached
 
     def snapshot(self, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         """Copies of a call's inputs (tensors detached and cloned, a wrapper subclass through its inner tensors),
@@ -127,20 +141,31 @@ class OpRecorder(compat.TorchDispatchMode):
 
 class _GradSeen(torch.overrides.TorchFunctionMode):
     """Above autograd: sorts every custom op call (``torch.ops.ns.op`` or ``.default``) into ``grad_on`` (grad mode on
-    and an input that requires grad) or ``grad_off``."""
+    and an input that requires grad) or ``grad_off``; a grad-on call's outputs that require grad get a hook that adds
+    the op to ``reached`` when a backward computes their gradient (it runs before the op's own backward node, so an
+    op whose backward then raises is reached too)."""
 
-    def __init__(self, grad_on: set[str], grad_off: set[str]) -> None:
+    def __init__(self, grad_on: set[str], grad_off: set[str], reached: set[str]) -> None:
         super().__init__()
-        self.grad_on, self.grad_off = grad_on, grad_off
+        self.grad_on, self.grad_off, self.reached = grad_on, grad_off, reached
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if compat.is_op_overload(func) and \
-                str(func).split(".")[0] not in TORCH_NAMESPACES:
-            on = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
-                                                 for t in pytree.tree_leaves((args, kwargs)))
-            (self.grad_on if on else self.grad_off).add(op_name(str(func)))
-        return func(*args, **kwargs)
+        if not (compat.is_op_overload(func) and str(func).split(".")[0] not in TORCH_NAMESPACES):
+            return func(*args, **kwargs)
+        name = op_name(str(func))
+        on = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                             for t in pytree.tree_leaves((args, kwargs)))
+        (self.grad_on if on else self.grad_off).add(name)
+        out = func(*args, **kwargs)
+        if on:
+            for t in pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.requires_grad and t.grad_fn is not None:
+                    try:
+                        t.register_hook(lambda grad, name=name: self.reached.add(name))
+                    except RuntimeError:  # a tensor that refuses hooks: counted as reached (never exempted)
+                        self.reached.add(name)
+        return out
 
 
 def _subclass_dispatch(types: Any, args: Any, kwargs: Any) -> bool:

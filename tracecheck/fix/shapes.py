@@ -158,9 +158,19 @@ def _unconfirmed(names: list[str], runs: Runs) -> DimExpr:
                           f"this could also be {', '.join((*fits[1:3], str(value)))}")
 
 
+#: observations a "no expression fits" reason quotes (one line a reader can take in; the rest are counted)
+_OBSERVED_SHOWN = 4
+
+
 def _observed(runs: Runs) -> str:
-    return ", ".join(f"{v} at {_brief(s)}" for s, v in zip(runs.symbols, runs.values))
+    """The distinct observations, each with only the symbols that vary across runs (the fixed ones say nothing of
+    the dim), at most ``_OBSERVED_SHOWN`` of them."""
+    varied = [k for k in runs.symbols[0] if len({s.get(k) for s in runs.symbols}) > 1] if runs.symbols else []
+    seen = list(dict.fromkeys(f"{v} at {_brief(s, varied)}" for s, v in zip(runs.symbols, runs.values)))
+    more = f" (and {len(seen) - _OBSERVED_SHOWN} more)" if len(seen) > _OBSERVED_SHOWN else ""
+    return ", ".join(seen[:_OBSERVED_SHOWN]) + more
 
 
-def _brief(symbols: dict[str, int]) -> str:
-    return "(" + ", ".join(f"{k}={v}" for k, v in symbols.items()) + ")"
+def _brief(symbols: dict[str, int], keys: list[str] | None = None) -> str:
+    shown = {k: symbols[k] for k in (keys or symbols) if k in symbols}
+    return "(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"

@@ -38,6 +38,8 @@ class StageRecord:
     opcheck: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the opcheck stage: ops the probe calls only with gradients off (autograd never reaches them)
     grad_free_ops: list[str] = field(default_factory=list)
+    #: the opcheck stage: ops called with gradients on whose outputs no gradient reached in the probe's backward
+    grad_unused_ops: list[str] = field(default_factory=list)
     #: custom ops the probe's file registered (the opcheck stage is scheduled from them)
     registered_custom_ops: list[str] = field(default_factory=list)
     #: the gradcheck stage: one outcome per custom op or autograd.Function

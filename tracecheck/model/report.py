@@ -366,6 +366,12 @@ def first_line(text: Any) -> str:
 _GENERIC_FIRST = re.compile(r"^(Encountered graph break when attempting to trace|backend=\S+ raised:)")
 
 
+def says_nothing(text: Any) -> bool:
+    """A message whose every line is a wrapper's header (``backend='aot_eager' raised:``) or that is empty."""
+    line = first_line(text)
+    return not line or bool(_GENERIC_FIRST.match(line))
+
+
 def headline(error: Any, limit: int = 200) -> str:
     """``Type: first line`` of an error record (a dict with ``type`` and ``message``, evidence/exceptions.error_record)
     or of an exception: the type's short name and the message's first line that says something (``first_line``),

@@ -67,6 +67,8 @@ def rewrites_model_code(f: Any, probe_file: str) -> bool:
     where the probe's file installs the custom op in the library's module."""
     if f.kind not in MODEL_CODE_KINDS and (f.kind != K.PYBIND_BUILTIN or f.context.get("in_autograd_function")):
         return False
+    if _stays_constant(f):
+        return False
     frame = f.user_frame
     if frame is None or not frame.file:
         return False
@@ -90,11 +92,18 @@ def _called_by_name(frame: Any, builtin: str) -> bool:
     return m is not None and (m.group(1) or last).split(".")[0] not in ("self", "torch")
 
 
+def _stays_constant(f: Any) -> bool:
+    """A C builtin called with constants only (cause ``constant_args``): its cheapest fix is to keep the value a
+    constant (computed outside, or torch.compiler.assume_constant_result), which the kind's fix says; a custom op
+    (what ``tracecheck fix`` generates) would be the wrong change."""
+    return f.kind == K.PYBIND_BUILTIN and f.context.get("cause") == "constant_args"
+
+
 def needs_registration_fix(f: Any, probe_file: str) -> bool:
     """Is finding ``f`` one ``tracecheck fix`` answers with a fixed registration (``-o fixed_ops.py``): a kind with a
     ``code_fix`` that no rewrite of the probe's file answers."""
     if f.kind == K.PYBIND_BUILTIN:  # a direct call elsewhere has no Function to convert: no fix at all
-        return bool(f.context.get("in_autograd_function"))
+        return bool(f.context.get("in_autograd_function")) and not _stays_constant(f)
     return f.kind in kinds() and bool(kinds()[f.kind].code_fix) and f.kind not in MODEL_CODE_KINDS
 
 

@@ -275,7 +275,7 @@ class MarkdownRenderer:
         for name, s in p.stages.items():
             if s.graph_count is None and s.graph_break_count is None:
                 continue
-            explain_note = (f" (explain() said {s.explain_graph_break_count})"
+            explain_note = (f" ({view.explain_count_said(s.explain_graph_break_count)})"
                             if s.explain_graph_break_count is not None else "")
             lines.append(f"{name:<12} status={s.status:<7} graphs={_none_dash(s.graph_count)} "
                          f"graph_breaks={_none_dash(s.graph_break_count)}{explain_note}")
@@ -379,7 +379,7 @@ class MarkdownRenderer:
         repro = f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n"
         lines.append(repro)
         # shorter forms for the size limit: the evidence bullets and the fix, then the heading and where
-        headline = self.scrub(first_line(ev.get("message") or ev.get("cause")))[:300]
+        headline = self.scrub(view.shown_message(ev) or first_line(ev.get("cause")))[:300]
         short = [lines[0], lines[1], *([f"Message (first line): {_code(headline)}\n\n"] if headline else []),
                  f"**Fix:** {fix_text(f)}\n\n" if kind else "", repro]
         frameless = frame is None and not ctx.get("op")

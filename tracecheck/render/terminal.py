@@ -172,7 +172,7 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
         parts += _findings_of(p, verbose)
         for stage, s in p.stages.items():
             if s.explain_graph_break_count is not None and s.graph_break_count is not None:
-                parts.append(Text(f"    note: explain() reported {s.explain_graph_break_count} graph break(s); "
+                parts.append(Text(f"    note: {view.explain_count_said(s.explain_graph_break_count)}; "
                                   f"the structured trace shows {s.graph_break_count}", style="dim"))
         if skipped:
             parts.append(Text("    not checked: " + "; ".join(skipped), style="dim"))

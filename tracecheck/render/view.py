@@ -8,7 +8,7 @@ from typing import Any
 
 from ..model.payloads import CompiledAutogradCounts
 from ..model.records import Frame
-from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult, first_line
+from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult, first_line, headline
 from ..stages import forward_only
 from ..model.targets import TARGETS, Gate
 from ..model.taxonomy import is_advice
@@ -134,11 +134,25 @@ def not_required_targets(p: ProbeReport, stages: list[str]) -> list[str]:
     return list(dict.fromkeys(t for t in targets if t))
 
 
+def explain_count_said(count: int) -> str:
+    """explain()'s own break count, as a reader can take it: explain computes ``graph_count - 1``, so a frame Dynamo
+    gave up on (no graph: it ran eagerly) gives -1, which is no count of breaks."""
+    if count < 0:
+        return f"explain() captured no graph (its graph_break_count, graph_count - 1, is {count}: the frame ran eagerly)"
+    return f"explain() reported {count} graph break(s)"
+
+
 def shown_message(ev: dict[str, Any]) -> str:
-    """The message a finding shows: the first line that says something of the outermost exception's message
-    (``evidence.message``; report.first_line skips BackendCompilerFailed's ``backend='aot_eager' raised:`` and Dynamo's
-    graph-break header, so a backend failure shows the line its wrapper quotes, ``RuntimeError: Mismatch in shape: ...``),
-    never a wrapper's prefix alone. Not the innermost exception's own message: the evidence keeps the chain's types
-    only, and a chain's innermost ``__context__`` can be an exception torch caught and handled while it raised the
-    one that matters."""
-    return first_line(ev.get("message"))
+    """The message a finding shows: the root cause's first line that says something (``evidence.root``,
+    classify.detect.root_cause: down BackendCompilerFailed's ``inner_exception`` and ``raise ... from``), as
+    ``Type: line``; the outermost exception's own first line when it already quotes that line (a richer form: Dynamo's
+    ``call_function aten.div(...): got TypeError('...')``) or when there is no deeper cause. report.first_line skips
+    wrapper headers (``backend='aot_eager' raised:``), so a wrapper's prefix alone is never shown."""
+    outer = first_line(ev.get("message"))
+    root = ev.get("root")
+    if not isinstance(root, dict):
+        return outer
+    line = first_line(root.get("message"))
+    if line and line in outer:
+        return outer
+    return headline(root, 300) if line else outer

@@ -32,6 +32,7 @@ from ..compat import pytree
 from .. import compat
 from ..evidence import exceptions
 from ..evidence.oprecorder import OpRecorder
+from ..model.report import op_name
 
 #: gradcheck (float64) when the differentiable inputs hold at most this many elements; above, the directional
 #: check (gradcheck's failure report alone would cost 2 forward calls per element)
@@ -53,6 +54,9 @@ class Call:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     is_function: bool = False
+    #: a custom op called with grad on whose outputs no gradient reached in the probe's backward: autograd never
+    #: runs through it in this probe, so its backward (or its lack of one) is not the probe's
+    unused: bool = False
 
     def invoke(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return self.target.apply(*args, **kwargs) if self.is_function else self.target(*args, **kwargs)
@@ -101,9 +105,11 @@ def _is_user_function(cls: type) -> bool:
     return not cls.__module__.startswith("torch.")
 
 
-def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Call], Any]:
+def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                 loss: Callable[[Any], Any] | None = None) -> tuple[list[Call], Any]:
     """Run ``fn`` once in eager; the first call of each custom op and each autograd.Function class made outside
-    any user Function, inputs cloned. Returns the calls and the exception the forward raised (None when it ran)."""
+    any user Function, inputs cloned. Returns the calls and the exception the forward raised (None when it ran).
+    ``loss``: the probe's loss of the outputs; its backward marks the ops no gradient reached (``Call.unused``)."""
     functions: dict[type, tuple[tuple[Any, ...], dict[str, Any]]] = {}
     rec = _TopLevel()
 
@@ -125,13 +131,19 @@ def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
     if getattr(fn, "__name__", "") == "apply" and isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
         # the probe is ``MyFn.apply`` itself, bound before the hook was installed: call it through the class
         fn = lambda *a, **k: owner.apply(*a, **k)  # noqa: E731
+    out = None
     try:
         with compat.intercept_function_apply(hook), rec:
-            fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
     except Exception as e:
         error = e
+    unused: set[str] = set()
+    if error is None and loss is not None and rec.differentiated:
+        value = loss(out)
+        if value is not None and value.requires_grad:
+            unused = rec.never_differentiated(value.backward)
     calls = [Call(f"{c.__module__}.{c.__qualname__}", c, a, k, is_function=True) for c, (a, k) in functions.items()]
-    calls += [Call(str(op), op, a, k) for op, (a, k) in rec.calls.items()]
+    calls += [Call(str(op), op, a, k, unused=op_name(str(op)) in unused) for op, (a, k) in rec.calls.items()]
     return calls, error
 
 
@@ -168,6 +180,9 @@ def _check(call: Call, out: Outcome, seed: int) -> None:
             and t.is_floating_point() and not _wrapped(t)]
     if not diff:
         out.skip = "no input of its recorded call requires grad"
+        return
+    if call.unused:
+        out.skip = "no gradient reaches its outputs in the probe's backward (the loss does not depend on them)"
         return
     names = _arg_names(call, len(call.args))
     labels = {i: _label(i, leaves, spec, names) for i in diff}

@@ -326,11 +326,11 @@ def check_grad(make_case: Callable[[], Case], reference_grads: dict[str, torch.T
     return {"mismatches": _numerics.judge(pairs, fp64), "wrt": names, "compared": len(pairs)}
 
 
-#: torch's own refusal: the autograd.Function that torch.library.register_autograd generates has no
-#: setup_context, so torch.func.grad/vjp/jacrev refuse every op registered that way (pytorch/pytorch#168393,
-#: #179652; open on 2.13.0 and 2.14.1). The user's registration is as torch documents it.
-CUSTOM_OP_AUTOGRAD_REFUSED = ("torch refuses it for every op whose autograd is registered with "
-                              "torch.library.register_autograd (the autograd.Function torch generates has no "
+#: torch's own refusal: the autograd.Function that torch.library.custom_op generates (register_autograd or not)
+#: has no setup_context, so torch.func.grad/vjp/jacrev refuse every such op (pytorch/pytorch#168393, #179652; open
+#: on 2.13.0 and 2.14.1; checked with and without register_autograd). The user's registration is as torch documents it.
+CUSTOM_OP_AUTOGRAD_REFUSED = ("torch refuses it for every torch.library.custom_op, with or without "
+                              "register_autograd (the autograd.Function torch generates for the op has no "
                               "setup_context; pytorch/pytorch#168393)")
 
 

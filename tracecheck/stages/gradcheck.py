@@ -13,11 +13,11 @@ from ._spec import StageContext, StageSpec
 
 def run(ctx: StageContext) -> dict[str, Any]:
     from ._gradients import check_call, record_calls
-    from ._execution import phases, seed_all
+    from ._execution import loss_of, phases, seed_all
 
     case = ctx.make_case()
     seed_all()
-    calls, error = record_calls(case.fn, case.args, case.kwargs)
+    calls, error = record_calls(case.fn, case.args, case.kwargs, loss=lambda out: loss_of(case, out))
     if not calls:
         from ..model.report import headline
 
@@ -27,7 +27,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         return {"skip_reason": why}
     outcomes = [check_call(c).to_dict() for c in calls]
     if all(o.get("skip") for o in outcomes):
-        return {"skip_reason": "no input of any custom op or autograd.Function call requires grad"}
+        reasons = sorted({o["skip"] for o in outcomes})
+        return {"skip_reason": "no input of any custom op or autograd.Function call requires grad" if
+                reasons == ["no input of its recorded call requires grad"] else
+                "; ".join(f"{o['name']}: {o['skip']}" for o in outcomes)}
     return {"gradcheck": outcomes, "phases": phases(True)}
 
 

@@ -19,13 +19,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     from ..evidence import exceptions
     from ..evidence.oprecorder import OpRecorder
-    from ._execution import phases
+    from ._execution import loss_of, phases
 
     case = ctx.make_case()
     rec = OpRecorder()
+    out = None
     try:
         with rec:
-            case.fn(*case.args, **case.kwargs)
+            out = case.fn(*case.args, **case.kwargs)
     except Exception as e:
         if not rec.calls:
             from ..model.report import headline
@@ -51,7 +52,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
     # (classify/results.py). An op called from C++ is not seen, so it stays checked.
     grad_free = [str(op) for op in rec.calls
                  if op_name(str(op)) in rec.grad_off and op_name(str(op)) not in rec.differentiated]
-    return {"opcheck": results, "phases": phases(differentiable), "grad_free_ops": grad_free}
+    # ops called with grad on whose outputs the probe's loss does not depend on (top-k indices used to gather):
+    # the probe's own backward never reaches them either
+    loss = loss_of(case, out) if out is not None and rec.differentiated else None
+    unused = rec.never_differentiated(loss.backward) if loss is not None and loss.requires_grad else set()
+    grad_unused = [str(op) for op in rec.calls if op_name(str(op)) in unused]
+    return {"opcheck": results, "phases": phases(differentiable), "grad_free_ops": grad_free,
+            "grad_unused_ops": grad_unused}
 
 
 SPEC = StageSpec(
