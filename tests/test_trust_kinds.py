@@ -637,3 +637,19 @@ def test_a_break_elsewhere_or_with_its_own_hints_keeps_its_advice():
               "explain": StageResult("explain", FAIL, failure=other_line, findings=[other_line, hinted])}
     results.name_by_transform(stages)
     assert [f.context.get("cause") for f in stages["explain"].findings] == [None, "hints"]
+
+
+@pytest.mark.parametrize("in_fn", [True, False])
+def test_a_constant_args_c_call_is_not_offered_tracecheck_fix(in_fn, tmp_path):
+    """pywt's Modes.from_object('zero'): the fix is to keep a constant, not a custom op; `tracecheck fix` (which
+    generates custom ops) declines it, so `next:` must not offer it (it did, with -o/--diff)."""
+    model = tmp_path / "model.py"
+    model.write_text("import ext\n\ndef f(x):\n    return x * ext.mode('zero')\n")
+    frame = {"file": str(model), "line": 4, "code": "return x * ext.mode('zero')"}
+    ctx = {"builtin": "ext.mode", "in_autograd_function": in_fn}
+    constant = Finding("pybind-builtin", "c", {**ctx, "cause": "constant_args", "args": "'zero'"}, {"user_frame": frame})
+    assert not terminal._generated(constant, str(model))
+    assert not taxonomy.needs_registration_fix(constant, str(model))
+    assert not taxonomy.rewrites_model_code(constant, str(model))
+    # the same call on a tensor is the custom-op case tracecheck fix answers
+    assert terminal._generated(Finding("pybind-builtin", "c", ctx, {"user_frame": frame}), str(model))

@@ -306,7 +306,7 @@ def _generated(f: Finding, probe_file: str) -> bool:
     if f.kind == K.FAKE_MISMATCH and f.context.get("cause") == "aot_outputs":
         return False  # a fake that returns values, not metadata: regenerating shapes does not answer it
     if f.kind in MODEL_CODE_KINDS or f.kind == K.PYBIND_BUILTIN:
-        return rewrites_model_code(f, probe_file) or bool(f.context.get("in_autograd_function"))
+        return rewrites_model_code(f, probe_file) or needs_registration_fix(f, probe_file)
     return True
 
 
