@@ -38,6 +38,40 @@ def test_baseline_holds_no_timings_and_no_paths():
                     "line": 5}]
 
 
+# The baseline of report_factory.small_report(), written by hand from docs/ci.md ("The baseline file") and the
+# values report_factory sets, never from baseline.from_report's output: ids and break files relative to the probe's
+# file, no timings, no paths, no message text; every stage of the compile target; recompiles only where the
+# compiled_autograd stage recorded them (an empty list: 0); the compiled_autograd counts that stage keeps.
+_CA = {"unique_graphs_without_ca": 3, "unique_graphs_with_ca": 1, "captures": 2, "hooks_captured": 1}
+_PASS = {"status": "pass", "kinds": [], "graph_count": None, "graph_break_count": None, "breaks": [],
+         "recompiles": None, "phases": None, "target": "compile"}
+_PRINT_BREAK = {"kind": "graph-break", "gb_type": "Failed to trace builtin operator", "file": "model.py", "line": 5}
+SMALL_REPORT_BASELINE = {
+    "format": "tracecheck-baseline",
+    "schema_version": 1,
+    "torch": "2.13.0+cpu",
+    "stages": ["eager", "explain", "aot_eager", "fullgraph", "compiled_autograd"],
+    "probes": {
+        "model.py::probe_bad": {"stages": {
+            "eager": _PASS,
+            "explain": {**_PASS, "status": "fail", "kinds": ["graph-break"], "graph_count": 2,
+                        "graph_break_count": 1, "breaks": [_PRINT_BREAK]},
+            "aot_eager": {**_PASS, "status": "fail", "kinds": ["graph-break"], "graph_count": 2,
+                          "graph_break_count": 1, "breaks": [_PRINT_BREAK]},
+            "fullgraph": {**_PASS, "status": "fail", "kinds": ["missing-fake"]},
+            "compiled_autograd": {**_PASS, "recompiles": 0, "compiled_autograd": _CA},
+        }},
+        "model.py::probe_ok": {"stages": {
+            "eager": _PASS,
+            "explain": {**_PASS, "graph_count": 1, "graph_break_count": 0},
+            "aot_eager": {**_PASS, "graph_count": 1, "graph_break_count": 0},
+            "fullgraph": _PASS,
+            "compiled_autograd": {**_PASS, "recompiles": 0, "compiled_autograd": _CA},
+        }},
+    },
+}
+
+
 def test_two_machines_with_different_checkouts_compare_equal():
     a = small_report(root="/ci/runner-1/work/repo")
     b = small_report(root="/home/bob/src/repo")
@@ -46,8 +80,13 @@ def test_two_machines_with_different_checkouts_compare_equal():
         for f in s.findings:
             f.summary = "reworded"
             f.evidence["message"] = "a different torch wording"
-    assert baseline.from_report(a) == baseline.from_report(b)
-    assert compare(a, b).changes == []
+    # each machine's baseline is the hand-written one, so they are equal to each other
+    assert baseline.from_report(a) == SMALL_REPORT_BASELINE
+    assert baseline.from_report(b) == SMALL_REPORT_BASELINE
+    # and either run compared with the hand-written baseline changes nothing
+    for run in (a, b):
+        cmp = baseline.compare_report(copy.deepcopy(SMALL_REPORT_BASELINE), run)
+        assert (cmp.compared_probes, cmp.changes, cmp.regressed) == (2, [], False)
 
 
 def test_a_full_report_reads_as_a_baseline_of_its_own_run():

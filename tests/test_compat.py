@@ -245,13 +245,25 @@ def test_pytree_and_dispatch_mode_reexports():
 
 
 def test_preload_and_inductor_warm_up_run_on_the_installed_torch():
-    from tracecheck import compat
+    from tracecheck.isolate import warmup
 
-    compat.preload_compiler_stack()
+    warmup.preload_compiler_stack()
     import sys
 
-    assert all(name in sys.modules for name in compat.PRELOAD_MODULES)
-    compat.warm_inductor_cpu()  # answers Inductor's per-process questions; must not raise
+    assert all(name in sys.modules for name in warmup.PRELOAD_MODULES)
+    warmup.warm_inductor_cpu()  # answers Inductor's per-process questions; must not raise
+
+
+def test_the_warm_ups_lookups_find_torchs_internals():
+    """The shims tracecheck/isolate/warmup.py reads torch through: on a supported torch each finds what it names (a
+    None from dynamo_first_compile_hooks would turn the fork server's warm-up compile off without a word)."""
+    patcher, eval_frame = compat.dynamo_first_compile_hooks()
+    assert callable(patcher.patch) and callable(eval_frame.install_generation_tagging_init)
+    assert isinstance(compat.structured_trace_module().INTERN_TABLE, dict)
+    codecache, cpu_vec_isa = compat.inductor_cpu_modules()
+    assert callable(codecache.torch_key) and callable(cpu_vec_isa.pick_vec_isa)
+    assert compat.inductor_config().cpp.vec_isa_ok in (None, True, False)
+    assert isinstance(compat.inductor_cache_dir(), str)
 
 
 def _accelerator_build() -> bool:
@@ -262,12 +274,12 @@ _WARM_STATE_SCRIPT = """
 import os, random, sys, torch
 from torch._dynamo.utils import counters
 if sys.argv[1] == "warm":
-    from tracecheck import compat
-    compat.preload_compiler_stack()
+    from tracecheck.isolate import warmup
+    warmup.preload_compiler_stack()
     threads, n = len(os.listdir("/proc/self/task")), torch.get_num_threads()
     interned = dict(torch._logging.structured.INTERN_TABLE)
     rngs = torch.random.get_rng_state(), random.getstate()
-    raised = compat.warm_compile()
+    raised = warmup.warm_compile()
     print("warm-up warnings", raised, "threads left", len(os.listdir("/proc/self/task")) - threads,
           "torch threads kept", torch.get_num_threads() == n,
           "interned kept", dict(torch._logging.structured.INTERN_TABLE) == interned,
@@ -301,9 +313,10 @@ print("stats", dict(counters["stats"]), names)
 
 
 def test_the_fork_servers_warm_up_compile_leaves_a_fresh_processs_state():
-    """compat.warm_compile compiles in the fork server (isolate/preload.py) so stage processes start warm; what a
-    stage reads must be as a fresh process has it. Oracle: the same torch functions, cache sizes, explain, counters
-    and graph-module names in a process that never warmed (plain torch, same script); the RNGs as before."""
+    """warmup.warm_compile (tracecheck/isolate/warmup.py) compiles in the fork server (isolate/preload.py) so stage
+    processes start warm; what a stage reads must be as a fresh process has it. Oracle: the same torch functions,
+    cache sizes, explain, counters and graph-module names in a process that never warmed (plain torch, same script);
+    the RNGs as before."""
 
     def run(mode):
         proc = subprocess.run([sys.executable, "-c", _WARM_STATE_SCRIPT, mode], capture_output=True, text=True,

@@ -163,3 +163,27 @@ def test_rootdir_through_a_symlinked_current_directory(tmp_path, monkeypatch):
     root_b = locate.rootdir(["m.py"])
     assert root_a == root_b == str(tmp_path / "proj")
     assert locate.probe_id(locate.absolute("m.py"), "p", root_b) == "linked/m.py::p"
+
+
+def test_a_file_inside_a_package_imports_with_its_relative_imports(tmp_path, tracecheck):
+    """A model file that is part of a package (``from . import ops``), named directly or by its folder: imported as
+    ``pkg.model``, as pytest and ``python -m`` import it, not as a lone file."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "kernels_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ops.py").write_text("import torch\n\ndef double(x):\n    return x * 2\n")
+    (pkg / "model.py").write_text("import torch\nfrom . import ops\n\n"
+                                  "def probe():\n    return ops.double, (torch.ones(3),)\n")
+    # plain Python, the oracle: the package import works, the lone file's relative import does not
+    ok = subprocess.run([sys.executable, "-c", "import kernels_pkg.model as m; f, a = m.probe(); print(f(*a).sum().item())"],
+                        cwd=tmp_path, capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.strip() == "6.0", ok.stderr
+    alone = subprocess.run([sys.executable, str(pkg / "model.py")], cwd=tmp_path, capture_output=True, text=True)
+    assert "attempted relative import with no known parent package" in alone.stderr
+    for target in (str(pkg / "model.py"), str(pkg)):
+        res = tracecheck("run", target, "--stages", "eager")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert res.probe("probe")["stages"]["eager"]["status"] == "pass"

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tracecheck.fix import c_call
+from tracecheck.fix.tasks import ObserveCallsTask
 from tracecheck.fix.rewrites import Source, c_call_at
 
 MODEL = '''
@@ -95,8 +96,8 @@ def _define(path, probe: str, callee: str) -> tuple[dict, object]:
     site = c_call_at(Source(text), line, callee)
     assert isinstance(site, dict), site
     ask = {k: v for k, v in site.items() if k != "span"}
-    got = c_call.observe_calls({"file": str(path), "probe": probe, "namespace": "tc_test_" + probe,
-                                "sites": [{"line": line, **ask}]})["sites"][0]
+    got = ObserveCallsTask(file=str(path), probe=probe, namespace="tc_test_" + probe,
+                           sites=({"line": line, **ask},)).run()["sites"][0]
     if "definition" not in got:
         return got, None
     from tracecheck.collect import casemaker
@@ -163,8 +164,8 @@ def test_each_site_records_its_own_call(model):
     for line in lines.values():
         site = c_call_at(Source(text), line, "ext.split")
         sites.append({"line": line, **{k: v for k, v in site.items() if k != "span"}})
-    got = c_call.observe_calls({"file": str(model), "probe": "probe_two_sites", "namespace": "tc_test_two",
-                                "sites": sites})["sites"]
+    got = ObserveCallsTask(file=str(model), probe="probe_two_sites", namespace="tc_test_two",
+                           sites=tuple(sites)).run()["sites"]
     assert [g["line"] for g in got] == list(lines.values())
     assert "register_autograd" not in got[0]["definition"] and "def split_op(arg0: torch.Tensor, arg1: float, " \
         "arg2: int)" in got[0]["definition"]

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tracecheck.fix import analysis, autograd_fn, codegen
+from tracecheck.fix.tasks import DirectionalCheckTask
 
 
 class SaveMix(torch.autograd.Function):
@@ -232,8 +233,8 @@ def probe():
 def test_finite_difference_check_tells_a_wrong_backward(tmp_path):
     path = tmp_path / "wrong.py"
     path.write_text(WRONG_BACKWARD.format(factor=2))
-    res = analysis.directional_check({"file": str(path), "probe": "probe"})
+    res = DirectionalCheckTask(file=str(path), probe="probe").run()
     assert res["ok"] is False and abs(res["analytic"] - 2 * res["numeric"]) < 1e-2 * abs(res["numeric"]) + 1e-6
     path2 = tmp_path / "right.py"
     path2.write_text(WRONG_BACKWARD.format(factor=1).replace("tc_test_fd", "tc_test_fd2"))
-    assert analysis.directional_check({"file": str(path2), "probe": "probe"})["ok"] is True
+    assert DirectionalCheckTask(file=str(path2), probe="probe").run()["ok"] is True

@@ -296,8 +296,9 @@ MAY_IMPORT = {
     "torch": {"model"},
     "devices": {"model", "torch", "evidence"},  # the emulated NPU: set up in a task process before the model file imports
     "evidence": {"model", "torch"},
-    "stages": {"evidence", "model", "torch"},
-    "classify": {"evidence", "model"},  # torch's wording (evidence/wording.py), never a capture
+    "stages": {"evidence", "model", "torch", "collect"},  # a stage task builds its cases from the probe file (casemaker)
+    "classify": {"evidence", "model", "stages"},  # torch's wording (evidence/wording.py), never a capture; the stage
+    # registry's run order and targets (classify/settle.py)
     "collect": {"evidence", "model", "torch"},  # an import failure is classified once, in the parent
     "isolate": {"collect", "stages", "evidence", "model", "torch", "devices"},
     "render": {"gate", "stages", "classify", "model", "torch"},  # the stage registry, and a baseline's comparison

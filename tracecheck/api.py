@@ -1,7 +1,6 @@
 """``run``: collect -> run stages in isolation -> classify -> RunReport. The CLI is a thin shell over this."""
 from __future__ import annotations
 
-import copy
 import math
 import os
 import time
@@ -10,14 +9,16 @@ from typing import Any
 
 from . import __version__, environment
 from .isolate import protocol
-from .classify import results
+from .classify import results, settle
 from .gate import shards
 from .collect import locate
 from .model.exitcodes import UsageError
 from .model.report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from .model.reportio import trace_subdir
-from .stages import STAGES, target_of
+from .stages import STAGES, StageOptions, StageTask, target_of
 from .stages import get as get_stage
+from .collect.survey import SurveyTask
+from .model.tasks import DEFAULT_TIMEOUT_S
 from .stages import order as stage_order
 from .isolate.runner import Outcome, Runner, Task, Template
 from .model.targets import DEFAULT_REQUIRE, Gate
@@ -34,17 +35,17 @@ class RunOptions:
     #: only the probe function of exactly this name (``tracecheck fix file.py::name``)
     only: str | None = None
     jobs: int = os.cpu_count() or 1
-    timeout_s: float = 300.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     device: str = "auto"
     command: list[str] = field(default_factory=list)
     #: (K, N): run only every N-th probe after sorting ids, starting at the K-th (1-based); see shards.py.
     shard: tuple[int, int] | None = None
     #: Keep each stage's structured trace (TORCH_TRACE) under ``<trace_dir>/<probe>/<stage>/`` for tlparse.
     trace_dir: str | None = None
-    #: compiled_autograd stage: training steps per run (>= 3 to tell warm-up from steady-state recompiles)
-    steps: int = 3
-    #: compiled_autograd stage: also run with a second input shape (batch dim x10) to show shape recompiles
-    dynamic: bool = False
+    #: compiled_autograd stage: training steps per run (stages.StageOptions.steps)
+    steps: int = StageOptions.steps
+    #: compiled_autograd stage: also run with a second input shape (stages.StageOptions.dynamic)
+    dynamic: bool = StageOptions.dynamic
     #: import each model file afresh in every stage process instead of once per file (isolate/template.py)
     fresh_imports: bool = False
     #: also record torch.utils.collect_env's summary (for --json / --report; runs gcc and pip, ~1 s)
@@ -101,9 +102,9 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     progress.discovered(len(files))
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1), warm_compile=any(get_stage(s).compiles for s in stages)) as runner:
-        env_task = Task(_ENVIRONMENT, {"op": "tracecheck.environment:environment_task", "device": device,
-                                       "collect_env": opts.collect_env, "npu": environment.npu_status(),
-                                       **_emulation(opts)}, opts.timeout_s)
+        env_task = Task(_ENVIRONMENT, environment.EnvironmentTask(
+            device=device, collect_env=opts.collect_env, npu=environment.npu_status(), emulate_npu=opts.emulate_npu),
+            opts.timeout_s)
         probes, templates, custom_ops, env = _discover(runner, files, opts, root, named, progress, env_task)
         if opts.shard:
             keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
@@ -135,7 +136,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
             for stage in stages:
                 p.stages[stage] = StageResult(
                     stage, SKIP, skip_reason="loading the file or calling the probe function failed (see load)")
-        _settle(p, opts.strict)
+        settle.settle(p, opts.strict)
     if env is None:  # the environment task died: record what the parent can
         env = {"environment": environment.collect(device, opts.emulate_npu), "collect_env": None}
     if env.get("collect_env") is not None:
@@ -143,17 +144,6 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     return RunReport(probes=probes, environment=env["environment"], stages=stages,
                      command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2),
                      strict=opts.strict, require=opts.require)
-
-
-def _settle(p: ProbeReport, strict: bool) -> None:
-    """Classify's last word on a probe whose stages have run: crashes and unknowns attributed, run order, targets."""
-    results.attribute_crashes(p.stages)
-    p.stages = _ordered(p.stages)
-    results.attribute_unknowns(p.stages)
-    if strict:
-        results.apply_strict(p.stages)  # the late opcheck and the load findings too
-    for s in p.stages.values():
-        s.target = target_of(s.stage)
 
 
 def _late_opcheck(p: ProbeReport) -> bool:
@@ -185,9 +175,7 @@ class _Verdicts:
                 or not any(p.gate.requires(target_of(s)) for s in p.stages if s != LOAD_STAGE):
             return
         self.said.add(p.id)
-        settled = copy.deepcopy(p)
-        _settle(settled, self.strict)
-        self.progress.verdict(settled, sorted(waiting, key=stage_order))
+        self.progress.verdict(settle.settled_copy(p, self.strict), sorted(waiting, key=stage_order))
 
 
 def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport], progress: Progress,
@@ -196,9 +184,7 @@ def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport
     verdicts.expect(tasks)
     for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key)):
         probe_id, stage = outcome.task.key
-        by_id[probe_id].stages[stage] = result = _stage_result(stage, outcome)
-        if by_id[probe_id].gate.strict:  # --strict: advice fails the stage, and the progress line says so
-            results.apply_strict({stage: result})
+        by_id[probe_id].stages[stage] = _stage_result(stage, outcome)
         progress.finished(probe_id, _as_settled(by_id[probe_id], stage, verdicts))
         verdicts.done(by_id[probe_id], stage)
 
@@ -209,13 +195,10 @@ _PENDING_KINDS = (K.UNKNOWN, K.BACKEND_ERROR)
 
 def _as_settled(p: ProbeReport, stage: str, verdicts: "_Verdicts") -> StageResult:
     """What the live line says of a finished stage: its result as the final report will say it, as far as the stages
-    finished so far tell (attribute_unknowns run on a copy); an ``unknown`` or ``backend-error`` that a stage still
-    running may yet explain is marked ``notes.kind_pending``, so that no live line states a kind the final verdict
-    contradicts."""
-    settled = copy.deepcopy(p)
-    settled.stages = _ordered(settled.stages)
-    results.attribute_unknowns(settled.stages)
-    shown = settled.stages[stage]
+    finished so far tell (``settle.settled_copy``: the report's own rule, --strict included); an ``unknown`` or
+    ``backend-error`` that a stage still running may yet explain is marked ``notes.kind_pending``, so that no live line
+    states a kind the final verdict contradicts."""
+    shown = settle.settled_copy(p, verdicts.strict).stages[stage]
     others = verdicts.waiting.get(p.id, set()) - {stage}
     late = p.id in verdicts.deferred and "opcheck" not in p.stages
     if shown.failure is not None and shown.failure.kind in _PENDING_KINDS and (others or late):
@@ -235,18 +218,12 @@ def _stage_tasks(opts: RunOptions, files: list[str], probes: list[ProbeReport], 
     others; the costliest first within each (a long stage started last would leave a core idle at the end)."""
     gate = Gate(opts.require)
     by_cost = sorted(stages, key=lambda s: (not gate.requires(target_of(s)), -get_stage(s).cost))
-    return [Task((p.id, stage), {"op": "tracecheck.isolate.worker:run_stage", "file": p.file, "probe": p.name,
-                                 "stage": stage, "device": device, "trace_dir": _trace_dir(opts, p, stage),
-                                 "options": _options(opts, stage), **_emulation(opts)}, opts.timeout_s,
+    return [Task((p.id, stage), StageTask(file=p.file, probe=p.name, stage=stage, device=device,
+                                          trace_dir=_trace_dir(opts, p, stage), options=_options(opts, stage),
+                                          emulate_npu=opts.emulate_npu), opts.timeout_s,
                  template=templates.get(p.file))
             for f in files for stage in by_cost for p in probes
             if p.file == f and not _setup_failed(p) and (p.id, stage) not in skip]
-
-
-def _emulation(opts: RunOptions) -> dict[str, Any]:
-    """The task key that makes its process install the emulated NPU before it imports the model file
-    (isolate/worker.child_main): a file may name the device, or register a kernel for it, at import."""
-    return {"emulate_npu": True} if opts.emulate_npu else {}
 
 
 def _trace_dir(opts: RunOptions, p: ProbeReport, stage: str) -> str | None:
@@ -256,10 +233,6 @@ def _trace_dir(opts: RunOptions, p: ProbeReport, stage: str) -> str | None:
 def _setup_failed(p: ProbeReport) -> bool:
     load = p.stages.get(LOAD_STAGE)
     return bool(load and any(f.evidence.get("phase") == "setup" for f in load.findings))
-
-
-def _ordered(stages: dict[str, StageResult]) -> dict[str, StageResult]:
-    return dict(sorted(stages.items(), key=lambda kv: stage_order(kv[0])))
 
 
 #: model files kept imported at once (isolate/template.py), each holding its imports' memory until its stages are done;
@@ -276,9 +249,9 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     """Load each file once (in parallel) and list its probes; unless ``fresh_imports``, each loading process
     stays up as the template its stage processes fork from. ``env_task`` runs beside them."""
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
-    tasks = [Task(f, {"op": "tracecheck.collect.survey:inspect_file", "file": f, "select": opts.select,
-                      "only": [opts.only] if opts.only else named.get(f), "root": root, **_emulation(opts)}, timeout,
-                  serve=not opts.fresh_imports and i < MAX_TEMPLATES) for i, f in enumerate(files)]
+    tasks = [Task(f, SurveyTask(file=f, select=opts.select, root=root, emulate_npu=opts.emulate_npu,
+                                only=(opts.only,) if opts.only else tuple(named[f]) if named.get(f) else None),
+                  timeout, serve=not opts.fresh_imports and i < MAX_TEMPLATES) for i, f in enumerate(files)]
     found: dict[str, list[ProbeReport]] = {}
     empty: list[str] = []  # files with no probe function: helpers beside the model files
     templates: dict[str, Template] = {}
@@ -338,9 +311,9 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     return probes, templates, custom_ops, env
 
 
-def _options(opts: RunOptions, stage: str) -> dict[str, Any]:
-    """The ``RunOptions`` fields the stage declares it reads (``StageSpec.options``)."""
-    return {name: getattr(opts, name) for name in get_stage(stage).options}
+def _options(opts: RunOptions, stage: str) -> StageOptions:
+    """The run's values of the options the stage declares it reads (``StageSpec.options``); defaults for the rest."""
+    return StageOptions(**{name: getattr(opts, name) for name in get_stage(stage).options})
 
 
 def _stage_result(stage: str, outcome: Outcome) -> StageResult:

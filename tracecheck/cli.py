@@ -21,7 +21,8 @@ from .render import annotations, diff, junit, markdown
 from .fix.repro_script import STAGE_CALLS
 from .model.report import FAIL, PASS, ProbeReport, StageResult
 from .model.reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
-from .stages import STAGES
+from .stages import STAGES, StageOptions
+from .model.tasks import DEFAULT_TIMEOUT_S
 from .model.targets import normalized, parse_require
 
 EXIT_CODES_HELP = """\b
@@ -161,7 +162,7 @@ def cli() -> None:
               help="Comma-separated stages to run, from: " + ", ".join(STAGES) + ".")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="cores",
               help="Stage processes run in parallel.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds allowed per (probe, stage) process.")
 @click.option("--device", default="auto", show_default=True,
               help="auto (npu if torch_npu works, else cpu), cpu, cuda or npu.")
@@ -179,7 +180,7 @@ def cli() -> None:
 @click.option("--update-baseline", is_flag=True, help="Rewrite the --baseline file from this run, on purpose.")
 @click.option("--junit-xml", "junit_path", metavar="PATH", help="Write JUnit XML: one testcase per probe x stage.")
 @click.option("--shard", metavar="K/N", help="Run every N-th probe (sorted ids), starting at the K-th (1-based).")
-@click.option("--steps", type=click.IntRange(min=3), default=3, show_default=True,
+@click.option("--steps", type=click.IntRange(min=3), default=StageOptions.steps, show_default=True,
               help="compiled_autograd stage: training steps per run (warm-up is 2).")
 @click.option("--dynamic", is_flag=True,
               help="compiled_autograd stage: add steps with a second input shape (batch dim x10).")
@@ -269,7 +270,7 @@ Exit codes:
 @click.option("--namespace", default="tracecheck_fix", show_default=True, help="Custom-op namespace of the new ops.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="cores",
               help="Stage processes at once.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds per stage process.")
 @click.option("--diff", "diff_path", metavar="PATH", help="Graph breaks in model code: also write the rewrite as a "
               "unified diff against the probe file (git apply / patch -p1).")
@@ -303,7 +304,7 @@ Exit codes:
 @click.option("--stage", type=click.Choice(list(STAGE_CALLS)), help="The stage whose failure to reproduce [default: the "
               "first failing one].")
 @click.option("-o", "--output", default="repro.py", show_default=True, metavar="PATH", help="The script to write.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds for the stage process, and for the script's check run.")
 @click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
 def repro(target, stage, output, timeout_s, verbose):

@@ -15,9 +15,11 @@ import platform
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from .model.exitcodes import UsageError
+from .model.tasks import ProcessTask
 
 
 #: torch_npu's import, run apart: torch imports an installed torch_npu itself (its device-backend entry point), and
@@ -117,11 +119,19 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def environment_task(task: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class EnvironmentTask(ProcessTask):
     """The task that records the environment in a stage-like process (torch already imported there), so the
     CLI process never imports torch: ``collect(device)``, and with ``collect_env`` the collect_env summary."""
-    return {"environment": collect(task["device"], task.get("emulate_npu", False), task.get("npu")),
-            "collect_env": collect_env_summary() if task.get("collect_env") else None}
+
+    device: str
+    collect_env: bool = False
+    #: the run's ``npu_status()`` (it costs a subprocess where torch_npu is installed: asked once, by the parent)
+    npu: dict[str, Any] | None = None
+
+    def run(self) -> dict[str, Any]:
+        return {"environment": collect(self.device, self.emulate_npu, self.npu),
+                "collect_env": collect_env_summary() if self.collect_env else None}
 
 
 #: how a report names the emulated device (devices/emulated_npu.py says what it is)

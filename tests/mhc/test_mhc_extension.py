@@ -55,12 +55,49 @@ def test_pre_sinkhorn_every_output_matches_golden(pre_inputs, dtype, out_flag, l
         assert_close_to_golden(a, b, nominal, f"{name} ({dtype}, outFlag={out_flag})")
 
 
-def test_pybind_function_called_directly_matches_dispatcher_op(pre_inputs, extension):
-    x, phi, alpha, bias = pre_inputs(dtype=torch.bfloat16)
-    direct = extension.mhc_pre_sinkhorn(x, phi, alpha, bias, 4, 20, EPS, EPS, True)
-    via_op = OPS.mhc_pre_sinkhorn(x, phi, alpha, bias, 4, 20, EPS, EPS, True)
-    for a, b in zip(direct, via_op):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+def _spec_pre_sinkhorn_f64(x, phi, alpha, bias, n, iters, hc_eps, norm_eps):
+    """mhc_pre_sinkhorn's 8 outputs from /work/shared/mhc_spec.md §4.3/§4.4, in float64 with plain torch; written
+    here from the spec, independently of probes/mhc (golden.py, the C++ kernel). x: (..., n, C)."""
+    x, phi, alpha, bias = (t.to(torch.float64) for t in (x, phi, alpha, bias))
+    lead, C = x.shape[:-2], x.shape[-1]
+    K = n * C
+    xf = x.reshape(*lead, K)  # §1: x_flat[j*C + c] = x[j, c], stream-major
+    inv_rms = 1.0 / torch.sqrt((xf * xf).sum(-1, keepdim=True) / K + norm_eps)  # step 2: mean, +eps, sqrt, 1/
+    hbn = xf @ phi.T  # step 3: raw, no inv_rms/alpha/bias
+    mix = hbn * inv_rms  # step 4
+    z_pre = mix[..., :n] * alpha[0] + bias[:n]  # step 5
+    z_post = mix[..., n:2 * n] * alpha[1] + bias[n:2 * n]
+    z_res = (mix[..., 2 * n:] * alpha[2] + bias[2 * n:]).reshape(*lead, n, n)  # row-major (j, k)
+    h_pre = torch.sigmoid(z_pre) + hc_eps  # step 6: eps included in the stored h_pre
+    h_post = 2.0 * torch.sigmoid(z_post)  # no eps
+    h_in = (h_pre.unsqueeze(-1) * x).sum(-2)  # step 7: sum_j h_pre[j] * x[j, :]
+    # step 8 / §4.4: slot 0 row softmax (+eps) with the raw denominator stored; then (column, row)... ending on a
+    # column step; every later slot stores the divisor it used, sum + eps
+    e = torch.exp(z_res - z_res.amax(-1, keepdim=True))
+    sums = [e.sum(-1)]
+    norms = [e / sums[0].unsqueeze(-1) + hc_eps]
+    for i in range(iters):
+        if i > 0:  # row step, slot 2i
+            sums.append(norms[-1].sum(-1) + hc_eps)
+            norms.append(norms[-1] / sums[-1].unsqueeze(-1))
+        sums.append(norms[-1].sum(-2) + hc_eps)  # column step, slot 2i+1
+        norms.append(norms[-1] / sums[-1].unsqueeze(-2))
+    h_res = norms[-1].reshape(*lead, n * n)
+    return h_in, h_post, h_res, h_pre, hbn, inv_rms, torch.stack(sums), torch.stack(norms)
+
+
+def test_pybind_function_called_directly_matches_the_spec_formulas(pre_inputs, extension):
+    """The pybind11 function called directly (as the autograd.Function registration does), against a float64 golden
+    written from the spec's formulas in this test (not the op, which calls the same kernel; not mhc.golden)."""
+    n, iters = 4, 20
+    x, phi, alpha, bias = pre_inputs(B=2, S=3, n=n, C=8, dtype=torch.bfloat16)
+    direct = extension.mhc_pre_sinkhorn(x, phi, alpha, bias, n, iters, EPS, EPS, True)
+    expect = _spec_pre_sinkhorn_f64(x, phi, alpha, bias, n, iters, EPS, EPS)
+    assert isinstance(direct, tuple) and len(direct) == 8
+    assert [tuple(t.shape) for t in expect] == [(2, 3, 8), (2, 3, 4), (2, 3, 16), (2, 3, 4), (2, 3, 24), (2, 3, 1),
+                                                (40, 2, 3, 4), (40, 2, 3, 4, 4)]  # spec §4.2, by hand
+    for i, (name, a, b) in enumerate(zip(NAMES, direct, expect)):
+        assert_close_to_golden(a, b, torch.bfloat16 if i == 0 else torch.float32, f"{name} (pybind, bfloat16)")
 
 
 def test_non_default_eps_values_are_used(pre_inputs):

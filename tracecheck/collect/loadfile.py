@@ -34,29 +34,58 @@ def module_name_for(path: str) -> str:
 _LOADED: dict[str, ModuleType] = {}
 
 
+def package_of(path: str) -> tuple[str, str] | None:
+    """``(base folder, dotted name)`` of a file inside a package (its folder has an ``__init__.py``), as pytest's
+    default import mode names it: up through every folder that has one, the base is the first that does not. None
+    for a file outside any package, or when the dotted name is taken by another module (an installed package)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    parts = [os.path.splitext(os.path.basename(path))[0]]
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        parts.insert(0, os.path.basename(folder))
+        folder = os.path.dirname(folder)
+    if len(parts) == 1 or not all(p.isidentifier() for p in parts):
+        return None
+    top = sys.modules.get(parts[0])
+    top_file = getattr(top, "__file__", None) if top is not None else None
+    if top is not None and (not top_file or not os.path.abspath(top_file).startswith(
+            os.path.join(folder, parts[0]) + os.sep)):
+        return None  # the name is another package's in this process
+    return folder, ".".join(parts)
+
+
 def load_module(path: str) -> ModuleType:
-    """Import a model file with its folder on sys.path, once per process. Raises UsageError naming the user's
-    line."""
+    """Import a model file, once per process: inside a package (``package_of``) by its dotted name with the
+    package's base folder on sys.path, so that its relative imports work; else with its folder on sys.path.
+    Raises UsageError naming the user's line."""
     key = os.path.abspath(path)
     if key in _LOADED:
         return _LOADED[key]
-    folder = os.path.dirname(path)
+    package = package_of(path)
+    folder = package[0] if package else os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    name = module_name_for(path)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UsageError(f"{path}: cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        module = importlib.import_module(package[1]) if package else _exec_file(path)
+    except UsageError:
+        raise
     except SyntaxError as e:
         where = f"{e.filename or path}:{e.lineno}" if e.lineno else f"{e.filename or path}"
         raise UsageError(f"{where}: syntax error: {e.msg}: {(e.text or '').strip()}"[:300]) from e
     except BaseException as e:  # an import error, or any exception at module level
         raise UsageError(f"{path}: {_where(e, path)}{type(e).__name__}: {_first_line(e)}"[:500]) from e
     _LOADED[key] = module
+    return module
+
+
+def _exec_file(path: str) -> ModuleType:
+    """A file outside any package, imported under ``module_name_for``'s name."""
+    name = module_name_for(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{path}: cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
     return module
 
 

@@ -10,17 +10,32 @@ from typing import Any, Callable
 from ..model.exitcodes import UsageError
 from ..model.probe import ProbeShapeError, to_case
 from ..model.report import IMPORT_PROBE
+from ..model.tasks import ProcessTask
 from .casemaker import call_probe
 from .loadfile import find_probes, load_module, matches
 from .locate import probe_id
 
 
-def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class SurveyTask(ProcessTask):
+    """The ``discover`` task of one model file (``inspect_file``)."""
+
+    file: str
+    #: ``-k``: matched against probe ids relative to ``root`` (``rootdir``)
+    select: str | None = None
+    #: probe names asked for by ``file.py::name`` (None: every probe)
+    only: tuple[str, ...] | None = None
+    root: str | None = None
+
+    def run(self) -> dict[str, Any]:
+        return inspect_file(self)
+
+
+def inspect_file(task: SurveyTask) -> dict[str, Any]:
     """The ``discover`` task: load one model file; call each selected probe once to check what it returns and
-    what it registers (``opwatch.OpRegistrationWatch``). ``-k`` (``task["select"]``) matches probe ids relative
-    to ``task["root"]`` (``rootdir``). A template process (isolate/template.py) runs the two halves apart:
-    ``load_file`` in itself, ``call_probes`` in a forked child, so no probe's factory runs where stage processes
-    are forked from."""
+    what it registers (``opwatch.OpRegistrationWatch``). A template process (isolate/template.py) runs the two
+    halves apart: ``load_file`` in itself, ``call_probes`` in a forked child, so no probe's factory runs where stage
+    processes are forked from."""
     return call_probes(load_file(task))
 
 
@@ -28,7 +43,7 @@ def inspect_file(task: dict[str, Any]) -> dict[str, Any]:
 class Loaded:
     """A model file imported (``load_file``), its probes not called yet."""
 
-    task: dict[str, Any]
+    task: SurveyTask
     #: the custom ops registered before the file imported
     ops_before: set[str]
     #: sees the registrations of the import; ``call_probes`` watches the probes with it (same schemas)
@@ -38,7 +53,7 @@ class Loaded:
     result: dict[str, Any] | None = None
 
 
-def load_file(task: dict[str, Any]) -> Loaded:
+def load_file(task: SurveyTask) -> Loaded:
     """Import the model file of the ``discover`` task, watching what it registers; call no probe."""
     from ..evidence import exceptions, opwatch
     from ..evidence.oprecorder import registered_custom_ops
@@ -47,7 +62,7 @@ def load_file(task: dict[str, Any]) -> Loaded:
     loaded = Loaded(task, ops_before, opwatch.OpRegistrationWatch())
     with loaded.watch as watch:
         try:
-            loaded.module = load_module(task["file"])
+            loaded.module = load_module(task.file)
         except UsageError as e:
             if e.__cause__ is None:
                 raise
@@ -69,9 +84,9 @@ def call_probes(loaded: Loaded) -> dict[str, Any]:
     if loaded.result is not None:
         return loaded.result
     task, module = loaded.task, loaded.module
-    path, select = task["file"], task.get("select")
-    only = set(task["only"]) if task.get("only") else None  # probe names asked for by ``file.py::name``
-    root = task.get("root") or os.path.dirname(path)
+    path, select = task.file, task.select
+    only = set(task.only) if task.only else None  # probe names asked for by ``file.py::name``
+    root = task.root or os.path.dirname(path)
     file_events = list(loaded.watch.events)  # the import's
     with loaded.watch as watch:
         probes = []

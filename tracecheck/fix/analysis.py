@@ -38,8 +38,8 @@ def record_function_calls(calls: dict[type, tuple]) -> Iterator[None]:
         yield
 
 
-def _case(task: dict[str, Any]):
-    return casemaker.load_case(task["file"], task["probe"])
+def _case(task: "ProbeTask"):
+    return casemaker.load_case(task.file, task.probe)
 
 
 def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
@@ -56,13 +56,13 @@ def dynamo_verdict(cls: type, args: tuple) -> dict[str, Any] | None:
     return None
 
 
-def analyze(task: dict[str, Any]) -> dict[str, Any]:
-    """Plan and render the fix for the kinds the diagnosis found (task["kinds"]); sources come back as text."""
+def analyze(task: "AnalyzeTask") -> dict[str, Any]:
+    """Plan and render the fix for the kinds the diagnosis found (task.kinds); sources come back as text."""
     module, case = _case(task)
-    if task["module_name"] in sys.modules:  # the patched probe would import that module instead of the fix
-        return {"usage_error": f"-o {task['fixed_path']}: the module name {task['module_name']!r} is already "
+    if task.module_name in sys.modules:  # the patched probe would import that module instead of the fix
+        return {"usage_error": f"-o {task.fixed_path}: the module name {task.module_name!r} is already "
                                "taken by a module the probe imports; choose another file name"}
-    kinds = set(task["kinds"])
+    kinds = set(task.kinds)
     calls: dict[type, tuple] = {}
     recorder = OpRecorder()
     with record_function_calls(calls), recorder:
@@ -71,34 +71,34 @@ def analyze(task: dict[str, Any]) -> dict[str, Any]:
     plans = _function_plans(module, calls, found) if K.PYBIND_BUILTIN in kinds else []
     op_plans: list[custom_op.OpPlan] = []
     for op, (args, kwargs) in recorder.calls.items():
-        if op.namespace == task["namespace"]:
+        if op.namespace == task.namespace:
             continue
-        plan = custom_op.analyse_op(op, args, kwargs, kinds, set(task.get("autograd_ops", [])))
+        plan = custom_op.analyse_op(op, args, kwargs, kinds, set(task.autograd_ops))
         if plan is None:
             continue
         op_plans.append(plan)
-        found.append(_op_entry(plan, task["file"]))
+        found.append(_op_entry(plan, task.file))
     out: dict[str, Any] = {"functions": found}
     if not plans and not op_plans:
         return out
     # the ops whose fakes tracecheck wrote: checked again at shapes the probe never used (fix.shape_check)
-    out["shape_ops"] = [f"{task['namespace']}::{p.op_base}_forward" for p in plans] + \
+    out["shape_ops"] = [f"{task.namespace}::{p.op_base}_forward" for p in plans] + \
         [p.qualname for p in op_plans if p.needs_fake and not p.todo]
-    out["fixed_module"] = codegen.fixed_module(plans, op_plans, task["namespace"], task["module_name"], task["target"],
-                                               task["versions"])
+    out["fixed_module"] = codegen.fixed_module(plans, op_plans, task.namespace, task.module_name, task.target,
+                                               task.versions)
     rebinds: list[tuple[str | None, str]] = []
     for p in plans:
-        if os.path.abspath(p.module_file) == os.path.abspath(task["file"]):
+        if os.path.abspath(p.module_file) == os.path.abspath(task.file):
             rebinds.append((None, p.qualname))
         else:
             rebinds.append((p.module, p.qualname))
             rebinds += [(None, n) for n in p.probe_names]  # `from mod import Fn` in the probe file
         rebinds += [b for b in p.other_bindings if b[0] != p.module]
     mutates = {p.qualname: p.observed_mutates for p in op_plans if p.mutates_mismatch and p.defined_at
-               and os.path.abspath(p.defined_at[0]) == os.path.abspath(task["file"])}
-    with open(task["file"], encoding="utf-8") as f:
+               and os.path.abspath(p.defined_at[0]) == os.path.abspath(task.file)}
+    with open(task.file, encoding="utf-8") as f:
         source = f.read()
-    out["patched_probe"] = codegen.patched_probe(source, task["file"], task["patched_path"], task["fixed_path"],
+    out["patched_probe"] = codegen.patched_probe(source, task.file, task.patched_path, task.fixed_path,
                                                  rebinds, mutates)
     return out
 
@@ -198,12 +198,12 @@ def _op_entry(plan: custom_op.OpPlan, probe_file: str) -> dict[str, Any]:
             "check": check, "runs": plan.runs}
 
 
-def eager_dump(task: dict[str, Any]) -> dict[str, Any]:
-    """Run the original probe eagerly (forward + backward) and save outputs and gradients to task["dump"].
-    With ``task["lines_of"]`` (a file), also say which of its lines ran (``lines``): whether the probe's inputs
+def eager_dump(task: "EagerDumpTask") -> dict[str, Any]:
+    """Run the original probe eagerly (forward + backward) and save outputs and gradients to task.dump.
+    With ``task.lines_of`` (a file), also say which of its lines ran (``lines``): whether the probe's inputs
     take a branch a model-code rewrite changes (model_code.py)."""
     _, case = _case(task)
-    watch = os.path.realpath(task["lines_of"]) if task.get("lines_of") else None
+    watch = os.path.realpath(task.lines_of) if task.lines_of else None
     ran_lines: set[int] = set()
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
@@ -223,21 +223,21 @@ def eager_dump(task: dict[str, Any]) -> dict[str, Any]:
             sys.settrace(previous)
     if ran.error:
         return {"error": ran.error}
-    torch.save({"outputs": ran.outputs, "grads": ran.grads, "ran_backward": ran.ran_backward}, task["dump"])
+    torch.save({"outputs": ran.outputs, "grads": ran.grads, "ran_backward": ran.ran_backward}, task.dump)
     return {"lines": sorted(ran_lines)} if watch else {}
 
 
-def eager_compare(task: dict[str, Any]) -> dict[str, Any]:
+def eager_compare(task: "EagerCompareTask") -> dict[str, Any]:
     """Run the patched probe eagerly and compare with the original's dump: mismatches (empty when equal)."""
     _, case = _case(task)
     ran = execution.execute(case.fn, case)
     if ran.error:
         return {"error": ran.error}
-    ref = torch.load(task["dump"], weights_only=False)
+    ref = torch.load(task.dump, weights_only=False)
     return {"mismatches": execution.compare(execution.Execution(ref["outputs"], ref["grads"], None, ref["ran_backward"]), ran)}
 
 
-def directional_check(task: dict[str, Any]) -> dict[str, Any]:
+def directional_check(task: "DirectionalCheckTask") -> dict[str, Any]:
     """Gradients of the patched probe against a central finite difference along a random direction.
 
     The reference when the original probe has no working backward (missing-autograd): ``<grad, v>`` must match

@@ -137,16 +137,16 @@ def _set(owner: Any, attr: str, value: Any) -> None:
         setattr(owner, attr, value)
 
 
-def observe_calls(task: dict[str, Any]) -> dict[str, Any]:
+def observe_calls(task: "ObserveCallsTask") -> dict[str, Any]:
     """For each site (``line``; ``first``/``last``: the call's lines; ``callee``: a dotted name in the module's
     globals; ``params``: one name per argument in call order; ``positional``: how many are positional), the
     custom op's definition, or ``error``: why there is none. One eager run (forward and backward) records them
     all."""
-    module, case = casemaker.load_case(task["file"], task["probe"])
+    module, case = casemaker.load_case(task.file, task.probe)
     errors: dict[int, str] = {}
     by_callee: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for site in task["sites"]:
-        by_callee.setdefault((site.get("file") or task["file"], site["callee"]), []).append(site)
+    for site in task.sites:
+        by_callee.setdefault((site.get("file") or task.file, site["callee"]), []).append(site)
     calls: dict[int, _Call] = {}
     installed: list[tuple[Any, str, Any]] = []
     originals: dict[tuple[str, str], Any] = {}
@@ -155,7 +155,7 @@ def observe_calls(task: dict[str, Any]) -> dict[str, Any]:
         for (where, callee), sites in by_callee.items():
             why = ""
             try:
-                home = module if where == task["file"] else module_of(where)
+                home = module if where == task.file else module_of(where)
                 if home is None:
                     raise LookupError(f"no imported module is {where}")
                 homes[where] = home.__name__
@@ -177,7 +177,7 @@ def observe_calls(task: dict[str, Any]) -> dict[str, Any]:
             _set(owner, attr, original)
     out: list[dict[str, Any]] = []
     taken = set(vars(module))
-    for site in task["sites"]:
+    for site in task.sites:
         line = site["line"]
         if line in errors:
             out.append({"line": line, "error": errors[line]})
@@ -186,10 +186,10 @@ def observe_calls(task: dict[str, Any]) -> dict[str, Any]:
             out.append({"line": line, "error": f"the probe fails eagerly ({run.error['type']})" if failed else
                         "the probe's inputs never call it on this line with these arguments"})
         else:
-            where = site.get("file") or task["file"]
+            where = site.get("file") or task.file
             try:
-                rendered = _render(site, originals[(where, site["callee"])], calls[line], task["namespace"], taken)
-                out.append({"line": line, **rendered, **({"module": homes[where]} if where != task["file"] else {})})
+                rendered = _render(site, originals[(where, site["callee"])], calls[line], task.namespace, taken)
+                out.append({"line": line, **rendered, **({"module": homes[where]} if where != task.file else {})})
             except Unfixable as e:
                 out.append({"line": line, "error": str(e)})
             except Exception as e:  # noqa: BLE001 - the C function refused a rerun: no fix, said why

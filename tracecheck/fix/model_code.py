@@ -30,6 +30,7 @@ from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, rewrites_model_code
 from .rewrites import (REWRITES, Candidate, Edit, Site, Source, apply, branch_at, c_call_at, candidates,
                        new_span, overlap)
 from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
+from .tasks import EagerCompareTask, EagerDumpTask, ObserveCallsTask
 from .verify_shapes import check_shapes
 
 #: the first line of every diff ``fix`` writes: only such a file is ever overwritten by ``--diff``
@@ -106,9 +107,8 @@ def _c_calls(found: list[Site], src: Source, path: str, name: str, namespace: st
     learnt: dict[int, dict[str, Any]] = {}
     if asks:
         try:
-            learnt = {r["line"]: r for r in task({"op": "tracecheck.fix.c_call:observe_calls", "file": path,
-                                                  "probe": name, "namespace": namespace, "sites": asks},
-                                                 "recording the C calls")["sites"]}
+            learnt = {r["line"]: r for r in task(ObserveCallsTask(file=path, probe=name, namespace=namespace,
+                                                                  sites=tuple(asks)), "recording the C calls")["sites"]}
         except UsageError as e:  # the process died (a C function that crashed on a perturbed input): no facts
             learnt = {a["line"]: {"error": f"recording the call failed ({e})"} for a in asks}
     out = []
@@ -354,7 +354,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                    progress: api.Progress | None, task: Any) -> None:
     """Fill ``out`` (a pipeline.FixOutcome): sites, kept rewrites, the diff, the written files and the status.
     ``probe``: the diagnosis (a few stages); the other stages of the compile target run once on the original, so
-    that a candidate is judged stage by stage against the same stages. ``task(payload, what)``: one task in a
+    that a candidate is judged stage by stage against the same stages. ``task(work, what)``: one task (fix/tasks.py) in a
     stage process (pipeline._one)."""
     found, outside = sites(path, probe)
     if not found:  # (a break inside a library called from the probe's file has a site at that call too)
@@ -382,8 +382,8 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
             rest = [s for s in VERIFY_STAGES if s not in probe.stages]
             before = {**probe.stages,
                       **(_run(path, name, rest, opts, progress, "--baseline").probes[0].stages if rest else {})}
-            ref = task({"op": "tracecheck.fix.analysis:eager_dump", "file": path, "probe": name, "dump": dump,
-                        "lines_of": path}, "running the original probe eagerly")
+            ref = task(EagerDumpTask(file=path, probe=name, dump=dump, lines_of=path),
+                       "running the original probe eagerly")
             if "error" in ref:
                 out.status = NO_CODE_FIX
                 out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}): nothing to compare a "
@@ -470,8 +470,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
 
 def _eager_differs(task: Any, copy: str, name: str, dump: str) -> str | None:
     """Why the copy's eager outputs and gradients are not the original's (``dump``), or None when they are."""
-    got = task({"op": "tracecheck.fix.analysis:eager_compare", "file": os.path.abspath(copy), "probe": name,
-                "dump": dump}, "running the patched probe eagerly")
+    got = task(EagerCompareTask(file=os.path.abspath(copy), probe=name, dump=dump), "running the patched probe eagerly")
     if "error" in got:
         return f"the rewritten probe fails eagerly: {got['error']['type']}: {got['error']['message'][:200]}"
     if got.get("mismatches"):

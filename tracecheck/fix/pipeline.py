@@ -16,6 +16,8 @@ from ..stages import STAGES
 from ..model.targets import TARGETS
 from ..model.taxonomy import K, kinds, needs_registration_fix, rewrites_model_code
 from ..isolate.runner import Runner, Task
+from ..model.tasks import DEFAULT_TIMEOUT_S, ProcessTask
+from .tasks import AnalyzeTask, DirectionalCheckTask, EagerCompareTask, EagerDumpTask
 from .model_code import DIFF_MARK
 from .prelude import read_source
 from .model_code import KINDS as MODEL_CODE_KINDS
@@ -40,7 +42,7 @@ class FixOptions:
     patched: str | None = None
     namespace: str = "tracecheck_fix"
     jobs: int = os.cpu_count() or 1
-    timeout_s: float = 300.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     verify: bool = True
     #: model-code rewrites: also write the unified diff against the probe file here
     diff: str | None = None
@@ -128,9 +130,9 @@ def check_output(path: str, option: str, mark: str, module: bool = True, suffix:
                              "it (choose another path, or delete it)")
 
 
-def _one(runner: Runner, payload: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any]:
+def _one(runner: Runner, work: ProcessTask, timeout_s: float, what: str) -> dict[str, Any]:
     """One task in a stage process (user code runs there, never here); see Outcome.checked for the errors."""
-    return next(runner.run([Task(what, payload, timeout_s)])).checked(what + ":")
+    return next(runner.run([Task(what, work, timeout_s)])).checked(what + ":")
 
 
 def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
@@ -161,7 +163,7 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
             and any(f.kind in MODEL_CODE_KINDS or rewrites_model_code(f, path) for f in found):
         with Runner(1) as runner:
             fix_model_code(opts, path, name, patched, probe, out, progress,
-                           lambda payload, what: _one(runner, payload, opts.timeout_s, what))
+                           lambda work, what: _one(runner, work, opts.timeout_s, what))
         return out
     if probe.name == IMPORT_PROBE or not any(k in CODE_FIXES for k in out.kinds):
         out.status = NO_CODE_FIX  # an import failure leaves no probe to analyse: its page says what to do
@@ -188,7 +190,7 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
                                f"stages not run: finish the TODOs in {opts.output}, then: tracecheck run {patched}")
             return out
         _compare_eager(runner, opts, path, probe.name, patched, out)
-        check_shapes(lambda payload, what: _one(runner, payload, opts.timeout_s, what), patched, probe.name,
+        check_shapes(lambda work, what: _one(runner, work, opts.timeout_s, what), patched, probe.name,
                      res.get("shape_ops", []), out)
     _verify(opts, patched, probe.name, out, progress)
     out.status = NOT_VERIFIED if out.reasons else VERIFIED
@@ -222,11 +224,11 @@ def _validate(opts: FixOptions) -> tuple[str, str, str]:
 def _analyse(runner: Runner, opts: FixOptions, path: str, probe: Any, patched: str) -> dict[str, Any]:
     autograd_ops = sorted({f.context["op"] for s in probe.stages.values() for f in s.findings
                            if f.kind == K.MISSING_AUTOGRAD and f.context.get("op")})
-    return _one(runner, {"op": "tracecheck.fix.analysis:analyze", "file": path, "probe": probe.name, "namespace": opts.namespace,
-                         "kinds": probe.verdict.kinds, "autograd_ops": autograd_ops,
-                         "module_name": os.path.splitext(os.path.basename(opts.output))[0],
-                         "target": opts.target, "patched_path": patched, "fixed_path": opts.output,
-                         "versions": {"tracecheck": __version__, "torch": torch_version()}},
+    return _one(runner, AnalyzeTask(file=path, probe=probe.name, namespace=opts.namespace,
+                                    kinds=tuple(probe.verdict.kinds), autograd_ops=tuple(autograd_ops),
+                                    module_name=os.path.splitext(os.path.basename(opts.output))[0],
+                                    target=opts.target, patched_path=patched, fixed_path=opts.output,
+                                    versions={"tracecheck": __version__, "torch": torch_version()}),
                 opts.timeout_s, "analysing the probe")
 
 
@@ -235,11 +237,11 @@ def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patch
     the original has no working backward (missing-autograd). Adds a reason for each disagreement."""
     with tempfile.TemporaryDirectory(prefix="tracecheck-fix-") as tmp:
         dump = os.path.join(tmp, "eager.pt")
-        ref = _one(runner, {"op": "tracecheck.fix.analysis:eager_dump", "file": path, "probe": name, "dump": dump},
+        ref = _one(runner, EagerDumpTask(file=path, probe=name, dump=dump),
                    opts.timeout_s, "running the original probe eagerly")
         if "error" not in ref:
-            got = _one(runner, {"op": "tracecheck.fix.analysis:eager_compare", "file": os.path.abspath(patched), "probe": name,
-                                "dump": dump}, opts.timeout_s, "running the patched probe eagerly")
+            got = _one(runner, EagerCompareTask(file=os.path.abspath(patched), probe=name, dump=dump),
+                       opts.timeout_s, "running the patched probe eagerly")
             out.eager_mismatches = got.get("mismatches", [])
             if "error" in got:
                 out.reasons.append(f"the patched probe fails eagerly: {got['error']['type']}: "
@@ -252,7 +254,7 @@ def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patch
         out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}), so the fix cannot be "
                            "compared with it")
         return
-    fd = _one(runner, {"op": "tracecheck.fix.analysis:directional_check", "file": os.path.abspath(patched), "probe": name},
+    fd = _one(runner, DirectionalCheckTask(file=os.path.abspath(patched), probe=name),
               opts.timeout_s, "checking gradients against finite differences")
     out.gradient_check = fd
     if "error" in fd:

@@ -25,6 +25,7 @@ from ..model.exitcodes import UsageError
 from ..model.report import FAILED, LOAD_STAGE, Finding, is_generated, op_name
 from ..model.reportio import write_text_atomic
 from ..model.taxonomy import K
+from ..model.tasks import DEFAULT_TIMEOUT_S
 from . import repro_script as template
 from .prelude import read_source
 from .pipeline import check_output, split_target, torch_version
@@ -43,7 +44,7 @@ class ReproOptions:
     output: str = "repro.py"
     stage: str | None = None
     jobs: int = 1
-    timeout_s: float = 300.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 #: ``Owner.party``: whose code the evidence blames

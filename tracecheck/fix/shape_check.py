@@ -162,15 +162,15 @@ def _no_grad(v: Any) -> Any:
     return v.detach() if isinstance(v, torch.Tensor) else v
 
 
-def run(task: dict[str, Any]) -> dict[str, Any]:
-    """Task: load the patched probe, record the ops in ``task["ops"]`` in one eager run, check each at new shapes."""
-    _, case = casemaker.load_case(task["file"], task["probe"])
+def run(task: "ShapeCheckTask") -> dict[str, Any]:
+    """Task: load the patched probe, record the ops in ``task.ops`` in one eager run, check each at new shapes."""
+    _, case = casemaker.load_case(task.file, task.probe)
     recorder = OpRecorder()
     with recorder:
         ran = execution.execute(case.fn, case)
     if ran.error and not recorder.calls:
         return {"error": ran.error}
-    wanted = set(task["ops"])
+    wanted = set(task.ops)
     found = []
     for op, (a, k) in recorder.calls.items():
         if op.name() not in wanted:

@@ -7,16 +7,17 @@ import os
 from typing import Any
 
 from ..model.exitcodes import UsageError
+from .tasks import ShapeCheckTask
 
 
 def check_shapes(task: Any, patched: str, name: str, ops: list[str], out: Any) -> None:
     """The generated fakes at shapes the probe never used (fix.shape_check); a wrong shape there is a reason.
-    ``task(payload, what)``: one task in a stage process."""
+    ``task(work, what)``: one task (fix/tasks.py) in a stage process."""
     if not ops:
         return
     try:
-        got = task({"op": "tracecheck.fix.shape_check:run", "file": os.path.abspath(patched), "probe": name,
-                    "ops": ops}, "checking the fakes at other shapes")
+        got = task(ShapeCheckTask(file=os.path.abspath(patched), probe=name, ops=tuple(ops)),
+                   "checking the fakes at other shapes")
     except (UsageError, RuntimeError) as e:  # the process died (a kernel crashing at a new rank) or timed out
         out.reasons.append(f"the check of the fakes at other shapes did not finish ({e})")
         return

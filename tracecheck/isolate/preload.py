@@ -1,18 +1,18 @@
 """Imported once by the fork server, so each stage process starts with torch and the compiler stack loaded.
 
-Imports, answers to questions Inductor asks once per process (compat.warm_inductor_cpu), and one small Inductor
-compile, forward only, on a single thread (compat.warm_compile): no OpenMP pool, compile worker or autograd device
-thread exists before the fork.
+Imports, answers to questions Inductor asks once per process (warmup.warm_inductor_cpu), and one small Inductor
+compile, forward only, on a single thread (warmup.warm_compile): no OpenMP pool, compile worker or autograd device
+thread exists before the fork. The warm-up itself is in isolate/warmup.py.
 """
 import os
 import time
 
-from .. import compat
+from . import warmup
 
 _TASKS = "/proc/self/task"  # Linux: one entry per native thread, Python's and the libraries' alike
 _threads_at_start = len(os.listdir(_TASKS)) if os.path.isdir(_TASKS) else None
 
-compat.preload_compiler_stack()
+warmup.preload_compiler_stack()
 
 from .. import stages  # noqa: E402,F401
 from . import worker  # noqa: E402,F401
@@ -20,13 +20,13 @@ from ..collect import casemaker, loadfile, survey  # noqa: E402,F401
 from ..evidence import exceptions, frames, oprecorder, opwatch, tracelog  # noqa: E402,F401
 from ..stages import _compiled_autograd, _execution  # noqa: E402,F401
 
-compat.warm_inductor_cpu()
+warmup.warm_inductor_cpu()
 
 # "0": each stage process warms itself (the run has no compile stage; A/B timing). Whatever goes wrong leaves
 # stage processes to warm themselves, as without it.
 if os.environ.get(worker.WARM_COMPILE_VAR, "1") != "0":
     try:
-        compat.warm_compile()
+        warmup.warm_compile()
     except Exception:
         pass
 

@@ -20,12 +20,14 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator
 
 from . import protocol, worker
+from ..model.tasks import ProcessTask
 
 
 @dataclass
 class Task:
     key: Any
-    payload: dict[str, Any]
+    #: what the process runs (model/tasks.py: a frozen record whose ``run`` it calls)
+    work: ProcessTask
     timeout_s: float
     #: once its result is written, the process stays up as a template (``Outcome.template``)
     serve: bool = False
@@ -97,7 +99,7 @@ def _context(warm_compile: bool) -> multiprocessing.context.BaseContext:
     # The server is a `python -c` interpreter: the current directory comes first on its sys.path, and Python 3.11
     # ignores the sys_path multiprocessing hands it. A ./tracecheck/ folder (a clone, a checkout) would then stand
     # in for the installed tracecheck in every stage process. PYTHONSAFEPATH keeps the directory off.
-    # The server's preload compiles once (compat.warm_compile), worth it only when a stage compiles; the variable
+    # The server's preload compiles once (warmup.warm_compile), worth it only when a stage compiles; the variable
     # is also the user's (=0: no warm-up, for A/B timing). The server starts once per tracecheck process.
     env = {} if warm_compile or worker.WARM_COMPILE_VAR in os.environ else {worker.WARM_COMPILE_VAR: "0"}
     if "PYTHONSAFEPATH" not in os.environ:
@@ -277,7 +279,7 @@ class Runner:
                 handle.finish(True)
 
     def _start(self, task: Task, result_path: str, log_path: str) -> Any:
-        args = (task.payload, result_path, log_path, self.threads)
+        args = (task.work, result_path, log_path, self.threads)
         if task.template is not None:
             pid = task.template.fork(args)
             if pid is not None:

@@ -25,16 +25,19 @@ import os
 import signal
 import sys
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import environment
 from . import protocol, worker
+
+if TYPE_CHECKING:
+    from ..collect.survey import SurveyTask
 
 #: how often the template looks for stage processes that ended (the runner learns of an exit this late at most)
 POLL_S = 0.02
 
 
-def serve(task: dict[str, Any], result_path: str, log_path: str, threads: int, conn: Connection) -> None:
+def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, conn: Connection) -> None:
     """Run the discovery ``task`` like any task process, its probes in a forked child (no probe's code runs in
     this process), then fork the file's stage processes on request.
 

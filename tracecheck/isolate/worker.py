@@ -1,4 +1,5 @@
-"""What runs inside one isolated process: the function a task names (``task["op"]``), e.g. one (probe, stage).
+"""What runs inside one isolated process: a task's ``run()`` (model/tasks.py: a ``stages.StageTask`` for one
+(probe, stage), a ``collect.survey.SurveyTask``, a ``fix.tasks`` record, ...).
 
 The parent (runner.py) starts ``child_main`` in a fresh process per task; the child writes one JSON
 ``protocol`` message and exits. Probe code may print, segfault, hang or call ``sys.exit``: its stdout/stderr go to a log file
@@ -7,7 +8,6 @@ the parent tails, and a missing result file is how the parent learns the child d
 from __future__ import annotations
 
 import faulthandler
-import importlib
 import json
 import os
 import sys
@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from . import protocol
 from ..model.exitcodes import InternalError, UsageError
+from ..model.tasks import ProcessTask
 
 #: the variables tracecheck (runner._context), not the user, set in the fork server's environment, comma-separated:
 #: stage processes drop them and this one, so a probe's own subprocesses see the user's environment
@@ -28,14 +29,14 @@ WARM_COMPILE_VAR = "TRACECHECK_WARM_COMPILE"
 MAX_FILE_BYTES = 1 << 30
 
 
-def child_main(task: dict[str, Any], result_path: str, log_path: str, threads: int) -> protocol.Message:
-    """Entry point of a task process: run ``task["op"]`` and write its ``protocol`` message to
+def child_main(task: ProcessTask, result_path: str, log_path: str, threads: int) -> protocol.Message:
+    """Entry point of a task process: run ``task.run()`` and write its ``protocol`` message to
     ``result_path`` (JSON), unless the process dies first. Returns the message."""
     enter(log_path)
 
     def run() -> dict[str, Any]:
         set_up(task, threads)
-        return task_function(task["op"])(task)
+        return task.run()
 
     message = perform(run)
     write_message(message, result_path)
@@ -56,7 +57,7 @@ def enter(log_path: str) -> None:
     _limit_file_size()
 
 
-def set_up(task: dict[str, Any], threads: int) -> None:
+def set_up(task: ProcessTask, threads: int) -> None:
     """What a task process sets once, before the model file imports (call it inside ``perform``: a failed
     set-up is a UsageError). A process forked after it (template.py) inherits it."""
     import torch
@@ -65,15 +66,15 @@ def set_up(task: dict[str, Any], threads: int) -> None:
     from .. import compat
 
     compat.set_single_compile_thread()
-    if task.get("emulate_npu"):  # before the model file imports: it may name the device or register for it
+    if task.emulate_npu:  # before the model file imports: it may name the device or register for it
         from ..devices import emulated_npu
 
         try:
             emulated_npu.install()
         except Exception as e:  # no C++ compiler, or PrivateUse1 taken: the set-up failed, not the probe
             raise UsageError(f"--emulate-npu: {type(e).__name__}: {e}".splitlines()[0]) from e
-    if task.get("trace_dir"):
-        compat.keep_structured_trace(task["trace_dir"])  # this process's TORCH_TRACE, for tlparse
+    if task.trace_dir:
+        compat.keep_structured_trace(task.trace_dir)  # this process's TORCH_TRACE, for tlparse
 
 
 def perform(run: Callable[[], dict[str, Any]]) -> protocol.Message:
@@ -103,16 +104,6 @@ def write_message(message: protocol.Message, result_path: str) -> None:
     sys.stderr.flush()
 
 
-def task_function(op: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """The function a task names, ``"package.module:function"`` (e.g. ``tracecheck.isolate.worker:run_stage``,
-    ``tracecheck.fix.analysis:analyze``): imported here, in the task process, so the parent never imports
-    what its tasks run, and a new kind of task registers nothing here."""
-    module, _, name = op.partition(":")
-    if not module.startswith("tracecheck.") or not name:
-        raise ValueError(f"not a tracecheck task: {op!r}")
-    return getattr(importlib.import_module(module), name)
-
-
 def _limit_file_size() -> None:
     """Past MAX_FILE_BYTES a write fails with EFBIG (an error in the probe) instead of growing the file."""
     import resource
@@ -129,23 +120,3 @@ def _redirect_output(log_path: str) -> None:
     os.close(fd)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
-
-
-def run_stage(task: dict[str, Any]) -> dict[str, Any]:
-    """One (probe, stage): the stage's ``run`` from the registry, on cases built by ``collect.casemaker``."""
-    from .. import stages
-    from ..collect import casemaker
-
-    from ..evidence import exceptions
-
-    spec = stages.get(task["stage"])
-    make_case = casemaker.case_factory(task["file"], task["probe"], task.get("device", "cpu"))
-    options = {k: v for k, v in (task.get("options") or {}).items() if k in spec.options}
-    from ..model.records import StageRecord
-
-    try:
-        raw = spec.run(stages.StageContext(make_case, task.get("device", "cpu"), options))
-    except casemaker.ProbeCallError as e:  # the probe function failed when the stage called it again
-        return {"error": exceptions.error_record(e.__cause__ or e, "setup")}
-    StageRecord.from_raw(raw)  # a key no field reads is tracecheck's bug: this stage's internal error, here
-    return raw

@@ -42,6 +42,7 @@ from ..evidence import exceptions, tracelog
 from ..model.payloads import CompiledAutogradCounts, StageNotes
 from ..model.probe import Case
 from ._execution import Execution, compare, draws_from_numpy, execute, grad_targets, needs_grad, phases, references, with_causes
+from ._spec import StageOptions
 
 #: Steps that may recompile without a finding: the first capture, and the one when ``.grad`` becomes defined.
 WARMUP_STEPS = 2
@@ -157,7 +158,8 @@ def _run(fn: Callable[..., Any], cases: list[Case], schedule: list[int],
 BACKENDS = ("aot_eager", "inductor")
 
 
-def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = 3, dynamic: bool = False,
+def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = StageOptions.steps,
+                            dynamic: bool = StageOptions.dynamic,
                             backends: tuple[str, str] = BACKENDS) -> dict[str, Any]:
     """Measure one probe with and without compiled autograd (see the module docstring). Never raises:
     an exception outside the measured steps (turning compiled autograd on or off, the counters) becomes

@@ -13,18 +13,29 @@ from ..model.targets import COMPILE, TARGETS
 LOWER_IS_BETTER, NEUTRAL = "lower-is-better", "neutral"
 
 
+@dataclass(frozen=True)
+class StageOptions:
+    """The options a stage may read (``StageSpec.options`` names which), with their defaults: the one place they are
+    written (``api.RunOptions`` and the CLI take theirs from here)."""
+
+    #: compiled_autograd: training steps per run (>= 3 to tell warm-up from steady-state recompiles)
+    steps: int = 3
+    #: compiled_autograd: also run with a second input shape (batch dim x10) to show shape recompiles
+    dynamic: bool = False
+
+
 @dataclass
 class StageContext:
     """Given to ``StageSpec.run`` inside the stage process.
 
     ``make_case()`` builds a fresh, seeded ``Case`` on ``device`` (the probe function is called again, so a
-    stateful probe starts from the same state in every run); ``options`` holds the values of the options the
-    stage declared (``StageSpec.options``), e.g. ``{"steps": 3, "dynamic": False}``.
+    stateful probe starts from the same state in every run); ``options``: the run's values of the options the
+    stage declared (``StageSpec.options``), the defaults for the others.
     """
 
     make_case: Callable[[], Any]
     device: str = "cpu"
-    options: dict[str, Any] = field(default_factory=dict)
+    options: StageOptions = field(default_factory=StageOptions)
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,7 @@ class StageSpec:
     ``heading``: a short column heading for narrow terminals (default: ``name``). ``target``: what the stage
     checks readiness for (``targets.TARGETS``); its failures gate a run only when that target is required.
     ``repro``: how a standalone reproducer runs the stage with plain torch. ``compiles``: the stage calls Dynamo,
-    AOTAutograd or Inductor, so the fork server's warm-up compile (``compat.warm_compile``) saves it time.
+    AOTAutograd or Inductor, so the fork server's warm-up compile (``isolate.warmup.warm_compile``) saves it time.
     """
 
     name: str

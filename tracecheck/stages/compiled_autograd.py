@@ -10,8 +10,8 @@ from ._spec import LOWER_IS_BETTER, NEUTRAL, StageContext, StageSpec
 def run(ctx: StageContext) -> dict[str, Any]:
     from ._compiled_autograd import stage_compiled_autograd
 
-    return stage_compiled_autograd(ctx.make_case, steps=int(ctx.options.get("steps", 3)),
-                                   dynamic=bool(ctx.options.get("dynamic", False)))
+    return stage_compiled_autograd(ctx.make_case, steps=ctx.options.steps,
+                                   dynamic=ctx.options.dynamic)
 
 
 SPEC = StageSpec(

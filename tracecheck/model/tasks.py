@@ -1,0 +1,30 @@
+"""What crosses to a task process: one frozen record per kind of task, its fields the task's inputs.
+
+The parent builds a task (``api.run`` a ``stages.StageTask`` per (probe, stage), a ``collect.survey.SurveyTask`` per
+model file, ``environment.EnvironmentTask``, ``fix.tasks``' records for ``tracecheck fix``); the runner pickles it to a
+forked process (isolate/runner.py), where ``isolate.worker.child_main`` sets the process up from the fields below and
+calls ``task.run()``. Each kind's ``run`` imports the code it runs there, so the parent never imports torch for it, and
+go-to-definition leads from the record to that code. Pure: no torch import.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: seconds one task process may run (``--timeout``'s default: a cold C++ extension build takes ~30 s, the slowest
+#: stage on a large model ~250 s on a loaded 2-core machine)
+DEFAULT_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessTask:
+    """Fields every task process reads before it runs (``isolate.worker.set_up``)."""
+
+    #: install the emulated NPU before the model file imports (devices/emulated_npu.py)
+    emulate_npu: bool = False
+    #: keep this process's structured trace (TORCH_TRACE) here, for tlparse
+    trace_dir: str | None = None
+
+    def run(self) -> dict[str, Any]:
+        """The task's work, in the task process; returns plain data (it goes back as JSON)."""
+        raise NotImplementedError(type(self).__name__)

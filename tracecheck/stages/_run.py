@@ -1,0 +1,41 @@
+"""One (probe, stage) in its stage process: the ``StageTask`` that crosses to it, and what it runs there."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model.tasks import ProcessTask
+from ._spec import StageContext, StageOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageTask(ProcessTask):
+    """One (probe, stage) in its own process (``api.run`` makes one per pair): ``run`` calls ``run_stage`` there."""
+
+    file: str
+    probe: str
+    stage: str
+    device: str = "cpu"
+    options: StageOptions = field(default_factory=StageOptions)
+
+    def run(self) -> dict[str, Any]:
+        return run_stage(self)
+
+
+def run_stage(task: StageTask) -> dict[str, Any]:
+    """The stage's ``run`` (its module's ``SPEC``), on cases built by ``collect.casemaker``; the fields of its
+    ``model.records.StageRecord``."""
+    from ..collect import casemaker
+    from ..evidence import exceptions
+    from ..model.records import StageRecord
+
+    # the stage's own module, as the registry (stages/__init__.py) found it: no import of the registry from here
+    spec = importlib.import_module(f"{__package__}.{task.stage}").SPEC
+    make_case = casemaker.case_factory(task.file, task.probe, task.device)
+    try:
+        raw = spec.run(StageContext(make_case, task.device, task.options))
+    except casemaker.ProbeCallError as e:  # the probe function failed when the stage called it again
+        return {"error": exceptions.error_record(e.__cause__ or e, "setup")}
+    StageRecord.from_raw(raw)  # a key no field reads is tracecheck's bug: this stage's internal error, here
+    return raw
