@@ -375,3 +375,54 @@ def test_a_stage_payload_is_read_through_its_type():
     readers = [f"{p.relative_to(PKG)}:{n}" for p in PKG.rglob("*.py")
                if p.relative_to(PKG).parts[0] not in ("stages", "model") for n in _extra_reads(p.read_text())]
     assert readers == []
+
+
+# --- typed evidence (issue 39): renderers read fields; no new untyped dict field in model/ ------------------------
+#: the dict[str, Any] fields of model/'s dataclasses today, each a debt to pay with a typed record (as
+#: model/evidence.Evidence pays Finding.evidence's for every renderer): a new one fails the test below
+UNTYPED_MODEL_FIELDS = {
+    "payloads.CompiledAutogradCounts.recompiles", "payloads.CompiledAutogradCounts.hooks",
+    "payloads.CompiledAutogradCounts.shapes", "payloads.CompiledAutogradCounts.other_backend",
+    "payloads.DynamicRun.recompiles", "payloads.DynamicRun.specializations", "probe.Case.kwargs",
+    "records.StageRecord.error", "records.StageRecord.breaks", "records.StageRecord.mismatches",
+    "records.StageRecord.extra", "records.StageRecord.opcheck", "records.StageRecord.gradcheck",
+    "records.StageRecord.fake_checks", "records.StageRecord.dynamic_specializations", "records.StageRecord.draft_export",
+    "records.StageRecord.transform_errors", "records.StageRecord.fallback_ops", "records.StageRecord.opaque_ops",
+    "records.StageRecord.steady_state_recompiles", "report.Finding.context", "report.Finding.evidence",
+    "report.GraphBreak.context", "report.StageResult.extra", "report.RunReport.environment",
+}
+
+
+def untyped_model_fields(root: Path = PKG / "model") -> set[str]:
+    found = set()
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                found |= {f"{path.stem}.{node.name}.{st.target.id}" for st in node.body
+                          if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                          and "dict[str, Any]" in ast.unparse(st.annotation)}
+    return found
+
+
+def test_no_new_untyped_dict_field_in_model():
+    assert untyped_model_fields() - UNTYPED_MODEL_FIELDS == set(), "type it (a dataclass), as model/evidence.py does"
+
+
+def test_the_untyped_field_finder_finds_one(tmp_path):
+    (tmp_path / "m.py").write_text("from typing import Any\nclass R:\n    a: dict[str, Any]\n    b: dict[str, str]\n")
+    assert untyped_model_fields(tmp_path) == {"m.R.a"}
+
+
+#: a finding's evidence read by key: ``f.evidence.get("message")``, ``ev["gb_type"]``
+_EVIDENCE_BY_KEY = re.compile(r"""\b(?:evidence|ev)(?:\.get\(|\[)\s*["']""")
+
+
+def test_renderers_read_a_findings_evidence_as_fields():
+    readers = [f"{p.relative_to(PKG)}:{n}: {line.strip()}" for p in sorted((PKG / "render").rglob("*.py"))
+               for n, line in enumerate(p.read_text().splitlines(), 1) if _EVIDENCE_BY_KEY.search(line)]
+    assert readers == [], "read Finding.ev (model/evidence.Evidence), not the evidence dict's keys"
+
+
+def test_the_evidence_key_reader_finder_finds_one():
+    assert _EVIDENCE_BY_KEY.search('x = f.evidence.get("message")') and _EVIDENCE_BY_KEY.search("ev['gb_type']")
+    assert not _EVIDENCE_BY_KEY.search("ev.gb_type") and not _EVIDENCE_BY_KEY.search("f.ev.headline()")

@@ -13,6 +13,8 @@ from typing import Any
 from . import taxonomy
 from .taxonomy import K
 from .records import Frame
+# a message's first line and an error's headline: the evidence's own spelling, used everywhere through this module
+from .evidence import Evidence, first_line, headline, says_nothing  # noqa: F401 - re-exported
 from .payloads import CompiledAutogradCounts, StageNotes
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 
@@ -58,6 +60,11 @@ class Finding:
     def user_frame(self) -> Frame | None:
         """The line the finding points at (``evidence["user_frame"]``), None where nothing placed it."""
         return Frame.from_dict(self.evidence.get("user_frame"))
+
+    @property
+    def ev(self) -> Evidence:
+        """The evidence read as typed fields (model/evidence.py): what renderers read."""
+        return Evidence.of(self.evidence)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
@@ -354,38 +361,6 @@ def device_text(environment: dict[str, Any]) -> str:
     """The device a run used, as every report names it: an emulated one says so (never taken for the real one)."""
     device = str(environment.get("device", "?"))
     return f"{device}: {environment['device_label']}" if environment.get("emulated") else device
-
-
-def first_line(text: Any) -> str:
-    """The first line of a message that says something: past BackendCompilerFailed's ``backend='...' raised:``
-    and Dynamo's ``Encountered graph break when attempting to trace ...`` headers."""
-    lines = [ln.strip() for ln in str(text or "").splitlines() if ln.strip()]
-    return next((ln for ln in lines if not _GENERIC_FIRST.match(ln)), lines[0] if lines else "")
-
-
-_GENERIC_FIRST = re.compile(r"^(Encountered graph break when attempting to trace|backend=\S+ raised:)")
-
-
-def says_nothing(text: Any) -> bool:
-    """A message whose every line is a wrapper's header (``backend='aot_eager' raised:``) or that is empty."""
-    line = first_line(text)
-    return not line or bool(_GENERIC_FIRST.match(line))
-
-
-def headline(error: Any, limit: int = 200) -> str:
-    """``Type: first line`` of an error record (a dict with ``type`` and ``message``, evidence/exceptions.error_record)
-    or of an exception: the type's short name and the message's first line that says something (``first_line``),
-    cut at ``limit``. The one spelling of a run's failure in a skip reason, a note or a finding's evidence."""
-    if isinstance(error, BaseException):
-        kind = type(error).__name__
-        try:
-            message: Any = str(error)
-        except Exception:  # the probe's exception class may break __str__
-            message = ""
-    else:
-        kind, message = str(error.get("type") or "error"), error.get("message")
-    text = f"{kind.rsplit('.', 1)[-1]}: {first_line(message)}".rstrip(": ")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def later_step(step: int, error: dict[str, Any] | None = None, after: str | None = None) -> str:

@@ -17,54 +17,57 @@ def numeric_lines(f: Finding, where: str = "") -> list[str]:
     """What a ``numeric-mismatch`` finding measured: the worst tensor against the float64 reference, how
     many tensors disagreed, and the ops that ran; what an ``opaque-op`` finding counted (plain text, one fact per
     line). ``where``: the probe the numbers are from, when the finding stands for several."""
+    ev = f.ev
     if f.kind == K.OPAQUE_OP:
         ctx = f.context
-        graphs = len(f.evidence.get("graphs") or []) or "?"
+        graphs = len(ev.graphs) or "?"
         return [f"{where}{ctx.get('calls', '?')} extern call(s) of {ctx.get('op', 'the op')} in {graphs} compiled "
                 f"graph(s); Inductor generated {ctx.get('kernels', '?')} kernel(s) for the rest"]
     if f.kind != K.NUMERIC_MISMATCH:
         return []
-    ev = f.evidence
-    worst = ev.get("worst") or {}
-    lines = [f"{ev.get('disagreeing', '?')} of {ev.get('compared', '?')} {f.context.get('what', 'tensors')} "
-             f"disagree; worst: {worst.get('what', '?')}"
-             + (f" {worst.get('dtype')} {tuple(worst['shape'])}" if worst.get("shape") is not None else "")]
-    if worst.get("rmse_compiled_vs_fp64") is not None:
-        ratio = worst.get("error_ratio")
-        # the vmap stage compares torch.func's result, not a compiled one, with eager
-        got = f"torch.func.{f.context['transform']}" if f.context.get("transform") else "compiled"
-        lines.append(f"RMSE against the {worst.get('reference_dtype') or 'float64'} reference: {got} "
-                     f"{_num(worst['rmse_compiled_vs_fp64'])}, "
-                     f"eager {_num(worst.get('rmse_eager_vs_fp64'))}"
+    worst = ev.worst
+    # the vmap stage compares torch.func's result, not a compiled one, with eager
+    transform = f.context.get("transform")
+    lines = [f"{_or_q(ev.disagreeing)} of {_or_q(ev.compared)} {f.context.get('what', 'tensors')} "
+             f"disagree; worst: {worst.what or '?'}"
+             + (f" {worst.dtype} {worst.shape}" if worst.shape is not None else "")]
+    if worst.rmse_compiled_vs_fp64 is not None:
+        ratio = worst.error_ratio
+        got = f"torch.func.{transform}" if transform else "compiled"
+        lines.append(f"RMSE against the {worst.reference_dtype or 'float64'} reference: {got} "
+                     f"{_num(worst.rmse_compiled_vs_fp64)}, "
+                     f"eager {_num(worst.rmse_eager_vs_fp64)}"
                      + (f" ({ratio:.1f}x eager's)" if isinstance(ratio, (int, float)) else ""))
-    elif "relative_rmse_vs_eager" in worst:  # half precision with no higher-precision reference: gross errors only
-        lines.append(f"no higher-precision reference: {ev.get('fp64_unavailable')}; judged against eager for a gross "
-                     f"error only: RMSE {_num(worst.get('relative_rmse_vs_eager'))} of eager's RMS (at most "
-                     f"{_num(worst.get('relative_rmse_bound'))}), cosine similarity at least "
-                     f"{_num(worst.get('cos_threshold'))}")
-    elif ev.get("fp64_reference") is False:
-        lines.append(f"no float64 reference: {ev.get('fp64_unavailable')}; judged by allclose at "
-                     f"tol {_num(worst.get('tol'))}")
+    elif worst.gross_error_only:  # half precision with no higher-precision reference: gross errors only
+        lines.append(f"no higher-precision reference: {ev.fp64_unavailable}; judged against eager for a gross "
+                     f"error only: RMSE {_num(worst.relative_rmse_vs_eager)} of eager's RMS (at most "
+                     f"{_num(worst.relative_rmse_bound)}), cosine similarity at least "
+                     f"{_num(worst.cos_threshold)}")
+    elif ev.fp64_reference is False:
+        lines.append(f"no float64 reference: {ev.fp64_unavailable}; judged by allclose at "
+                     f"tol {_num(worst.tol)}")
     facts = []
-    if worst.get("max_abs_diff") is not None:
-        facts.append(f"max abs diff {_num(worst['max_abs_diff'])}")
-    if worst.get("cos_similarity") is not None:
-        facts.append(f"cosine similarity {worst['cos_similarity']:.4f}")
-    if worst.get("failed"):
-        facts.append(f"failed torch._dynamo.utils.same check(s): {', '.join(worst['failed'])}")
-    if worst.get("detail"):
-        detail = str(worst["detail"])
-        facts.append(detail.replace("compiled", f"torch.func.{f.context['transform']}") if f.context.get("transform")
-                     else detail)
+    if worst.max_abs_diff is not None:
+        facts.append(f"max abs diff {_num(worst.max_abs_diff)}")
+    if worst.cos_similarity is not None:
+        facts.append(f"cosine similarity {worst.cos_similarity:.4f}")
+    if worst.failed:
+        facts.append(f"failed torch._dynamo.utils.same check(s): {', '.join(worst.failed)}")
+    if worst.detail:
+        facts.append(worst.detail.replace("compiled", f"torch.func.{transform}") if transform else worst.detail)
     if facts:
         lines.append("; ".join(facts))
-    if ev.get("random_ops"):
-        lines.append(f"random ops ran: {', '.join(ev['random_ops'])} (seeded alike; inductor fallback_random=True)")
-    if ev.get("custom_ops"):
-        lines.append(f"custom ops called: {', '.join(ev['custom_ops'])}")
-    elif "custom_ops" in ev:
+    if ev.random_ops:
+        lines.append(f"random ops ran: {', '.join(ev.random_ops)} (seeded alike; inductor fallback_random=True)")
+    if ev.custom_ops:
+        lines.append(f"custom ops called: {', '.join(ev.custom_ops)}")
+    elif ev.custom_ops is not None:
         lines.append("custom ops called: none")
     return lines
+
+
+def _or_q(x: Any) -> str:
+    return "?" if x is None else str(x)
 
 
 #: frames of installed torch and tracecheck and of the standard library are collapsed in an attachment's

@@ -46,15 +46,15 @@ def _classname(file_part: str) -> str:
 def _evidence_text(s: StageResult) -> str:
     out = []
     for f in s.findings or ([s.failure] if s.failure else []):
-        ev = f.evidence
+        ev = f.ev
         out.append(f"[{f.kind}] {f.summary}")
         frame = f.user_frame
         if frame is not None:
             code = f"  {frame.code}" if frame.code else ""
             out.append(f"  at {frame.location}{code}")
-        if ev.get("gb_type"):
-            out.append(f"  gb_type: {ev['gb_type']} ({ev.get('gb_code') or 'no GB code'})")
-        detail = ev.get("traceback") or ev.get("message") or ev.get("stderr_tail")
+        if ev.gb_type:
+            out.append(f"  gb_type: {ev.gb_type} ({ev.gb_code or 'no GB code'})")
+        detail = ev.detail()
         if detail:
             out.append(str(detail).rstrip())
         out.append("")

@@ -304,7 +304,7 @@ class MarkdownRenderer:
         advice = bool(prefix)
         f = cause.finding
         p, stages = cause.seen[0]
-        ev, ctx = f.evidence, f.context
+        ev, ctx = f.ev, f.context
         kind = kinds().get(f.kind)
         lines = [f"#### {prefix}{index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
         bullets = []
@@ -318,17 +318,17 @@ class MarkdownRenderer:
         else:
             also = f" (also seen at {', '.join(_code(s) for s in stages[1:])})" if len(stages) > 1 else ""
             bullets.append(f"- **{'Stage' if advice else 'First failing stage'}:** {_code(stages[0])}{also}")
-        if ev.get("gb_type"):
-            link = ev.get("doc") or _gb_link(ev.get("gb_code"))
-            code = f"[{ev['gb_code']}]({link})" if ev.get("gb_code") and link else (ev.get("gb_code") or "no GB code")
-            bullets.append(f"- **Graph break:** gb_type {_code(ev['gb_type'])}, {code}")
+        if ev.gb_type:
+            link = ev.doc or _gb_link(ev.gb_code)
+            code = f"[{ev.gb_code}]({link})" if ev.gb_code and link else (ev.gb_code or "no GB code")
+            bullets.append(f"- **Graph break:** gb_type {_code(ev.gb_type)}, {code}")
         frame = f.user_frame
         if frame is not None:
             fn = f" in `{frame.function}`" if frame.function else ""
             bullets.append(f"- **User frame:** {_code(self.scrub(frame.file) + ':' + str(frame.line))}{fn}")
         named = [(label, ctx[key]) for key, label in (("op", "Op"), ("builtin", "Builtin")) if ctx.get(key)]
-        if not named and ev.get("gb_type"):
-            name = named_in_message(str(ev.get("message") or ""))
+        if not named and ev.gb_type:
+            name = named_in_message(ev.message)
             if name:
                 named.append(("Builtin", name))
         for label, value in named:
@@ -337,10 +337,10 @@ class MarkdownRenderer:
             bullets.append(f"- **{label}:** {_code(str(value))}{where}")
         if ctx.get("argument"):
             bullets.append(f"- **Argument:** {_code(str(ctx['argument']))}")
-        if ev.get("exception_type"):
-            chain = [t for t in (ev.get("exception_chain") or []) if t and t != ev["exception_type"]]
+        if ev.exception_type:
+            chain = [t for t in ev.exception_chain if t != ev.exception_type]
             via = f" (wrapping {', '.join(_code(t) for t in chain)})" if chain else ""
-            bullets.append(f"- **Exception:** {_code(ev['exception_type'])}{via}")
+            bullets.append(f"- **Exception:** {_code(ev.exception_type)}{via}")
         generated = view.generated_line(ev)
         if generated:
             bullets.append(f"- **Where:** {_cell(generated)}")
@@ -350,17 +350,17 @@ class MarkdownRenderer:
         lines.append("\n".join(bullets) + "\n\n")
         if frame is not None and frame.code:
             lines.append(f"Source line:\n\n```python\n{self.scrub(frame.code)}\n```\n\n")
-        if f.kind == K.OP_REDEFINED and ev.get("first_schema"):
-            lines.append(f"Schemas:\n\n```text\nfirst:  {ev['first_schema']}\nsecond: {ev['second_schema']}\n```\n\n")
-        message = ev.get("message") or ev.get("cause") or ""
+        if f.kind == K.OP_REDEFINED and ev.first_schema:
+            lines.append(f"Schemas:\n\n```text\nfirst:  {ev.first_schema}\nsecond: {ev.second_schema}\n```\n\n")
+        message = ev.message or ev.cause or ""
         opening = next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "")
-        same = self._message_shown.get((f.kind, ev.get("gb_type"), opening)) if ev.get("gb_type") else None
+        same = self._message_shown.get((f.kind, ev.gb_type, opening)) if ev.gb_type else None
         if message and same:  # Dynamo's template for this gb_type again; only the name differs (bullets above)
             lines.append(f"Message: Dynamo's wording of finding {same} above, for this "
                          f"{'op' if ctx.get('op') else 'call'} (the JSON report has it in full).\n\n")
             message = ""
         elif message:
-            self._message_shown[(f.kind, ev.get("gb_type"), opening)] = index
+            self._message_shown[(f.kind, ev.gb_type, opening)] = index
             trimmed = self.scrub(_trim_message(str(message)))
             lines.append(f"Message (trimmed):\n\n{fence(trimmed)}text\n{trimmed}\n{fence(trimmed)}\n\n")
         numeric = numeric_lines(f, f"in {self.probe_label(p.id)}: " if len(cause.seen) > 1 else "")
@@ -379,21 +379,20 @@ class MarkdownRenderer:
         repro = f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n"
         lines.append(repro)
         # shorter forms for the size limit: the evidence bullets and the fix, then the heading and where
-        headline = self.scrub(view.shown_message(ev) or first_line(ev.get("cause")))[:300]
+        headline = self.scrub(ev.headline() or first_line(ev.cause))[:300]
         short = [lines[0], lines[1], *([f"Message (first line): {_code(headline)}\n\n"] if headline else []),
                  f"**Fix:** {fix_text(f)}\n\n" if kind else "", repro]
         frameless = frame is None and not ctx.get("op")
         where = [self.scrub(frame.location) if frame is not None else "",
                  str(ctx.get("op") or ctx.get("builtin") or ""),
-                 f"{ev.get('exception_type')}: {headline[:160]}" if frameless and ev.get("exception_type") else ""]
+                 f"{ev.exception_type}: {headline[:160]}" if frameless and ev.exception_type else ""]
         seen = (f"{len(cause.seen)} probes" if len(cause.seen) > 1
                 else f"{self.probe_label(p.id)} at {', '.join(stages)}")
         line = (f"{lines[0]}- {''.join(_code(w) + ', ' for w in where if w)}{_cell(seen)}; "
                 "the JSON report has the rest\n\n")
         section = Section(list(lines), droppable=True, is_finding=True, short=short, line=line)
-        tb = ev.get("traceback") or next(filter(None, (_traceback_from_other_stages(q, f) for q, _ in cause.seen)),
-                                         None)
-        tb_key = (f.kind, ev.get("gb_type"))
+        tb = ev.traceback or next(filter(None, (_traceback_from_other_stages(q, f) for q, _ in cause.seen)), None)
+        tb_key = (f.kind, ev.gb_type)
         if tb and tb_key in self._traceback_shown:  # the same kind and gb_type: the same path through torch
             section.parts.append(f"Traceback: the path through torch of finding {self._traceback_shown[tb_key]} "
                                  "above (the JSON report has this one's).\n\n")
@@ -407,7 +406,7 @@ class MarkdownRenderer:
                                          "python-traceback",
                                          "tail"))
             section.parts.append("\n")
-        tail = ev.get("stderr_tail")
+        tail = ev.stderr_tail
         if tail:
             section.parts.append(Details("stderr tail", self.scrub(str(tail).rstrip()), "text", "tail"))
             section.parts.append("\n")
@@ -544,8 +543,8 @@ def _traceback_from_other_stages(p: ProbeReport, f: Finding) -> str | None:
     key = finding_key(f)
     for s in p.stages.values():
         for other in s.findings:
-            if other.evidence.get("traceback") and finding_key(other) == key:
-                return other.evidence["traceback"]
+            if other.ev.traceback and finding_key(other) == key:
+                return other.ev.traceback
     return None
 
 

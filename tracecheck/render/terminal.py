@@ -209,7 +209,7 @@ def _internal_text(stage: str, s: StageResult, verbose: bool) -> Text:
 
 def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, not_required: list[str] = (),
                   gate: Gate = Gate()) -> Text:
-    ev = f.evidence
+    ev = f.ev
     t = Text(f"  [{stage}] ", style="cyan")
     advice = is_advice(f.kind)
     label = " (advice)" if advice else f" ({', '.join(not_required)}: not required)" if not_required else ""
@@ -219,18 +219,18 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
         t.append(f"    gates nothing: the {', '.join(not_required)} target is not required "
                  f"({gate.how_to_require(not_required[0])} gates on it)\n", style="dim")
     bits = []
-    if ev.get("exception_type"):
-        bits.append(f"exception {ev['exception_type']}")
-    if ev.get("gb_type"):
-        bits.append(f"gb_type {ev['gb_type']!r}" + (f" ({ev['gb_code']})" if ev.get("gb_code") else ""))
-    if ev.get("opcheck_test"):
-        bits.append(f"opcheck {ev['opcheck_test']}")
+    if ev.exception_type:
+        bits.append(f"exception {ev.exception_type}")
+    if ev.gb_type:
+        bits.append(f"gb_type {ev.gb_type!r}" + (f" ({ev.gb_code})" if ev.gb_code else ""))
+    if ev.opcheck_test:
+        bits.append(f"opcheck {ev.opcheck_test}")
     if bits:
         t.append("    " + "; ".join(bits) + "\n", style="dim")
     # the root cause's words, past a wrapper's header (BackendCompilerFailed's ``backend='...' raised:``), for every
     # finding an exception made (a data-dependent TypeError from NumPy as much as an unknown)
-    said = view.shown_message(ev)
-    if said and not verbose and (ev.get("exception_type") or f.kind in (K.EAGER_ERROR, K.BACKEND_ERROR, K.UNKNOWN)):
+    said = ev.headline()
+    if said and not verbose and (ev.exception_type or f.kind in (K.EAGER_ERROR, K.BACKEND_ERROR, K.UNKNOWN)):
         t.append(f"    message: {said[:200]}\n", style="dim")
     backends = view.backends_line(ev)
     if backends:
@@ -241,15 +241,15 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
     generated = view.generated_line(ev)
     if generated:
         t.append(f"    {generated}\n", style="dim")
-    if ev.get("doc"):
-        t.append(f"    gb_type doc: {ev['doc']}\n", style="dim")
+    if ev.doc:
+        t.append(f"    gb_type doc: {ev.doc}\n", style="dim")
     for line in numeric_lines(f):
         t.append(f"    {line}\n", style="dim")
     kind = kinds().get(f.kind)
     if kind and show_fix:
         t.append(f"    fix: {fix_text(f)}  ({kind.doc})\n")
     if verbose:
-        detail = ev.get("traceback") or ev.get("message") or ev.get("stderr_tail") or ""
+        detail = ev.detail()
         if detail:
             t.append("    " + detail.strip().replace("\n", "\n    ") + "\n", style="dim")
     return t

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.payloads import CompiledAutogradCounts
-from ..model.records import Frame
-from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult, first_line, headline
+from ..model.evidence import Evidence
+from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
 from ..stages import forward_only
 from ..model.targets import TARGETS, Gate
 from ..model.taxonomy import is_advice
@@ -99,15 +99,14 @@ def ca_backends(rows: list[tuple[ProbeReport, StageResult, dict[str, Any]]]) -> 
     return ", ".join(dict.fromkeys(str(CompiledAutogradCounts.of(s.extra).backend or "aot_eager") for _, s, _ in rows))
 
 
-def backends_line(evidence: dict[str, Any]) -> str | None:
+def backends_line(ev: Evidence) -> str | None:
     """``aot_eager: fails; inductor: passes``: what each backend did with the failing steps, when both ran."""
-    backends = evidence.get("backends")
-    return "; ".join(f"{b}: {v}" for b, v in backends.items()) if isinstance(backends, dict) and backends else None
+    return "; ".join(f"{b}: {v}" for b, v in ev.backends.items()) if ev.backends else None
 
 
-def generated_line(evidence: dict[str, Any]) -> str | None:
+def generated_line(ev: Evidence) -> str | None:
     """Where a finding sits when it is in code torch generated and no user or library frame lies under it."""
-    g = Frame.from_dict(evidence.get("generated_frame"))
+    g = ev.generated_frame
     if g is None:
         return None
     code = f" `{g.code}`" if g.code else ""
@@ -143,16 +142,5 @@ def explain_count_said(count: int) -> str:
 
 
 def shown_message(ev: dict[str, Any]) -> str:
-    """The message a finding shows: the root cause's first line that says something (``evidence.root``,
-    classify.detect.root_cause: down BackendCompilerFailed's ``inner_exception`` and ``raise ... from``), as
-    ``Type: line``; the outermost exception's own first line when it already quotes that line (a richer form: Dynamo's
-    ``call_function aten.div(...): got TypeError('...')``) or when there is no deeper cause. report.first_line skips
-    wrapper headers (``backend='aot_eager' raised:``), so a wrapper's prefix alone is never shown."""
-    outer = first_line(ev.get("message"))
-    root = ev.get("root")
-    if not isinstance(root, dict):
-        return outer
-    line = first_line(root.get("message"))
-    if line and line in outer:
-        return outer
-    return headline(root, 300) if line else outer
+    """The message a finding's evidence dict shows (``Evidence.headline``: the root cause's first line)."""
+    return Evidence.of(ev).headline()
