@@ -187,3 +187,35 @@ def test_a_file_inside_a_package_imports_with_its_relative_imports(tmp_path, tra
         res = tracecheck("run", target, "--stages", "eager")
         assert res.returncode == 0, res.stdout + res.stderr
         assert res.probe("probe")["stages"]["eager"]["status"] == "pass"
+
+
+def test_a_package_file_without_relative_imports_loads_alone_and_a_taken_name_is_refused(tmp_path):
+    """Only a file that needs its package (a relative import) imports through it: a broken ``__init__`` elsewhere in
+    the package does not stop a self-contained file. A package name another copy answers is a clear usage error."""
+    pkg = tmp_path / "tc_pkg_alone"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise ImportError('the package needs a built extension')\n")
+    (pkg / "model.py").write_text("X = 1\n")
+    assert loadfile.package_of(str(pkg / "model.py")) is None
+    assert loadfile.load_module(str(pkg / "model.py")).X == 1
+
+    other = tmp_path / "elsewhere" / "tc_pkg_taken"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    (other / "model.py").write_text("WHO = 'the other copy'\n")
+    mine = tmp_path / "mine" / "tc_pkg_taken"
+    mine.mkdir(parents=True)
+    (mine / "__init__.py").write_text("")
+    (mine / "helper.py").write_text("Y = 2\n")
+    (mine / "model.py").write_text("from .helper import Y\n")
+    import importlib
+    import sys
+    sys.path.insert(0, str(other.parent))
+    try:
+        importlib.import_module("tc_pkg_taken.model")  # the other copy, imported first (a neighbour file, a plugin)
+        with pytest.raises(UsageError, match="another copy of the package was imported first"):
+            loadfile.load_module(str(mine / "model.py"))
+    finally:
+        sys.path.remove(str(other.parent))
+        for name in [m for m in sys.modules if m.startswith("tc_pkg_taken")]:
+            del sys.modules[name]

@@ -46,3 +46,11 @@ def test_a_report_from_before_a_key_existed_reads_with_defaults():
     ev = Finding("unknown", "x", {}, {"message": "boom"}).ev
     assert (ev.exception_type, ev.root, ev.backends, ev.traceback, ev.generated_frame) == (None, None, {}, "", None)
     assert ev.headline() == "boom"
+
+
+def test_odd_report_data_reads_as_missing_never_as_characters():
+    assert Evidence.of("not a dict").what == MEASUREMENT
+    ev = Evidence.of({"exception_chain": "RuntimeError", "random_ops": "aten::rand", "worst": {"failed": "fp64"},
+                      "custom_ops": "ns::op", "message": "x: 0", "root": {"type": "E", "message": "0"}})
+    assert (ev.exception_chain, ev.random_ops, ev.worst.failed, ev.custom_ops) == ((), (), (), None)
+    assert ev.headline() == "E: 0"  # "0" is in "x: 0" only by chance: the root is shown, not taken as quoted

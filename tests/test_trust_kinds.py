@@ -189,7 +189,7 @@ def _shown(f):
 
 def test_the_message_shown_is_the_root_cause_not_the_wrapper_header():
     f = detect.classify_error("aot_eager", backend_failed(BWD_SHAPE_AUTOGRAD))
-    assert view.shown_message(f.evidence).startswith("RuntimeError: Mismatch in shape: grad_output[0]")
+    assert f.ev.headline().startswith("RuntimeError: Mismatch in shape: grad_output[0]")
     lines = [ln.strip() for ln in _shown(f).splitlines()]
     assert any(ln.startswith("message: RuntimeError: Mismatch in shape") for ln in lines), lines
     assert "message: backend='aot_eager' raised:" not in lines
@@ -486,19 +486,18 @@ def test_a_backends_own_error_is_shown_by_its_root_not_the_wrapper():
     exc = _raised(lambda: torch.compile(lambda x: x.sin() + 1, backend=bad_backend)(torch.randn(3)))
     inner = exc.inner_exception  # the oracle: torch's own exception object
     f = _finding_for(exc)
-    assert view.shown_message(f.evidence) == f"{type(inner).__name__}: {str(inner).splitlines()[0]}"
-    assert "backend=" not in view.shown_message(f.evidence)
+    assert f.ev.headline() == f"{type(inner).__name__}: {str(inner).splitlines()[0]}"
+    assert "backend=" not in f.ev.headline()
 
 
-def test_raise_from_shows_the_cause_and_a_handled_context_does_not_replace_the_error():
-    class WrapperError(RuntimeError):
-        pass
+def test_raise_from_out_of_torchs_wrapper_shows_the_cause_and_a_handled_context_does_not_replace_the_error():
+    from torch._dynamo.exc import TorchRuntimeError
 
     def wrapped():
         try:
             raise KeyError("the real reason")
         except KeyError as e:
-            raise WrapperError("Failed running call_function foo") from e
+            raise TorchRuntimeError("Failed running call_function foo") from e  # torch's wrapper, raised from
 
     def handled():
         try:
@@ -506,8 +505,33 @@ def test_raise_from_shows_the_cause_and_a_handled_context_does_not_replace_the_e
         except KeyError:
             raise ValueError("shape [4, 16] does not match [4, 32]")
 
-    assert view.shown_message(_finding_for(_raised(wrapped)).evidence) == "KeyError: 'the real reason'"
-    assert view.shown_message(_finding_for(_raised(handled)).evidence) == "shape [4, 16] does not match [4, 32]"
+    assert _finding_for(_raised(wrapped)).ev.headline() == "KeyError: 'the real reason'"
+    assert _finding_for(_raised(handled)).ev.headline() == "shape [4, 16] does not match [4, 32]"
+
+
+def test_an_exception_that_says_more_than_its_cause_keeps_its_own_words():
+    """Inductor's CppCompileError, raised from the compiler's CalledProcessError (torch/_inductor/cpp_builder.py), and
+    a user's ValueError raised from a KeyError: their own message is the useful one, not the cause's."""
+    import subprocess
+
+    from torch._inductor.exc import CppCompileError
+
+    def compile_failed():
+        try:
+            raise subprocess.CalledProcessError(1, ["g++", "x.cpp"])
+        except subprocess.CalledProcessError as e:
+            raise CppCompileError(["g++", "x.cpp"], "x.cpp:3: error: 'foo' was not declared in this scope") from e
+
+    def users_own():
+        try:
+            {}["rank"]
+        except KeyError as e:
+            raise ValueError("input must be 4-D") from e
+
+    exc = _raised(compile_failed)
+    own_first = next(ln.strip() for ln in str(exc).splitlines() if ln.strip())  # the oracle: torch's own words
+    assert _finding_for(exc, "inductor").ev.headline() == own_first and "CalledProcessError" not in own_first
+    assert _finding_for(_raised(users_own)).ev.headline() == "input must be 4-D"
 
 
 def test_a_graph_break_keeps_dynamos_own_account_of_why():
@@ -521,7 +545,7 @@ def test_a_graph_break_keeps_dynamos_own_account_of_why():
     exc = _raised(lambda: torch.compile(branchy, backend="eager", fullgraph=True)(torch.randn(3)))
     f = _finding_for(exc, "fullgraph")
     plain_first = next(ln.strip() for ln in str(exc).splitlines() if ln.strip())
-    assert view.shown_message(f.evidence) == plain_first
+    assert f.ev.headline() == plain_first
 
 
 # --- "register a backward" only where a gradient flows through the op ---------------------------------------------
@@ -624,8 +648,9 @@ def test_e2e_a_generic_break_gets_the_construct_vmap_names_at_its_line(tracechec
     brk = stages["fullgraph"]["failure"]
     assert brk["kind"] == "graph-break" and brk["context"]["cause"] == "named_by_transform", json.dumps(brk)[:2000]
     assert brk["evidence"]["user_frame"]["code"].startswith("return x * 2 if x.data_ptr()")
-    assert "data pointer" in brk["summary"] and "x.is_contiguous()" in taxonomy.fix_text(Finding(
-        brk["kind"], brk["summary"], brk["context"], brk["evidence"]))
+    fix = taxonomy.fix_text(Finding(brk["kind"], brk["summary"], brk["context"], brk["evidence"]))
+    assert "data pointer" in brk["summary"] and "x.is_contiguous()" in fix
+    assert "vmap" not in fix.split("too", 1)[1] and "batching rule" not in fix  # Dynamo's terms, not torch.func's
 
 
 def test_a_break_elsewhere_or_with_its_own_hints_keeps_its_advice():
@@ -637,6 +662,13 @@ def test_a_break_elsewhere_or_with_its_own_hints_keeps_its_advice():
               "explain": StageResult("explain", FAIL, failure=other_line, findings=[other_line, hinted])}
     results.name_by_transform(stages)
     assert [f.context.get("cause") for f in stages["explain"].findings] == [None, "hints"]
+    # the same line, no cause of its own: named, and the stage's failure is the new finding
+    same = Finding("graph-break", "b", {"gb_type": "Observed exception"}, {"user_frame": frame})
+    stages["fullgraph"] = StageResult("fullgraph", FAIL, failure=same, findings=[same])
+    results.name_by_transform(stages)
+    named = stages["fullgraph"].failure
+    assert named is stages["fullgraph"].findings[0] and named.context["cause"] == "named_by_transform"
+    assert "data pointer" in named.summary and "torch.library.custom_op" in taxonomy.fix_text(named)
 
 
 @pytest.mark.parametrize("in_fn", [True, False])

@@ -110,21 +110,28 @@ def _root(raw: dict[str, Any]) -> dict[str, Any]:
 _DYNAMO_VERDICT = re.compile(r"^\s*Explanation:", re.M)
 
 
+#: torch's wrappers: their own words are a header over the error they wrap (``raise ... from`` it), which is the one
+#: to show. Any other exception raised from another (a user's ValueError from a KeyError, Inductor's CppCompileError
+#: from the compiler's CalledProcessError) says the more useful thing itself.
+_TORCH_WRAPPERS = frozenset({"BackendCompilerFailed", "TorchRuntimeError", "InternalTorchDynamoError", "InductorError"})
+
+
 def root_cause(raw: dict[str, Any]) -> dict[str, str] | None:
-    """``{"type", "message"}`` of the exception the error comes down to, when that is not the outermost one: down the
-    links that say "this is why" (BackendCompilerFailed's ``inner_exception``, ``raise ... from``), past wrappers
-    whose own first line says nothing, stopping at Dynamo's own account of a graph break. A ``__context__`` (raised
-    while another was handled) is followed only from a wrapper with nothing of its own to say: torch sometimes
-    handles one error before raising the one that matters."""
+    """``{"type", "message"}`` of the exception the error comes down to, when that is not the outermost one: down
+    BackendCompilerFailed's ``inner_exception``, down ``raise ... from`` out of torch's own wrappers
+    (``_TORCH_WRAPPERS``), and past any exception whose own first line says nothing; stopping at Dynamo's own
+    account of a graph break. A ``__context__`` (raised while another was handled) is followed only from an
+    exception with nothing of its own to say: torch sometimes handles one error before raising the one that matters."""
     chain = raw.get("chain") or []
     if len(chain) < 2:
         return None
     at = 0
     for i in range(1, len(chain)):
-        here = chain[at]
+        here, via = chain[at], chain[i].get("via")
         if _DYNAMO_VERDICT.search(str(here.get("message", ""))):
             break
-        if chain[i].get("via") == "wrapped" or says_nothing(here.get("message")):
+        wrapper = _short_type(str(here.get("type", ""))) in _TORCH_WRAPPERS
+        if via == "inner" or (via == "cause" and wrapper) or says_nothing(here.get("message")):
             at = i
         else:
             break

@@ -333,7 +333,7 @@ _SAME_OBSTACLE = frozenset({"storage", "item", "control_flow", "dynamic_shape"})
 def name_by_transform(stages: dict[str, StageResult]) -> None:
     """A graph break with only the generic advice (no cause of its own: Dynamo's ``Observed exception`` at
     ``x.data_ptr()``, say) at the line where a torch.func stage's refusal names the construct (a data pointer read, an
-    ``.item()``, a branch on a value: ``_SAME_OBSTACLE``) gets that construct and that finding's fix (cause
+    ``.item()``, a branch on a value: ``_SAME_OBSTACLE``) gets that construct and its fix for Dynamo (cause
     ``named_by_transform``): the same line stops both for the same reason, and the transform's words say which."""
     named = [(s.stage, f) for s in stages.values() for f in s.findings
              if f.kind == K.FUNCTORCH_INCOMPATIBLE and f.context.get("cause") in _SAME_OBSTACLE and _frame(f)]
@@ -347,10 +347,12 @@ def name_by_transform(stages: dict[str, StageResult]) -> None:
             if found is None:
                 continue
             stage, c = found
-            refused = taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause.get(c.context["cause"], "")
+            construct = c.context["cause"]
+            refused = taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause.get(construct, "")
+            # the construct in torch.func's words; the fix in Dynamo's terms (kinds.json, graph-break's construct/*)
             ctx = {**f.context, "cause": "named_by_transform", "named_by": stage,
                    "construct": refused.lstrip(": ").replace("{", "(").replace("}", ")"),
-                   "named_fix": taxonomy.fix_text(c)}
+                   "dynamo_fix": taxonomy.kinds()[K.GRAPH_BREAK].fix_by_cause[f"construct/{construct}"]}
             new = Finding(K.GRAPH_BREAK, taxonomy.summary(K.GRAPH_BREAK, ctx), ctx, f.evidence)
             if s.failure is f:
                 s.failure = new

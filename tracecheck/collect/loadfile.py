@@ -35,9 +35,12 @@ _LOADED: dict[str, ModuleType] = {}
 
 
 def package_of(path: str) -> tuple[str, str] | None:
-    """``(base folder, dotted name)`` of a file inside a package (its folder has an ``__init__.py``), as pytest's
-    default import mode names it: up through every folder that has one, the base is the first that does not. None
-    for a file outside any package, or when the dotted name is taken by another module (an installed package)."""
+    """``(base folder, dotted name)`` of a file inside a package (its folder has an ``__init__.py``) that needs its
+    package (a relative import), as pytest's default import mode names it: up through every folder that has one, the
+    base is the first that does not. None for a file outside any package or without a relative import (it loads
+    alone, as before: its package's ``__init__`` files do not run)."""
+    if not _imports_relatively(path):
+        return None
     folder = os.path.dirname(os.path.abspath(path))
     parts = [os.path.splitext(os.path.basename(path))[0]]
     while os.path.isfile(os.path.join(folder, "__init__.py")):
@@ -45,12 +48,18 @@ def package_of(path: str) -> tuple[str, str] | None:
         folder = os.path.dirname(folder)
     if len(parts) == 1 or not all(p.isidentifier() for p in parts):
         return None
-    top = sys.modules.get(parts[0])
-    top_file = getattr(top, "__file__", None) if top is not None else None
-    if top is not None and (not top_file or not os.path.abspath(top_file).startswith(
-            os.path.join(folder, parts[0]) + os.sep)):
-        return None  # the name is another package's in this process
     return folder, ".".join(parts)
+
+
+def _imports_relatively(path: str) -> bool:
+    import ast
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return False  # the import proper reports it
+    return any(isinstance(n, ast.ImportFrom) and n.level > 0 for n in ast.walk(tree))
 
 
 def load_module(path: str) -> ModuleType:
@@ -65,7 +74,7 @@ def load_module(path: str) -> ModuleType:
     if folder not in sys.path:
         sys.path.insert(0, folder)
     try:
-        module = importlib.import_module(package[1]) if package else _exec_file(path)
+        module = _import_package_module(path, *package) if package else _exec_file(path)
     except UsageError:
         raise
     except SyntaxError as e:
@@ -74,6 +83,18 @@ def load_module(path: str) -> ModuleType:
     except BaseException as e:  # an import error, or any exception at module level
         raise UsageError(f"{path}: {_where(e, path)}{type(e).__name__}: {_first_line(e)}"[:500]) from e
     _LOADED[key] = module
+    return module
+
+
+def _import_package_module(path: str, base: str, dotted: str) -> ModuleType:
+    """``dotted`` imported, checked to be ``path`` itself: a package of the same name imported already (another
+    copy, installed, imported by the model file's neighbours or by a plugin) answers the name with its own file."""
+    module = importlib.import_module(dotted)
+    got = getattr(module, "__file__", None)
+    if not got or not os.path.exists(got) or not os.path.samefile(got, path):
+        raise UsageError(f"{path}: its package imports it as {dotted}, but that name is {got or 'another module'} in "
+                         f"this process (another copy of the package was imported first); give tracecheck the files "
+                         f"of one copy, or rename one package")
     return module
 
 

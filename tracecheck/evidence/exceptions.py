@@ -37,17 +37,22 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _links(exc: BaseException) -> list[tuple[BaseException, str]]:
-    """``_chain`` with how each exception was reached from the one before it: ``raised`` (the first), ``wrapped``
-    (an ``inner_exception`` or ``raise ... from``: the wrapper's own word that this is why) or ``context`` (raised
-    while another was being handled: often the cause, but sometimes an error torch caught and handled first)."""
+    """``_chain`` with how each exception was reached from the one before it: ``raised`` (the first), ``inner``
+    (BackendCompilerFailed's ``inner_exception``: the backend's own error), ``cause`` (``raise ... from``) or
+    ``context`` (raised while another was being handled: often the cause, but sometimes an error torch caught and
+    handled first)."""
     out: list[tuple[BaseException, str]] = []
     cur: BaseException | None = exc
     via = "raised"
     while cur is not None and all(cur is not e for e, _ in out) and len(out) < 8:
         out.append((cur, via))
-        inner = getattr(cur, "inner_exception", None) or cur.__cause__
-        via = "wrapped" if isinstance(inner, BaseException) else "context"
-        cur = inner if isinstance(inner, BaseException) else cur.__context__
+        inner = getattr(cur, "inner_exception", None)
+        if isinstance(inner, BaseException):
+            cur, via = inner, "inner"
+        elif cur.__cause__ is not None:
+            cur, via = cur.__cause__, "cause"
+        else:
+            cur, via = cur.__context__, "context"
     return out
 
 

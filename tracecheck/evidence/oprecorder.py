@@ -38,9 +38,12 @@ class OpRecorder(compat.TorchDispatchMode):
     #: NotImplementedError under the mode), and the ops their branches call are recorded (``_run_hop``)
     supports_higher_order_operators = True
 
-    def __init__(self, record_args: bool = True) -> None:
+    def __init__(self, record_args: bool = True, track_reached: bool = False) -> None:
         super().__init__()
         self.record_args = record_args
+        #: hook grad-on custom-op outputs to learn which a backward reaches (``never_differentiated``); off unless
+        #: asked: a hook is one more thing on the probe's tensors
+        self.track_reached = track_reached
         self.calls: dict[Any, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self.custom_ops: list[str] = []
         self.random_ops: list[str] = []
@@ -63,7 +66,7 @@ class OpRecorder(compat.TorchDispatchMode):
 
     def __enter__(self) -> "OpRecorder":
         # grad mode and requires_grad as the caller sees them: below autograd, where this mode runs, they are not
-        self._above.append(_GradSeen(self.differentiated, self.grad_off, self.reached))
+        self._above.append(_GradSeen(self.differentiated, self.grad_off, self.reached if self.track_reached else None))
         self._above[-1].__enter__()
         return super().__enter__()
 
@@ -79,8 +82,10 @@ class OpRecorder(compat.TorchDispatchMode):
 
     def never_differentiated(self, backward: Callable[[], Any]) -> set[str]:
         """The ops of ``differentiated`` whose outputs no gradient reached when ``backward`` ran (the probe's own
-        backward of the recorded forward's outputs): autograd never runs through them in this probe. Empty when
-        ``backward`` raises (nothing is known then)."""
+        backward of the recorded forward's outputs; ``track_reached`` on): autograd never runs through them in this
+        probe. Empty when ``backward`` raises, the probe's loss included (nothing is known then)."""
+        if not self.track_reached:
+            raise ValueError("never_differentiated needs OpRecorder(track_reached=True)")
         try:
             backward()
         except Exception:
@@ -145,7 +150,7 @@ class _GradSeen(torch.overrides.TorchFunctionMode):
     the op to ``reached`` when a backward computes their gradient (it runs before the op's own backward node, so an
     op whose backward then raises is reached too)."""
 
-    def __init__(self, grad_on: set[str], grad_off: set[str], reached: set[str]) -> None:
+    def __init__(self, grad_on: set[str], grad_off: set[str], reached: set[str] | None) -> None:
         super().__init__()
         self.grad_on, self.grad_off, self.reached = grad_on, grad_off, reached
 
@@ -158,13 +163,14 @@ class _GradSeen(torch.overrides.TorchFunctionMode):
                                              for t in pytree.tree_leaves((args, kwargs)))
         (self.grad_on if on else self.grad_off).add(name)
         out = func(*args, **kwargs)
-        if on:
+        if on and self.reached is not None:
+            reached = self.reached
             for t in pytree.tree_leaves(out):
                 if isinstance(t, torch.Tensor) and t.requires_grad and t.grad_fn is not None:
                     try:
-                        t.register_hook(lambda grad, name=name: self.reached.add(name))
-                    except RuntimeError:  # a tensor that refuses hooks: counted as reached (never exempted)
-                        self.reached.add(name)
+                        t.register_hook(lambda grad, name=name: reached.add(name))
+                    except Exception:  # a tensor (subclass) that refuses hooks: counted as reached (never exempted)
+                        reached.add(name)
         return out
 
 

@@ -89,7 +89,7 @@ class WorstTensor:
                                              "relative_rmse_bound", "cos_threshold", "tol", "max_abs_diff",
                                              "cos_similarity", "detail")},
                    shape=tuple(shape) if isinstance(shape, (list, tuple)) else None,
-                   failed=tuple(d.get("failed") or ()))
+                   failed=tuple(map(str, _seq(d.get("failed")))))
 
     @property
     def gross_error_only(self) -> bool:
@@ -140,15 +140,17 @@ class Evidence:
     graphs: tuple[Any, ...] = ()
 
     @classmethod
-    def of(cls, d: dict[str, Any]) -> "Evidence":
-        """Read a finding's evidence dict (any report version's: a missing key is the field's default)."""
+    def of(cls, d: Any) -> "Evidence":
+        """Read a finding's evidence dict (any report version's: a missing key is the field's default; a value of the
+        wrong shape, from a hand-edited report, reads as missing)."""
+        d = d if isinstance(d, dict) else {}
         root = d.get("root")
         backends = d.get("backends")
         custom = d.get("custom_ops")
         return cls(
             what=_what(d),
             exception_type=d.get("exception_type") or None,
-            exception_chain=tuple(t for t in d.get("exception_chain") or () if t),
+            exception_chain=tuple(str(t) for t in _seq(d.get("exception_chain")) if t),
             message=str(d.get("message") or ""),
             root=RootCause(str(root.get("type") or ""), str(root.get("message") or ""))
             if isinstance(root, dict) else None,
@@ -170,9 +172,9 @@ class Evidence:
             worst=WorstTensor.of(d.get("worst")),
             fp64_reference=d.get("fp64_reference"),
             fp64_unavailable=d.get("fp64_unavailable"),
-            random_ops=tuple(d.get("random_ops") or ()),
-            custom_ops=tuple(custom) if isinstance(custom, (list, tuple)) else None,
-            graphs=tuple(d.get("graphs") or ()),
+            random_ops=tuple(map(str, _seq(d.get("random_ops")))),
+            custom_ops=tuple(map(str, custom)) if isinstance(custom, (list, tuple)) else None,
+            graphs=_seq(d.get("graphs")),
         )
 
     def headline(self) -> str:
@@ -184,13 +186,22 @@ class Evidence:
         if self.root is None:
             return outer
         line = first_line(self.root.message)
-        if line and line in outer:
+        if len(line) >= _QUOTED_MIN and line in outer:  # a short line ("0", "a") is in any text by chance
             return outer
         return headline({"type": self.root.type, "message": self.root.message}, 300) if line else outer
 
     def detail(self) -> str:
         """The longest account there is: the traceback, else the message, else a dead process's stderr."""
         return self.traceback or self.message or self.stderr_tail
+
+
+#: the shortest root line taken as quoted when the outer line contains it
+_QUOTED_MIN = 12
+
+
+def _seq(v: Any) -> tuple[Any, ...]:
+    """A list in the report as a tuple; anything else (a string, a number) as none: never a string's characters."""
+    return tuple(v) if isinstance(v, (list, tuple)) else ()
 
 
 def _what(d: dict[str, Any]) -> str:

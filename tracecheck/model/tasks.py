@@ -18,7 +18,8 @@ DEFAULT_TIMEOUT_S = 300.0
 
 @dataclass(frozen=True, kw_only=True)
 class ProcessTask:
-    """Fields every task process reads before it runs (``isolate.worker.set_up``)."""
+    """Fields every task process reads before it runs (``isolate.worker.set_up``). Frozen so that nothing changes a
+    task between the parent and its process; not hashable where a field is a dict (never needed)."""
 
     #: install the emulated NPU before the model file imports (devices/emulated_npu.py)
     emulate_npu: bool = False

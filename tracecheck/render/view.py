@@ -139,8 +139,3 @@ def explain_count_said(count: int) -> str:
     if count < 0:
         return f"explain() captured no graph (its graph_break_count, graph_count - 1, is {count}: the frame ran eagerly)"
     return f"explain() reported {count} graph break(s)"
-
-
-def shown_message(ev: dict[str, Any]) -> str:
-    """The message a finding's evidence dict shows (``Evidence.headline``: the root cause's first line)."""
-    return Evidence.of(ev).headline()

@@ -110,6 +110,15 @@ def loss_of(case: Case, outputs: Any) -> torch.Tensor | None:
     return sum(t.float().sum() for t in diff) if diff else None
 
 
+def backward_of(case: Case, outputs: Any) -> None:
+    """Run the probe's backward of ``outputs`` (``loss_of``); raises ValueError when there is no differentiable loss,
+    and whatever the probe's loss or the backward raises (callers that only learn from it catch those)."""
+    loss = loss_of(case, outputs)
+    if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+        raise ValueError("no differentiable loss")
+    loss.backward()
+
+
 def seed_all(seed: int = 0) -> None:
     """The same random numbers for every run: torch's generators, Python's ``random`` and NumPy's global
     generator (models such as BigBird's block-sparse attention draw from NumPy)."""

@@ -91,7 +91,7 @@ class _TopLevel(OpRecorder):
     one autograd uses, and the op's own (or its lack of one) never runs."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(track_reached=True)
         self.depth = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -106,10 +106,11 @@ def _is_user_function(cls: type) -> bool:
 
 
 def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                 loss: Callable[[Any], Any] | None = None) -> tuple[list[Call], Any]:
+                 backward: Callable[[Any], None] | None = None) -> tuple[list[Call], Any]:
     """Run ``fn`` once in eager; the first call of each custom op and each autograd.Function class made outside
     any user Function, inputs cloned. Returns the calls and the exception the forward raised (None when it ran).
-    ``loss``: the probe's loss of the outputs; its backward marks the ops no gradient reached (``Call.unused``)."""
+    ``backward``: runs the probe's backward of the outputs (``_execution.backward_of``), which marks the ops no gradient
+    reached (``Call.unused``)."""
     functions: dict[type, tuple[tuple[Any, ...], dict[str, Any]]] = {}
     rec = _TopLevel()
 
@@ -138,10 +139,8 @@ def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
     except Exception as e:
         error = e
     unused: set[str] = set()
-    if error is None and loss is not None and rec.differentiated:
-        value = loss(out)
-        if value is not None and value.requires_grad:
-            unused = rec.never_differentiated(value.backward)
+    if error is None and backward is not None and rec.differentiated:
+        unused = rec.never_differentiated(lambda: backward(out))
     calls = [Call(f"{c.__module__}.{c.__qualname__}", c, a, k, is_function=True) for c, (a, k) in functions.items()]
     calls += [Call(str(op), op, a, k, unused=op_name(str(op)) in unused) for op, (a, k) in rec.calls.items()]
     return calls, error

@@ -30,7 +30,8 @@ def run_stage(task: StageTask) -> dict[str, Any]:
     from ..evidence import exceptions
     from ..model.records import StageRecord
 
-    # the stage's own module, as the registry (stages/__init__.py) found it: no import of the registry from here
+    # the stage's own module (the registry, stages/__init__.py, imports this module for StageTask: importing it back
+    # would be a cycle); the registry has checked each module's SPEC when the parent built the task
     spec = importlib.import_module(f"{__package__}.{task.stage}").SPEC
     make_case = casemaker.case_factory(task.file, task.probe, task.device)
     try:

@@ -13,11 +13,11 @@ from ._spec import StageContext, StageSpec
 
 def run(ctx: StageContext) -> dict[str, Any]:
     from ._gradients import check_call, record_calls
-    from ._execution import loss_of, phases, seed_all
+    from ._execution import backward_of, phases, seed_all
 
     case = ctx.make_case()
     seed_all()
-    calls, error = record_calls(case.fn, case.args, case.kwargs, loss=lambda out: loss_of(case, out))
+    calls, error = record_calls(case.fn, case.args, case.kwargs, backward=lambda out: backward_of(case, out))
     if not calls:
         from ..model.report import headline
 

@@ -19,10 +19,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     from ..evidence import exceptions
     from ..evidence.oprecorder import OpRecorder
-    from ._execution import loss_of, phases
+    from ._execution import backward_of, phases
 
     case = ctx.make_case()
-    rec = OpRecorder()
+    rec = OpRecorder(track_reached=True)
     out = None
     try:
         with rec:
@@ -54,8 +54,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
                  if op_name(str(op)) in rec.grad_off and op_name(str(op)) not in rec.differentiated]
     # ops called with grad on whose outputs the probe's loss does not depend on (top-k indices used to gather):
     # the probe's own backward never reaches them either
-    loss = loss_of(case, out) if out is not None and rec.differentiated else None
-    unused = rec.never_differentiated(loss.backward) if loss is not None and loss.requires_grad else set()
+    unused = rec.never_differentiated(lambda: backward_of(case, out)) if out is not None and rec.differentiated \
+        else set()
     grad_unused = [str(op) for op in rec.calls if op_name(str(op)) in unused]
     return {"opcheck": results, "phases": phases(differentiable), "grad_free_ops": grad_free,
             "grad_unused_ops": grad_unused}
