@@ -5,12 +5,10 @@ compile, forward only, on a single thread (warmup.warm_compile): no OpenMP pool,
 thread exists before the fork. The warm-up itself is in isolate/warmup.py.
 """
 import os
-import time
 
 from . import warmup
 
-_TASKS = "/proc/self/task"  # Linux: one entry per native thread, Python's and the libraries' alike
-_threads_at_start = len(os.listdir(_TASKS)) if os.path.isdir(_TASKS) else None
+_threads_at_start = warmup.native_threads()
 
 warmup.preload_compiler_stack()
 
@@ -30,15 +28,5 @@ if os.environ.get(worker.WARM_COMPILE_VAR, "1") != "0":
     except Exception:
         pass
 
-
-def _settle_threads(limit_s: float = 5.0) -> None:
-    """Wait, up to ``limit_s``, for threads started during the warm-up to end: a fork copies the calling thread
-    only, and a lock another thread holds at that moment stays held in every child. (CI once saw one extra thread
-    here that a quiet machine never shows.)"""
-    deadline = time.monotonic() + limit_s
-    while _threads_at_start is not None and len(os.listdir(_TASKS)) > _threads_at_start \
-            and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-_settle_threads()
+# the imports' threads too, not only the warm-up's (warmup.settle_threads)
+warmup.settle_threads(_threads_at_start)

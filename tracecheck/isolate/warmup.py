@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 import torch
@@ -86,6 +87,7 @@ def warm_compile() -> list[str] | None:
         return None
     patcher, eval_frame = hooks
 
+    threads_before = native_threads()
     structured = compat.structured_trace_module()
     interned = dict(getattr(structured, "INTERN_TABLE", None) or {})
     dumped = set(getattr(structured, "DUMPED_FILES", None) or ())
@@ -139,7 +141,26 @@ def warm_compile() -> list[str] | None:
                 table.clear()
                 table.update(value)
         _stop_tqdm_monitor(keep_locks=tqdm_locks)
+        settle_threads(threads_before)
     return raised
+
+
+_TASKS = "/proc/self/task"  # Linux: one entry per native thread, Python's and the libraries' alike
+
+
+def native_threads() -> int | None:
+    """This process's native threads (Python's and the libraries' alike); None where /proc does not say."""
+    return len(os.listdir(_TASKS)) if os.path.isdir(_TASKS) else None
+
+
+def settle_threads(baseline: int | None, limit_s: float = 5.0) -> None:
+    """Wait, up to ``limit_s``, for threads started since ``baseline`` (``native_threads``) to end (a stopped tqdm
+    monitor, a compile's helper thread winding down): a fork copies the calling thread only, and a lock another
+    thread holds at that moment stays held in every child. CI, under load, has seen one such thread still ending
+    right after the warm-up; a quiet machine never shows it."""
+    deadline = time.monotonic() + limit_s
+    while baseline is not None and (native_threads() or 0) > baseline and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _snapshot_caches() -> dict[Any, int]:
