@@ -219,3 +219,14 @@ def test_a_package_file_without_relative_imports_loads_alone_and_a_taken_name_is
         sys.path.remove(str(other.parent))
         for name in [m for m in sys.modules if m.startswith("tc_pkg_taken")]:
             del sys.modules[name]
+
+
+def test_a_folder_holding_only_a_package_says_so(tmp_path, tracecheck):
+    pkg = tmp_path / "dirtest" / "kernels_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model.py").write_text("import torch\n\ndef probe():\n    return torch.sin, (torch.ones(2),)\n")
+    res = tracecheck("run", "dirtest", json_report=False)
+    assert res.returncode == 2
+    assert "package folders are not searched: dirtest/kernels_pkg/" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1  # one line, no traceback

@@ -119,3 +119,25 @@ def test_nothing_to_reproduce_and_bad_input(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     proc = repro("probes/mhc_probes.py::probe_fixed", tmp_path / "torch.py")  # `python torch.py` would shadow torch
     assert proc.returncode == 2 and "would shadow the module 'torch'" in proc.stderr
+
+
+def test_a_branch_on_an_item_value_that_fullgraph_refuses_as_a_guard_is_reproduced_by_explain(tmp_path):
+    """torch 2.13 captures a float .item() under fullgraph=True, then refuses the branch on it with a UserError
+    ("Could not guard on data-dependent expression"); explain breaks the graph there. The script goes on to explain,
+    whose reasons name the break (a new user's model hit "NOT reproduced" before)."""
+    model = tmp_path / "item_branch.py"
+    model.write_text("import torch\n\n\ndef f(x):\n    s = x.sum().item()\n    if s > 0:\n        x = x + 5\n"
+                     "    return x * 2\n\n\ndef probe():\n    return f, (torch.ones(4, 8),)\n")
+    # plain torch, the oracle: fullgraph raises the guard error, explain counts one break
+    check = ("import torch, runpy; ns = runpy.run_path(%r); f, (x,) = ns['probe']()\n"
+             "try:\n    torch.compile(f, backend='eager', fullgraph=True)(x)\nexcept torch._dynamo.exc.UserError:\n"
+             "    print('userError')\ntorch._dynamo.reset(); print('breaks', torch._dynamo.explain(f)(x).graph_break_count)"
+             % str(model))
+    oracle = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert oracle.stdout.split() == ["userError", "breaks", "1"], oracle.stdout + oracle.stderr[-2000:]
+    out = tmp_path / "out" / "repro_item_branch.py"
+    out.parent.mkdir()
+    proc = repro(f"{model}::probe", out, "--stage", "explain", cwd=tmp_path)
+    assert proc.returncode == 0 and "fails the same way with plain torch" in proc.stdout, proc.stdout + proc.stderr
+    run = plain(out)
+    assert run.returncode == 1 and "graph break(s) under torch._dynamo.explain" in run.stderr, run.stderr[-3000:]

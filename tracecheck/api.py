@@ -96,7 +96,10 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     paths, named = locate.split_node_ids(opts.paths)  # ``file.py::probe`` names one probe, as in pytest
     files = locate.find_files(paths)
     if not files:
-        raise UsageError(f"{' '.join(opts.paths)}: no Python files found")
+        packages = locate.skipped_packages(paths)
+        raise UsageError(f"{' '.join(opts.paths)}: no Python files found" + (
+            f" (package folders are not searched: {', '.join(os.path.relpath(p) + '/' for p in packages[:5])}; name a "
+            "model file in one, or the package folder itself)" if packages else ""))
     device = environment.resolve_device(opts.device, opts.emulate_npu)
     root = locate.rootdir(paths)
     progress.discovered(len(files))

@@ -52,6 +52,19 @@ def find_files(paths: list[str]) -> list[str]:
     return sorted(dict.fromkeys(found))
 
 
+def skipped_packages(paths: list[str]) -> list[str]:
+    """The package folders (an ``__init__.py`` inside) that ``find_files`` does not search under the folders of
+    ``paths``: library code, not model files; a user names a file in one, or the package folder itself."""
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, _ in os.walk(p):
+                pkgs = {d for d in dirs if os.path.exists(os.path.join(root, d, "__init__.py"))}
+                out += [os.path.join(root, d) for d in sorted(pkgs) if not d.startswith((".", "_"))]
+                dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")) and d not in pkgs)
+    return out
+
+
 #: A folder holding one of these is a project root: pytest's rootdir markers, and ``.git``.
 ROOT_MARKERS = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", ".git")
 

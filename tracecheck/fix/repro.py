@@ -243,12 +243,15 @@ def repro(opts: ReproOptions, progress: api.Progress | None = None) -> ReproOutc
     stem = os.path.splitext(os.path.basename(out_abs))[0]
     if stem.isidentifier() and importlib.util.find_spec(stem) is not None:  # `python repro.py` puts its folder first
         raise UsageError(f"-o {opts.output}: would shadow the module {stem!r} when the script runs; choose another name")
-    stages = [opts.stage] if opts.stage else list(STAGES)
+    # with --stage, opcheck beside it (it starts no process without a custom op): a backend's failure is torch's
+    # only when no custom op's fake or registration can explain it (classify/results.advise_upstream, ``owner``)
+    stages = [opts.stage, *(["opcheck"] if opts.stage != "opcheck" else [])] if opts.stage else list(STAGES)
     report = api.run(api.RunOptions([path], stages=stages, only=name, jobs=opts.jobs, timeout_s=opts.timeout_s,
                                     command=["repro", opts.target]), progress)
     probe = report.probes[0]
     out = ReproOutcome(NOTHING, probe.id)
-    failing = [r for r in probe.stages.values() if r.status == "fail" and r.failure is not None and r.stage in STAGES]
+    failing = [r for r in probe.stages.values() if r.status == "fail" and r.failure is not None and r.stage in STAGES
+               and r.stage == (opts.stage or r.stage)]
     stuck = [f"{r.stage} ({r.status})" for r in probe.stages.values() if r.status in ("timeout", "crash")]
     if not failing and stuck:  # a hang or a crash has no plain-torch call to write
         out.reason = f"{', '.join(stuck)}: no script is written for a stage that timed out or crashed; its stderr " \

@@ -39,7 +39,10 @@ SPEC = StageSpec(
     summary="torch._dynamo.explain: graph count, and graph breaks counted from the structured trace",
     repro=(
         '# fullgraph=True raises at the first graph break, with its gb_type ...\n'
-        '_repro_step(torch.compile(_repro_fn, backend="eager", fullgraph=True), backward=False)\n'
+        'try:\n'
+        '    _repro_step(torch.compile(_repro_fn, backend="eager", fullgraph=True), backward=False)\n'
+        'except torch._dynamo.exc.UserError:\n'
+        '    pass  # a guard on a value fullgraph=True captured (an .item() branched on): explain says where it breaks\n'
         '# ... where it does not (torch 2.13 captures some .item() and boolean masks under fullgraph=True only),\n'
         '# torch._dynamo.explain lists the breaks\n'
         'torch._dynamo.reset()\n'
