@@ -45,6 +45,10 @@ DIRECTIONAL_RTOL = {torch.float32: 1e-2, torch.float64: 1e-3}
 GRADCHECK_ATOL, GRADCHECK_RTOL = 1e-5, 1e-3
 
 
+#: ``Outcome.skip`` of a call none of whose inputs requires grad (gradcheck.py words a stage of only these apart)
+NO_GRAD_INPUT = "no input of its recorded call requires grad"
+
+
 @dataclass
 class Call:
     """One recorded call: ``target`` is a custom op (OpOverload) or an ``autograd.Function`` subclass."""
@@ -178,7 +182,7 @@ def _check(call: Call, out: Outcome, seed: int) -> None:
     diff = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.requires_grad
             and t.is_floating_point() and not _wrapped(t)]
     if not diff:
-        out.skip = "no input of its recorded call requires grad"
+        out.skip = NO_GRAD_INPUT
         return
     if call.unused:
         out.skip = "no gradient reaches its outputs in the probe's backward (the loss does not depend on them)"

@@ -12,7 +12,7 @@ from ._spec import StageContext, StageSpec
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from ._gradients import check_call, record_calls
+    from ._gradients import NO_GRAD_INPUT, check_call, record_calls
     from ._execution import backward_of, phases, seed_all
 
     case = ctx.make_case()
@@ -29,7 +29,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     if all(o.get("skip") for o in outcomes):
         reasons = sorted({o["skip"] for o in outcomes})
         return {"skip_reason": "no input of any custom op or autograd.Function call requires grad" if
-                reasons == ["no input of its recorded call requires grad"] else
+                reasons == [NO_GRAD_INPUT] else
                 "; ".join(f"{o['name']}: {o['skip']}" for o in outcomes)}
     return {"gradcheck": outcomes, "phases": phases(True)}
 
