@@ -37,7 +37,7 @@ def shared_cases() -> Path:
     cases = SHARED / "cases"
     if not any(cases.glob("*.py")):
         assert not os.environ.get("CI"), f"the shared reproducers are missing: {cases}"
-        pytest.skip(f"the shared reproducers are not beside this clone ({cases}); see README 'Tests'")
+        pytest.skip(f"the shared reproducers are not beside this clone ({cases}); see README 'Two commands'")
     return cases
 
 

@@ -59,6 +59,14 @@ def test_unwritable_output(tracecheck, write_probe, tmp_path):
     assert_usage_error(res, "--json", "cannot write")
 
 
+def test_an_output_in_a_folder_that_refuses_new_files_is_refused_before_the_run(tracecheck, write_probe):
+    """/proc passes os.access(W_OK) but refuses a new file (ENOENT): refused up front, not after the run."""
+    p = write_probe("import torch\ndef probe():\n    return torch.sin, (torch.ones(2),)\n")
+    res = tracecheck("run", str(p), "--json", "/proc/x.json", json_report=False)
+    assert_usage_error(res, "--json", "cannot write")
+    assert "probe" not in res.stdout  # no stage ran, no verdict printed
+
+
 def test_verbose_shows_the_traceback(tracecheck, write_probe):
     p = write_probe("import torch\nraise ValueError('bad model')\n")
     res = tracecheck("run", str(p), "--verbose", json_report=False)

@@ -35,17 +35,19 @@ def test_baseline_holds_no_timings_and_no_paths():
     assert "seconds" not in text and "/home/alice" not in text and "proj" not in text
     brk = doc["probes"]["model.py::probe_bad"]["stages"]["explain"]["breaks"]
     assert brk == [{"kind": "graph-break", "gb_type": "Failed to trace builtin operator", "file": "model.py",
-                    "line": 5}]
+                    "line": 5, "gb_code": "GB0059"}]
 
 
 # The baseline of report_factory.small_report(), written by hand from docs/ci.md ("The baseline file") and the
 # values report_factory sets, never from baseline.from_report's output: ids and break files relative to the probe's
 # file, no timings, no paths, no message text; every stage of the compile target; recompiles only where the
-# compiled_autograd stage recorded them (an empty list: 0); the compiled_autograd counts that stage keeps.
+# compiled_autograd stage recorded them (an empty list: 0); the compiled_autograd counts that stage keeps; a break's
+# GB code where the run had one.
 _CA = {"unique_graphs_without_ca": 3, "unique_graphs_with_ca": 1, "captures": 2, "hooks_captured": 1}
 _PASS = {"status": "pass", "kinds": [], "graph_count": None, "graph_break_count": None, "breaks": [],
          "recompiles": None, "phases": None, "target": "compile"}
-_PRINT_BREAK = {"kind": "graph-break", "gb_type": "Failed to trace builtin operator", "file": "model.py", "line": 5}
+_PRINT_BREAK = {"kind": "graph-break", "gb_type": "Failed to trace builtin operator", "file": "model.py", "line": 5,
+                "gb_code": "GB0059"}
 SMALL_REPORT_BASELINE = {
     "format": "tracecheck-baseline",
     "schema_version": 1,
@@ -97,7 +99,7 @@ def test_a_full_report_reads_as_a_baseline_of_its_own_run():
     assert (bad["explain"]["status"], bad["explain"]["kinds"]) == ("fail", ["graph-break"])
     assert (bad["explain"]["graph_count"], bad["explain"]["graph_break_count"]) == (2, 1)
     assert bad["explain"]["breaks"] == [{"kind": "graph-break", "gb_type": "Failed to trace builtin operator",
-                                         "file": "model.py", "line": 5}]
+                                         "file": "model.py", "line": 5, "gb_code": "GB0059"}]
     assert (bad["fullgraph"]["status"], bad["fullgraph"]["kinds"]) == ("fail", ["missing-fake"])
     assert bad["compiled_autograd"]["compiled_autograd"] == {"unique_graphs_without_ca": 3, "unique_graphs_with_ca": 1,
                                                              "captures": 2, "hooks_captured": 1}
@@ -500,3 +502,185 @@ def test_a_hand_broken_baseline_is_refused_when_loaded(tmp_path, edit, message):
     path.write_text(json.dumps(doc))
     with pytest.raises(UsageError, match=message):
         baseline.load_baseline(str(path))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Root causes. The documents are written by hand (docs/ci.md, "The baseline file"); the expected causes, counts
+# and wording are worked out from them by hand, not from compare's output.
+
+_CLEAN = {"status": "pass", "kinds": [], "graph_count": 1, "graph_break_count": 0, "breaks": [], "recompiles": None,
+          "phases": None, "target": "compile"}
+_ITEM = {"kind": "data-dependent", "gb_type": "Unsupported Tensor.item() call with capture_scalar_outputs=False",
+         "file": "gate_model.py", "line": 14, "gb_code": "GB0124"}
+_ITEM_BROKEN = {**_CLEAN, "status": "fail", "kinds": ["data-dependent"], "graph_count": 2, "graph_break_count": 1,
+                "breaks": [_ITEM]}
+# fullgraph and export raise at the break: they record the kind and no break (and no counts)
+_RAISES = {**_CLEAN, "graph_count": None, "graph_break_count": None}
+_OLD_BREAK = {"kind": "graph-break", "gb_type": "Call to `torch._dynamo.graph_break()`", "file": "other.py",
+              "line": 30}  # a baseline written before gb_code: none recorded
+
+
+def _doc(probes: dict) -> dict:
+    return {"format": "tracecheck-baseline", "schema_version": 1, "torch": "2.13.0+cpu",
+            "stages": ["explain", "aot_eager", "inductor", "fullgraph", "dynamic", "export"],
+            "probes": {pid: {"stages": stages} for pid, stages in probes.items()}}
+
+
+def _item_guard_docs():
+    """Two probes; the new run adds one `.item()` guard at gate_model.py:14 that every stage sees, and, unrelated,
+    one more graph in probe_small's dynamic stage with no break or kind to explain it."""
+    before = {"explain": _CLEAN, "aot_eager": _CLEAN, "inductor": _CLEAN, "fullgraph": _RAISES, "dynamic": _CLEAN,
+              "export": {**_RAISES, "target": "export"}}
+    after = {"explain": _ITEM_BROKEN, "aot_eager": _ITEM_BROKEN, "inductor": _ITEM_BROKEN,
+             "fullgraph": {**_RAISES, "status": "fail", "kinds": ["data-dependent"]}, "dynamic": _CLEAN,
+             "export": {**_RAISES, "target": "export", "status": "fail", "kinds": ["data-dependent"]}}
+    base = _doc({"gate_model.py::probe_large": before, "gate_model.py::probe_small": before})
+    new = _doc({"gate_model.py::probe_large": after,
+                "gate_model.py::probe_small": {**after, "dynamic": {**_CLEAN, "graph_count": 2}}})
+    return base, new
+
+
+def test_one_new_break_seen_by_every_stage_of_two_probes_is_one_root_cause():
+    cmp = baseline.compare(*_item_guard_docs())
+    # per probe: explain, aot_eager, inductor each change status, kind, graphs, graph breaks and the break (5 x 3);
+    # fullgraph and export status and kind (2 x 2); and probe_small's dynamic its graph count: 2 x 19 + 1
+    assert len(cmp.changes) == 39 and cmp.regressed
+    item, graphs = cmp.causes
+    assert (item.effect, item.aspect, item.location) == ("regressed", "break", {"file": "gate_model.py", "line": 14})
+    assert item.description == ("new graph break at gate_model.py:14 (data-dependent, GB0124) in 2 probes × 5 stages")
+    assert item.probes == ["gate_model.py::probe_large", "gate_model.py::probe_small"]
+    # export is not a required target: its changes are `changed`, but the cause is the same break
+    assert item.stages == ["explain", "aot_eager", "inductor", "fullgraph", "export"]
+    assert len(item.changes) == 38
+    assert {c.effect for c in item.changes if c.stage == "export"} == {"changed"}
+    # a graph count that rises with no new break or kind in its stage is a cause of its own
+    assert (graphs.effect, graphs.description) == ("regressed", "more graphs (1 -> 2) in 1 probe × 1 stage")
+    assert [(c.probe, c.stage, c.aspect) for c in graphs.changes] == [("gate_model.py::probe_small", "dynamic",
+                                                                       "graph_count")]
+
+
+def test_the_summary_line_counts_root_causes():
+    from tracecheck.render import diff
+
+    cmp = baseline.compare(*_item_guard_docs())
+    # before: "REGRESSED — 35 regression(s), 0 improvement(s), 4 other change(s) over 2 probe(s)"
+    assert diff.summary(cmp, "base.json").plain == (
+        "baseline base.json: REGRESSED — 2 regressions, 0 improvements, 0 other changes, by root cause "
+        "(39 per-stage changes; 2 probes compared)")
+    unchanged = baseline.compare(_item_guard_docs()[0], _item_guard_docs()[0])
+    assert diff.summary(unchanged, "b.json").plain == (
+        "baseline b.json: unchanged — 0 regressions, 0 improvements, 0 other changes, by root cause "
+        "(0 per-stage changes; 2 probes compared)")
+
+
+def test_the_diff_table_has_one_row_per_root_cause():
+    import io
+
+    from rich.console import Console
+
+    from tracecheck.render import diff
+
+    def text(detail):
+        console = Console(file=io.StringIO(), width=200, color_system=None)
+        console.print(diff.render(baseline.compare(*_item_guard_docs()), "base.json", detail=detail))
+        return console.file.getvalue()
+
+    rows = [line for line in text(False).splitlines() if line.startswith("│ regressed")]
+    assert len(rows) == 2
+    assert "new graph break at gate_model.py:14 (data-dependent, GB0124)" in rows[0]
+    assert "2 probes × 5 stages" in rows[0]
+    assert "gate_model.py::probe_large" in rows[0]  # few probes: listed
+    assert "more graphs (1 -> 2)" in rows[1] and "1 probe × 1 stage: dynamic" in rows[1]
+    # -v: every per-stage change as well
+    rows = [line for line in text(True).splitlines() if line.startswith(("│ regressed", "│ changed"))]
+    assert len(rows) == 2 + 39
+
+
+def test_an_improvement_and_a_regression_elsewhere_are_two_causes():
+    broken = {**_CLEAN, "status": "fail", "kinds": ["graph-break"], "graph_count": 2, "graph_break_count": 1,
+              "breaks": [_OLD_BREAK]}
+    base = _doc({"m.py::probe_a": {"explain": broken, "aot_eager": broken}, "m.py::probe_b": {"explain": _CLEAN}})
+    new = _doc({"m.py::probe_a": {"explain": _CLEAN, "aot_eager": _CLEAN}, "m.py::probe_b": {"explain": _ITEM_BROKEN}})
+    cmp = baseline.compare(base, new)
+    assert len(cmp.changes) == 15  # status, kind, graphs, graph breaks, the break: in 3 probe-stages
+    assert [(c.effect, c.description) for c in cmp.causes] == [
+        ("improved", "graph break gone at other.py:30 (graph-break, Call to `torch._dynamo.graph_break()`) "
+                     "in 1 probe × 2 stages"),  # no GB code in that baseline: the gb_type says which
+        ("regressed", "new graph break at gate_model.py:14 (data-dependent, GB0124) in 1 probe × 1 stage"),
+    ]
+    assert [len(c.changes) for c in cmp.causes] == [10, 5]
+    # the exit code's rule is unchanged: regressed iff a change regressed, which is iff a cause did
+    assert cmp.regressed and baseline.compare(new, base).regressed
+    assert not baseline.compare(base, base).regressed and baseline.compare(base, base).causes == []
+
+
+def test_a_kind_without_a_break_joins_a_break_only_when_the_probe_has_one_of_that_kind():
+    second = {**_ITEM, "line": 20}
+    two = {**_ITEM_BROKEN, "graph_count": 3, "graph_break_count": 2, "breaks": [_ITEM, second]}
+    base = _doc({"m.py::probe": {"explain": _CLEAN, "fullgraph": _RAISES}})
+    new = _doc({"m.py::probe": {"explain": two, "fullgraph": {**_RAISES, "status": "fail",
+                                                                     "kinds": ["data-dependent"]}}})
+    cmp = baseline.compare(base, new)
+    # explain's status, kind and counts go with its first new break; fullgraph's kind could be either break
+    assert [(c.what, len(c.changes)) for c in cmp.causes] == [
+        ("new graph break at gate_model.py:14 (data-dependent, GB0124)", 5),
+        ("new graph break at gate_model.py:20 (data-dependent, GB0124)", 1),
+        ("new failure kind data-dependent", 2),
+    ]
+
+
+def test_causes_are_in_the_json_beside_every_change():
+    cmp = baseline.compare(*_item_guard_docs())
+    doc = json.loads(json.dumps(cmp.to_dict()))
+    assert len(doc["changes"]) == 39 and len(doc["causes"]) == 2
+    listed = sorted(i for cause in doc["causes"] for i in cause["changes"])
+    assert listed == list(range(39))  # every change in exactly one cause
+    assert doc["causes"][0]["description"].startswith("new graph break at gate_model.py:14")
+    assert doc["causes"][0]["location"] == {"file": "gate_model.py", "line": 14}
+    brk = next(c for c in doc["changes"] if c["aspect"] == "break")
+    assert brk["graph_break"] == _ITEM
+
+
+def test_one_annotation_per_regressed_root_cause():
+    cmp = baseline.compare(*_item_guard_docs())
+    # GitHub's workflow-command syntax, written by hand (':' escaped in the title only)
+    assert annotations.lines(None, cmp, environ={}) == [
+        "::error file=gate_model.py,line=14,title=tracecheck%3A new graph break::new graph break at gate_model.py:14 "
+        "(data-dependent, GB0124) in 2 probes × 5 stages: Unsupported Tensor.item() call with "
+        "capture_scalar_outputs=False [probes: gate_model.py::probe_large, gate_model.py::probe_small; stages: "
+        "explain, aot_eager, inductor, fullgraph, export]",
+        "::error title=tracecheck%3A regression::more graphs (1 -> 2) in 1 probe × 1 stage "
+        "[probes: gate_model.py::probe_small; stages: dynamic]",
+    ]
+    base, new = _item_guard_docs()
+    assert annotations.lines(None, baseline.compare(new, base), environ={}) == []  # improvements: none
+
+
+def test_a_baseline_with_gb_codes_is_read_by_the_same_schema_version():
+    base, new = _item_guard_docs()
+    assert baseline.to_baseline(copy.deepcopy(new)) == new
+    bad = copy.deepcopy(new)
+    bad["probes"]["gate_model.py::probe_large"]["stages"]["explain"]["breaks"][0]["gb_code"] = 124
+    with pytest.raises(ValueError, match="'breaks' must be a list"):
+        baseline.to_baseline(bad)
+
+
+def test_a_break_that_moved_in_every_stage_is_one_changed_cause():
+    moved = {**_ITEM, "line": 17}
+    base = _doc({"m.py::probe": {"explain": _ITEM_BROKEN, "aot_eager": _ITEM_BROKEN}})
+    new = _doc({"m.py::probe": {"explain": {**_ITEM_BROKEN, "breaks": [moved]},
+                                "aot_eager": {**_ITEM_BROKEN, "breaks": [moved]}}})
+    cmp = baseline.compare(base, new)
+    assert [(c.effect, c.description) for c in cmp.causes] == [
+        ("changed", "graph break moved to gate_model.py:17 from line 14 (data-dependent, GB0124) in 1 probe × 2 stages")]
+
+
+def test_the_markdown_report_lists_root_causes_and_keeps_each_change_folded():
+    from tracecheck.render import markdown
+
+    md = markdown.render(small_report(), comparison=baseline.compare(*_item_guard_docs()))
+    section = md.split("## Against the baseline", 1)[1]
+    causes = section.split("<details>", 1)[0]
+    assert [ln.split(" | ")[0] for ln in causes.splitlines() if ln.startswith("| regressed")] == ["| regressed"] * 2
+    assert "new graph break at gate_model.py:14 (data-dependent, GB0124) | 2 probes × 5 stages" in causes
+    assert "Each change per probe and stage (39)" in section

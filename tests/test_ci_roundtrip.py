@@ -54,14 +54,16 @@ def test_baseline_round_trip(tmp_path):
             "--json", "new.json", "--junit-xml", "junit.xml", "--report", "report.md",
             env={"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(tmp_path)})
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "REGRESSED" in r.stdout
+    # one root cause: the break, with the status, kind and counts it changed in both stages
+    assert "REGRESSED — 1 regression, 0 improvements, 0 other changes, by root cause" in r.stdout
     regressions = [line for line in r.stdout.splitlines() if line.startswith("│ regressed")]
-    assert any("model.py::probe_block" in line and "explain" in line and
-               f"new graph break graph-break (Call to `torch._dynamo.graph_break()`) at model.py:{break_line}" in line
-               for line in regressions), r.stdout
+    assert len(regressions) == 1, r.stdout
+    assert f"new graph break at model.py:{break_line} (graph-break, " in regressions[0]
+    assert "1 probe × 2 stages: explain, aot_eager" in regressions[0] and "model.py::probe_block" in regressions[0]
     annotations = [line for line in r.stdout.splitlines() if line.startswith("::error ")]
-    assert annotations and annotations[0].startswith(f"::error file=model.py,line={break_line},")
-    assert "explain, aot_eager" in annotations[0]
+    assert len(annotations) == 1 and annotations[0].startswith(f"::error file=model.py,line={break_line},")
+    assert "Call to `torch._dynamo.graph_break()`" in annotations[0]
+    assert "probes: model.py::probe_block; stages: explain, aot_eager" in annotations[0]
 
     suites = ET.parse(tmp_path / "junit.xml").getroot()
     cases = {c.get("name"): c for c in suites.iter("testcase")}
@@ -77,14 +79,18 @@ def test_baseline_round_trip(tmp_path):
 
     # the same verdict from two saved reports
     r = cli(tmp_path, "compare", "base.json", "new.json")
-    assert r.returncode == 1 and "REGRESSED" in r.stdout
+    assert r.returncode == 1 and "REGRESSED — 1 regression," in r.stdout
+    # -v: the per-stage changes under the root cause
+    r = cli(tmp_path, "compare", "base.json", "new.json", "-v")
+    per_stage = [line for line in r.stdout.splitlines() if line.startswith("│ regressed")]
+    assert r.returncode == 1 and len(per_stage) == 1 + 2 * 5, r.stdout  # status, kind, graphs, breaks, the break
 
     # 3. the break is removed again: exit 0 against the broken run, and the improvement is reported
     model.write_text(PROBE)
     r = cli(tmp_path, "run", "model.py", "--stages", STAGES, "-j", "1", "--baseline", "new.json")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "improved" in r.stdout and "graph break gone" in r.stdout
-    assert "0 regression(s)" in r.stdout
+    assert "improved" in r.stdout and f"graph break gone at model.py:{break_line}" in r.stdout
+    assert "0 regressions, 1 improvement, 0 other changes" in r.stdout
 
 
 def test_shards_and_merge(tmp_path):

@@ -1,5 +1,5 @@
 """End to end, through the CLI: the custom-op and Dynamo failure classes beyond ../shared/cases, each written here
-from the public report cited above it, each getting its documented kind (docs/failures/*.md says where a class
+from the public report cited above it, each getting its documented kind (tracecheck explain <kind> says where a class
 belongs when two kinds could claim it), and no ``unknown`` where another stage of the probe names the cause."""
 import pytest
 
@@ -143,7 +143,7 @@ def test_an_operator_defined_twice_at_import_is_op_redefined_and_the_run_goes_on
     assert f["context"]["op"] == "tc13c::twice"
     assert f["evidence"]["user_frame"]["line"] == 7
     assert res.probe("probe_plain")["verdict"]["status"] == "pass"
-    assert "define_twice.py: read docs/failures/op-redefined.md (op-redefined)" in res.stdout  # no `fix` of (import)
+    assert "tracecheck explain op-redefined   (define_twice.py)" in res.stdout  # no `fix` of (import)
     # asking for one of its probes by name still shows why none can run (not "no such probe", exit 2)
     named = tracecheck("run", f"{twice}::probe_never_reached", "--stages", "eager")
     assert named.returncode == 1, named.stderr

@@ -77,7 +77,7 @@ def test_the_librarys_own_direct_call_gets_a_custom_op_the_probes_file_installs(
     (site,) = outcome.sites
     assert site.rewrite == "custom-op" and site.file.endswith("mhc_pre_sinkhorn.py")
     assert "import_module('cann_ops_like.ops.mhc.mhc_pre_sinkhorn')" in outcome.diff
-    assert outcome.shapes and outcome.shapes[0]["failed"] == []
+    assert outcome.shapes and outcome.shapes[0].failed == ()
     line = before[:before.index("outs = ext.mhc_pre_sinkhorn")].count("\n") + 1
     # the reference: the C function itself, kept by the patched copy under _tc_c_<line>
     got = _python("""

@@ -45,7 +45,7 @@ def test_mhc_autograd_function_fix_is_verified(mhc_function_fix):
     outcome, out, _ = mhc_function_fix
     assert outcome.kinds[0] == "pybind-builtin"
     assert outcome.status == VERIFIED, outcome.reasons
-    fixed = {f["function"]: f["action"] for f in outcome.functions}
+    fixed = {f.function: f.action for f in outcome.functions}
     assert set(fixed) == {"MhcPreSinkhornFunction", "MhcPostFunction"}
     assert all(a.startswith("forward and backward custom ops") for a in fixed.values())
     assert all(s.status == "pass" for s in outcome.verification.probes[0].stages.values())
@@ -187,17 +187,17 @@ def test_mhc_custom_op_fixes_are_verified(tmp_path, probe):
         assert "torch.empty((0,)" in text
         # the generated fakes were checked at sizes the probe never used (each batch and sequence size alone,
         # the 3-D (T, n, C) form of spec §4.2), and none failed there
-        checked = {op["op"]: op for op in outcome.shapes}
+        checked = {op.op: op for op in outcome.shapes}
         pre = checked["mhc_broken_nofake::mhc_pre_sinkhorn"]
-        assert pre["failed"] == [] and any(label.startswith("x.size(1)") for label in pre["checked"]), pre
-        assert any(label.startswith("x at rank 3") for label in pre["checked"]), pre
+        assert pre.failed == () and any(label.startswith("x.size(1)") for label in pre.checked), pre
+        assert any(label.startswith("x at rank 3") for label in pre.checked), pre
     else:
         # the existing backward operators are wired, in the argument order of their CANN schemas (spec §5)
         assert "torch.ops.cann_ops_transformer.mhc_pre_sinkhorn_backward(grad_out0, grad_out1, grad_out2, x, phi, " \
                "alpha, bias, out3, out4, out5, out6, out7, ctx.hcEps)" in text
         # the backward op takes the gradients of outputs 0-2 only; 3-7 are saved intermediates (spec §4.2, §5)
         assert "ctx.mark_non_differentiable(out3, out4, out5, out6, out7)" in text
-        assert outcome.gradient_check["ok"]
+        assert outcome.gradient_check is not None and outcome.gradient_check.ok
 
 
 def test_shared_case_01_flash_attention(shared_cases, tmp_path):

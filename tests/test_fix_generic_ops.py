@@ -32,12 +32,12 @@ def fixed(tmp_path_factory):
 def test_every_function_is_converted_and_verified_at_other_shapes(fixed):
     outcome, _ = fixed
     assert outcome.status == VERIFIED, outcome.reasons
-    assert {f["function"] for f in outcome.functions} == {"Swish", "Linear", "RowSum", "Stats", "RepeatLast"}
+    assert {f.function for f in outcome.functions} == {"Swish", "Linear", "RowSum", "Stats", "RepeatLast"}
     # each op's fake was checked beyond the probe, at another rank too
     assert len(outcome.shapes) == 5
     for op in outcome.shapes:
-        assert op["failed"] == [] and len(op["checked"]) >= 2, op
-        assert any(" at rank " in label for label in op["checked"]), op
+        assert op.failed == () and len(op.checked) >= 2, op
+        assert any(" at rank " in label for label in op.checked), op
 
 
 def test_the_fixed_ops_compile_at_sizes_and_ranks_the_probe_never_used(fixed):

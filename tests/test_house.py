@@ -139,7 +139,7 @@ def test_kinds_json_docs_readme_and_code_name_the_same_kinds():
     from tracecheck.model import taxonomy
 
     ids = set(taxonomy.ids())
-    pages = {p.stem for p in (PKG.parent / "docs" / "failures").glob("*.md")} - {"README"}
+    pages = {p.stem for p in (PKG / "model" / "failures").glob("*.md")}
     assert pages == ids
     start = README.index("`pybind-builtin` ·")
     kinds_list = README[start:README.index("\n\n", start)]            # the README's list of kinds
@@ -413,16 +413,64 @@ def test_the_untyped_field_finder_finds_one(tmp_path):
     assert untyped_model_fields(tmp_path) == {"m.R.a"}
 
 
-#: a finding's evidence read by key: ``f.evidence.get("message")``, ``ev["gb_type"]``
-_EVIDENCE_BY_KEY = re.compile(r"""\b(?:evidence|ev)(?:\.get\(|\[)\s*["']""")
+#: a finding's evidence or context read by key: ``f.evidence.get("message")``, ``ev["gb_type"]``,
+#: ``f.context.get("op")``, ``ctx["cause"]``
+_EVIDENCE_BY_KEY = re.compile(r"""\b(?:evidence|ev|context|ctx)(?:\.get\(|\[)\s*["']""")
 
 
-def test_renderers_read_a_findings_evidence_as_fields():
+def test_renderers_read_a_findings_evidence_and_context_as_fields():
     readers = [f"{p.relative_to(PKG)}:{n}: {line.strip()}" for p in sorted((PKG / "render").rglob("*.py"))
                for n, line in enumerate(p.read_text().splitlines(), 1) if _EVIDENCE_BY_KEY.search(line)]
-    assert readers == [], "read Finding.ev (model/evidence.Evidence), not the evidence dict's keys"
+    assert readers == [], "read Finding.ev and Finding.cx (model/evidence.py), not the dicts' keys"
 
 
 def test_the_evidence_key_reader_finder_finds_one():
     assert _EVIDENCE_BY_KEY.search('x = f.evidence.get("message")') and _EVIDENCE_BY_KEY.search("ev['gb_type']")
+    assert _EVIDENCE_BY_KEY.search('f.context.get("op")') and _EVIDENCE_BY_KEY.search("ctx['cause']")
     assert not _EVIDENCE_BY_KEY.search("ev.gb_type") and not _EVIDENCE_BY_KEY.search("f.ev.headline()")
+    assert not _EVIDENCE_BY_KEY.search("f.cx.op")
+
+
+#: any string key read on a name, an attribute, a call or a subscript: ``env.get("torch")``, ``f['todo']``,
+#: ``x[0]["op"]``; a list literal (``or ["none"]``, ``(["## Findings"])``) has no receiver and is not one
+_KEY_READ = re.compile(r"""(?P<receiver>[\w.]*\w\)?|\]|\))(?:\.get\(|\[)\s*f?["']""")
+#: (file under render/, receiver) -> why its string keys are no record's: the objects a renderer may index by name
+KEY_READS_ALLOWED = {
+    ("annotations.py", "os.environ)"): "the process environment",
+    ("annotations.py", "environ"): "the process environment (or the mapping a test passes)",
+    ("markdown.py", "groups"): "a regex match's groupdict",
+    ("tables.py", "df"): "a pandas DataFrame's columns",
+    ("junit.py", "c"): "an XML element's attribute (ElementTree)",
+    ("markdown.py", "p.stages"): "ProbeReport.stages: typed StageResults by stage name",
+    ("view.py", "p.stages"): "ProbeReport.stages: typed StageResults by stage name",
+    # debt: gate/baseline.ChangeCause's location and graph_break are still dicts (gate/, not yet typed)
+    ("annotations.py", "loc"): "gate/baseline.ChangeCause.location, untyped yet",
+    ("annotations.py", "brk"): "gate/baseline.ChangeCause.graph_break, untyped yet",
+}
+
+
+def key_reads(root: Path = PKG / "render") -> list[tuple[str, str, str]]:
+    """``(file:line, receiver, line)`` of every string key read under ``root``."""
+    return [(f"{p.relative_to(root)}:{n}", m["receiver"], line.strip()) for p in sorted(root.rglob("*.py"))
+            for n, line in enumerate(p.read_text().splitlines(), 1) for m in _KEY_READ.finditer(line)]
+
+
+def test_renderers_read_typed_records_not_dict_keys():
+    """Issue 39: a renderer reads a record's fields (``report.env``, ``Finding.ev``, fix/records.py), never a
+    record dict's keys: the one reader of each dict is its typed view's ``of``."""
+    found = key_reads()
+    bad = [f"{where}: {line}" for where, receiver, line in found
+           if (where.split(":")[0], receiver) not in KEY_READS_ALLOWED]
+    assert bad == [], "read the record's typed view (model/environment.py, model/evidence.py, fix/records.py)"
+    used = {(where.split(":")[0], receiver) for where, receiver, _ in found}
+    assert set(KEY_READS_ALLOWED) - used == set(), "no longer read: drop it from KEY_READS_ALLOWED"
+
+
+def test_the_key_read_finder_finds_one(tmp_path):
+    (tmp_path / "r.py").write_text('torch = report.environment.get("torch")\n'
+                                   "npu = f\"torch_npu {env['torch_npu']}\"\n"
+                                   'todo = o.functions[0]["todo"]\n'
+                                   'rows = ["torch", "python"] or (["## Findings"])\n'
+                                   "text = env.torch + collect_env[name]\n")
+    assert [(where, receiver) for where, receiver, _ in key_reads(tmp_path)] == \
+        [("r.py:1", "report.environment"), ("r.py:2", "env"), ("r.py:3", "]")]

@@ -7,7 +7,7 @@ from report_factory import ROOT, break_finding, probe, small_report
 from tracecheck import environment
 from tracecheck.render import markdown
 from tracecheck.render.paths import PathScrubber
-from tracecheck.model.report import FAIL, Finding, RunReport, StageResult
+from tracecheck.model.report import FAIL, Finding, ProbeReport, RunReport, StageResult
 
 LIMIT = 65536
 
@@ -383,3 +383,47 @@ def test_two_frameless_unknowns_of_one_probe_are_two_root_causes():
     assert len(unknowns) == 2
     assert "export-only error 0" in findings and "list index out of range 0" in findings
     assert "`IndexError`" in findings and "`torch._subclasses.fake_tensor.DataDependentOutputException`" in findings
+
+
+# --- one report, no contradictions (issue 40): a fix or traceback pointed to is the same one ------------------------
+
+def _two_functorch_findings() -> RunReport:
+    """Two functorch-incompatible findings at two lines, written by hand: an ``.item()`` under vmap (cause ``item``)
+    and an old-style autograd.Function (no cause: the kind's own fix), each with its own exception."""
+    def finding(line: int, cause: str | None, exc: str, message: str) -> Finding:
+        return Finding("functorch-incompatible", f"torch.func refuses line {line}",
+                       {"transform": "vmap", **({"cause": cause} if cause else {})},
+                       {"exception_type": exc, "message": message,
+                        "user_frame": {"file": "/r/m.py", "line": line, "code": "x"},
+                        "traceback": f'Traceback (most recent call last):\n  File "/r/m.py", line {line}, in f\n'
+                                     f"{exc}: {message}"})
+    item = finding(5, "item", "RuntimeError", "vmap: It looks like you're calling .item() on a Tensor")
+    fn = finding(9, None, "RuntimeError", "In order to use an autograd.Function with functorch transforms")
+    other = finding(12, "item", "RuntimeError", "vmap: It looks like you're calling .item() on a Tensor")
+    stage = StageResult("vmap", "fail", failure=item, findings=[item, fn, other], target="func")
+    p = ProbeReport("m.py::probe", "/r/m.py", "probe", {"vmap": stage})
+    return RunReport([p], {"torch": "2.13.0"}, ["vmap"], rootdir="/r", require=("compile", "func"))
+
+
+def test_a_fix_is_pointed_to_only_where_it_is_the_same_fix_and_an_example_only_where_it_applies():
+    from tracecheck.model.taxonomy import kinds
+
+    md = markdown.render(_two_functorch_findings())
+    sections = md.split("#### ")[1:]
+    item, fn, other = (next(s for s in sections if f"line {n}" in s.split("\n", 1)[0]) for n in (5, 9, 12))
+    by_cause = kinds()["functorch-incompatible"].fix_by_cause
+    assert by_cause["item"][:60] in item                     # its cause's own fix, in full
+    assert "generate_vmap_rule" not in item                  # the kind's autograd.Function example is not for .item()
+    assert "**Fix:** as in finding" not in fn                # a different fix than the first: written out
+    assert "generate_vmap_rule" in fn                        # the kind's own fix, with its example
+    assert "**Fix:** as in finding 1 above." in other        # the very same fix as finding 1
+    assert by_cause["item"][:60] not in other
+
+
+def test_a_traceback_is_pointed_to_only_for_the_same_exception():
+    md = markdown.render(_two_functorch_findings())
+    sections = md.split("#### ")[1:]
+    fn = next(s for s in sections if "line 9" in s.split("\n", 1)[0])
+    other = next(s for s in sections if "line 12" in s.split("\n", 1)[0])
+    assert "the path through torch of finding" not in fn     # another message: its own traceback
+    assert "Traceback: the path through torch of finding 1 above" in other

@@ -6,6 +6,7 @@ impl fails when Dynamo fake-runs it (explain), the custom op without an autograd
 backward, and the fixed registration passes every stage.
 """
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,12 +32,73 @@ FIXED = ("probe_fixed", "probe_model_fixed")
 
 
 @pytest.fixture(scope="module")
-def probes_report(tmp_path_factory):
+def probes_json(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("mhc") / "probes.json"
     proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", "probes/", "--json", str(out)],
                           capture_output=True, text=True, timeout=1200, cwd=REPO)
     assert proc.returncode == 1, proc.stderr[-3000:]  # the broken registrations fail
-    return {p["name"]: p for p in json.loads(out.read_text())["probes"]}
+    return out
+
+
+@pytest.fixture(scope="module")
+def probes_report(probes_json):
+    return {p["name"]: p for p in json.loads(probes_json.read_text())["probes"]}
+
+
+# --- the report on a real terminal (issue 40): a pty of each width, the screen read back -------------------------
+
+def _screen(args: list[str], width: int) -> list[str]:
+    """What ``tracecheck ARGS`` prints on a terminal ``width`` columns wide (a pty: rich measures it, as in a
+    user's terminal), escape sequences removed, one string per screen line."""
+    import fcntl
+    import os
+    import pty
+    import re
+    import struct
+    import termios
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | {"TERM": "xterm-256color"}
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: its terminal is the pty, sized before tracecheck starts
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 50, width, 0, 0))
+        os.chdir(REPO)
+        os.execvpe(sys.executable, [sys.executable, "-m", "tracecheck", *args], env)
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.waitpid(pid, 0)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    text = re.sub(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b\[[0-9;?]*[A-Za-z]", "", text)
+    return [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 200])
+def test_the_report_fits_a_terminal_of_any_width_with_every_probe_and_kind_whole(probes_json, width):
+    from rich.cells import cell_len
+
+    doc = json.loads(probes_json.read_text())
+    screen = _screen(["show", str(probes_json), "--format", "terminal"], width)
+    # a next: command is printed whole (soft wrap: the terminal folds it; copied, it is one line); all else fits
+    wide = [ln for ln in screen if cell_len(ln) > width and not ln.startswith("  tracecheck ")]
+    assert wide == []
+    text = "\n".join(screen)
+    for p in doc["probes"]:  # every probe named whole in the verdict view
+        assert re.search(rf"(?m)^\S?\s*[✓✗!⏱]?\s*{p['name']}\b", text), (width, p["name"])
+    found = {f["kind"] for p in doc["probes"] for s in p["stages"].values() for f in s["findings"]}
+    assert found >= {"pybind-builtin", "missing-fake", "missing-autograd", "wrong-gradient"}  # hand-written
+    for kind in found:
+        assert re.search(rf"(?<![\w-]){re.escape(kind)}(?![\w-])", text), (width, kind)
+    assert not re.search(r"[\w-]…", text), "nothing cut inside a word"
+    # short by default: one block per root cause, not one per probe and stage; -v has everything
+    assert text.count("✗ pybind-builtin  probes/mhc/broken.py:53") == 1
+    long = _screen(["show", str(probes_json), "--format", "terminal", "-v"], width)
+    assert len(screen) * 3 < len(long)
 
 
 @pytest.mark.slow

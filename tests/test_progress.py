@@ -2,6 +2,9 @@
 a CI log), and on a terminal the probes x stages board filling in. Oracles: literals written by hand from the probes'
 code (a print in forward is a graph break; vmap is the func target, not required by default)."""
 import io
+import re
+
+import pytest
 
 from rich.console import Console
 
@@ -91,3 +94,31 @@ def test_the_board_fills_in_as_stages_finish_and_shows_verdicts():
     live.verdict(probe, ["vmap"])
     row = next(line for line in _board_text(live).splitlines() if "probe_a" in line)
     assert "✓" in row and "✗ graph-break" in row and row.rstrip().endswith("fail")
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 200])
+def test_the_live_board_names_every_probe_and_never_cuts_a_kind(width):
+    """The board's table where it fits the width, else a line per probe: either way every probe named and every
+    kind whole (the mHC-like report of test_render_fit, written by hand)."""
+    import io
+
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from test_render_fit import REPORT
+    from tracecheck.cli import _Board
+    from tracecheck.render import terminal
+
+    console = Console(file=io.StringIO(), width=width, height=40, color_system=None)
+    board = _Board(console=console, auto_refresh=False)
+    for p in REPORT.probes:
+        board.cells[p.id] = {stage: terminal.cell(s, REPORT.gate) for stage, s in p.stages.items()}
+    console.print(board._view())
+    out = console.file.getvalue()
+    assert all(cell_len(line) <= width for line in out.splitlines())
+    assert not re.search(r"[\w-]…", out), out  # a bare … is a verdict still pending, never a cut word
+    for p in REPORT.probes:
+        assert p.name in out
+        for s in p.stages.values():
+            for f in s.findings:
+                assert re.search(rf"(?<![\w-]){re.escape(f.kind)}(?![\w-])", out), (width, f.kind)

@@ -87,3 +87,12 @@ def test_a_payload_keeps_the_report_shape():
     old_counts = CompiledAutogradCounts.of({"steps": 3, "captures": 2})  # a report without hooks_captured
     assert old_counts.written("captures") and not old_counts.written("hooks_captured")
     assert CompiledAutogradCounts(steps=3).written("hooks_captured")
+
+
+def test_a_record_crosses_to_the_parent_as_its_non_default_fields_and_reads_back_equal():
+    import json
+
+    rec = StageRecord.from_raw({"warnings": ["w"], "graph_count": 2, "opcheck": None, "same_as_eager": True})
+    wire = json.loads(json.dumps(rec.to_wire()))  # what the protocol sends: JSON
+    assert wire == {"warnings": ["w"], "graph_count": 2, "same_as_eager": True}
+    assert StageRecord.from_wire(wire) == rec

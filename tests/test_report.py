@@ -140,7 +140,7 @@ def test_forward_only_passes_are_marked_in_every_renderer():
     assert [markdown.verdict_cell(p.stages[s]) for s in r.stages] == ["✅ fwd", "✅", "✅"]
     assert tables.verdict_frame(r).loc["m.py::probe"].tolist() == ["pass (fwd)", "pass", "pass"]
     console = Console(file=io.StringIO(), width=160, color_system=None)
-    console.print(terminal.verdict_table(r))
+    console.print(terminal.verdict_view(r, 160))
     assert "✓ fwd" in console.file.getvalue()
     d = json.loads(json.dumps(r.to_dict()))
     assert d["rootdir"] == "/abs"
@@ -162,7 +162,7 @@ def test_counts_not_measured_show_a_dash_not_zero():
     r = RunReport([p], {"torch": "2.13.0"}, ["explain", "compiled_autograd"])
     assert p.graph_breaks is None
     console = Console(file=io.StringIO(), width=160, color_system=None)
-    console.print(terminal.verdict_table(r))
+    console.print(terminal.verdict_view(r, 160))
     drawn = console.file.getvalue().splitlines()
     assert drawn[0].strip() == "tracecheck verdicts: m.py"  # one file: named once, rows by probe name
     row = next(line for line in drawn if line.strip("│┃ ").startswith("probe") and "explain" not in line)
@@ -197,7 +197,7 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
     lines = terminal.next_steps(RunReport([fixable, other, ok], {}, ["eager", "explain"]))
     assert lines == [
         "tracecheck fix m.py::probe_a -o fixed_ops.py   (pybind-builtin)",
-        "m.py::probe_b: read docs/failures/graph-break.md (graph-break)",
+        "tracecheck explain graph-break   (m.py::probe_b)",
         "attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)",
     ]
     with_report = terminal.next_steps(RunReport([fixable, other, ok], {}, ["eager", "explain"]), "out/r.md")
@@ -286,4 +286,41 @@ def test_next_steps_offer_fix_for_a_wrong_fake_but_not_for_one_that_returns_valu
 
     lines = terminal.next_steps(RunReport([probe("size"), probe("aot_outputs")], {}, ["opcheck"]))
     assert lines[:2] == ["tracecheck fix m.py::probe_size -o fixed_ops.py   (fake-mismatch)",
-                         "m.py::probe_aot_outputs: read docs/failures/fake-mismatch.md (fake-mismatch)"]
+                         "tracecheck explain fake-mismatch   (m.py::probe_aot_outputs)"]
+
+
+def test_the_report_and_its_baseline_decide_a_strict_probe_by_the_same_rule():
+    """A stage that passes with advice only: a plain run passes the probe; --strict fails it on that advice kind,
+    and the baseline's snapshot of the run, gated by its severity setting, says the same kinds (literals)."""
+    from tracecheck.gate import baseline
+    from tracecheck.model.report import Finding, ProbeReport, StageResult
+    from tracecheck.model.targets import Gate
+
+    s = StageResult("aot_eager", "pass", findings=[Finding("opaque-op", "advice", {"op": "mylib::op"})],
+                    target="compile")
+    p = ProbeReport("m.py::p", "/x/m.py", "p", {"aot_eager": s})
+    assert (p.verdict.status, p.verdict.kinds, p.verdict.advice) == ("pass", [], ["opaque-op"])
+    p.gate = Gate(strict=True)
+    assert (p.verdict.status, p.verdict.kinds, p.verdict.first_failing_stage) == ("fail", ["opaque-op"], "aot_eager")
+    snap = {"stages": {"aot_eager": baseline.stage_snapshot(s, p)}}
+    assert baseline._failing_kinds(snap) == []
+    assert baseline._failing_kinds(snap, frozenset({"opaque-op"})) == ["opaque-op"]
+
+
+def test_a_verdict_follows_a_stage_changed_after_it_was_read():
+    from tracecheck.model.report import Finding, ProbeReport, StageResult
+
+    p = ProbeReport("m.py::p", "/x/m.py", "p", {"eager": StageResult("eager", "pass", target="compile")})
+    assert p.verdict.status == "pass"
+    p.stages["inductor"] = StageResult("inductor", "fail", findings=[Finding("graph-break", "a break")],
+                                       target="compile")
+    assert (p.verdict.status, p.verdict.kinds) == ("fail", ["graph-break"])
+
+
+def test_a_findings_context_reads_as_typed_fields_and_a_wrong_shape_as_missing():
+    from tracecheck.model.report import Finding
+
+    cx = Finding("opaque-op", "s", {"op": "mylib::op", "calls": 3, "kernels": "2", "warning": 1,
+                                    "argument": ["x"]}).cx
+    assert (cx.op, cx.calls, cx.kernels, cx.warning, cx.argument, cx.builtin) == ("mylib::op", 3, None, True,
+                                                                                   None, None)

@@ -29,3 +29,13 @@ def test_findings_frame():
     df = tables.findings_frame(small_report(with_ca=False))
     assert sorted(df.kind) == ["graph-break", "graph-break", "missing-fake"]
     assert set(df[df.kind == "missing-fake"].op) == {"mylib::bucketize"}
+
+
+def test_the_text_table_wraps_its_columns_into_blocks_of_the_width_asked():
+    """pandas's own wrapping (to_string line_width): every line fits, every stage heading is still there."""
+    report = small_report(with_ca=False)
+    text = tables.to_table(report, 40)
+    assert all(len(line) <= 40 + 2 for line in text.splitlines())  # pandas adds its " \\" continuation mark
+    for stage in ("eager", "explain", "aot_eager", "fullgraph"):
+        assert stage in text
+    assert len(tables.to_table(report, 250).splitlines()) < len(text.splitlines())

@@ -14,6 +14,7 @@ from .gate import shards
 from .collect import locate
 from .model.exitcodes import UsageError
 from .model.report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from .model.records import StageRecord
 from .model.reportio import trace_subdir
 from .stages import STAGES, StageOptions, StageTask, target_of
 from .stages import get as get_stage
@@ -330,6 +331,6 @@ def _stage_result(stage: str, outcome: Outcome) -> StageResult:
     if isinstance(msg, protocol.UsageErrorMessage):
         raise UsageError(msg.message, msg.detail)
     try:
-        return results.build_stage_result(stage, msg.value, seconds)
+        return results.build_stage_result(stage, StageRecord.from_wire(msg.value), seconds)
     except ValueError as e:  # a record the classifier cannot read (records.StageRecord): this stage only
         return StageResult(stage, INTERNAL, seconds=seconds, internal_error=f"ValueError: {e}")

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import sys
+import tempfile
 import traceback
 from typing import Any, Callable, Iterator
 
 import click
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -48,23 +51,43 @@ class _Board(Progress):
 
     def get_renderables(self) -> Iterator[Any]:
         if self.cells:
-            yield self._table()
+            yield self._view()
         yield self.make_tasks_table(self.tasks)
 
-    def _table(self) -> Table:
+    def _view(self) -> Any:
+        """The newest probes that fit the screen: the probes x stages table where it fits the width whole (no kind
+        cut), else a line per probe (its stages grouped by outcome), which wraps between words only."""
+        from rich.console import Group
+
         from .render import terminal
 
-        stages = [s for s in STAGES if any(s in row for row in self.cells.values())]
+        rows = list(self.cells.items())[-max(3, self.console.height - 8):]
+        stages = [s for s in STAGES if any(s in row for _, row in rows)]
         table = Table(box=None, pad_edge=False, show_edge=False)
-        table.add_column("probe", no_wrap=True, overflow="ellipsis", max_width=48)
+        table.add_column("probe", no_wrap=True)
         for s in stages:
-            table.add_column(terminal.stage_heading(s), no_wrap=True, overflow="ellipsis", max_width=22)
+            table.add_column(terminal.stage_heading(s), no_wrap=True)
         table.add_column("verdict", no_wrap=True)
-        rows = list(self.cells.items())[-max(3, self.console.height - 8):]  # the newest that fit the screen
         for pid, row in rows:
             table.add_row(pid.split("::")[-1], *(row.get(s, Text("")) for s in stages),
                           self.verdicts.get(pid, Text("…", style="dim")))
-        return table
+        unclamped = self.console.options.update(max_width=10_000)  # the table's natural width, not the screen's
+        if Measurement.get(self.console, unclamped, table).maximum <= self.console.width:
+            return table
+        lines = []
+        for pid, row in rows[-max(2, (self.console.height - 8) // 2):]:
+            line = Text(pid.split("::")[-1], style="bold")
+            line.append(" ")
+            line.append_text(self.verdicts.get(pid, Text("…", style="dim")))
+            groups: dict[str, list[str]] = {}
+            for stage, cell in row.items():
+                groups.setdefault(cell.plain, []).append(stage)
+            for said, where in groups.items():
+                line.append(" · ", style="dim")
+                line.append(f"{said} ", style=row[where[0]].style)
+                line.append(", ".join(where), style="dim")
+            lines.append(line)
+        return Group(*lines)
 
 
 class _LiveProgress(api.Progress):
@@ -147,6 +170,11 @@ def _check_writable(path: str | None, option: str) -> None:
         raise UsageError(f"{option} {path}: exists and is not a regular file")
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         raise UsageError(f"{option} {path}: cannot write there")
+    try:  # what the atomic write will do: a temporary file beside it (/proc passes os.access, refuses this)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".tracecheck-check-"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e})") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -168,7 +196,7 @@ def cli() -> None:
               help="auto (npu if torch_npu works, else cpu), cpu, cuda or npu.")
 @click.option("--emulate-npu", is_flag=True,
               help="Run on an emulated NPU (PrivateUse1 renamed npu, on CPU memory; no CANN kernel runs): checks "
-                   "ops registered for PrivateUse1, their fakes and autograd without Ascend hardware (docs/npu.md).")
+                   "ops registered for PrivateUse1, their fakes and autograd without Ascend hardware.")
 @click.option("--json", "json_path", metavar="PATH", help="Write the full report as JSON (atomically).")
 @click.option("--report", "report_path", metavar="PATH",
               help="Write a Markdown triage report to paste into an issue (< 65,536 characters).")
@@ -193,10 +221,23 @@ def cli() -> None:
               help="Targets that gate the exit code and --baseline besides compile (always): export (the export "
                    "stage), func (torch.func: the vmap stage). Their stages run either way; a failure of a target "
                    "not required is shown and fails nothing.")
-@click.option("-v", "--verbose", is_flag=True, help="Full evidence: tracebacks, messages, stderr tails.")
+@click.option("-v", "--verbose", is_flag=True, help="The long report: every finding of every probe with its full "
+                                                       "evidence (tracebacks, messages, stderr tails) and the "
+                                                       "compiled-autograd counts; with --baseline, every per-stage "
+                                                       "change. By default: the verdicts, one block per root cause, "
+                                                       "next steps.")
 def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, report_path, redact, trace_dir, baseline_path,
         update_baseline, junit_path, shard, steps, dynamic, fresh_imports, strict, require, verbose):
-    """Diagnose the probes in PATHS (model files or directories) under every stage."""
+    """Diagnose the probes in PATHS (model files, folders, or file.py::probe) under every stage.
+
+    \b
+    A probe is a function in a model file that returns the call to diagnose:
+      def probe_block():          # probe() or probe_<name>(): no import
+          return Block(), (torch.randn(2, 8, requires_grad=True),)
+    It returns (fn, args) or (fn, args, kwargs), or, decorated with
+    @tracecheck.probe, a tracecheck.Case(fn, args). The backward runs too when
+    an input or a parameter requires grad.
+    """
     console = Console(stderr=True)
     out = _stdout()
     with _errors(console, verbose):
@@ -229,10 +270,10 @@ def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, 
         with live.bar:
             report = api.run(opts, live)
         comparison = baseline.compare_report(base, report) if base is not None else None
-    from .render import terminal
+    from .render import brief
 
     # first: a failed write below must not hide the results
-    terminal.render(report, out, verbose=verbose, attachment=report_path)
+    brief.render(report, out, verbose=verbose, attachment=report_path)
     with _errors(console, verbose):
         if json_path:
             _write_output("--json", json_path, lambda: write_json_atomic(json_path, report.to_dict()))
@@ -244,7 +285,7 @@ def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, 
         if update_baseline:
             _refuse_partial_baseline(report)
             _write_output("--baseline", baseline_path, lambda: baseline.write_baseline(baseline_path, report, base))
-    _report_comparison(out, report, comparison, baseline_path)
+    _report_comparison(out, report, comparison, baseline_path, detail=verbose)
     if update_baseline:
         out.print(f"baseline {baseline_path} rewritten from this run ({len(report.probes)} probes)", highlight=False)
     sys.exit(_exit_code(report, comparison, update_baseline))
@@ -345,25 +386,35 @@ def repro(target, stage, output, timeout_s, verbose):
 
 @cli.command(epilog=SIMPLE_EXIT_CODES_HELP)
 @click.argument("report_json", metavar="REPORT.json")
-@click.option("--format", "fmt", type=click.Choice(["md", "table", "csv"]), default="md", show_default=True,
-              help="md: the Markdown triage report; table: probes x stages; csv: one row per probe x stage.")
+@click.option("--format", "fmt", type=click.Choice(["md", "terminal", "table", "csv"]), default="md", show_default=True,
+              help="md: the Markdown triage report; terminal: what `tracecheck run` printed, laid out for this "
+                   "terminal's width (-v: the long form); table: probes x stages; csv: one row per probe x stage.")
 @click.option("-o", "--output", metavar="PATH", help="Write to PATH instead of stdout.")
 @click.option("--redact", is_flag=True, help="Markdown: remove all paths (home is always shortened to ~).")
 @click.option("--trace-dir", metavar="DIR", help="Markdown: the --trace-dir the run used (default: from its command).")
 @click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
 def show(report_json, fmt, output, redact, trace_dir, verbose):
-    """Re-render a saved --json report as Markdown, a table or CSV (tables via pandas)."""
+    """Re-render a saved --json report as Markdown, the terminal report, a table or CSV (tables via pandas)."""
     console = Console(stderr=True)
     with _errors(console, verbose):
         _check_writable(output, "-o")
         report = load_report(report_json)
-        if fmt == "md":
+        if fmt == "terminal":
+            from .render import brief
+
+            if not output:
+                brief.render(report, _stdout(), verbose=verbose)
+                sys.exit(ExitCode.OK)
+            buf = io.StringIO()
+            brief.render(report, Console(file=buf, width=200), verbose=verbose)
+            text = buf.getvalue()
+        elif fmt == "md":
             trace_dir = trace_dir or _option_from_command(report.command, "--trace-dir")
             text = markdown.render(report, redact=redact, trace_dir=trace_dir, json_path=report_json)
         else:
             from .render import tables
 
-            text = tables.to_csv(report) if fmt == "csv" else tables.to_table(report)
+            text = tables.to_csv(report) if fmt == "csv" else tables.to_table(report, _stdout().width)
         if output:
             write_text_atomic(output, text)
         else:
@@ -381,7 +432,7 @@ Exit codes:
 @click.argument("new_json", metavar="NEW.json")
 @click.option("--junit-xml", "junit_path", metavar="PATH", help="Write JUnit XML of NEW (needs a full report).")
 @click.option("--update-baseline", is_flag=True, help="Rewrite BASE.json as a baseline of NEW.json.")
-@click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Every per-stage change under the root causes; tracebacks for errors.")
 def compare(base_json, new_json, junit_path, update_baseline, verbose):
     """Compare two saved reports or baselines: what regressed and what improved."""
     console = Console(stderr=True)
@@ -415,7 +466,7 @@ def compare(base_json, new_json, junit_path, update_baseline, verbose):
                                                if k not in ("severity", "require")},
                                             **{k: base[k] for k in ("severity", "require") if base.get(k)}}
             write_json_atomic(base_json, doc)
-    _report_comparison(out, report, comparison, base_json)
+    _report_comparison(out, report, comparison, base_json, detail=verbose)
     if update_baseline:
         out.print(f"baseline {base_json} rewritten from {new_json}", highlight=False)
     sys.exit(_exit_code(report, comparison, update_baseline))
@@ -435,6 +486,45 @@ def merge(reports, output, verbose):
     n_fail = sum(1 for p in merged.probes if p.verdict.status == FAIL)
     console.print(f"merged {len(reports)} report(s): {len(merged.probes)} probes, {n_fail} failing -> {output}",
                   highlight=False, markup=False)
+    sys.exit(ExitCode.OK)
+
+
+@cli.command(epilog="""\b
+Exit codes:
+  0  printed
+  2  unknown kind (the closest ids are named)
+  3  internal error in tracecheck""")
+@click.argument("kind", required=False)
+@click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
+def explain(kind, verbose):
+    """Print a failure kind's page; without KIND, list the kinds.
+
+    A page gives the symptom (torch's messages), the root cause, how tracecheck detects it and the fix, with code.
+    The pages ship with tracecheck; reports name them as `tracecheck explain KIND`."""
+    from rich.markdown import Markdown
+
+    from .model import taxonomy
+
+    console = Console(stderr=True)
+    out = _stdout()
+    with _errors(console, verbose):
+        if kind is None:
+            table = Table(box=None, pad_edge=False, show_edge=False)
+            for column in ("kind", "severity", "title"):
+                table.add_column(column, no_wrap=column != "title")
+            for k in taxonomy.kinds().values():
+                table.add_row(k.id, k.severity, k.title)
+            out.print(table)
+            out.print("\ntracecheck explain KIND prints a kind's page.", highlight=False, markup=False)
+            sys.exit(ExitCode.OK)
+        k = taxonomy.kind_named(kind)
+        page = k.page()
+    # the registry's title first: the words a report headed the finding with
+    if out.is_terminal:
+        out.print(Text(f"{k.id} ({k.severity}): {k.title}", style="bold"))
+        out.print(Markdown(page))
+    else:  # piped: the Markdown as it is, for less, grep or a file
+        click.echo(f"{k.id} ({k.severity}): {k.title}\n\n{page}", nl=False)
     sys.exit(ExitCode.OK)
 
 
@@ -491,10 +581,11 @@ def _option_from_command(command: list[str], option: str) -> str | None:
     return None
 
 
-def _report_comparison(out: Console, report, comparison, source: str | None) -> None:
-    """The diff table, and GitHub annotations on stdout when GITHUB_ACTIONS=true."""
+def _report_comparison(out: Console, report, comparison, source: str | None, detail: bool = False) -> None:
+    """The diff table (root causes; ``detail``: and every per-stage change), and GitHub annotations on stdout
+    when GITHUB_ACTIONS=true."""
     if comparison is not None:
-        out.print(diff.render(comparison, source or ""))
+        out.print(diff.render(comparison, source or "", detail=detail))
     if annotations.enabled() and (report is not None or comparison is not None):
         for line in annotations.lines(report, comparison):
             click.echo(line)

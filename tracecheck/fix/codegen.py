@@ -401,7 +401,7 @@ def fixed_module(plans: list[FunctionPlan], op_plans: list[OpPlan], ns: str, mod
         torch=versions["torch"],
         use=_USE.format(module=module_name) if plans else
         f"Use: ``import {module_name}`` after the ops are defined (the patched probe does this).",
-        why=textwrap.fill(" ".join(why) + " See docs/fix.md and https://pytorch.org/tutorials/advanced/"
+        why=textwrap.fill(" ".join(why) + " See `tracecheck fix --help` and https://pytorch.org/tutorials/advanced/"
                           "python_custom_ops.html", 100))
     body = (_FUNCTION_HELPERS if plans else "") + (_EAGER_AUTOGRAD if any(any(p.uses_autograd) for p in plans)
                                                    else "") + \

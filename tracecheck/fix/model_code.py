@@ -48,6 +48,14 @@ _FIRST = ("eager", "explain", "fullgraph", "opcheck")
 VERIFY_PHASES = [[s for s in VERIFY_STAGES if s in _FIRST], [s for s in VERIFY_STAGES if s not in _FIRST]]
 
 
+@dataclass(frozen=True)
+class Tried:
+    """One candidate rewrite tried at a site, and what came of it: ``kept``, or why it was not."""
+
+    rewrite: str
+    result: str
+
+
 @dataclass
 class SiteOutcome:
     """What happened to one break site: the rewrite kept (if any), and every candidate tried with why it failed."""
@@ -59,7 +67,7 @@ class SiteOutcome:
     rewrite: str | None = None
     note: str = ""
     doc: str = ""
-    tried: list[dict[str, str]] = field(default_factory=list)
+    tried: list[Tried] = field(default_factory=list)
     #: the rewrite kept for an earlier site took this one in (its lines were rewritten with that site's)
     covered: bool = False
     #: the library file the line is in ("" for the probe's own file)
@@ -359,7 +367,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     found, outside = sites(path, probe)
     if not found:  # (a break inside a library called from the probe's file has a site at that call too)
         out.status = NO_CODE_FIX
-        out.no_code_fix = {k: kinds()[k].doc for k in out.kinds if k in kinds()}
+        out.no_code_fix = {k: kinds()[k].explain_command for k in out.kinds if k in kinds()}
         out.reasons = [f"the break at {where} is outside {os.path.basename(path)}; tracecheck rewrites the probe's "
                        "own file only" for where in outside] or \
             [f"no graph break of {os.path.basename(path)} has a user frame in it to rewrite"]
@@ -403,13 +411,13 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                 outcome.covered = True
             for cand in cands if owner is None else ():
                 if overlap(kept, cand.edits):
-                    outcome.tried.append({"rewrite": cand.rewrite, "result": "it overlaps a rewrite already kept"})
+                    outcome.tried.append(Tried(cand.rewrite, "it overlaps a rewrite already kept"))
                     continue
                 edits = _merge(kept, cand)
                 try:
                     compile(copies.rewritten(edits), path, "exec")
                 except (SyntaxError, ValueError) as e:  # (TabError is a SyntaxError) never run a copy that cannot parse
-                    outcome.tried.append({"rewrite": cand.rewrite, "result": f"not valid Python here ({e})"})
+                    outcome.tried.append(Tried(cand.rewrite, f"not valid Python here ({e})"))
                     continue
                 if not opts.verify:  # the first candidate of each site, unproven
                     kept, outcome.rewrite, outcome.note = edits, cand.rewrite, cand.note
@@ -420,7 +428,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                 wrote = True
                 others = {copy_line(new_span(edits, o.line, o.line)[0]) for o in found if o is not site and not o.file}
                 why, run = _try(site, edits, copy_line, patched, name, before, others, opts, progress, task, dump)
-                outcome.tried.append({"rewrite": cand.rewrite, "result": why or "kept"})
+                outcome.tried.append(Tried(cand.rewrite, why or "kept"))
                 if why is None:
                     kept, before, report = edits, run.probes[0].stages, run
                     outcome.rewrite, outcome.note = cand.rewrite, cand.note
@@ -434,7 +442,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
             why = (site_facts.get(s.line) or {}).get("error")
             out.reasons.append(f"{s.file + ':' if s.file else 'line '}{s.line} ({s.gb_type or s.kind}): " + (
                 f"no rewrite applies{': ' + why if why else ''}" if not s.tried else
-                f"no candidate was kept (tried {', '.join(t['rewrite'] for t in s.tried)}; why: above)"))
+                f"no candidate was kept (tried {', '.join(t.rewrite for t in s.tried)}; why: above)"))
     if not kept:
         if wrote and os.path.exists(patched):  # the last candidate this run tried: not a fix
             os.remove(patched)

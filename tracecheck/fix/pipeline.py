@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import __version__, api
 from ..evidence.wording import TORCH_NAMESPACES
+from ..model.evidence import NumericMismatch
 from ..model.exitcodes import UsageError
 from ..model.report import IMPORT_PROBE, RunReport
 from ..model.reportio import write_text_atomic
@@ -20,6 +21,7 @@ from ..model.tasks import DEFAULT_TIMEOUT_S, ProcessTask
 from .tasks import AnalyzeTask, DirectionalCheckTask, EagerCompareTask, EagerDumpTask
 from .model_code import DIFF_MARK
 from .prelude import read_source
+from .records import FunctionFix, GradientCheck, OpShapes
 from .model_code import KINDS as MODEL_CODE_KINDS
 from .model_code import fix_model_code
 from .verify_shapes import check_shapes
@@ -55,21 +57,23 @@ class FixOutcome:
     status: str
     probe_id: str
     kinds: list[str]
-    functions: list[dict[str, Any]] = field(default_factory=list)
+    #: the autograd.Functions and custom ops the analysis looked at, and what was done with each
+    functions: list[FunctionFix] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
-    #: kinds found that have no code fix: kind -> doc page
+    #: kinds found that have no code fix: kind -> the command that prints its page (Kind.explain_command)
     no_code_fix: dict[str, str] = field(default_factory=dict)
     diagnosis: RunReport | None = None
     verification: RunReport | None = None
-    eager_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    #: the patched probe's eager outputs and gradients against the original's: one record per phase that differs
+    eager_mismatches: list[NumericMismatch] = field(default_factory=list)
     #: when the original has no working backward: <grad, v> vs a central finite difference (analysis.py)
-    gradient_check: dict[str, Any] | None = None
+    gradient_check: GradientCheck | None = None
     reasons: list[str] = field(default_factory=list)
     #: model-code rewrites (model_code.py): one SiteOutcome per break site in the probe's file, and the diff
     sites: list[Any] = field(default_factory=list)
     diff: str = ""
-    #: per op whose fake tracecheck wrote: the shapes beyond the probe's it was checked at (fix.shape_check.OpShapes)
-    shapes: list[dict[str, Any]] = field(default_factory=list)
+    #: per op whose fake tracecheck wrote: the shapes beyond the probe's it was checked at
+    shapes: list[OpShapes] = field(default_factory=list)
 
 
 def torch_version() -> str:
@@ -156,7 +160,7 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
     out = FixOutcome(NOTHING_TO_FIX, probe.id, probe.verdict.kinds, diagnosis=diagnosis)
     if not out.kinds:
         return out
-    out.no_code_fix = {k: kinds()[k].doc if k in kinds() else "" for k in out.kinds
+    out.no_code_fix = {k: kinds()[k].explain_command if k in kinds() else "" for k in out.kinds
                        if k not in CODE_FIXES}
     found = [f for s in probe.stages.values() for f in s.findings]
     if probe.name != IMPORT_PROBE and not any(needs_registration_fix(f, path) for f in found) \
@@ -167,12 +171,12 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
         return out
     if probe.name == IMPORT_PROBE or not any(k in CODE_FIXES for k in out.kinds):
         out.status = NO_CODE_FIX  # an import failure leaves no probe to analyse: its page says what to do
-        out.no_code_fix = {k: kinds()[k].doc if k in kinds() else "" for k in out.kinds}
+        out.no_code_fix = {k: kinds()[k].explain_command if k in kinds() else "" for k in out.kinds}
         return out
     check_output(opts.output, "-o", GENERATED_MARK)
     with Runner(1) as runner:
         res = _analyse(runner, opts, path, probe, patched)
-        out.functions = res["functions"]
+        out.functions = [FunctionFix.of(f) for f in res["functions"]]
         if "fixed_module" not in res:
             out.status = NO_CODE_FIX
             if not out.functions:  # (otherwise each function's action already says why)
@@ -182,7 +186,7 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
         write_text_atomic(opts.output, res["fixed_module"])
         write_text_atomic(patched, res["patched_probe"])
         out.written = [opts.output, patched]
-        out.reasons = [f"{f['function']}: {t}" for f in out.functions for t in f.get("todo", [])]
+        out.reasons = [f"{f.function}: {t}" for f in out.functions for t in f.todo]
         if not opts.verify or out.reasons:
             # a TODO (a skeleton backward, a data-dependent size) is known to fail: running it proves nothing
             out.status = NOT_VERIFIED
@@ -242,7 +246,7 @@ def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patch
         if "error" not in ref:
             got = _one(runner, EagerCompareTask(file=os.path.abspath(patched), probe=name, dump=dump),
                        opts.timeout_s, "running the patched probe eagerly")
-            out.eager_mismatches = got.get("mismatches", [])
+            out.eager_mismatches = [NumericMismatch.of(m) for m in got.get("mismatches", [])]
             if "error" in got:
                 out.reasons.append(f"the patched probe fails eagerly: {got['error']['type']}: "
                                    f"{got['error']['message'][:300]}")
@@ -256,7 +260,7 @@ def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patch
         return
     fd = _one(runner, DirectionalCheckTask(file=os.path.abspath(patched), probe=name),
               opts.timeout_s, "checking gradients against finite differences")
-    out.gradient_check = fd
+    out.gradient_check = GradientCheck.of(fd)
     if "error" in fd:
         out.reasons.append(f"the patched probe's {fd['error']['phase']} fails eagerly: "
                            f"{fd['error']['type']}: {fd['error']['message'][:300]}")

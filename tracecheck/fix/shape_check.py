@@ -12,7 +12,7 @@ listed as such.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -24,6 +24,7 @@ from ..evidence.oprecorder import OpRecorder
 from ..model.report import op_name
 from ..stages import _execution as execution
 from . import observe
+from .records import OpShapes
 
 #: opcheck's tests that judge a fake impl at new shapes: the fake against the kernel, and AOTAutograd's dynamic-shape
 #: compile (forward and backward) against eager
@@ -35,20 +36,6 @@ RANK_CHECK = re.compile(r"this fake impl (was inferred at|holds from) rank \d+")
 #: at most this many shapes per op beyond the probe's (each is an AOTAutograd compile): sizes, then other ranks
 MAX_SIZES = 6
 MAX_RANKS = 3
-
-
-@dataclass
-class OpShapes:
-    """What one op was checked at: ``checked`` (labels of shapes that passed), ``failed`` (label, test, first line
-    of torch's error), ``refused`` (shapes the eager op itself refuses)."""
-
-    op: str
-    checked: list[str] = field(default_factory=list)
-    failed: list[tuple[str, str, str]] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    #: shapes the eager op accepts and the fake refuses on purpose: a rank check tracecheck wrote (a restriction
-    #: the fake states, not a wrong shape)
-    restricted: list[str] = field(default_factory=list)
 
 
 def _next_size(v: int, taken: set[int]) -> int:
@@ -128,20 +115,23 @@ def _positional(op: Any, named: dict[str, Any]) -> tuple[tuple[Any, ...], dict[s
 
 def check_op(op: Any, args: tuple, kwargs: dict) -> OpShapes:
     """opcheck's fake and dynamic-shape tests at every variant of the recorded call the eager op accepts."""
-    res = OpShapes(op.name())
+    checked: list[str] = []
+    failed: list[tuple[str, str, str]] = []
+    refused: list[str] = []
+    restricted: list[str] = []
     done = {"size": 0, "rank": 0}
     for label, named in shape_variants(observe.named_args(op, args, kwargs)):
         what = "rank" if " at rank " in label else "size"
         if done[what] >= (MAX_RANKS if what == "rank" else MAX_SIZES):
             continue
-        if label.endswith(MULTIPLES) and label[:-len(MULTIPLES)] in res.checked + [f[0] for f in res.failed]:
+        if label.endswith(MULTIPLES) and label[:-len(MULTIPLES)] in checked + [f[0] for f in failed]:
             continue  # the change alone was taken: its multiples add nothing
         a, k = _positional(op, named)
         try:
             with torch.no_grad():
                 op(*[observe.clone(v) for v in a], **{n: observe.clone(v) for n, v in k.items()})
         except Exception:  # noqa: BLE001 - the original kernel refuses these inputs: nothing to judge the fake by
-            res.refused.append(label)
+            refused.append(label)
             continue
         done[what] += 1
         out = torch.library.opcheck(op, a, k, test_utils=list(TESTS), raise_exception=False)
@@ -149,13 +139,13 @@ def check_op(op: Any, args: tuple, kwargs: dict) -> OpShapes:
         if bad:
             test, err = bad[0]
             if RANK_CHECK.search(str(err)):
-                res.restricted.append(label)
+                restricted.append(label)
                 continue
             msg = str(err).strip().splitlines()
-            res.failed.append((label, test, f"{type(err).__name__}: {msg[0] if msg else ''}"[:300]))
+            failed.append((label, test, f"{type(err).__name__}: {msg[0] if msg else ''}"[:300]))
         else:
-            res.checked.append(label)
-    return res
+            checked.append(label)
+    return OpShapes(op.name(), tuple(checked), tuple(failed), tuple(refused), tuple(restricted))
 
 
 def _no_grad(v: Any) -> Any:

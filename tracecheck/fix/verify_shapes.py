@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ..model.exitcodes import UsageError
+from .records import OpShapes
 from .tasks import ShapeCheckTask
 
 
@@ -24,14 +25,14 @@ def check_shapes(task: Any, patched: str, name: str, ops: list[str], out: Any) -
     if "error" in got:
         out.reasons.append(f"the patched probe fails eagerly: {got['error']['type']}: {got['error']['message'][:300]}")
         return
-    out.shapes = got["ops"]
-    for op in got["missing"]:
-        out.reasons.append(f"{op}: the patched probe never called it, so its fake was not checked at other shapes")
-    for op in got["ops"]:
-        for label, test, msg in op["failed"]:
-            out.reasons.append(f"{op['op']} at {label} (the eager op accepts it): opcheck {test}: {msg}")
-        if not op["checked"] and not op["failed"]:
-            why = (f"the fake's rank checks refuse {len(op['restricted'])} the eager op takes, and the eager op "
-                   f"refuses the other {len(op['refused'])}" if op["restricted"] else
-                   f"the eager op refuses every one tried: {', '.join(op['refused'][:4]) or 'none'}")
-            out.reasons.append(f"{op['op']}: no shape beyond the probe's could be checked ({why})")
+    out.shapes = [OpShapes.of(d) for d in got["ops"]]
+    for name in got["missing"]:
+        out.reasons.append(f"{name}: the patched probe never called it, so its fake was not checked at other shapes")
+    for op in out.shapes:
+        for label, test, msg in op.failed:
+            out.reasons.append(f"{op.op} at {label} (the eager op accepts it): opcheck {test}: {msg}")
+        if not op.checked and not op.failed:
+            why = (f"the fake's rank checks refuse {len(op.restricted)} the eager op takes, and the eager op "
+                   f"refuses the other {len(op.refused)}" if op.restricted else
+                   f"the eager op refuses every one tried: {', '.join(op.refused[:4]) or 'none'}")
+            out.reasons.append(f"{op.op}: no shape beyond the probe's could be checked ({why})")

@@ -6,12 +6,15 @@ machines: no timings, no absolute paths, no message text. Layout (docs/ci.md has
     {"format": "tracecheck-baseline", "schema_version": 1, "torch": "2.13.0+cpu", "stages": [...],
      "probes": {"<file>::<name>": {"stages": {"<stage>": {
          "status": "fail", "kinds": ["graph-break"], "graph_count": 2, "graph_break_count": 1,
-         "breaks": [{"kind": "graph-break", "gb_type": "...", "file": "model.py", "line": 12}],
+         "breaks": [{"kind": "graph-break", "gb_type": "...", "file": "model.py", "line": 12, "gb_code": "GB0001"}],
          "recompiles": null, "phases": ["forward", "backward"], "compiled_autograd": {...}}}}}}
 
 Probe ids are the report's rootdir-relative ``file::name``; break files are made relative the same way (see
 ``relative_location``). ``compare`` works on two such documents (a full ``--json`` report is reduced first),
-so a baseline, a report and a merged shard report all compare the same way. Pure: no torch import.
+so a baseline, a report and a merged shard report all compare the same way. Its changes are one per probe,
+stage and aspect; ``Comparison.causes`` groups them by root cause (``root_causes``: one new break is one cause,
+however many stages' status, kinds and counts it moved), which the diff, the summary line and the GitHub
+annotations count. Pure: no torch import.
 
 Advice kinds (taxonomy severity ``advice``: ``no-batching-rule``, ``opaque-op``) are kept apart, under a stage's
 ``advice``: a new one is shown but is no regression, unless the run was ``--strict`` or the baseline's own
@@ -25,14 +28,16 @@ edits and ``--update-baseline`` keeps, as ``severity``); a stage of another targ
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from ..model import taxonomy
 from ..model.exitcodes import UsageError
 from ..model.payloads import PAYLOADS
 from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..model.verdict import StageOutcome, decide
 from ..model.reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
 from .shards import shard_from_command
 from ..stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY, target_of
@@ -88,7 +93,8 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
     kinds = sorted(k for k in found if plain.fails_on(k))
     advice = sorted(k for k in found if not plain.fails_on(k))
     breaks = sorted(
-        ({"kind": b.kind, "gb_type": b.gb_type, "file": relative_location(b.file, probe), "line": b.line}
+        ({"kind": b.kind, "gb_type": b.gb_type, "file": relative_location(b.file, probe), "line": b.line,
+          **({"gb_code": b.gb_code} if b.gb_code else {})}  # informative (root causes name it); not compared
          for b in s.breaks),
         key=_break_sort_key,
     )
@@ -236,7 +242,8 @@ def _check_probes(probes: dict[str, Any]) -> None:
             breaks = snap.get("breaks", [])
             if not isinstance(breaks, list) or not all(
                     isinstance(b, dict) and isinstance(b.get("kind"), str) and _is(b.get("gb_type"), str)
-                    and _is(b.get("file"), str) and _is(b.get("line"), int) for b in breaks):
+                    and _is(b.get("file"), str) and _is(b.get("line"), int) and _is(b.get("gb_code"), str)
+                    for b in breaks):
                 raise ValueError(f"{where}: 'breaks' must be a list of {{kind, gb_type, file, line}} objects")
             for key in ("graph_count", "graph_break_count", "recompiles"):
                 if not _is(snap.get(key), int):
@@ -271,7 +278,9 @@ def load_baseline(path: str, what: str = "baseline") -> dict[str, Any]:
 class Change:
     """One difference between baseline and new run. ``effect`` is regressed, improved or changed (neutral).
 
-    ``location`` is ``{"file", "line"}`` (relative) for a graph break, so CI can annotate the user's line.
+    ``location`` is ``{"file", "line"}`` (relative) for a graph break, so CI can annotate the user's line;
+    ``graph_break`` the break itself (kind, gb_type, gb_code where the snapshot has it, file, line), which
+    ``root_causes`` groups on.
     """
 
     probe: str
@@ -282,6 +291,7 @@ class Change:
     effect: str
     detail: str
     location: dict[str, Any] | None = None
+    graph_break: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -289,11 +299,16 @@ class Change:
 
 @dataclass
 class Comparison:
-    """All differences of a new run against a baseline, in probe/stage order."""
+    """All differences of a new run against a baseline, in probe/stage order; ``causes`` groups them."""
 
     changes: list[Change] = field(default_factory=list)
     compared_probes: int = 0
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def causes(self) -> list[ChangeCause]:
+        """The changes grouped by root cause (``root_causes``): what the diff table and annotations show."""
+        return root_causes(self.changes)
 
     @property
     def regressions(self) -> list[Change]:
@@ -309,8 +324,12 @@ class Comparison:
         return bool(self.regressions)
 
     def to_dict(self) -> dict[str, Any]:
+        """``changes``: one per probe x stage x aspect; ``causes``: their root causes, each listing its changes
+        by index into ``changes``."""
+        index = {id(c): i for i, c in enumerate(self.changes)}
         return {"compared_probes": self.compared_probes, "regressed": self.regressed, "notes": self.notes,
-                "changes": [c.to_dict() for c in self.changes]}
+                "changes": [c.to_dict() for c in self.changes],
+                "causes": [cause.to_dict(index) for cause in self.causes]}
 
 
 def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | None = None) -> Comparison:
@@ -369,19 +388,18 @@ def _not_required(c: Change, target: str, gate: Gate) -> Change:
     """A change in a stage of a target the gate does not require: shown, never a regression."""
     if c.effect != REGRESSED:
         return c
-    return Change(c.probe, c.stage, c.aspect, c.before, c.after, CHANGED,
-                  f"{c.detail} (target {target} not required; {gate.how_to_require(target)} gates on it)",
-                  c.location)
+    return replace(c, effect=CHANGED,
+                   detail=f"{c.detail} (target {target} not required; {gate.how_to_require(target)} gates on it)")
 
 
 def _failing_kinds(probe: dict[str, Any], gated: frozenset[str] = frozenset(), gate: Gate = Gate()) -> list[str]:
-    kinds: list[str] = []
-    for stage, s in probe.get("stages", {}).items():
-        if not gate.requires(_target(stage, s)):
-            continue
-        found = [*(s.get("kinds", []) if s.get("status") in _FAILED else []), *_gated(s, gated)]
-        kinds += [k for k in found if k not in kinds]
-    return kinds
+    """What fails a snapshot's probe: the report's own rule (model/verdict.decide) on its stages' outcomes."""
+    return decide((_outcome(stage, s) for stage, s in probe.get("stages", {}).items()), gate, gated).kinds
+
+
+def _outcome(stage: str, snap: dict[str, Any]) -> StageOutcome:
+    return StageOutcome(stage, snap.get("status", ""), _target(stage, snap), tuple(snap.get("kinds", [])),
+                        tuple(snap.get("advice", [])))
 
 
 def _gated(snap: dict[str, Any], gated: frozenset[str]) -> list[str]:
@@ -465,6 +483,7 @@ def _compare_breaks(pid: str, stage: str, before: list[dict], after: list[dict])
     added = Counter(_break_key(b) for b in after) - Counter(_break_key(b) for b in before)
     removed = Counter(_break_key(b) for b in before) - Counter(_break_key(b) for b in after)
     added_l, removed_l = sorted(added.elements(), key=str), sorted(removed.elements(), key=str)
+    codes = {_break_key(b): b["gb_code"] for b in [*before, *after] if b.get("gb_code")}  # older baselines: none
     out: list[Change] = []
     for a in list(added_l):
         match = next((r for r in removed_l if r[:3] == a[:3]), None)
@@ -473,18 +492,234 @@ def _compare_breaks(pid: str, stage: str, before: list[dict], after: list[dict])
             added_l.remove(a)
             out.append(Change(pid, stage, "break", f"line {match[3]}", f"line {a[3]}", CHANGED,
                               f"graph break moved: {_describe_break(_as_break(a))} (was line {match[3]})",
-                              {"file": a[2], "line": a[3]}))
+                              {"file": a[2], "line": a[3]}, _as_break(a, codes)))
     for a in added_l:
         out.append(Change(pid, stage, "break", None, _describe_break(_as_break(a)), REGRESSED,
-                          f"new graph break {_describe_break(_as_break(a))}", {"file": a[2], "line": a[3]}))
+                          f"new graph break {_describe_break(_as_break(a))}", {"file": a[2], "line": a[3]},
+                          _as_break(a, codes)))
     for r in removed_l:
         out.append(Change(pid, stage, "break", _describe_break(_as_break(r)), None, IMPROVED,
-                          f"graph break gone: {_describe_break(_as_break(r))}", {"file": r[2], "line": r[3]}))
+                          f"graph break gone: {_describe_break(_as_break(r))}", {"file": r[2], "line": r[3]},
+                          _as_break(r, codes)))
     return out
 
 
-def _as_break(key: tuple) -> dict[str, Any]:
-    return dict(zip(("kind", "gb_type", "file", "line"), key))
+def _as_break(key: tuple, codes: dict[tuple, str] | None = None) -> dict[str, Any]:
+    """A break key as a snapshot break; with ``codes``, its GB code (None when neither side recorded one)."""
+    brk = dict(zip(("kind", "gb_type", "file", "line"), key))
+    if codes is not None:
+        brk["gb_code"] = codes.get(key)
+    return brk
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Root causes: one new graph break shows up as ~5 changes per probe and stage (status, kind, graphs, breaks,
+# the break); the table, the summary line and the annotations count causes, the JSON keeps both.
+
+_WORSE, _BETTER = "worse", "better"
+_COUNT_NOUNS = {"graph_count": "graphs", "graph_break_count": "graph breaks", "recompiles": "recompiles",
+                **{f"compiled_autograd.{k}": f"compiled autograd {k.replace('_', ' ')}"
+                   for k in (*COUNTS_LOWER_IS_BETTER, *COUNTS_NEUTRAL)}}
+#: counts that move with a new (gone) break or failure kind in their stage, and fold into it
+_LOWER_IS_BETTER_ASPECTS = ("graph_count", "graph_break_count", "recompiles",
+                            *(f"compiled_autograd.{k}" for k in COUNTS_LOWER_IS_BETTER))
+_NOT_REQUIRED_SUFFIX = re.compile(r" \(target [\w-]+ not required; .* gates on it\)$")
+
+
+@dataclass(frozen=True)
+class ChangeCause:
+    """One root cause of a comparison's changes, with every per-stage change it accounts for (``root_causes``).
+
+    A new (gone, moved) graph break at one place, a new (gone) failure or advice kind, or a change nothing else
+    explains (more graphs with no new break or kind). ``what`` says it without where, ``new graph break at
+    model.py:14 (data-dependent, GB0124)``; ``description`` adds the probes and stages it covers.
+    """
+
+    #: regressed when any of its changes regressed (the exit code's rule), improved when all improved, else changed
+    effect: str
+    #: the explaining change's aspect: break, kind, advice, status, graph_count, ..., probe, stage
+    aspect: str
+    what: str
+    #: ``{"file", "line"}`` (relative) of a graph break, else None
+    location: dict[str, Any] | None
+    #: the per-stage changes, in the comparison's order
+    changes: tuple[Change, ...]
+
+    @property
+    def probes(self) -> list[str]:
+        return list(dict.fromkeys(c.probe for c in self.changes))
+
+    @property
+    def stages(self) -> list[str]:
+        return sorted({c.stage for c in self.changes if c.stage}, key=stage_order)
+
+    @property
+    def covers(self) -> list[tuple[str, str | None]]:
+        """The (probe, stage) pairs it changed; stage None for a probe-level change (missing, new)."""
+        return list(dict.fromkeys((c.probe, c.stage) for c in self.changes))
+
+    @property
+    def scope(self) -> str:
+        """``2 probes × 6 stages``, with ``(9 of 12 probe × stage pairs)`` when not every probe has every stage."""
+        probes, stages = self.probes, self.stages
+        if not stages:
+            return _count(len(probes), "probe")
+        pairs, full = len({ps for ps in self.covers if ps[1]}), len(probes) * len(stages)
+        text = f"{_count(len(probes), 'probe')} × {_count(len(stages), 'stage')}"
+        return text if pairs == full else f"{text} ({pairs} of {full} probe × stage pairs)"
+
+    @property
+    def description(self) -> str:
+        return f"{self.what} in {self.scope}"
+
+    @property
+    def graph_break(self) -> dict[str, Any] | None:
+        """A break cause's break (kind, gb_type, gb_code, file, line), else None."""
+        if self.aspect != "break":
+            return None
+        brk = next(c.graph_break for c in self.changes if c.aspect == "break" and c.graph_break)
+        code = next((c.graph_break["gb_code"] for c in self.changes if (c.graph_break or {}).get("gb_code")), None)
+        return {**brk, "gb_code": code}
+
+    def to_dict(self, index: dict[int, int]) -> dict[str, Any]:
+        """``index``: ``id(change)`` -> its position in ``Comparison.changes``, which ``changes`` lists."""
+        return {"effect": self.effect, "aspect": self.aspect, "what": self.what, "description": self.description,
+                "location": self.location, "probes": self.probes, "stages": self.stages,
+                "changes": [index[id(c)] for c in self.changes]}
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def root_causes(changes: Iterable[Change]) -> list[ChangeCause]:
+    """Group per-stage changes by root cause, in the order each cause first appears.
+
+    In each probe and stage, a new failure kind folds into a new break of that kind there; the status going
+    pass -> fail, more graphs, recompiles and compiled-autograd counts fold into the first new break, else the
+    first new kind (more graph breaks: into a new break only); gone breaks and kinds take the improvements the same
+    way. A new kind left with no break of its own (fullgraph and export raise at the break; they record none) folds
+    into the probe's new break of that kind in another stage when the probe has exactly one. What is left explains
+    itself: a graph count that rises with no new break or kind is its own cause, "more graphs". Causes are then
+    keyed across probes and stages: a break by (kind, gb_type, file, line) and whether it is new, gone or moved,
+    a kind by its name, a count by its direction, anything else by what it says.
+    """
+    changes = list(changes)
+    head: dict[int, Change] = {}  # id(change) -> the change that explains it, when another one does
+    by_stage: dict[tuple[str, str | None], list[Change]] = {}
+    for c in changes:
+        by_stage.setdefault((c.probe, c.stage), []).append(c)
+    for cs in by_stage.values():
+        roots: dict[str, list[Change]] = {_WORSE: [], _BETTER: []}
+        for c in cs:
+            if c.aspect == "break" and _direction(c):
+                roots[_direction(c)].append(c)
+        for c in cs:
+            d = _direction(c)
+            if c.aspect == "kind" and d:
+                same = [b for b in roots[d] if b.aspect == "break" and _break_kind(b) == (c.after or c.before)]
+                if same:
+                    head[id(c)] = same[0]
+                else:
+                    roots[d].append(c)
+        for c in cs:
+            d = _direction(c)
+            if d and (c.aspect == "status" or c.aspect in _LOWER_IS_BETTER_ASPECTS):
+                pool = [r for r in roots[d] if r.aspect == "break" or c.aspect != "graph_break_count"]
+                if pool:
+                    head[id(c)] = pool[0]
+    _fold_kinds_into_the_probes_break(changes, head)
+    groups: dict[tuple, list[Change]] = {}
+    members: dict[tuple, list[Change]] = {}
+    for c in changes:
+        root = c
+        while id(root) in head:
+            root = head[id(root)]
+        key = _cause_key(root)
+        members.setdefault(key, []).append(c)
+        if root is c:
+            groups.setdefault(key, []).append(c)
+    return [_cause(roots, tuple(members[key])) for key, roots in groups.items()]
+
+
+def _direction(c: Change) -> str | None:
+    """Whether a change makes its stage worse or better, whatever its effect (in a stage of a target that is not
+    required a new break regresses nothing, but is still worse); None for neither (moved, neutral, skipped)."""
+    if c.aspect in ("break", "kind"):
+        return _WORSE if c.before is None else _BETTER if c.after is None else None
+    if c.aspect == "status":
+        return _WORSE if c.before == PASS and c.after in _FAILED else \
+            _BETTER if c.before in _FAILED and c.after == PASS else None
+    if c.aspect in _LOWER_IS_BETTER_ASPECTS and isinstance(c.before, (int, float)) \
+            and isinstance(c.after, (int, float)) and c.before != c.after:
+        return _WORSE if c.after > c.before else _BETTER
+    return None
+
+
+def _break_kind(c: Change) -> str | None:
+    return (c.graph_break or {}).get("kind")
+
+
+def _break_identity(c: Change) -> tuple:
+    b = c.graph_break or {}
+    return b.get("kind"), b.get("gb_type"), b.get("file"), b.get("line")
+
+
+def _fold_kinds_into_the_probes_break(changes: list[Change], head: dict[int, Change]) -> None:
+    """A new (gone) kind that no break of its own stage explains, in a probe whose stages have exactly one new
+    (gone) break of that kind: the same root cause, seen by a stage that records no breaks."""
+    breaks: dict[tuple[str, str, str | None], dict[tuple, Change]] = {}  # (probe, direction, kind) -> identities
+    for c in changes:
+        if c.aspect == "break" and _direction(c):
+            breaks.setdefault((c.probe, _direction(c), _break_kind(c)), {}).setdefault(_break_identity(c), c)
+    for c in changes:
+        if c.aspect == "kind" and _direction(c) and id(c) not in head:
+            found = breaks.get((c.probe, _direction(c), c.after or c.before), {})
+            if len(found) == 1:
+                head[id(c)] = next(iter(found.values()))
+
+
+def _plain(detail: str) -> str:
+    """A change's detail without the "(target ... not required ...)" that ``_not_required`` adds."""
+    return _NOT_REQUIRED_SUFFIX.sub("", detail)
+
+
+def _cause_key(c: Change) -> tuple:
+    d = _direction(c)
+    if c.aspect == "break":
+        return ("break", d or "moved", *_break_identity(c), None if d else c.before)
+    if c.aspect in ("kind", "advice"):
+        return (c.aspect, "new" if c.before is None else "gone", c.after or c.before)
+    if c.aspect in _COUNT_NOUNS:
+        return (c.aspect, d or "changed")
+    return (c.aspect, str(c.before), str(c.after), _plain(c.detail))
+
+
+def _cause(roots: list[Change], changes: tuple[Change, ...]) -> ChangeCause:
+    """The cause of ``roots`` (the changes of one key that nothing else explains) and all it accounts for."""
+    first = roots[0]
+    effects = {c.effect for c in changes}
+    effect = REGRESSED if REGRESSED in effects else IMPROVED if effects == {IMPROVED} else CHANGED
+    cause = ChangeCause(effect, first.aspect, _plain(first.detail), first.location, changes)
+    d = _direction(first)
+    if first.aspect == "break":
+        b = cause.graph_break or {}
+        where = f" at {b['file']}:{b['line']}" if b.get("file") else ""
+        what = f"new graph break{where}" if d == _WORSE else f"graph break gone{where}" if d == _BETTER else \
+            f"graph break moved to {b.get('file')}:{b.get('line')} from {first.before}"
+        which = b.get("gb_code") or b.get("gb_type") or "no gb_type"
+        cause = replace(cause, what=f"{what} ({b.get('kind')}, {which})")
+    elif first.aspect in _COUNT_NOUNS:
+        noun = _COUNT_NOUNS[first.aspect]
+        what = f"more {noun}" if d == _WORSE else f"fewer {noun}" if d == _BETTER else f"{noun} changed"
+        moves = {(r.before, r.after) for r in roots}
+        cause = replace(cause, what=what + (" ({} -> {})".format(*moves.pop()) if len(moves) == 1 else ""),
+                        location=None)
+    # worse only in stages of targets the gate does not require: say so, as each change does
+    not_required = next((m for m in (_NOT_REQUIRED_SUFFIX.search(c.detail) for c in changes) if m), None)
+    if effect == CHANGED and not_required:
+        cause = replace(cause, what=cause.what + not_required.group(0))
+    return cause
 
 
 def compare_report(base: dict[str, Any], report: RunReport) -> Comparison:

@@ -91,6 +91,10 @@ class Outcome:
         return msg.value
 
 
+#: the resource tracker's "There appear to be N leaked semaphore objects" (a PYTHONWARNINGS filter)
+_TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
+
+
 def _context(warm_compile: bool) -> multiprocessing.context.BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
@@ -104,6 +108,13 @@ def _context(warm_compile: bool) -> multiprocessing.context.BaseContext:
     env = {} if warm_compile or worker.WARM_COMPILE_VAR in os.environ else {worker.WARM_COMPILE_VAR: "0"}
     if "PYTHONSAFEPATH" not in os.environ:
         env["PYTHONSAFEPATH"] = "1"
+    # The resource tracker (started here, with the server) warns at exit of semaphores a stage process made and
+    # never released: every stage process killed on Ctrl-C or a timeout leaves some. The tracker frees them either
+    # way; the warning is noise to a user, so its interpreter (and only that message) is told to ignore it. A user's
+    # own PYTHONWARNINGS is left as it is (the variables set here are removed again, from this process and the
+    # stage processes).
+    if "PYTHONWARNINGS" not in os.environ:
+        env["PYTHONWARNINGS"] = _TRACKER_WARNING
     if env:
         from multiprocessing import forkserver
 

@@ -97,6 +97,31 @@ class WorstTensor:
 
 
 @dataclass(frozen=True)
+class NumericMismatch:
+    """One phase's record of a numeric comparison (stages/_numerics.judge): how many tensors disagree, of how
+    many, and the worst. ``tracecheck fix`` reads its eager comparison of the patched probe through it."""
+
+    #: "forward" | "backward"
+    phase: str = ""
+    compared: int | None = None
+    disagreeing: int | None = None
+    worst: WorstTensor = field(default_factory=WorstTensor)
+    #: what the disagreeing tensors are (the first 20)
+    disagreeing_tensors: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, d: Any) -> "NumericMismatch":
+        d = d if isinstance(d, dict) else {}
+        compared, disagreeing = d.get("compared"), d.get("disagreeing")
+        return cls(phase=str(d.get("phase") or ""),
+                   compared=compared if isinstance(compared, int) and not isinstance(compared, bool) else None,
+                   disagreeing=disagreeing if isinstance(disagreeing, int) and not isinstance(disagreeing, bool)
+                   else None,
+                   worst=WorstTensor.of(d.get("worst")),
+                   disagreeing_tensors=tuple(map(str, _seq(d.get("disagreeing_tensors")))))
+
+
+@dataclass(frozen=True)
 class Evidence:
     """The evidence of one finding, typed (module docstring). Every field is optional: which are set depends on
     ``what``."""
@@ -214,3 +239,53 @@ def _what(d: dict[str, Any]) -> str:
     if d.get("gb_type"):
         return GRAPH_BREAK
     return MEASUREMENT
+
+
+@dataclass(frozen=True)
+class Context:
+    """What varies within a kind (``Finding.context``, kinds.json's named groups and the classifier's facts), typed:
+    what renderers and ``tracecheck fix`` read. A missing key is None; a value of another shape (a hand-edited
+    report) reads as missing."""
+
+    #: the custom op (``ns::name``) or the C++/pybind builtin the finding is about
+    op: str | None = None
+    builtin: str | None = None
+    #: which of the kind's causes the evidence names (kinds.json ``fix_by_cause``)
+    cause: str | None = None
+    #: numeric-mismatch: what was compared ("outputs", "gradients"); functorch-incompatible: what was refused
+    what: str | None = None
+    #: the torch.func transform (vmap, grad, ...) the finding was made under
+    transform: str | None = None
+    #: recompile: Dynamo's guard-failure reason
+    reason: str | None = None
+    #: an id this version does not know (a report from a newer tracecheck), read as ``unknown``
+    reported_kind: str | None = None
+    #: the stage whose finding an ``unknown`` took its kind from (classify/results.attribute_unknowns)
+    first_seen_at: str | None = None
+    #: a warning, not a failure: no failure's cause
+    warning: bool = False
+    #: pybind-builtin: the builtin is called inside a torch.autograd.Function's forward or backward
+    in_autograd_function: bool = False
+    #: the argument a refusal names (a non-tensor output, a mutated input)
+    argument: str | None = None
+    #: opaque-op: extern calls of the op and the kernels Inductor generated for the rest
+    calls: int | None = None
+    kernels: int | None = None
+
+    @classmethod
+    def of(cls, d: Any) -> "Context":
+        d = d if isinstance(d, dict) else {}
+
+        def text(key: str) -> str | None:
+            v = d.get(key)
+            return str(v) if v not in (None, "") and not isinstance(v, (dict, list)) else None
+
+        def count(key: str) -> int | None:
+            v = d.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        return cls(op=text("op"), builtin=text("builtin"), cause=text("cause"), what=text("what"),
+                   transform=text("transform"), reason=text("reason"), reported_kind=text("reported_kind"),
+                   first_seen_at=text("first_seen_at"), warning=bool(d.get("warning")),
+                   in_autograd_function=bool(d.get("in_autograd_function")), argument=text("argument"),
+                   calls=count("calls"), kernels=count("kernels"))

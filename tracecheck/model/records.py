@@ -1,7 +1,8 @@
 """What a stage sends back to the classifier: one record, its fields declared here, the single contract between the stage processes
 (stages/) and ``classify.results.build_stage_result``. A stage function returns the record's fields as a plain dict (it
-crosses the process boundary as JSON, isolate/protocol.Result); ``StageRecord.from_raw`` is where it becomes typed, and a
-key no field names is refused there: nothing is written that nobody reads. Pure: no torch import.
+crosses the process boundary as JSON, isolate/protocol.Result); ``StageRecord.from_raw`` is where it becomes typed, in the
+stage process, and a key no field names is refused there: nothing is written that nobody reads. The parent reads what
+arrives (``to_wire``) with ``from_wire``, unchecked: the record is checked once. Pure: no torch import.
 
 Every field says what it holds in the comment above it (``tests/test_records.py`` checks that each has one);
 what a stage keeps in ``extra`` goes into the report as it is, documented in docs/report-schema.md.
@@ -75,6 +76,18 @@ class StageRecord:
         defaults = cls()
         return cls(**{k: (getattr(defaults, k) if v is None and getattr(defaults, k) is not None else v)
                       for k, v in raw.items()})
+
+
+    def to_wire(self) -> dict[str, Any]:
+        """The record as it crosses to the parent (JSON): the fields that differ from their defaults."""
+        defaults = StageRecord()
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) != getattr(defaults, f.name)}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> "StageRecord":
+        """The record ``to_wire`` sent: checked once, by ``from_raw`` in the stage process, so read as it is."""
+        return cls(**d)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from . import taxonomy
 from .taxonomy import K
 from .records import Frame
 # a message's first line and an error's headline: the evidence's own spelling, used everywhere through this module
-from .evidence import Evidence, first_line, headline, says_nothing  # noqa: F401 - re-exported
+from .evidence import Context, Evidence, first_line, headline, says_nothing  # noqa: F401 - re-exported
+from .environment import Environment
 from .payloads import CompiledAutogradCounts, StageNotes
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 
@@ -30,12 +31,9 @@ LOAD_STAGE = "load"
 #: the probe a file's import failure is reported under (``file.py::(import)``) when a kind explains it
 IMPORT_PROBE = "(import)"
 
-#: StageResult.status values. INTERNAL: tracecheck's own code failed in the stage (the traceback is kept in
-#: ``StageResult.internal_error``); it says nothing about the probe, and the run exits 3.
-PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL = "pass", "fail", "skip", "timeout", "crash", "internal-error"
-#: statuses that fail a probe when the stage's target is required
-FAILED = (FAIL, TIMEOUT, CRASH)
-STATUSES = (PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL)
+# the statuses, and the verdict decided from them (model/verdict.py), re-exported: the report's vocabulary
+from .verdict import (CRASH, FAIL, FAILED, INTERNAL, PASS, SKIP, STATUSES, TIMEOUT,  # noqa: F401
+                      StageOutcome, Verdict, decide)
 
 
 @dataclass
@@ -60,6 +58,11 @@ class Finding:
     def user_frame(self) -> Frame | None:
         """The line the finding points at (``evidence["user_frame"]``), None where nothing placed it."""
         return Frame.from_dict(self.evidence.get("user_frame"))
+
+    @property
+    def cx(self) -> Context:
+        """The context read as typed fields (model/evidence.Context): what renderers read."""
+        return Context.of(self.context)
 
     @property
     def ev(self) -> Evidence:
@@ -141,6 +144,14 @@ class StageResult:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     @property
+    def outcome(self) -> StageOutcome:
+        """What of this stage decides its probe's verdict, its kinds split as a plain run gates them."""
+        found = list(dict.fromkeys(f.kind for f in (self.findings or ([self.failure] if self.failure else []))))
+        return StageOutcome(self.stage, self.status, self.target,
+                            tuple(k for k in found if not taxonomy.is_advice(k)),
+                            tuple(k for k in found if taxonomy.is_advice(k)))
+
+    @property
     def notes(self) -> StageNotes:
         """What the stage noted beside its payload (what was not checked, explain's reasons, ...)."""
         return StageNotes.of(self.extra) or StageNotes()
@@ -176,24 +187,6 @@ class StageResult:
 
 
 @dataclass
-class Verdict:
-    """``status``: ``fail`` when a stage of a required target failed, else ``internal-error`` when a stage hit a
-    tracecheck bug, else ``pass``. ``kinds``: what failed the probe; ``advice``: the advice kinds found in any
-    stage (taxonomy severity), which fail nothing unless the run was ``--strict`` (then they are in ``kinds``
-    too). ``targets``: per target with a stage that ran, ``pass``, ``fail`` or ``internal-error``; ``require``:
-    the targets that gate; ``not_required``: the kinds that failed stages of the other targets (shown, gating
-    nothing)."""
-
-    status: str  # "pass" | "fail" | "internal-error"
-    first_failing_stage: str | None
-    kinds: list[str]
-    advice: list[str] = field(default_factory=list)
-    targets: dict[str, str] = field(default_factory=dict)
-    require: list[str] = field(default_factory=lambda: list(DEFAULT_REQUIRE))
-    not_required: list[str] = field(default_factory=list)
-
-
-@dataclass
 class ProbeReport:
     """All stages of one probe. ``id`` is ``<file>::<name>`` with the file relative to the run's rootdir
     (``RunReport.rootdir``), so that it does not depend on the current directory. ``stages`` is in run order
@@ -205,41 +198,17 @@ class ProbeReport:
     stages: dict[str, StageResult] = field(default_factory=dict)
     #: how the run is gated (set from ``RunReport``'s ``require`` and ``strict``; not serialized here)
     gate: Gate = field(default_factory=Gate)
+    #: the verdict decided for ``gate`` (``verdict``)
+    _decided: tuple[Gate, tuple[StageOutcome, ...], Verdict] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def verdict(self) -> Verdict:
-        ranked = sorted(self.stages.values(), key=lambda s: s.stage != LOAD_STAGE)  # stable: run order otherwise
-        failed = [s for s in ranked if s.status in FAILED]
-        failing = [s for s in failed if self.gate.requires(s.target)]
-        internal = [s for s in ranked if s.status == INTERNAL and self.gate.requires(s.target)]
-        kinds: list[str] = []
-        for s in failing:
-            for f in stage_failures(s, self.gate):
-                if f.kind not in kinds:
-                    kinds.append(f.kind)
-        not_required = list(dict.fromkeys(f.kind for s in failed if not self.gate.requires(s.target)
-                                          for f in stage_failures(s, self.gate)))
-        advice = list(dict.fromkeys(f.kind for s in ranked for f in s.findings if taxonomy.is_advice(f.kind)))
-        targets: dict[str, str] = {}
-        for s in ranked:
-            target = s.target
-            if target is None:  # a report from before targets: no per-target verdict to give
-                continue
-            if s.status in FAILED:
-                targets[target] = FAIL
-            elif s.status == INTERNAL and targets.get(target) != FAIL:
-                targets[target] = INTERNAL
-            elif s.status == PASS:
-                targets.setdefault(target, PASS)
-        return Verdict(
-            status=FAIL if failing else INTERNAL if internal else PASS,
-            first_failing_stage=failing[0].stage if failing else None,
-            kinds=kinds,
-            advice=advice,
-            targets={t: targets[t] for t in TARGETS if t in targets},
-            require=list(self.gate.require),
-            not_required=not_required,
-        )
+        """The probe's verdict (model/verdict.decide), decided once and kept; decided again only when the stages'
+        outcomes or the gate changed since (``classify.settle`` changes them, and so may a test)."""
+        outcomes = tuple(s.outcome for s in self.stages.values())
+        if self._decided is None or self._decided[:2] != (self.gate, outcomes):
+            self._decided = (self.gate, outcomes, decide(outcomes, self.gate))
+        return self._decided[2]
 
     @property
     def graph_breaks(self) -> int | None:
@@ -289,6 +258,12 @@ class RunReport:
     @property
     def gate(self) -> Gate:
         return Gate(tuple(self.require), self.strict)
+
+    @property
+    def env(self) -> Environment:
+        """The environment read as typed fields (model/environment.Environment): what renderers read. Read anew
+        each time: ``environment`` is the dict that is written, and it may change (a merge adds to it)."""
+        return Environment.of(self.environment)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -344,23 +319,9 @@ def _require(value: Any, version: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def stage_failures(s: StageResult, gate: Gate = Gate()) -> list[Finding]:
-    """The findings that failed a stage: those ``gate.fails_on`` (none for a stage that did not fail)."""
-    if s.status not in FAILED:
-        return []
-    found = s.findings or ([s.failure] if s.failure else [])
-    return [f for f in found if gate.fails_on(f.kind)]
-
-
 def is_generated(path: str) -> bool:
     """Code torch generated: ``<eval_with_key>.9``, an FX GraphModule's forward (compiled autograd's graph)."""
     return path.startswith("<eval_with_key>")
-
-
-def device_text(environment: dict[str, Any]) -> str:
-    """The device a run used, as every report names it: an emulated one says so (never taken for the real one)."""
-    device = str(environment.get("device", "?"))
-    return f"{device}: {environment['device_label']}" if environment.get("emulated") else device
 
 
 def later_step(step: int, error: dict[str, Any] | None = None, after: str | None = None) -> str:

@@ -10,6 +10,7 @@ Every kind has a ``severity``: ``error`` (a finding fails its stage, the probe, 
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
+
+from .exitcodes import UsageError
 
 #: ``Kind.severity`` values
 ERROR, ADVICE = "error", "advice"
@@ -135,8 +138,14 @@ class Kind:
     refused_by_cause: dict[str, str] = field(default_factory=dict)
 
     @property
-    def doc(self) -> str:
-        return f"docs/failures/{self.id}.md"
+    def explain_command(self) -> str:
+        """Where output sends a reader for this kind: a command that works wherever tracecheck is installed (the
+        pages ship in the package; a repository path would not exist after ``pip install``)."""
+        return f"tracecheck explain {self.id}"
+
+    def page(self) -> str:
+        """The kind's page (Markdown), read from the installed package: ``failures/<id>.md`` beside kinds.json."""
+        return (resources.files("tracecheck.model") / "failures" / f"{self.id}.md").read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -250,6 +259,17 @@ def ids() -> frozenset[str]:
     return frozenset(kinds())
 
 
+def kind_named(name: str) -> Kind:
+    """The kind a user typed (``tracecheck explain KIND``). Any other name is a UsageError naming the closest ids,
+    so that a typo (``missing_fake``) gets its answer in the one line."""
+    if name in kinds():
+        return kinds()[name]
+    # a part of an id (``fake``) names the kinds holding it; a misspelling, the nearest
+    close = [k for k in kinds() if name and name.lower() in k] or difflib.get_close_matches(name, list(kinds()), n=3)
+    hint = f"did you mean {', '.join(close[:3])}? " if close else ""
+    raise UsageError(f"unknown kind {name!r}; {hint}`tracecheck explain` lists the {len(kinds())} kinds")
+
+
 def is_advice(kind: str) -> bool:
     """An advice kind: it never fails a stage by itself (``--strict`` and a baseline's setting aside)."""
     k = kinds().get(kind)
@@ -291,6 +311,15 @@ def fix_text(f: Any) -> str:
     return _fill(kind.fix_by_cause.get(str(f.context.get("cause")), kind.fix), f.context)
 
 
+def snippet_for(f: Any) -> str:
+    """The kind's example code for this finding (a ``report.Finding``): only where its fix is the kind's own, not a
+    cause's (a ``.item()`` under vmap gets no autograd.Function example)."""
+    kind = kinds().get(f.kind)
+    if kind is None or str(f.context.get("cause")) in kind.fix_by_cause:
+        return ""
+    return kind.snippet
+
+
 def gb_types_markdown() -> str:
     """docs/gb-types.md: the gb_type table per kind (``python -m tracecheck.model.taxonomy > docs/gb-types.md``)."""
     out = ["# gb_types and their kinds\n",
@@ -301,7 +330,8 @@ def gb_types_markdown() -> str:
            "gb_type that is not listed (a newer torch) is a `graph-break`; `tests/test_gb_types.py` fails until "
            "it is listed.\n"]
     for kind, types in gb_table().items():
-        out.append(f"\n## `{kind}` ({len(types)})\n\n[{kinds()[kind].title}](failures/{kind}.md)\n")
+        page = f"../tracecheck/model/failures/{kind}.md"  # docs/ to the shipped page
+        out.append(f"\n## `{kind}` ({len(types)})\n\n[{kinds()[kind].title}]({page})\n")
         # CommonMark: a code span holding backticks takes a longer fence, padded where it starts or ends with one
         out += [f"- `` {t} ``" if "`" in t else f"- `{t}`" for t in types]
     return "\n".join(out) + "\n"

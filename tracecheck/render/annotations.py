@@ -1,15 +1,21 @@
 """GitHub Actions workflow commands: ``::error file=…,line=…::`` at the user frame of each new graph break.
 
-Emitted on stdout only when ``GITHUB_ACTIONS=true`` (the runner sets it). With a baseline comparison, the
-regressed graph breaks are annotated; without one, every graph break in the report is new. Files are made
-relative to ``GITHUB_WORKSPACE`` (else the working directory) so GitHub can place them on the diff.
+Emitted on stdout only when ``GITHUB_ACTIONS=true`` (the runner sets it). With a baseline comparison, one
+``::error`` per regressed root cause (``Comparison.causes``), at its file:line when it has one, naming the probes
+and stages it covers; the breaks of a probe or stage the baseline did not have are all new. Without one, every
+graph break in the report is new. Files are made relative to ``GITHUB_WORKSPACE`` (else the working directory)
+so GitHub can place them on the diff.
 """
 from __future__ import annotations
 
 import os
 from typing import Any, Mapping
 
+from ..gate.baseline import REGRESSED
 from ..model.report import RunReport
+
+#: probe ids (stage names) a root cause's annotation lists before counting the rest
+_LISTED = 10
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -42,20 +48,40 @@ def command(file: str | None, line: int | None, title: str, message: str) -> str
     return f"::error {','.join(props)}::{_escape_data(message)}"
 
 
+def _listed(names: list[str]) -> str:
+    more = len(names) - _LISTED
+    return ", ".join(names[:_LISTED]) + (f" and {more} more" if more > 0 else "")
+
+
+def cause_line(cause: Any) -> str:
+    """One regressed root cause: at its break's file:line, naming what it is and every probe and stage it covers."""
+    loc, brk = cause.location or {}, cause.graph_break or {}
+    gb_type = f": {brk['gb_type']}" if brk.get("gb_type") else ""
+    where = f"probes: {_listed(cause.probes)}" + (f"; stages: {_listed(cause.stages)}" if cause.stages else "")
+    title = "tracecheck: new graph break" if cause.aspect == "break" else "tracecheck: regression"
+    return command(loc.get("file"), loc.get("line"), title, f"{cause.description}{gb_type} [{where}]")
+
+
 def lines(report: RunReport | None, comparison: Any = None, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The workflow-command lines to print: one per (probe, break location), naming the stages that saw it."""
+    """The workflow-command lines to print: one per regressed root cause with a comparison; one per (probe, break
+    location) of the report's breaks that are new (all, without a comparison), naming the stages that saw it."""
     env = environ if environ is not None else os.environ
+    out: list[str] = []
     found: dict[tuple, list[str]] = {}  # (probe, file, line, what) -> stages
-    # Without a baseline every break is new; with one, the regressed breaks are, and so are all the breaks
-    # of a probe or stage the baseline did not have.
+    # a probe or stage the baseline did not have: its breaks, from the report, are new; the cause itself is
+    # annotated only when none of them is (a stage that fails without a break, or two baselines compared)
     everything_new: set[tuple[str, str | None]] = set()
-    if comparison is not None:
-        for c in comparison.regressions:
-            if c.aspect == "break":
-                loc = c.location or {}
-                found.setdefault((c.probe, loc.get("file"), loc.get("line"), str(c.after)), []).append(c.stage)
-            elif c.aspect in ("probe", "stage") and c.before in ("absent", "not run"):
-                everything_new.add((c.probe, c.stage))
+    new_causes: list[Any] = []
+    for cause in comparison.causes if comparison is not None else []:
+        if cause.effect != REGRESSED:
+            continue
+        if report is not None and cause.aspect in ("probe", "stage") and \
+                all(c.before in ("absent", "not run") for c in cause.changes):
+            everything_new.update(cause.covers)
+            new_causes.append(cause)
+            continue
+        out.append(cause_line(cause))
+    annotated: set[tuple[str, str]] = set()
     for p in report.probes if report is not None else []:
         for stage, s in p.stages.items():
             if comparison is not None and (p.id, None) not in everything_new and (p.id, stage) not in everything_new:
@@ -66,5 +92,9 @@ def lines(report: RunReport | None, comparison: Any = None, environ: Mapping[str
                 file = _workspace_relative(b.file, env) if b.file else None
                 what = f"{b.kind} ({b.gb_type or 'no gb_type'})" + (f" at {file}:{b.line}" if file else "")
                 found.setdefault((p.id, file, b.line, what), []).append(stage)
-    return [command(file, line, "tracecheck: new graph break", f"{probe}: {what} [stages: {', '.join(stages)}]")
-            for (probe, file, line, what), stages in found.items()]
+                annotated.add((p.id, stage))
+    out += [cause_line(cause) for cause in new_causes
+            if not any((probe, stage) in annotated or (stage is None and any(a[0] == probe for a in annotated))
+                       for probe, stage in cause.covers)]
+    return out + [command(file, line, "tracecheck: new graph break", f"{probe}: {what} [stages: {', '.join(stages)}]")
+                  for (probe, file, line, what), stages in found.items()]

@@ -1,40 +1,80 @@
-"""Terminal rendering of a baseline comparison (``run --baseline``, ``compare``): the diff table."""
+"""Terminal rendering of a baseline comparison (``run --baseline``, ``compare``): one row per root cause
+(``Comparison.causes``), the summary line counting causes; ``-v`` adds the per-stage changes."""
 from __future__ import annotations
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..gate.baseline import IMPROVED, REGRESSED, Comparison
+from ..gate.baseline import IMPROVED, REGRESSED, ChangeCause, Comparison
 
 _STYLE = {REGRESSED: "red", IMPROVED: "green"}
+_ORDER = {REGRESSED: 0, IMPROVED: 1}
+#: up to this many probe ids (stage names) are listed in a row; more are counted
+_FEW = 3
+
+
+def _probes(cause: ChangeCause) -> str:
+    ids = cause.probes
+    return "\n".join(ids) if len(ids) <= _FEW else "\n".join(ids[:_FEW]) + f"\n+{len(ids) - _FEW} more"
+
+
+def _where(cause: ChangeCause) -> str:
+    stages = cause.stages
+    return cause.scope + (f": {', '.join(stages)}" if stages and len(stages) <= _FEW else "")
 
 
 def table(comparison: Comparison, title: str = "against the baseline") -> Table:
+    """One row per root cause: what it is, how many probes and stages it covers, which probes."""
+    t = Table(title=title, title_justify="left")
+    t.add_column("", no_wrap=True)
+    t.add_column("root cause", overflow="fold")
+    t.add_column("in", overflow="fold")
+    t.add_column("probes", overflow="fold")
+    for c in sorted(comparison.causes, key=lambda c: _ORDER.get(c.effect, 2)):
+        t.add_row(Text(c.effect, style=_STYLE.get(c.effect, "dim")), c.what, _where(c), _probes(c))
+    return t
+
+
+def changes_table(comparison: Comparison, title: str = "per probe and stage") -> Table:
+    """Every change, one row per probe x stage x aspect (what ``--json`` consumers get as ``changes``)."""
     t = Table(title=title, title_justify="left")
     t.add_column("", no_wrap=True)
     t.add_column("probe", overflow="fold")
     t.add_column("stage")
     t.add_column("change", overflow="fold")
-    for c in sorted(comparison.changes, key=lambda c: {REGRESSED: 0, IMPROVED: 1}.get(c.effect, 2)):
+    for c in sorted(comparison.changes, key=lambda c: _ORDER.get(c.effect, 2)):
         t.add_row(Text(c.effect, style=_STYLE.get(c.effect, "dim")), c.probe, c.stage or "", c.detail)
     return t
 
 
+def _n(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
 def summary(comparison: Comparison, source: str) -> Text:
-    n_reg, n_imp = len(comparison.regressions), len(comparison.improvements)
-    other = len(comparison.changes) - n_reg - n_imp
+    """``baseline B: REGRESSED — 1 regression, 0 improvements, 1 other change, by root cause (62 per-stage
+    changes; 2 probes compared)``: counts of causes, so one new break seen by every stage counts once."""
+    causes = comparison.causes
+    n_reg = sum(1 for c in causes if c.effect == REGRESSED)
+    n_imp = sum(1 for c in causes if c.effect == IMPROVED)
     verdict = "REGRESSED" if comparison.regressed else ("improved" if n_imp else "unchanged")
-    text = Text(f"baseline {source}: {verdict} — {n_reg} regression(s), {n_imp} improvement(s), "
-                f"{other} other change(s) over {comparison.compared_probes} probe(s)",
+    text = Text(f"baseline {source}: {verdict} — {_n(n_reg, 'regression', 'regressions')}, "
+                f"{_n(n_imp, 'improvement', 'improvements')}, "
+                f"{_n(len(causes) - n_reg - n_imp, 'other change', 'other changes')}, by root cause "
+                f"({_n(len(comparison.changes), 'per-stage change', 'per-stage changes')}; "
+                f"{_n(comparison.compared_probes, 'probe', 'probes')} compared)",
                 style="bold red" if comparison.regressed else "bold green")
     return text
 
 
-def render(comparison: Comparison, source: str) -> Group:
+def render(comparison: Comparison, source: str, detail: bool = False) -> Group:
+    """The root-cause table (and with ``detail`` every per-stage change), the notes, the summary line."""
     parts: list = []
     if comparison.changes:
         parts.append(table(comparison))
+        if detail:
+            parts.append(changes_table(comparison))
     parts += [Text(n, style="dim") for n in comparison.notes]
     parts.append(summary(comparison, source))
     return Group(*parts)

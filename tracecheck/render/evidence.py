@@ -19,16 +19,17 @@ def numeric_lines(f: Finding, where: str = "") -> list[str]:
     line). ``where``: the probe the numbers are from, when the finding stands for several."""
     ev = f.ev
     if f.kind == K.OPAQUE_OP:
-        ctx = f.context
+        cx = f.cx
         graphs = len(ev.graphs) or "?"
-        return [f"{where}{ctx.get('calls', '?')} extern call(s) of {ctx.get('op', 'the op')} in {graphs} compiled "
-                f"graph(s); Inductor generated {ctx.get('kernels', '?')} kernel(s) for the rest"]
+        calls, kernels = _or_q(cx.calls), _or_q(cx.kernels)
+        return [f"{where}{calls} extern call(s) of {cx.op or 'the op'} in {graphs} compiled "
+                f"graph(s); Inductor generated {kernels} kernel(s) for the rest"]
     if f.kind != K.NUMERIC_MISMATCH:
         return []
     worst = ev.worst
     # the vmap stage compares torch.func's result, not a compiled one, with eager
-    transform = f.context.get("transform")
-    lines = [f"{_or_q(ev.disagreeing)} of {_or_q(ev.compared)} {f.context.get('what', 'tensors')} "
+    transform = f.cx.transform
+    lines = [f"{_or_q(ev.disagreeing)} of {_or_q(ev.compared)} {f.cx.what or 'tensors'} "
              f"disagree; worst: {worst.what or '?'}"
              + (f" {worst.dtype} {worst.shape}" if worst.shape is not None else "")]
     if worst.rmse_compiled_vs_fp64 is not None:

@@ -26,8 +26,9 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult, device_text
+from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from ..model.reportio import write_text_atomic
+from ..model.taxonomy import kinds
 
 _XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _MAX_TEXT = 20000
@@ -54,6 +55,8 @@ def _evidence_text(s: StageResult) -> str:
             out.append(f"  at {frame.location}{code}")
         if ev.gb_type:
             out.append(f"  gb_type: {ev.gb_type} ({ev.gb_code or 'no GB code'})")
+        if f.kind in kinds():  # the kind's page: a command a CI log's reader can run wherever tracecheck installs
+            out.append(f"  more: {kinds()[f.kind].explain_command}")
         detail = ev.detail()
         if detail:
             out.append(str(detail).rstrip())
@@ -122,12 +125,12 @@ def to_element(report: RunReport, comparison: Any = None) -> ET.Element:
         if suite is None:
             suite = ET.SubElement(root, "testsuite", {"name": file_part, "timestamp": stamp})
             props = ET.SubElement(suite, "properties")
-            for key in ("torch", "python"):
-                if report.environment.get(key) is not None:
-                    ET.SubElement(props, "property", {"name": key, "value": _clean(report.environment[key], 200)})
-            if report.environment.get("device") is not None:
-                ET.SubElement(props, "property", {"name": "device",
-                                                  "value": _clean(device_text(report.environment), 200)})
+            env = report.env
+            for key, value in (("torch", env.torch), ("python", env.python)):
+                if value is not None:
+                    ET.SubElement(props, "property", {"name": key, "value": _clean(value, 200)})
+            if env.device is not None:
+                ET.SubElement(props, "property", {"name": "device", "value": _clean(env.device_text, 200)})
             ET.SubElement(props, "property", {"name": "tracecheck", "value": report.tracecheck_version})
             suites[file_part] = suite
         for stage, s in p.stages.items():

@@ -17,9 +17,9 @@ import re
 import shlex
 from typing import Any
 
-from ..model.taxonomy import K, fix_text, is_advice, kinds
+from ..model.taxonomy import K, fix_text, is_advice, kinds, snippet_for
 from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
-from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, device_text, first_line, root_causes
+from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
 from ..model.targets import COMPILE, TARGETS, Gate
 from ..stages import REGISTRY as STAGE_REGISTRY
 from . import view
@@ -105,7 +105,8 @@ class MarkdownRenderer:
     def __init__(self, report: RunReport, *, redact: bool = False, home: str | None = None,
                  trace_dir: str | None = None, limit: int = GITHUB_COMMENT_LIMIT,
                  comparison: Any = None, json_path: str | None = None) -> None:
-        self._fix_shown: dict[str, tuple[str, str]] = {}  # kind -> (the finding that showed its fix snippet, fix)
+        self._fix_shown: dict[str, str] = {}  # fix text -> the finding that showed it
+        self._snippet_shown: set[str] = set()  # kinds whose example was shown
         self._traceback_shown: dict[tuple, int] = {}  # (kind, gb_type) -> the finding that showed a traceback
         self._message_shown: dict[tuple, int] = {}  # (kind, gb_type, first line) -> finding number
         self.report = report
@@ -148,31 +149,30 @@ class MarkdownRenderer:
                    if len(r.gate.require) < len(TARGETS) else "") + ".\n\n")
 
     def environment(self) -> str:
-        r, env = self.report, self.report.environment
+        r, env = self.report, self.report.env
         rows: list[tuple[str, str]] = [("tracecheck", r.tracecheck_version or "?")]
         if r.command:
             rows.append(("command", _code(self.scrub(shlex.join(r.command)))))
         if r.rootdir and not self.redact:
             rows.append(("rootdir", f"{_code(self.scrub(r.rootdir))} (probe ids and repro commands are relative "
                                     "to it)"))
-        ce = env.get("collect_env") or {}
-        if ce and "error" not in ce:
+        full = bool(env.collect_env) and env.collect_env_error is None
+        if full:
             for label, name in COLLECT_ENV_FIELDS:
-                if name in ce:
-                    rows.append((label, self.scrub(str(ce[name])).replace("\n", "; ")))
+                if name in env.collect_env:
+                    rows.append((label, self.scrub(env.collect_env[name]).replace("\n", "; ")))
         else:
-            rows += [("torch", str(env.get("torch", "?"))), ("Python", str(env.get("python", "?"))),
-                     ("platform", str(env.get("platform", "?"))),
-                     ("CUDA", str(env.get("cuda")) if env.get("cuda") else "not built with CUDA")]
-        rows.append(("device", device_text(env)))
-        if env.get("torch_npu"):
-            rows.append(("torch_npu", f"{env['torch_npu']} (NPU available: {env.get('npu_available')})"))
-            rows.append(("CANN", str(env.get("cann") or "unknown")))
+            rows += [("torch", env.torch or "?"), ("Python", env.python or "?"), ("platform", env.platform or "?"),
+                     ("CUDA", env.cuda or "not built with CUDA")]
+        rows.append(("device", env.device_text))
+        if env.torch_npu:
+            rows.append(("torch_npu", f"{env.torch_npu} (NPU available: {env.npu_available})"))
+            rows.append(("CANN", env.cann or "unknown"))
         else:
-            rows.append(("torch_npu", self.scrub(env.get("npu_note") or "not installed")))
-        if env.get("merged_torch_versions"):
-            rows.append(("merged from torch", ", ".join(env["merged_torch_versions"])))
-        note = "" if ce and "error" not in ce else (
+            rows.append(("torch_npu", self.scrub(env.npu_note or "not installed")))
+        if env.merged_torch_versions:
+            rows.append(("merged from torch", ", ".join(env.merged_torch_versions)))
+        note = "" if full else (
             "\n_Summary of tracecheck's own environment record; `python -m torch.utils.collect_env` gives "
             "the full picture._\n")
         body = "\n".join(f"| {k} | {_cell(v)} |" for k, v in rows)
@@ -209,17 +209,19 @@ class MarkdownRenderer:
 
     def compiled_autograd(self) -> str:
         rows = []
-        keys = ("unique_graphs_without_ca", "unique_graphs_with_ca", "captures", "recompiles", "hooks_captured")
         measured = view.ca_rows(self.report)
-        for p, s, counts in measured:
-            vals = [str(_none_dash(counts[k])) for k in keys]
+        for p, s, ca in measured:
+            counts = (ca.unique_graphs_without_ca, ca.unique_graphs_with_ca, ca.captures, s.recompile_count,
+                      ca.hooks_captured)
+            vals = [str(_none_dash(c)) for c in counts]
             rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | {verdict_cell(s, self.report.gate)} | " + " | ".join(vals) + " |")
         if not rows:
             return ""
         head = ("| probe | verdict | unique graphs without CA | unique graphs with CA | captures | recompiles "
                 "| hooks captured |\n|---|---|---:|---:|---:|---:|---:|\n")
         return (f"## Compiled autograd\n\nBackend: {view.ca_backends(measured)} (forward, and the "
-                "backward graphs compiled autograd captures).\n\n" + head + "\n".join(rows) + "\n\n")
+                "backward graphs compiled autograd captures).\n\n" + head + "\n".join(rows) + "\n\n"
+                f"{view.CA_GRAPHS_NOTE[0].upper()}{view.CA_GRAPHS_NOTE[1:]}.\n\n")
 
     def structured_trace(self) -> str:
         if not self.trace_dir or not os.path.isdir(self.trace_dir):
@@ -246,12 +248,17 @@ class MarkdownRenderer:
         c = self.comparison
         if c is None:
             return ""
+        if not c.changes:
+            return "## Against the baseline\n\nNo differences.\n\n"
+        # one row per root cause (a new break is one, however many stages it changed); each change in the details
+        causes = [f"| {cause.effect} | {_cell(self.scrub(cause.what))} | {_cell(cause.scope)} | "
+                  f"{_cell(', '.join(_code(self.probe_label(pid)) for pid in cause.probes))} |" for cause in c.causes]
         rows = [f"| {c2.effect} | {_cell(_code(self.probe_label(c2.probe)))} | {c2.stage or ''} | "
                 f"{_cell(self.scrub(c2.detail))} |" for c2 in c.changes]
-        if not rows:
-            return "## Against the baseline\n\nNo differences.\n\n"
-        return ("## Against the baseline\n\n| effect | probe | stage | change |\n|---|---|---|---|\n"
-                + "\n".join(rows) + "\n\n")
+        return ("## Against the baseline\n\n| effect | root cause | in | probes |\n|---|---|---|---|\n"
+                + "\n".join(causes) + "\n\n<details><summary>Each change per probe and stage "
+                f"({len(c.changes)})</summary>\n\n| effect | probe | stage | change |\n|---|---|---|---|\n"
+                + "\n".join(rows) + "\n\n</details>\n\n")
 
     def probe_section(self, p: ProbeReport, numbers: list[int]) -> Section:
         """A failing probe: its verdict, which findings (root causes) it has, graph counts, explain() output."""
@@ -304,7 +311,7 @@ class MarkdownRenderer:
         advice = bool(prefix)
         f = cause.finding
         p, stages = cause.seen[0]
-        ev, ctx = f.ev, f.context
+        ev, cx = f.ev, f.cx
         kind = kinds().get(f.kind)
         lines = [f"#### {prefix}{index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
         bullets = []
@@ -326,17 +333,17 @@ class MarkdownRenderer:
         if frame is not None:
             fn = f" in `{frame.function}`" if frame.function else ""
             bullets.append(f"- **User frame:** {_code(self.scrub(frame.file) + ':' + str(frame.line))}{fn}")
-        named = [(label, ctx[key]) for key, label in (("op", "Op"), ("builtin", "Builtin")) if ctx.get(key)]
+        named = [(label, value) for value, label in ((cx.op, "Op"), (cx.builtin, "Builtin")) if value]
         if not named and ev.gb_type:
             name = named_in_message(ev.message)
             if name:
                 named.append(("Builtin", name))
         for label, value in named:
-            in_fn = label == "Builtin" and ctx.get("in_autograd_function")
+            in_fn = label == "Builtin" and cx.in_autograd_function
             where = " (inside a torch.autograd.Function)" if in_fn else ""
             bullets.append(f"- **{label}:** {_code(str(value))}{where}")
-        if ctx.get("argument"):
-            bullets.append(f"- **Argument:** {_code(str(ctx['argument']))}")
+        if cx.argument:
+            bullets.append(f"- **Argument:** {_code(cx.argument)}")
         if ev.exception_type:
             chain = [t for t in ev.exception_chain if t != ev.exception_type]
             via = f" (wrapping {', '.join(_code(t) for t in chain)})" if chain else ""
@@ -357,7 +364,7 @@ class MarkdownRenderer:
         same = self._message_shown.get((f.kind, ev.gb_type, opening)) if ev.gb_type else None
         if message and same:  # Dynamo's template for this gb_type again; only the name differs (bullets above)
             lines.append(f"Message: Dynamo's wording of finding {same} above, for this "
-                         f"{'op' if ctx.get('op') else 'call'} (the JSON report has it in full).\n\n")
+                         f"{'op' if cx.op else 'call'} (the JSON report has it in full).\n\n")
             message = ""
         elif message:
             self._message_shown[(f.kind, ev.gb_type, opening)] = index
@@ -366,25 +373,26 @@ class MarkdownRenderer:
         numeric = numeric_lines(f, f"in {self.probe_label(p.id)}: " if len(cause.seen) > 1 else "")
         if numeric:
             lines.append("Numerics:\n\n" + "\n".join(f"- {self.scrub(x)}" for x in numeric) + "\n\n")
-        if kind and f.kind in self._fix_shown:
-            shown, text = self._fix_shown[f.kind]
-            lines.append(f"**Fix:** as in finding {shown} above.{'' if text == fix_text(f) else ' ' + fix_text(f)}\n\n")
+        fix = fix_text(f) if kind else ""
+        if fix and fix in self._fix_shown:  # the very same fix: said once, pointed to after
+            lines.append(f"**Fix:** as in finding {self._fix_shown[fix]} above.\n\n")
         elif kind:
-            # the snippet once per kind keeps the report short
-            self._fix_shown[f.kind] = (f"{prefix}{index}", fix_text(f))
-            lines.append(f"**Fix:** {fix_text(f)}\n\n")
-            if kind.snippet:
-                lines.append(f"```python\n{kind.snippet}\n```\n\n")
-            lines.append(f"Background: `{kind.doc}` in the tracecheck repository.\n\n")
+            self._fix_shown[fix] = f"{prefix}{index}"
+            lines.append(f"**Fix:** {fix}\n\n")
+            snippet = snippet_for(f)  # the kind's example only where this finding's fix is the kind's own
+            if snippet and f.kind not in self._snippet_shown:
+                self._snippet_shown.add(f.kind)  # once per kind keeps the report short
+                lines.append(f"```python\n{snippet}\n```\n\n")
+            lines.append(f"Background: `{kind.explain_command}` prints the kind's page.\n\n")
         repro = f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n"
         lines.append(repro)
         # shorter forms for the size limit: the evidence bullets and the fix, then the heading and where
         headline = self.scrub(ev.headline() or first_line(ev.cause))[:300]
         short = [lines[0], lines[1], *([f"Message (first line): {_code(headline)}\n\n"] if headline else []),
                  f"**Fix:** {fix_text(f)}\n\n" if kind else "", repro]
-        frameless = frame is None and not ctx.get("op")
+        frameless = frame is None and not cx.op
         where = [self.scrub(frame.location) if frame is not None else "",
-                 str(ctx.get("op") or ctx.get("builtin") or ""),
+                 cx.op or cx.builtin or "",
                  f"{ev.exception_type}: {headline[:160]}" if frameless and ev.exception_type else ""]
         seen = (f"{len(cause.seen)} probes" if len(cause.seen) > 1
                 else f"{self.probe_label(p.id)} at {', '.join(stages)}")
@@ -392,8 +400,9 @@ class MarkdownRenderer:
                 "the JSON report has the rest\n\n")
         section = Section(list(lines), droppable=True, is_finding=True, short=short, line=line)
         tb = ev.traceback or next(filter(None, (_traceback_from_other_stages(q, f) for q, _ in cause.seen)), None)
-        tb_key = (f.kind, ev.gb_type)
-        if tb and tb_key in self._traceback_shown:  # the same kind and gb_type: the same path through torch
+        # the same kind, gb_type, exception type and first message line (numbers masked): the same path through torch
+        tb_key = (f.kind, ev.gb_type, ev.exception_type, re.sub(r"\d+", "N", first_line(ev.message))[:200])
+        if tb and tb_key in self._traceback_shown:
             section.parts.append(f"Traceback: the path through torch of finding {self._traceback_shown[tb_key]} "
                                  "above (the JSON report has this one's).\n\n")
             tb = None

@@ -52,7 +52,7 @@ def findings_frame(report: RunReport) -> pd.DataFrame:
                     "probe": p.id, "stage": stage, "kind": f.kind, "summary": f.summary,
                     "gb_type": f.ev.gb_type, "gb_code": f.ev.gb_code,
                     "user_file": frame and frame.file, "user_line": frame and frame.line,
-                    "op": f.context.get("op"), "builtin": f.context.get("builtin"),
+                    "op": f.cx.op, "builtin": f.cx.builtin,
                 })
     df = pd.DataFrame(rows, columns=FINDING_COLUMNS)
     df["user_line"] = df["user_line"].astype("Int64")
@@ -83,10 +83,11 @@ def to_csv(report: RunReport) -> str:
     return stages_frame(report).to_csv(index=False)
 
 
-def to_table(report: RunReport) -> str:
+def to_table(report: RunReport, width: int = 250) -> str:
+    """The verdict frame as text ``width`` columns wide: pandas wraps the stage columns into blocks of that width
+    (``to_string(line_width=...)``) rather than letting the terminal fold every row."""
     table = verdict_frame(report)
     if table.empty:
         return "(no probes)\n"
-    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 250,
-                           "display.max_colwidth", 80):
-        return table.to_string() + "\n"
+    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.max_colwidth", 80):
+        return table.to_string(line_width=width) + "\n"

@@ -5,13 +5,13 @@ import os
 
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from ..model.taxonomy import MODEL_CODE_KINDS, K, fix_text, is_advice, kinds, needs_registration_fix, rewrites_model_code
-from ..model.report import CRASH, FAIL, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult, device_text, group_findings
+from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult, group_findings
 from ..model.targets import Gate
 from . import view
 from .evidence import numeric_lines
@@ -22,15 +22,11 @@ _STYLE = {PASS: "green", SKIP: "dim", FAIL: "red", TIMEOUT: "magenta", CRASH: "m
           view.NOT_REQUIRED: "yellow"}
 
 
-def cell(result: StageResult | None, wrap: bool = False, gate: Gate = Gate()) -> Text:
-    """``✓``, ``✓ fwd``, ``✗ kind, kind``, ``○ kind`` (a target not required); ``wrap``: the mark, then each kind
-    on its own lines, broken after its hyphens, so a narrow column shows whole words instead of ``pybind-bu…``."""
+def cell(result: StageResult | None, gate: Gate = Gate()) -> Text:
+    """``✓``, ``✓ fwd``, ``✗ kind, kind``, ``○ kind`` (a target not required)."""
     c = view.cell(result, gate)
     if c is None:
         return Text("")
-    if wrap and c.kinds and c.status != PASS:
-        words = "\n+".join("\n".join(_hyphen_split(k)) for k in c.kinds)  # "+" starts each further kind
-        return Text(f"{_ICON[c.shown]}\n{words}", style=_STYLE[c.shown])
     return Text(" ".join(x for x in (_ICON[c.shown], c.label) if x), style=_STYLE[c.shown])
 
 
@@ -39,9 +35,12 @@ def status_text(status: str) -> Text:
     return Text(status, style=_STYLE.get(status, ""))
 
 
-def _hyphen_split(kind: str) -> list[str]:
-    parts = kind.split("-")
-    return [p + "-" for p in parts[:-1]] + parts[-1:]
+def probe_labels(report: RunReport) -> dict[str, str]:
+    """How a probe is named in a table or list: its name when every probe is of one file (named in the title),
+    else ``short_labels``."""
+    if len({p.file for p in report.probes}) == 1:
+        return {p.id: p.name for p in report.probes}
+    return short_labels(report)
 
 
 def short_labels(report: RunReport) -> dict[str, str]:
@@ -56,38 +55,77 @@ _CAPTION = ("✓ fwd: passed, forward only (nothing trains: no input or paramete
             "deduplicated by gb_type and user line); explain()'s own number is noted where it differs. – not "
             "measured or skipped")
 
-#: verdict table layouts, tried in order until one shows every heading and kind whole at the console's width,
-#: first with the probe ids whole, then folded: (short stage headings, kinds wrapped at hyphens, probes
-#: numbered with a legend; the last resort)
-_LAYOUTS = ((False, False, False), (True, False, False), (True, True, False), (True, True, True))
-
-
-def verdict_table(report: RunReport, width: int = 160) -> Table:
-    """The probes x stages verdicts, laid out for ``width`` columns: full stage names and one-line cells where
-    they fit; else short headings; else kinds broken at their hyphens; else probes numbered, ids in the
-    caption. Kind names and the breaks column are never cut: every column but the probe's is given the width
-    of its widest line, and a layout is used only if those widths fit."""
-    tables = [_verdict_table(report, *layout) for layout in _LAYOUTS]
-    for fold in (False, True):  # probe ids whole if any layout allows it, else folded to PROBE_MIN_WIDTH
-        for table in tables[:-1]:
-            if _min_width(table, fold) <= width:
-                return table
-    return tables[-1]
-
-
 #: the probe column folds, down to this width, before a more compact layout is tried
 PROBE_MIN_WIDTH = 16
 
 
-def _verdict_table(report: RunReport, short: bool, wrap: bool, numbered: bool) -> Table:
+def verdict_view(report: RunReport, width: int) -> RenderableType:
+    """The verdicts laid out for ``width`` columns: the probes x stages table where a layout of it fits whole (every
+    probe id, heading and kind name), else one block per probe (``verdict_list``), which fits any width from 60
+    columns: rich measures, so nothing is cropped or cut inside a kind."""
+    for fold in (False, True):  # probe ids whole, then folded; full stage headings, then short ones
+        for table in (_verdict_table(report, short) for short in (False, True)):
+            if _min_width(table, fold) <= width:
+                return table
+    return verdict_list(report)
+
+
+def verdict_list(report: RunReport) -> Group:
+    """Per probe: its verdict and id, then one line per outcome with the stages that had it (``✗ missing-fake
+    explain, aot_eager, ...``): the kind in a column of its own, never wrapped, as wide in every probe; the stage
+    names wrap. A one-line legend ends it."""
+    one_file = len({p.file for p in report.probes}) == 1
+    labels = probe_labels(report)
+    title = "tracecheck verdicts" + (f": {report.probes[0].id.rsplit('::', 1)[0]}" if one_file else "")
+    parts: list[RenderableType] = [Text(title, style="italic")]
+    blocks = [(p, _outcome_groups(p, report.gate)) for p in report.probes]
+    widest = max((cell_len(label) for _, groups in blocks for label in groups), default=1)
+    for p, groups in blocks:
+        v = p.verdict
+        breaks = p.graph_breaks
+        head = Text(f"{_ICON.get(v.status, '?')} ", style=_STYLE.get(v.status, ""))
+        head.append(labels[p.id], style="bold")
+        if breaks is not None:
+            head.append(f" · {breaks} graph break{'s' if breaks != 1 else ''}", style="dim")
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=3)
+        grid.add_column(no_wrap=True, min_width=widest)
+        grid.add_column()
+        for label, (shown, stages) in groups.items():
+            targets = sorted({p.stages[st].target or "" for st in stages})
+            note = f" ({', '.join(targets)}: not required)" if shown == view.NOT_REQUIRED else ""
+            grid.add_row("", Text(label, style=_STYLE[shown]), Text(", ".join(stages) + note))
+        parts += [head, grid]
+    parts.append(Text(_LIST_LEGEND, style="dim"))
+    return Group(*parts)
+
+
+_LIST_LEGEND = ("✓ pass · ✓ fwd: forward only · ✓ kind: pass with advice · ✗ fail · ○ failed, target not "
+                "required · – skipped")
+_GROUP_ORDER = {FAIL: 0, CRASH: 0, TIMEOUT: 0, INTERNAL: 0, view.NOT_REQUIRED: 1, PASS: 2, SKIP: 3}
+
+
+def _outcome_groups(p: ProbeReport, gate: Gate) -> dict[str, tuple[str, list[str]]]:
+    """``"✗ missing-fake"`` -> (the mark's status, the stages with that outcome): failures first, then what targets
+    not required found, passes, skips."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for stage, s in p.stages.items():
+        c = view.cell(s, gate)
+        if c is None:
+            continue
+        for word in (c.kinds if c.status in FAILED else (c.label,)):
+            groups.setdefault((c.shown, word), []).append(stage)
+    ranked = sorted(groups.items(), key=lambda g: _GROUP_ORDER.get(g[0][0], 0))
+    return {f"{_ICON[shown]} {word}".rstrip(): (shown, stages) for (shown, word), stages in ranked}
+
+
+def _verdict_table(report: RunReport, short: bool) -> Table:
     columns = view.columns(report)
     headings = {c: (stage_heading(c) if short else c) for c in columns}
     notes = [f"{h} = {c}" for c, h in headings.items() if h != c]
     files = {p.file for p in report.probes}
     one_file = len(files) == 1 and report.probes[0].id.endswith("::" + report.probes[0].name)
     labels = {p.id: p.name for p in report.probes} if one_file else short_labels(report)
-    if numbered:
-        notes += [f"{i} = {labels[p.id]}" for i, p in enumerate(report.probes, 1)]
     marks = {c.shown for p in report.probes for c in map(lambda x: view.cell(x, report.gate), p.stages.values()) if c}
     if view.NOT_REQUIRED in marks:
         notes.insert(0, "○ kind: a stage of a target not required failed (" + view.not_required_note(report.gate, report.probes) + ")")
@@ -98,10 +136,9 @@ def _verdict_table(report: RunReport, short: bool, wrap: bool, numbered: bool) -
     table = Table(title=title, title_justify="left", caption_justify="left", caption=caption,
                   box=box.SIMPLE_HEAD if short else box.HEAVY_HEAD, pad_edge=not short, show_edge=not short,
                   padding=(0, 1, 0, 0) if short else (0, 1))
-    rows = [[cell(p.stages.get(c), wrap, report.gate) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
-    first = [str(i) for i in range(1, len(rows) + 1)] if numbered else [labels[p.id] for p in report.probes]
-    table.add_column("#" if numbered else "probe", overflow="fold",
-                     min_width=max(map(len, first), default=1) if numbered else PROBE_MIN_WIDTH)
+    rows = [[cell(p.stages.get(c), report.gate) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
+    first = [labels[p.id] for p in report.probes]
+    table.add_column("probe", overflow="fold", min_width=PROBE_MIN_WIDTH)
     for i, heading in enumerate([*headings.values(), "breaks" if short else "graph breaks"]):
         widest = max([cell_len(line) for r in rows for line in r[i].plain.splitlines()] + [cell_len(heading)])
         table.add_column(heading, min_width=widest, no_wrap=True,
@@ -247,7 +284,8 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
         t.append(f"    {line}\n", style="dim")
     kind = kinds().get(f.kind)
     if kind and show_fix:
-        t.append(f"    fix: {fix_text(f)}  ({kind.doc})\n")
+        t.append(f"    fix: {fix_text(f)}\n")
+        t.append(f"    more: {kind.explain_command}\n")  # a line of its own: copied whole, never wrapped mid-command
     if verbose:
         detail = ev.detail()
         if detail:
@@ -256,9 +294,9 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
 
 
 def environment_line(report: RunReport) -> Text:
-    env = report.environment
-    npu = f"torch_npu {env['torch_npu']}" if env.get("torch_npu") else (env.get("npu_note") or "no torch_npu")
-    return Text(f"torch {env.get('torch')} · Python {env.get('python')} · device {device_text(env)} · {npu}",
+    env = report.env
+    npu = f"torch_npu {env.torch_npu}" if env.torch_npu else (env.npu_note or "no torch_npu")
+    return Text(f"torch {env.torch} · Python {env.python} · device {env.device_text} · {npu}",
                 style="dim")
 
 
@@ -267,17 +305,20 @@ def compiled_autograd_table(report: RunReport) -> Table | None:
     rows = view.ca_rows(report)
     if not rows:
         return None
-    table = Table(title=f"compiled autograd (backend {view.ca_backends(rows)})", title_justify="left")
+    table = Table(title=f"compiled autograd (backend {view.ca_backends(rows)})", title_justify="left",
+                  caption=view.CA_GRAPHS_NOTE, caption_justify="left")
     for col in ("probe", "steps", "graphs without CA", "graphs with CA", "backward graphs / capture", "captures",
                 "hooks captured", "recompiles (steady-state: why)"):
         table.add_column(col, overflow="fold")
-    labels = short_labels(report)
-    for p, s, counts in rows:
-        steady = [f.context.get("reason", "")[:80] for f in s.findings if f.kind == K.RECOMPILE]
-        count = counts["recompiles"]
+    labels = probe_labels(report)
+    for p, s, ca in rows:
+        steady = [(f.cx.reason or "")[:80] for f in s.findings if f.kind == K.RECOMPILE]
+        count = s.recompile_count
         why = _dash(count) + (f" (every step: {'; '.join(steady)})" if steady else " (warm-up only)"
                               if count else "")
-        table.add_row(labels[p.id], *(_dash(counts[k]) for k in view.CA_COLUMNS), why)
+        counts = (ca.steps, ca.unique_graphs_without_ca, ca.unique_graphs_with_ca, ca.backward_graphs_per_capture,
+                  ca.captures, ca.hooks_captured)
+        table.add_row(labels[p.id], *map(_dash, counts), why)
     return table
 
 
@@ -301,9 +342,9 @@ def _generated(f: Finding, probe_file: str) -> bool:
     """Does ``tracecheck fix`` generate code for this finding: not for a stub it names as the user's to write; a
     rewrite of the probe's own file for a graph break or a C function called from it; custom ops for a C/pybind11
     builtin inside an autograd.Function."""
-    if f.context.get("cause") in _NOT_GENERATED:
+    if f.cx.cause in _NOT_GENERATED:
         return False
-    if f.kind == K.FAKE_MISMATCH and f.context.get("cause") == "aot_outputs":
+    if f.kind == K.FAKE_MISMATCH and f.cx.cause == "aot_outputs":
         return False  # a fake that returns values, not metadata: regenerating shapes does not answer it
     if f.kind in MODEL_CODE_KINDS or f.kind == K.PYBIND_BUILTIN:
         return rewrites_model_code(f, probe_file) or needs_registration_fix(f, probe_file)
@@ -311,9 +352,9 @@ def _generated(f: Finding, probe_file: str) -> bool:
 
 
 def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
-    """One line per failing probe: ``tracecheck fix FILE::PROBE`` when a kind it found has a code fix, else the
-    page of its first kind; then the attachment for an issue (``attachment``: the --report file already asked
-    for). Paths relative to the cwd."""
+    """One line per failing probe: ``tracecheck fix FILE::PROBE`` when a kind it found has a code fix, else
+    ``tracecheck explain KIND`` for its first kind; then the attachment for an issue (``attachment``: the --report
+    file already asked for). Paths relative to the cwd."""
     lines = []
     for p in report.probes:
         v = p.verdict
@@ -328,7 +369,7 @@ def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
         elif v.kinds and v.kinds[0] in kinds():
             node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else node
             first = next((k for k in v.kinds if not is_advice(k)), v.kinds[0])  # --strict: the error first
-            lines.append(f"{node}: read {kinds()[first].doc} ({first})")
+            lines.append(f"{kinds()[first].explain_command}   ({node})")
     if lines:
         lines.append(f"attach to an issue: {attachment} (written by --report)" if attachment else
                      "attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)")
@@ -340,7 +381,7 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
     """The run's terminal report. ``advise=False``: no ``next:`` lines (``fix`` shows its verification run, whose
     probe is the patched copy: advice to fix that copy would mislead)."""
     console.print(environment_line(report))
-    console.print(verdict_table(report, console.width))
+    console.print(verdict_view(report, console.width))
     ca = compiled_autograd_table(report)
     if ca is not None:
         console.print(ca)
@@ -350,9 +391,14 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
         console.print(Text("\nnext:", style="bold"))
         for line in steps:
             console.print(Text(f"  {line}"), soft_wrap=True)
+    console.print(summary_line(report))
+
+
+def summary_line(report: RunReport) -> str:
+    """``8 probes, 6 failing (compile), 74.4 s``: the run's last line."""
     verdicts = [p.verdict.status for p in report.probes]
     n, n_fail, n_internal = len(verdicts), verdicts.count(FAIL), len(report.internal_errors)
     required = ", ".join(report.gate.require)
-    console.print(f"\n{n} probe{'s' if n != 1 else ''}, {n_fail} failing ({required})"
-                  + (f", {n_internal} stage(s) with a tracecheck internal error (exit 3)" if n_internal else "")
-                  + f", {report.seconds:.1f} s")
+    return (f"\n{n} probe{'s' if n != 1 else ''}, {n_fail} failing ({required})"
+            + (f", {n_internal} stage(s) with a tracecheck internal error (exit 3)" if n_internal else "")
+            + f", {report.seconds:.1f} s")

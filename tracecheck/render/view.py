@@ -4,21 +4,15 @@ disagree (rich's ``Traceback.extract`` → ``Trace``, then drawing, is the model
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..model.payloads import CompiledAutogradCounts
 from ..model.evidence import Evidence
 from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
 from ..stages import forward_only
 from ..model.targets import TARGETS, Gate
-from ..model.taxonomy import is_advice
 
 #: ``Cell.shown`` of a failed stage whose target the run does not require: shown, gating nothing
 NOT_REQUIRED = "not-required"
-
-#: the compiled-autograd counts a row shows, in column order (fields of payloads.CompiledAutogradCounts)
-CA_COLUMNS = ("steps", "unique_graphs_without_ca", "unique_graphs_with_ca", "backward_graphs_per_capture",
-              "captures", "hooks_captured")
 
 
 def columns(report: RunReport) -> list[str]:
@@ -65,38 +59,39 @@ def cell(s: StageResult | None, gate: Gate = Gate()) -> Cell | None:
     """``gate``: the run's (``RunReport.gate``): with ``strict``, advice kinds are failures too."""
     if s is None:
         return None
-    found = stage_kinds(s)
-    failed = tuple(k for k in found if gate.fails_on(k))
-    advice = tuple(k for k in found if is_advice(k)) if s.status == PASS else ()
-    return Cell(s.status, failed, s.status == PASS and forward_only(s), advice, gate.requires(s.target))
+    o = s.outcome  # the verdict's own reading of the stage (model/verdict.py)
+    return Cell(o.status, o.failing(gate), o.status == PASS and forward_only(s), o.advice if o.status == PASS else (),
+                gate.requires(o.target))
 
 
 def not_checked(p: ProbeReport) -> list[str]:
     """What the probe's stages did not check, with why: skipped stages, and the parts of a stage that ran without
     them (``StageResult.notes.not_checked``: the vmap stage's torch.func.grad where torch refuses it)."""
-    out = [f"{stage} ({s.skip_reason})" for stage, s in p.stages.items() if s.status == SKIP]
+    by_reason: dict[str | None, list[str]] = {}  # a file that failed to load skips every stage for one reason
+    for stage, s in p.stages.items():
+        if s.status == SKIP:
+            by_reason.setdefault(s.skip_reason, []).append(stage)
+    out = [f"{', '.join(stages)} ({reason})" for reason, stages in by_reason.items()]
     out += [f"{stage}: {what}" for stage, s in p.stages.items() for what in s.notes.not_checked or []]
     return out
 
 
-def ca_rows(report: RunReport) -> list[tuple[ProbeReport, StageResult, dict[str, Any]]]:
-    """Probes whose compiled_autograd stage ran its steps, with the counts (None: not measured). A stage that
-    was skipped or died measured nothing and has no row."""
+def ca_rows(report: RunReport) -> list[tuple[ProbeReport, StageResult, CompiledAutogradCounts]]:
+    """Probes whose compiled_autograd stage ran its steps, with its counts (a count None: not measured; the
+    recompiles are ``StageResult.recompile_count``). A stage that was skipped or died measured nothing and has no
+    row."""
     rows = []
     for p in report.probes:
         s = p.stages.get("compiled_autograd")
         ca = CompiledAutogradCounts.of(s.extra) if s is not None else None
-        if ca is None or not ca.steps:
-            continue
-        counts = {k: getattr(ca, k) for k in CA_COLUMNS}
-        counts["recompiles"] = s.recompile_count
-        rows.append((p, s, counts))
+        if ca is not None and ca.steps:
+            rows.append((p, s, ca))
     return rows
 
 
-def ca_backends(rows: list[tuple[ProbeReport, StageResult, dict[str, Any]]]) -> str:
+def ca_backends(rows: list[tuple[ProbeReport, StageResult, CompiledAutogradCounts]]) -> str:
     """The backend(s) the compiled_autograd rows were compiled with (old reports: aot_eager, the only one then)."""
-    return ", ".join(dict.fromkeys(str(CompiledAutogradCounts.of(s.extra).backend or "aot_eager") for _, s, _ in rows))
+    return ", ".join(dict.fromkeys(str(ca.backend or "aot_eager") for _, _, ca in rows))
 
 
 def backends_line(ev: Evidence) -> str | None:
@@ -139,3 +134,9 @@ def explain_count_said(count: int) -> str:
     if count < 0:
         return f"explain() captured no graph (its graph_break_count, graph_count - 1, is {count}: the frame ran eagerly)"
     return f"explain() reported {count} graph break(s)"
+
+
+#: what "graphs without CA" counts, and why it can exceed explain()'s graph count (one call of the forward)
+CA_GRAPHS_NOTE = ("graphs without CA: Dynamo's unique graphs over every step of plain torch.compile "
+                  "(counters[\"stats\"][\"unique_graphs\"]): the forward graphs of all steps, recompiles "
+                  "included, so it can be more than the graphs explain() or one torch.compile call counts")

@@ -38,5 +38,5 @@ def run_stage(task: StageTask) -> dict[str, Any]:
         raw = spec.run(StageContext(make_case, task.device, task.options))
     except casemaker.ProbeCallError as e:  # the probe function failed when the stage called it again
         return {"error": exceptions.error_record(e.__cause__ or e, "setup")}
-    StageRecord.from_raw(raw)  # a key no field reads is tracecheck's bug: this stage's internal error, here
-    return raw
+    # checked and typed once, here: a key no field reads is tracecheck's bug, this stage's internal error
+    return StageRecord.from_raw(raw).to_wire()
