@@ -45,12 +45,12 @@ def test_a_report_reads_back_field_by_field():
 
 def test_verdict_first_failing_stage_and_kinds():
     v = sample().probes[0].verdict
-    assert (v.status, v.first_failing_stage, v.kinds) == ("fail", "explain", ["pybind-builtin"])
+    assert (v.status, v.first_failing_stage, v.kinds) == ("fail", "explain", ("pybind-builtin",))
 
 
 def test_skips_do_not_fail():
     p = ProbeReport("a::b", "a", "b", {"eager": StageResult("eager", PASS), "opcheck": StageResult("opcheck", SKIP)})
-    assert p.verdict.status == "pass" and p.verdict.kinds == []
+    assert p.verdict.status == "pass" and p.verdict.kinds == ()
 
 
 def test_other_schema_version_is_refused():
@@ -250,7 +250,7 @@ def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
         "2 extern call(s) of mylib::rms_norm in 1 compiled graph(s); Inductor generated 3 kernel(s) for the rest"]
     p = ProbeReport("m.py::probe", "/abs/m.py", "probe", {"eager": StageResult("eager", PASS), "inductor": s})
     r = RunReport([p], {"torch": "2.13.0"}, ["eager", "inductor"])
-    assert p.verdict.status == PASS and p.verdict.kinds == [] and p.verdict.advice == ["opaque-op"]
+    assert p.verdict.status == PASS and p.verdict.kinds == () and p.verdict.advice == ("opaque-op",)
     assert r.passed
     assert terminal.cell(s).plain == "✓ opaque-op"
     assert markdown.verdict_cell(s) == "✅ opaque-op"
@@ -265,11 +265,11 @@ def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
     results.apply_strict(p.stages)
     strict = RunReport([p], {"torch": "2.13.0"}, ["eager", "inductor"], strict=True)
     assert s.status == FAIL and s.failure.kind == "opaque-op"
-    assert p.verdict.status == FAIL and p.verdict.kinds == ["opaque-op"] and not strict.passed
+    assert p.verdict.status == FAIL and p.verdict.kinds == ("opaque-op",) and not strict.passed
     assert terminal.cell(s, gate=strict.gate).plain == "✗ opaque-op"
     back = RunReport.from_dict(json.loads(json.dumps(strict.to_dict())))
-    assert back.strict and back.probes[0].verdict.kinds == ["opaque-op"]
-    assert back.probes[0].verdict.advice == ["opaque-op"]
+    assert back.strict and back.probes[0].verdict.kinds == ("opaque-op",)
+    assert back.probes[0].verdict.advice == ("opaque-op",)
 
 
 def test_next_steps_offer_fix_for_a_wrong_fake_but_not_for_one_that_returns_values(tmp_path, monkeypatch):
@@ -290,37 +290,55 @@ def test_next_steps_offer_fix_for_a_wrong_fake_but_not_for_one_that_returns_valu
 
 
 def test_the_report_and_its_baseline_decide_a_strict_probe_by_the_same_rule():
-    """A stage that passes with advice only: a plain run passes the probe; --strict fails it on that advice kind,
-    and the baseline's snapshot of the run, gated by its severity setting, says the same kinds (literals)."""
+    """A stage that passes with advice only: a plain run passes the probe; --strict fails the stage and the probe on
+    that advice kind; the baseline's snapshot of the plain run, gated by its severity setting, fails it on the same
+    kind, and not without the setting (literals)."""
+    from tracecheck.classify import settle
     from tracecheck.gate import baseline
     from tracecheck.model.report import Finding, ProbeReport, StageResult
     from tracecheck.model.targets import Gate
 
-    s = StageResult("aot_eager", "pass", findings=[Finding("opaque-op", "advice", {"op": "mylib::op"})],
-                    target="compile")
-    p = ProbeReport("m.py::p", "/x/m.py", "p", {"aot_eager": s})
-    assert (p.verdict.status, p.verdict.kinds, p.verdict.advice) == ("pass", [], ["opaque-op"])
-    p.gate = Gate(strict=True)
-    assert (p.verdict.status, p.verdict.kinds, p.verdict.first_failing_stage) == ("fail", ["opaque-op"], "aot_eager")
-    snap = {"stages": {"aot_eager": baseline.stage_snapshot(s, p)}}
+    def probe() -> ProbeReport:
+        s = StageResult("aot_eager", "pass", findings=[Finding("opaque-op", "advice", {"op": "mylib::op"})])
+        return ProbeReport("m.py::p", "/x/m.py", "p", {"aot_eager": s})
+
+    plain = probe()
+    settle.settle(plain, strict=False)
+    assert (plain.verdict.status, plain.verdict.kinds, plain.verdict.advice) == ("pass", (), ("opaque-op",))
+    strict = probe()
+    strict.gate = Gate(strict=True)
+    assert strict.verdict.status == "pass"  # unsettled: the stage passed, so nothing failed yet
+    settle.settle(strict, strict=True)      # --strict fails the stage on its advice
+    assert (strict.verdict.status, strict.verdict.kinds, strict.verdict.first_failing_stage) == \
+        ("fail", ("opaque-op",), "aot_eager")
+    assert strict.verdict.targets == {"compile": "fail"}
+    snap = {"stages": {"aot_eager": baseline.stage_snapshot(plain.stages["aot_eager"], plain)}}
     assert baseline._failing_kinds(snap) == []
     assert baseline._failing_kinds(snap, frozenset({"opaque-op"})) == ["opaque-op"]
 
 
 def test_a_verdict_follows_a_stage_changed_after_it_was_read():
     from tracecheck.model.report import Finding, ProbeReport, StageResult
+    from tracecheck.model.targets import Gate
 
     p = ProbeReport("m.py::p", "/x/m.py", "p", {"eager": StageResult("eager", "pass", target="compile")})
     assert p.verdict.status == "pass"
     p.stages["inductor"] = StageResult("inductor", "fail", findings=[Finding("graph-break", "a break")],
                                        target="compile")
-    assert (p.verdict.status, p.verdict.kinds) == ("fail", ["graph-break"])
+    assert (p.verdict.status, p.verdict.kinds) == ("fail", ("graph-break",))
+    p.stages["inductor"].status = "pass"                  # changed in place
+    assert (p.verdict.status, p.verdict.kinds) == ("pass", ())
+    p.stages["export"] = StageResult("export", "fail", findings=[Finding("graph-break", "b")], target="export")
+    assert p.verdict.status == "pass" and p.verdict.not_required == ("graph-break",)
+    p.gate = Gate(require=("compile", "export"))          # the gate changed: export now fails the probe
+    assert (p.verdict.status, p.verdict.first_failing_stage) == ("fail", "export")
 
 
 def test_a_findings_context_reads_as_typed_fields_and_a_wrong_shape_as_missing():
     from tracecheck.model.report import Finding
 
-    cx = Finding("opaque-op", "s", {"op": "mylib::op", "calls": 3, "kernels": "2", "warning": 1,
-                                    "argument": ["x"]}).cx
+    cx = Finding("opaque-op", "s", {"op": "mylib::op", "calls": 3, "kernels": "2", "warning": True,
+                                    "argument": ["x"], "builtin": True}).cx
     assert (cx.op, cx.calls, cx.kernels, cx.warning, cx.argument, cx.builtin) == ("mylib::op", 3, None, True,
                                                                                    None, None)
+    assert Finding("opaque-op", "s", {"warning": "false"}).cx.warning is False  # only a JSON true is a warning

@@ -48,11 +48,11 @@ def test_require_always_holds_compile_and_refuses_unknown_targets():
 def test_a_failure_of_a_target_not_required_fails_nothing_and_is_kept():
     r = _report()
     v = r.probes[0].verdict
-    assert (v.status, v.kinds, v.not_required) == (PASS, [], ["functorch-incompatible"])
+    assert (v.status, v.kinds, v.not_required) == (PASS, (), ("functorch-incompatible",))
     assert v.targets == {"compile": "pass", "func": "fail"} and r.passed
     required = _report(require=("compile", "func"))
     v = required.probes[0].verdict
-    assert (v.status, v.first_failing_stage, v.kinds, v.not_required) == (FAIL, "vmap", ["functorch-incompatible"], [])
+    assert (v.status, v.first_failing_stage, v.kinds, v.not_required) == (FAIL, "vmap", ("functorch-incompatible",), ())
     assert not required.passed
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from . import __version__, environment
 from .isolate import protocol
 from .classify import results, settle
+from .evidence import owner
 from .gate import shards
 from .collect import locate
 from .model.exitcodes import UsageError
@@ -141,6 +142,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
                 p.stages[stage] = StageResult(
                     stage, SKIP, skip_reason="loading the file or calling the probe function failed (see load)")
         settle.settle(p, opts.strict)
+        owner.assign(p, root)  # whose code each finding and break is: once, here, where the stages' environment is
     if env is None:  # the environment task died: record what the parent can
         env = {"environment": environment.collect(device, opts.emulate_npu), "collect_env": None}
     if env.get("collect_env") is not None:

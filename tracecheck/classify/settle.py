@@ -1,5 +1,5 @@
 """The one place a probe's stage results become what the report says: crashes and unknowns attributed across its
-stages, ``--strict``, run order, each stage's target, and the verdict decided from them (kept on the probe). ``api.run`` settles every probe once its stages have run;
+stages, ``--strict``, run order, each stage's target; the verdict follows from them by one rule (model/verdict.decide). ``api.run`` settles every probe once its stages have run;
 the live display settles a copy (``settled_copy``) with the same rule, so no live line says what the report will not."""
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ def settle(p: ProbeReport, strict: bool) -> None:
         results.apply_strict(p.stages)  # the late opcheck and the load findings too
     for s in p.stages.values():
         s.target = target_of(s.stage)
-    p.verdict  # noqa: B018 - decided here, once the stages are final
 
 
 def settled_copy(p: ProbeReport, strict: bool) -> ProbeReport:

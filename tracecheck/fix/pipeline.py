@@ -157,7 +157,7 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
                                            jobs=opts.jobs, timeout_s=opts.timeout_s, command=["fix", opts.target]),
                             progress)
     probe = diagnosis.probes[0]
-    out = FixOutcome(NOTHING_TO_FIX, probe.id, probe.verdict.kinds, diagnosis=diagnosis)
+    out = FixOutcome(NOTHING_TO_FIX, probe.id, list(probe.verdict.kinds), diagnosis=diagnosis)
     if not out.kinds:
         return out
     out.no_code_fix = {k: kinds()[k].explain_command if k in kinds() else "" for k in out.kinds

@@ -394,12 +394,18 @@ def _not_required(c: Change, target: str, gate: Gate) -> Change:
 
 def _failing_kinds(probe: dict[str, Any], gated: frozenset[str] = frozenset(), gate: Gate = Gate()) -> list[str]:
     """What fails a snapshot's probe: the report's own rule (model/verdict.decide) on its stages' outcomes."""
-    return decide((_outcome(stage, s) for stage, s in probe.get("stages", {}).items()), gate, gated).kinds
+    return list(decide((_outcome(stage, s, gated) for stage, s in probe.get("stages", {}).items()), gate,
+                       gated).kinds)
 
 
-def _outcome(stage: str, snap: dict[str, Any]) -> StageOutcome:
-    return StageOutcome(stage, snap.get("status", ""), _target(stage, snap), tuple(snap.get("kinds", [])),
-                        tuple(snap.get("advice", [])))
+def _outcome(stage: str, snap: dict[str, Any], gated: frozenset[str]) -> StageOutcome:
+    """A snapshot's stage as the verdict reads it. A snapshot records a stage that advice alone failed as a pass
+    (``stage_snapshot``): advice the comparison gates fails it again here, as --strict did in the run."""
+    kinds, advice = tuple(snap.get("kinds", [])), tuple(snap.get("advice", []))
+    status = snap.get("status", "")
+    if status == PASS and any(k in gated for k in advice):
+        status = FAIL
+    return StageOutcome(stage, status, _target(stage, snap), kinds + advice)
 
 
 def _gated(snap: dict[str, Any], gated: frozenset[str]) -> list[str]:
@@ -577,7 +583,9 @@ class ChangeCause:
         """A break cause's break (kind, gb_type, gb_code, file, line), else None."""
         if self.aspect != "break":
             return None
-        brk = next(c.graph_break for c in self.changes if c.aspect == "break" and c.graph_break)
+        brk = next((c.graph_break for c in self.changes if c.aspect == "break" and c.graph_break), None)
+        if brk is None:
+            return None
         code = next((c.graph_break["gb_code"] for c in self.changes if (c.graph_break or {}).get("gb_code")), None)
         return {**brk, "gb_code": code}
 
@@ -689,7 +697,9 @@ def _cause_key(c: Change) -> tuple:
     if c.aspect == "break":
         return ("break", d or "moved", *_break_identity(c), None if d else c.before)
     if c.aspect in ("kind", "advice"):
-        return (c.aspect, "new" if c.before is None else "gone", c.after or c.before)
+        # a kind no break explains has no place of its own: per probe, so that two probes' unrelated failures of
+        # one kind (two ops without a fake, two crashes) are two causes, never one
+        return (c.aspect, "new" if c.before is None else "gone", c.after or c.before, c.probe)
     if c.aspect in _COUNT_NOUNS:
         return (c.aspect, d or "changed")
     return (c.aspect, str(c.before), str(c.after), _plain(c.detail))

@@ -121,6 +121,38 @@ class NumericMismatch:
                    disagreeing_tensors=tuple(map(str, _seq(d.get("disagreeing_tensors")))))
 
 
+#: whose code a frame is (evidence/owner.py): the user's, an installed library's, torch's, or not known
+YOURS, LIBRARY, TORCH, UNKNOWN = "yours", "library", "torch", "unknown"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose code a finding's frame or a graph break is (``evidence["owner"]``, ``GraphBreak.owner``): ``who`` is
+    ``yours`` (under the run's rootdir), ``library`` or ``torch`` (an installed distribution: ``name``, ``version``)
+    or ``unknown`` (a file outside the rootdir in no distribution)."""
+
+    who: str
+    name: str | None = None
+    version: str | None = None
+
+    @classmethod
+    def of(cls, d: Any) -> "Owner | None":
+        """Read an owner record; None for none (a report from before owners) or one of the wrong shape."""
+        if isinstance(d, Owner):
+            return d
+        if not isinstance(d, dict) or d.get("who") not in (YOURS, LIBRARY, TORCH, UNKNOWN):
+            return None
+        name, version = d.get("name"), d.get("version")
+        return cls(str(d["who"]), str(name) if name else None, str(version) if version else None)
+
+    @property
+    def label(self) -> str:
+        """What a renderer shows: ``yours``, ``transformers 5.24.0``, ``torch 2.13.0``, ``unknown``."""
+        if self.who in (YOURS, UNKNOWN) or not self.name:
+            return self.who
+        return f"{self.name} {self.version}" if self.version else self.name
+
+
 @dataclass(frozen=True)
 class Evidence:
     """The evidence of one finding, typed (module docstring). Every field is optional: which are set depends on
@@ -163,6 +195,8 @@ class Evidence:
     custom_ops: tuple[str, ...] | None = None
     #: opaque-op: the compiled graphs that call the op
     graphs: tuple[Any, ...] = ()
+    #: whose code ``user_frame`` is (evidence/owner.py); None in a report from before owners
+    owner: Owner | None = None
 
     @classmethod
     def of(cls, d: Any) -> "Evidence":
@@ -200,6 +234,7 @@ class Evidence:
             random_ops=tuple(map(str, _seq(d.get("random_ops")))),
             custom_ops=tuple(map(str, custom)) if isinstance(custom, (list, tuple)) else None,
             graphs=_seq(d.get("graphs")),
+            owner=Owner.of(d.get("owner")),
         )
 
     def headline(self) -> str:
@@ -278,7 +313,7 @@ class Context:
 
         def text(key: str) -> str | None:
             v = d.get(key)
-            return str(v) if v not in (None, "") and not isinstance(v, (dict, list)) else None
+            return str(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "" else None
 
         def count(key: str) -> int | None:
             v = d.get(key)
@@ -286,6 +321,6 @@ class Context:
 
         return cls(op=text("op"), builtin=text("builtin"), cause=text("cause"), what=text("what"),
                    transform=text("transform"), reason=text("reason"), reported_kind=text("reported_kind"),
-                   first_seen_at=text("first_seen_at"), warning=bool(d.get("warning")),
-                   in_autograd_function=bool(d.get("in_autograd_function")), argument=text("argument"),
+                   first_seen_at=text("first_seen_at"), warning=d.get("warning") is True,
+                   in_autograd_function=d.get("in_autograd_function") is True, argument=text("argument"),
                    calls=count("calls"), kernels=count("kernels"))

@@ -148,6 +148,35 @@ class ExportGraph(Payload):
 
 
 @dataclass
+class Coverage(Payload):
+    """The explain stage: how much of the probe's forward Dynamo captured, in torch's own counters over the
+    explain run (``torch._dynamo.utils.counters``, the ones PyTorch's CI gates on in
+    benchmarks/dynamo/check_graph_breaks.py) beside the torch-level calls the same forward makes in eager. A count
+    is None where it was not measured (the explain run or the eager count raised)."""
+
+    KEY: ClassVar[str] = "coverage"
+    #: ``counters["stats"]["calls_captured"]``: call nodes (call_function, call_method, call_module) in the FX
+    #: graphs Dynamo captured, ``getitem`` on a tuple output (``torch.split``'s pieces) included
+    calls_captured: int | None = None
+    #: ``counters["stats"]["unique_graphs"]``: graphs Dynamo compiled
+    unique_graphs: int | None = None
+    #: frames Dynamo began to convert and gave up on, run whole in eager (``counters["frames"]``: total - ok)
+    frames_eager: int | None = None
+    #: torch-level calls the eager forward makes (a TorchFunctionMode, outermost calls only), less the metadata
+    #: queries Dynamo answers at trace time without a graph node (``.shape``, ``.size()``, ``.dtype``, ...)
+    torch_calls_eager: int | None = None
+    #: calls_captured / torch_calls_eager, capped at 1: an estimate at torch-function level (None: a count missing)
+    captured_share: float | None = None
+
+    @staticmethod
+    def share(captured: int | None, eager: int | None) -> float | None:
+        """The captured share of the eager calls, capped at 1; None when either count is missing or eager made none."""
+        if captured is None or not eager:
+            return None
+        return round(min(1.0, captured / eager), 3)
+
+
+@dataclass
 class StageNotes(Payload):
     """What any stage may note beside its payload, and what the classifier adds to a stage's result. Every field
     is written only when it holds something."""
@@ -174,4 +203,5 @@ class StageNotes(Payload):
 
 #: every payload type, by the stage that writes it
 PAYLOADS: dict[str, type[Payload]] = {"compiled_autograd": CompiledAutogradCounts, "inductor": InductorKernels,
-                                       "dynamic": DynamicRun, "vmap": VmapRun, "export": ExportGraph}
+                                       "dynamic": DynamicRun, "vmap": VmapRun, "export": ExportGraph,
+                                       "explain": Coverage}

@@ -86,8 +86,12 @@ class StageRecord:
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "StageRecord":
-        """The record ``to_wire`` sent: checked once, by ``from_raw`` in the stage process, so read as it is."""
-        return cls(**d)
+        """The record ``to_wire`` sent: checked once, by ``from_raw`` in the stage process, so read as it is. A
+        field this version does not have (a stage process of another tracecheck) raises ValueError, as from_raw."""
+        try:
+            return cls(**d)
+        except TypeError as e:
+            raise ValueError(f"a stage record this tracecheck cannot read: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,14 @@ from . import taxonomy
 from .taxonomy import K
 from .records import Frame
 # a message's first line and an error's headline: the evidence's own spelling, used everywhere through this module
-from .evidence import Context, Evidence, first_line, headline, says_nothing  # noqa: F401 - re-exported
+from .evidence import Context, Evidence, Owner, first_line, headline, says_nothing  # noqa: F401 - re-exported
 from .environment import Environment
 from .payloads import CompiledAutogradCounts, StageNotes
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
+# the statuses, the load pseudo-stage and the verdict decided from them (model/verdict.py), re-exported: the report's
+# vocabulary
+from .verdict import (CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, STATUSES, TIMEOUT,  # noqa: F401
+                      StageOutcome, Verdict, decide)
 
 #: 3: targets (``require``, each stage's ``target``, per-target verdicts; a stage of a target not required fails
 #: no probe) and the ``internal-error`` status. 2: probe ids relative to ``rootdir``, ``phases``,
@@ -26,14 +30,9 @@ from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 SCHEMA_VERSION = 3
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
-#: Pseudo-stage for findings made while loading the file or calling the probe function.
-LOAD_STAGE = "load"
 #: the probe a file's import failure is reported under (``file.py::(import)``) when a kind explains it
 IMPORT_PROBE = "(import)"
 
-# the statuses, and the verdict decided from them (model/verdict.py), re-exported: the report's vocabulary
-from .verdict import (CRASH, FAIL, FAILED, INTERNAL, PASS, SKIP, STATUSES, TIMEOUT,  # noqa: F401
-                      StageOutcome, Verdict, decide)
 
 
 @dataclass
@@ -89,6 +88,8 @@ class GraphBreak:
     reason: str = ""
     doc: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    #: whose code the break is (evidence/owner.py); None in a report from before owners
+    owner: Owner | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in taxonomy.ids():
@@ -98,7 +99,7 @@ class GraphBreak:
     def from_dict(cls, d: dict[str, Any]) -> "GraphBreak":
         kind, context = _known_kind(d["kind"], d.get("context", {}))
         return cls(kind, d.get("gb_type"), d.get("gb_code"), d.get("file"), d.get("line"),
-                   d.get("reason", ""), d.get("doc"), context)
+                   d.get("reason", ""), d.get("doc"), context, Owner.of(d.get("owner")))
 
 
 def _known_kind(kind: str, context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -145,11 +146,9 @@ class StageResult:
 
     @property
     def outcome(self) -> StageOutcome:
-        """What of this stage decides its probe's verdict, its kinds split as a plain run gates them."""
-        found = list(dict.fromkeys(f.kind for f in (self.findings or ([self.failure] if self.failure else []))))
-        return StageOutcome(self.stage, self.status, self.target,
-                            tuple(k for k in found if not taxonomy.is_advice(k)),
-                            tuple(k for k in found if taxonomy.is_advice(k)))
+        """What of this stage decides its probe's verdict: status, target and the kinds found, in order."""
+        found = self.findings or ([self.failure] if self.failure else [])
+        return StageOutcome(self.stage, self.status, self.target, tuple(dict.fromkeys(f.kind for f in found)))
 
     @property
     def notes(self) -> StageNotes:

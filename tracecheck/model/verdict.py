@@ -1,15 +1,20 @@
 """A probe's verdict, decided by one rule: from what each stage ended as (``StageOutcome``) and how the run is gated.
 
-The report decides each probe once (``ProbeReport.verdict``, stored); the baseline decides a snapshot's probe with
-the same ``decide`` (gate/baseline.py), so a report and a baseline of the same run never disagree on what failed;
-renderers read the stored ``Verdict`` and ``StageOutcome.failing``, never the rule again.
+The report decides its probes with it (``ProbeReport.verdict``, kept until the stages or the gate change); the
+baseline decides a snapshot's probe with the same ``decide`` (gate/baseline.py), so a report and a baseline of the
+same run never disagree on what failed; renderers read the ``Verdict`` and ``StageOutcome.failing``, never a rule
+of their own.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from . import taxonomy
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
+
+#: the pseudo-stage of the findings made while loading the file or calling the probe function (ranked first)
+LOAD_STAGE = "load"
 
 #: StageResult.status values. INTERNAL: tracecheck's own code failed in the stage (the traceback is kept in
 #: ``StageResult.internal_error``); it says nothing about the probe, and the run exits 3.
@@ -21,25 +26,29 @@ STATUSES = (PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL)
 
 @dataclass(frozen=True)
 class StageOutcome:
-    """What of one stage decides its probe: its status and target, and the kinds it found, split as a plain run
-    gates them (``errors`` fail a stage, ``advice`` fails one only when gated: ``--strict`` or a baseline's
-    ``severity``). A report's stage and a baseline's snapshot both reduce to this."""
+    """What of one stage decides its probe: its status and target, and the kinds it found, in the order found. A
+    report's stage (``StageResult.outcome``) and a baseline's snapshot (gate/baseline.py) both reduce to this."""
 
     stage: str
     status: str
     target: str | None
-    errors: tuple[str, ...] = ()
-    advice: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+
+    @property
+    def advice(self) -> tuple[str, ...]:
+        """The advice kinds found (taxonomy severity): they fail nothing unless gated."""
+        return tuple(k for k in self.kinds if taxonomy.is_advice(k))
 
     def failing(self, gate: Gate, gated: frozenset[str] = frozenset()) -> tuple[str, ...]:
-        """The kinds that fail this stage: its errors when it failed, and its advice that ``gate`` (``strict``) or
-        ``gated`` turns into errors."""
-        errors = self.errors if self.status in FAILED else ()
-        return (*errors, *(k for k in self.advice if gate.strict or k in gated))
+        """The kinds that failed this stage, in the order found: none unless it failed (``FAILED``); its errors, and
+        its advice where ``gate`` is strict or ``gated`` (a baseline's severity setting) names the kind."""
+        if self.status not in FAILED:
+            return ()
+        return tuple(k for k in self.kinds if gate.fails_on(k) or k in gated)
 
-    def fails(self, gate: Gate, gated: frozenset[str] = frozenset()) -> bool:
-        """Does this stage fail its probe: a failed status or a gated kind, in a target ``gate`` requires."""
-        return gate.requires(self.target) and (self.status in FAILED or bool(self.failing(gate, gated)))
+    def fails(self, gate: Gate) -> bool:
+        """Does this stage fail its probe: it failed, in a target ``gate`` requires."""
+        return self.status in FAILED and gate.requires(self.target)
 
 
 @dataclass(frozen=True)
@@ -49,23 +58,24 @@ class Verdict:
     stage (taxonomy severity), which fail nothing unless the run was ``--strict`` (then they are in ``kinds``
     too). ``targets``: per target with a stage that ran, ``pass``, ``fail`` or ``internal-error``; ``require``:
     the targets that gate; ``not_required``: the kinds that failed stages of the other targets (shown, gating
-    nothing)."""
+    nothing). Tuples: one verdict is read by every renderer, and none can change it for the others."""
 
     status: str  # "pass" | "fail" | "internal-error"
     first_failing_stage: str | None
-    kinds: list[str]
-    advice: list[str] = field(default_factory=list)
+    kinds: tuple[str, ...]
+    advice: tuple[str, ...] = ()
     targets: dict[str, str] = field(default_factory=dict)
-    require: list[str] = field(default_factory=lambda: list(DEFAULT_REQUIRE))
-    not_required: list[str] = field(default_factory=list)
+    require: tuple[str, ...] = DEFAULT_REQUIRE
+    not_required: tuple[str, ...] = ()
 
 
 def decide(outcomes: Iterable[StageOutcome], gate: Gate, gated: frozenset[str] = frozenset()) -> Verdict:
-    """The verdict of a probe whose stages ended as ``outcomes`` (in run order; ``load`` is ranked first)."""
-    ranked = sorted(outcomes, key=lambda o: o.stage != "load")  # stable: run order otherwise
-    failing = [o for o in ranked if o.fails(gate, gated)]
+    """The verdict of a probe whose stages ended as ``outcomes`` (in run order; ``load`` is ranked first).
+    ``gated``: advice kinds a baseline's severity setting fails like errors (in a stage that failed)."""
+    ranked = sorted(outcomes, key=lambda o: o.stage != LOAD_STAGE)  # stable: run order otherwise
+    failing = [o for o in ranked if o.fails(gate)]
     internal = [o for o in ranked if o.status == INTERNAL and gate.requires(o.target)]
-    not_required = [o for o in ranked if not gate.requires(o.target) and o.status in FAILED]
+    not_required = [o for o in ranked if o.status in FAILED and not gate.requires(o.target)]
     targets: dict[str, str] = {}
     for o in ranked:
         if o.target is None:  # a report from before targets: no per-target verdict to give
@@ -82,10 +92,10 @@ def decide(outcomes: Iterable[StageOutcome], gate: Gate, gated: frozenset[str] =
         kinds=_once(k for o in failing for k in o.failing(gate, gated)),
         advice=_once(k for o in ranked for k in o.advice),
         targets={t: targets[t] for t in TARGETS if t in targets},
-        require=list(gate.require),
+        require=tuple(gate.require),
         not_required=_once(k for o in not_required for k in o.failing(gate, gated)),
     )
 
 
-def _once(kinds: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(kinds))
+def _once(kinds: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(kinds))

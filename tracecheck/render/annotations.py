@@ -93,8 +93,9 @@ def lines(report: RunReport | None, comparison: Any = None, environ: Mapping[str
                 what = f"{b.kind} ({b.gb_type or 'no gb_type'})" + (f" at {file}:{b.line}" if file else "")
                 found.setdefault((p.id, file, b.line, what), []).append(stage)
                 annotated.add((p.id, stage))
+    # a new probe's or stage's cause is annotated unless its breaks already are, in every probe and stage it covers
     out += [cause_line(cause) for cause in new_causes
-            if not any((probe, stage) in annotated or (stage is None and any(a[0] == probe for a in annotated))
+            if not all((probe, stage) in annotated or (stage is None and any(a[0] == probe for a in annotated))
                        for probe, stage in cause.covers)]
     return out + [command(file, line, "tracecheck: new graph break", f"{probe}: {what} [stages: {', '.join(stages)}]")
                   for (probe, file, line, what), stages in found.items()]

@@ -11,7 +11,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from ..model.report import INTERNAL, RootCause, RunReport, root_causes
-from ..model.taxonomy import fix_text, is_advice, kinds
+from ..model.taxonomy import fix_text, kinds
 from ..stages import order as stage_order
 from . import terminal, view
 from .evidence import numeric_lines
@@ -29,51 +29,43 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
     console.print(terminal.environment_line(report))
     console.print(terminal.verdict_view(report, console.width))
     console.print(causes(report))
-    steps = terminal.next_steps(report, attachment) if advise else []
-    if steps:
-        console.print(Text("\nnext:", style="bold"))
-        for line in steps:
-            # a command is printed whole (the terminal folds it; copied, it is one line); other lines wrap
-            console.print(Text(f"  {line}"), soft_wrap=line.startswith("tracecheck "))
+    terminal.print_next_steps(console, terminal.next_steps(report, attachment) if advise else [])
     console.print(Text("(-v: every finding of every probe, with its traceback and the compiled-autograd counts)",
                        style="dim"))
     console.print(terminal.summary_line(report))
 
 
 def causes(report: RunReport) -> Group:
-    """One block per root cause (model/report.root_causes: a kind at one user frame or op), errors first, then what
-    targets not required found; advice one line per kind (its ops or lines listed); a fix printed once (a later
-    cause with the same fix says so); tracecheck's own failures; what went unchecked, each reason once."""
+    """One block per root cause (model/report.root_causes: a kind at one user frame or op): what fails a probe first
+    (view.gating: an error, or advice under --strict, at a required target), then what targets not required found;
+    advice once per kind (its ops or lines listed); a fix printed once (a later cause with the same fix says so);
+    tracecheck's own failures; what went unchecked, each reason once."""
     found = root_causes(report.probes)
-    not_required = {id(c) for c in found if _not_required(report, c)}
-    errors = [c for c in found if not is_advice(c.finding.kind)]
+    labels = terminal.probe_labels(report)
     parts: list = []
-    fixes: dict[str, str] = {}  # fix text -> the kind that showed it first
-    for c in sorted(errors, key=lambda c: id(c) in not_required):
-        parts.append(_block(report, c, id(c) in not_required, fixes))
+    fixes: dict[str, str] = {}  # fix text -> the cause that showed it first
+    errors = [c for c in found if report.gate.fails_on(c.finding.kind)]
+    for c in sorted(errors, key=lambda c: not view.gating(report, c)):  # stable: first seen first
+        parts.append(_block(report, c, labels, not view.gating(report, c), fixes))
     advice: dict[str, list[RootCause]] = {}
     for c in found:
-        if is_advice(c.finding.kind):
+        if not report.gate.fails_on(c.finding.kind):
             advice.setdefault(c.finding.kind, []).append(c)
     for kind, cs in advice.items():
-        parts.append(_advice_block(report, kind, cs))
+        parts.append(_advice_block(kind, cs, labels))
     for p in report.probes:
         for stage, s in p.stages.items():
             if s.status == INTERNAL:
-                parts.append(terminal._internal_text(f"{p.name}: {stage}", s, False))
-    unchecked = _not_checked(report)
+                parts.append(terminal.internal_text(f"{labels[p.id]}: {stage}", s, False))
+    unchecked = _not_checked(report, labels)
     if unchecked:
         parts.append(Text(""))
         parts += [Text(f"not checked: {line}", style="dim") for line in unchecked]
     return Group(*parts)
 
 
-def _not_required(report: RunReport, c: RootCause) -> bool:
-    """Seen only in stages of targets the run does not require: shown, gating nothing."""
-    return not any(report.gate.requires(p.stages[s].target) for p, stages in c.seen for s in stages)
-
-
-def _block(report: RunReport, c: RootCause, not_required: bool, fixes: dict[str, str]) -> Group:
+def _block(report: RunReport, c: RootCause, labels: dict[str, str], not_required: bool,
+           fixes: dict[str, str]) -> Group:
     f = c.finding
     mark, style = ("○", "yellow") if not_required else ("✗", "red")
     head = Text("\n")
@@ -81,7 +73,7 @@ def _block(report: RunReport, c: RootCause, not_required: bool, fixes: dict[str,
     where = _where(f)
     if where:
         head.append(f"  {where}", style="cyan")
-    head.append(f"  ({_seen(report, c)})", style="dim")
+    head.append(f"  ({_seen(c, labels)})", style="dim")
     body = Text(f.summary)
     if not_required:
         targets = sorted({p.stages[s].target or "" for p, stages in c.seen for s in stages})
@@ -90,6 +82,9 @@ def _block(report: RunReport, c: RootCause, not_required: bool, fixes: dict[str,
     for line in numeric_lines(f) or [_evidence(f)]:  # what a numeric comparison measured is its evidence
         if line:
             body.append(f"\n{line}", style="dim")
+    owner = f.ev.owner
+    if owner is not None and f.user_frame is not None:
+        body.append(f"\nwhose code: {owner.label}", style="dim")
     kind = kinds().get(f.kind)
     if kind:
         fix = fix_text(f)
@@ -99,25 +94,24 @@ def _block(report: RunReport, c: RootCause, not_required: bool, fixes: dict[str,
             fixes[fix] = f"{f.kind} at {where}" if where else f.kind
             body.append(f"\nfix: {fix}")
             body.append(f"\nmore: {kind.explain_command}", style="dim")
-    return Group(head, Padding(body, (0, 0, 0, 2)))
+    return Group(head, Padding(body, (0, 0, 0, 2), expand=False))
 
 
-def _advice_block(report: RunReport, kind: str, cs: list[RootCause]) -> Group:
+def _advice_block(kind: str, cs: list[RootCause], labels: dict[str, str]) -> Group:
     """Advice of one kind, once: what it is about (ops or lines), the probes and stages, its fix."""
     head = Text("\n")
     head.append(f"ⓘ {kind}", style="bold yellow")
     head.append("  advice: fails nothing unless --strict", style="dim")
     about = list(dict.fromkeys(_where(c.finding) for c in cs if _where(c.finding)))
-    probes = {p.id for c in cs for p, _ in c.seen}
-    stages = sorted({s for c in cs for _, st in c.seen for s in st}, key=stage_order)
+    seen = RootCause(cs[0].finding, [ps for c in cs for ps in c.seen])
     body = Text(f"{', '.join(about) or cs[0].finding.summary}", style="cyan")
-    body.append(f"  ({_count(len(probes), 'probe')}: {', '.join(stages)})", style="dim")
+    body.append(f"  ({_seen(seen, labels)})", style="dim")
     body.append(f"\n{cs[0].finding.summary}" + (f" (and {len(cs) - 1} more like it)" if len(cs) > 1 else ""))
     k = kinds().get(kind)
     if k:
         body.append(f"\nfix: {fix_text(cs[0].finding)}")
         body.append(f"\nmore: {k.explain_command}", style="dim")
-    return Group(head, Padding(body, (0, 0, 0, 2)))
+    return Group(head, Padding(body, (0, 0, 0, 2), expand=False))
 
 
 def _count(n: int, what: str) -> str:
@@ -154,25 +148,27 @@ def _cut(text: str) -> str:
     return text[:EVIDENCE_CHARS].rsplit(" ", 1)[0] + " …"
 
 
-def _seen(report: RunReport, c: RootCause) -> str:
-    """``probe_a: explain, aot_eager`` for one probe; ``2 probes × 6 stages`` for more."""
+def _seen(c: RootCause, labels: dict[str, str]) -> str:
+    """``probe_a: explain, aot_eager`` for one probe; ``probe_a, probe_b × 6 stages: ...`` for a few, ``5 probes × ...``
+    for more (probes named as the verdict view names them)."""
+    probes = list(dict.fromkeys(labels.get(p.id, p.id) for p, _ in c.seen))
     stages = sorted({s for _, st in c.seen for s in st}, key=stage_order)
-    if len(c.seen) == 1:
-        p, st = c.seen[0]
-        return f"{p.name if len({q.file for q in report.probes}) == 1 else p.id}: {', '.join(st)}"
-    return f"{len(c.seen)} probes × {_count(len(stages), 'stage')}: {', '.join(stages)}"
+    if len(probes) == 1:
+        return f"{probes[0]}: {', '.join(stages)}"
+    who = ", ".join(probes) if len(probes) <= 3 else _count(len(probes), "probe")
+    return f"{who} × {_count(len(stages), 'stage')}: {', '.join(stages)}"
 
 
-def _not_checked(report: RunReport) -> list[str]:
-    """What went unchecked, each reason once with the probes it concerns (a file that failed to load says its
-    reason once, not once per stage)."""
+def _not_checked(report: RunReport, labels: dict[str, str]) -> list[str]:
+    """What went unchecked across the run, each reason once with the probes it concerns (a file that failed to load
+    says its reason once, not once per stage and probe; view.not_checked is one probe's)."""
     by_reason: dict[str, list[tuple[str, str | None]]] = {}  # reason -> (probe, stage skipped)
     for p in report.probes:
         for stage, s in p.stages.items():
             if s.skip_reason:
-                by_reason.setdefault(s.skip_reason, []).append((p.name, stage))
+                by_reason.setdefault(s.skip_reason, []).append((labels[p.id], stage))
             for what in s.notes.not_checked or []:
-                by_reason.setdefault(f"{stage}: {what}", []).append((p.name, None))
+                by_reason.setdefault(f"{stage}: {what}", []).append((labels[p.id], None))
     out = []
     for reason, where in by_reason.items():
         probes = list(dict.fromkeys(probe for probe, _ in where))

@@ -6,6 +6,7 @@ Shape (the common JUnit schema that those tools read)::
       <testsuite name="<probe file>" tests= failures= errors= skipped= time= timestamp=>
         <properties><property name="torch" value="2.13.0+cpu"/>...</properties>
         <testcase classname="<probe file, dotted>" name="<probe>[<stage>]" file="<probe file>" time="1.2">
+          <properties><property name="calls_captured" value="8"/>...</properties>   explain: compile coverage
           <failure type="<kind>" message="<summary>">evidence</failure>   a failing stage
           <error type="timeout|crash" message="...">stderr tail</error>   a stage whose process died
           <skipped message="reason"/>                                     a skipped stage
@@ -29,6 +30,7 @@ from typing import Any
 from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from ..model.reportio import write_text_atomic
 from ..model.taxonomy import kinds
+from . import view
 
 _XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _MAX_TEXT = 20000
@@ -73,6 +75,12 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None)
     file_part = p.id.split("::", 1)[0]
     case = ET.Element("testcase", {"classname": _classname(file_part), "name": f"{p.name}[{stage}]",
                                    "file": file_part, "time": f"{s.seconds:.3f}"})
+    cov = view.coverage(p) if stage == "explain" else None
+    if cov is not None:  # the forward's compile coverage, as pytest's record_property writes a testcase's own
+        props = ET.SubElement(case, "properties")
+        for name in ("calls_captured", "unique_graphs", "frames_eager", "torch_calls_eager", "captured_share"):
+            if getattr(cov, name) is not None:
+                ET.SubElement(props, "property", {"name": name, "value": str(getattr(cov, name))})
     failed = s.status in FAILED
     if comparison is not None:
         # against a baseline the comparison decides (its required targets and advice severity included)

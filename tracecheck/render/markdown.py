@@ -127,10 +127,7 @@ class MarkdownRenderer:
 
     # -- sections -------------------------------------------------------------------------------------
     def gating(self, cause: RootCause) -> bool:
-        """Does the root cause fail a probe: an error (or advice under ``--strict``) seen at a stage of a
-        required target?"""
-        return self.report.gate.fails_on(cause.finding.kind) and \
-            any(not view.not_required_targets(q, stages) for q, stages in cause.seen)
+        return view.gating(self.report, cause)
 
     def header(self) -> str:
         r = self.report
@@ -276,7 +273,8 @@ class MarkdownRenderer:
         return head
 
     def graph_counts(self, p: ProbeReport) -> Details | None:
-        """One line per stage that counted graphs, then each distinct break once with the stages that saw it."""
+        """One line per stage that counted graphs, the forward's compile coverage (explain), then each distinct break
+        once with the stages that saw it."""
         lines = []
         breaks: dict[tuple, list[str]] = {}
         for name, s in p.stages.items():
@@ -289,6 +287,9 @@ class MarkdownRenderer:
             for b in s.breaks:
                 where = f"{self.scrub(b.file)}:{b.line}" if b.file else "?"
                 breaks.setdefault((b.kind, b.gb_type, b.gb_code, where), []).append(name)
+        cov = view.coverage(p)
+        if cov is not None:
+            lines.append(f"{'coverage':<12} {view.coverage_counts(cov)}")
         for (kind, gb_type, gb_code, where), stages in breaks.items():
             lines.append(f"break at {where}: {kind}, {gb_code or gb_type} [{', '.join(stages)}]")
         if not lines:
@@ -333,6 +334,8 @@ class MarkdownRenderer:
         if frame is not None:
             fn = f" in `{frame.function}`" if frame.function else ""
             bullets.append(f"- **User frame:** {_code(self.scrub(frame.file) + ':' + str(frame.line))}{fn}")
+        if ev.owner is not None:
+            bullets.append(f"- **Owner:** {_code(ev.owner.label)}")
         named = [(label, value) for value, label in ((cx.op, "Op"), (cx.builtin, "Builtin")) if value]
         if not named and ev.gb_type:
             name = named_in_message(ev.message)
@@ -457,9 +460,11 @@ class MarkdownRenderer:
         others = [c for c in quiet if not is_advice(c.finding.kind)]
         if failing:
             causes = [c for c in root_causes(failing) if self.gating(c)]
+            by_owner = view.breaks_by_owner(causes)
             out.append(Section(["## Findings\n\nEach root cause once (one kind at one user frame or op; an unclassified error without "
                                 "either, by its exception and first message line), with "
-                                "every probe and stage that saw it.\n\n"]))
+                                "every probe and stage that saw it.\n\n"
+                                + (f"Breaks by owner: {by_owner}\n\n" if by_owner else "")]))
             out += [self.finding_section(i, c) for i, c in enumerate(causes, 1)]
             out.append(Section(["## Per probe\n\n"]))
             for p in failing:

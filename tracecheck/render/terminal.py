@@ -113,7 +113,7 @@ def _outcome_groups(p: ProbeReport, gate: Gate) -> dict[str, tuple[str, list[str
         c = view.cell(s, gate)
         if c is None:
             continue
-        for word in (c.kinds if c.status in FAILED else (c.label,)):
+        for word in ((c.kinds or (c.label,)) if c.status in FAILED else (c.label,)):
             groups.setdefault((c.shown, word), []).append(stage)
     ranked = sorted(groups.items(), key=lambda g: _GROUP_ORDER.get(g[0][0], 0))
     return {f"{_ICON[shown]} {word}".rstrip(): (shown, stages) for (shown, word), stages in ranked}
@@ -195,7 +195,11 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
                     what.append(f"a tracecheck internal error at {', '.join(internal)} (exit 3)")
                 parts.append(Text(f"\n{p.id}: passed ({', '.join(v.require)}), with " + "; ".join(what),
                                   style="bold"))
-                parts += _findings_of(p, verbose)
+                parts += _coverage_of(p, verbose) + _findings_of(p, verbose)
+            elif verbose and view.coverage(p) is not None:
+                parts.append(Text(f"\n{p.id}: passed ({', '.join(v.require)})", style="bold"))
+                parts += _coverage_of(p, verbose)
+                shown_any = True
             if skipped:
                 parts.append(Text(("    " if shown_any else f"\n{p.id}: passed; ") + "not checked: " +
                                   "; ".join(skipped), style="dim"))
@@ -206,7 +210,7 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
         else:
             parts.append(Text(f"\n{p.id}: first failing stage {v.first_failing_stage}; kinds {', '.join(v.kinds)}",
                               style="bold"))
-        parts += _findings_of(p, verbose)
+        parts += _coverage_of(p, verbose) + _findings_of(p, verbose)
         for stage, s in p.stages.items():
             if s.explain_graph_break_count is not None and s.graph_break_count is not None:
                 parts.append(Text(f"    note: {view.explain_count_said(s.explain_graph_break_count)}; "
@@ -214,6 +218,12 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
         if skipped:
             parts.append(Text("    not checked: " + "; ".join(skipped), style="dim"))
     return Group(*parts)
+
+
+def _coverage_of(p: ProbeReport, verbose: bool) -> list[Text]:
+    """The long form's line under a probe's header: its forward's compile coverage (the explain stage's)."""
+    cov = view.coverage(p) if verbose else None
+    return [Text("    " + view.coverage_text(cov), style="dim")] if cov is not None else []
 
 
 def _findings_of(p: ProbeReport, verbose: bool) -> list[Text]:
@@ -228,11 +238,11 @@ def _findings_of(p: ProbeReport, verbose: bool) -> list[Text]:
             shown.add(f.kind)
     for stage, s in p.stages.items():
         if s.status == INTERNAL:
-            out.append(_internal_text(stage, s, verbose))
+            out.append(internal_text(stage, s, verbose))
     return out
 
 
-def _internal_text(stage: str, s: StageResult, verbose: bool) -> Text:
+def internal_text(stage: str, s: StageResult, verbose: bool) -> Text:
     lines = (s.internal_error or "").strip().splitlines() or ["(no traceback)"]
     t = Text(f"  [{stage}] ", style="cyan")
     t.append("internal error", style="bold magenta")
@@ -262,6 +272,8 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
         bits.append(f"gb_type {ev.gb_type!r}" + (f" ({ev.gb_code})" if ev.gb_code else ""))
     if ev.opcheck_test:
         bits.append(f"opcheck {ev.opcheck_test}")
+    if ev.owner is not None:
+        bits.append(f"owner: {ev.owner.label}")
     if bits:
         t.append("    " + "; ".join(bits) + "\n", style="dim")
     # the root cause's words, past a wrapper's header (BackendCompilerFailed's ``backend='...' raised:``), for every
@@ -386,12 +398,18 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
     if ca is not None:
         console.print(ca)
     console.print(findings(report, verbose))
-    steps = next_steps(report, attachment) if advise else []
-    if steps:
-        console.print(Text("\nnext:", style="bold"))
-        for line in steps:
-            console.print(Text(f"  {line}"), soft_wrap=True)
+    print_next_steps(console, next_steps(report, attachment) if advise else [])
     console.print(summary_line(report))
+
+
+def print_next_steps(console: Console, steps: list[str]) -> None:
+    """The ``next:`` block. A command is printed whole (soft wrap: the terminal folds it, and copied it is one
+    line); the other lines wrap."""
+    if not steps:
+        return
+    console.print(Text("\nnext:", style="bold"))
+    for line in steps:
+        console.print(Text(f"  {line}"), soft_wrap=line.startswith("tracecheck "))
 
 
 def summary_line(report: RunReport) -> str:

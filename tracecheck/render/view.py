@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.payloads import CompiledAutogradCounts
-from ..model.evidence import Evidence
-from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RunReport, StageResult
+from ..model.payloads import CompiledAutogradCounts, Coverage
+from ..model.evidence import TORCH as TORCH_OWNER, Evidence
+from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RootCause, RunReport, StageResult
 from ..stages import forward_only
 from ..model.targets import TARGETS, Gate
 
@@ -136,7 +136,61 @@ def explain_count_said(count: int) -> str:
     return f"explain() reported {count} graph break(s)"
 
 
+def coverage(p: ProbeReport) -> Coverage | None:
+    """The probe forward's compile coverage, measured by the explain stage (None: explain did not run or measure)."""
+    s = p.stages.get("explain")
+    return Coverage.of(s.extra) if s is not None else None
+
+
+def coverage_counts(c: Coverage) -> str:
+    """``calls_captured=98 unique_graphs=1 frames_eager=0 torch_calls_eager=99 captured_share~0.99``: torch's
+    counter names, as PyTorch's CI prints them; ``-`` for a count not measured."""
+    def dash(v: object) -> str:
+        return "-" if v is None else str(v)
+    return (f"calls_captured={dash(c.calls_captured)} unique_graphs={dash(c.unique_graphs)} "
+            f"frames_eager={dash(c.frames_eager)} torch_calls_eager={dash(c.torch_calls_eager)} "
+            f"captured_share~{dash(c.captured_share)}")
+
+
+def coverage_text(c: Coverage) -> str:
+    """The coverage in words: calls captured, graphs, frames run in eager, and the share as the estimate it is."""
+    graphs = "-" if c.unique_graphs is None else c.unique_graphs
+    out = (f"coverage: {'-' if c.calls_captured is None else c.calls_captured} torch calls captured in {graphs} "
+           f"graph(s)")
+    if c.frames_eager:
+        out += f", {c.frames_eager} frame(s) ran in eager"
+    if c.captured_share is not None:
+        out += (f"; ~{c.captured_share:.0%} of the {c.torch_calls_eager} torch calls the eager forward makes "
+                f"(an estimate at torch-function level)")
+    return out
+
+
 #: what "graphs without CA" counts, and why it can exceed explain()'s graph count (one call of the forward)
 CA_GRAPHS_NOTE = ("graphs without CA: Dynamo's unique graphs over every step of plain torch.compile "
                   "(counters[\"stats\"][\"unique_graphs\"]): the forward graphs of all steps, recompiles "
                   "included, so it can be more than the graphs explain() or one torch.compile call counts")
+
+
+def breaks_by_owner(causes: list[RootCause]) -> str | None:
+    """``yours 2, transformers 5.24.0 1, torch 0``: the graph-break root causes (``model/report.root_causes``) counted
+    by their owner's label (``Owner.label``); yours and torch always named, a library or ``unknown`` once it has
+    one. None when no break cause has an owner (none is a break, or a report from before owners)."""
+    owners = [c.finding.ev.owner for c in causes if c.finding.ev.gb_type]
+    owned = [o for o in owners if o is not None]
+    if not owned:
+        return None
+    counts: dict[str, int] = {"yours": 0}
+    torch = next((o.label for o in owned if o.who == TORCH_OWNER), "torch")
+    for o in owned:
+        label = o.label if o.who != TORCH_OWNER else torch
+        counts[label] = counts.get(label, 0) + 1
+    counts.setdefault(torch, 0)
+    ordered = ["yours", *[k for k in counts if k not in ("yours", torch)], torch]
+    return ", ".join(f"{k} {counts[k]}" for k in ordered)
+
+
+def gating(report: RunReport, cause: RootCause) -> bool:
+    """Does a root cause fail a probe: an error (or advice under ``--strict``) seen at a stage of a required
+    target? Every renderer asks this, so none calls a failure advice or the other way round."""
+    return report.gate.fails_on(cause.finding.kind) and \
+        any(not not_required_targets(q, stages) for q, stages in cause.seen)

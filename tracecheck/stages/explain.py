@@ -1,9 +1,46 @@
-"""``explain``: ``torch._dynamo.explain`` (forward only) plus tracecheck's own break count from the trace."""
+"""``explain``: ``torch._dynamo.explain`` (forward only) plus tracecheck's own break count from the trace, and the
+forward's compile coverage (model/payloads.Coverage)."""
 from __future__ import annotations
 
 from typing import Any
 
+from ..model.payloads import Coverage
 from ._spec import StageContext, StageSpec
+
+#: Tensor metadata queries Dynamo answers at trace time (static shapes) with no graph node; an eager count that kept
+#: them would not be at calls_captured's level (a tiny GPT-2: 46 of its 145 eager torch calls). Property reads
+#: (``.shape``, ``.dtype``, ``.device``, ``.ndim``) reach a TorchFunctionMode as ``__get__`` and are dropped too.
+_METADATA = frozenset({"size", "dim", "ndimension", "stride", "numel", "nelement", "storage_offset", "element_size",
+                       "is_contiguous", "is_floating_point", "is_complex", "is_signed", "get_device", "__len__",
+                       "__get__"})
+
+
+def _torch_calls_eager(ctx: StageContext) -> int | None:
+    """Torch-level calls the probe's forward makes in eager, outermost only (a call's own torch calls run with the
+    mode off, as Dynamo records one node for ``F.layer_norm``), less ``_METADATA``. None when the forward raises."""
+    from torch.overrides import TorchFunctionMode
+
+    class _Count(TorchFunctionMode):
+        n = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", None) not in _METADATA:
+                self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    case = ctx.make_case()
+    try:
+        with _Count() as count:  # gradients on, as explain ran it (a model may branch on is_grad_enabled)
+            case.fn(*case.args, **case.kwargs)
+    except Exception:
+        return None
+    return count.n
+
+
+def _stats(counters: Any) -> tuple[int, int, int, int]:
+    """calls_captured, unique_graphs, frames total, frames ok: torch's process-wide counters now."""
+    return (int(counters["stats"]["calls_captured"]), int(counters["stats"]["unique_graphs"]),
+            int(counters["frames"]["total"]), int(counters["frames"]["ok"]))
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -14,6 +51,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     # explain runs on the probe's first call, as a user's program compiles it: a library that fills a Python cache on
     # its first call (a quantization map built with .tolist()) breaks the graph then, and not after an eager run
     case = ctx.make_case()
+    before = _stats(compat.counters())  # the fork server's warm-up compile counted too: the explain run's own share
     with tracelog.TraceCollector() as trace:
         try:
             out = compat.explain(case.fn, *case.args, **case.kwargs)
@@ -25,18 +63,22 @@ def run(ctx: StageContext) -> dict[str, Any]:
         if forward_fails(reference(ctx.make_case, backward=False)):  # explain is forward-only: no eager backward
             return {"skip_reason": "the eager forward fails (see the eager stage)"}
         return {"error": error, "breaks": trace.breaks, "phases": [FORWARD]}
+    captured, graphs, frames, frames_ok = (a - b for a, b in zip(_stats(compat.counters()), before))
+    eager = _torch_calls_eager(ctx)
     return {
         "breaks": trace.breaks,
         "phases": [FORWARD],
         "graph_count": out.graph_count,
         "explain_graph_break_count": out.graph_break_count,
         "explain_reasons": [clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
+        "extra": Coverage(calls_captured=captured, unique_graphs=graphs, frames_eager=frames - frames_ok,
+                          torch_calls_eager=eager, captured_share=Coverage.share(captured, eager)).to_extra(),
     }
 
 
 SPEC = StageSpec(
     name="explain", order=20, cost=1, run=run, forward_only=True,
-    summary="torch._dynamo.explain: graph count, and graph breaks counted from the structured trace",
+    summary="torch._dynamo.explain: graph count, graph breaks counted from the structured trace, compile coverage",
     repro=(
         '# fullgraph=True raises at the first graph break, with its gb_type ...\n'
         'try:\n'

@@ -1,0 +1,177 @@
+"""Compile coverage per probe (issue 41): the explain stage's ``coverage`` payload (model/payloads.Coverage).
+
+The oracle is torch's own counters read in this process: plain ``torch.compile(backend="eager")`` on the same model,
+counters cleared before (``counters["stats"]["calls_captured"]``, ``["unique_graphs"]``, the numbers PyTorch's CI
+gates on in benchmarks/dynamo/check_graph_breaks.py), not tracecheck's code.
+"""
+import importlib.util
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from tracecheck.model.payloads import Coverage, PAYLOADS
+
+MODELS = Path(__file__).resolve().parent / "models" / "hf_tiny.py"
+
+MODEL = """
+import torch
+import tracecheck
+
+
+class Block(torch.nn.Module):
+    def __init__(self, talk):
+        super().__init__()
+        self.l1, self.ln, self.l2 = torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4)
+        self.talk = talk
+
+    def forward(self, x):
+        y = torch.relu(self.l1(x))
+        if self.talk:
+            print("between the layers")  # a graph break: two graphs, every torch call still captured
+        y = self.ln(y) + x * 2
+        return self.l2(y).sum(dim=-1).softmax(-1)
+
+
+@torch.compiler.disable
+def helper(x):
+    return torch.cos(x) + 1  # two torch calls Dynamo never captures
+
+
+def with_disabled_helper(x):
+    return helper(torch.sin(x)) * 2
+
+
+def in_a_try_block(x):
+    y = torch.sin(x)
+    try:
+        print("in a try block")  # a break Dynamo cannot resume here: the whole frame runs in eager
+    except ValueError:
+        pass
+    return y.cos()
+
+
+@tracecheck.probe
+def probe_whole():
+    return tracecheck.Case(Block(talk=False), (torch.randn(3, 8),))
+
+
+@tracecheck.probe
+def probe_print():
+    return tracecheck.Case(Block(talk=True), (torch.randn(3, 8),))
+
+
+@tracecheck.probe
+def probe_disabled():
+    return tracecheck.Case(with_disabled_helper, (torch.randn(4),))
+
+
+@tracecheck.probe
+def probe_frame_in_eager():
+    return tracecheck.Case(in_a_try_block, (torch.randn(4),))
+"""
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(f"coverage_oracle_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _torch_counts(module, probe: str) -> tuple[int, int, int]:
+    """The oracle: calls_captured, unique_graphs and frames given up on (total - ok) of one plain
+    torch.compile(backend="eager") forward."""
+    case = getattr(module, probe)()
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        torch.compile(case.fn, backend="eager")(*case.args, **case.kwargs)
+        return (int(counters["stats"]["calls_captured"]), int(counters["stats"]["unique_graphs"]),
+                int(counters["frames"]["total"]) - int(counters["frames"]["ok"]))
+    finally:
+        torch._dynamo.reset()
+        counters.clear()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    """One tracecheck run of the three probes (explain only), with every report format written."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("coverage")
+    model = folder / "model.py"
+    model.write_text(MODEL)
+    cmd = [sys.executable, "-m", "tracecheck", "run", str(model), "--stages", "explain", "-v",
+           "--json", str(folder / "r.json"), "--report", str(folder / "r.md"), "--junit-xml", str(folder / "r.xml")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=folder,
+                          env={**os.environ, "COLUMNS": "250"})
+    report = json.loads((folder / "r.json").read_text())
+    covs = {p["id"].split("::")[1]: Coverage.of(p["stages"]["explain"]["extra"]) for p in report["probes"]}
+    return {"model": model, "covs": covs, "stdout": proc.stdout, "md": (folder / "r.md").read_text(),
+            "xml": ET.parse(folder / "r.xml")}
+
+
+@pytest.mark.parametrize("probe, graphs, frames_eager", [("probe_whole", 1, 0), ("probe_print", 2, 0),
+                                                         ("probe_disabled", 2, 0), ("probe_frame_in_eager", 0, 1)])
+def test_calls_captured_and_graphs_are_torchs_own_counts(run, probe, graphs, frames_eager):
+    cov = run["covs"][probe]
+    assert (cov.calls_captured, cov.unique_graphs, cov.frames_eager) == _torch_counts(_load(run["model"]), probe)
+    assert (cov.unique_graphs, cov.frames_eager) == (graphs, frames_eager)
+
+
+def test_the_eager_count_is_at_calls_captureds_level(run):
+    """Without a break, and with a print break (print is no torch call), Dynamo captures every torch call the eager
+    forward makes (linear x2, relu, layer_norm, mul, add, sum, softmax): the two counts agree."""
+    for probe in ("probe_whole", "probe_print"):
+        cov = run["covs"][probe]
+        assert cov.calls_captured == cov.torch_calls_eager == 8 and cov.captured_share == 1.0, probe
+    # a torch.compiler.disable'd helper's two calls run in eager: sin and * captured, cos and + not
+    cov = run["covs"]["probe_disabled"]
+    assert (cov.calls_captured, cov.torch_calls_eager, cov.captured_share) == (2, 4, 0.5)
+    # a frame Dynamo gave up on: nothing captured of its sin and cos
+    cov = run["covs"]["probe_frame_in_eager"]
+    assert (cov.calls_captured, cov.torch_calls_eager, cov.captured_share) == (0, 2, 0.0)
+
+
+def test_every_format_shows_the_coverage(run):
+    assert "coverage     calls_captured=2 unique_graphs=2 frames_eager=0 torch_calls_eager=4 captured_share~0.5" \
+        in run["md"]
+    case = run["xml"].find(".//testcase[@name='probe_disabled[explain]']")
+    props = {p.get("name"): p.get("value") for p in case.find("properties")}
+    assert props == {"calls_captured": "2", "unique_graphs": "2", "frames_eager": "0", "torch_calls_eager": "4",
+                     "captured_share": "0.5"}
+    assert "coverage: 2 torch calls captured in 2 graph(s); ~50% of the 4 torch calls the eager forward makes" \
+        in run["stdout"]
+    assert "probe_whole: passed (compile)\n    coverage: 8 torch calls captured in 1 graph(s)" in run["stdout"]
+
+
+def test_the_share_is_capped_and_missing_without_both_counts():
+    assert PAYLOADS["explain"] is Coverage
+    assert Coverage.share(105, 99) == 1.0 and Coverage.share(2, 3) == 0.667
+    assert Coverage.share(None, 4) is None and Coverage.share(4, None) is None and Coverage.share(0, 0) is None
+    extra = Coverage(calls_captured=2, unique_graphs=1, torch_calls_eager=None).to_extra()
+    assert extra == {"coverage": {"calls_captured": 2, "unique_graphs": 1, "frames_eager": None,
+                                  "torch_calls_eager": None, "captured_share": None}}
+    back = Coverage.of(extra)
+    assert back.calls_captured == 2 and back.written("torch_calls_eager") and Coverage.of({}) is None
+
+
+def test_a_tiny_gpt2(tracecheck):
+    """A real architecture: calls_captured is torch's count; the eager count is close, not equal (the getitem of
+    each torch.split piece is a graph node and no torch call: docs/report-schema.md), so the share is capped."""
+    pytest.importorskip("transformers")
+    started = time.monotonic()
+    r = tracecheck("run", f"{MODELS}::probe_gpt2", "--stages", "explain")
+    if time.monotonic() - started > 60:
+        pytest.skip("the tiny GPT-2 took over 60 s here")
+    cov = Coverage.of(r.probe("probe_gpt2")["stages"]["explain"]["extra"])
+    assert (cov.calls_captured, cov.unique_graphs, cov.frames_eager) == _torch_counts(_load(MODELS), "probe_gpt2")
+    assert cov.frames_eager == 0 and 0.9 <= cov.calls_captured / cov.torch_calls_eager <= 1.1
+    assert cov.captured_share == 1.0
