@@ -1,4 +1,5 @@
 """Bad input: one clear line naming the path and the problem, exit 2, no traceback (issue 2, 'Bad input')."""
+import pytest
 
 
 #: what the piped progress lines start with (cli._LiveProgress): they may come before an error found while loading
@@ -83,3 +84,54 @@ def test_an_exception_whose_str_fails_or_starts_blank_is_still_one_line(traceche
     p = write_probe("raise ValueError('\\n\\nthe real message')\n")
     res = tracecheck("run", str(p), "--stages", "eager", json_report=False)
     assert res.returncode == 2 and "ValueError: the real message" in res.stderr
+
+
+def test_an_output_that_fails_to_write_after_the_run_loses_only_itself(tmp_path, monkeypatch):
+    """A full disk at --json: the Markdown report and the JUnit XML are still written, the JSON is named in a one-line
+    error, exit 2. The run itself is replaced by a report written by hand (the outputs are what is tested)."""
+    from click.testing import CliRunner
+
+    from report_factory import small_report
+    from tracecheck import api, cli
+
+    def full_disk(path, doc):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(api, "run", lambda opts, progress: small_report())
+    monkeypatch.setattr(cli, "write_json_atomic", full_disk)
+    model = tmp_path / "model.py"
+    model.write_text("def probe():\n    return abs, (1,)\n")
+    res = CliRunner().invoke(cli.cli, ["run", str(model), "--json", str(tmp_path / "r.json"),
+                                       "--report", str(tmp_path / "r.md"), "--junit-xml", str(tmp_path / "j.xml")])
+    assert res.exit_code == 2, res.output
+    assert f"--json {tmp_path / 'r.json'}: could not write it (No space left on device)" in res.output
+    assert (tmp_path / "r.md").read_text().startswith("# tracecheck report")
+    assert (tmp_path / "j.xml").exists() and not (tmp_path / "r.json").exists()
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["probes"][1]["stages"]["explain"]["findings"][0].update(evidence=["x"]), "evidence must be an object"),
+    (lambda d: d["probes"][1]["stages"]["explain"]["findings"][0].update(context=[1]), "context must be an object"),
+    (lambda d: d["probes"][1]["stages"]["explain"]["findings"][0]["evidence"].update(gb_type=7),
+     "gb_type must be a string"),
+    (lambda d: d["probes"][0].update(id=3), "id, file and name must be strings"),
+    (lambda d: d.update(command=None), "command and stages must be lists"),
+    (lambda d: d.update(seconds="fast"), "seconds must be a number"),
+])
+@pytest.mark.parametrize("fmt", ["terminal", "md", "csv"])
+def test_a_hand_edited_report_of_the_wrong_shape_is_a_usage_error_in_every_format(tmp_path, edit, message, fmt):
+    """exit 2 with the field named, never an internal error (3) or a traceback."""
+    import json
+
+    from click.testing import CliRunner
+
+    from report_factory import small_report
+    from tracecheck import cli
+
+    doc = json.loads(json.dumps(small_report().to_dict()))
+    edit(doc)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    res = CliRunner().invoke(cli.cli, ["show", str(path), "--format", fmt])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output

@@ -684,3 +684,15 @@ def test_the_markdown_report_lists_root_causes_and_keeps_each_change_folded():
     assert [ln.split(" | ")[0] for ln in causes.splitlines() if ln.startswith("| regressed")] == ["| regressed"] * 2
     assert "new graph break at gate_model.py:14 (data-dependent, GB0124) | 2 probes × 5 stages" in causes
     assert "Each change per probe and stage (39)" in section
+
+
+def test_a_kind_a_stage_no_longer_reaches_because_it_now_stops_earlier_is_no_improvement():
+    """fullgraph stops at the first break: a new break before the old one hides the old kind (hand-written)."""
+    base = _doc({"m.py::p": {"fullgraph": {**_RAISES, "status": "fail", "kinds": ["graph-break"]}}})
+    new = _doc({"m.py::p": {"fullgraph": {**_RAISES, "status": "fail", "kinds": ["data-dependent"]}}})
+    cmp = baseline.compare(base, new)
+    kinds = {(c.before, c.after): c.effect for c in cmp.changes if c.aspect == "kind"}
+    assert kinds == {(None, "data-dependent"): "regressed", ("graph-break", None): "changed"}
+    assert not cmp.improvements
+    gone = baseline.compare(base, _doc({"m.py::p": {"fullgraph": {**_RAISES, "status": "pass", "kinds": []}}}))
+    assert [c.effect for c in gone.changes if c.aspect == "kind"] == ["improved"]  # really gone: an improvement

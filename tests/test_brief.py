@@ -88,3 +88,15 @@ def test_one_root_cause_in_two_probes_is_one_block_naming_both():
     assert out.count("✗ graph-break") == 1
     assert "probe_bad, probe_twin × 2 stages: explain, aot_eager" in out
     assert out.count("✗ missing-fake") == 1
+
+
+def test_a_saved_reports_next_steps_point_at_its_markdown_and_keep_a_kind_whole_at_60_columns():
+    from tracecheck.render import terminal
+
+    report = small_report(with_ca=False)
+    assert terminal.next_steps(report, source="r.json")[-1] == \
+        "attach to an issue: tracecheck show r.json --format md -o report.md"
+    console = Console(file=io.StringIO(), width=60, color_system=None)
+    terminal.print_next_steps(console, ["tracecheck fix model.py::probe_bad -o fixed_ops.py   (missing-fake)"])
+    lines = console.file.getvalue().splitlines()
+    assert lines[-3:] == ["next:", "  (missing-fake)", "    tracecheck fix model.py::probe_bad -o fixed_ops.py"]

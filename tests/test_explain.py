@@ -43,7 +43,10 @@ def test_every_kind_page_is_package_data_and_explain_prints_it(kind_id):
     assert res.exit_code == ExitCode.OK, res.output
     kind = taxonomy.kinds()[kind_id]
     assert res.output.splitlines()[0] == f"{kind_id} ({kind.severity}): {kind.title}"
-    assert page in res.output  # piped (not a terminal): the Markdown as it is
+    # piped (not a terminal): the Markdown as it is, but for its links into the source tree
+    first, last = page.splitlines()[0], page.rstrip().splitlines()[-1]
+    assert first in res.output and (last in res.output or "](" in last)
+    assert len(res.output) >= len(page) * 0.9
 
 
 def test_explain_without_a_kind_lists_every_kind_with_its_severity_and_title():
@@ -129,3 +132,15 @@ def test_the_built_wheel_holds_the_pages(tmp_path):
     (wheel,) = (tmp_path / "whl").glob("tracecheck-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"tracecheck/model/failures/{k}.md" for k in taxonomy.ids()} <= names
+
+
+def test_a_page_as_installed_has_no_link_into_the_source_tree():
+    """The pages ship without docs/ and as commands: a relative link would lead nowhere after pip install."""
+    import re
+
+    from tracecheck.model.taxonomy import kinds
+
+    for k in kinds().values():
+        links = re.findall(r"\]\(([^)]+)\)", k.page())
+        assert all(link.startswith(("http://", "https://", "#")) for link in links), (k.id, links)
+    assert "`tracecheck explain pybind-builtin`" in " ".join(k.page() for k in kinds().values())

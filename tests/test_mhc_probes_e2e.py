@@ -85,7 +85,7 @@ def test_the_report_fits_a_terminal_of_any_width_with_every_probe_and_kind_whole
     doc = json.loads(probes_json.read_text())
     screen = _screen(["show", str(probes_json), "--format", "terminal"], width)
     # a next: command is printed whole (soft wrap: the terminal folds it; copied, it is one line); all else fits
-    wide = [ln for ln in screen if cell_len(ln) > width and not ln.startswith("  tracecheck ")]
+    wide = [ln for ln in screen if cell_len(ln) > width and not ln.startswith("    tracecheck ")]
     assert wide == []
     text = "\n".join(screen)
     for p in doc["probes"]:  # every probe named whole in the verdict view

@@ -201,7 +201,7 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
         "attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)",
     ]
     with_report = terminal.next_steps(RunReport([fixable, other, ok], {}, ["eager", "explain"]), "out/r.md")
-    assert with_report[-1] == "attach to an issue: out/r.md (written by --report)"
+    assert with_report[-1] == "attach to an issue: out/r.md (--report)"
     # a graph break whose user frame is in the probe's own file: fix rewrites that file (a diff, no -o module)
     here = Finding("graph-break", "s", {"gb_type": "x"}, {"user_frame": {"file": str(tmp_path / "m.py"), "line": 3}})
     mine = ProbeReport("m.py::probe_d", str(tmp_path / "m.py"), "probe_d",
@@ -342,3 +342,22 @@ def test_a_findings_context_reads_as_typed_fields_and_a_wrong_shape_as_missing()
     assert (cx.op, cx.calls, cx.kernels, cx.warning, cx.argument, cx.builtin) == ("mylib::op", 3, None, True,
                                                                                    None, None)
     assert Finding("opaque-op", "s", {"warning": "false"}).cx.warning is False  # only a JSON true is a warning
+
+
+def test_one_kind_at_one_user_line_is_one_root_cause_whatever_gb_type_each_stage_saw():
+    """explain's break of an .item() branch carries Dynamo's gb_type; fullgraph's error at the same line none: one
+    problem (literals written by hand)."""
+    from tracecheck.model.report import Finding, ProbeReport, StageResult, root_causes
+
+    frame = {"file": "/w/m.py", "line": 25, "code": "if y.mean().item() > 0.5:"}
+    brk = Finding("data-dependent", "a", {}, {"gb_type": "Data-dependent branching", "gb_code": "GB0170",
+                                            "user_frame": frame})
+    err = Finding("data-dependent", "b", {}, {"exception_type": "torch._dynamo.exc.UserError", "user_frame": frame})
+    other = Finding("data-dependent", "c", {}, {"gb_type": "Data-dependent branching", "user_frame": {**frame,
+                                                                                                    "line": 31}})
+    p = ProbeReport("m.py::p", "/w/m.py", "p", {
+        "explain": StageResult("explain", "fail", findings=[brk, other]),
+        "fullgraph": StageResult("fullgraph", "fail", findings=[err])})
+    causes = root_causes([p])
+    assert [(c.finding.user_frame.line, c.seen[0][1]) for c in causes] == [(25, ["explain", "fullgraph"]),
+                                                                          (31, ["explain"])]

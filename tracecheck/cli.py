@@ -114,7 +114,8 @@ class _LiveProgress(api.Progress):
         self._line(f"loading {os.path.relpath(path)} (its imports run; a C++ extension may build now)")
 
     def note(self, line: str) -> None:
-        self.bar.console.print(line, highlight=False, markup=False, soft_wrap=True)
+        # wrapped between words on a terminal; one line in a log
+        self.bar.console.print(line, highlight=False, markup=False, soft_wrap=not self.bar.console.is_terminal)
 
     def planned(self, n_tasks: int) -> None:
         self.bar.update(self.task, total=n_tasks, description="running stages")
@@ -275,13 +276,17 @@ def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, 
     # first: a failed write below must not hide the results
     brief.render(report, out, verbose=verbose, attachment=report_path)
     with _errors(console, verbose):
-        if json_path:
-            _write_output("--json", json_path, lambda: write_json_atomic(json_path, report.to_dict()))
-        if report_path:
-            _write_output("--report", report_path, lambda: write_text_atomic(report_path, markdown.render(
-                report, redact=redact, trace_dir=trace_dir, comparison=comparison, json_path=json_path)))
-        if junit_path:
-            _write_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison))
+        # every output is tried: one that cannot be written (a full disk) loses only itself, and is named
+        failed = [e for e in (
+            json_path and _try_output("--json", json_path, lambda: write_json_atomic(json_path, report.to_dict())),
+            report_path and _try_output("--report", report_path, lambda: write_text_atomic(report_path, markdown.render(
+                report, redact=redact, trace_dir=trace_dir, comparison=comparison, json_path=json_path))),
+            junit_path and _try_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison)),
+        ) if e]
+        for message in failed[:-1]:
+            console.print(f"tracecheck: error: {message}", highlight=False, markup=False, soft_wrap=True)
+        if failed:
+            raise UsageError(failed[-1])
         if update_baseline:
             _refuse_partial_baseline(report)
             _write_output("--baseline", baseline_path, lambda: baseline.write_baseline(baseline_path, report, base))
@@ -403,10 +408,10 @@ def show(report_json, fmt, output, redact, trace_dir, verbose):
             from .render import brief
 
             if not output:
-                brief.render(report, _stdout(), verbose=verbose)
+                brief.render(report, _stdout(), verbose=verbose, source=report_json)
                 sys.exit(ExitCode.OK)
             buf = io.StringIO()
-            brief.render(report, Console(file=buf, width=200), verbose=verbose)
+            brief.render(report, Console(file=buf, width=200), verbose=verbose, source=report_json)
             text = buf.getvalue()
         elif fmt == "md":
             trace_dir = trace_dir or _option_from_command(report.command, "--trace-dir")
@@ -517,14 +522,14 @@ def explain(kind, verbose):
             out.print(table)
             out.print("\ntracecheck explain KIND prints a kind's page.", highlight=False, markup=False)
             sys.exit(ExitCode.OK)
-        k = taxonomy.kind_named(kind)
+        k = taxonomy.kind_named(kind.strip())
         page = k.page()
-    # the registry's title first: the words a report headed the finding with
-    if out.is_terminal:
-        out.print(Text(f"{k.id} ({k.severity}): {k.title}", style="bold"))
-        out.print(Markdown(page))
-    else:  # piped: the Markdown as it is, for less, grep or a file
-        click.echo(f"{k.id} ({k.severity}): {k.title}\n\n{page}", nl=False)
+        # the registry's title first: the words a report headed the finding with
+        if out.is_terminal:
+            out.print(Text(f"{k.id} ({k.severity}): {k.title}", style="bold"))
+            out.print(Markdown(page))
+        else:  # piped: the Markdown as it is, for less, grep or a file
+            click.echo(f"{k.id} ({k.severity}): {k.title}\n\n{page}", nl=False)
     sys.exit(ExitCode.OK)
 
 
@@ -563,6 +568,15 @@ def _refuse_partial_baseline(report) -> None:
         p, s = report.internal_errors[0]
         raise RuntimeError(f"{len(report.internal_errors)} stage(s) failed inside tracecheck ({p.id} {s.stage}, ...); "
                            "the baseline is not rewritten from a run that checked less")
+
+
+def _try_output(option: str, path: str, write: Callable[[], None]) -> str | None:
+    """Write one output; the error message when it could not be written, else None."""
+    try:
+        _write_output(option, path, write)
+    except UsageError as e:
+        return str(e)
+    return None
 
 
 def _write_output(option: str, path: str, write: Callable[[], None]) -> None:

@@ -440,8 +440,13 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
     for k in sorted(nk - bk):
         out.append(Change(pid, stage, "kind", None, k, REGRESSED, f"new failure kind {k}" + (
             " (advice, gated by --strict or the baseline's severity)" if k in gated else "")))
+    # a stage that stops at its first error (fullgraph, export) and now stops earlier, at a new kind, no longer
+    # reaches the old one: that is no improvement, the old kind is only hidden
+    hidden = bool(nk - bk) and n.get("status") in _FAILED
     for k in sorted(bk - nk):
-        out.append(Change(pid, stage, "kind", k, None, IMPROVED, f"failure kind {k} gone"))
+        out.append(Change(pid, stage, "kind", k, None, CHANGED, f"failure kind {k} no longer reached (the stage "
+                          f"now fails first on {', '.join(sorted(nk - bk))})") if hidden else
+                   Change(pid, stage, "kind", k, None, IMPROVED, f"failure kind {k} gone"))
     ba, na = set(b.get("advice", [])) - gated, set(n.get("advice", [])) - gated
     for k in sorted(na - ba):
         out.append(Change(pid, stage, "advice", None, k, CHANGED, f"new advice {k} (advice: no regression)"))

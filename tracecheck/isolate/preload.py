@@ -5,8 +5,14 @@ compile, forward only, on a single thread (warmup.warm_compile): no OpenMP pool,
 thread exists before the fork. The warm-up itself is in isolate/warmup.py.
 """
 import os
+import signal
 
-from . import warmup
+# Ctrl-C reaches the whole process group, the server too: while it imports torch it would print a traceback of
+# its own. The parent kills the stage processes and reports the interrupt; the server's own handler (multiprocessing
+# ignores SIGINT once preloading is done) is put back at the end, so stage processes get Python's as before.
+_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+from . import warmup  # noqa: E402
 
 _threads_at_start = warmup.native_threads()
 
@@ -30,3 +36,4 @@ if os.environ.get(worker.WARM_COMPILE_VAR, "1") != "0":
 
 # the imports' threads too, not only the warm-up's (warmup.settle_threads)
 warmup.settle_threads(_threads_at_start)
+signal.signal(signal.SIGINT, _sigint)

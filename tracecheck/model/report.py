@@ -72,8 +72,13 @@ class Finding:
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
         """A kind this version does not know (a report from a newer tracecheck) reads as ``unknown``, its own
         id kept in ``context["reported_kind"]``."""
+        for key in ("context", "evidence"):
+            if not isinstance(d.get(key) or {}, dict):
+                raise ValueError(f"finding {d.get('kind')!r}: {key} must be an object")
+        if not isinstance((d.get("evidence") or {}).get("gb_type") or "", str):
+            raise ValueError(f"finding {d.get('kind')!r}: evidence.gb_type must be a string or null")
         kind, context = _known_kind(d["kind"], d.get("context") or {})
-        return cls(kind, d.get("summary", ""), context, d.get("evidence") or {})
+        return cls(kind, str(d.get("summary", "")), context, d.get("evidence") or {})
 
 
 @dataclass
@@ -226,6 +231,8 @@ class ProbeReport:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ProbeReport":
+        if not all(isinstance(d.get(k), str) for k in ("id", "file", "name")):
+            raise ValueError(f"probe {d.get('id')!r}: id, file and name must be strings")
         return cls(
             id=d["id"], file=d["file"], name=d["name"],
             stages={k: StageResult.from_dict(v) for k, v in d.get("stages", {}).items()},
@@ -286,6 +293,11 @@ class RunReport:
                              f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))})")
         if not isinstance(d.get("environment", {}), dict) or not isinstance(d.get("strict", False), bool):
             raise ValueError("environment must be an object and strict true or false")
+        if not isinstance(d.get("command", []), list) or not isinstance(d.get("stages", []), list):
+            raise ValueError("command and stages must be lists")
+        seconds = d.get("seconds", 0.0)
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            raise ValueError(f"seconds must be a number, not {seconds!r}")
         return cls(
             probes=[ProbeReport.from_dict(p) for p in d["probes"]],
             environment=d.get("environment", {}),
@@ -349,15 +361,17 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     """Findings equal under this key are the same problem seen by several stages.
 
     An op-level finding is identified by kind and op (opcheck sees no user frame, compile stages do);
-    any other by kind, gb_type and user location. An ``unknown`` with neither a frame nor a gb_type (raised deep
+    any other by kind and user location (gb_type where there is none). An ``unknown`` with neither a frame nor a gb_type (raised deep
     in torch) is also told apart by its exception type and first message line (numbers masked): two different
     errors that only share "no location" are two problems.
     """
     if f.context.get("op"):
         return (f.kind, op_name(str(f.context["op"])))
     frame = f.user_frame
-    key: tuple[Any, ...] = (f.kind, f.evidence.get("gb_type"), frame and frame.file, frame and frame.line,
-                            f.context.get("builtin"), f.context.get("what"))
+    # at one user line, one kind is one problem whichever stage saw it: fullgraph's error and explain's break of the
+    # same .item() carry different gb_types (or none); only where no frame places it does the gb_type tell apart
+    key: tuple[Any, ...] = (f.kind, None if frame else f.evidence.get("gb_type"), frame and frame.file,
+                            frame and frame.line, f.context.get("builtin"), f.context.get("what"))
     if f.kind == K.UNKNOWN and frame is None and not f.evidence.get("gb_type"):
         words = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", first_line(f.evidence.get("message")))[:200]
         key += (f.evidence.get("exception_type"), words)

@@ -145,7 +145,15 @@ class Kind:
 
     def page(self) -> str:
         """The kind's page (Markdown), read from the installed package: ``failures/<id>.md`` beside kinds.json."""
-        return (resources.files("tracecheck.model") / "failures" / f"{self.id}.md").read_text(encoding="utf-8")
+        text = (resources.files("tracecheck.model") / "failures" / f"{self.id}.md").read_text(encoding="utf-8")
+        return _installed_links(text)
+
+
+def _installed_links(page: str) -> str:
+    """A page's links as they work where tracecheck is installed: another kind's page is its ``tracecheck explain``
+    command; a page of the source tree's docs/ (not installed) is named, not linked; web links stay."""
+    page = re.sub(r"\[([^\]]+)\]\(([a-z-]+)\.md\)", r"\1 (`tracecheck explain \2`)", page)
+    return re.sub(r"\[([^\]]+)\]\((?:\.\./)+docs/([^)#]+)(?:#[^)]*)?\)", r"\1 (docs/\2 in tracecheck's source)", page)
 
 
 @dataclass(frozen=True)
@@ -267,7 +275,7 @@ def kind_named(name: str) -> Kind:
     # a part of an id (``fake``) names the kinds holding it; a misspelling, the nearest
     close = [k for k in kinds() if name and name.lower() in k] or difflib.get_close_matches(name, list(kinds()), n=3)
     hint = f"did you mean {', '.join(close[:3])}? " if close else ""
-    raise UsageError(f"unknown kind {name!r}; {hint}`tracecheck explain` lists the {len(kinds())} kinds")
+    raise UsageError(f"unknown kind {name[:60]!r}; {hint}`tracecheck explain` lists the {len(kinds())} kinds")
 
 
 def is_advice(kind: str) -> bool:

@@ -21,15 +21,16 @@ EVIDENCE_CHARS = 160
 
 
 def render(report: RunReport, console: Console, verbose: bool = False, attachment: str | None = None,
-           advise: bool = True) -> None:
-    """``verbose``: the long form (terminal.render); ``advise=False``: no ``next:`` lines (as terminal.render)."""
+           advise: bool = True, source: str | None = None) -> None:
+    """``verbose``: the long form (terminal.render); ``advise=False``: no ``next:`` lines (as terminal.render);
+    ``source``: the saved report shown (``tracecheck show``), whose Markdown needs no rerun."""
     if verbose:
-        terminal.render(report, console, verbose=True, attachment=attachment, advise=advise)
+        terminal.render(report, console, verbose=True, attachment=attachment, advise=advise, source=source)
         return
     console.print(terminal.environment_line(report))
     console.print(terminal.verdict_view(report, console.width))
     console.print(causes(report))
-    terminal.print_next_steps(console, terminal.next_steps(report, attachment) if advise else [])
+    terminal.print_next_steps(console, terminal.next_steps(report, attachment, source) if advise else [])
     console.print(Text("(-v: every finding of every probe, with its traceback and the compiled-autograd counts)",
                        style="dim"))
     console.print(terminal.summary_line(report))
@@ -70,7 +71,8 @@ def _block(report: RunReport, c: RootCause, labels: dict[str, str], not_required
     mark, style = ("○", "yellow") if not_required else ("✗", "red")
     head = Text("\n")
     head.append(f"{mark} {f.kind}", style=f"bold {style}")
-    where = _where(f)
+    # a cause keyed by its op (model/report.finding_key) is the op's in every probe: its line only when one probe saw it
+    where = f.cx.op if f.cx.op and len({p.id for p, _ in c.seen}) > 1 else _where(f)
     if where:
         head.append(f"  {where}", style="cyan")
     head.append(f"  ({_seen(c, labels)})", style="dim")

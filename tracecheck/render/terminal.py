@@ -363,7 +363,7 @@ def _generated(f: Finding, probe_file: str) -> bool:
     return True
 
 
-def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
+def next_steps(report: RunReport, attachment: str | None = None, source: str | None = None) -> list[str]:
     """One line per failing probe: ``tracecheck fix FILE::PROBE`` when a kind it found has a code fix, else
     ``tracecheck explain KIND`` for its first kind; then the attachment for an issue (``attachment``: the --report
     file already asked for). Paths relative to the cwd."""
@@ -383,13 +383,18 @@ def next_steps(report: RunReport, attachment: str | None = None) -> list[str]:
             first = next((k for k in v.kinds if not is_advice(k)), v.kinds[0])  # --strict: the error first
             lines.append(f"{kinds()[first].explain_command}   ({node})")
     if lines:
-        lines.append(f"attach to an issue: {attachment} (written by --report)" if attachment else
-                     "attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size limit)")
+        if attachment:
+            lines.append(f"attach to an issue: {attachment} (--report)")
+        elif source:  # a saved report: its Markdown is one command away, no rerun
+            lines.append(f"attach to an issue: tracecheck show {source} --format md -o report.md")
+        else:
+            lines.append("attach to an issue: rerun with --report report.md (a Markdown file under GitHub's size "
+                         "limit)")
     return lines
 
 
 def render(report: RunReport, console: Console, verbose: bool = False, attachment: str | None = None,
-           advise: bool = True) -> None:
+           advise: bool = True, source: str | None = None) -> None:
     """The run's terminal report. ``advise=False``: no ``next:`` lines (``fix`` shows its verification run, whose
     probe is the patched copy: advice to fix that copy would mislead)."""
     console.print(environment_line(report))
@@ -398,7 +403,7 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
     if ca is not None:
         console.print(ca)
     console.print(findings(report, verbose))
-    print_next_steps(console, next_steps(report, attachment) if advise else [])
+    print_next_steps(console, next_steps(report, attachment, source) if advise else [])
     console.print(summary_line(report))
 
 
@@ -409,7 +414,12 @@ def print_next_steps(console: Console, steps: list[str]) -> None:
         return
     console.print(Text("\nnext:", style="bold"))
     for line in steps:
-        console.print(Text(f"  {line}"), soft_wrap=line.startswith("tracecheck "))
+        command, _, why = line.partition("   (")
+        if line.startswith("tracecheck ") and why:  # what it is for on a line of its own: wrapped, never cut
+            console.print(Text(f"  ({why}", style="dim"))
+            console.print(Text(f"    {command}"), soft_wrap=True)
+        else:
+            console.print(Text(f"  {line}"), soft_wrap=line.startswith("tracecheck "))
 
 
 def summary_line(report: RunReport) -> str:
