@@ -143,7 +143,8 @@ def test_an_operator_defined_twice_at_import_is_op_redefined_and_the_run_goes_on
     assert f["context"]["op"] == "tc13c::twice"
     assert f["evidence"]["user_frame"]["line"] == 7
     assert res.probe("probe_plain")["verdict"]["status"] == "pass"
-    assert "tracecheck explain op-redefined   (define_twice.py)" in res.stdout  # no `fix` of (import)
+    # no `fix` of (import): the kind's page, with what it is for on the line above
+    assert "  (define_twice.py)\n    tracecheck explain op-redefined\n" in res.stdout
     # asking for one of its probes by name still shows why none can run (not "no such probe", exit 2)
     named = tracecheck("run", f"{twice}::probe_never_reached", "--stages", "eager")
     assert named.returncode == 1, named.stderr
