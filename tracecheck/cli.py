@@ -466,10 +466,11 @@ def compare(base_json, new_json, junit_path, update_baseline, verbose):
                 raise UsageError(f"--update-baseline: {new_json} is one shard; merge the shards first "
                                  "(tracecheck merge ... -o all.json)")
             # the user's settings are the old baseline's (a run's --require is its CI command's, not recorded)
-            doc = baseline.from_report(report, baseline.severity_setting(base), baseline.require_setting(base)) \
+            doc = baseline.from_report(report, baseline.severity_setting(base), baseline.require_setting(base),
+                                       baseline.tolerance_setting(base)) \
                 if report is not None else {**{k: v for k, v in baseline.load_baseline(new_json, "NEW").items()
-                                               if k not in ("severity", "require")},
-                                            **{k: base[k] for k in ("severity", "require") if base.get(k)}}
+                                               if k not in baseline.SETTINGS},
+                                            **{k: base[k] for k in baseline.SETTINGS if base.get(k)}}
             write_json_atomic(base_json, doc)
     _report_comparison(out, report, comparison, base_json, detail=verbose)
     if update_baseline:

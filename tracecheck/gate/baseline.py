@@ -7,7 +7,9 @@ machines: no timings, no absolute paths, no message text. Layout (docs/ci.md has
      "probes": {"<file>::<name>": {"stages": {"<stage>": {
          "status": "fail", "kinds": ["graph-break"], "graph_count": 2, "graph_break_count": 1,
          "breaks": [{"kind": "graph-break", "gb_type": "...", "file": "model.py", "line": 12, "gb_code": "GB0001"}],
-         "recompiles": null, "phases": ["forward", "backward"], "compiled_autograd": {...}}}}}}
+         "recompiles": null, "phases": ["forward", "backward"], "compiled_autograd": {...},
+         "coverage": {"calls_captured": 84, "unique_graphs": 2, "frames_eager": 0}}}}},
+     "tolerance": {"calls_captured": 0.0}}
 
 Probe ids are the report's rootdir-relative ``file::name``; break files are made relative the same way (see
 ``relative_location``). ``compare`` works on two such documents (a full ``--json`` report is reduced first),
@@ -35,7 +37,7 @@ from typing import Any, Iterable
 
 from ..model import taxonomy
 from ..model.exitcodes import UsageError
-from ..model.payloads import PAYLOADS
+from ..model.payloads import PAYLOADS, Coverage
 from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from ..model.verdict import StageOutcome, decide
 from ..model.reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
@@ -53,6 +55,17 @@ COUNTS_LOWER_IS_BETTER = tuple(dict.fromkeys(k for s in REGISTRY.values() for k,
 COUNTS_NEUTRAL = tuple(dict.fromkeys(k for s in REGISTRY.values() for k, how in s.counts.items() if how == NEUTRAL))
 
 REGRESSED, IMPROVED, CHANGED = "regressed", "improved", "changed"
+#: the change aspects of compile coverage: ops captured (more is better) and frames run in eager (fewer is)
+CAPTURED, EAGER_FRAMES = "coverage.calls_captured", "coverage.frames_eager"
+
+#: the stage that measures a probe's compile coverage (model/payloads.Coverage), and the counts a snapshot keeps:
+#: torch's own counters, the ones PyTorch's CI gates on (benchmarks/dynamo/check_graph_breaks.py TRACKED_METRICS)
+COVERAGE_STAGE = "explain"
+COVERAGE_METRICS = ("calls_captured", "unique_graphs", "frames_eager")
+#: the baseline's ``tolerance`` setting: how far ops captured may drop (a fraction of the baseline's count) before
+#: it regresses. 0 by default: the counts are exact for one torch and one model (no run-to-run noise), so any drop
+#: is a real change; a project that upgrades torch often may allow a few percent, as one of PyTorch's own gates did
+TOLERANCES = {"calls_captured": 0.0}
 _FAILED = FAILED
 
 
@@ -118,6 +131,10 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
     ca = {k: getattr(payload, k) for k in spec.counts if payload.written(k)} if payload is not None else {}
     if ca:
         snap["compiled_autograd"] = ca
+    cov = Coverage.of(s.extra) if s.stage == COVERAGE_STAGE else None
+    counts = {k: getattr(cov, k) for k in COVERAGE_METRICS if getattr(cov, k) is not None} if cov else {}
+    if counts:
+        snap["coverage"] = counts
     return snap
 
 
@@ -126,12 +143,12 @@ def _break_sort_key(b: dict[str, Any]) -> tuple:
 
 
 def from_report(report: RunReport, severity: dict[str, str] | None = None,
-                require: tuple[str, ...] | None = None) -> dict[str, Any]:
+                require: tuple[str, ...] | None = None, tolerance: dict[str, float] | None = None) -> dict[str, Any]:
     """The baseline document of a run report (sorted, so rewriting an unchanged baseline is a no-op diff).
     ``severity``: the per-kind setting to keep (``severity_setting`` of the baseline being rewritten);
     ``require``: the required targets the document records: the baseline's own setting when one is written (the
     run's ``--require`` is the CI command's, like ``--strict``, and is not recorded), the run's (None) when the
-    document is the new side of a comparison."""
+    document is the new side of a comparison; ``tolerance``: the baseline's (``tolerance_setting``) to keep."""
     probes = {}
     for p in sorted(report.probes, key=lambda p: p.id):
         probes[p.id] = {"stages": {name: stage_snapshot(s, p) for name, s in p.stages.items()}}
@@ -144,6 +161,8 @@ def from_report(report: RunReport, severity: dict[str, str] | None = None,
     }
     if severity:
         doc["severity"] = dict(sorted(severity.items()))
+    if tolerance:
+        doc["tolerance"] = dict(sorted(tolerance.items()))
     required = normalized(report.require if require is None else require)
     if required != DEFAULT_REQUIRE:
         doc["require"] = list(required)
@@ -182,6 +201,25 @@ def require_setting(doc: dict[str, Any]) -> tuple[str, ...]:
     return normalized(value)
 
 
+def tolerance_setting(doc: dict[str, Any]) -> dict[str, float]:
+    """A baseline's ``tolerance`` object, e.g. ``{"calls_captured": 0.05}``: how far (a fraction of the baseline's
+    count) a count whose drop is a regression may drop before it regresses. Raises ValueError."""
+    setting = doc.get("tolerance", {})
+    if not isinstance(setting, dict):
+        raise ValueError("'tolerance' must be an object such as {\"calls_captured\": 0.05}")
+    for key, value in setting.items():
+        if key not in TOLERANCES:
+            raise ValueError(f"tolerance: {key!r} has no tolerance (only {', '.join(TOLERANCES)})")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+            raise ValueError(f"tolerance: {key!r} is {value!r}; expected a fraction from 0 to below 1, such as 0.05")
+    return {k: float(v) for k, v in setting.items()}
+
+
+#: the top-level settings of a baseline that the user edits and ``--update-baseline`` keeps (choices, not
+#: measurements), each with its reader
+SETTINGS = ("severity", "require", "tolerance")
+
+
 def gated_advice(base: dict[str, Any], new: dict[str, Any]) -> frozenset[str]:
     """The advice kinds that regress like errors: all of them when the new run is ``--strict`` (its ``strict``;
     how the baseline was recorded does not matter: the gate is the CI command's), else those the baseline's
@@ -208,6 +246,7 @@ def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
             raise ValueError("baseline has no 'probes' object")
         severity_setting(doc)
         require_setting(doc)
+        tolerance_setting(doc)
         _check_probes(doc["probes"])
         return doc
     if "probes" in doc and "schema_version" in doc:
@@ -254,6 +293,9 @@ def _check_probes(probes: dict[str, Any]) -> None:
             ca = snap.get("compiled_autograd")
             if ca is not None and (not isinstance(ca, dict) or not all(_is(v, (int, list)) for v in ca.values())):
                 raise ValueError(f"{where}: 'compiled_autograd' must be an object of counts")
+            cov = snap.get("coverage")
+            if cov is not None and (not isinstance(cov, dict) or not all(_is(v, int) for v in cov.values())):
+                raise ValueError(f"{where}: 'coverage' must be an object of counts such as {{\"calls_captured\": 84}}")
 
 
 def _is(value: Any, types: Any) -> bool:
@@ -304,6 +346,8 @@ class Comparison:
     changes: list[Change] = field(default_factory=list)
     compared_probes: int = 0
     notes: list[str] = field(default_factory=list)
+    #: each probe's Dynamo metrics (graph_breaks, calls_captured, ...) as PyTorch's CI gates them
+    metrics: list["MetricCheck"] = field(default_factory=list)
 
     @property
     def causes(self) -> list[ChangeCause]:
@@ -329,19 +373,23 @@ class Comparison:
         index = {id(c): i for i, c in enumerate(self.changes)}
         return {"compared_probes": self.compared_probes, "regressed": self.regressed, "notes": self.notes,
                 "changes": [c.to_dict() for c in self.changes],
-                "causes": [cause.to_dict(index) for cause in self.causes]}
+                "causes": [cause.to_dict(index) for cause in self.causes],
+                "metrics": [m.to_dict() for m in self.metrics]}
 
 
 def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | None = None) -> Comparison:
     """Compare two baseline documents (see ``to_baseline``).
 
     Per probe and stage: status, failure kinds, graph count, graph breaks (count, and each by kind, gb_type
-    and relative location), recompiles and compiled-autograd counts. A regression is a new failure or kind,
-    more breaks, more graphs, more recompiles or compiled-autograd graphs, or a probe that went missing.
+    and relative location), recompiles and compiled-autograd counts, and the explain stage's compile coverage. A
+    regression is a new failure or kind, more breaks, more graphs, more recompiles or compiled-autograd graphs,
+    fewer ops captured (beyond the baseline's ``tolerance``), more frames run in eager, or a probe that went
+    missing. More ops captured with no more frames in eager outweighs more breaks and graphs (``_outweigh``).
     ``only`` restricts the comparison to those probe ids (a shard compares the probes it ran).
     """
     cmp = Comparison()
     gated = gated_advice(base, new)
+    tolerance = {**TOLERANCES, **tolerance_setting(base)}
     gate = Gate(normalized([*require_setting(base), *require_setting(new)]))
     base_probes: dict[str, Any] = base.get("probes", {})
     new_probes: dict[str, Any] = new.get("probes", {})
@@ -369,10 +417,14 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
                 cmp.changes.append(Change(pid, None, "probe", "absent", "pass", CHANGED, "new probe, passes"))
             continue
         b_stages, n_stages = b.get("stages", {}), n.get("stages", {})
+        probe_changes: list[Change] = []
         for stage in sorted(set(b_stages) | set(n_stages), key=stage_order):
-            changes = _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage), gated)
+            changes = _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage), gated, tolerance)
             target = _target(stage, b_stages.get(stage), n_stages.get(stage))
-            cmp.changes += changes if gate.requires(target) else [_not_required(c, target, gate) for c in changes]
+            probe_changes += changes if gate.requires(target) else [_not_required(c, target, gate) for c in changes]
+        probe_changes = _outweigh(probe_changes)
+        cmp.changes += probe_changes
+        cmp.metrics += _metrics(pid, b_stages.get(COVERAGE_STAGE), n_stages.get(COVERAGE_STAGE), probe_changes)
     return cmp
 
 
@@ -413,7 +465,7 @@ def _gated(snap: dict[str, Any], gated: frozenset[str]) -> list[str]:
 
 
 def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, Any] | None,
-                   gated: frozenset[str] = frozenset()) -> list[Change]:
+                   gated: frozenset[str] = frozenset(), tolerance: dict[str, float] = TOLERANCES) -> list[Change]:
     if n is None:
         return [Change(pid, stage, "stage", b.get("status") if b else None, "not run", CHANGED,
                        "stage not run in the new run; not compared")]
@@ -469,6 +521,97 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
         if key in bca and key in nca and bca[key] != nca[key]:
             out.append(Change(pid, stage, f"compiled_autograd.{key}", bca[key], nca[key], CHANGED,
                               f"compiled autograd {key.replace('_', ' ')} {bca[key]} -> {nca[key]}"))
+    # compile coverage (the explain stage), a count a baseline predating it lacks is not compared (as PyTorch's gate)
+    bcov, ncov = b.get("coverage") or {}, n.get("coverage") or {}
+    out += _more_is_better(pid, stage, CAPTURED, bcov.get("calls_captured"), ncov.get("calls_captured"),
+                           _COUNT_NOUNS[CAPTURED], tolerance["calls_captured"])
+    out += _lower_is_better(pid, stage, EAGER_FRAMES, bcov.get("frames_eager"), ncov.get("frames_eager"),
+                            _COUNT_NOUNS[EAGER_FRAMES])
+    return out
+
+
+def _more_is_better(pid: str, stage: str, aspect: str, before: Any, after: Any, what: str,
+                    tolerance: float) -> list[Change]:
+    """A count that must not drop (ops captured): a rise improves; a drop regresses unless it is within
+    ``tolerance`` (a fraction of ``before``), which is a change."""
+    if not isinstance(before, int) or not isinstance(after, int) or before == after:
+        return []
+    if after > before:
+        return [Change(pid, stage, aspect, before, after, IMPROVED, f"{what} {before} -> {after}")]
+    drop = (before - after) / before if before else 1.0
+    if drop <= tolerance:
+        return [Change(pid, stage, aspect, before, after, CHANGED, f"{what} {before} -> {after} (-{drop:.1%}, "
+                       f"within the baseline's tolerance of {tolerance:.0%})")]
+    return [Change(pid, stage, aspect, before, after, REGRESSED,
+                   f"{what} {before} -> {after} (-{drop:.1%}; tolerance {tolerance:.0%})")]
+
+
+#: the changes that more ops captured outweighs in its probe: more breaks and graphs, a new break
+_OUTWEIGHED = ("break", "graph_count", "graph_break_count")
+
+
+def _outweigh(changes: list[Change]) -> list[Change]:
+    """One probe's changes, where ops captured rose and no more frames run in eager: its new breaks and its
+    more graphs and breaks are changes, not regressions. With nested graph breaks (or a fix that lets Dynamo resume
+    where a whole frame fell back to eager) a model can break more often while far more of it runs compiled
+    (pytorch/pytorch#191357: ops captured 2 -> 84); a gate on the break count alone would fail that improvement.
+    PyTorch's own check_graph_breaks.py fails any metric that moves the wrong way; this gate weighs them."""
+    gain = next((c for c in changes if c.aspect == CAPTURED and c.effect == IMPROVED), None)
+    if gain is None or any(c.aspect == EAGER_FRAMES and c.effect == REGRESSED for c in changes):
+        return changes
+    note = f" (outweighed: {_COUNT_NOUNS[CAPTURED]} {gain.before} -> {gain.after}, no more frames in eager)"
+    return [replace(c, effect=CHANGED, detail=c.detail + note)
+            if c.effect == REGRESSED and c.aspect in _OUTWEIGHED else c for c in changes]
+
+
+@dataclass(frozen=True)
+class MetricCheck:
+    """One of a probe's Dynamo metrics against the baseline, as PyTorch's CI prints them (``graph_breaks``,
+    ``calls_captured``, ``unique_graphs``, ``fallbacks_to_eager``): ``result`` is PASS, FAIL or IMPROVED, read
+    from the comparison's own change for it (never a second rule); CHANGED for ``unique_graphs``, which this gate
+    shows but does not weigh (graphs follow the breaks and the frames in eager, both gated)."""
+
+    probe: str
+    metric: str
+    #: "lower", "higher" (is better) or "shown"
+    better: str
+    expected: int | None
+    actual: int | None
+    result: str
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+#: metric (PyTorch's name) -> (the explain snapshot's key, where it is read, the change's aspect, which is better)
+_METRICS = {
+    "graph_breaks": ("graph_break_count", None, "graph_break_count", "lower"),
+    "calls_captured": ("calls_captured", "coverage", CAPTURED, "higher"),
+    "unique_graphs": ("unique_graphs", "coverage", None, "shown"),
+    "fallbacks_to_eager": ("frames_eager", "coverage", EAGER_FRAMES, "lower"),
+}
+_RESULT = {REGRESSED: "FAIL", IMPROVED: "IMPROVED", CHANGED: "PASS"}
+
+
+def _metrics(pid: str, b: dict[str, Any] | None, n: dict[str, Any] | None, changes: list[Change]) -> list[MetricCheck]:
+    """The probe's metrics where both snapshots of its explain stage have them."""
+    if not b or not n:
+        return []
+    out = []
+    for metric, (key, under, aspect, better) in _METRICS.items():
+        before, after = (b.get(under) or {}).get(key) if under else b.get(key), \
+            (n.get(under) or {}).get(key) if under else n.get(key)
+        if before is None or after is None:
+            continue
+        change = next((c for c in changes if c.stage == COVERAGE_STAGE and c.aspect == aspect), None) \
+            if aspect else None
+        if aspect is None:
+            result, note = ("PASS", "") if before == after else ("CHANGED", "shown, not gated")
+        else:
+            result = _RESULT[change.effect] if change else "PASS"
+            note = change.detail.split(" (", 1)[1].rstrip(")") if change and " (" in change.detail else ""
+        out.append(MetricCheck(pid, metric, better, before, after, result, note))
     return out
 
 
@@ -529,12 +672,14 @@ def _as_break(key: tuple, codes: dict[tuple, str] | None = None) -> dict[str, An
 
 _WORSE, _BETTER = "worse", "better"
 _COUNT_NOUNS = {"graph_count": "graphs", "graph_break_count": "graph breaks", "recompiles": "recompiles",
+                CAPTURED: "ops captured", EAGER_FRAMES: "frames run in eager",
                 **{f"compiled_autograd.{k}": f"compiled autograd {k.replace('_', ' ')}"
                    for k in (*COUNTS_LOWER_IS_BETTER, *COUNTS_NEUTRAL)}}
 #: counts that move with a new (gone) break or failure kind in their stage, and fold into it
-_LOWER_IS_BETTER_ASPECTS = ("graph_count", "graph_break_count", "recompiles",
+_LOWER_IS_BETTER_ASPECTS = ("graph_count", "graph_break_count", "recompiles", EAGER_FRAMES,
                             *(f"compiled_autograd.{k}" for k in COUNTS_LOWER_IS_BETTER))
-_NOT_REQUIRED_SUFFIX = re.compile(r" \(target [\w-]+ not required; .* gates on it\)$")
+#: what ``_not_required`` and ``_outweigh`` add to a change's detail (the cause says it once)
+_SOFTENED_SUFFIX = re.compile(r" \((target [\w-]+ not required; .* gates on it|outweighed: [^()]*)\)$")
 
 
 @dataclass(frozen=True)
@@ -637,10 +782,12 @@ def root_causes(changes: Iterable[Change]) -> list[ChangeCause]:
                     roots[d].append(c)
         for c in cs:
             d = _direction(c)
-            if d and (c.aspect == "status" or c.aspect in _LOWER_IS_BETTER_ASPECTS):
+            if d and (c.aspect in ("status", CAPTURED) or c.aspect in _LOWER_IS_BETTER_ASPECTS):
                 pool = [r for r in roots[d] if r.aspect == "break" or c.aspect != "graph_break_count"]
                 if pool:
                     head[id(c)] = pool[0]
+                elif c.aspect == CAPTURED:  # ops captured with no break or kind to explain it: frames in eager join it
+                    roots[d].append(c)
     _fold_kinds_into_the_probes_break(changes, head)
     groups: dict[tuple, list[Change]] = {}
     members: dict[tuple, list[Change]] = {}
@@ -663,9 +810,9 @@ def _direction(c: Change) -> str | None:
     if c.aspect == "status":
         return _WORSE if c.before == PASS and c.after in _FAILED else \
             _BETTER if c.before in _FAILED and c.after == PASS else None
-    if c.aspect in _LOWER_IS_BETTER_ASPECTS and isinstance(c.before, (int, float)) \
+    if c.aspect in (*_LOWER_IS_BETTER_ASPECTS, CAPTURED) and isinstance(c.before, (int, float)) \
             and isinstance(c.after, (int, float)) and c.before != c.after:
-        return _WORSE if c.after > c.before else _BETTER
+        return _WORSE if (c.after > c.before) == (c.aspect != CAPTURED) else _BETTER
     return None
 
 
@@ -694,7 +841,7 @@ def _fold_kinds_into_the_probes_break(changes: list[Change], head: dict[int, Cha
 
 def _plain(detail: str) -> str:
     """A change's detail without the "(target ... not required ...)" that ``_not_required`` adds."""
-    return _NOT_REQUIRED_SUFFIX.sub("", detail)
+    return _SOFTENED_SUFFIX.sub("", detail)
 
 
 def _cause_key(c: Change) -> tuple:
@@ -726,12 +873,14 @@ def _cause(roots: list[Change], changes: tuple[Change, ...]) -> ChangeCause:
         cause = replace(cause, what=f"{what} ({b.get('kind')}, {which})")
     elif first.aspect in _COUNT_NOUNS:
         noun = _COUNT_NOUNS[first.aspect]
-        what = f"more {noun}" if d == _WORSE else f"fewer {noun}" if d == _BETTER else f"{noun} changed"
+        more, fewer = ("fewer", "more") if first.aspect == CAPTURED else ("more", "fewer")
+        what = f"{more} {noun}" if d == _WORSE else f"{fewer} {noun}" if d == _BETTER else f"{noun} changed"
         moves = {(r.before, r.after) for r in roots}
         cause = replace(cause, what=what + (" ({} -> {})".format(*moves.pop()) if len(moves) == 1 else ""),
                         location=None)
-    # worse only in stages of targets the gate does not require: say so, as each change does
-    not_required = next((m for m in (_NOT_REQUIRED_SUFFIX.search(c.detail) for c in changes) if m), None)
+    # worse only in stages of targets the gate does not require, or outweighed by more ops captured: say so, as
+    # each change does
+    not_required = next((m for m in (_SOFTENED_SUFFIX.search(c.detail) for c in changes) if m), None)
     if effect == CHANGED and not_required:
         cause = replace(cause, what=cause.what + not_required.group(0))
     return cause
@@ -754,7 +903,8 @@ def compare_report(base: dict[str, Any], report: RunReport) -> Comparison:
 
 def write_baseline(path: str, report: RunReport, keep: dict[str, Any] | None = None) -> None:
     """Rewrite the baseline at ``path`` from ``report`` (atomically), keeping ``keep``'s (the baseline being
-    rewritten) ``severity`` and ``require`` settings: the user's choices, not measurements."""
+    rewritten) settings (``SETTINGS``): the user's choices, not measurements."""
     write_json_atomic(path, from_report(report, severity_setting(keep) if keep else None,
-                                        require_setting(keep) if keep else ()))
+                                        require_setting(keep) if keep else (),
+                                        tolerance_setting(keep) if keep else None))
 

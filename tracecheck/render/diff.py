@@ -6,7 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..gate.baseline import IMPROVED, REGRESSED, ChangeCause, Comparison
+from ..gate.baseline import IMPROVED, REGRESSED, ChangeCause, Comparison, MetricCheck
 
 _STYLE = {REGRESSED: "red", IMPROVED: "green"}
 _ORDER = {REGRESSED: 0, IMPROVED: 1}
@@ -48,6 +48,36 @@ def changes_table(comparison: Comparison, title: str = "per probe and stage") ->
     return t
 
 
+_RESULT_STYLE = {"FAIL": "red", "IMPROVED": "green", "PASS": "dim"}
+_BETTER = {"lower": "↓", "higher": "↑", "shown": ""}
+
+
+def metrics_rows(comparison: Comparison, every: bool = False) -> list[MetricCheck]:
+    """The metrics worth a row: those not PASS, or with ``every`` all of them."""
+    return [m for m in comparison.metrics if every or m.result != "PASS" or m.note]
+
+
+def metrics_table(comparison: Comparison, every: bool = False,
+                  title: str = "Dynamo metrics per probe (↓/↑: which way is better)") -> Table | None:
+    """Each probe's graph_breaks, calls_captured, unique_graphs and fallbacks_to_eager against the baseline, with
+    PyTorch's result words (PASS / FAIL / IMPROVED), as its CI's check_graph_breaks.py prints them; None when no
+    row is worth showing."""
+    rows = metrics_rows(comparison, every)
+    if not rows:
+        return None
+    t = Table(title=title, title_justify="left")
+    t.add_column("probe", overflow="fold")
+    t.add_column("metric", overflow="fold")
+    t.add_column("baseline", justify="right")
+    t.add_column("now", justify="right")
+    t.add_column("result", no_wrap=True)
+    t.add_column("why", overflow="fold")
+    for m in rows:
+        t.add_row(m.probe, f"{m.metric} {_BETTER[m.better]}".strip(), str(m.expected), str(m.actual),
+                  Text(m.result, style=_RESULT_STYLE.get(m.result, "")), m.note)
+    return t
+
+
 def _n(count: int, one: str, many: str) -> str:
     return f"{count} {one if count == 1 else many}"
 
@@ -75,6 +105,9 @@ def render(comparison: Comparison, source: str, detail: bool = False) -> Group:
         parts.append(table(comparison))
         if detail:
             parts.append(changes_table(comparison))
+    metrics = metrics_table(comparison, every=detail)
+    if metrics is not None:
+        parts.append(metrics)
     parts += [Text(n, style="dim") for n in comparison.notes]
     parts.append(summary(comparison, source))
     return Group(*parts)

@@ -252,10 +252,15 @@ class MarkdownRenderer:
                   f"{_cell(', '.join(_code(self.probe_label(pid)) for pid in cause.probes))} |" for cause in c.causes]
         rows = [f"| {c2.effect} | {_cell(_code(self.probe_label(c2.probe)))} | {c2.stage or ''} | "
                 f"{_cell(self.scrub(c2.detail))} |" for c2 in c.changes]
+        metrics = [f"| {_cell(_code(self.probe_label(m.probe)))} | `{m.metric}` | {m.better} | {m.expected} | "
+                   f"{m.actual} | {m.result} | {_cell(m.note)} |" for m in c.metrics if m.result != "PASS" or m.note]
         return ("## Against the baseline\n\n| effect | root cause | in | probes |\n|---|---|---|---|\n"
                 + "\n".join(causes) + "\n\n<details><summary>Each change per probe and stage "
                 f"({len(c.changes)})</summary>\n\n| effect | probe | stage | change |\n|---|---|---|---|\n"
-                + "\n".join(rows) + "\n\n</details>\n\n")
+                + "\n".join(rows) + "\n\n</details>\n\n"
+                + ("Dynamo metrics that moved (as PyTorch's CI gates them; `better`: which way is):\n\n"
+                   "| probe | metric | better | baseline | now | result | why |\n|---|---|---|---|---|---|---|\n"
+                   + "\n".join(metrics) + "\n\n" if metrics else ""))
 
     def probe_section(self, p: ProbeReport, numbers: list[int]) -> Section:
         """A failing probe: its verdict, which findings (root causes) it has, graph counts, explain() output."""
