@@ -35,19 +35,19 @@ def test_baseline_holds_no_timings_and_no_paths():
     assert "seconds" not in text and "/home/alice" not in text and "proj" not in text
     brk = doc["probes"]["model.py::probe_bad"]["stages"]["explain"]["breaks"]
     assert brk == [{"kind": "graph-break", "gb_type": "Failed to trace builtin operator", "file": "model.py",
-                    "line": 5, "gb_code": "GB0059"}]
+                    "line": 5, "gb_code": "GB0059", "code": 'print("hi")'}]
 
 
 # The baseline of report_factory.small_report(), written by hand from docs/ci.md ("The baseline file") and the
 # values report_factory sets, never from baseline.from_report's output: ids and break files relative to the probe's
 # file, no timings, no paths, no message text; every stage of the compile target; recompiles only where the
 # compiled_autograd stage recorded them (an empty list: 0); the compiled_autograd counts that stage keeps; a break's
-# GB code where the run had one.
+# GB code where the run had one, and its line's source text without the comment.
 _CA = {"unique_graphs_without_ca": 3, "unique_graphs_with_ca": 1, "captures": 2, "hooks_captured": 1}
 _PASS = {"status": "pass", "kinds": [], "graph_count": None, "graph_break_count": None, "breaks": [],
          "recompiles": None, "phases": None, "target": "compile"}
 _PRINT_BREAK = {"kind": "graph-break", "gb_type": "Failed to trace builtin operator", "file": "model.py", "line": 5,
-                "gb_code": "GB0059"}
+                "gb_code": "GB0059", "code": 'print("hi")'}
 SMALL_REPORT_BASELINE = {
     "format": "tracecheck-baseline",
     "schema_version": 1,
@@ -99,7 +99,7 @@ def test_a_full_report_reads_as_a_baseline_of_its_own_run():
     assert (bad["explain"]["status"], bad["explain"]["kinds"]) == ("fail", ["graph-break"])
     assert (bad["explain"]["graph_count"], bad["explain"]["graph_break_count"]) == (2, 1)
     assert bad["explain"]["breaks"] == [{"kind": "graph-break", "gb_type": "Failed to trace builtin operator",
-                                         "file": "model.py", "line": 5, "gb_code": "GB0059"}]
+                                         "file": "model.py", "line": 5, "gb_code": "GB0059", "code": 'print("hi")'}]
     assert (bad["fullgraph"]["status"], bad["fullgraph"]["kinds"]) == ("fail", ["missing-fake"])
     assert bad["compiled_autograd"]["compiled_autograd"] == {"unique_graphs_without_ca": 3, "unique_graphs_with_ca": 1,
                                                              "captures": 2, "hooks_captured": 1}

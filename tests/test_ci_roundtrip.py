@@ -58,7 +58,7 @@ def test_baseline_round_trip(tmp_path):
     assert "REGRESSED — 1 regression, 0 improvements, 0 other changes, by root cause" in r.stdout
     regressions = [line for line in r.stdout.splitlines() if line.startswith("│ regressed")]
     assert len(regressions) == 1, r.stdout
-    assert f"new graph break at model.py:{break_line} (graph-break, " in regressions[0]
+    assert f"new graph break at model.py:{break_line} `torch._dynamo.graph_break()` (graph-break, " in regressions[0]
     assert "1 probe × 2 stages: explain, aot_eager" in regressions[0] and "model.py::probe_block" in regressions[0]
     annotations = [line for line in r.stdout.splitlines() if line.startswith("::error ")]
     assert len(annotations) == 1 and annotations[0].startswith(f"::error file=model.py,line={break_line},")

@@ -29,14 +29,17 @@ edits and ``--update-baseline`` keeps, as ``severity``); a stage of another targ
 """
 from __future__ import annotations
 
+import io
 import os
 import re
+import tokenize
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
 from ..model import taxonomy
 from ..model.exitcodes import UsageError
+from ..model.evidence import LIBRARY
 from ..model.payloads import PAYLOADS, Coverage
 from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from ..model.verdict import StageOutcome, decide
@@ -107,7 +110,12 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
     advice = sorted(k for k in found if not plain.fails_on(k))
     breaks = sorted(
         ({"kind": b.kind, "gb_type": b.gb_type, "file": relative_location(b.file, probe), "line": b.line,
-          **({"gb_code": b.gb_code} if b.gb_code else {})}  # informative (root causes name it); not compared
+          **({"gb_code": b.gb_code} if b.gb_code else {}),  # informative (root causes name it); not compared
+          # the line's source text: with file, kind and gb_type, what the break is, whatever line it moves to
+          **({"code": source_text(b.context["code"])} if isinstance(b.context.get("code"), str)
+             and source_text(b.context["code"]) else {}),
+          # whose code (informative): a new break in a library names the library and its version
+          **({"owner": b.owner.label} if b.owner is not None and b.owner.who == LIBRARY else {})}
          for b in s.breaks),
         key=_break_sort_key,
     )
@@ -136,6 +144,20 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
     if counts:
         snap["coverage"] = counts
     return snap
+
+
+def source_text(code: str) -> str:
+    """A break's source line as its identity and as shown: stripped, its comment dropped (``y = f(x)  # note`` is
+    ``y = f(x)``), so that editing a comment changes nothing; a line that does not tokenize on its own (a piece of
+    a longer statement) is only stripped."""
+    line = code.strip()
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(line).readline):
+            if t.type == tokenize.COMMENT:
+                return line[:t.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return line
 
 
 def _break_sort_key(b: dict[str, Any]) -> tuple:
@@ -282,6 +304,7 @@ def _check_probes(probes: dict[str, Any]) -> None:
             if not isinstance(breaks, list) or not all(
                     isinstance(b, dict) and isinstance(b.get("kind"), str) and _is(b.get("gb_type"), str)
                     and _is(b.get("file"), str) and _is(b.get("line"), int) and _is(b.get("gb_code"), str)
+                    and _is(b.get("code"), str) and _is(b.get("owner"), str)
                     for b in breaks):
                 raise ValueError(f"{where}: 'breaks' must be a list of {{kind, gb_type, file, line}} objects")
             for key in ("graph_count", "graph_break_count", "recompiles"):
@@ -390,6 +413,9 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
     cmp = Comparison()
     gated = gated_advice(base, new)
     tolerance = {**TOLERANCES, **tolerance_setting(base)}
+    upgrades = _library_upgrades(base, new)
+    cmp.notes += [f"{name} {was} -> {now} since the baseline: a new break in its files may come with the upgrade"
+                  for name, (was, now) in sorted(upgrades.items())]
     gate = Gate(normalized([*require_setting(base), *require_setting(new)]))
     base_probes: dict[str, Any] = base.get("probes", {})
     new_probes: dict[str, Any] = new.get("probes", {})
@@ -422,7 +448,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
             changes = _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage), gated, tolerance)
             target = _target(stage, b_stages.get(stage), n_stages.get(stage))
             probe_changes += changes if gate.requires(target) else [_not_required(c, target, gate) for c in changes]
-        probe_changes = _outweigh(probe_changes)
+        probe_changes = _outweigh(_upgraded(probe_changes, upgrades))
         cmp.changes += probe_changes
         cmp.metrics += _metrics(pid, b_stages.get(COVERAGE_STAGE), n_stages.get(COVERAGE_STAGE), probe_changes)
     return cmp
@@ -530,6 +556,35 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
     return out
 
 
+def _library_versions(doc: dict[str, Any]) -> dict[str, str]:
+    """Library -> version, from the owners of a document's breaks (``transformers 5.24.0``)."""
+    out = {}
+    for probe in doc.get("probes", {}).values():
+        for snap in probe.get("stages", {}).values():
+            for b in snap.get("breaks", []):
+                name, _, version = (b.get("owner") or "").rpartition(" ")
+                if name and version:
+                    out[name] = version
+    return out
+
+
+def _library_upgrades(base: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The libraries whose breaks the baseline and the new run both saw, at two versions: name -> (was, now)."""
+    was, now = _library_versions(base), _library_versions(new)
+    return {name: (was[name], now[name]) for name in was.keys() & now.keys() if was[name] != now[name]}
+
+
+def _upgraded(changes: list[Change], upgrades: dict[str, tuple[str, str]]) -> list[Change]:
+    """A new break in a library upgraded since the baseline says so: the upgrade is its likely cause."""
+    out = []
+    for c in changes:
+        name = ((c.graph_break or {}).get("owner") or "").rpartition(" ")[0]
+        if c.aspect == "break" and c.before is None and name in upgrades:
+            c = replace(c, detail=f"{c.detail}, since {name} {upgrades[name][0]} -> {upgrades[name][1]}")
+        out.append(c)
+    return out
+
+
 def _more_is_better(pid: str, stage: str, aspect: str, before: Any, after: Any, what: str,
                     tolerance: float) -> list[Change]:
     """A count that must not drop (ops captured): a rise improves; a drop regresses unless it is within
@@ -622,47 +677,74 @@ def _lower_is_better(pid: str, stage: str, aspect: str, before: Any, after: Any,
     return [Change(pid, stage, aspect, before, after, effect, f"{what} {before} -> {after}")]
 
 
-def _break_key(b: dict[str, Any]) -> tuple:
-    return (b.get("kind"), b.get("gb_type"), b.get("file"), b.get("line"))
+def _site(b: dict[str, Any]) -> tuple:
+    return b.get("kind"), b.get("gb_type"), b.get("file")
 
 
 def _describe_break(b: dict[str, Any]) -> str:
     where = f" at {b['file']}:{b['line']}" if b.get("file") else ""
-    return f"{b.get('kind')} ({b.get('gb_type') or 'no gb_type'}){where}"
+    code = f" `{b['code']}`" if b.get("code") else ""
+    return f"{b.get('kind')} ({b.get('gb_type') or 'no gb_type'}){where}{code}"
+
+
+def _unchanged(r: dict[str, Any], a: dict[str, Any]) -> bool:
+    """The same break at the same line (its source text the same, where both sides recorded it)."""
+    return r.get("line") == a.get("line") and (r.get("code") is None or a.get("code") is None
+                                               or r["code"] == a["code"])
+
+
+def _same_code(r: dict[str, Any], a: dict[str, Any]) -> bool:
+    return r.get("code") is not None and r.get("code") == a.get("code")
+
+
+def _either_without_code(r: dict[str, Any], a: dict[str, Any]) -> bool:
+    return r.get("code") is None or a.get("code") is None
 
 
 def _compare_breaks(pid: str, stage: str, before: list[dict], after: list[dict]) -> list[Change]:
-    """Breaks matched by (kind, gb_type, file, line); an unmatched pair in the same file with the same
-    kind and gb_type is a break that *moved* (lines shifted by an edit), which is neither better nor worse."""
-    added = Counter(_break_key(b) for b in after) - Counter(_break_key(b) for b in before)
-    removed = Counter(_break_key(b) for b in before) - Counter(_break_key(b) for b in after)
-    added_l, removed_l = sorted(added.elements(), key=str), sorted(removed.elements(), key=str)
-    codes = {_break_key(b): b["gb_code"] for b in [*before, *after] if b.get("gb_code")}  # older baselines: none
+    """Breaks are matched by identity: kind, gb_type, file and the line's source text (``source_text``). The same
+    break at another line *moved* (an edit above it), which is neither better nor worse; a break whose line now
+    holds other code is another break (one gone, one new). A side recorded without source text (a baseline from
+    before it) matches as it used to: by kind, gb_type and file, the line aside."""
+    removed, added = list(before), []
+    for a in after:
+        match = next((r for r in removed if _site(r) == _site(a) and _unchanged(r, a)), None)
+        if match is None:
+            added.append(a)
+        else:
+            removed.remove(match)
     out: list[Change] = []
-    for a in list(added_l):
-        match = next((r for r in removed_l if r[:3] == a[:3]), None)
-        if match is not None:
-            removed_l.remove(match)
-            added_l.remove(a)
-            out.append(Change(pid, stage, "break", f"line {match[3]}", f"line {a[3]}", CHANGED,
-                              f"graph break moved: {_describe_break(_as_break(a))} (was line {match[3]})",
-                              {"file": a[2], "line": a[3]}, _as_break(a, codes)))
-    for a in added_l:
-        out.append(Change(pid, stage, "break", None, _describe_break(_as_break(a)), REGRESSED,
-                          f"new graph break {_describe_break(_as_break(a))}", {"file": a[2], "line": a[3]},
-                          _as_break(a, codes)))
-    for r in removed_l:
-        out.append(Change(pid, stage, "break", _describe_break(_as_break(r)), None, IMPROVED,
-                          f"graph break gone: {_describe_break(_as_break(r))}", {"file": r[2], "line": r[3]},
-                          _as_break(r, codes)))
+    for same in (_same_code, _either_without_code):
+        for a in list(added):
+            match = next((r for r in removed if _site(r) == _site(a) and same(r, a)), None)
+            if match is not None:
+                removed.remove(match)
+                added.remove(a)
+                brk = _as_break(a, match)
+                out.append(Change(pid, stage, "break", f"line {match.get('line')}", f"line {a.get('line')}", CHANGED,
+                                  f"graph break moved: {_describe_break(brk)} (was line {match.get('line')})",
+                                  {"file": a.get("file"), "line": a.get("line")}, brk))
+    for a in added:
+        brk = _as_break(a)
+        out.append(Change(pid, stage, "break", None, _describe_break(brk), REGRESSED,
+                          f"new graph break {_describe_break(brk)}", {"file": a.get("file"), "line": a.get("line")},
+                          brk))
+    for r in removed:
+        brk = _as_break(r)
+        out.append(Change(pid, stage, "break", _describe_break(brk), None, IMPROVED,
+                          f"graph break gone: {_describe_break(brk)}", {"file": r.get("file"), "line": r.get("line")},
+                          brk))
     return out
 
 
-def _as_break(key: tuple, codes: dict[tuple, str] | None = None) -> dict[str, Any]:
-    """A break key as a snapshot break; with ``codes``, its GB code (None when neither side recorded one)."""
-    brk = dict(zip(("kind", "gb_type", "file", "line"), key))
-    if codes is not None:
-        brk["gb_code"] = codes.get(key)
+def _as_break(b: dict[str, Any], other: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A snapshot break as a change carries it: kind, gb_type, file, line, its GB code (from ``other``, the
+    baseline's side, when this one has none: older baselines do not), its source text and owner where known."""
+    brk = {k: b.get(k) for k in ("kind", "gb_type", "file", "line")}
+    brk["gb_code"] = b.get("gb_code") or (other or {}).get("gb_code")
+    for key in ("code", "owner"):
+        if b.get(key):
+            brk[key] = b[key]
     return brk
 
 
@@ -730,7 +812,7 @@ class ChangeCause:
 
     @property
     def graph_break(self) -> dict[str, Any] | None:
-        """A break cause's break (kind, gb_type, gb_code, file, line), else None."""
+        """A break cause's break (kind, gb_type, gb_code, file, line; code and owner where known), else None."""
         if self.aspect != "break":
             return None
         brk = next((c.graph_break for c in self.changes if c.aspect == "break" and c.graph_break), None)
@@ -866,7 +948,8 @@ def _cause(roots: list[Change], changes: tuple[Change, ...]) -> ChangeCause:
     d = _direction(first)
     if first.aspect == "break":
         b = cause.graph_break or {}
-        where = f" at {b['file']}:{b['line']}" if b.get("file") else ""
+        where = (f" in {b['owner']}" if b.get("owner") else "") + (f" at {b['file']}:{b['line']}" if b.get("file")
+                                                                    else "") + (f" `{b['code']}`" if b.get("code") else "")
         what = f"new graph break{where}" if d == _WORSE else f"graph break gone{where}" if d == _BETTER else \
             f"graph break moved to {b.get('file')}:{b.get('line')} from {first.before}"
         which = b.get("gb_code") or b.get("gb_type") or "no gb_type"
