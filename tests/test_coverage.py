@@ -6,6 +6,7 @@ gates on in benchmarks/dynamo/check_graph_breaks.py), not tracecheck's code.
 """
 import importlib.util
 import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -108,13 +109,14 @@ def run(tmp_path_factory) -> dict:
     model = folder / "model.py"
     model.write_text(MODEL)
     cmd = [sys.executable, "-m", "tracecheck", "run", str(model), "--stages", "explain", "-v",
-           "--json", str(folder / "r.json"), "--report", str(folder / "r.md"), "--junit-xml", str(folder / "r.xml")]
+           "--json", str(folder / "r.json"), "--report", str(folder / "r.md"), "--junit-xml", str(folder / "r.xml"),
+           "--html", str(folder / "html")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=folder,
                           env={**os.environ, "COLUMNS": "250"})
     report = json.loads((folder / "r.json").read_text())
     covs = {p["id"].split("::")[1]: Coverage.of(p["stages"]["explain"]["extra"]) for p in report["probes"]}
     return {"model": model, "covs": covs, "stdout": proc.stdout, "md": (folder / "r.md").read_text(),
-            "xml": ET.parse(folder / "r.xml")}
+            "xml": ET.parse(folder / "r.xml"), "html": folder / "html"}
 
 
 @pytest.mark.parametrize("probe, graphs, frames_eager", [("probe_whole", 1, 0), ("probe_print", 2, 0),
@@ -248,3 +250,63 @@ def test_the_gate_weighs_ops_captured_against_breaks_on_real_runs(tmp_path, trac
     assert "new graph break" in out and "REGRESSED" in out
     run(DISABLED, "--update-baseline")
     assert json.loads(base.read_text())["tolerance"] == {"calls_captured": 0.9}
+
+
+# --- the source view (--html): each line marked as the run measured it ---------------------------------------------
+#: MODEL's lines, marked by hand from its source and Dynamo's documented behaviour: the forward's torch lines are
+#: captured (13, 16, 17); the disabled helper's line runs in eager (22); the frame Dynamo gives up on runs whole
+#: in eager (30, 35); the three breaks (print, the disabled call, the print in a try block) are findings
+MARKS = {13: "graph", 15: "break", 16: "graph", 17: "graph", 22: "eager", 26: "break", 30: "eager", 32: "break",
+         35: "eager"}
+
+
+class _Rows(HTMLParser):
+    """``<tr id="L12" class="graph">`` -> {12: "graph"}, the marked ones; and the links of the page."""
+
+    def __init__(self):
+        super().__init__()
+        self.marks, self.links = {}, []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and (a.get("id") or "").startswith("L") and a.get("class"):
+            self.marks[int(a["id"][1:])] = a["class"]
+        if tag in ("a", "link"):
+            self.links.append(a.get("href"))
+
+
+def _rows(text: str) -> _Rows:
+    parser = _Rows()
+    parser.feed(text)
+    return parser
+
+
+def test_the_source_view_marks_each_line_as_the_run_measured_it(run):
+    pages = sorted(p.name for p in run["html"].iterdir())
+    assert pages == ["index.html", "model.py.html", "style.css"]
+    assert _rows((run["html"] / "model.py.html").read_text()).marks == MARKS
+    index = (run["html"] / "index.html").read_text()
+    # every link is a page written here (nothing fetched from the network), and each finding links to its line
+    links = _rows(index).links
+    assert all(not h.startswith(("http:", "https:", "//")) for h in links)
+    assert {"model.py.html#L15", "model.py.html#L26", "model.py.html#L32"} <= set(links)
+    assert "source view: " in run["stdout"] and "index.html (1 source page(s))" in run["stdout"]
+
+
+def test_the_source_view_in_a_real_browser(run, tmp_path):
+    """Chromium (headless) loads the page from disk and its DOM has the marks. Where no Chromium is installed
+    (Debian's package: apt-get install chromium), the DOM check above is what runs."""
+    import shutil
+    import subprocess
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no Chromium on this machine (apt-get install chromium); the same marks are checked without it")
+    page = (run["html"] / "model.py.html").as_uri()
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert _rows(dom).marks == MARKS
+    shot = tmp_path / "page.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1200,900", page], capture_output=True, timeout=120)
+    assert shot.stat().st_size > 10_000  # a page was painted (its look is checked by eye, not here)

@@ -178,6 +178,29 @@ def _check_writable(path: str | None, option: str) -> None:
         raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e})") from None
 
 
+def _check_directory(path: str | None, option: str) -> None:
+    """An output folder: made now (before the run), and writable."""
+    if path is None:
+        return
+    if path == "":
+        raise UsageError(f"{option}: empty path")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{option} {path}: exists and is not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".tracecheck-check-"):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e})") from None
+
+
+def _write_html(directory: str, report: Any, out: Console) -> None:
+    from .render import html
+
+    written = html.write(directory, report)
+    out.print(f"source view: {written[0]} ({len(written) - 2} source page(s))", highlight=False, soft_wrap=True)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tracecheck")
 def cli() -> None:
@@ -202,6 +225,9 @@ def cli() -> None:
 @click.option("--report", "report_path", metavar="PATH",
               help="Write a Markdown triage report to paste into an issue (< 65,536 characters).")
 @click.option("--redact", is_flag=True, help="Remove all paths from the --report (home is always shortened to ~).")
+@click.option("--html", "html_dir", metavar="DIR",
+              help="Write the source view: a static page per model file, each line marked inside a graph, run in "
+                   "eager or a graph break (open DIR/index.html; nothing is fetched).")
 @click.option("--trace-dir", metavar="DIR",
               help="Keep each stage's structured trace (TORCH_TRACE) under DIR/<probe>/<stage>/ for tlparse.")
 @click.option("--baseline", "baseline_path", metavar="PATH",
@@ -227,7 +253,8 @@ def cli() -> None:
                                                        "compiled-autograd counts; with --baseline, every per-stage "
                                                        "change. By default: the verdicts, one block per root cause, "
                                                        "next steps.")
-def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, report_path, redact, trace_dir, baseline_path,
+def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, report_path, redact, html_dir, trace_dir,
+        baseline_path,
         update_baseline, junit_path, shard, steps, dynamic, fresh_imports, strict, require, verbose):
     """Diagnose the probes in PATHS (model files, folders, or file.py::probe) under every stage.
 
@@ -244,6 +271,7 @@ def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, 
     with _errors(console, verbose):
         for path, option in ((json_path, "--json"), (report_path, "--report"), (junit_path, "--junit-xml")):
             _check_writable(path, option)
+        _check_directory(html_dir, "--html")
         shard_kn = shards.parse_shard(shard) if shard else None
         if trace_dir:
             try:
@@ -282,6 +310,7 @@ def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, 
             report_path and _try_output("--report", report_path, lambda: write_text_atomic(report_path, markdown.render(
                 report, redact=redact, trace_dir=trace_dir, comparison=comparison, json_path=json_path))),
             junit_path and _try_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison)),
+            html_dir and _try_output("--html", html_dir, lambda: _write_html(html_dir, report, out)),
         ) if e]
         for message in failed[:-1]:
             console.print(f"tracecheck: error: {message}", highlight=False, markup=False, soft_wrap=True)
@@ -391,7 +420,8 @@ def repro(target, stage, output, timeout_s, verbose):
 
 @cli.command(epilog=SIMPLE_EXIT_CODES_HELP)
 @click.argument("report_json", metavar="REPORT.json")
-@click.option("--format", "fmt", type=click.Choice(["md", "terminal", "table", "csv"]), default="md", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(["md", "terminal", "table", "csv", "html"]), default="md",
+              show_default=True,
               help="md: the Markdown triage report; terminal: what `tracecheck run` printed, laid out for this "
                    "terminal's width (-v: the long form); table: probes x stages; csv: one row per probe x stage.")
 @click.option("-o", "--output", metavar="PATH", help="Write to PATH instead of stdout.")
@@ -399,9 +429,15 @@ def repro(target, stage, output, timeout_s, verbose):
 @click.option("--trace-dir", metavar="DIR", help="Markdown: the --trace-dir the run used (default: from its command).")
 @click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
 def show(report_json, fmt, output, redact, trace_dir, verbose):
-    """Re-render a saved --json report as Markdown, the terminal report, a table or CSV (tables via pandas)."""
+    """Re-render a saved --json report as Markdown, the terminal report, a table or CSV (tables via pandas), or the source view (html: -o DIR)."""
     console = Console(stderr=True)
     with _errors(console, verbose):
+        if fmt == "html":  # a folder of pages, not one text
+            if not output:
+                raise UsageError("--format html writes a folder: give it with -o DIR")
+            _check_directory(output, "-o")
+            _write_html(output, load_report(report_json), _stdout())
+            sys.exit(ExitCode.OK)
         _check_writable(output, "-o")
         report = load_report(report_json)
         if fmt == "terminal":

@@ -147,6 +147,23 @@ class ExportGraph(Payload):
     graph_nodes: int = 0
 
 
+@dataclass(frozen=True)
+class SourceLines:
+    """One file's lines in a probe's forward: on the stack of a node Dynamo captured (``graph``), or on the stack of
+    a torch call the eager forward made and no captured node has (``eager``: the code that ran outside graphs)."""
+
+    graph: tuple[int, ...] = ()
+    eager: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, d: Any) -> "SourceLines":
+        if isinstance(d, SourceLines):
+            return d
+        d = d if isinstance(d, dict) else {}
+        return cls(tuple(int(x) for x in d.get("graph") or () if isinstance(x, int)),
+                   tuple(int(x) for x in d.get("eager") or () if isinstance(x, int)))
+
+
 @dataclass
 class Coverage(Payload):
     """The explain stage: how much of the probe's forward Dynamo captured, in torch's own counters over the
@@ -167,6 +184,26 @@ class Coverage(Payload):
     torch_calls_eager: int | None = None
     #: calls_captured / torch_calls_eager, capped at 1: an estimate at torch-function level (None: a count missing)
     captured_share: float | None = None
+    #: per source file (absolute path; not torch's, the standard library's or tracecheck's), the lines on the stack
+    #: of a torch call: inside a graph Dynamo captured, or run in eager only (the source view, render/html.py)
+    lines: "dict[str, SourceLines] | None" = None
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("lines",)
+
+    @classmethod
+    def of(cls, extra: dict[str, Any]) -> "Coverage | None":
+        cov = super().of(extra)
+        if cov is not None and isinstance(cov.lines, dict):  # from a report (plain dicts) or the stage (typed)
+            cov.lines = {str(f): SourceLines.of(v) for f, v in cov.lines.items()}
+        elif cov is not None:
+            cov.lines = None
+        return cov
+
+    def to_extra(self) -> dict[str, Any]:
+        out = super().to_extra()
+        if self.lines:
+            out[self.KEY]["lines"] = {f: {"graph": list(v.graph), "eager": list(v.eager)} for f, v in self.lines.items()}
+        return out
 
     @staticmethod
     def share(captured: int | None, eager: int | None) -> float | None:

@@ -136,6 +136,12 @@ def explain_count_said(count: int) -> str:
     return f"explain() reported {count} graph break(s)"
 
 
+def explain_break_count(p: ProbeReport) -> int | None:
+    """The graph breaks the explain stage counted (None: explain did not run or count)."""
+    s = p.stages.get("explain")
+    return s.graph_break_count if s is not None else None
+
+
 def coverage(p: ProbeReport) -> Coverage | None:
     """The probe forward's compile coverage, measured by the explain stage (None: explain did not run or measure)."""
     s = p.stages.get("explain")

@@ -2,9 +2,12 @@
 forward's compile coverage (model/payloads.Coverage)."""
 from __future__ import annotations
 
+import os
+import re
+import sys
 from typing import Any
 
-from ..model.payloads import Coverage
+from ..model.payloads import Coverage, SourceLines
 from ._spec import StageContext, StageSpec
 
 #: Tensor metadata queries Dynamo answers at trace time (static shapes) with no graph node; an eager count that kept
@@ -15,10 +18,39 @@ _METADATA = frozenset({"size", "dim", "ndimension", "stride", "numel", "nelement
                        "__get__"})
 
 
-def _torch_calls_eager(ctx: StageContext) -> int | None:
+#: ``File "/path/model.py", line 14, in forward``: one frame of a graph node's ``stack_trace``
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _outside(prefixes: tuple[str, ...]):
+    """A test of a file: is it outside torch, Python's standard library and tracecheck (code a source view shows)?"""
+    cache: dict[str, bool] = {}
+
+    def test(file: str) -> bool:
+        if file not in cache:
+            cache[file] = not file.startswith(prefixes) and not file.startswith("<")
+        return cache[file]
+    return test
+
+
+def _not_shown() -> tuple[str, ...]:
+    import sysconfig
+
+    import torch
+
+    roots = [os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+             sysconfig.get_paths()["stdlib"]]
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots) + tuple(os.path.join(r, "") for r in roots)
+
+
+def _torch_calls_eager(ctx: StageContext, shown) -> tuple[int | None, dict[str, set[int]]]:
     """Torch-level calls the probe's forward makes in eager, outermost only (a call's own torch calls run with the
-    mode off, as Dynamo records one node for ``F.layer_norm``), less ``_METADATA``. None when the forward raises."""
+    mode off, as Dynamo records one node for ``F.layer_norm``), less ``_METADATA``; None when the forward raises.
+    With it, the lines (of files ``shown`` admits) on the Python stack of each such call: the lines that run torch
+    code in eager, which a source view marks as captured or not."""
     from torch.overrides import TorchFunctionMode
+
+    lines: dict[str, set[int]] = {}
 
     class _Count(TorchFunctionMode):
         n = 0
@@ -26,6 +58,12 @@ def _torch_calls_eager(ctx: StageContext) -> int | None:
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if getattr(func, "__name__", None) not in _METADATA:
                 self.n += 1
+                frame = sys._getframe(1)
+                while frame is not None:
+                    file = frame.f_code.co_filename
+                    if shown(file):
+                        lines.setdefault(file, set()).add(frame.f_lineno)
+                    frame = frame.f_back
             return func(*args, **(kwargs or {}))
 
     case = ctx.make_case()
@@ -33,8 +71,25 @@ def _torch_calls_eager(ctx: StageContext) -> int | None:
         with _Count() as count:  # gradients on, as explain ran it (a model may branch on is_grad_enabled)
             case.fn(*case.args, **case.kwargs)
     except Exception:
-        return None
-    return count.n
+        return None, {}
+    return count.n, lines
+
+
+def _lines_in_graphs(graphs: Any, shown) -> dict[str, set[int]]:
+    """The lines (of files ``shown`` admits) on the user stack of a node of a graph Dynamo captured."""
+    lines: dict[str, set[int]] = {}
+    for gm in graphs or ():
+        for node in gm.graph.nodes:
+            for file, line in _FRAME.findall(node.meta.get("stack_trace") or ""):
+                if shown(file):
+                    lines.setdefault(file, set()).add(int(line))
+    return lines
+
+
+def _source_lines(eager: dict[str, set[int]], graphs: dict[str, set[int]]) -> dict[str, SourceLines]:
+    return {file: SourceLines(graph=tuple(sorted(graphs.get(file, ()))),
+                              eager=tuple(sorted(eager.get(file, set()) - graphs.get(file, set()))))
+            for file in sorted(eager.keys() | graphs.keys())}
 
 
 def _stats(counters: Any) -> tuple[int, int, int, int]:
@@ -64,7 +119,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
             return {"skip_reason": "the eager forward fails (see the eager stage)"}
         return {"error": error, "breaks": trace.breaks, "phases": [FORWARD]}
     captured, graphs, frames, frames_ok = (a - b for a, b in zip(_stats(compat.counters()), before))
-    eager = _torch_calls_eager(ctx)
+    shown = _outside(_not_shown())
+    eager, eager_lines = _torch_calls_eager(ctx, shown)
+    lines = _source_lines(eager_lines, _lines_in_graphs(getattr(out, "graphs", None), shown))
     return {
         "breaks": trace.breaks,
         "phases": [FORWARD],
@@ -72,7 +129,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "explain_graph_break_count": out.graph_break_count,
         "explain_reasons": [clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
         "extra": Coverage(calls_captured=captured, unique_graphs=graphs, frames_eager=frames - frames_ok,
-                          torch_calls_eager=eager, captured_share=Coverage.share(captured, eager)).to_extra(),
+                          torch_calls_eager=eager, captured_share=Coverage.share(captured, eager),
+                          lines=lines or None).to_extra(),
     }
 
 

@@ -1,0 +1,164 @@
+"""The source view (``--html DIR``): static pages, as coverage.py's HTML report, that mark each source line.
+
+One page per model file of the user's (a file under the run's rootdir that ran a torch call or holds a finding)
+and per library file with a finding, each line marked from the report alone: inside a graph Dynamo captured,
+run in eager (a torch call no captured graph has), or a finding's line (a graph break, with its kind, GB code and
+fix in a ``<details>``); and ``index.html`` with each probe's compile coverage and the findings, most widespread
+first. Plain HTML and one stylesheet (jinja2 templates in templates/, shipped with the package): nothing is
+fetched when a page is viewed.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..model.evidence import YOURS
+from ..model.report import Finding, RootCause, RunReport, root_causes
+from ..model.taxonomy import fix_text, kinds
+from . import terminal, view
+
+#: line marks, strongest first: a line with a finding, one that ran a torch call in eager, one inside a graph
+BREAK, EAGER, GRAPH = "break", "eager", "graph"
+_RANK = {BREAK: 0, EAGER: 1, GRAPH: 2}
+
+
+@dataclass
+class _Line:
+    mark: str = ""
+    #: probe label -> graph or eager (where the probes disagree, the page says which did what)
+    states: dict[str, str] = field(default_factory=dict)
+    causes: list[RootCause] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Page:
+    """One source page: the file it shows, its name in the folder, how it is labelled, its counts in words."""
+
+    file: str
+    href: str
+    label: str
+    counts: str
+
+
+def _page_name(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label) + ".html"
+
+
+def _label(file: str, rootdir: str) -> str:
+    """A file as the pages name it: relative to the rootdir, or from ``site-packages/`` on, else as it is."""
+    rel = os.path.relpath(file, rootdir) if rootdir else file
+    if not rel.startswith(".."):
+        return rel
+    norm = file.replace("\\", "/")
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in norm:
+            return marker + norm.split(marker, 1)[1]
+    return file
+
+
+def _under(file: str, rootdir: str) -> bool:
+    return bool(rootdir) and not os.path.relpath(os.path.realpath(file), os.path.realpath(rootdir)).startswith("..")
+
+
+def _finding_view(f: Finding, c: RootCause, labels: dict[str, str]) -> dict[str, str]:
+    k = kinds().get(f.kind)
+    return {"kind": f.kind, "code": f.ev.gb_code or "", "headline": f.ev.headline(), "summary": f.summary,
+            "fix": fix_text(f) if k else "", "more": k.explain_command if k else "",
+            "owner": f.ev.owner.label if f.ev.owner is not None else "not known",
+            "seen": "; ".join(f"{labels[p.id]}: {', '.join(stages)}" for p, stages in c.seen)}
+
+
+def _reach(c: RootCause) -> tuple[int, int]:
+    return len(c.seen), sum(len(stages) for _, stages in c.seen)
+
+
+def write(directory: str, report: RunReport) -> list[str]:
+    """Write the pages into ``directory`` (made if missing); the paths written, ``index.html`` first."""
+    import jinja2  # torch's own dependency; imported here so that no other output pays for it
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("tracecheck.render", "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    labels = terminal.probe_labels(report)
+    rootdir = report.rootdir or ""
+    files: dict[str, dict[int, _Line]] = {}
+    for p in report.probes:
+        cov = view.coverage(p)
+        for file, lines in ((cov.lines or {}) if cov is not None else {}).items():
+            if not _under(file, rootdir):
+                continue  # a library's lines get a page only with a finding in it (below)
+            page = files.setdefault(file, {})
+            for mark, numbers in ((GRAPH, lines.graph), (EAGER, lines.eager)):
+                for n in numbers:
+                    line = page.setdefault(n, _Line())
+                    line.states[labels[p.id]] = mark
+                    if not line.mark or _RANK[mark] < _RANK[line.mark]:
+                        line.mark = mark
+    causes = sorted(root_causes(report.probes), key=lambda c: tuple(-x for x in _reach(c)))  # stable: first seen
+    for c in causes:
+        frame = c.finding.user_frame
+        if frame is not None and frame.line and os.path.isfile(frame.file):
+            line = files.setdefault(frame.file, {}).setdefault(frame.line, _Line())
+            line.mark = BREAK
+            line.causes.append(c)
+    written = [str(out / "index.html"), str(out / "style.css")]
+    pages: list[_Page] = []
+    for file in sorted(files):
+        label = _label(file, rootdir)
+        name = _page_name(label)
+        marks = files[file]
+        counts = {m: sum(1 for x in marks.values() if x.mark == m) for m in (GRAPH, EAGER, BREAK)}
+        summary = (f"{counts[GRAPH]} line(s) inside a graph, {counts[EAGER]} run in eager, "
+                   f"{counts[BREAK]} with a finding")
+        try:
+            source = Path(file).read_text(errors="replace").splitlines()
+        except OSError:
+            source = []
+            summary += " (the source could not be read: lines shown by number only)"
+        n_lines = max([len(source), *marks.keys()]) if marks or source else 0
+        rows = []
+        for n in range(1, n_lines + 1):
+            x = marks.get(n, _Line())
+            mixed = len(set(x.states.values())) > 1
+            rows.append({"n": n, "text": source[n - 1] if n <= len(source) else "", "mark": x.mark,
+                         "findings": [_finding_view(c.finding, c, labels) for c in x.causes],
+                         "probes": "; ".join(f"{probe}: {state}" for probe, state in x.states.items()),
+                         "note": ("in a graph in " + ", ".join(k for k, v in x.states.items() if v == GRAPH)
+                                  + "; in eager in " + ", ".join(k for k, v in x.states.items() if v == EAGER))
+                         if mixed else ""})
+        (out / name).write_text(env.get_template("source.html.j2").render(label=label, lines=rows, counts=summary))
+        written.append(str(out / name))
+        pages.append(_Page(file, name, label, summary))
+    href = {page.file: page.href for page in pages}
+    probes = []
+    for p in report.probes:
+        cov = view.coverage(p)
+        breaks = view.explain_break_count(p)
+
+        def dash(v: object) -> str:
+            return "-" if v is None else str(v)
+        probes.append({"id": p.id, "label": labels[p.id], "verdict": p.verdict.status,
+                       "calls_captured": dash(cov.calls_captured if cov else None),
+                       "graphs": dash(cov.unique_graphs if cov else None),
+                       "frames_eager": dash(cov.frames_eager if cov else None),
+                       "share": f"~{cov.captured_share:.0%}" if cov and cov.captured_share is not None else "-",
+                       "breaks": dash(breaks)})
+    rows = []
+    for c in causes:
+        f, frame = c.finding, c.finding.user_frame
+        n_probes, n_stages = _reach(c)
+        rows.append({"kind": f.kind, "code": f.ev.gb_code or "",
+                     "where": f"{_label(frame.file, rootdir)}:{frame.line}" if frame else (f.cx.op or "-"),
+                     "href": f"{href[frame.file]}#L{frame.line}" if frame and frame.file in href else "",
+                     "owner": f.ev.owner.label if f.ev.owner is not None else (YOURS if frame and _under(
+                         frame.file, rootdir) else "not known"),
+                     "reach": f"{n_probes} probe(s), {n_stages} stage(s)",
+                     "fix": fix_text(f) if kinds().get(f.kind) else ""})
+    env_line = f"torch {report.env.torch or '?'} · Python {report.env.python or '?'}"
+    (out / "index.html").write_text(env.get_template("index.html.j2").render(
+        environment=env_line, probes=probes, causes=rows, files=pages, command=" ".join(report.command) or "tracecheck"))
+    (out / "style.css").write_text(env.loader.get_source(env, "style.css")[0])
+    return written
