@@ -88,8 +88,6 @@ def write(directory: str, report: RunReport) -> list[str]:
     for p in report.probes:
         cov = view.coverage(p)
         for file, lines in ((cov.lines or {}) if cov is not None else {}).items():
-            if not _under(file, rootdir):
-                continue  # a library's lines get a page only with a finding in it (below)
             page = files.setdefault(file, {})
             for mark, numbers in ((GRAPH, lines.graph), (EAGER, lines.eager)):
                 for n in numbers:
@@ -104,6 +102,9 @@ def write(directory: str, report: RunReport) -> list[str]:
             line = files.setdefault(frame.file, {}).setdefault(frame.line, _Line())
             line.mark = BREAK
             line.causes.append(c)
+    # a page per file of the user's (under the rootdir), and per library file with a finding
+    files = {f: marks for f, marks in files.items()
+             if _under(f, rootdir) or any(x.mark == BREAK for x in marks.values())}
     written = [str(out / "index.html"), str(out / "style.css")]
     pages: list[_Page] = []
     for file in sorted(files):
