@@ -33,18 +33,23 @@ def brk(line: int) -> dict:
             "line": line}
 
 
-#: a frame that fell back to eager whole (a break Dynamo cannot resume from, in a try block): 2 ops captured
+#: a frame that fell back to eager whole (a break Dynamo cannot resume from, in a try block): 2 of the forward's 90
+#: torch calls captured
 FELL_BACK = {"status": "fail", "kinds": ["graph-break"], "graph_count": 1, "graph_break_count": 1,
-             "breaks": [brk(5)], "coverage": {"calls_captured": 2, "unique_graphs": 1, "frames_eager": 1}}
-#: the same model once Dynamo resumes (nested graph breaks, or the try block gone): 2 breaks, 84 ops captured
+             "breaks": [brk(5)],
+             "coverage": {"calls_captured": 2, "unique_graphs": 1, "frames_eager": 1, "torch_calls_eager": 90}}
+#: the same model once Dynamo resumes (nested graph breaks, or the try block gone): 2 breaks, 84 of 90 captured
 RESUMES = {"status": "fail", "kinds": ["graph-break"], "graph_count": 3, "graph_break_count": 2,
-           "breaks": [brk(8), brk(12)], "coverage": {"calls_captured": 84, "unique_graphs": 3, "frames_eager": 0}}
+           "breaks": [brk(8), brk(12)],
+           "coverage": {"calls_captured": 84, "unique_graphs": 3, "frames_eager": 0, "torch_calls_eager": 90}}
 
 
-def captured(n: int, breaks: int = 0) -> dict:
+def captured(n: int, breaks: int = 0, eager: int | None = None) -> dict:
+    """A probe whose forward makes ``eager`` torch calls (``n`` by default: all captured) and captures ``n``."""
     return {"status": PASS if not breaks else "fail", "kinds": [] if not breaks else ["graph-break"],
             "graph_count": breaks + 1, "graph_break_count": breaks, "breaks": [brk(5 + i) for i in range(breaks)],
-            "coverage": {"calls_captured": n, "unique_graphs": breaks + 1, "frames_eager": 0}}
+            "coverage": {"calls_captured": n, "unique_graphs": breaks + 1, "frames_eager": 0,
+                         "torch_calls_eager": n if eager is None else eager}}
 
 
 def metric(cmp, name):
@@ -60,8 +65,8 @@ def test_more_ops_captured_outweighs_more_breaks_and_is_an_improvement():
     assert {c.aspect for c in gain.changes} == {"coverage.calls_captured", "coverage.frames_eager"}
     # the break at line 5 is paired with the one at 12 (same kind, gb_type, file: moved); the one at 8 is new
     news = [c for c in cmp.causes if c.aspect == "break" and c.what.startswith("new graph break")]
-    assert len(news) == 1 and all(c.effect == baseline.CHANGED and "outweighed: ops captured 2 -> 84" in c.what
-                                  for c in news)
+    assert len(news) == 1 and all(c.effect == baseline.CHANGED and "outweighed: ops captured 2 -> 84, torch calls "
+                                  "outside graphs 88 -> 6" in c.what for c in news)
     assert (metric(cmp, "graph_breaks").expected, metric(cmp, "graph_breaks").actual) == (1, 2)
     assert metric(cmp, "graph_breaks").result == "PASS" and "outweighed" in metric(cmp, "graph_breaks").note
     assert metric(cmp, "calls_captured").result == "IMPROVED"
@@ -70,8 +75,18 @@ def test_more_ops_captured_outweighs_more_breaks_and_is_an_improvement():
     assert diff.summary(cmp, "b.json").plain.startswith("baseline b.json: improved")
 
 
+def test_a_model_that_only_grew_does_not_outweigh_its_new_break():
+    """A new layer with a print in a model that already breaks: more ops captured (the layer's), but no fewer torch
+    calls outside graphs: its break regresses."""
+    cmp = baseline.compare(doc(captured(50, breaks=1)), doc({**captured(52, breaks=2), "breaks": [brk(5), brk(40)]}))
+    assert cmp.regressed
+    assert [c.what for c in cmp.causes if c.effect == baseline.REGRESSED][0].startswith("new graph break at model.py:40")
+    assert metric(cmp, "graph_breaks").result == "FAIL" and metric(cmp, "calls_captured").result == "IMPROVED"
+
+
 def test_more_breaks_with_more_frames_in_eager_still_regress():
-    worse = {**RESUMES, "coverage": {"calls_captured": 84, "unique_graphs": 3, "frames_eager": 2}}
+    worse = {**RESUMES, "coverage": {"calls_captured": 84, "unique_graphs": 3, "frames_eager": 2,
+                                     "torch_calls_eager": 90}}
     cmp = baseline.compare(doc(FELL_BACK), doc(worse))
     assert cmp.regressed
     assert {c.aspect for c in cmp.regressions} >= {"break", "graph_break_count", "coverage.frames_eager"}
@@ -99,7 +114,20 @@ def test_fewer_ops_captured_regress_by_default_and_fold_into_the_break_that_cost
 def test_a_drop_within_the_baselines_tolerance_passes(now, regressed, result):
     cmp = baseline.compare(doc(captured(100), tolerance={"calls_captured": 0.05}), doc(captured(now)))
     assert cmp.regressed is regressed and metric(cmp, "calls_captured").result == result
-    assert "tolerance of 5%" in metric(cmp, "calls_captured").note or regressed
+    assert metric(cmp, "calls_captured").note == (f"-{100 - now}.0%; tolerance 5%" if regressed else
+                                                  f"-{100 - now}.0%, within the baseline's tolerance of 5%")
+
+
+def test_a_tolerance_below_one_percent_is_printed_as_set():
+    cmp = baseline.compare(doc(captured(1000), tolerance={"calls_captured": 0.004}), doc(captured(997)))
+    assert metric(cmp, "calls_captured").note == "-0.3%, within the baseline's tolerance of 0.4%"
+
+
+def test_more_frames_in_eager_with_a_drop_within_the_tolerance_is_its_own_regression():
+    old = captured(100)
+    new = {**captured(98), "coverage": {**captured(98)["coverage"], "frames_eager": 1}}
+    cmp = baseline.compare(doc(old, tolerance={"calls_captured": 0.05}), doc(new))
+    assert [c.what for c in cmp.causes if c.effect == baseline.REGRESSED] == ["more frames run in eager (0 -> 1)"]
 
 
 def test_a_baseline_without_coverage_compares_nothing_of_it():
@@ -127,7 +155,7 @@ def test_a_snapshot_keeps_the_explain_stages_coverage_and_a_rewrite_keeps_the_to
     report.probes[0].stages["explain"] = StageResult("explain", PASS, graph_count=2, graph_break_count=1,
                                                      extra=cov.to_extra())
     snap = baseline.from_report(report)["probes"][report.probes[0].id]["stages"]["explain"]
-    assert snap["coverage"] == {"calls_captured": 17, "unique_graphs": 2, "frames_eager": 0}
+    assert snap["coverage"] == {"calls_captured": 17, "unique_graphs": 2, "frames_eager": 0, "torch_calls_eager": 20}
     path = tmp_path / "base.json"
     baseline.write_baseline(str(path), report, keep={"tolerance": {"calls_captured": 0.02}})
     assert json.loads(path.read_text())["tolerance"] == {"calls_captured": 0.02}
@@ -142,3 +170,40 @@ def test_the_metrics_table_names_each_moved_metric():
     text = console.export_text()
     for word in ("calls_captured ↑", "fallbacks_to_eager ↓", "graph_breaks ↓", "IMPROVED", "outweighed"):
         assert word in text
+
+
+# --- hand-edited input (issue 41's new fields): a one-line error naming the field, before any run -------------------
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s["coverage"].__setitem__("calls_captured", -5), "coverage.calls_captured must be a count"),
+    (lambda s: s["coverage"].__setitem__("frames_eager", "many"), "coverage.frames_eager must be a count"),
+    (lambda s: s.__setitem__("coverage", [1, 2]), "'coverage' must be an object"),
+    (lambda s: s["breaks"].append({"kind": "graph-break", "code": 42}), r"breaks\[0\].code must be the line's source"),
+    (lambda s: s["breaks"].append({"kind": "graph-break", "owner": ["x"]}), r"breaks\[0\].owner must be a library"),
+    (lambda s: s["breaks"].append({"kind": "graph-break", "gb_code": 59}), r"breaks\[0\].gb_code must be a GB code"),
+])
+def test_a_hand_broken_coverage_or_break_field_is_named(tmp_path, edit, message):
+    d = doc(captured(10))
+    edit(d["probes"][PID]["stages"]["explain"])
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(UsageError, match=message):
+        baseline.load_baseline(str(path))
+
+
+def test_a_coverage_key_a_newer_tracecheck_wrote_is_kept_and_not_read():
+    d = doc({**captured(10), "coverage": {**captured(10)["coverage"], "ops_in_backward": 7}})
+    assert baseline.compare(baseline.to_baseline(d), doc(captured(10))).changes == []
+
+
+@pytest.mark.parametrize("bad", [{"calls_captured": "many", "captured_share": "x"}, {"calls_captured": -1},
+                                 {"lines": {"/m.py": {"graph": "abc", "eager": 5}}}, {"lines": {"": {"graph": [1]}}},
+                                 {"lines": "garbage"}])
+def test_odd_coverage_in_a_report_reads_as_not_measured(bad):
+    """A hand-edited report: every reader (the gate, the renderers) meets None, never the odd value."""
+    cov = Coverage.of({"coverage": {**Coverage(calls_captured=4, unique_graphs=1, frames_eager=0, torch_calls_eager=4,
+                                               captured_share=1.0).to_extra()["coverage"], **bad}})
+    for name in ("calls_captured", "captured_share"):
+        if name in bad:
+            assert getattr(cov, name) is None
+    assert all(isinstance(n, int) for v in (cov.lines or {}).values() for n in (*v.graph, *v.eager))
+    assert "" not in (cov.lines or {})

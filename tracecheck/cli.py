@@ -178,6 +178,17 @@ def _check_writable(path: str | None, option: str) -> None:
         raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e})") from None
 
 
+def _check_distinct(*outputs: tuple[str, str | None]) -> None:
+    """Two outputs at one path would overwrite each other after the run: refused before it."""
+    seen: dict[str, str] = {}
+    for option, path in outputs:
+        if path:
+            real = os.path.realpath(path)
+            if real in seen:
+                raise UsageError(f"{seen[real]} and {option} name the same path {path}: give each its own")
+            seen[real] = option
+
+
 def _check_directory(path: str | None, option: str) -> None:
     """An output folder: made now (before the run), and writable."""
     if path is None:
@@ -269,6 +280,8 @@ def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, 
     console = Console(stderr=True)
     out = _stdout()
     with _errors(console, verbose):
+        _check_distinct(("--json", json_path), ("--report", report_path), ("--junit-xml", junit_path),
+                        ("--html", html_dir), ("--baseline", baseline_path if update_baseline else None))
         for path, option in ((json_path, "--json"), (report_path, "--report"), (junit_path, "--junit-xml")):
             _check_writable(path, option)
         _check_directory(html_dir, "--html")
@@ -433,7 +446,7 @@ def show(report_json, fmt, output, redact, trace_dir, verbose):
     console = Console(stderr=True)
     with _errors(console, verbose):
         if fmt == "html":  # a folder of pages, not one text
-            if not output:
+            if output is None:
                 raise UsageError("--format html writes a folder: give it with -o DIR")
             _check_directory(output, "-o")
             _write_html(output, load_report(report_json), _stdout())

@@ -29,6 +29,7 @@ edits and ``--update-baseline`` keeps, as ``severity``); a stage of another targ
 """
 from __future__ import annotations
 
+import ast
 import io
 import os
 import re
@@ -64,7 +65,7 @@ CAPTURED, EAGER_FRAMES = "coverage.calls_captured", "coverage.frames_eager"
 #: the stage that measures a probe's compile coverage (model/payloads.Coverage), and the counts a snapshot keeps:
 #: torch's own counters, the ones PyTorch's CI gates on (benchmarks/dynamo/check_graph_breaks.py TRACKED_METRICS)
 COVERAGE_STAGE = "explain"
-COVERAGE_METRICS = ("calls_captured", "unique_graphs", "frames_eager")
+COVERAGE_METRICS = ("calls_captured", "unique_graphs", "frames_eager", "torch_calls_eager")
 #: the baseline's ``tolerance`` setting: how far ops captured may drop (a fraction of the baseline's count) before
 #: it regresses. 0 by default: the counts are exact for one torch and one model (no run-to-run noise), so any drop
 #: is a real change; a project that upgrades torch often may allow a few percent, as one of PyTorch's own gates did
@@ -301,12 +302,13 @@ def _check_probes(probes: dict[str, Any]) -> None:
                 if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
                     raise ValueError(f"{where}: '{key}' must be a list of kind names")
             breaks = snap.get("breaks", [])
-            if not isinstance(breaks, list) or not all(
-                    isinstance(b, dict) and isinstance(b.get("kind"), str) and _is(b.get("gb_type"), str)
-                    and _is(b.get("file"), str) and _is(b.get("line"), int) and _is(b.get("gb_code"), str)
-                    and _is(b.get("code"), str) and _is(b.get("owner"), str)
-                    for b in breaks):
+            if not isinstance(breaks, list) or not all(isinstance(b, dict) and isinstance(b.get("kind"), str)
+                                                       for b in breaks):
                 raise ValueError(f"{where}: 'breaks' must be a list of {{kind, gb_type, file, line}} objects")
+            for i, b in enumerate(breaks):
+                for key, types, what in _BREAK_FIELDS:
+                    if not _is(b.get(key), types):
+                        raise ValueError(f"{where}: breaks[{i}].{key} must be {what} or null")
             for key in ("graph_count", "graph_break_count", "recompiles"):
                 if not _is(snap.get(key), int):
                     raise ValueError(f"{where}: '{key}' must be a count or null")
@@ -317,8 +319,18 @@ def _check_probes(probes: dict[str, Any]) -> None:
             if ca is not None and (not isinstance(ca, dict) or not all(_is(v, (int, list)) for v in ca.values())):
                 raise ValueError(f"{where}: 'compiled_autograd' must be an object of counts")
             cov = snap.get("coverage")
-            if cov is not None and (not isinstance(cov, dict) or not all(_is(v, int) for v in cov.values())):
+            if cov is not None and not isinstance(cov, dict):
                 raise ValueError(f"{where}: 'coverage' must be an object of counts such as {{\"calls_captured\": 84}}")
+            for key in COVERAGE_METRICS:  # another key is kept and not read (a newer tracecheck's)
+                value = (cov or {}).get(key)
+                if not _is(value, int) or (value is not None and value < 0):
+                    raise ValueError(f"{where}: coverage.{key} must be a count (0 or more) or null")
+
+
+#: a snapshot break's fields after ``kind``: (key, type, what it must be)
+_BREAK_FIELDS = (("gb_type", str, "a string"), ("file", str, "a relative path"), ("line", int, "a line number"),
+                 ("gb_code", str, "a GB code such as \"GB0025\""), ("code", str, "the line's source text"),
+                 ("owner", str, "a library and its version"))
 
 
 def _is(value: Any, types: Any) -> bool:
@@ -357,6 +369,8 @@ class Change:
     detail: str
     location: dict[str, Any] | None = None
     graph_break: dict[str, Any] | None = None
+    #: why a count's move is not what it seems (within the tolerance; outweighed), also said at the end of ``detail``
+    why: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -407,7 +421,7 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
     and relative location), recompiles and compiled-autograd counts, and the explain stage's compile coverage. A
     regression is a new failure or kind, more breaks, more graphs, more recompiles or compiled-autograd graphs,
     fewer ops captured (beyond the baseline's ``tolerance``), more frames run in eager, or a probe that went
-    missing. More ops captured with no more frames in eager outweighs more breaks and graphs (``_outweigh``).
+    missing. More of the model captured outweighs new breaks and more graphs (``_outweigh``).
     ``only`` restricts the comparison to those probe ids (a shard compares the probes it ran).
     """
     cmp = Comparison()
@@ -433,7 +447,6 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
             cmp.changes.append(Change(pid, None, "probe", "present", "missing", REGRESSED,
                                       "probe went missing (not found in the new run)"))
             continue
-        cmp.compared_probes += 1
         if b is None:
             failing = _failing_kinds(n, gated, gate)
             if failing:
@@ -442,13 +455,15 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
             else:
                 cmp.changes.append(Change(pid, None, "probe", "absent", "pass", CHANGED, "new probe, passes"))
             continue
+        cmp.compared_probes += 1  # in both: a new probe is shown (it fails or passes), not compared
         b_stages, n_stages = b.get("stages", {}), n.get("stages", {})
         probe_changes: list[Change] = []
         for stage in sorted(set(b_stages) | set(n_stages), key=stage_order):
             changes = _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage), gated, tolerance)
             target = _target(stage, b_stages.get(stage), n_stages.get(stage))
             probe_changes += changes if gate.requires(target) else [_not_required(c, target, gate) for c in changes]
-        probe_changes = _outweigh(_upgraded(probe_changes, upgrades))
+        probe_changes = _outweigh(_upgraded(probe_changes, upgrades), b_stages.get(COVERAGE_STAGE),
+                                  n_stages.get(COVERAGE_STAGE))
         cmp.changes += probe_changes
         cmp.metrics += _metrics(pid, b_stages.get(COVERAGE_STAGE), n_stages.get(COVERAGE_STAGE), probe_changes)
     return cmp
@@ -594,29 +609,59 @@ def _more_is_better(pid: str, stage: str, aspect: str, before: Any, after: Any, 
     if after > before:
         return [Change(pid, stage, aspect, before, after, IMPROVED, f"{what} {before} -> {after}")]
     drop = (before - after) / before if before else 1.0
+    allowed = f"{tolerance * 100:g}%"
     if drop <= tolerance:
-        return [Change(pid, stage, aspect, before, after, CHANGED, f"{what} {before} -> {after} (-{drop:.1%}, "
-                       f"within the baseline's tolerance of {tolerance:.0%})")]
-    return [Change(pid, stage, aspect, before, after, REGRESSED,
-                   f"{what} {before} -> {after} (-{drop:.1%}; tolerance {tolerance:.0%})")]
+        why = f"-{drop:.1%}, within the baseline's tolerance of {allowed}"
+        return [Change(pid, stage, aspect, before, after, CHANGED, f"{what} {before} -> {after} ({why})", why=why)]
+    why = f"-{drop:.1%}; tolerance {allowed}"
+    return [Change(pid, stage, aspect, before, after, REGRESSED, f"{what} {before} -> {after} ({why})", why=why)]
 
 
-#: the changes that more ops captured outweighs in its probe: more breaks and graphs, a new break
-_OUTWEIGHED = ("break", "graph_count", "graph_break_count")
+def _uncaptured(cov: dict[str, Any]) -> int | None:
+    """Torch calls the eager forward makes that no captured graph has (0 when Dynamo captured more: getitem nodes)."""
+    eager, captured = cov.get("torch_calls_eager"), cov.get("calls_captured")
+    return max(0, eager - captured) if isinstance(eager, int) and isinstance(captured, int) else None
 
 
-def _outweigh(changes: list[Change]) -> list[Change]:
-    """One probe's changes, where ops captured rose and no more frames run in eager: its new breaks and its
-    more graphs and breaks are changes, not regressions. With nested graph breaks (or a fix that lets Dynamo resume
-    where a whole frame fell back to eager) a model can break more often while far more of it runs compiled
-    (pytorch/pytorch#191357: ops captured 2 -> 84); a gate on the break count alone would fail that improvement.
-    PyTorch's own check_graph_breaks.py fails any metric that moves the wrong way; this gate weighs them."""
-    gain = next((c for c in changes if c.aspect == CAPTURED and c.effect == IMPROVED), None)
-    if gain is None or any(c.aspect == EAGER_FRAMES and c.effect == REGRESSED for c in changes):
+def _break_site(c: Change) -> tuple:
+    b = c.graph_break or {}
+    return b.get("kind"), b.get("gb_type"), b.get("file"), b.get("code") or b.get("line")
+
+
+def _outweigh(changes: list[Change], b: dict[str, Any] | None, n: dict[str, Any] | None) -> list[Change]:
+    """One probe's changes, where more of the same model runs inside graphs: its new breaks are changes, not
+    regressions. With nested graph breaks (or a fix that lets Dynamo resume where it used to give up) a model can
+    break more often while far more of it runs compiled (pytorch/pytorch#191357: ops captured 2 -> 84); a gate on
+    the break count alone would fail that improvement, as PyTorch's check_graph_breaks.py does (it fails any metric
+    that moves the wrong way).
+
+    ``b``, ``n``: the explain stage's snapshots. "More of the same model": ops captured rose, the torch calls run
+    outside graphs (eager calls less ops captured) fell, and no more frames run in eager; a model that only grew
+    (a new layer with a print) captures more without running less outside graphs, and its new break regresses.
+    Outweighed: the explain stage's new breaks, the same breaks (kind, gb_type, file, source line) in other stages,
+    and the graph and break counts of a stage whose new breaks are all outweighed."""
+    bc, nc = (b or {}).get("coverage") or {}, (n or {}).get("coverage") or {}
+    gain = next((c for c in changes if c.stage == COVERAGE_STAGE and c.aspect == CAPTURED and c.effect == IMPROVED),
+                None)
+    was, now = _uncaptured(bc), _uncaptured(nc)
+    if gain is None or was is None or now is None or now >= was \
+            or any(c.aspect == EAGER_FRAMES and c.effect == REGRESSED for c in changes):
         return changes
-    note = f" (outweighed: {_COUNT_NOUNS[CAPTURED]} {gain.before} -> {gain.after}, no more frames in eager)"
-    return [replace(c, effect=CHANGED, detail=c.detail + note)
-            if c.effect == REGRESSED and c.aspect in _OUTWEIGHED else c for c in changes]
+    new_in_explain = {_break_site(c) for c in changes if c.stage == COVERAGE_STAGE and c.aspect == "break"
+                      and c.effect == REGRESSED}
+    why = (f"outweighed: {_COUNT_NOUNS[CAPTURED]} {gain.before} -> {gain.after}, torch calls outside graphs "
+           f"{was} -> {now}")
+    stages_all_outweighed = {c.stage for c in changes} - {
+        c.stage for c in changes if c.aspect == "break" and c.effect == REGRESSED and _break_site(c) not in new_in_explain}
+
+    def outweighed(c: Change) -> bool:
+        if c.effect != REGRESSED:
+            return False
+        if c.aspect == "break":
+            return _break_site(c) in new_in_explain
+        return c.aspect in ("graph_count", "graph_break_count") and c.stage in stages_all_outweighed
+    return [replace(c, effect=CHANGED, detail=f"{c.detail} ({why})", why=why) if outweighed(c) else c
+            for c in changes]
 
 
 @dataclass(frozen=True)
@@ -665,7 +710,7 @@ def _metrics(pid: str, b: dict[str, Any] | None, n: dict[str, Any] | None, chang
             result, note = ("PASS", "") if before == after else ("CHANGED", "shown, not gated")
         else:
             result = _RESULT[change.effect] if change else "PASS"
-            note = change.detail.split(" (", 1)[1].rstrip(")") if change and " (" in change.detail else ""
+            note = change.why if change else ""
         out.append(MetricCheck(pid, metric, better, before, after, result, note))
     return out
 
@@ -687,14 +732,40 @@ def _describe_break(b: dict[str, Any]) -> str:
     return f"{b.get('kind')} ({b.get('gb_type') or 'no gb_type'}){where}{code}"
 
 
+def _tokens(code: str) -> str:
+    """Source text compared as tokens: spacing and the quotes of a string do not make another line."""
+    out = []
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(code).readline):
+            if t.type in _NO_TEXT:
+                continue
+            if t.type == tokenize.STRING:
+                try:
+                    out.append(repr(ast.literal_eval(t.string)))
+                    continue
+                except (ValueError, SyntaxError):
+                    pass
+            out.append(t.string)
+    except (tokenize.TokenError, SyntaxError):
+        return " ".join(code.split())
+    return " ".join(out)
+
+
+_NO_TEXT = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT)
+
+
 def _unchanged(r: dict[str, Any], a: dict[str, Any]) -> bool:
     """The same break at the same line (its source text the same, where both sides recorded it)."""
     return r.get("line") == a.get("line") and (r.get("code") is None or a.get("code") is None
-                                               or r["code"] == a["code"])
+                                               or _tokens(r["code"]) == _tokens(a["code"]))
 
 
 def _same_code(r: dict[str, Any], a: dict[str, Any]) -> bool:
-    return r.get("code") is not None and r.get("code") == a.get("code")
+    return r.get("code") is not None and a.get("code") is not None and _tokens(r["code"]) == _tokens(a["code"])
+
+
+def _same_line(r: dict[str, Any], a: dict[str, Any]) -> bool:
+    return r.get("line") is not None and r.get("line") == a.get("line")
 
 
 def _either_without_code(r: dict[str, Any], a: dict[str, Any]) -> bool:
@@ -702,10 +773,11 @@ def _either_without_code(r: dict[str, Any], a: dict[str, Any]) -> bool:
 
 
 def _compare_breaks(pid: str, stage: str, before: list[dict], after: list[dict]) -> list[Change]:
-    """Breaks are matched by identity: kind, gb_type, file and the line's source text (``source_text``). The same
-    break at another line *moved* (an edit above it), which is neither better nor worse; a break whose line now
-    holds other code is another break (one gone, one new). A side recorded without source text (a baseline from
-    before it) matches as it used to: by kind, gb_type and file, the line aside."""
+    """Breaks are matched by identity: kind, gb_type, file and the line's source text (``source_text``, compared as
+    tokens). The same break at another line *moved* (an edit above it); a break of the same gb_type at the same
+    line whose text was edited is that break edited; both are neither better nor worse. Otherwise a break with
+    other code is another break (one gone, one new). A side recorded without source text (a baseline from before
+    it) matches as it used to: by kind, gb_type and file, the line aside."""
     removed, added = list(before), []
     for a in after:
         match = next((r for r in removed if _site(r) == _site(a) and _unchanged(r, a)), None)
@@ -714,16 +786,19 @@ def _compare_breaks(pid: str, stage: str, before: list[dict], after: list[dict])
         else:
             removed.remove(match)
     out: list[Change] = []
-    for same in (_same_code, _either_without_code):
+    for same in (_same_code, _either_without_code, _same_line):
         for a in list(added):
             match = next((r for r in removed if _site(r) == _site(a) and same(r, a)), None)
             if match is not None:
                 removed.remove(match)
                 added.remove(a)
                 brk = _as_break(a, match)
+                # the same gb_type at the same line, its text edited (reformatted, a name changed): the same break
+                detail = (f"graph break moved: {_describe_break(brk)} (was line {match.get('line')})"
+                          if same is not _same_line else
+                          f"graph break's line edited: {_describe_break(brk)} (was `{match.get('code')}`)")
                 out.append(Change(pid, stage, "break", f"line {match.get('line')}", f"line {a.get('line')}", CHANGED,
-                                  f"graph break moved: {_describe_break(brk)} (was line {match.get('line')})",
-                                  {"file": a.get("file"), "line": a.get("line")}, brk))
+                                  detail, {"file": a.get("file"), "line": a.get("line")}, brk))
     for a in added:
         brk = _as_break(a)
         out.append(Change(pid, stage, "break", None, _describe_break(brk), REGRESSED,
@@ -865,7 +940,8 @@ def root_causes(changes: Iterable[Change]) -> list[ChangeCause]:
         for c in cs:
             d = _direction(c)
             if d and (c.aspect in ("status", CAPTURED) or c.aspect in _LOWER_IS_BETTER_ASPECTS):
-                pool = [r for r in roots[d] if r.aspect == "break" or c.aspect != "graph_break_count"]
+                pool = [r for r in roots[d] if (r.aspect == "break" or c.aspect != "graph_break_count")
+                        and (r.aspect != CAPTURED or r.effect == c.effect)]
                 if pool:
                     head[id(c)] = pool[0]
                 elif c.aspect == CAPTURED:  # ops captured with no break or kind to explain it: frames in eager join it
@@ -963,9 +1039,9 @@ def _cause(roots: list[Change], changes: tuple[Change, ...]) -> ChangeCause:
                         location=None)
     # worse only in stages of targets the gate does not require, or outweighed by more ops captured: say so, as
     # each change does
-    not_required = next((m for m in (_SOFTENED_SUFFIX.search(c.detail) for c in changes) if m), None)
-    if effect == CHANGED and not_required:
-        cause = replace(cause, what=cause.what + not_required.group(0))
+    softened = next((m for m in (_SOFTENED_SUFFIX.search(c.detail) for c in changes) if m), None)
+    if effect == CHANGED and softened:
+        cause = replace(cause, what=cause.what + softened.group(0))
     return cause
 
 

@@ -157,11 +157,15 @@ class SourceLines:
 
     @classmethod
     def of(cls, d: Any) -> "SourceLines":
+        """Read one file's lines; anything but a list of positive line numbers reads as none (a hand-edited report)."""
         if isinstance(d, SourceLines):
             return d
         d = d if isinstance(d, dict) else {}
-        return cls(tuple(int(x) for x in d.get("graph") or () if isinstance(x, int)),
-                   tuple(int(x) for x in d.get("eager") or () if isinstance(x, int)))
+
+        def numbers(v: Any) -> tuple[int, ...]:
+            return tuple(x for x in v if isinstance(x, int) and not isinstance(x, bool) and x > 0) \
+                if isinstance(v, (list, tuple)) else ()
+        return cls(numbers(d.get("graph")), numbers(d.get("eager")))
 
 
 @dataclass
@@ -192,10 +196,21 @@ class Coverage(Payload):
 
     @classmethod
     def of(cls, extra: dict[str, Any]) -> "Coverage | None":
+        """The payload; a count that is no count (a hand-edited report: a string, a negative number) reads as not
+        measured, and a file key that is no path is dropped, so that no reader meets odd data."""
         cov = super().of(extra)
-        if cov is not None and isinstance(cov.lines, dict):  # from a report (plain dicts) or the stage (typed)
-            cov.lines = {str(f): SourceLines.of(v) for f, v in cov.lines.items()}
-        elif cov is not None:
+        if cov is None:
+            return None
+        for name in ("calls_captured", "unique_graphs", "frames_eager", "torch_calls_eager"):
+            v = getattr(cov, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                setattr(cov, name, None)
+        share = cov.captured_share
+        if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share <= 1:
+            cov.captured_share = None
+        if isinstance(cov.lines, dict):  # from a report (plain dicts) or the stage (typed)
+            cov.lines = {f: SourceLines.of(v) for f, v in cov.lines.items() if isinstance(f, str) and f}
+        else:
             cov.lines = None
         return cov
 

@@ -14,6 +14,10 @@ _ORDER = {REGRESSED: 0, IMPROVED: 1}
 _FEW = 3
 
 
+def _widest(ids) -> int:
+    return max((len(i) for i in ids), default=0)
+
+
 def _probes(cause: ChangeCause) -> str:
     ids = cause.probes
     return "\n".join(ids) if len(ids) <= _FEW else "\n".join(ids[:_FEW]) + f"\n+{len(ids) - _FEW} more"
@@ -30,7 +34,8 @@ def table(comparison: Comparison, title: str = "against the baseline") -> Table:
     t.add_column("", no_wrap=True)
     t.add_column("root cause", overflow="fold")
     t.add_column("in", overflow="fold")
-    t.add_column("probes", overflow="fold")
+    # a probe id is never cut: the column is as wide as the longest; the root cause wraps instead
+    t.add_column("probes", overflow="fold", min_width=_widest(p for c in comparison.causes for p in c.probes))
     for c in sorted(comparison.causes, key=lambda c: _ORDER.get(c.effect, 2)):
         t.add_row(Text(c.effect, style=_STYLE.get(c.effect, "dim")), c.what, _where(c), _probes(c))
     return t
@@ -66,8 +71,8 @@ def metrics_table(comparison: Comparison, every: bool = False,
     if not rows:
         return None
     t = Table(title=title, title_justify="left")
-    t.add_column("probe", overflow="fold")
-    t.add_column("metric", overflow="fold")
+    t.add_column("probe", overflow="fold", min_width=_widest(m.probe for m in rows))
+    t.add_column("metric", no_wrap=True)
     t.add_column("baseline", justify="right")
     t.add_column("now", justify="right")
     t.add_column("result", no_wrap=True)

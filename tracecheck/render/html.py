@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..gate.baseline import package_relative
 from ..model.evidence import YOURS
 from ..model.report import Finding, RootCause, RunReport, root_causes
 from ..model.taxonomy import fix_text, kinds
@@ -42,29 +43,41 @@ class _Page:
     counts: str
 
 
-def _page_name(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label) + ".html"
+def _page_name(label: str, taken: set[str]) -> str:
+    """A file name for a page, unique in the folder (``a/b.py`` and ``a_b.py`` would clean to one name)."""
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+    name, n = base + ".html", 1
+    while name in taken:
+        n += 1
+        name = f"{base}.{n}.html"
+    taken.add(name)
+    return name
 
 
 def _label(file: str, rootdir: str) -> str:
     """A file as the pages name it: relative to the rootdir, or from ``site-packages/`` on, else as it is."""
-    rel = os.path.relpath(file, rootdir) if rootdir else file
-    if not rel.startswith(".."):
-        return rel
-    norm = file.replace("\\", "/")
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in norm:
-            return marker + norm.split(marker, 1)[1]
-    return file
+    if _under(file, rootdir):
+        return os.path.relpath(file, rootdir)
+    return package_relative(file) or file
 
 
 def _under(file: str, rootdir: str) -> bool:
-    return bool(rootdir) and not os.path.relpath(os.path.realpath(file), os.path.realpath(rootdir)).startswith("..")
+    """Is ``file`` the user's: under the rootdir and not in an installed package (a virtualenv kept in the project)."""
+    if not rootdir or package_relative(file):
+        return False
+    return not os.path.relpath(os.path.realpath(file), os.path.realpath(rootdir)).startswith("..")
+
+
+def _readable(file: str, rootdir: str) -> bool:
+    """The source a page may show: the user's or an installed package's file, never another file a hand-made
+    report names (``show --format html`` on a report from elsewhere)."""
+    return (_under(file, rootdir) or package_relative(file) is not None) and os.path.isfile(file)
 
 
 def _finding_view(f: Finding, c: RootCause, labels: dict[str, str]) -> dict[str, str]:
     k = kinds().get(f.kind)
-    return {"kind": f.kind, "code": f.ev.gb_code or "", "headline": f.ev.headline(), "summary": f.summary,
+    return {"kind": f.kind, "code": f.ev.gb_code or "", "doc": f.ev.doc or "", "headline": f.ev.headline(),
+            "summary": f.summary,
             "fix": fix_text(f) if k else "", "more": k.explain_command if k else "",
             "owner": f.ev.owner.label if f.ev.owner is not None else "not known",
             "seen": "; ".join(f"{labels[p.id]}: {', '.join(stages)}" for p, stages in c.seen)}
@@ -98,27 +111,37 @@ def write(directory: str, report: RunReport) -> list[str]:
     causes = sorted(root_causes(report.probes), key=lambda c: tuple(-x for x in _reach(c)))  # stable: first seen
     for c in causes:
         frame = c.finding.user_frame
-        if frame is not None and frame.line and os.path.isfile(frame.file):
+        if frame is not None and frame.line and os.path.isabs(frame.file):  # on disk or not (a report from CI)
             line = files.setdefault(frame.file, {}).setdefault(frame.line, _Line())
             line.mark = BREAK
             line.causes.append(c)
     # a page per file of the user's (under the rootdir), and per library file with a finding
-    files = {f: marks for f, marks in files.items()
-             if _under(f, rootdir) or any(x.mark == BREAK for x in marks.values())}
+    files = {f: marks for f, marks in files.items() if os.path.isabs(f) and not os.path.isdir(f)
+             and (_under(f, rootdir) or any(x.mark == BREAK for x in marks.values()))}
     written = [str(out / "index.html"), str(out / "style.css")]
     pages: list[_Page] = []
+    taken: set[str] = {"index.html"}
     for file in sorted(files):
         label = _label(file, rootdir)
-        name = _page_name(label)
+        name = _page_name(label, taken)
         marks = files[file]
         counts = {m: sum(1 for x in marks.values() if x.mark == m) for m in (GRAPH, EAGER, BREAK)}
         summary = (f"{counts[GRAPH]} line(s) inside a graph, {counts[EAGER]} run in eager, "
                    f"{counts[BREAK]} with a finding")
         try:
-            source = Path(file).read_text(errors="replace").splitlines()
+            if not _readable(file, rootdir):
+                raise OSError
+            source = Path(file).read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             source = []
-            summary += " (the source could not be read: lines shown by number only)"
+            summary += " (the source is not here to read: lines shown by number only)"
+        # the file as it is now against the lines the run recorded: an edit since the run moves the marks
+        frames = [c.finding.user_frame for x in marks.values() for c in x.causes]
+        stale = [f for f in frames if f is not None and f.code and source and f.line
+                 and (f.line > len(source) or source[f.line - 1].strip() != f.code.strip())]
+        if stale:
+            summary += (f" — the file changed since the run (line {stale[0].line} was `{stale[0].code}`): the marks "
+                        "follow the run's line numbers; run again for a fresh view")
         n_lines = max([len(source), *marks.keys()]) if marks or source else 0
         rows = []
         for n in range(1, n_lines + 1):
@@ -130,7 +153,8 @@ def write(directory: str, report: RunReport) -> list[str]:
                          "note": ("in a graph in " + ", ".join(k for k, v in x.states.items() if v == GRAPH)
                                   + "; in eager in " + ", ".join(k for k, v in x.states.items() if v == EAGER))
                          if mixed else ""})
-        (out / name).write_text(env.get_template("source.html.j2").render(label=label, lines=rows, counts=summary))
+        (out / name).write_text(env.get_template("source.html.j2").render(label=label, lines=rows, counts=summary),
+                                encoding="utf-8")
         written.append(str(out / name))
         pages.append(_Page(file, name, label, summary))
     href = {page.file: page.href for page in pages}
@@ -160,6 +184,7 @@ def write(directory: str, report: RunReport) -> list[str]:
                      "fix": fix_text(f) if kinds().get(f.kind) else ""})
     env_line = f"torch {report.env.torch or '?'} · Python {report.env.python or '?'}"
     (out / "index.html").write_text(env.get_template("index.html.j2").render(
-        environment=env_line, probes=probes, causes=rows, files=pages, command=" ".join(report.command) or "tracecheck"))
-    (out / "style.css").write_text(env.loader.get_source(env, "style.css")[0])
+        environment=env_line, probes=probes, causes=rows, files=pages, command=" ".join(report.command) or "tracecheck"),
+        encoding="utf-8")
+    (out / "style.css").write_text(env.loader.get_source(env, "style.css")[0], encoding="utf-8")
     return written

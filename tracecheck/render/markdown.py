@@ -22,7 +22,7 @@ from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP
 from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
 from ..model.targets import COMPILE, TARGETS, Gate
 from ..stages import REGISTRY as STAGE_REGISTRY
-from . import view
+from . import diff, view
 from ..environment import COLLECT_ENV_FIELDS
 from .evidence import condense_traceback, numeric_lines
 from .fit import Details, Section, fence, fit
@@ -253,7 +253,7 @@ class MarkdownRenderer:
         rows = [f"| {c2.effect} | {_cell(_code(self.probe_label(c2.probe)))} | {c2.stage or ''} | "
                 f"{_cell(self.scrub(c2.detail))} |" for c2 in c.changes]
         metrics = [f"| {_cell(_code(self.probe_label(m.probe)))} | `{m.metric}` | {m.better} | {m.expected} | "
-                   f"{m.actual} | {m.result} | {_cell(m.note)} |" for m in c.metrics if m.result != "PASS" or m.note]
+                   f"{m.actual} | {m.result} | {_cell(m.note)} |" for m in diff.metrics_rows(c)]
         return ("## Against the baseline\n\n| effect | root cause | in | probes |\n|---|---|---|---|\n"
                 + "\n".join(causes) + "\n\n<details><summary>Each change per probe and stage "
                 f"({len(c.changes)})</summary>\n\n| effect | probe | stage | change |\n|---|---|---|---|\n"

@@ -46,8 +46,8 @@ def _not_shown() -> tuple[str, ...]:
 def _torch_calls_eager(ctx: StageContext, shown) -> tuple[int | None, dict[str, set[int]]]:
     """Torch-level calls the probe's forward makes in eager, outermost only (a call's own torch calls run with the
     mode off, as Dynamo records one node for ``F.layer_norm``), less ``_METADATA``; None when the forward raises.
-    With it, the lines (of files ``shown`` admits) on the Python stack of each such call: the lines that run torch
-    code in eager, which a source view marks as captured or not."""
+    With it, the line (of a file ``shown`` admits) nearest each such call on the Python stack: the lines that run
+    torch code in eager, which a source view marks as captured or not."""
     from torch.overrides import TorchFunctionMode
 
     lines: dict[str, set[int]] = {}
@@ -58,11 +58,11 @@ def _torch_calls_eager(ctx: StageContext, shown) -> tuple[int | None, dict[str, 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if getattr(func, "__name__", None) not in _METADATA:
                 self.n += 1
-                frame = sys._getframe(1)
-                while frame is not None:
-                    file = frame.f_code.co_filename
-                    if shown(file):
-                        lines.setdefault(file, set()).add(frame.f_lineno)
+                frame = sys._getframe(1)  # the innermost shown frame: the line that made the call (its callers'
+                while frame is not None:  # lines are not what ran it: a graph's node marks only its own line too)
+                    if shown(frame.f_code.co_filename):
+                        lines.setdefault(frame.f_code.co_filename, set()).add(frame.f_lineno)
+                        break
                     frame = frame.f_back
             return func(*args, **(kwargs or {}))
 
@@ -76,13 +76,14 @@ def _torch_calls_eager(ctx: StageContext, shown) -> tuple[int | None, dict[str, 
 
 
 def _lines_in_graphs(graphs: Any, shown) -> dict[str, set[int]]:
-    """The lines (of files ``shown`` admits) on the user stack of a node of a graph Dynamo captured."""
+    """The line (of a file ``shown`` admits) nearest each node of a graph Dynamo captured, on its stack trace (which
+    lists the frames outermost first)."""
     lines: dict[str, set[int]] = {}
     for gm in graphs or ():
         for node in gm.graph.nodes:
-            for file, line in _FRAME.findall(node.meta.get("stack_trace") or ""):
-                if shown(file):
-                    lines.setdefault(file, set()).add(int(line))
+            frames = [(f, int(n)) for f, n in _FRAME.findall(node.meta.get("stack_trace") or "") if shown(f)]
+            if frames:
+                lines.setdefault(frames[-1][0], set()).add(frames[-1][1])
     return lines
 
 
