@@ -207,3 +207,23 @@ def test_odd_coverage_in_a_report_reads_as_not_measured(bad):
             assert getattr(cov, name) is None
     assert all(isinstance(n, int) for v in (cov.lines or {}).values() for n in (*v.graph, *v.eager))
     assert "" not in (cov.lines or {})
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 200])
+def test_the_comparison_keeps_every_probe_id_whole_at_any_width(width):
+    """The root causes and the metrics: a table where it fits whole, else a list; never a cut id or a wide line."""
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    long_id = "models/vision/model.py::probe_conv_net_training"
+    docs = [doc(x) for x in (FELL_BACK, {**captured(50, breaks=2), "breaks": [brk(5), brk(40)]})]
+    for d in docs:
+        d["probes"] = {long_id: d["probes"][PID]}
+    console = Console(width=width, record=True)
+    console.print(diff.render(baseline.compare(*docs), "b.json"))
+    lines = console.export_text().splitlines()
+    assert all(cell_len(line.rstrip()) <= width for line in lines)
+    text = "\n".join(lines)
+    assert text.count(long_id) >= 2  # the cause's probes and the metrics' probe
+    for metric in ("graph_breaks", "calls_captured", "fallbacks_to_eager"):
+        assert metric in text

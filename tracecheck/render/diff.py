@@ -2,7 +2,8 @@
 (``Comparison.causes``), the summary line counting causes; ``-v`` adds the per-stage changes."""
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -26,6 +27,31 @@ def _probes(cause: ChangeCause) -> str:
 def _where(cause: ChangeCause) -> str:
     stages = cause.stages
     return cause.scope + (f": {', '.join(stages)}" if stages and len(stages) <= _FEW else "")
+
+
+class _Fit:
+    """A table where it fits whole at the width it is drawn at (rich measures it then), else ``fallback``: a list
+    that keeps every probe id whole and wraps the rest."""
+
+    def __init__(self, table: Table, fallback: RenderableType) -> None:
+        self.table, self.fallback = table, fallback
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        need = Measurement.get(console, options.update_width(10_000), self.table).minimum
+        yield self.table if need <= options.max_width else self.fallback
+
+
+def causes_view(comparison: Comparison, title: str = "against the baseline") -> _Fit:
+    """The root causes: the table where it fits, else one block per cause."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for c in sorted(comparison.causes, key=lambda c: _ORDER.get(c.effect, 2)):
+        body = Text(c.what)
+        body.append(f"\nin {_where(c)}", style="dim")
+        body.append("\n" + _probes(c))
+        grid.add_row(Text(c.effect, style=_STYLE.get(c.effect, "dim")), body)
+    return _Fit(table(comparison, title), Group(Text(title, style="italic"), grid))
 
 
 def table(comparison: Comparison, title: str = "against the baseline") -> Table:
@@ -83,6 +109,27 @@ def metrics_table(comparison: Comparison, every: bool = False,
     return t
 
 
+def metrics_view(comparison: Comparison, every: bool = False) -> _Fit | None:
+    """The metrics: the table where it fits, else per probe its metrics one a line."""
+    t = metrics_table(comparison, every)
+    if t is None:
+        return None
+    parts: list[RenderableType] = [Text(t.title or "", style="italic")]
+    by_probe: dict[str, list[MetricCheck]] = {}
+    for m in metrics_rows(comparison, every):
+        by_probe.setdefault(m.probe, []).append(m)
+    for probe, rows in by_probe.items():
+        grid = Table.grid(padding=(0, 1))
+        for _ in range(3):
+            grid.add_column(no_wrap=True)
+        grid.add_column()
+        for m in rows:
+            grid.add_row(f"  {m.metric} {_BETTER[m.better]}".rstrip(), f"{m.expected} -> {m.actual}",
+                         Text(m.result, style=_RESULT_STYLE.get(m.result, "")), Text(m.note, style="dim"))
+        parts += [Text(probe, style="bold"), grid]
+    return _Fit(t, Group(*parts))
+
+
 def _n(count: int, one: str, many: str) -> str:
     return f"{count} {one if count == 1 else many}"
 
@@ -107,10 +154,10 @@ def render(comparison: Comparison, source: str, detail: bool = False) -> Group:
     """The root-cause table (and with ``detail`` every per-stage change), the notes, the summary line."""
     parts: list = []
     if comparison.changes:
-        parts.append(table(comparison))
+        parts.append(causes_view(comparison))
         if detail:
             parts.append(changes_table(comparison))
-    metrics = metrics_table(comparison, every=detail)
+    metrics = metrics_view(comparison, every=detail)
     if metrics is not None:
         parts.append(metrics)
     parts += [Text(n, style="dim") for n in comparison.notes]
