@@ -1,7 +1,8 @@
 """The oracle for tests/test_real_models.py: plain ``torch.compile``, no tracecheck, in its own process.
 
 ``python plain_compile.py MODEL_FILE PROBE`` builds the probe's case and prints one JSON line:
-``graphs`` (``counters["stats"]["unique_graphs"]`` after one aot_eager forward) and, with
+``graphs`` (``counters["stats"]["unique_graphs"]`` after one aot_eager forward), ``calls_captured`` and
+``frames_eager`` (``counters["frames"]`` total - ok) after it, and, with
 ``--inductor-differs``, ``inductor_max_diff``: how far one inductor forward with default settings (no
 ``fallback_random``) is from eager at the same seed. Run it with ``TORCH_LOGS=graph_breaks``: the breaks
 are read from that log by the test.
@@ -23,7 +24,10 @@ def main() -> None:
     fn, args, kwargs = (case.fn, case.args, case.kwargs) if hasattr(case, "fn") else (*case, {})[:3]
     torch.manual_seed(0)
     torch.compile(fn, backend="aot_eager")(*args, **kwargs)
-    out = {"graphs": int(counters["stats"]["unique_graphs"])}
+    out = {"graphs": int(counters["stats"]["unique_graphs"]),
+           # compile coverage as PyTorch's CI reads it: call nodes captured, frames Dynamo gave up on
+           "calls_captured": int(counters["stats"]["calls_captured"]),
+           "frames_eager": int(counters["frames"]["total"]) - int(counters["frames"]["ok"])}
     if "--inductor-differs" in sys.argv:
         torch._dynamo.reset()
         torch.manual_seed(0)

@@ -56,6 +56,10 @@ def test_graphs_and_breaks_agree_with_plain_torch_compile(default_run, name):
     breaks = {(m.group("file"), int(m.group("line"))) for m in _BREAK_LOG.finditer(proc.stderr)}
     explain = probes[name]["stages"]["explain"]
     assert (explain["graph_count"], explain["graph_break_count"]) == (plain["graphs"], len(breaks)) == (1, 0)
+    cov = explain["extra"]["coverage"]  # compile coverage: torch's own counters, as plain torch.compile leaves them
+    assert (cov["calls_captured"], cov["unique_graphs"], cov["frames_eager"]) == \
+        (plain["calls_captured"], plain["graphs"], plain["frames_eager"])
+    assert cov["calls_captured"] > 20  # a whole conv net in one graph: not vacuous
 
 
 def test_batchnorm_in_training_is_refused_by_vmap_and_gates_only_when_asked(default_run, tmp_path):

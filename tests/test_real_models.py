@@ -4,6 +4,7 @@ Oracles are independent of tracecheck: plain ``torch.compile`` run in its own pr
 ``TORCH_LOGS=graph_breaks`` (tests/plain_compile.py) for graph counts and break locations, and the models'
 own configuration for what must train. One tracecheck run (all default stages; BigBird without inductor) serves every test.
 """
+import importlib.metadata
 import json
 import os
 import re
@@ -65,6 +66,15 @@ def test_graphs_and_breaks_agree_with_plain_torch_compile(report, probe):
     assert stages["explain"]["graph_break_count"] == len(plain_breaks)
     if probe == "probe_bigbird":   # the architecture that does break: the comparison above is not vacuous
         assert plain["graphs"] > 1 and len(plain_breaks) >= 5
+    # compile coverage: torch's own counters, as plain torch.compile leaves them
+    cov = stages["explain"]["extra"]["coverage"]
+    assert (cov["calls_captured"], cov["unique_graphs"], cov["frames_eager"]) == \
+        (plain["calls_captured"], plain["graphs"], plain["frames_eager"])
+    # the owner of every break: the distribution whose files TORCH_LOGS=graph_breaks names, at its installed version
+    for b in stages["explain"]["breaks"]:  # (a tiny model's breaks are the library's: the probe file only builds it)
+        dist = b["file"].split("site-packages/")[1].split("/")[0]
+        assert b["owner"] == {"who": "torch" if dist == "torch" else "library", "name": dist,
+                              "version": importlib.metadata.version(dist)}, b
 
 
 @pytest.mark.parametrize("probe", TRAINING)
