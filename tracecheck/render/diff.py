@@ -15,10 +15,6 @@ _ORDER = {REGRESSED: 0, IMPROVED: 1}
 _FEW = 3
 
 
-def _widest(ids) -> int:
-    return max((len(i) for i in ids), default=0)
-
-
 def _probes(cause: ChangeCause) -> str:
     ids = cause.probes
     return "\n".join(ids) if len(ids) <= _FEW else "\n".join(ids[:_FEW]) + f"\n+{len(ids) - _FEW} more"
@@ -60,8 +56,8 @@ def table(comparison: Comparison, title: str = "against the baseline") -> Table:
     t.add_column("", no_wrap=True)
     t.add_column("root cause", overflow="fold")
     t.add_column("in", overflow="fold")
-    # a probe id is never cut: the column is as wide as the longest; the root cause wraps instead
-    t.add_column("probes", overflow="fold", min_width=_widest(p for c in comparison.causes for p in c.probes))
+    # a probe id is never cut: the column never wraps (the table is drawn only where it fits: causes_view)
+    t.add_column("probes", no_wrap=True)
     for c in sorted(comparison.causes, key=lambda c: _ORDER.get(c.effect, 2)):
         t.add_row(Text(c.effect, style=_STYLE.get(c.effect, "dim")), c.what, _where(c), _probes(c))
     return t
@@ -97,7 +93,7 @@ def metrics_table(comparison: Comparison, every: bool = False,
     if not rows:
         return None
     t = Table(title=title, title_justify="left")
-    t.add_column("probe", overflow="fold", min_width=_widest(m.probe for m in rows))
+    t.add_column("probe", no_wrap=True)
     t.add_column("metric", no_wrap=True)
     t.add_column("baseline", justify="right")
     t.add_column("now", justify="right")
