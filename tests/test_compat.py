@@ -357,3 +357,19 @@ os._exit(0)  # as a stage process ends (multiprocessing's os._exit): no interpre
                           env={**os.environ, "TRACECHECK_WARM_COMPILE": "1"})
     assert proc.returncode == 0, (proc.stdout[-500:], proc.stderr[-3000:])
     assert proc.stdout.splitlines()[-1] == "[2.0, 2.0, 2.0]"
+
+
+def test_profiler_events_are_the_raw_events_with_their_times_and_thread():
+    """compat.profiler_events reads torch.profiler's raw (Kineto) results: an op called inside a record_function
+    range is there, inside the range in time, on the same thread."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        with record_function("outer_range"):
+            torch.relu(torch.ones(3))
+    events = list(compat.profiler_events(prof))
+    (outer,) = [e for e in events if e[0] == "outer_range"]
+    (relu,) = [e for e in events if e[0] == "aten::relu"]
+    assert outer[1] <= relu[1] <= relu[2] <= outer[2] and relu[3] == outer[3]
+    assert any(e[0].endswith(": test_profiler_events_are_the_raw_events_with_their_times_and_thread")
+               for e in events)  # with_stack: Python functions are events too, "file(line): name"

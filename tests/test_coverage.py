@@ -147,8 +147,13 @@ def test_every_format_shows_the_coverage(run):
         in run["md"]
     case = run["xml"].find(".//testcase[@name='probe_disabled[explain]']")
     props = {p.get("name"): p.get("value") for p in case.find("properties")}
-    assert props == {"calls_captured": "2", "unique_graphs": "2", "frames_eager": "0", "torch_calls_eager": "4",
-                     "captured_share": "0.5"}
+    costs = {k: v for k, v in props.items() if k.startswith("break_cost ")}
+    assert {k: v for k, v in props.items() if k not in costs} == {
+        "calls_captured": "2", "unique_graphs": "2", "frames_eager": "0", "torch_calls_eager": "4",
+        "captured_share": "0.5"}
+    # and the measured cost of its one break, at the call of the disabled helper (tests/test_break_cost.py)
+    line = MODEL.splitlines().index("    return helper(torch.sin(x)) * 2") + 1
+    assert list(costs) == [f"break_cost {run['model'].resolve()}:{line}"] and 0 < float(costs.popitem()[1]) < 1
     assert "coverage: 2 torch calls captured in 2 graph(s); ~50% of the 4 torch calls the eager forward makes" \
         in run["stdout"]
     assert "probe_whole: passed (compile)\n    coverage: 8 torch calls captured in 1 graph(s)" in run["stdout"]

@@ -4,7 +4,8 @@ wire a payload is the plain dict it always was (docs/report-schema.md, tested ag
 baseline compares are named by the stage's ``StageSpec.counts``. Pure: no torch import."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import os
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 
@@ -228,6 +229,78 @@ class Coverage(Payload):
         return round(min(1.0, captured / eager), 3)
 
 
+@dataclass(frozen=True)
+class BreakCost:
+    """One graph break's share of the compiled forward: the time outside graphs that followed it (the unsupported
+    code in eager, Dynamo's re-entry, a frame it gave up on because of it), per call, under ``torch.profiler``."""
+
+    file: str
+    line: int
+    gb_type: str | None = None
+    #: milliseconds per call under the profiler (median over the calls)
+    ms: float = 0.0
+    #: of the compiled call's time under the profiler: the median, and the lowest and highest over the calls
+    share: float = 0.0
+    low: float = 0.0
+    high: float = 0.0
+
+    @classmethod
+    def of(cls, body: Any) -> "BreakCost | None":
+        if not isinstance(body, dict) or not isinstance(body.get("file"), str) or not isinstance(body.get("line"), int):
+            return None
+        nums = {k: body.get(k) for k in ("ms", "share", "low", "high")}
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in nums.values()):
+            return None
+        gb = body.get("gb_type")
+        return cls(file=body["file"], line=body["line"], gb_type=gb if isinstance(gb, str) else None,
+                   **{k: float(v) for k, v in nums.items()})  # type: ignore[arg-type]
+
+
+@dataclass
+class BreakCosts(Payload):
+    """The explain stage, when it found breaks: what each break costs the compiled forward, measured
+    (stages/_break_cost.py says how). ``breaks`` costliest first."""
+
+    KEY: ClassVar[str] = "break_costs"
+    #: calls measured (each under the profiler, and as many compiled/eager pairs without it)
+    calls: int = 0
+    #: the compiled (backend="eager") and the eager forward, median milliseconds without the profiler, side by side
+    compiled_ms: float | None = None
+    eager_ms: float | None = None
+    #: (slowest - fastest) / median of the compiled calls: the noise of the timings
+    compiled_spread: float | None = None
+    #: the share of the compiled call outside graphs that followed no break (before the first graph, after a return)
+    unattributed: float | None = None
+    breaks: "list[BreakCost]" = field(default_factory=list)
+
+    @classmethod
+    def of(cls, extra: dict[str, Any]) -> "BreakCosts | None":
+        costs = super().of(extra)
+        if costs is None:
+            return None
+        items = costs.breaks if isinstance(costs.breaks, list) else []
+        costs.breaks = [c for c in (x if isinstance(x, BreakCost) else BreakCost.of(x) for x in items) if c]
+        for name in ("compiled_ms", "eager_ms", "compiled_spread", "unattributed"):
+            v = getattr(costs, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                setattr(costs, name, None)
+        if not isinstance(costs.calls, int) or isinstance(costs.calls, bool):
+            costs.calls = 0
+        return costs
+
+    def to_extra(self) -> dict[str, Any]:
+        out = super().to_extra()
+        out[self.KEY]["breaks"] = [asdict(c) for c in self.breaks]
+        return out
+
+    def of_site(self, file: str | None, line: int | None) -> "BreakCost | None":
+        """The cost of the break at a file and line (the path as the run saw it, or its real path)."""
+        if not file or line is None:
+            return None
+        real = os.path.realpath(file)
+        return next((c for c in self.breaks if c.line == line and c.file in (file, real)), None)
+
+
 @dataclass
 class StageNotes(Payload):
     """What any stage may note beside its payload, and what the classifier adds to a stage's result. Every field
@@ -253,7 +326,9 @@ class StageNotes(Payload):
                                            "opcheck", "gradcheck", "kind_pending")
 
 
-#: every payload type, by the stage that writes it
+#: the payload type of each stage that writes one: the one its counts are read from (``StageSpec.counts``)
 PAYLOADS: dict[str, type[Payload]] = {"compiled_autograd": CompiledAutogradCounts, "inductor": InductorKernels,
                                        "dynamic": DynamicRun, "vmap": VmapRun, "export": ExportGraph,
                                        "explain": Coverage}
+#: the payloads a stage writes beside that one, under their own ``KEY`` (compared by no baseline)
+BESIDE: dict[str, tuple[type[Payload], ...]] = {"explain": (BreakCosts,)}

@@ -1,5 +1,6 @@
 """The default terminal report, short: the environment line, the verdicts laid out for the terminal's width, one
-block per root cause (kind, where, one line of evidence, the fix, which probes and stages it covers), ``next:`` and
+block per root cause (kind, where, one line of evidence, what a break costs where measured, the fix, which probes
+and stages it covers; the costliest breaks first), ``next:`` and
 the summary. The long form (every finding of every probe, the compiled-autograd table, tracebacks) is ``-v``:
 terminal.render."""
 from __future__ import annotations
@@ -46,7 +47,8 @@ def causes(report: RunReport) -> Group:
     parts: list = []
     fixes: dict[str, str] = {}  # fix text -> the cause that showed it first
     errors = [c for c in found if report.gate.fails_on(c.finding.kind)]
-    for c in sorted(errors, key=lambda c: not view.gating(report, c)):  # stable: first seen first
+    # what gates first; within that, the costliest breaks first (view.by_cost); then as first seen
+    for c in sorted(view.by_cost(errors), key=lambda c: not view.gating(report, c)):
         parts.append(_block(report, c, labels, not view.gating(report, c), fixes))
     advice: dict[str, list[RootCause]] = {}
     for c in found:
@@ -87,6 +89,9 @@ def _block(report: RunReport, c: RootCause, labels: dict[str, str], not_required
     owner = f.ev.owner
     if owner is not None and f.user_frame is not None:
         body.append(f"\nwhose code: {owner.label}", style="dim")
+    cost = view.cost_of(c, labels)
+    if cost is not None:
+        body.append(f"\ncosts: {cost.text()}", style="dim")
     kind = kinds().get(f.kind)
     if kind:
         fix = fix_text(f)

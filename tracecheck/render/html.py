@@ -3,8 +3,8 @@
 One page per model file of the user's (a file under the run's rootdir that ran a torch call or holds a finding)
 and per library file with a finding, each line marked from the report alone: inside a graph Dynamo captured,
 run in eager (a torch call no captured graph has), or a finding's line (a graph break, with its kind, GB code and
-fix in a ``<details>``); and ``index.html`` with each probe's compile coverage and the findings, most widespread
-first. Plain HTML and one stylesheet (jinja2 templates in templates/, shipped with the package): nothing is
+fix in a ``<details>``); and ``index.html`` with each probe's compile coverage and the findings, the graph breaks
+the explain stage timed first, costliest first, then the most widespread. Plain HTML and one stylesheet (jinja2 templates in templates/, shipped with the package): nothing is
 fetched when a page is viewed.
 """
 from __future__ import annotations
@@ -80,7 +80,13 @@ def _finding_view(f: Finding, c: RootCause, labels: dict[str, str]) -> dict[str,
             "summary": f.summary,
             "fix": fix_text(f) if k else "", "more": k.explain_command if k else "",
             "owner": f.ev.owner.label if f.ev.owner is not None else "not known",
+            "cost": _cost(c, labels),
             "seen": "; ".join(f"{labels[p.id]}: {', '.join(stages)}" for p, stages in c.seen)}
+
+
+def _cost(c: RootCause, labels: dict[str, str]) -> str:
+    cost = view.cost_of(c, labels)
+    return cost.text() if cost is not None else ""
 
 
 def _reach(c: RootCause) -> tuple[int, int]:
@@ -108,7 +114,8 @@ def write(directory: str, report: RunReport) -> list[str]:
                     line.states[labels[p.id]] = mark
                     if not line.mark or _RANK[mark] < _RANK[line.mark]:
                         line.mark = mark
-    causes = sorted(root_causes(report.probes), key=lambda c: tuple(-x for x in _reach(c)))  # stable: first seen
+    # the costliest breaks first (as measured), then the most widespread; stable: first seen
+    causes = view.by_cost(sorted(root_causes(report.probes), key=lambda c: tuple(-x for x in _reach(c))))
     for c in causes:
         frame = c.finding.user_frame
         if frame is not None and frame.line and os.path.isabs(frame.file):  # on disk or not (a report from CI)
@@ -180,7 +187,7 @@ def write(directory: str, report: RunReport) -> list[str]:
                      "href": f"{href[frame.file]}#L{frame.line}" if frame and frame.file in href else "",
                      "owner": f.ev.owner.label if f.ev.owner is not None else (YOURS if frame and _under(
                          frame.file, rootdir) else "not known"),
-                     "reach": f"{n_probes} probe(s), {n_stages} stage(s)",
+                     "reach": f"{n_probes} probe(s), {n_stages} stage(s)", "cost": _cost(c, labels) or "-",
                      "fix": fix_text(f) if kinds().get(f.kind) else ""})
     env_line = f"torch {report.env.torch or '?'} · Python {report.env.python or '?'}"
     (out / "index.html").write_text(env.get_template("index.html.j2").render(

@@ -81,6 +81,9 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None)
         for name in ("calls_captured", "unique_graphs", "frames_eager", "torch_calls_eager", "captured_share"):
             if getattr(cov, name) is not None:
                 ET.SubElement(props, "property", {"name": name, "value": str(getattr(cov, name))})
+        costs = view.break_costs(p)
+        for c in costs.breaks if costs is not None else ():  # costliest first: "share of the compiled forward"
+            ET.SubElement(props, "property", {"name": f"break_cost {c.file}:{c.line}", "value": f"{c.share:.4f}"})
     failed = s.status in FAILED
     if comparison is not None:
         # against a baseline the comparison decides (its required targets and advice severity included)

@@ -291,12 +291,22 @@ class MarkdownRenderer:
                          f"graph_breaks={_none_dash(s.graph_break_count)}{explain_note}")
             for b in s.breaks:
                 where = f"{self.scrub(b.file)}:{b.line}" if b.file else "?"
-                breaks.setdefault((b.kind, b.gb_type, b.gb_code, where), []).append(name)
+                breaks.setdefault((b.kind, b.gb_type, b.gb_code, where, b.file, b.line), []).append(name)
         cov = view.coverage(p)
         if cov is not None:
             lines.append(f"{'coverage':<12} {view.coverage_counts(cov)}")
-        for (kind, gb_type, gb_code, where), stages in breaks.items():
-            lines.append(f"break at {where}: {kind}, {gb_code or gb_type} [{', '.join(stages)}]")
+        costs = view.break_costs(p)
+        priced = []  # each break once, the costliest first where the explain stage measured them ("fix these first")
+        for (kind, gb_type, gb_code, where, file, line), stages in breaks.items():
+            cost = costs.of_site(file, line) if costs is not None else None
+            said = f", costs {cost.share:.0%} of the compiled forward" if cost else ""
+            priced.append((-cost.share if cost else 1.0,
+                           f"break at {where}: {kind}, {gb_code or gb_type} [{', '.join(stages)}]{said}"))
+        lines += [text for _, text in sorted(priced, key=lambda t: t[0])]
+        if costs is not None and costs.breaks:
+            lines.append(f"(costs: the time outside graphs after each break, under torch.profiler over {costs.calls} "
+                         f"calls; the compiled forward {view.ms(costs.compiled_ms)} against "
+                         f"{view.ms(costs.eager_ms)} in eager without it, spread {view.pct(costs.compiled_spread)})")
         if not lines:
             return None
         return Details("Graph counts", "\n".join(lines))
@@ -341,6 +351,9 @@ class MarkdownRenderer:
             bullets.append(f"- **User frame:** {_code(self.scrub(frame.file) + ':' + str(frame.line))}{fn}")
         if ev.owner is not None:
             bullets.append(f"- **Owner:** {_code(ev.owner.label)}")
+        cost = view.cost_of(cause, {q.id: self.probe_label(q.id) for q, _ in cause.seen})
+        if cost is not None:
+            bullets.append(f"- **Costs:** {cost.text()}")
         named = [(label, value) for value, label in ((cx.op, "Op"), (cx.builtin, "Builtin")) if value]
         if not named and ev.gb_type:
             name = named_in_message(ev.message)

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model.taxonomy import MODEL_CODE_KINDS, K, fix_text, is_advice, kinds, needs_registration_fix, rewrites_model_code
-from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult, group_findings
+from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RootCause, RunReport, StageResult, group_findings
 from ..model.targets import Gate
 from . import view
 from .evidence import numeric_lines
@@ -233,7 +233,8 @@ def _findings_of(p: ProbeReport, verbose: bool) -> list[Text]:
     for stages, f in group_findings(p):
         # advice of one kind has one fix: it is printed once per probe
         out.append(_finding_text(", ".join(stages), f, verbose, show_fix=f.kind not in shown,
-                                 not_required=view.not_required_targets(p, stages), gate=p.gate))
+                                 not_required=view.not_required_targets(p, stages), gate=p.gate,
+                                 cost=view.cost_of(RootCause(f, [(p, stages)]))))
         if is_advice(f.kind):
             shown.add(f.kind)
     for stage, s in p.stages.items():
@@ -255,7 +256,7 @@ def internal_text(stage: str, s: StageResult, verbose: bool) -> Text:
 
 
 def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, not_required: list[str] = (),
-                  gate: Gate = Gate()) -> Text:
+                  gate: Gate = Gate(), cost: "view.Cost | None" = None) -> Text:
     ev = f.ev
     t = Text(f"  [{stage}] ", style="cyan")
     advice = is_advice(f.kind)
@@ -294,6 +295,8 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
         t.append(f"    gb_type doc: {ev.doc}\n", style="dim")
     for line in numeric_lines(f):
         t.append(f"    {line}\n", style="dim")
+    if cost is not None:
+        t.append(f"    costs: {cost.text()}\n", style="dim")
     kind = kinds().get(f.kind)
     if kind and show_fix:
         t.append(f"    fix: {fix_text(f)}\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.payloads import CompiledAutogradCounts, Coverage
+from ..model.payloads import BreakCost, BreakCosts, CompiledAutogradCounts, Coverage
 from ..model.evidence import TORCH as TORCH_OWNER, Evidence
 from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RootCause, RunReport, StageResult
 from ..stages import forward_only
@@ -146,6 +146,59 @@ def coverage(p: ProbeReport) -> Coverage | None:
     """The probe forward's compile coverage, measured by the explain stage (None: explain did not run or measure)."""
     s = p.stages.get("explain")
     return Coverage.of(s.extra) if s is not None else None
+
+
+def break_costs(p: ProbeReport) -> BreakCosts | None:
+    """What each of the probe forward's breaks costs, measured by the explain stage (None: not measured)."""
+    s = p.stages.get("explain")
+    return BreakCosts.of(s.extra) if s is not None else None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A root cause's measured cost: the break's, in the probe where it costs the most, and how it was measured."""
+
+    cost: BreakCost
+    of: BreakCosts
+    probe: str
+
+    def text(self) -> str:
+        """``60% of the compiled forward (~0.14 ms of 0.23 ms a call; 48%-62% over 7 calls, under torch.profiler)``:
+        the share as measured, and in milliseconds that share of the forward timed without the profiler."""
+        c, of = self.cost, self.of
+        spread = f"{c.low:.0%}-{c.high:.0%}" if f"{c.low:.0%}" != f"{c.high:.0%}" else f"{c.low:.0%}"
+        where = f" in {self.probe}" if self.probe else ""
+        ms = f"~{c.share * of.compiled_ms:.2g} ms of {of.compiled_ms:.2g} ms a call; " if of.compiled_ms else ""
+        return f"{c.share:.0%} of the compiled forward{where} ({ms}{spread} over {of.calls} calls, under torch.profiler)"
+
+
+def cost_of(c: RootCause, label: dict[str, str] | None = None) -> Cost | None:
+    """The measured cost of a root cause at a line (a graph break the explain stage timed), the highest among the
+    probes that saw it; None for a cause nothing measured."""
+    frame = c.finding.user_frame
+    if frame is None:
+        return None
+    best: Cost | None = None
+    for p, _ in c.seen:
+        costs = break_costs(p)
+        cost = costs.of_site(frame.file, frame.line) if costs is not None else None
+        if cost is not None and (best is None or cost.share > best.cost.share):
+            best = Cost(cost, costs, (label or {}).get(p.id, "") if len(c.seen) > 1 else "")
+    return best
+
+
+def ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g} ms"
+
+
+def pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0%}"
+
+
+def by_cost(causes: list[RootCause]) -> list[RootCause]:
+    """Causes with a measured cost first, costliest first; the others after them as they were ("fix these first")."""
+    costs = {id(c): cost_of(c) for c in causes}
+    return sorted(causes, key=lambda c: -costs[id(c)].cost.share if costs[id(c)] is not None else 1.0)
 
 
 def coverage_counts(c: Coverage) -> str:

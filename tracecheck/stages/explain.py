@@ -1,13 +1,15 @@
-"""``explain``: ``torch._dynamo.explain`` (forward only) plus tracecheck's own break count from the trace, and the
-forward's compile coverage (model/payloads.Coverage)."""
+"""``explain``: ``torch._dynamo.explain`` (forward only) plus tracecheck's own break count from the trace, the
+forward's compile coverage (model/payloads.Coverage) and, when it breaks, what each break costs
+(model/payloads.BreakCosts, measured by ``_break_cost``)."""
 from __future__ import annotations
 
 import os
 import re
 import sys
+import time
 from typing import Any
 
-from ..model.payloads import Coverage, SourceLines
+from ..model.payloads import Coverage, SourceLines, StageNotes
 from ._spec import StageContext, StageSpec
 
 #: Tensor metadata queries Dynamo answers at trace time (static shapes) with no graph node; an eager count that kept
@@ -17,6 +19,10 @@ _METADATA = frozenset({"size", "dim", "ndimension", "stride", "numel", "nelement
                        "is_contiguous", "is_floating_point", "is_complex", "is_signed", "get_device", "__len__",
                        "__get__"})
 
+
+#: the explain run's seconds past which the breaks' cost is not measured (it compiles the forward once more and runs it
+#: a few times: a slow compile on a loaded machine must not turn the stage into a timeout)
+COST_AFTER_S = 60
 
 #: ``File "/path/model.py", line 14, in forward``: one frame of a graph node's ``stack_trace``
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
@@ -106,6 +112,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
     # explain runs on the probe's first call, as a user's program compiles it: a library that fills a Python cache on
     # its first call (a quantization map built with .tolist()) breaks the graph then, and not after an eager run
+    started = time.perf_counter()
     case = ctx.make_case()
     before = _stats(compat.counters())  # the fork server's warm-up compile counted too: the explain run's own share
     with tracelog.TraceCollector() as trace:
@@ -123,15 +130,26 @@ def run(ctx: StageContext) -> dict[str, Any]:
     shown = _outside(_not_shown())
     eager, eager_lines = _torch_calls_eager(ctx, shown)
     lines = _source_lines(eager_lines, _lines_in_graphs(getattr(out, "graphs", None), shown))
+    extra = Coverage(calls_captured=captured, unique_graphs=graphs, frames_eager=frames - frames_ok,
+                     torch_calls_eager=eager, captured_share=Coverage.share(captured, eager),
+                     lines=lines or None).to_extra()
+    if trace.breaks and time.perf_counter() - started > COST_AFTER_S:  # measuring costs another compile at least
+        extra.update(StageNotes(not_checked=[
+            f"what each graph break costs (explain took {time.perf_counter() - started:.0f} s, over "
+            f"{COST_AFTER_S} s: measuring would compile the forward again)"]).to_extra())
+    elif trace.breaks:
+        from ._break_cost import measure
+
+        costs = measure(ctx.make_case, trace.breaks)
+        if costs is not None:
+            extra.update(costs.to_extra())
     return {
         "breaks": trace.breaks,
         "phases": [FORWARD],
         "graph_count": out.graph_count,
         "explain_graph_break_count": out.graph_break_count,
         "explain_reasons": [clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
-        "extra": Coverage(calls_captured=captured, unique_graphs=graphs, frames_eager=frames - frames_ok,
-                          torch_calls_eager=eager, captured_share=Coverage.share(captured, eager),
-                          lines=lines or None).to_extra(),
+        "extra": extra,
     }
 
 

@@ -1,0 +1,177 @@
+"""What each graph break costs (issue 41, item 4): stages/_break_cost.py and the ``break_costs`` payload.
+
+Oracles: the attribution rules on a profiler timeline written by hand, with the microseconds each break is owed
+counted by hand; on a real run, the lines and gb_types of a model's two breaks read off its source (a ``print``,
+and an ``.item()`` inside a loop, which makes Dynamo give up on the loop's frame), and the loop's ops that torch's
+own profiler says ran outside any graph. Which break costs more is timing, so it is not asserted here: the
+benchmark ``benchmarks/bench_break_cost.py`` repeats the run and prints the order and its noise.
+"""
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tracecheck.model.payloads import BESIDE, BreakCost, BreakCosts
+from tracecheck.stages import _break_cost as bc
+
+
+# -- the attribution, on a timeline written by hand -------------------------------------------------------------
+
+@dataclass
+class _Event:
+    name: str
+    start: float
+    end: float
+    cpu_parent: "_Event | None" = None
+
+    @property
+    def time_range(self):
+        return SimpleNamespace(start=self.start, end=self.end)
+
+
+def _break(file: str, line: int, function: str) -> dict:
+    """A break record as the explain stage's trace collector writes it (evidence/tracelog.TraceCollector)."""
+    return {"file": file, "line": line, "gb_type": f"gb{line}",
+            "user_stack": f'  File "/x/run.py", line 3, in main\n  File "{file}", line {line}, in {function}\n'}
+
+
+PRINT, ITEM = ("/x/model.py", 10), ("/x/model.py", 13)
+BREAKS = [_break("/x/model.py", 10, "forward"), _break("/x/model.py", 13, "forward")]
+
+
+def _timeline() -> list[_Event]:
+    """One call of 100 us: graph 0 (10-30 us) ends at the print (line 10); then the resume function Dynamo gave up
+    on (its loop holds the .item() at line 13) runs relu (45-50) and sum (52-60, with a nested op) in eager."""
+    call = _Event("tracecheck_call_0", 0, 100)
+    forward = _Event("model.py(8): forward", 1, 99, call)
+    graph = _Event("tracecheck_graph_0", 10, 30, forward)
+    resume = _Event("model.py(10): torch_dynamo_resume_in_forward_at_10", 40, 95, forward)
+    total = _Event("aten::sum", 52, 60, resume)
+    return [call, forward, graph, _Event("aten::linear", 12, 28, graph), resume, _Event("aten::relu", 45, 50, resume),
+            total, _Event("aten::sum_inner", 53, 55, total), _Event("aten::empty", 53, 54, total)]
+
+
+def test_time_outside_graphs_goes_to_the_break_it_followed():
+    """By hand: 0-10 before the first graph is no break's (10 us); 30-45 (the print, Dynamo's re-entry) the
+    print's (15 us); relu, sum and the gaps between them and the tail 60-100, in the frame the .item() made Dynamo
+    give up on, the .item()'s (5 + 2 + 8 + 40 = 55 us). 10 + 15 + 55 + the graph's 20 = 100."""
+    got = bc._attribute(_timeline(), [PRINT], bc._Frames(BREAKS))
+    assert got == {"tracecheck_call_0": (100, {None: 10, PRINT: 15, ITEM: 55})}
+
+
+def test_an_op_in_the_breaks_own_frame_is_the_break_that_ended_the_graph():
+    """A ``torch.compiler.disable``d helper called at the break: its ops (in a frame with no break of its own, under
+    the break's frame) are that break's, not the first break of the calling frame."""
+    call = _Event("tracecheck_call_0", 0, 50)
+    forward = _Event("model.py(8): forward", 0, 50, call)
+    graph = _Event("tracecheck_graph_0", 5, 15, forward)
+    helper = _Event("helpers.py(3): helper", 20, 40, forward)
+    events = [call, forward, graph, helper, _Event("aten::cos", 25, 35, helper)]
+    got = bc._attribute(events, [ITEM], bc._Frames(BREAKS))
+    assert got == {"tracecheck_call_0": (50, {None: 5, ITEM: 35})}
+
+
+def test_a_resume_function_holds_the_breaks_after_its_line_only():
+    frames = bc._Frames(BREAKS)
+    assert frames.breaks_in("model.py", "forward") == [PRINT, ITEM]
+    assert frames.breaks_in("model.py", "torch_dynamo_resume_in_forward_at_10") == [ITEM]
+    assert frames.breaks_in("model.py", "torch_dynamo_resume_in_forward_at_13") == []
+    assert frames.breaks_in("other.py", "forward") == []  # the same function name in another file
+    assert frames.breaks_in("x/model.py", "forward") == [PRINT, ITEM]  # a longer tail of the same path
+
+
+def test_odd_break_costs_in_a_report_read_as_not_measured():
+    extra = {"break_costs": {"calls": "7", "compiled_ms": -1, "eager_ms": 0.1, "compiled_spread": True,
+                             "breaks": [{"file": "/m.py", "line": 3, "ms": 0.1, "share": 0.5, "low": 0.4, "high": 0.6},
+                                        {"file": "/m.py", "line": "3", "share": 0.5},
+                                        {"file": "/m.py", "line": 4, "ms": 0.1, "share": "x", "low": 0, "high": 0},
+                                        "junk"]}}
+    costs = BreakCosts.of(extra)
+    assert costs.calls == 0 and costs.compiled_ms is None and costs.compiled_spread is None and costs.eager_ms == 0.1
+    assert costs.breaks == [BreakCost("/m.py", 3, None, 0.1, 0.5, 0.4, 0.6)]
+    assert costs.of_site("/m.py", 3) is costs.breaks[0] and costs.of_site("/m.py", 4) is None
+    assert BreakCosts.of({}) is None and BESIDE["explain"] == (BreakCosts,)
+
+
+# -- on a real run ------------------------------------------------------------------------------------------------
+
+MODEL = '''
+import torch
+import tracecheck
+
+
+class PrintAndItem(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        h = self.lin(x)
+        print("rows", h.shape[0])  # line 13: a break once per call
+        h = torch.relu(h)
+        for _ in range(8):
+            if h.sum().item() > 0:  # line 16: a break in a loop: Dynamo gives up on the loop's frame
+                h = h * 0.9
+            h = h + 1
+        return h
+
+
+@tracecheck.probe
+def probe_print_and_item():
+    return tracecheck.Case(PrintAndItem(), (torch.randn(32, 64),))
+
+
+@tracecheck.probe
+def probe_no_break():
+    return tracecheck.Case(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
+'''
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("cost")
+    (folder / "model.py").write_text(MODEL)
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", "model.py", "--stages", "explain",
+                           "--json", "r.json", "--report", "r.md", "--html", "html"], capture_output=True,
+                          text=True, timeout=600, cwd=folder, env={**os.environ, "COLUMNS": "200"})
+    report = json.loads((folder / "r.json").read_text())
+    extra = {p["id"].split("::")[1]: p["stages"]["explain"]["extra"] for p in report["probes"]}
+    return {"extra": extra, "stdout": proc.stdout, "md": (folder / "r.md").read_text(), "folder": folder}
+
+
+def test_both_breaks_are_measured_at_their_lines(run):
+    costs = BreakCosts.of(run["extra"]["probe_print_and_item"])
+    model = str((run["folder"] / "model.py").resolve())
+    assert {(c.file, c.line, c.gb_type) for c in costs.breaks} == {
+        (model, 13, "Failed to trace builtin operator"),
+        (model, 16, "Unsupported Tensor.item() call with capture_scalar_outputs=False")}
+    assert costs.calls >= bc.MIN_CALLS and costs.compiled_ms > 0 and costs.eager_ms > 0
+    for c in costs.breaks:
+        assert 0 < c.low <= c.share <= c.high < 1 and c.ms > 0
+    # the shares are parts of one call, with the graphs' time and the unattributed time beside them
+    assert sum(c.share for c in costs.breaks) + costs.unattributed < 1
+
+
+def test_a_probe_without_a_break_has_no_costs(run):
+    assert BreakCosts.of(run["extra"]["probe_no_break"]) is None
+
+
+def test_every_renderer_says_the_cost_costliest_first(run):
+    """The terminal's root-cause blocks, the Markdown's graph counts and the source view's index list the breaks in
+    the order of their measured shares, whichever that is on this run."""
+    costs = BreakCosts.of(run["extra"]["probe_print_and_item"])
+    order = [c.line for c in costs.breaks]
+    lines = run["stdout"].splitlines()
+    heads = [n for n in order for i, ln in enumerate(lines) if f"model.py:{n}  (" in ln]
+    assert heads == order
+    assert sum("costs: " in ln and "of the compiled forward (~" in ln for ln in lines) == 2
+    md_order = [int(ln.split(".py:")[1].split(":")[0]) for ln in run["md"].splitlines() if ln.startswith("break at ")]
+    assert md_order == order
+    index = (run["folder"] / "html" / "index.html").read_text()
+    assert [n for n in sorted(order, key=lambda n: index.index(f"model.py:{n}<"))] == order
+    assert index.count('class="cost">') == 2 and "of the compiled forward" in index

@@ -1,0 +1,270 @@
+"""The cost of each graph break, measured (the explain stage, when it found breaks; model/payloads.BreakCosts).
+
+The probe's forward is compiled once more with a backend that runs each graph Dynamo captured inside a
+``torch.profiler.record_function`` range named for the graph, and the graph remembers the break that ended it
+(``gm.compile_subgraph_reason``, what ``torch._dynamo.explain`` itself reads). Then, under ``torch.profiler`` with
+Python stacks, every moment of a call is outside a graph or inside one, and each moment outside one is given to the
+break it followed:
+
+* after graph *g* ended at a break, the unsupported code runs in eager (a ``print``, a disabled helper's ops) and
+  Dynamo re-enters the resume function: that time, ops and gaps alike, is that break's;
+* an op whose innermost user frame holds a break of its own that did not end the last graph ran in a frame Dynamo
+  gave up on (a break inside a loop skips the whole resume function), so it is that frame's break's;
+* time before the first graph or after a graph that ended at a ``return`` is no break's (``unattributed``).
+
+The ranking is read under the profiler (it slows Python and eager ops more than a graph's ops: shares, not
+absolute times); the compiled and eager forwards are also timed without it, side by side, for the ratio and its
+noise. The graphs run with backend="eager": an eager gap costs the same whatever compiles the graphs around it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+from typing import Any, Callable
+
+from ..model.payloads import BreakCost, BreakCosts
+
+#: ``record_function`` names: a measured call, and a graph (its index in compile order follows)
+_CALL, _GRAPH = "tracecheck_call_", "tracecheck_graph_"
+#: a Python function event of ``torch.profiler`` with ``with_stack=True``: ``path/to/file.py(12): forward``, the
+#: line the code object starts at (not the current line)
+_PY_FUNCTION = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<name>.+)$")
+#: stop measuring after this many seconds of timed calls (a big model still gets ``MIN_CALLS``)
+BUDGET_S = 3.0
+CALLS, MIN_CALLS = 7, 3
+#: a break's frame in a structured-trace user stack: ``File "/x/model.py", line 10, in torch_dynamo_resume_in_...``
+_STACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>[\w<>.]+)')
+
+Site = tuple[str, int]
+
+
+def _site(file: str, line: int) -> Site:
+    return os.path.realpath(file), int(line)
+
+
+def _frame_name(brk: dict[str, Any]) -> str | None:
+    """The function a break is in (resume functions keep Dynamo's name), from the last frame of its user stack
+    that is at its file and line."""
+    name = None
+    for m in _STACK_FRAME.finditer(brk.get("user_stack") or ""):
+        if m.group("file") == brk.get("file") and int(m.group("line")) == brk.get("line"):
+            name = m.group("name")
+    return name
+
+
+def _ending_site(gm: Any) -> Site | None:
+    """The break that ended a graph: the innermost frame outside torch of its compile reason's user stack; None for
+    a graph that ended at a return."""
+    from ..evidence.frames import in_torch_or_stdlib
+
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    if reason is None or not getattr(reason, "graph_break", False):
+        return None
+    for f in reversed(getattr(reason, "user_stack", None) or []):
+        if not in_torch_or_stdlib(f.filename, f.name):
+            return _site(f.filename, f.lineno)
+    return None
+
+
+#: the name Dynamo gives the function that resumes ``forward`` after its break at line 10
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<name>\w+?)_at_(?P<line>\d+)$")
+
+
+class _Frames:
+    """Which breaks a frame of a profiler stack holds: by function name and the tail of its file's path (the
+    profiler names a file relative to a ``sys.path`` entry). The structured trace names a resume function's break
+    by the function it resumes; the profiler names the resume function, whose code is what follows its line."""
+
+    def __init__(self, breaks: list[dict[str, Any]]) -> None:
+        self.by_name: dict[str, list[tuple[str, Site]]] = {}
+        for b in breaks:
+            name = _frame_name(b)
+            if name and b.get("file") and b.get("line"):
+                self.by_name.setdefault(name, []).append((os.path.realpath(b["file"]), _site(b["file"], b["line"])))
+        for sites in self.by_name.values():
+            sites.sort(key=lambda s: s[1][1])
+
+    def breaks_in(self, file_tail: str, name: str) -> list[Site]:
+        """The breaks in the code a frame runs, first line first."""
+        after = 0
+        m = _RESUME.match(name)
+        if m:
+            name, after = m.group("name"), int(m.group("line"))
+        tail = file_tail.replace("/", os.sep)
+        return [site for file, site in self.by_name.get(name, ())
+                if site[1] > after and (file == tail or file.endswith(os.sep + tail))]
+
+    def owner(self, frames: list[tuple[str, str]], last: Site | None) -> Site | None:
+        """Whose time an eager op is (``frames``: its Python frames, innermost first): the break the last graph
+        ended at (``last``) when the op runs in the frame of that break (the unsupported code, or a function it
+        calls); else the first break of the innermost frame that has any (a frame Dynamo gave up on because of it);
+        else ``last``."""
+        for file, name in frames:
+            held = self.breaks_in(file, name)
+            if held:
+                return last if last in held else held[0]
+        return last
+
+
+def _ancestry(event: Any) -> tuple[str | None, int | None, bool, list[tuple[str, str]]]:
+    """(the measured call's name, the graph's index, under another aten op, the Python frames innermost first) of a
+    profiler event, from its parents."""
+    call = None
+    graph = None
+    nested = False
+    py: list[tuple[str, str]] = []
+    p = event.cpu_parent
+    while p is not None:
+        name = p.name
+        if name.startswith(_CALL):
+            call = name
+            break
+        if name.startswith(_GRAPH):
+            graph = int(name[len(_GRAPH):])
+        elif name.startswith("aten::"):
+            nested = True
+        else:
+            m = _PY_FUNCTION.match(name)
+            if m and not m.group("file").startswith(("torch/", "tracecheck/")):
+                py.append((m.group("file"), m.group("name")))
+        p = p.cpu_parent
+    return call, graph, nested, py
+
+
+def _attribute(events: list[Any], ends: list[Site | None],
+               frames: _Frames) -> dict[str, tuple[float, dict[Site | None, float]]]:
+    """Per measured call, its microseconds and those outside graphs given to each break (None: to no break)."""
+    calls: dict[str, tuple[float, float]] = {}
+    timeline: dict[str, list[tuple[float, float, str, Any]]] = {}
+    for e in events:
+        if e.name.startswith(_CALL):
+            calls[e.name] = (e.time_range.start, e.time_range.end)
+            continue
+        if not (e.name.startswith(_GRAPH) or e.name.startswith("aten::")):
+            continue
+        call, graph, nested, py = _ancestry(e)
+        if call is None or nested:
+            continue
+        if e.name.startswith(_GRAPH):
+            if graph is None:  # the outermost range of a graph (a graph called inside another's range is its own)
+                timeline.setdefault(call, []).append((e.time_range.start, e.time_range.end, "graph",
+                                                      int(e.name[len(_GRAPH):])))
+        elif graph is None:
+            timeline.setdefault(call, []).append((e.time_range.start, e.time_range.end, "op", py))
+    out: dict[str, tuple[float, dict[Site | None, float]]] = {}
+    for call, (start, end) in calls.items():
+        spent: dict[Site | None, float] = {}
+        after: Site | None = None  # the break the last graph ended at
+        owner: Site | None = None  # whose time a gap is: the previous moment's owner
+        at = start
+        for s, e, what, info in sorted(timeline.get(call, ()), key=lambda t: t[0]):
+            if s > at:
+                spent[owner] = spent.get(owner, 0.0) + (s - at)
+            if what == "graph":
+                after = owner = ends[info] if info < len(ends) else None
+            else:
+                owner = frames.owner(info, after)
+                spent[owner] = spent.get(owner, 0.0) + (e - s)
+            at = max(at, e)
+        if end > at:
+            spent[owner] = spent.get(owner, 0.0) + (end - at)
+        out[call] = (end - start, spent)
+    return out
+
+
+class _Event:
+    """A profiler event with its parent, from torch's raw (Kineto) events: building ``prof.events()``'s
+    FunctionEvents takes seconds on a transformers model (330,000 Python-function events for BigBird's 7 calls)."""
+
+    __slots__ = ("name", "start", "end", "cpu_parent")
+
+    def __init__(self, name: str, start: float, end: float) -> None:
+        self.name, self.start, self.end, self.cpu_parent = name, start, end, None
+
+    @property
+    def time_range(self) -> "_Event":
+        return self
+
+
+def _events(prof: Any) -> list[_Event]:
+    """The CPU events of one thread's calls, each with its parent: the innermost event that encloses it in time
+    (on one thread, a call encloses what it calls)."""
+    from .. import compat
+
+    raw = [(_Event(name, start / 1000, end / 1000), thread) for name, start, end, thread in compat.profiler_events(prof)]
+    ours = {t for e, t in raw if e.name.startswith(_CALL)}  # the calling thread's events, not an intra-op thread's
+    events = [e for e, t in raw if t in ours]
+    events.sort(key=lambda e: (e.start, -e.end))
+    stack: list[_Event] = []
+    for e in events:
+        while stack and stack[-1].end < e.end:
+            stack.pop()
+        e.cpu_parent = stack[-1] if stack else None
+        stack.append(e)
+    return events
+
+
+def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]]) -> BreakCosts | None:
+    """Measure the forward's breaks; None when the compiled forward does not run (the explain run said why)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from .. import compat
+
+    ends: list[Site | None] = []
+
+    def backend(gm: Any, example_inputs: Any) -> Callable[..., Any]:
+        name = f"{_GRAPH}{len(ends)}"
+        ends.append(_ending_site(gm))
+        forward = gm.forward
+
+        def run(*args: Any) -> Any:
+            with record_function(name):
+                return forward(*args)
+        return run
+
+    compat.dynamo_reset()
+    case = make_case()
+    compiled = torch.compile(case.fn, backend=backend)
+
+    def call(fn: Callable[..., Any]) -> float:
+        t0 = time.perf_counter()
+        fn(*case.args, **case.kwargs)
+        return time.perf_counter() - t0
+
+    try:
+        call(compiled)
+        call(compiled)  # the first call compiles; the second meets a recompile a first call's side effect makes
+        eager_s, compiled_s = [], []
+        deadline = time.perf_counter() + BUDGET_S / 2
+        while len(compiled_s) < CALLS and (len(compiled_s) < MIN_CALLS or time.perf_counter() < deadline):
+            eager_s.append(call(case.fn))  # side by side, so the machine's load weighs on both alike
+            compiled_s.append(call(compiled))
+        n = len(compiled_s)
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            for i in range(n):
+                with record_function(f"{_CALL}{i}"):
+                    compiled(*case.args, **case.kwargs)
+        events = _events(prof)
+    except Exception:
+        return None
+    finally:
+        compat.dynamo_reset()
+    per_call = [(total, spent) for total, spent in _attribute(events, ends, _Frames(breaks)).values() if total > 0]
+    gb_types = {_site(b["file"], b["line"]): b.get("gb_type") for b in breaks if b.get("file") and b.get("line")}
+    costs = []
+    for site in {s for _, spent in per_call for s in spent if s is not None}:
+        shares = [spent.get(site, 0.0) / total for total, spent in per_call]
+        costs.append(BreakCost(file=site[0], line=site[1], gb_type=gb_types.get(site),
+                               ms=round(statistics.median(spent.get(site, 0.0) for _, spent in per_call) / 1000, 4),
+                               share=round(statistics.median(shares), 4), low=round(min(shares), 4),
+                               high=round(max(shares), 4)))
+    costs.sort(key=lambda c: (-c.share, c.file, c.line))
+    unattributed = [spent.get(None, 0.0) / total for total, spent in per_call]
+    return BreakCosts(
+        calls=len(per_call), compiled_ms=round(statistics.median(compiled_s) * 1000, 4),
+        eager_ms=round(statistics.median(eager_s) * 1000, 4),
+        compiled_spread=round((max(compiled_s) - min(compiled_s)) / statistics.median(compiled_s), 3),
+        unattributed=round(statistics.median(unattributed), 4) if unattributed else None, breaks=costs)
