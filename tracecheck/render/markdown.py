@@ -304,9 +304,11 @@ class MarkdownRenderer:
                            f"break at {where}: {kind}, {gb_code or gb_type} [{', '.join(stages)}]{said}"))
         lines += [text for _, text in sorted(priced, key=lambda t: t[0])]
         if costs is not None and costs.breaks:
-            lines.append(f"(costs: the time outside graphs after each break, under torch.profiler over {costs.calls} "
-                         f"calls; the compiled forward {view.ms(costs.compiled_ms)} against "
-                         f"{view.ms(costs.eager_ms)} in eager without it, spread {view.pct(costs.compiled_spread)})")
+            ratio = (f"; the compiled forward (backend eager) took {costs.compiled_ms / costs.eager_ms:.1f}x the eager "
+                     f"one's time without the profiler, its calls spread {view.pct(costs.compiled_spread)}"
+                     if costs.compiled_ms and costs.eager_ms else "")
+            lines.append(f"(costs: the time outside graphs after each break, a share of the compiled forward under "
+                         f"torch.profiler over {costs.calls} calls{ratio})")
         if not lines:
             return None
         return Details("Graph counts", "\n".join(lines))
