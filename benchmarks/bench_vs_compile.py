@@ -53,7 +53,9 @@ print(n, "probes", round(time.perf_counter() - t0, 2), "s in-process")
 
 def _timed(cmd: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    if proc.returncode not in (0, 1):  # 1: tracecheck found something, which is no failure of the benchmark
+        sys.exit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
     return time.perf_counter() - t0
 
 

@@ -175,3 +175,4 @@ def test_every_renderer_says_the_cost_costliest_first(run):
     index = (run["folder"] / "html" / "index.html").read_text()
     assert [n for n in sorted(order, key=lambda n: index.index(f"model.py:{n}<"))] == order
     assert index.count('class="cost">') == 2 and "of the compiled forward" in index
+

@@ -101,6 +101,23 @@ class InductorKernels(Payload):
     graphs: int = 0
     generated_kernels: int = 0
     extern_custom_ops: int = 0
+    #: Inductor's FX graph cache and AOTAutograd's cache over the stage's compile, torch's own counters
+    #: (``counters["inductor"]["fxgraph_cache_hit"]``, ``counters["aot_autograd"]["autograd_cache_hit"]``, ...): a warm
+    #: re-run of an unchanged model compiles from them (None: a report from before they were kept)
+    fxgraph_cache_hit: int | None = None
+    fxgraph_cache_miss: int | None = None
+    fxgraph_cache_bypass: int | None = None
+    autograd_cache_hit: int | None = None
+    autograd_cache_miss: int | None = None
+
+    def cache_text(self) -> str | None:
+        """``FX graph cache 4 hit(s), 0 miss(es); AOTAutograd cache 2 hit(s), 0 miss(es)``; None when not counted."""
+        if self.fxgraph_cache_hit is None and self.autograd_cache_hit is None:
+            return None
+        parts = [f"FX graph cache {self.fxgraph_cache_hit or 0} hit(s), {self.fxgraph_cache_miss or 0} miss(es)"
+                 + (f", {self.fxgraph_cache_bypass} bypass(es)" if self.fxgraph_cache_bypass else ""),
+                 f"AOTAutograd cache {self.autograd_cache_hit or 0} hit(s), {self.autograd_cache_miss or 0} miss(es)"]
+        return "; ".join(parts)
 
 
 @dataclass

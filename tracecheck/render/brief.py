@@ -34,6 +34,9 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
     terminal.print_next_steps(console, terminal.next_steps(report, attachment, source) if advise else [])
     console.print(Text("(-v: every finding of every probe, with its traceback and the compiled-autograd counts)",
                        style="dim"))
+    caches = view.inductor_caches(report)
+    if caches:
+        console.print(Text(caches, style="dim"))
     console.print(terminal.summary_line(report))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.payloads import BreakCost, BreakCosts, CompiledAutogradCounts, Coverage
+from ..model.payloads import BreakCost, BreakCosts, CompiledAutogradCounts, Coverage, InductorKernels
 from ..model.evidence import TORCH as TORCH_OWNER, Evidence
 from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RootCause, RunReport, StageResult
 from ..stages import forward_only
@@ -196,6 +196,24 @@ def by_cost(causes: list[RootCause]) -> list[RootCause]:
     """Causes with a measured cost first, costliest first; the others after them as they were ("fix these first")."""
     costs = {id(c): cost_of(c) for c in causes}
     return sorted(causes, key=lambda c: -costs[id(c)].cost.share if costs[id(c)] is not None else 1.0)
+
+
+def inductor_caches(report: RunReport) -> str | None:
+    """What the inductor stage's compiles took from Inductor's and AOTAutograd's caches, over every probe (a warm
+    re-run of an unchanged model compiles from them): ``Inductor's caches over 2 probes: FX graph cache 6 hit(s), ...``;
+    None when no inductor stage counted them."""
+    seen = [k for p in report.probes for k in [_kernels(p)] if k is not None and k.fxgraph_cache_hit is not None]
+    if not seen:
+        return None
+    total = InductorKernels(**{name: sum(getattr(k, name) or 0 for k in seen) for name in (
+        "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "autograd_cache_hit", "autograd_cache_miss")})
+    warm = " (a warm run: compiled from the caches)" if total.fxgraph_cache_hit and not total.fxgraph_cache_miss else ""
+    return f"Inductor's caches, the inductor stage of {len(seen)} probe(s): {total.cache_text()}{warm}"
+
+
+def _kernels(p: ProbeReport) -> InductorKernels | None:
+    s = p.stages.get("inductor")
+    return InductorKernels.of(s.extra) if s is not None else None
 
 
 def coverage_counts(c: Coverage) -> str:

@@ -397,8 +397,11 @@ def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = 
     if code.codes and got.error is None:  # inductor: the custom ops its generated code calls as extern kernels
         kernels = code.kernel_count()
         record["opaque_ops"] = [{**op, "kernels": kernels} for op in code.extern_ops(TORCH_NAMESPACES)]
-        record["extra"] = InductorKernels(graphs=len(code.codes), generated_kernels=kernels,
-                                          extern_custom_ops=len(record["opaque_ops"])).to_extra()
+        record["extra"] = InductorKernels(
+            graphs=len(code.codes), generated_kernels=kernels, extern_custom_ops=len(record["opaque_ops"]),
+            **{k: int(counters[group][k]) for group, keys in (
+                ("inductor", ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")),
+                ("aot_autograd", ("autograd_cache_hit", "autograd_cache_miss"))) for k in keys}).to_extra()
     if got.error is None:
         notes: list[str] = []
         mismatches = compare(ref, got, **references(make_case, case=case), notes=notes)
