@@ -27,8 +27,10 @@ DEFAULT = os.path.join(REPO, "benchmarks", "models", "print_and_item.py")
 def one_run(path: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
-        subprocess.run([sys.executable, "-m", "tracecheck", "run", path, "--stages", "explain", "--json", out],
-                       capture_output=True, text=True, timeout=900)
+        proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", path, "--stages", "explain", "--json", out],
+                              capture_output=True, text=True, timeout=900)
+        if proc.returncode not in (0, 1):  # 1: the breaks are findings
+            sys.exit(f"tracecheck exited {proc.returncode}:\n{proc.stderr[-2000:]}")
         report = json.load(open(out))
     rows = []
     for p in report["probes"]:
@@ -50,8 +52,8 @@ def main() -> None:
             breaks = row["breaks"]
             order = " > ".join(f"{os.path.basename(b['file'])}:{b['line']}" for b in breaks)
             orders[(row["probe"], order)] += 1
-            print(f"run {i} {row['probe']}: compiled {row['compiled_ms']:.3f} ms, eager {row['eager_ms']:.3f} ms "
-                  f"(compiled spread {row['compiled_spread']:.0%}), {row['calls']} calls")
+            print(f"run {i} {row['probe']}: compiled {row.get('compiled_ms')} ms, eager {row.get('eager_ms')} ms "
+                  f"(compiled spread {row.get('compiled_spread')}), {row['calls']} calls")
             for b in breaks:
                 key = f"{os.path.basename(b['file'])}:{b['line']} {b['gb_type']}"
                 shares[key].append(b["share"])

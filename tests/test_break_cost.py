@@ -1,10 +1,10 @@
 """What each graph break costs (issue 41, item 4): stages/_break_cost.py and the ``break_costs`` payload.
 
 Oracles: the attribution rules on a profiler timeline written by hand, with the microseconds each break is owed
-counted by hand; on a real run, the lines and gb_types of a model's two breaks read off its source (a ``print``,
-and an ``.item()`` inside a loop, which makes Dynamo give up on the loop's frame), and the loop's ops that torch's
-own profiler says ran outside any graph. Which break costs more is timing, so it is not asserted here: the
-benchmark ``benchmarks/bench_break_cost.py`` repeats the run and prints the order and its noise.
+counted by hand, against a source file whose functions' first lines are read by hand; on a real run, the lines and
+gb_types of a model's two breaks read off its source (a ``print``, and an ``.item()`` inside a loop, which makes
+Dynamo give up on the loop's frame). Which break costs more is timing, so it is not asserted here: the benchmark
+``benchmarks/bench_break_cost.py`` repeats the run and prints the order and its noise.
 """
 import json
 import os
@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tracecheck import compat
 from tracecheck.model.payloads import BESIDE, BreakCost, BreakCosts
 from tracecheck.stages import _break_cost as bc
 
@@ -34,55 +35,100 @@ class _Event:
         return SimpleNamespace(start=self.start, end=self.end)
 
 
-def _break(file: str, line: int, function: str) -> dict:
-    """A break record as the explain stage's trace collector writes it (evidence/tracelog.TraceCollector)."""
-    return {"file": file, "line": line, "gb_type": f"gb{line}",
-            "user_stack": f'  File "/x/run.py", line 3, in main\n  File "{file}", line {line}, in {function}\n'}
+SOURCE = """import torch
 
 
-PRINT, ITEM = ("/x/model.py", 10), ("/x/model.py", 13)
-BREAKS = [_break("/x/model.py", 10, "forward"), _break("/x/model.py", 13, "forward")]
+class M(torch.nn.Module):
+    def forward(self, x):
+        h = x + 1
+        print(h)
+        for _ in range(3):
+            if h.sum().item() > 0:
+                h = h * 2
+        return h
+
+
+class Block(torch.nn.Module):
+    @torch.no_grad()
+    def forward(self, x):
+        print(x)
+        return x
+"""
+#: by hand from SOURCE: M.forward's code starts at line 5, Block.forward's at its decorator, line 15
+PRINT, ITEM, BLOCK_PRINT = 7, 9, 17
+
+
+@pytest.fixture
+def model(tmp_path) -> str:
+    path = tmp_path / "model.py"
+    path.write_text(SOURCE)
+    return os.path.realpath(path)
+
+
+def _frames(model: str) -> bc._Frames:
+    """The breaks as the explain stage's trace collector records them (file and line)."""
+    return bc._Frames([{"file": model, "line": n, "gb_type": f"gb{n}"} for n in (PRINT, ITEM, BLOCK_PRINT)])
 
 
 def _timeline() -> list[_Event]:
-    """One call of 100 us: graph 0 (10-30 us) ends at the print (line 10); then the resume function Dynamo gave up
-    on (its loop holds the .item() at line 13) runs relu (45-50) and sum (52-60, with a nested op) in eager."""
+    """One call of 100 us: graph 0 (10-30 us) ends at the print (line 7); then the resume function Dynamo gave up
+    on (its loop holds the .item() at line 9) runs relu (45-50) and sum (52-60, with a nested op) in eager."""
     call = _Event("tracecheck_call_0", 0, 100)
-    forward = _Event("model.py(8): forward", 1, 99, call)
+    forward = _Event("model.py(5): forward", 1, 99, call)
     graph = _Event("tracecheck_graph_0", 10, 30, forward)
-    resume = _Event("model.py(10): torch_dynamo_resume_in_forward_at_10", 40, 95, forward)
+    resume = _Event("model.py(7): torch_dynamo_resume_in_forward_at_7", 40, 95, forward)
     total = _Event("aten::sum", 52, 60, resume)
     return [call, forward, graph, _Event("aten::linear", 12, 28, graph), resume, _Event("aten::relu", 45, 50, resume),
             total, _Event("aten::sum_inner", 53, 55, total), _Event("aten::empty", 53, 54, total)]
 
 
-def test_time_outside_graphs_goes_to_the_break_it_followed():
+def test_time_outside_graphs_goes_to_the_break_it_followed(model):
     """By hand: 0-10 before the first graph is no break's (10 us); 30-45 (the print, Dynamo's re-entry) the
     print's (15 us); relu, sum and the gaps between them and the tail 60-100, in the frame the .item() made Dynamo
     give up on, the .item()'s (5 + 2 + 8 + 40 = 55 us). 10 + 15 + 55 + the graph's 20 = 100."""
-    got = bc._attribute(_timeline(), [PRINT], bc._Frames(BREAKS))
-    assert got == {"tracecheck_call_0": (100, {None: 10, PRINT: 15, ITEM: 55})}
+    got = bc._attribute(_timeline(), [(model, PRINT)], _frames(model))
+    assert got == {"tracecheck_call_0": (100, {None: 10, (model, PRINT): 15, (model, ITEM): 55})}
 
 
-def test_an_op_in_the_breaks_own_frame_is_the_break_that_ended_the_graph():
+def test_an_op_in_the_breaks_own_frame_is_the_break_that_ended_the_graph(model):
     """A ``torch.compiler.disable``d helper called at the break: its ops (in a frame with no break of its own, under
     the break's frame) are that break's, not the first break of the calling frame."""
     call = _Event("tracecheck_call_0", 0, 50)
-    forward = _Event("model.py(8): forward", 0, 50, call)
+    forward = _Event("model.py(5): forward", 0, 50, call)
     graph = _Event("tracecheck_graph_0", 5, 15, forward)
     helper = _Event("helpers.py(3): helper", 20, 40, forward)
-    events = [call, forward, graph, helper, _Event("aten::cos", 25, 35, helper)]
-    got = bc._attribute(events, [ITEM], bc._Frames(BREAKS))
-    assert got == {"tracecheck_call_0": (50, {None: 5, ITEM: 35})}
+    events = [call, forward, graph, helper, _Event("mylib::scale", 25, 35, helper)]  # a custom op is an op too
+    got = bc._attribute(events, [(model, ITEM)], _frames(model))
+    assert got == {"tracecheck_call_0": (50, {None: 5, (model, ITEM): 35})}
 
 
-def test_a_resume_function_holds_the_breaks_after_its_line_only():
-    frames = bc._Frames(BREAKS)
-    assert frames.breaks_in("model.py", "forward") == [PRINT, ITEM]
-    assert frames.breaks_in("model.py", "torch_dynamo_resume_in_forward_at_10") == [ITEM]
-    assert frames.breaks_in("model.py", "torch_dynamo_resume_in_forward_at_13") == []
-    assert frames.breaks_in("other.py", "forward") == []  # the same function name in another file
-    assert frames.breaks_in("x/model.py", "forward") == [PRINT, ITEM]  # a longer tail of the same path
+def test_two_functions_of_one_name_in_one_file_hold_their_own_breaks(model):
+    frames = _frames(model)
+    assert frames.breaks_in("model.py", 5, "forward") == [(model, PRINT), (model, ITEM)]
+    assert frames.breaks_in("model.py", 15, "forward") == [(model, BLOCK_PRINT)]  # Block.forward: its decorator's line
+    # an op in Block.forward, which Dynamo gave up on, after a graph that ended at M.forward's print
+    assert frames.owner([("model.py", 15, "forward"), ("model.py", 5, "forward")], (model, PRINT)) == (model, BLOCK_PRINT)
+
+
+def test_a_resume_function_holds_the_breaks_after_its_line_only(model):
+    frames = _frames(model)
+    assert frames.breaks_in("model.py", 7, "torch_dynamo_resume_in_forward_at_7") == [(model, ITEM)]
+    assert frames.breaks_in("model.py", 9, "torch_dynamo_resume_in_forward_at_9") == []
+    assert frames.breaks_in("other.py", 5, "forward") == []  # another file
+    tail = os.path.join(os.path.basename(os.path.dirname(model)), "model.py")
+    assert frames.breaks_in(tail, 5, "forward") == [(model, PRINT), (model, ITEM)]  # a longer tail of the same path
+
+
+def test_events_at_equal_times_nest_call_graph_frame_op(monkeypatch):
+    """Kineto's timestamps are coarse: a graph range and the op it runs can start and end together; the graph encloses
+    the op whatever order the raw events come in."""
+    raw = [("aten::mm", 10_000, 20_000, 1), ("tracecheck_graph_0", 10_000, 20_000, 1),
+           ("tracecheck_call_0", 0, 30_000, 1), ("aten::add", 25_000, 26_000, 2)]  # thread 2: an intra-op thread's
+    monkeypatch.setattr(compat, "profiler_events", lambda prof: iter(raw))
+    events = {e.name: e for e in bc._events(None)}
+    assert set(events) == {"aten::mm", "tracecheck_graph_0", "tracecheck_call_0"}
+    assert events["aten::mm"].cpu_parent is events["tracecheck_graph_0"]
+    assert events["tracecheck_graph_0"].cpu_parent is events["tracecheck_call_0"]
 
 
 def test_odd_break_costs_in_a_report_read_as_not_measured():
@@ -167,12 +213,13 @@ def test_every_renderer_says_the_cost_costliest_first(run):
     costs = BreakCosts.of(run["extra"]["probe_print_and_item"])
     order = [c.line for c in costs.breaks]
     lines = run["stdout"].splitlines()
-    heads = [n for n in order for i, ln in enumerate(lines) if f"model.py:{n}  (" in ln]
+    heads = [n for ln in lines for n in order if f"model.py:{n}  (" in ln]  # the blocks, in the order printed
     assert heads == order
-    assert sum("costs: " in ln and "of the compiled forward (" in ln and "x the eager one's time)" in ln for ln in lines) == 2
+    assert sum("costs: " in ln and "of the forward compiled with backend='eager' (" in ln
+               and "x the eager one's time)" in ln for ln in lines) == 2
     md_order = [int(ln.split(".py:")[1].split(":")[0]) for ln in run["md"].splitlines() if ln.startswith("break at ")]
     assert md_order == order
     index = (run["folder"] / "html" / "index.html").read_text()
     assert [n for n in sorted(order, key=lambda n: index.index(f"model.py:{n}<"))] == order
-    assert index.count('class="cost">') == 2 and "of the compiled forward" in index
+    assert index.count('class="cost">') == 2 and "of the forward compiled with backend=&#39;eager&#39;" in index
 

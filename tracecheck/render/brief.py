@@ -50,8 +50,7 @@ def causes(report: RunReport) -> Group:
     parts: list = []
     fixes: dict[str, str] = {}  # fix text -> the cause that showed it first
     errors = [c for c in found if report.gate.fails_on(c.finding.kind)]
-    # what gates first; within that, the costliest breaks first (view.by_cost); then as first seen
-    for c in sorted(view.by_cost(errors), key=lambda c: not view.gating(report, c)):
+    for c in view.rank(report, errors):  # what gates first, then the costliest breaks, then as first seen
         parts.append(_block(report, c, labels, not view.gating(report, c), fixes))
     advice: dict[str, list[RootCause]] = {}
     for c in found:

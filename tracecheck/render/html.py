@@ -114,8 +114,8 @@ def write(directory: str, report: RunReport) -> list[str]:
                     line.states[labels[p.id]] = mark
                     if not line.mark or _RANK[mark] < _RANK[line.mark]:
                         line.mark = mark
-    # the costliest breaks first (as measured), then the most widespread; stable: first seen
-    causes = view.by_cost(sorted(root_causes(report.probes), key=lambda c: tuple(-x for x in _reach(c))))
+    # what fails the run first, then the costliest breaks (as measured), then the most widespread (view.rank)
+    causes = view.rank(report, sorted(root_causes(report.probes), key=lambda c: tuple(-x for x in _reach(c))))
     for c in causes:
         frame = c.finding.user_frame
         if frame is not None and frame.line and os.path.isabs(frame.file):  # on disk or not (a report from CI)

@@ -299,7 +299,7 @@ class MarkdownRenderer:
         priced = []  # each break once, the costliest first where the explain stage measured them ("fix these first")
         for (kind, gb_type, gb_code, where, file, line), stages in breaks.items():
             cost = costs.of_site(file, line) if costs is not None else None
-            said = f", costs {cost.share:.0%} of the compiled forward" if cost else ""
+            said = f", costs {cost.share:.0%} of the forward compiled with backend='eager'" if cost else ""
             priced.append((-cost.share if cost else 1.0,
                            f"break at {where}: {kind}, {gb_code or gb_type} [{', '.join(stages)}]{said}"))
         lines += [text for _, text in sorted(priced, key=lambda t: t[0])]

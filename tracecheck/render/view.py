@@ -163,14 +163,16 @@ class Cost:
     probe: str
 
     def text(self) -> str:
-        """``60% of the compiled forward (48%-62% over 7 calls, under torch.profiler; that forward took 1.8x the eager
-        one's time)``: shares and ratios, not milliseconds, which a shared machine makes meaningless."""
+        """``60% of the forward compiled with backend='eager' (48%-62% over 7 calls, under torch.profiler; that forward
+        took 1.8x the eager one's time)``: shares and ratios, not milliseconds, which a shared machine makes
+        meaningless."""
         c, of = self.cost, self.of
         spread = f"{c.low:.0%}-{c.high:.0%}" if f"{c.low:.0%}" != f"{c.high:.0%}" else f"{c.low:.0%}"
         where = f" in {self.probe}" if self.probe else ""
         ratio = (f"; that forward took {of.compiled_ms / of.eager_ms:.1f}x the eager one's time"
                  if of.compiled_ms and of.eager_ms else "")
-        return f"{c.share:.0%} of the compiled forward{where} ({spread} over {of.calls} calls, under torch.profiler{ratio})"
+        return (f"{c.share:.0%} of the forward compiled with backend='eager'{where} ({spread} over {of.calls} calls, "
+                f"under torch.profiler{ratio})")
 
 
 def cost_of(c: RootCause, label: dict[str, str] | None = None) -> Cost | None:
@@ -190,6 +192,12 @@ def cost_of(c: RootCause, label: dict[str, str] | None = None) -> Cost | None:
 
 def pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
+
+
+def rank(report: RunReport, causes: list[RootCause]) -> list[RootCause]:
+    """"Fix these first": what fails the run first (``gating``), then the costliest breaks as measured, then as they
+    were (first seen). The terminal's root causes and the source view's index read this order."""
+    return sorted(by_cost(causes), key=lambda c: not gating(report, c))
 
 
 def by_cost(causes: list[RootCause]) -> list[RootCause]:

@@ -18,6 +18,8 @@ noise. The graphs run with backend="eager": an eager gap costs the same whatever
 """
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import re
 import statistics
@@ -31,27 +33,19 @@ _CALL, _GRAPH = "tracecheck_call_", "tracecheck_graph_"
 #: a Python function event of ``torch.profiler`` with ``with_stack=True``: ``path/to/file.py(12): forward``, the
 #: line the code object starts at (not the current line)
 _PY_FUNCTION = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<name>.+)$")
-#: stop measuring after this many seconds of timed calls (a big model still gets ``MIN_CALLS``)
-BUDGET_S = 3.0
-CALLS, MIN_CALLS = 7, 3
-#: a break's frame in a structured-trace user stack: ``File "/x/model.py", line 10, in torch_dynamo_resume_in_...``
-_STACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>[\w<>.]+)')
+#: a dispatcher op's event: ``aten::relu``, a custom op's ``mylib::scale`` (not a Python function, ``file.py(3): f``)
+_OP = re.compile(r"^[A-Za-z_]\w*::\w")
+#: calls timed side by side (compiled and eager), then as many under the profiler: up to CALLS, at least MIN_CALLS,
+#: more than MIN_CALLS only while the pairs have taken under PAIRS_S seconds
+CALLS, MIN_CALLS, PAIRS_S = 7, 3, 1.5
+#: the whole measurement's seconds after its compile; the profiled calls stop there (one at least)
+BUDGET_S = 30.0
 
 Site = tuple[str, int]
 
 
 def _site(file: str, line: int) -> Site:
     return os.path.realpath(file), int(line)
-
-
-def _frame_name(brk: dict[str, Any]) -> str | None:
-    """The function a break is in (resume functions keep Dynamo's name), from the last frame of its user stack
-    that is at its file and line."""
-    name = None
-    for m in _STACK_FRAME.finditer(brk.get("user_stack") or ""):
-        if m.group("file") == brk.get("file") and int(m.group("line")) == brk.get("line"):
-            name = m.group("name")
-    return name
 
 
 def _ending_site(gm: Any) -> Site | None:
@@ -68,53 +62,85 @@ def _ending_site(gm: Any) -> Site | None:
     return None
 
 
-#: the name Dynamo gives the function that resumes ``forward`` after its break at line 10
-_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<name>\w+?)_at_(?P<line>\d+)$")
+#: the name Dynamo gives the function that resumes ``forward`` after its break at line 10 (``<lambda>`` too)
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+?)_at_(?P<line>\d+)$")
+
+
+@functools.lru_cache(maxsize=256)
+def _functions(file: str) -> tuple[tuple[int, int, int], ...]:
+    """(first line as the code object counts it: its first decorator's, def line, last line) of each function and
+    lambda in a source file; () when it cannot be read or parsed."""
+    try:
+        tree = ast.parse(open(file, encoding="utf-8").read())
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            decorators = [d.lineno for d in getattr(node, "decorator_list", [])]
+            out.append((min([node.lineno, *decorators]), node.lineno, node.end_lineno or node.lineno))
+    return tuple(out)
+
+
+def _function_at(file: str, line: int) -> int | None:
+    """The first line (``co_firstlineno``) of the innermost function of ``file`` whose body holds ``line``."""
+    inside = [f for f in _functions(file) if f[1] <= line <= f[2]]
+    return max(inside, key=lambda f: f[1])[0] if inside else None
 
 
 class _Frames:
-    """Which breaks a frame of a profiler stack holds: by function name and the tail of its file's path (the
-    profiler names a file relative to a ``sys.path`` entry). The structured trace names a resume function's break
-    by the function it resumes; the profiler names the resume function, whose code is what follows its line."""
+    """Which breaks a frame of a profiler stack holds. A break is filed under its function: its file and the line the
+    function's code object starts at, which is what the profiler names a frame by (``model.py(8): forward``, the path
+    relative to a ``sys.path`` entry), so two ``forward``s of one file are two functions. A resume function
+    (``torch_dynamo_resume_in_forward_at_10``) runs the rest of the function it resumes, from its line on."""
 
     def __init__(self, breaks: list[dict[str, Any]]) -> None:
-        self.by_name: dict[str, list[tuple[str, Site]]] = {}
+        self.by_function: dict[tuple[str, int], list[Site]] = {}
         for b in breaks:
-            name = _frame_name(b)
-            if name and b.get("file") and b.get("line"):
-                self.by_name.setdefault(name, []).append((os.path.realpath(b["file"]), _site(b["file"], b["line"])))
-        for sites in self.by_name.values():
-            sites.sort(key=lambda s: s[1][1])
+            if b.get("file") and b.get("line"):
+                site = _site(b["file"], b["line"])
+                start = _function_at(*site)
+                if start is not None:
+                    self.by_function.setdefault((site[0], start), []).append(site)
+        for sites in self.by_function.values():
+            sites.sort(key=lambda s: s[1])
+        self.files = sorted({file for file, _ in self.by_function})
 
-    def breaks_in(self, file_tail: str, name: str) -> list[Site]:
+    def breaks_in(self, file_tail: str, first_line: int, name: str) -> list[Site]:
         """The breaks in the code a frame runs, first line first."""
-        after = 0
-        m = _RESUME.match(name)
-        if m:
-            name, after = m.group("name"), int(m.group("line"))
         tail = file_tail.replace("/", os.sep)
-        return [site for file, site in self.by_name.get(name, ())
-                if site[1] > after and (file == tail or file.endswith(os.sep + tail))]
+        m = _RESUME.match(name)
+        held: list[Site] = []
+        for file in self.files:
+            if not (file == tail or file.endswith(os.sep + tail)):
+                continue
+            if m:
+                resumed = int(m.group("line"))
+                start = _function_at(file, resumed)
+                held += [s for s in self.by_function.get((file, start), ()) if s[1] > resumed] if start else []
+            else:
+                held += self.by_function.get((file, first_line), [])
+        return held
 
-    def owner(self, frames: list[tuple[str, str]], last: Site | None) -> Site | None:
+    def owner(self, frames: list[tuple[str, int, str]], last: Site | None) -> Site | None:
         """Whose time an eager op is (``frames``: its Python frames, innermost first): the break the last graph
-        ended at (``last``) when the op runs in the frame of that break (the unsupported code, or a function it
-        calls); else the first break of the innermost frame that has any (a frame Dynamo gave up on because of it);
+        ended at (``last``) when the op runs in the function of that break (the unsupported code, or a function it
+        calls); else the first break of the innermost function that has any (one Dynamo gave up on because of it);
         else ``last``."""
-        for file, name in frames:
-            held = self.breaks_in(file, name)
+        for frame in frames:
+            held = self.breaks_in(*frame)
             if held:
                 return last if last in held else held[0]
         return last
 
 
-def _ancestry(event: Any) -> tuple[str | None, int | None, bool, list[tuple[str, str]]]:
+def _ancestry(event: Any) -> tuple[str | None, int | None, bool, list[tuple[str, int, str]]]:
     """(the measured call's name, the graph's index, under another aten op, the Python frames innermost first) of a
     profiler event, from its parents."""
     call = None
     graph = None
     nested = False
-    py: list[tuple[str, str]] = []
+    py: list[tuple[str, int, str]] = []
     p = event.cpu_parent
     while p is not None:
         name = p.name
@@ -123,12 +149,12 @@ def _ancestry(event: Any) -> tuple[str | None, int | None, bool, list[tuple[str,
             break
         if name.startswith(_GRAPH):
             graph = int(name[len(_GRAPH):])
-        elif name.startswith("aten::"):
+        elif _OP.match(name):
             nested = True
         else:
             m = _PY_FUNCTION.match(name)
             if m and not m.group("file").startswith(("torch/", "tracecheck/")):
-                py.append((m.group("file"), m.group("name")))
+                py.append((m.group("file"), int(m.group("line")), m.group("name")))
         p = p.cpu_parent
     return call, graph, nested, py
 
@@ -142,7 +168,7 @@ def _attribute(events: list[Any], ends: list[Site | None],
         if e.name.startswith(_CALL):
             calls[e.name] = (e.time_range.start, e.time_range.end)
             continue
-        if not (e.name.startswith(_GRAPH) or e.name.startswith("aten::")):
+        if not (e.name.startswith(_GRAPH) or _OP.match(e.name)):
             continue
         call, graph, nested, py = _ancestry(e)
         if call is None or nested:
@@ -188,6 +214,11 @@ class _Event:
         return self
 
 
+def _rank(name: str) -> int:
+    """Which of two events with the same times encloses the other: a measured call, a graph, a Python frame, an op."""
+    return 0 if name.startswith(_CALL) else 1 if name.startswith(_GRAPH) else 3 if _OP.match(name) else 2
+
+
 def _events(prof: Any) -> list[_Event]:
     """The CPU events of one thread's calls, each with its parent: the innermost event that encloses it in time
     (on one thread, a call encloses what it calls)."""
@@ -196,7 +227,7 @@ def _events(prof: Any) -> list[_Event]:
     raw = [(_Event(name, start / 1000, end / 1000), thread) for name, start, end, thread in compat.profiler_events(prof)]
     ours = {t for e, t in raw if e.name.startswith(_CALL)}  # the calling thread's events, not an intra-op thread's
     events = [e for e, t in raw if t in ours]
-    events.sort(key=lambda e: (e.start, -e.end))
+    events.sort(key=lambda e: (e.start, -e.end, _rank(e.name)))  # at equal times the enclosing kind first
     stack: list[_Event] = []
     for e in events:
         while stack and stack[-1].end < e.end:
@@ -206,13 +237,20 @@ def _events(prof: Any) -> list[_Event]:
     return events
 
 
-def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]]) -> BreakCosts | None:
-    """Measure the forward's breaks; None when the compiled forward does not run (the explain run said why)."""
+class NotMeasured(Exception):
+    """Why the breaks' cost was not measured, in words for the report's "not checked"."""
+
+
+def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]], device: str = "cpu") -> BreakCosts:
+    """Measure the forward's breaks. Raises NotMeasured with why when it cannot (any other exception is a bug of its
+    own: the explain stage notes it and keeps its results)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from .. import compat
 
+    if device != "cpu":  # the profiler and the timers here see the host only: an accelerator's queued work would
+        raise NotMeasured(f"measured on the CPU only (the probe runs on {device})")  # land on whichever op syncs
     ends: list[Site | None] = []
 
     def backend(gm: Any, example_inputs: Any) -> Callable[..., Any]:
@@ -225,37 +263,44 @@ def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]]) -> Break
                 return forward(*args)
         return run
 
-    compat.dynamo_reset()
-    case = make_case()
-    compiled = torch.compile(case.fn, backend=backend)
-
     def call(fn: Callable[..., Any]) -> float:
         t0 = time.perf_counter()
         fn(*case.args, **case.kwargs)
         return time.perf_counter() - t0
 
+    compat.dynamo_reset()
     try:
-        call(compiled)
-        call(compiled)  # the first call compiles; the second meets a recompile a first call's side effect makes
+        case = make_case()
+        compiled = torch.compile(case.fn, backend=backend)
+        try:
+            call(compiled)
+            call(compiled)  # the first call compiles; the second meets a recompile a first call's side effect makes
+        except Exception as e:
+            raise NotMeasured(f"the compiled forward raised {type(e).__name__} when called again") from e
+        compiles = len(ends)
+        deadline = time.perf_counter() + BUDGET_S
         eager_s, compiled_s = [], []
-        deadline = time.perf_counter() + BUDGET_S / 2
-        while len(compiled_s) < CALLS and (len(compiled_s) < MIN_CALLS or time.perf_counter() < deadline):
+        pairs_end = time.perf_counter() + PAIRS_S
+        while len(compiled_s) < CALLS and (len(compiled_s) < MIN_CALLS or time.perf_counter() < pairs_end):
             eager_s.append(call(case.fn))  # side by side, so the machine's load weighs on both alike
             compiled_s.append(call(compiled))
-        n = len(compiled_s)
         with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-            for i in range(n):
+            for i in range(len(compiled_s)):
                 with record_function(f"{_CALL}{i}"):
                     compiled(*case.args, **case.kwargs)
+                if time.perf_counter() > deadline:
+                    break
+        if len(ends) > compiles:  # its time would be Dynamo's compiles, not the breaks'
+            raise NotMeasured("the forward compiles again on every call (a recompile each time)")
         events = _events(prof)
-    except Exception:
-        return None
     finally:
         compat.dynamo_reset()
     per_call = [(total, spent) for total, spent in _attribute(events, ends, _Frames(breaks)).values() if total > 0]
+    if not per_call:
+        raise NotMeasured("the profiler recorded no measured call")
     gb_types = {_site(b["file"], b["line"]): b.get("gb_type") for b in breaks if b.get("file") and b.get("line")}
     costs = []
-    for site in {s for _, spent in per_call for s in spent if s is not None}:
+    for site in {s for _, spent in per_call for s in spent if s is not None} | set(gb_types):
         shares = [spent.get(site, 0.0) / total for total, spent in per_call]
         costs.append(BreakCost(file=site[0], line=site[1], gb_type=gb_types.get(site),
                                ms=round(statistics.median(spent.get(site, 0.0) for _, spent in per_call) / 1000, 4),
@@ -267,4 +312,4 @@ def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]]) -> Break
         calls=len(per_call), compiled_ms=round(statistics.median(compiled_s) * 1000, 4),
         eager_ms=round(statistics.median(eager_s) * 1000, 4),
         compiled_spread=round((max(compiled_s) - min(compiled_s)) / statistics.median(compiled_s), 3),
-        unattributed=round(statistics.median(unattributed), 4) if unattributed else None, breaks=costs)
+        unattributed=round(statistics.median(unattributed), 4), breaks=costs)
