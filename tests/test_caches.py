@@ -34,4 +34,5 @@ def test_a_warm_rerun_compiles_from_inductors_caches_and_says_so(tmp_path):
     (cold, cold_out), (warm, warm_out) = runs
     assert cold["fxgraph_cache_miss"] >= 1 and cold["fxgraph_cache_hit"] == 0 and "a warm run" not in cold_out
     assert warm["fxgraph_cache_hit"] >= 1 and warm["fxgraph_cache_miss"] == 0
-    assert "Inductor's caches, the inductor stage of 1 probe(s): FX graph cache " in warm_out and "a warm run" in warm_out
+    assert "Inductor's caches (1 probe, inductor stage): FX graph cache " in warm_out
+    assert "a warm run: compiled from the caches" in warm_out and "a cold run: compiled afresh" in cold_out

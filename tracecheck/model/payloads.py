@@ -111,13 +111,16 @@ class InductorKernels(Payload):
     autograd_cache_miss: int | None = None
 
     def cache_text(self) -> str | None:
-        """``FX graph cache 4 hit(s), 0 miss(es); AOTAutograd cache 2 hit(s), 0 miss(es)``; None when not counted."""
+        """``FX graph cache 4 hits, 0 misses; AOTAutograd cache 2 hits, 0 misses``; None when not counted."""
         if self.fxgraph_cache_hit is None and self.autograd_cache_hit is None:
             return None
-        parts = [f"FX graph cache {self.fxgraph_cache_hit or 0} hit(s), {self.fxgraph_cache_miss or 0} miss(es)"
-                 + (f", {self.fxgraph_cache_bypass} bypass(es)" if self.fxgraph_cache_bypass else ""),
-                 f"AOTAutograd cache {self.autograd_cache_hit or 0} hit(s), {self.autograd_cache_miss or 0} miss(es)"]
-        return "; ".join(parts)
+        def n(v: int | None, what: str, plural: str) -> str:
+            return f"{v or 0} {what if (v or 0) == 1 else plural}"
+        fx = (f"FX graph cache {n(self.fxgraph_cache_hit, 'hit', 'hits')}, {n(self.fxgraph_cache_miss, 'miss', 'misses')}"
+              + (f", {n(self.fxgraph_cache_bypass, 'bypass', 'bypasses')}" if self.fxgraph_cache_bypass else ""))
+        aot = (f"AOTAutograd cache {n(self.autograd_cache_hit, 'hit', 'hits')}, "
+               f"{n(self.autograd_cache_miss, 'miss', 'misses')}")
+        return f"{fx}; {aot}"
 
 
 @dataclass
@@ -284,7 +287,7 @@ class BreakCosts(Payload):
     #: the compiled (backend="eager") and the eager forward, median milliseconds without the profiler, side by side
     compiled_ms: float | None = None
     eager_ms: float | None = None
-    #: (slowest - fastest) / median of the compiled calls: the noise of the timings
+    #: interquartile range / median of the compiled calls: the noise of the timings
     compiled_spread: float | None = None
     #: the share of the compiled call outside graphs that followed no break (before the first graph, after a return)
     unattributed: float | None = None

@@ -169,6 +169,9 @@ class MarkdownRenderer:
             rows.append(("torch_npu", self.scrub(env.npu_note or "not installed")))
         if env.merged_torch_versions:
             rows.append(("merged from torch", ", ".join(env.merged_torch_versions)))
+        caches = view.inductor_caches(r)
+        if caches:
+            rows.append(("caches", caches))
         note = "" if full else (
             "\n_Summary of tracecheck's own environment record; `python -m torch.utils.collect_env` gives "
             "the full picture._\n")
@@ -300,12 +303,13 @@ class MarkdownRenderer:
         for (kind, gb_type, gb_code, where, file, line), stages in breaks.items():
             cost = costs.of_site(file, line) if costs is not None else None
             said = f", costs {cost.share:.0%} of the forward compiled with backend='eager'" if cost else ""
-            priced.append((-cost.share if cost else 1.0,
+            priced.append((-cost.ms if cost else 1.0,
                            f"break at {where}: {kind}, {gb_code or gb_type} [{', '.join(stages)}]{said}"))
         lines += [text for _, text in sorted(priced, key=lambda t: t[0])]
         if costs is not None and costs.breaks:
-            ratio = (f"; the compiled forward (backend eager) took {costs.compiled_ms / costs.eager_ms:.1f}x the eager "
-                     f"one's time without the profiler, its calls spread {view.pct(costs.compiled_spread)}"
+            ratio = (f"; without the profiler, timed side by side while other stages may have run, the compiled "
+                     f"forward (backend eager) took {costs.compiled_ms / costs.eager_ms:.1f}x the eager one's time, "
+                     f"interquartile spread {view.pct(costs.compiled_spread)} of its median"
                      if costs.compiled_ms and costs.eager_ms else "")
             lines.append(f"(costs: the time outside graphs after each break, a share of the compiled forward under "
                          f"torch.profiler over {costs.calls} calls{ratio})")
@@ -353,7 +357,7 @@ class MarkdownRenderer:
             bullets.append(f"- **User frame:** {_code(self.scrub(frame.file) + ':' + str(frame.line))}{fn}")
         if ev.owner is not None:
             bullets.append(f"- **Owner:** {_code(ev.owner.label)}")
-        cost = view.cost_of(cause, {q.id: self.probe_label(q.id) for q, _ in cause.seen})
+        cost = view.cost_of(cause, {q.id: self.probe_label(q.id) for q in self.report.probes})
         if cost is not None:
             bullets.append(f"- **Costs:** {cost.text()}")
         named = [(label, value) for value, label in ((cx.op, "Op"), (cx.builtin, "Builtin")) if value]
@@ -479,7 +483,7 @@ class MarkdownRenderer:
         advice = [c for c in quiet if is_advice(c.finding.kind)]
         others = [c for c in quiet if not is_advice(c.finding.kind)]
         if failing:
-            causes = [c for c in root_causes(failing) if self.gating(c)]
+            causes = view.by_cost([c for c in root_causes(failing) if self.gating(c)])  # the costliest breaks first
             by_owner = view.breaks_by_owner(causes)
             out.append(Section(["## Findings\n\nEach root cause once (one kind at one user frame or op; an unclassified error without "
                                 "either, by its exception and first message line), with "

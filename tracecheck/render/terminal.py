@@ -63,11 +63,10 @@ def verdict_view(report: RunReport, width: int) -> RenderableType:
     """The verdicts laid out for ``width`` columns: the probes x stages table where a layout of it fits whole (every
     probe id, heading and kind name), else one block per probe (``verdict_list``), which fits any width from 60
     columns: rich measures, so nothing is cropped or cut inside a kind."""
-    for fold in (False, True):  # probe ids whole, then folded; full stage headings, then short ones
-        for table in (_verdict_table(report, short) for short in (False, True)):
-            if _min_width(table, fold) <= width:
-                return table
-    return verdict_list(report)
+    for table in (_verdict_table(report, short) for short in (False, True)):  # full stage headings, then short ones
+        if _min_width(table) <= width:
+            return table
+    return verdict_list(report)  # never a probe id folded mid-word: a list where the table does not fit
 
 
 def verdict_list(report: RunReport) -> Group:
@@ -138,7 +137,8 @@ def _verdict_table(report: RunReport, short: bool) -> Table:
                   padding=(0, 1, 0, 0) if short else (0, 1))
     rows = [[cell(p.stages.get(c), report.gate) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
     first = [labels[p.id] for p in report.probes]
-    table.add_column("probe", overflow="fold", min_width=PROBE_MIN_WIDTH)
+    # never wrapped: an id is drawn whole or the view is a list (verdict_view measures which)
+    table.add_column("probe", no_wrap=True, min_width=max([PROBE_MIN_WIDTH, *map(cell_len, first)]))
     for i, heading in enumerate([*headings.values(), "breaks" if short else "graph breaks"]):
         widest = max([cell_len(line) for r in rows for line in r[i].plain.splitlines()] + [cell_len(heading)])
         table.add_column(heading, min_width=widest, no_wrap=True,
@@ -148,19 +148,12 @@ def _verdict_table(report: RunReport, short: bool) -> Table:
     return table
 
 
-def _min_width(table: Table, fold: bool) -> int:
-    """The narrowest the table draws with every column at its ``min_width``; the probe column folded to its own
-    ``min_width`` (``fold``) or as wide as its longest id."""
+def _min_width(table: Table) -> int:
+    """The narrowest the table draws with every column at its ``min_width`` (the probe column's: its longest id)."""
     import io
 
-    probe = table.columns[0]
-    saved = probe.max_width
-    probe.max_width = probe.min_width if fold else None
-    try:
-        console = Console(file=io.StringIO(), width=10_000)
-        return Measurement.get(console, console.options, table).minimum
-    finally:
-        probe.max_width = saved
+    console = Console(file=io.StringIO(), width=10_000)
+    return Measurement.get(console, console.options, table).minimum
 
 
 def stage_heading(stage: str) -> str:
@@ -230,7 +223,12 @@ def _findings_of(p: ProbeReport, verbose: bool) -> list[Text]:
     """Each distinct finding of the probe once, with its stages; an advice kind's fix once per probe; tracecheck's
     own failures (internal errors) last."""
     out, shown = [], set()
-    for stages, f in group_findings(p):
+    costs = view.break_costs(p)
+
+    def cost(f: Finding) -> float:  # the costliest breaks first, the rest as found
+        c = costs.of_site(f.user_frame.file, f.user_frame.line) if costs is not None and f.user_frame else None
+        return -c.ms if c is not None else 1.0
+    for stages, f in sorted(group_findings(p), key=lambda sf: cost(sf[1])):
         # advice of one kind has one fix: it is printed once per probe
         out.append(_finding_text(", ".join(stages), f, verbose, show_fix=f.kind not in shown,
                                  not_required=view.not_required_targets(p, stages), gate=p.gate,

@@ -163,21 +163,19 @@ class Cost:
     probe: str
 
     def text(self) -> str:
-        """``60% of the forward compiled with backend='eager' (48%-62% over 7 calls, under torch.profiler; that forward
-        took 1.8x the eager one's time)``: shares and ratios, not milliseconds, which a shared machine makes
-        meaningless."""
+        """``60% of the forward compiled with backend='eager' (48%-62% over 7 calls, under torch.profiler)``: a share,
+        not milliseconds or a ratio to eager, which the stages running beside it on a shared machine skew."""
         c, of = self.cost, self.of
         spread = f"{c.low:.0%}-{c.high:.0%}" if f"{c.low:.0%}" != f"{c.high:.0%}" else f"{c.low:.0%}"
-        where = f" in {self.probe}" if self.probe else ""
-        ratio = (f"; that forward took {of.compiled_ms / of.eager_ms:.1f}x the eager one's time"
-                 if of.compiled_ms and of.eager_ms else "")
-        return (f"{c.share:.0%} of the forward compiled with backend='eager'{where} ({spread} over {of.calls} calls, "
-                f"under torch.profiler{ratio})")
+        where = f" of {self.probe}" if self.probe else ""
+        return (f"{c.share:.0%} of the forward{where} compiled with backend='eager' ({spread} over {of.calls} calls, "
+                f"under torch.profiler)")
 
 
 def cost_of(c: RootCause, label: dict[str, str] | None = None) -> Cost | None:
     """The measured cost of a root cause at a line (a graph break the explain stage timed), the highest among the
-    probes that saw it; None for a cause nothing measured."""
+    probes that saw it; None for a cause nothing measured. ``label``: every probe's label in the run, to name the
+    probe whose forward the share is of when the run has several."""
     frame = c.finding.user_frame
     if frame is None:
         return None
@@ -185,8 +183,8 @@ def cost_of(c: RootCause, label: dict[str, str] | None = None) -> Cost | None:
     for p, _ in c.seen:
         costs = break_costs(p)
         cost = costs.of_site(frame.file, frame.line) if costs is not None else None
-        if cost is not None and (best is None or cost.share > best.cost.share):
-            best = Cost(cost, costs, (label or {}).get(p.id, "") if len(c.seen) > 1 else "")
+        if cost is not None and (best is None or cost.ms > best.cost.ms):  # a run of several probes names whose
+            best = Cost(cost, costs, (label or {}).get(p.id, "") if len(label or {}) > 1 else "")  # forward it is
     return best
 
 
@@ -201,22 +199,28 @@ def rank(report: RunReport, causes: list[RootCause]) -> list[RootCause]:
 
 
 def by_cost(causes: list[RootCause]) -> list[RootCause]:
-    """Causes with a measured cost first, costliest first; the others after them as they were ("fix these first")."""
+    """Causes with a measured cost first, costliest first; the others after them as they were ("fix these first").
+    Ranked by the time a call spends after the break (under the profiler), not its share: a share of a small probe's
+    forward and of a large one's are not the same time."""
     costs = {id(c): cost_of(c) for c in causes}
-    return sorted(causes, key=lambda c: -costs[id(c)].cost.share if costs[id(c)] is not None else 1.0)
+    return sorted(causes, key=lambda c: -costs[id(c)].cost.ms if costs[id(c)] is not None else 1.0)
 
 
 def inductor_caches(report: RunReport) -> str | None:
     """What the inductor stage's compiles took from Inductor's and AOTAutograd's caches, over every probe (a warm
-    re-run of an unchanged model compiles from them): ``Inductor's caches over 2 probes: FX graph cache 6 hit(s), ...``;
+    re-run of an unchanged model compiles from them): ``Inductor's caches (2 probes, inductor stage): FX graph cache 6
+    hits, 0 misses; ...; a warm run: compiled from the caches``;
     None when no inductor stage counted them."""
     seen = [k for p in report.probes for k in [_kernels(p)] if k is not None and k.fxgraph_cache_hit is not None]
     if not seen:
         return None
     total = InductorKernels(**{name: sum(getattr(k, name) or 0 for k in seen) for name in (
         "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "autograd_cache_hit", "autograd_cache_miss")})
-    warm = " (a warm run: compiled from the caches)" if total.fxgraph_cache_hit and not total.fxgraph_cache_miss else ""
-    return f"Inductor's caches, the inductor stage of {len(seen)} probe(s): {total.cache_text()}{warm}"
+    run = ("a warm run: compiled from the caches" if total.fxgraph_cache_hit and not total.fxgraph_cache_miss else
+           "a cold run: compiled afresh" if total.fxgraph_cache_miss and not total.fxgraph_cache_hit else
+           "partly from the caches")
+    probes = f"{len(seen)} probe{'s' if len(seen) != 1 else ''}"
+    return f"Inductor's caches ({probes}, inductor stage): {total.cache_text()}; {run}"
 
 
 def _kernels(p: ProbeReport) -> InductorKernels | None:

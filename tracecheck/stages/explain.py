@@ -135,8 +135,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
                      lines=lines or None).to_extra()
     if trace.breaks and time.perf_counter() - started > COST_AFTER_S:  # measuring costs another compile at least
         extra.update(StageNotes(not_checked=[
-            f"what each graph break costs (explain took {time.perf_counter() - started:.0f} s, over "
-            f"{COST_AFTER_S} s: measuring would compile the forward again)"]).to_extra())
+            f"the cost of each graph break: explain took {time.perf_counter() - started:.0f} s, over "
+            f"{COST_AFTER_S} s, and measuring would compile the forward again"]).to_extra())
     elif trace.breaks:
         from ._break_cost import NotMeasured, measure
 
@@ -144,7 +144,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             extra.update(measure(ctx.make_case, trace.breaks, ctx.device).to_extra())
         except Exception as e:  # the coverage and the breaks stand: only the cost is missing, and says why
             why = str(e) if isinstance(e, NotMeasured) else f"the measurement failed: {type(e).__name__}: {e}"
-            extra.update(StageNotes(not_checked=[f"what each graph break costs ({why[:300]})"]).to_extra())
+            extra.update(StageNotes(not_checked=[f"the cost of each graph break: {why[:300]}"]).to_extra())
     return {
         "breaks": trace.breaks,
         "phases": [FORWARD],
