@@ -427,3 +427,14 @@ def test_a_traceback_is_pointed_to_only_for_the_same_exception():
     other = next(s for s in sections if "line 12" in s.split("\n", 1)[0])
     assert "the path through torch of finding" not in fn     # another message: its own traceback
     assert "Traceback: the path through torch of finding 1 above" in other
+
+
+def test_a_disabled_function_is_named_a_function_not_a_builtin():
+    """Dynamo's words, as torch 2.13 prints them, for a builtin and for a ``torch.compiler.disable``d function."""
+    from tracecheck.render.markdown import named_in_message
+
+    assert named_in_message("Failed to trace builtin operator `print` with argument types") == ("Builtin", "print")
+    skipped = ("Attempted to call function marked as skipped\n  Explanation: Dynamo developers have intentionally "
+               "marked that the function `heavy_helper` should not be traced.\n  Developer debug context: "
+               "<function heavy_helper at 0x7f3a2c1b8d60>")
+    assert named_in_message(skipped) == ("Function", "heavy_helper")

@@ -364,7 +364,7 @@ class MarkdownRenderer:
         if not named and ev.gb_type:
             name = named_in_message(ev.message)
             if name:
-                named.append(("Builtin", name))
+                named.append(name)
         for label, value in named:
             in_fn = label == "Builtin" and cx.in_autograd_function
             where = " (inside a torch.autograd.Function)" if in_fn else ""
@@ -557,22 +557,21 @@ def _has_log(folder: str) -> bool:
 #: Where Dynamo's messages name the builtin or function it refused (for the "Builtin" line when the
 #: classifier's context has none), newest wording first.
 _NAMED_IN_MESSAGE = [
-    re.compile(r"trace builtin operator `(?P<name>[^`]+)`"),
-    re.compile(r"trace the builtin `(?P<name>[^`]+?)\.?`"),
-    re.compile(r"Developer debug context: (?:module: (?P<mod>[\w.]+), qualname: (?P<qual>[\w.]+))"),
-    re.compile(r"Developer debug context: <function (?P<name>[\w.]+) at 0x"),  # a disable()d function
+    ("Builtin", re.compile(r"trace builtin operator `(?P<name>[^`]+)`")),
+    ("Builtin", re.compile(r"trace the builtin `(?P<name>[^`]+?)\.?`")),
+    ("Function", re.compile(r"Developer debug context: (?:module: (?P<mod>[\w.]+), qualname: (?P<qual>[\w.]+))")),
+    ("Function", re.compile(r"Developer debug context: <function (?P<name>[\w.]+) at 0x")),  # a disable()d function
 ]
 
 
-def named_in_message(message: str) -> str | None:
-    """The builtin/function a Dynamo message names, e.g. ``print`` in "trace builtin operator `print`"."""
-    for pattern in _NAMED_IN_MESSAGE:
+def named_in_message(message: str) -> tuple[str, str] | None:
+    """What a Dynamo message names, and what it is: ``("Builtin", "print")`` for "trace builtin operator `print`",
+    ``("Function", "helper")`` for a ``torch.compiler.disable``d or skipped Python function (no builtin)."""
+    for label, pattern in _NAMED_IN_MESSAGE:
         m = pattern.search(message or "")
         if m:
             groups = m.groupdict()
-            if groups.get("name"):
-                return groups["name"]
-            return f"{groups['mod']}.{groups['qual']}"
+            return label, groups["name"] if groups.get("name") else f"{groups['mod']}.{groups['qual']}"
     return None
 
 
