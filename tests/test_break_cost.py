@@ -73,9 +73,9 @@ def _frames(model: str) -> bc._Frames:
 def _timeline() -> list[_Event]:
     """One call of 100 us: graph 0 (10-30 us) ends at the print (line 7); then the resume function Dynamo gave up
     on (its loop holds the .item() at line 9) runs relu (45-50) and sum (52-60, with a nested op) in eager."""
-    call = _Event("tracecheck_call_0", 0, 100)
+    call = _Event(bc._CALL + "0", 0, 100)
     forward = _Event("model.py(5): forward", 1, 99, call)
-    graph = _Event("tracecheck_graph_0", 10, 30, forward)
+    graph = _Event(bc._GRAPH + "0", 10, 30, forward)
     resume = _Event("model.py(7): torch_dynamo_resume_in_forward_at_7", 40, 95, forward)
     total = _Event("aten::sum", 52, 60, resume)
     return [call, forward, graph, _Event("aten::linear", 12, 28, graph), resume, _Event("aten::relu", 45, 50, resume),
@@ -87,19 +87,31 @@ def test_time_outside_graphs_goes_to_the_break_it_followed(model):
     print's (15 us); relu, sum and the gaps between them and the tail 60-100, in the frame the .item() made Dynamo
     give up on, the .item()'s (5 + 2 + 8 + 40 = 55 us). 10 + 15 + 55 + the graph's 20 = 100."""
     got = bc._attribute(_timeline(), [(model, PRINT)], _frames(model))
-    assert got == {"tracecheck_call_0": (100, {None: 10, (model, PRINT): 15, (model, ITEM): 55})}
+    assert got == {bc._CALL + "0": (100, {None: 10, (model, PRINT): 15, (model, ITEM): 55})}
 
 
 def test_an_op_in_the_breaks_own_frame_is_the_break_that_ended_the_graph(model):
     """A ``torch.compiler.disable``d helper called at the break: its ops (in a frame with no break of its own, under
     the break's frame) are that break's, not the first break of the calling frame."""
-    call = _Event("tracecheck_call_0", 0, 50)
+    call = _Event(bc._CALL + "0", 0, 50)
     forward = _Event("model.py(5): forward", 0, 50, call)
-    graph = _Event("tracecheck_graph_0", 5, 15, forward)
+    graph = _Event(bc._GRAPH + "0", 5, 15, forward)
     helper = _Event("helpers.py(3): helper", 20, 40, forward)
     events = [call, forward, graph, helper, _Event("mylib::scale", 25, 35, helper)]  # a custom op is an op too
     got = bc._attribute(events, [(model, ITEM)], _frames(model))
-    assert got == {"tracecheck_call_0": (50, {None: 5, (model, ITEM): 35})}
+    assert got == {bc._CALL + "0": (50, {None: 5, (model, ITEM): 35})}
+
+
+def test_a_break_before_any_graph_is_owed_the_time_before_its_resume_functions_graph(model):
+    """A print as the forward's first statement: no graph ends at it (nothing was captured before it), so the time
+    until the graph of the function that resumes after it (``..._at_7``) is its; after that graph ends at a return,
+    the rest is no break's. By hand: 0-50 the print's, 80-100 no break's."""
+    call = _Event(bc._CALL + "0", 0, 100)
+    forward = _Event("model.py(5): forward", 0, 100, call)
+    resume = _Event("model.py(7): torch_dynamo_resume_in_forward_at_7", 40, 95, forward)
+    graph = _Event(bc._GRAPH + "0", 50, 80, resume)
+    got = bc._attribute([call, forward, resume, graph], [None], _frames(model))
+    assert got == {bc._CALL + "0": (100, {None: 20, (model, PRINT): 50})}
 
 
 def test_two_functions_of_one_name_in_one_file_hold_their_own_breaks(model):
@@ -122,26 +134,39 @@ def test_a_resume_function_holds_the_breaks_after_its_line_only(model):
 def test_events_at_equal_times_nest_call_graph_frame_op(monkeypatch):
     """Kineto's timestamps are coarse: a graph range and the op it runs can start and end together; the graph encloses
     the op whatever order the raw events come in."""
-    raw = [("aten::mm", 10_000, 20_000, 1), ("tracecheck_graph_0", 10_000, 20_000, 1),
-           ("tracecheck_call_0", 0, 30_000, 1), ("aten::add", 25_000, 26_000, 2)]  # thread 2: an intra-op thread's
+    raw = [("aten::mm", 10_000, 20_000, 1), (bc._GRAPH + "0", 10_000, 20_000, 1),
+           (bc._CALL + "0", 0, 30_000, 1), ("aten::add", 25_000, 26_000, 2)]  # thread 2: an intra-op thread's
     monkeypatch.setattr(compat, "profiler_events", lambda prof: iter(raw))
     events = {e.name: e for e in bc._events(None)}
-    assert set(events) == {"aten::mm", "tracecheck_graph_0", "tracecheck_call_0"}
-    assert events["aten::mm"].cpu_parent is events["tracecheck_graph_0"]
-    assert events["tracecheck_graph_0"].cpu_parent is events["tracecheck_call_0"]
+    assert set(events) == {"aten::mm", bc._GRAPH + "0", bc._CALL + "0"}
+    assert events["aten::mm"].cpu_parent is events[bc._GRAPH + "0"]
+    assert events[bc._GRAPH + "0"].cpu_parent is events[bc._CALL + "0"]
 
 
 def test_odd_break_costs_in_a_report_read_as_not_measured():
-    extra = {"break_costs": {"calls": "7", "compiled_ms": -1, "eager_ms": 0.1, "compiled_spread": True,
-                             "breaks": [{"file": "/m.py", "line": 3, "ms": 0.1, "share": 0.5, "low": 0.4, "high": 0.6},
-                                        {"file": "/m.py", "line": "3", "share": 0.5},
-                                        {"file": "/m.py", "line": 4, "ms": 0.1, "share": "x", "low": 0, "high": 0},
-                                        "junk"]}}
+    """A hand-edited report: what is no measure reads as not measured, so no renderer prints "nan%" or "750%"."""
+    good = {"file": "/m.py", "line": 3, "ms": 0.1, "share": 0.5, "low": 0.4, "high": 0.6}
+    extra = {"break_costs": {"calls": 7, "compiled_ms": -1, "eager_ms": 0.1, "compiled_spread": float("nan"),
+                             "unattributed": 7.5,
+                             "breaks": [good, {**good, "line": "3"}, {**good, "line": 4, "share": "x"},
+                                        {**good, "line": 5, "share": 7.5, "high": 9}, {**good, "line": 6, "low": 0.9},
+                                        {**good, "line": 7, "ms": float("inf")}, "junk"]}}
     costs = BreakCosts.of(extra)
-    assert costs.calls == 0 and costs.compiled_ms is None and costs.compiled_spread is None and costs.eager_ms == 0.1
+    assert (costs.compiled_ms, costs.eager_ms, costs.compiled_spread, costs.unattributed) == (None, 0.1, None, None)
     assert costs.breaks == [BreakCost("/m.py", 3, None, 0.1, 0.5, 0.4, 0.6)]
     assert costs.of_site("/m.py", 3) is costs.breaks[0] and costs.of_site("/m.py", 4) is None
+    for calls in ("7", -1, 0, True):  # no call measured: nothing to rank by
+        assert BreakCosts.of({"break_costs": {**extra["break_costs"], "calls": calls}}) is None
     assert BreakCosts.of({}) is None and BESIDE["explain"] == (BreakCosts,)
+
+
+def test_odd_cache_counts_in_a_report_read_as_not_counted():
+    from tracecheck.model.payloads import InductorKernels
+
+    k = InductorKernels.of({"inductor": {"graphs": 1, "fxgraph_cache_hit": "5", "fxgraph_cache_miss": -1,
+                                         "autograd_cache_hit": 2.5, "autograd_cache_miss": 3}})
+    assert (k.fxgraph_cache_hit, k.fxgraph_cache_miss, k.autograd_cache_hit, k.autograd_cache_miss) == \
+        (None, None, None, 3)
 
 
 # -- on a real run ------------------------------------------------------------------------------------------------

@@ -4,9 +4,19 @@ wire a payload is the plain dict it always was (docs/report-schema.md, tested ag
 baseline compares are named by the stage's ``StageSpec.counts``. Pure: no torch import."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
+
+
+def _number(v: Any) -> bool:
+    """A finite, non-negative number (not a bool): what a hand-edited report must hold where a measure is read."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 class Payload:
@@ -109,6 +119,17 @@ class InductorKernels(Payload):
     fxgraph_cache_bypass: int | None = None
     autograd_cache_hit: int | None = None
     autograd_cache_miss: int | None = None
+
+    @classmethod
+    def of(cls, extra: dict[str, Any]) -> "InductorKernels | None":
+        """The payload; a cache count that is no count (a hand-edited report) reads as not counted."""
+        kernels = super().of(extra)
+        if kernels is not None:
+            for name in ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "autograd_cache_hit",
+                         "autograd_cache_miss"):
+                if not _count(getattr(kernels, name)):
+                    setattr(kernels, name, None)
+        return kernels
 
     def cache_text(self) -> str | None:
         """``FX graph cache 4 hits, 0 misses; AOTAutograd cache 2 hits, 0 misses``; None when not counted."""
@@ -266,10 +287,12 @@ class BreakCost:
 
     @classmethod
     def of(cls, body: Any) -> "BreakCost | None":
-        if not isinstance(body, dict) or not isinstance(body.get("file"), str) or not isinstance(body.get("line"), int):
+        """One entry of a report; None for one a hand edit made odd (a share outside 0-1, low above high, NaN)."""
+        if not isinstance(body, dict) or not isinstance(body.get("file"), str) or not _count(body.get("line")):
             return None
         nums = {k: body.get(k) for k in ("ms", "share", "low", "high")}
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in nums.values()):
+        if not all(_number(v) for v in nums.values()) or nums["ms"] > 1e9 or \
+                not 0 <= nums["low"] <= nums["share"] <= nums["high"] <= 1:
             return None
         gb = body.get("gb_type")
         return cls(file=body["file"], line=body["line"], gb_type=gb if isinstance(gb, str) else None,
@@ -302,10 +325,10 @@ class BreakCosts(Payload):
         costs.breaks = [c for c in (x if isinstance(x, BreakCost) else BreakCost.of(x) for x in items) if c]
         for name in ("compiled_ms", "eager_ms", "compiled_spread", "unattributed"):
             v = getattr(costs, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            if not _number(v) or v > 1e9 or (name == "unattributed" and v > 1):
                 setattr(costs, name, None)
-        if not isinstance(costs.calls, int) or isinstance(costs.calls, bool):
-            costs.calls = 0
+        if not _count(costs.calls) or not costs.calls:
+            return None  # no call measured: nothing to rank by
         return costs
 
     def to_extra(self) -> dict[str, Any]:

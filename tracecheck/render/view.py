@@ -216,9 +216,11 @@ def inductor_caches(report: RunReport) -> str | None:
         return None
     total = InductorKernels(**{name: sum(getattr(k, name) or 0 for k in seen) for name in (
         "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "autograd_cache_hit", "autograd_cache_miss")})
-    run = ("a warm run: compiled from the caches" if total.fxgraph_cache_hit and not total.fxgraph_cache_miss else
-           "a cold run: compiled afresh" if total.fxgraph_cache_miss and not total.fxgraph_cache_hit else
-           "partly from the caches")
+    hit, miss = total.fxgraph_cache_hit, total.fxgraph_cache_miss
+    run = ("a warm run: compiled from the caches" if hit and not miss else
+           "a cold run: compiled afresh" if miss and not hit else
+           "partly from the caches" if hit and miss else
+           "the caches were not used (turned off, or bypassed)")
     probes = f"{len(seen)} probe{'s' if len(seen) != 1 else ''}"
     return f"Inductor's caches ({probes}, inductor stage): {total.cache_text()}; {run}"
 

@@ -24,22 +24,33 @@ import os
 import re
 import statistics
 import time
+import tokenize
 from typing import Any, Callable
 
+from ..evidence.frames import in_torch_or_stdlib
 from ..model.payloads import BreakCost, BreakCosts
 
-#: ``record_function`` names: a measured call, and a graph (its index in compile order follows)
-_CALL, _GRAPH = "tracecheck_call_", "tracecheck_graph_"
+#: ``record_function`` names: a measured call, and a graph (its index in compile order follows); the token keeps a
+#: probe's own ranges of a like name out
+_TOKEN = os.urandom(4).hex()
+_CALL, _GRAPH = f"tracecheck_call_{_TOKEN}_", f"tracecheck_graph_{_TOKEN}_"
 #: a Python function event of ``torch.profiler`` with ``with_stack=True``: ``path/to/file.py(12): forward``, the
 #: line the code object starts at (not the current line)
-_PY_FUNCTION = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<name>.+)$")
+_PY_FUNCTION = re.compile(r"^(?P<file>.+\.py)\((?P<line>\d+)\): (?P<name>.+)$")
 #: a dispatcher op's event: ``aten::relu``, a custom op's ``mylib::scale`` (not a Python function, ``file.py(3): f``)
 _OP = re.compile(r"^[A-Za-z_]\w*::\w")
 #: calls timed side by side (compiled and eager), then as many under the profiler: up to CALLS, at least MIN_CALLS,
 #: more than MIN_CALLS only while the pairs have taken under PAIRS_S seconds
 CALLS, MIN_CALLS, PAIRS_S = 7, 3, 1.5
-#: the whole measurement's seconds after its compile; the profiled calls stop there (one at least)
+#: the whole measurement's seconds after its compile, by default (the explain stage gives it a share of its timeout);
+#: the profiled calls stop there (one at least), and a forward too slow to fit is not measured
 BUDGET_S = 30.0
+#: calls before the timed ones: until one compiles nothing new (Dynamo's default recompile_limit is 8)
+WARMUP_CALLS = 8
+#: how much slower a call runs under the profiler with Python stacks, at most, as budgeted (5x on Python-heavy code)
+PROFILER_SLOWDOWN = 8
+#: profiler events of one call past which it is not profiled (a Python-heavy forward: 300,000 calls took 6 GB)
+MAX_EVENTS = 200_000
 
 Site = tuple[str, int]
 
@@ -51,8 +62,6 @@ def _site(file: str, line: int) -> Site:
 def _ending_site(gm: Any) -> Site | None:
     """The break that ended a graph: the innermost frame outside torch of its compile reason's user stack; None for
     a graph that ended at a return."""
-    from ..evidence.frames import in_torch_or_stdlib
-
     reason = getattr(gm, "compile_subgraph_reason", None)
     if reason is None or not getattr(reason, "graph_break", False):
         return None
@@ -71,7 +80,8 @@ def _functions(file: str) -> tuple[tuple[int, int, int], ...]:
     """(first line as the code object counts it: its first decorator's, def line, last line) of each function and
     lambda in a source file; () when it cannot be read or parsed."""
     try:
-        tree = ast.parse(open(file, encoding="utf-8").read())
+        with tokenize.open(file) as f:  # its declared encoding (a latin-1 file with a coding line)
+            tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return ()
     out = []
@@ -96,24 +106,23 @@ class _Frames:
 
     def __init__(self, breaks: list[dict[str, Any]]) -> None:
         self.by_function: dict[tuple[str, int], list[Site]] = {}
+        self.names: dict[str, str] = {}  # a name the profiler may give a file (as imported, or real) -> the real path
         for b in breaks:
             if b.get("file") and b.get("line"):
                 site = _site(b["file"], b["line"])
                 start = _function_at(*site)
                 if start is not None:
                     self.by_function.setdefault((site[0], start), []).append(site)
+                    self.names[b["file"]] = self.names[site[0]] = site[0]
         for sites in self.by_function.values():
             sites.sort(key=lambda s: s[1])
-        self.files = sorted({file for file, _ in self.by_function})
 
     def breaks_in(self, file_tail: str, first_line: int, name: str) -> list[Site]:
         """The breaks in the code a frame runs, first line first."""
         tail = file_tail.replace("/", os.sep)
         m = _RESUME.match(name)
         held: list[Site] = []
-        for file in self.files:
-            if not (file == tail or file.endswith(os.sep + tail)):
-                continue
+        for file in sorted({real for seen, real in self.names.items() if seen == tail or seen.endswith(os.sep + tail)}):
             if m:
                 resumed = int(m.group("line"))
                 start = _function_at(file, resumed)
@@ -121,6 +130,19 @@ class _Frames:
             else:
                 held += self.by_function.get((file, first_line), [])
         return held
+
+    def resumed(self, frames: list[tuple[str, int, str]]) -> Site | None:
+        """The break a resume function resumes after (``torch_dynamo_resume_in_forward_at_10``: forward's at line 10),
+        for the innermost of ``frames``; None for another function."""
+        for file_tail, _, name in frames:
+            m = _RESUME.match(name)
+            if m:
+                tail, line = file_tail.replace("/", os.sep), int(m.group("line"))
+                for seen, real in self.names.items():
+                    if (seen == tail or seen.endswith(os.sep + tail)) and any(
+                            (real, line) in sites for sites in self.by_function.values()):
+                        return real, line
+        return None
 
     def owner(self, frames: list[tuple[str, int, str]], last: Site | None) -> Site | None:
         """Whose time an eager op is (``frames``: its Python frames, innermost first): the break the last graph
@@ -132,6 +154,11 @@ class _Frames:
             if held:
                 return last if last in held else held[0]
         return last
+
+
+#: profiler frames of torch's and tracecheck's own code (the measurement's wrappers): named relative to a
+#: ``sys.path`` entry, or whole where none holds them
+_SKIPPED_FRAMES = ("torch/", "tracecheck/", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""))
 
 
 def _ancestry(event: Any) -> tuple[str | None, int | None, bool, list[tuple[str, int, str]]]:
@@ -153,7 +180,7 @@ def _ancestry(event: Any) -> tuple[str | None, int | None, bool, list[tuple[str,
             nested = True
         else:
             m = _PY_FUNCTION.match(name)
-            if m and not m.group("file").startswith(("torch/", "tracecheck/")):
+            if m and not m.group("file").startswith(_SKIPPED_FRAMES):
                 py.append((m.group("file"), int(m.group("line")), m.group("name")))
         p = p.cpu_parent
     return call, graph, nested, py
@@ -176,7 +203,7 @@ def _attribute(events: list[Any], ends: list[Site | None],
         if e.name.startswith(_GRAPH):
             if graph is None:  # the outermost range of a graph (a graph called inside another's range is its own)
                 timeline.setdefault(call, []).append((e.time_range.start, e.time_range.end, "graph",
-                                                      int(e.name[len(_GRAPH):])))
+                                                      (int(e.name[len(_GRAPH):]), frames.resumed(py[:1]))))
         elif graph is None:
             timeline.setdefault(call, []).append((e.time_range.start, e.time_range.end, "op", py))
     out: dict[str, tuple[float, dict[Site | None, float]]] = {}
@@ -184,15 +211,23 @@ def _attribute(events: list[Any], ends: list[Site | None],
         spent: dict[Site | None, float] = {}
         after: Site | None = None  # the break the last graph ended at
         owner: Site | None = None  # whose time a gap is: the previous moment's owner
+        loose = 0.0  # time given to no break since the last graph
         at = start
         for s, e, what, info in sorted(timeline.get(call, ()), key=lambda t: t[0]):
             if s > at:
                 spent[owner] = spent.get(owner, 0.0) + (s - at)
+                loose += (s - at) if owner is None else 0.0
             if what == "graph":
-                after = owner = ends[info] if info < len(ends) else None
+                index, resumed = info
+                if resumed is not None and loose:  # the code before it ran because of the break it resumes after
+                    spent[None] -= loose  # (a break before any graph, a return of a nested frame before it)
+                    spent[resumed] = spent.get(resumed, 0.0) + loose
+                loose = 0.0
+                after = owner = ends[index] if index < len(ends) else None
             else:
                 owner = frames.owner(info, after)
                 spent[owner] = spent.get(owner, 0.0) + (e - s)
+                loose += (e - s) if owner is None else 0.0
             at = max(at, e)
         if end > at:
             spent[owner] = spent.get(owner, 0.0) + (end - at)
@@ -250,9 +285,10 @@ class NotMeasured(Exception):
     """Why the breaks' cost was not measured, in words for the report's "not checked"."""
 
 
-def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]], device: str = "cpu") -> BreakCosts:
-    """Measure the forward's breaks. Raises NotMeasured with why when it cannot (any other exception is a bug of its
-    own: the explain stage notes it and keeps its results)."""
+def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]], device: str = "cpu",
+            budget_s: float = BUDGET_S) -> BreakCosts:
+    """Measure the forward's breaks within about ``budget_s`` seconds after its compile. Raises NotMeasured with why
+    when it cannot (any other exception is a bug of its own: the explain stage notes it and keeps its results)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -274,50 +310,68 @@ def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]], device: 
 
     def call(fn: Callable[..., Any]) -> float:
         t0 = time.perf_counter()
-        fn(*case.args, **case.kwargs)
+        try:
+            fn(*case.args, **case.kwargs)
+        except (Exception, SystemExit) as e:  # the probe's own: it runs more calls here than explain made
+            raise NotMeasured(f"the forward raised {type(e).__name__} when called again: {str(e)[:200]}") from e
         return time.perf_counter() - t0
 
     compat.dynamo_reset()
     try:
         case = make_case()
         compiled = torch.compile(case.fn, backend=backend)
-        try:
+        for _ in range(WARMUP_CALLS):  # compiles, and the recompiles a first call's side effects make
+            before = len(ends)
             call(compiled)
-            call(compiled)  # the first call compiles; the second meets a recompile a first call's side effect makes
-        except Exception as e:
-            raise NotMeasured(f"the compiled forward raised {type(e).__name__} when called again") from e
+            if len(ends) == before:
+                break
         compiles = len(ends)
-        deadline = time.perf_counter() + BUDGET_S
-        eager_s, compiled_s = [], []
-        pairs_end = time.perf_counter() + PAIRS_S
-        while len(compiled_s) < CALLS and (len(compiled_s) < MIN_CALLS or time.perf_counter() < pairs_end):
+        start = time.perf_counter()
+        eager_s, compiled_s = [call(case.fn)], [call(compiled)]
+        # the profiled calls run several times slower (Python-heavy code most): enough of them to fit the budget
+        if 2 * MIN_CALLS * (eager_s[0] + compiled_s[0]) + MIN_CALLS * PROFILER_SLOWDOWN * compiled_s[0] > budget_s:
+            raise NotMeasured(f"one compiled call took {compiled_s[0]:.2g} s: {MIN_CALLS} calls under the profiler "
+                              f"would not fit the {budget_s:.0f} s this measurement may take")
+        while len(compiled_s) < CALLS and (len(compiled_s) < MIN_CALLS or time.perf_counter() < start + PAIRS_S):
             eager_s.append(call(case.fn))  # side by side, so the machine's load weighs on both alike
             compiled_s.append(call(compiled))
-        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-            compiled(*case.args, **case.kwargs)  # the profiler's own first-call costs, in no measured call
-            for i in range(len(compiled_s)):
+        per_call: list[tuple[float, dict[Site | None, float]]] = []
+        frames = _Frames(breaks)
+        for i in range(len(compiled_s) + 1):  # each call its own profile: what one holds is read, then let go
+            with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
                 with record_function(f"{_CALL}{i}"):
-                    compiled(*case.args, **case.kwargs)
-                if time.perf_counter() > deadline:
-                    break
+                    call(compiled)
+            events = _events(prof)
+            del prof
+            if len(events) > MAX_EVENTS:
+                raise NotMeasured(f"one call made {len(events):,} profiler events (Python calls and ops), over "
+                                  f"{MAX_EVENTS:,}: profiling it would take too much memory")
+            if i:  # the first: the profiler's own first-call costs
+                per_call += [v for v in _attribute(events, ends, frames).values() if v[0] > 0]
+            if time.perf_counter() > start + budget_s:
+                break
         if len(ends) > compiles:  # its time would be Dynamo's compiles, not the breaks'
-            raise NotMeasured("the forward compiles again on every call (a recompile each time)")
-        events = _events(prof)
+            raise NotMeasured("the forward kept compiling again on later calls (a recompile each time)")
     finally:
         compat.dynamo_reset()
-    per_call = [(total, spent) for total, spent in _attribute(events, ends, _Frames(breaks)).values() if total > 0]
     if not per_call:
         raise NotMeasured("the profiler recorded no measured call")
+    given = {_site(b["file"], b["line"])[0]: b["file"] for b in breaks if b.get("file") and b.get("line")}
     gb_types = {_site(b["file"], b["line"]): b.get("gb_type") for b in breaks if b.get("file") and b.get("line")}
     costs = []
-    for site in {s for _, spent in per_call for s in spent if s is not None} | set(gb_types):
+    # every break the trace named (one of no cost too), not torch's or the standard library's own lines
+    for site in {s for _, spent in per_call for s in spent if s in gb_types} | set(gb_types):
+        if in_torch_or_stdlib(site[0]):
+            continue
         shares = [spent.get(site, 0.0) / total for total, spent in per_call]
-        costs.append(BreakCost(file=site[0], line=site[1], gb_type=gb_types.get(site),
+        costs.append(BreakCost(file=given.get(site[0], site[0]), line=site[1], gb_type=gb_types.get(site),
                                ms=round(statistics.median(spent.get(site, 0.0) for _, spent in per_call) / 1000, 4),
                                share=round(statistics.median(shares), 4), low=round(min(shares), 4),
                                high=round(max(shares), 4)))
     costs.sort(key=lambda c: (-c.share, c.file, c.line))
-    unattributed = [spent.get(None, 0.0) / total for total, spent in per_call]
+    # a site no break of the trace names (torch's, the standard library's) is in no break's share
+    unattributed = [sum(v for k, v in spent.items() if k not in gb_types or in_torch_or_stdlib(k[0])) / total
+                    for total, spent in per_call]
     return BreakCosts(
         calls=len(per_call), compiled_ms=round(statistics.median(compiled_s) * 1000, 4),
         eager_ms=round(statistics.median(eager_s) * 1000, 4),

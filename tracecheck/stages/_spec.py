@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..model.targets import COMPILE, TARGETS
+from ..model.tasks import DEFAULT_TIMEOUT_S
 
 #: ``StageSpec.counts`` values: how a baseline compares a count the stage adds to ``StageResult.extra``.
 LOWER_IS_BETTER, NEUTRAL = "lower-is-better", "neutral"
@@ -22,6 +23,8 @@ class StageOptions:
     steps: int = 3
     #: compiled_autograd: also run with a second input shape (batch dim x10) to show shape recompiles
     dynamic: bool = False
+    #: explain: the seconds its process may run (``--timeout``), which its measurement of break costs stays within
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 @dataclass

@@ -20,9 +20,9 @@ _METADATA = frozenset({"size", "dim", "ndimension", "stride", "numel", "nelement
                        "__get__"})
 
 
-#: the explain run's seconds past which the breaks' cost is not measured (it compiles the forward once more and runs it
-#: a few times: a slow compile on a loaded machine must not turn the stage into a timeout)
-COST_AFTER_S = 60
+#: the seconds measuring the breaks' cost may take after its compile, at most, and the least worth starting with: it
+#: stays within half the stage's timeout, so that a slow compile on a loaded machine never turns explain into a timeout
+COST_BUDGET_S, COST_MIN_BUDGET_S = 30.0, 3.0
 
 #: ``File "/path/model.py", line 14, in forward``: one frame of a graph node's ``stack_trace``
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
@@ -133,15 +133,19 @@ def run(ctx: StageContext) -> dict[str, Any]:
     extra = Coverage(calls_captured=captured, unique_graphs=graphs, frames_eager=frames - frames_ok,
                      torch_calls_eager=eager, captured_share=Coverage.share(captured, eager),
                      lines=lines or None).to_extra()
-    if trace.breaks and time.perf_counter() - started > COST_AFTER_S:  # measuring costs another compile at least
+    # measuring compiles the forward again (about what explain took) and runs it: within half the stage's timeout
+    took = time.perf_counter() - started
+    budget = min(COST_BUDGET_S, ctx.options.timeout_s / 2 - 2 * took)
+    if trace.breaks and budget < COST_MIN_BUDGET_S:
         extra.update(StageNotes(not_checked=[
-            f"the cost of each graph break: explain took {time.perf_counter() - started:.0f} s, over "
-            f"{COST_AFTER_S} s, and measuring would compile the forward again"]).to_extra())
+            f"the cost of each graph break: explain took {took:.0f} s, and measuring would compile the forward again "
+            f"and run it several times: more than half the stage's {ctx.options.timeout_s:.0f} s timeout "
+            "(--timeout)"]).to_extra())
     elif trace.breaks:
         from ._break_cost import NotMeasured, measure
 
         try:
-            extra.update(measure(ctx.make_case, trace.breaks, ctx.device).to_extra())
+            extra.update(measure(ctx.make_case, trace.breaks, ctx.device, budget).to_extra())
         except Exception as e:  # the coverage and the breaks stand: only the cost is missing, and says why
             why = str(e) if isinstance(e, NotMeasured) else f"the measurement failed: {type(e).__name__}: {e}"
             extra.update(StageNotes(not_checked=[f"the cost of each graph break: {why[:300]}"]).to_extra())
@@ -156,7 +160,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="explain", order=20, cost=1, run=run, forward_only=True,
+    name="explain", order=20, cost=1, run=run, forward_only=True, options=("timeout_s",),
     summary="torch._dynamo.explain: graph count, graph breaks counted from the structured trace, compile coverage",
     repro=(
         '# fullgraph=True raises at the first graph break, with its gb_type ...\n'
