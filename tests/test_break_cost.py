@@ -171,36 +171,12 @@ def test_odd_cache_counts_in_a_report_read_as_not_counted():
 
 # -- on a real run ------------------------------------------------------------------------------------------------
 
-MODEL = '''
-import torch
-import tracecheck
-
-
-class PrintAndItem(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(64, 64)
-
-    def forward(self, x):
-        h = self.lin(x)
-        print("rows", h.shape[0])  # line 13: a break once per call
-        h = torch.relu(h)
-        for _ in range(8):
-            if h.sum().item() > 0:  # line 16: a break in a loop: Dynamo gives up on the loop's frame
-                h = h * 0.9
-            h = h + 1
-        return h
-
-
-@tracecheck.probe
-def probe_print_and_item():
-    return tracecheck.Case(PrintAndItem(), (torch.randn(32, 64),))
-
-
-@tracecheck.probe
-def probe_no_break():
-    return tracecheck.Case(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
-'''
+#: the benchmark's model (benchmarks/bench_break_cost.py), a probe without a break beside it
+MODEL = (Path(__file__).resolve().parents[1] / "benchmarks" / "models" / "print_and_item.py").read_text() + \
+    "\n\n@tracecheck.probe\ndef probe_no_break():\n    return tracecheck.Case(torch.nn.Linear(4, 4), (torch.randn(2, 4),))\n"
+#: the breaks' lines, read off the source
+PRINT_LINE, ITEM_LINE = (MODEL.splitlines().index(next(ln for ln in MODEL.splitlines() if ln.endswith(mark))) + 1
+                         for mark in ("# the cheap break", "# the expensive break"))
 
 
 @pytest.fixture(scope="module")
@@ -219,8 +195,8 @@ def test_both_breaks_are_measured_at_their_lines(run):
     costs = BreakCosts.of(run["extra"]["probe_print_and_item"])
     model = str((run["folder"] / "model.py").resolve())
     assert {(c.file, c.line, c.gb_type) for c in costs.breaks} == {
-        (model, 13, "Failed to trace builtin operator"),
-        (model, 16, "Unsupported Tensor.item() call with capture_scalar_outputs=False")}
+        (model, PRINT_LINE, "Failed to trace builtin operator"),
+        (model, ITEM_LINE, "Unsupported Tensor.item() call with capture_scalar_outputs=False")}
     assert costs.calls >= bc.MIN_CALLS and costs.compiled_ms > 0 and costs.eager_ms > 0
     for c in costs.breaks:
         assert 0 < c.low <= c.share <= c.high < 1 and c.ms > 0
