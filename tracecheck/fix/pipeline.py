@@ -139,15 +139,29 @@ def _one(runner: Runner, work: ProcessTask, timeout_s: float, what: str) -> dict
     return next(runner.run([Task(what, work, timeout_s)])).checked(what + ":")
 
 
+#: Inductor's FX-graph and AOTAutograd caches do not key on a custom op's fake impl: a regenerated fix with the same
+#: op names would reuse graphs compiled against the previous fakes (seen on torch 2.13: "mismatch in length of strides
+#: and shape"). ``fix`` verifies from scratch: these are set while it runs (before the stage fork server starts, which
+#: keeps the environment it started with), and restored after, so a caller's later runs keep their caches.
+_NO_CACHES = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+
+
 def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
     """Diagnose ``opts.target``, generate the fix for the kinds that have one, verify it. Raises UsageError."""
     path, name, patched = _validate(opts)
-    # Inductor's FX-graph and AOTAutograd caches do not key on a custom op's fake impl: a regenerated fix with
-    # the same op names would reuse graphs compiled against the previous fakes (seen on torch 2.13: "mismatch in
-    # length of strides and shape"). Verify from scratch. Set before the stage fork server starts (it keeps the
-    # environment it started with).
-    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
-    os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
+    saved = {k: os.environ.get(k) for k in _NO_CACHES}
+    os.environ.update(_NO_CACHES)
+    try:
+        return _fix(opts, progress, path, name, patched)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _fix(opts: FixOptions, progress: api.Progress | None, path: str, name: str, patched: Any) -> FixOutcome:
     diagnosis = api.run(api.RunOptions([path], stages=DIAGNOSE_STAGES, only=name, jobs=opts.jobs,
                                        timeout_s=opts.timeout_s, command=["fix", opts.target]), progress)
     if diagnosis.probes and diagnosis.probes[0].verdict.status == "pass":
