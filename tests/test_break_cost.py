@@ -12,7 +12,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -29,10 +28,6 @@ class _Event:
     start: float
     end: float
     cpu_parent: "_Event | None" = None
-
-    @property
-    def time_range(self):
-        return SimpleNamespace(start=self.start, end=self.end)
 
 
 SOURCE = """import torch

@@ -193,7 +193,7 @@ def _attribute(events: list[Any], ends: list[Site | None],
     timeline: dict[str, list[tuple[float, float, str, Any]]] = {}
     for e in events:
         if e.name.startswith(_CALL):
-            calls[e.name] = (e.time_range.start, e.time_range.end)
+            calls[e.name] = (e.start, e.end)
             continue
         if not (e.name.startswith(_GRAPH) or _OP.match(e.name)):
             continue
@@ -202,10 +202,10 @@ def _attribute(events: list[Any], ends: list[Site | None],
             continue
         if e.name.startswith(_GRAPH):
             if graph is None:  # the outermost range of a graph (a graph called inside another's range is its own)
-                timeline.setdefault(call, []).append((e.time_range.start, e.time_range.end, "graph",
+                timeline.setdefault(call, []).append((e.start, e.end, "graph",
                                                       (int(e.name[len(_GRAPH):]), frames.resumed(py[:1]))))
         elif graph is None:
-            timeline.setdefault(call, []).append((e.time_range.start, e.time_range.end, "op", py))
+            timeline.setdefault(call, []).append((e.start, e.end, "op", py))
     out: dict[str, tuple[float, dict[Site | None, float]]] = {}
     for call, (start, end) in calls.items():
         spent: dict[Site | None, float] = {}
@@ -243,10 +243,6 @@ class _Event:
 
     def __init__(self, name: str, start: float, end: float) -> None:
         self.name, self.start, self.end, self.cpu_parent = name, start, end, None
-
-    @property
-    def time_range(self) -> "_Event":
-        return self
 
 
 def _rank(name: str) -> int:
