@@ -239,3 +239,54 @@ def test_stage_processes_see_the_users_environment_not_the_fork_servers(tmp_path
     seen = dump.read_text().splitlines()
     warmed = stages != "eager" and sys.platform == "linux" and not (torch.version.cuda or torch.version.hip)
     assert len(seen) >= 1 + len(stages.split(",")) and set(seen) == {f'["TRACECHECK_USERS_OWN"] {warmed}'}
+
+
+LAZY = '''
+import os, torch
+
+def _f(x):
+    return torch.sin(x) * 2
+
+def probe_a():
+    import lazy_helper  # imported by the probe function, not at the file's import: transformers' lazy modules
+    return _f, (torch.randn(4, requires_grad=True),)
+
+def probe_b():
+    import lazy_helper
+    return _f, (torch.randn(3),)
+'''
+
+HELPER = '''
+import os
+with open(os.environ["IMPORT_LOG"], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+{extra}
+'''
+
+
+def _run_lazy(tmp_path, extra=""):
+    (tmp_path / "lazy_model.py").write_text(LAZY)
+    (tmp_path / "lazy_helper.py").write_text(HELPER.replace("{extra}", extra))
+    log, out = tmp_path / "imports.log", tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "lazy_model.py"), "--stages",
+                           "eager,explain", "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env={**os.environ, "IMPORT_LOG": str(log),
+                                             "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    return log.read_text().split(), {r["status"] for p in report["probes"] for r in p["stages"].values()}
+
+
+def test_a_module_the_probe_functions_import_loads_in_the_template_not_in_every_stage(tmp_path):
+    imports, statuses = _run_lazy(tmp_path)
+    # the discovery child that called the probes, then the template before it forks: not the 4 stage processes
+    assert len(imports) == 2 and len(set(imports)) == 2
+    assert statuses == {"pass"}
+
+
+def test_a_module_that_starts_a_thread_is_left_to_each_stage_process(tmp_path):
+    # a thread would not survive the fork: the template does not import it, each stage process does
+    imports, statuses = _run_lazy(tmp_path, "import threading, time\nthreading.Thread(target=time.sleep, "
+                                            "args=(60,), daemon=True).start()")
+    assert len(imports) == 1 + 4 and len(set(imports)) == 5
+    assert statuses == {"pass"}

@@ -22,6 +22,7 @@ from .stages import get as get_stage
 from .collect.survey import SurveyTask
 from .model.tasks import DEFAULT_TIMEOUT_S
 from .stages import order as stage_order
+from .isolate.deadline import Deadlines, assured_s
 from .isolate.runner import Outcome, Runner, Task, Template
 from .model.targets import DEFAULT_REQUIRE, Gate
 from .model.taxonomy import K
@@ -29,7 +30,8 @@ from .model.payloads import StageNotes
 
 @dataclass
 class RunOptions:
-    """What ``tracecheck run`` was asked to do. ``timeout_s`` is per (probe, stage) process, in seconds."""
+    """What ``tracecheck run`` was asked to do. ``timeout_s``: the most seconds a (probe, stage) process may run, the
+    cap of its deadline (isolate/deadline.py)."""
 
     paths: list[str]
     stages: list[str] = field(default_factory=lambda: list(STAGES))
@@ -126,13 +128,14 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         for p in probes:
             p.gate = gate
         verdicts = _Verdicts(progress, deferred, opts.strict)
-        _run_stage_tasks(runner, tasks, probes, progress, verdicts)
+        deadlines = Deadlines(opts.timeout_s, {s: get_stage(s).cost for s in stages})
+        _run_stage_tasks(runner, tasks, probes, progress, verdicts, deadlines)
         # opcheck after all: eager registered a custom op, or eager did not finish (it cannot tell)
         late = [p for p in probes if p.id in deferred and not _setup_failed(p) and _late_opcheck(p)]
         if late:
             progress.planned(len(tasks) + len(late))
             _run_stage_tasks(runner, _stage_tasks(opts, files, late, ["opcheck"], device, {}, skip=set()), probes,
-                             progress, verdicts)
+                             progress, verdicts, deadlines)
         for p in probes:
             if p.id in deferred and "opcheck" not in p.stages and not _setup_failed(p):
                 p.stages["opcheck"] = StageResult("opcheck", SKIP, skip_reason=NO_CUSTOM_OP)
@@ -185,11 +188,12 @@ class _Verdicts:
 
 
 def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport], progress: Progress,
-                     verdicts: _Verdicts) -> None:
+                     verdicts: _Verdicts, deadlines: Deadlines) -> None:
     by_id = {p.id: p for p in probes}
     verdicts.expect(tasks)
-    for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key)):
+    for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key), deadline=deadlines):
         probe_id, stage = outcome.task.key
+        deadlines.ended(probe_id, stage, outcome.seconds, on_its_own=outcome.message is not None)
         by_id[probe_id].stages[stage] = _stage_result(stage, outcome)
         progress.finished(probe_id, _as_settled(by_id[probe_id], stage, verdicts))
         verdicts.done(by_id[probe_id], stage)
@@ -319,7 +323,10 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
 
 def _options(opts: RunOptions, stage: str) -> StageOptions:
     """The run's values of the options the stage declares it reads (``StageSpec.options``); defaults for the rest."""
-    return StageOptions(**{name: getattr(opts, name) for name in get_stage(stage).options})
+    values = {name: getattr(opts, name) for name in get_stage(stage).options}
+    if "timeout_s" in values:  # what the stage is sure to get: its deadline may come down to that
+        values["timeout_s"] = assured_s(opts.timeout_s)
+    return StageOptions(**values)
 
 
 def _stage_result(stage: str, outcome: Outcome) -> StageResult:

@@ -226,7 +226,8 @@ def cli() -> None:
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="cores",
               help="Stage processes run in parallel.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
-              help="Seconds allowed per (probe, stage) process.")
+              help="The most seconds a (probe, stage) process may run; less (10x its probe's longest comparable "
+                   "stage, at least 120 s) once such a stage has ended.")
 @click.option("--device", default="auto", show_default=True,
               help="auto (npu if torch_npu works, else cpu), cpu, cuda or npu.")
 @click.option("--emulate-npu", is_flag=True,

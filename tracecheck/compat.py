@@ -246,6 +246,12 @@ def dynamo_reset() -> None:
     torch._dynamo.reset()
 
 
+def maybe_mark_dynamic(t: torch.Tensor, dim: int) -> None:
+    """``torch._dynamo.maybe_mark_dynamic``: ``dim`` of ``t`` symbolic from the first compile; code that forces it to
+    a constant specializes it (``mark_dynamic`` would raise instead). Both 2.13 and 2.14 have it."""
+    torch._dynamo.maybe_mark_dynamic(t, dim)
+
+
 def counters() -> Any:
     """``torch._dynamo.utils.counters``: the process-wide ``stats``/``compiled_autograd`` counters."""
     from torch._dynamo.utils import counters as c

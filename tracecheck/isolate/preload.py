@@ -4,6 +4,7 @@ Imports, answers to questions Inductor asks once per process (warmup.warm_induct
 compile, forward only, on a single thread (warmup.warm_compile): no OpenMP pool, compile worker or autograd device
 thread exists before the fork. The warm-up itself is in isolate/warmup.py.
 """
+import atexit
 import os
 import signal
 
@@ -37,3 +38,20 @@ if os.environ.get(worker.WARM_COMPILE_VAR, "1") != "0":
 # the imports' threads too, not only the warm-up's (warmup.settle_threads)
 warmup.settle_threads(_threads_at_start)
 signal.signal(signal.SIGINT, _sigint)
+
+
+def _exit_now() -> None:
+    """The server's exit (multiprocessing's forkserver ends at EOF from tracecheck with SystemExit) without Python's
+    own shutdown, which with torch and the compiler stack loaded takes about 0.9 s that a reader of tracecheck's
+    output through a pipe waits for (the server holds its stderr). What a process forked by multiprocessing runs at
+    its end, then ``os._exit``; registered last, so it runs first."""
+    import sys
+    from multiprocessing import util
+
+    util._exit_function()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+atexit.register(_exit_now)

@@ -20,6 +20,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Iterator
 
 from . import protocol, worker
+from .deadline import Deadline
 from ..model.tasks import ProcessTask
 
 
@@ -52,12 +53,15 @@ class Outcome:
     #: a ``serve`` task's process, up and ready to fork; None when it could not serve (``why_not_template``)
     template: "Template | None" = None
     why_not_template: str | None = None
+    #: the deadline it ran under (``Runner.run``'s ``deadline``; the task's ``timeout_s`` by default)
+    limit: Deadline | None = None
 
     @property
     def died(self) -> str | None:
         """Human-readable cause of death, or None."""
         if self.timed_out:
-            return f"killed after the {self.task.timeout_s:g} s timeout"
+            return f"killed after {self.limit.why}" if self.limit else \
+                f"killed after the {self.task.timeout_s:g} s timeout"
         if self.message is not None:
             return None
         code = self.exitcode
@@ -266,8 +270,11 @@ class Runner:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def run(self, tasks: list[Task], on_start: Callable[[Task], None] | None = None) -> Iterator[Outcome]:
-        """Yield an Outcome per task as it finishes. On any exit (an exception, Ctrl-C, SIGTERM/SIGHUP turned
+    def run(self, tasks: list[Task], on_start: Callable[[Task], None] | None = None,
+            deadline: Callable[[Any], Deadline] | None = None) -> Iterator[Outcome]:
+        """Yield an Outcome per task as it finishes. ``deadline(task.key)``: how long a task may run, asked again
+        while it runs (isolate/deadline.py); the task's ``timeout_s`` without it. On any exit (an exception, Ctrl-C,
+        SIGTERM/SIGHUP turned
         into KeyboardInterrupt by the CLI, or the caller abandoning the iterator) every running task's process group is
         killed, so no probe keeps running behind tracecheck. A template is stopped once no task of this run
         needs it any more."""
@@ -277,7 +284,8 @@ class Runner:
             if t.template is not None:
                 users[id(t.template)] = users.get(id(t.template), 0) + 1
         try:
-            for outcome in self._schedule(deque(tasks), running, on_start):
+            limit = deadline or (lambda key: None)
+            for outcome in self._schedule(deque(tasks), running, on_start, limit):
                 tpl = outcome.task.template
                 if tpl is not None:
                     users[id(tpl)] -= 1
@@ -307,7 +315,11 @@ class Runner:
         proc.start()
         return _Spawned(proc)
 
-    def _schedule(self, pending: deque, running: dict, on_start: Callable[[Task], None] | None) -> Iterator[Outcome]:
+    def _schedule(self, pending: deque, running: dict, on_start: Callable[[Task], None] | None,
+                  deadline: Callable[[Any], Deadline | None]) -> Iterator[Outcome]:
+        def limit(task: Task) -> Deadline:
+            return deadline(task.key) or Deadline(task.timeout_s, f"the {task.timeout_s:g} s timeout")
+
         while pending or running:
             while pending and len(running) < self.jobs:
                 task = pending.popleft()
@@ -321,7 +333,8 @@ class Runner:
                 if on_start:
                     on_start(task)
             now = time.monotonic()
-            next_deadline = min(start + t.timeout_s for t, _, start, _, _ in running.values())
+            limits = {key: limit(t) for key, (t, _, _, _, _) in running.items()}
+            next_deadline = min(start + limits[key].seconds for key, (_, _, start, _, _) in running.items())
             # a forked task whose template died is done now: do not wait on that template's connection
             orphaned = any(isinstance(h, _Forked) and not h.template.alive for _, h, _, _, _ in running.values())
             waitables = list({id(h.waitable): h.waitable for _, h, _, _, _ in running.values()
@@ -332,7 +345,7 @@ class Runner:
                 task, handle, start, result_path, log_path = running[key]
                 timed_out = False
                 if not handle.done():
-                    if now - start < task.timeout_s:
+                    if now - start < limits[key].seconds:
                         continue
                     timed_out = True
                     _kill_group(handle)
@@ -341,7 +354,7 @@ class Runner:
                 outcome = Outcome(task, None if timed_out else protocol.read_message(result_path), exitcode, timed_out,
                                   now - start, _tail(log_path), setup_failed=not os.path.exists(log_path),
                                   template_died=isinstance(handle, _Forked) and exitcode is None
-                                  and not handle.template.alive)
+                                  and not handle.template.alive, limit=limits[key])
                 if isinstance(handle, _Spawned) and task.serve and not timed_out:
                     if handle.serving():
                         outcome.template = Template(handle.proc, handle.conn)

@@ -83,7 +83,7 @@ class CompiledAutogradCounts(Payload):
     schedule: list[str] | None = None
     shapes: dict[str, Any] | None = None
     dynamic_note: str | None = None
-    #: the plain torch.compile run's own error, when it has one
+    #: the plain torch.compile run's own error (backend "eager": Dynamo's), when it has one
     error_without_ca: str | None = None
     #: the failing steps rerun with the other backend (``_compiled_autograd._other_backend``)
     other_backend: dict[str, Any] | None = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from .. import compat
 from ..compat import pytree
 
 
@@ -33,14 +34,20 @@ def sizes(batch: int) -> list[int]:
     return [batch, batch + 1, batch + 2, batch + 3]
 
 
-def resize(args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, n: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``(args, kwargs)`` with every tensor whose dim 0 is ``batch`` grown or cut to ``n`` rows (``i % batch``)."""
+def resize(args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, n: int,
+           mark_dynamic: bool = False) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` with every tensor whose dim 0 is ``batch`` grown or cut to ``n`` rows (``i % batch``).
+    ``mark_dynamic``: each of them with its dim 0 marked ``torch._dynamo.maybe_mark_dynamic`` (symbolic from the first
+    compile, and specialized without an error where code forces a constant)."""
     index = torch.arange(n) % batch
 
     def one(t: Any) -> Any:
         if not (isinstance(t, torch.Tensor) and t.dim() >= 1 and t.size(0) == batch):
             return t
         out = t.detach().index_select(0, index.to(t.device)).clone()
-        return out.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else out
+        out = out.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else out
+        if mark_dynamic:
+            compat.maybe_mark_dynamic(out, 0)
+        return out
 
     return pytree.tree_map(one, (args, kwargs))

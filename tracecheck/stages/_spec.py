@@ -23,7 +23,8 @@ class StageOptions:
     steps: int = 3
     #: compiled_autograd: also run with a second input shape (batch dim x10) to show shape recompiles
     dynamic: bool = False
-    #: explain: the seconds its process may run (``--timeout``), which its measurement of break costs stays within
+    #: explain: the seconds its process is sure to get (``--timeout``, at most isolate/deadline.py's floor), which its
+    #: measurement of break costs stays within
     timeout_s: float = DEFAULT_TIMEOUT_S
 
 

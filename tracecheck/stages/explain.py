@@ -139,8 +139,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     if trace.breaks and budget < COST_MIN_BUDGET_S:
         extra.update(StageNotes(not_checked=[
             f"the cost of each graph break: explain took {took:.0f} s, and measuring would compile the forward again "
-            f"and run it several times: more than half the stage's {ctx.options.timeout_s:.0f} s timeout "
-            "(--timeout)"]).to_extra())
+            f"and run it several times: more than half of the {ctx.options.timeout_s:.0f} s the stage is sure to "
+            "get (its deadline is --timeout, or less once a comparable stage of the probe has ended)"]).to_extra())
     elif trace.breaks:
         from ._break_cost import NotMeasured, measure
 
