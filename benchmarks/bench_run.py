@@ -44,6 +44,7 @@ def serial_main(paths: list[str], stages: list[str], budget_out: str | None = No
     from tracecheck import stages as registry
 
     budget = dict.fromkeys(stages, 0.0)
+    options = registry.StageOptions(with_aot_eager="aot_eager" in stages)  # as `tracecheck run` sets it
     for path in locate.find_files(paths):
         module = loadfile.load_module(path)
         for name, _ in loadfile.find_probes(module):
@@ -58,7 +59,7 @@ def serial_main(paths: list[str], stages: list[str], budget_out: str | None = No
                 spec = registry.get(stage)
                 t0 = time.perf_counter()
                 try:
-                    spec.run(registry.StageContext(make_case, "cpu", registry.StageOptions()))
+                    spec.run(registry.StageContext(make_case, "cpu", options))
                 except Exception as e:  # the serial script survives what it can
                     print(f"{name} {stage}: {type(e).__name__}", file=sys.stderr)
                 budget[stage] += time.perf_counter() - t0

@@ -14,7 +14,7 @@ from .evidence import owner
 from .gate import shards
 from .collect import locate
 from .model.exitcodes import UsageError
-from .model.report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from .model.report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from .model.records import StageRecord
 from .model.reportio import trace_subdir
 from .stages import STAGES, StageOptions, StageTask, target_of
@@ -22,7 +22,8 @@ from .stages import get as get_stage
 from .collect.survey import SurveyTask
 from .model.tasks import DEFAULT_TIMEOUT_S
 from .stages import order as stage_order
-from .isolate.deadline import Deadlines, assured_s
+from .isolate.deadline import Deadlines
+from .model.tasks import floor_s
 from .isolate.runner import Outcome, Runner, Task, Template
 from .model.targets import DEFAULT_REQUIRE, Gate
 from .model.taxonomy import K
@@ -193,8 +194,9 @@ def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport
     verdicts.expect(tasks)
     for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key), deadline=deadlines):
         probe_id, stage = outcome.task.key
-        deadlines.ended(probe_id, stage, outcome.seconds, on_its_own=outcome.message is not None)
         by_id[probe_id].stages[stage] = _stage_result(stage, outcome)
+        if by_id[probe_id].stages[stage].status == PASS:
+            deadlines.passed(probe_id, stage, outcome.seconds)
         progress.finished(probe_id, _as_settled(by_id[probe_id], stage, verdicts))
         verdicts.done(by_id[probe_id], stage)
 
@@ -323,10 +325,10 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
 
 def _options(opts: RunOptions, stage: str) -> StageOptions:
     """The run's values of the options the stage declares it reads (``StageSpec.options``); defaults for the rest."""
-    values = {name: getattr(opts, name) for name in get_stage(stage).options}
-    if "timeout_s" in values:  # what the stage is sure to get: its deadline may come down to that
-        values["timeout_s"] = assured_s(opts.timeout_s)
-    return StageOptions(**values)
+    # assured_s: what the stage is sure to get, its deadline may come down to that (isolate/deadline.py)
+    derived = {"assured_s": lambda: floor_s(opts.timeout_s), "with_aot_eager": lambda: "aot_eager" in opts.stages}
+    return StageOptions(**{name: derived[name]() if name in derived else getattr(opts, name)
+                           for name in get_stage(stage).options})
 
 
 def _stage_result(stage: str, outcome: Outcome) -> StageResult:

@@ -283,6 +283,22 @@ def lookup_backend(name: str) -> Callable[..., Any]:
     return lookup(name)
 
 
+def has_unbacked_symbols(gm: Any) -> bool:
+    """Does a graph Dynamo captured hold data-dependent values (unbacked symbols, ``u0``: an ``.item()``, a
+    ``nonzero``'s size)? Read from each node's ``example_value`` (``free_unbacked_symbols``, 2.13 and 2.14)."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value")
+        if value is None:
+            continue
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)) and free_unbacked_symbols(v)
+               for v in values):
+            return True
+    return False
+
+
 def same(ref: Any, res: Any, fp64_ref: Any = None, **kwargs: Any) -> bool:
     """``torch._dynamo.utils.same``: PyTorch's benchmark accuracy check."""
     from torch._dynamo.utils import same as same_

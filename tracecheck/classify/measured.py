@@ -55,9 +55,9 @@ def gradient_finding(outcome: dict[str, Any]) -> Finding:
 
 
 def specialization_finding(raw: dict[str, Any]) -> Finding:
-    """A dimension compiled with ``dynamic=True`` that still recompiles at every new size (stages/dynamic.py):
-    the guard that failed (``reason``, ``user_frame``) and, when the trace saw it, the specialization with the
-    frame whose code forced the constant (a fake impl's ``int(x.shape[0])``, say)."""
+    """A dimension compiled as dynamic (the batch dimension, marked) that still recompiles at every new size
+    (stages/dynamic.py): the guard that failed (``reason``, ``user_frame``) and, when the trace saw it, the
+    specialization with the frame whose code forced the constant (a fake impl's ``int(x.shape[0])``, say)."""
     spec = raw.get("specialization") or {}
     frame = spec.get("frame") or raw.get("user_frame")
     source = (spec.get("sources") or [None])[0] or "a dimension"

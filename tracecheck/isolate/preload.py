@@ -41,10 +41,10 @@ signal.signal(signal.SIGINT, _sigint)
 
 
 def _exit_now() -> None:
-    """The server's exit (multiprocessing's forkserver ends at EOF from tracecheck with SystemExit) without Python's
-    own shutdown, which with torch and the compiler stack loaded takes about 0.9 s that a reader of tracecheck's
-    output through a pipe waits for (the server holds its stderr). What a process forked by multiprocessing runs at
-    its end, then ``os._exit``; registered last, so it runs first."""
+    """The fork server's exit (multiprocessing's forkserver ends with SystemExit at EOF from tracecheck, its only
+    way out; nothing reads its status) without Python's own shutdown, which with torch and the compiler stack loaded
+    takes about 0.9 s that a reader of tracecheck's output through a pipe waits for (the server holds its stderr).
+    What a process forked by multiprocessing runs at its end, then ``os._exit``; registered last, so it runs first."""
     import sys
     from multiprocessing import util
 
@@ -54,4 +54,5 @@ def _exit_now() -> None:
     os._exit(0)
 
 
-atexit.register(_exit_now)
+if os.environ.get(worker.FORK_SERVER_VAR):  # the server only: another process importing this module exits as usual
+    atexit.register(_exit_now)

@@ -60,8 +60,9 @@ class Outcome:
     def died(self) -> str | None:
         """Human-readable cause of death, or None."""
         if self.timed_out:
-            return f"killed after {self.limit.why}" if self.limit else \
-                f"killed after the {self.task.timeout_s:g} s timeout"
+            limit = self.limit or _cap(self.task)
+            return f"killed after {limit.why}" if limit.is_cap else \
+                f"killed after {self.seconds:.0f} s, over {limit.why}"
         if self.message is not None:
             return None
         code = self.exitcode
@@ -112,6 +113,7 @@ def _context(warm_compile: bool) -> multiprocessing.context.BaseContext:
     env = {} if warm_compile or worker.WARM_COMPILE_VAR in os.environ else {worker.WARM_COMPILE_VAR: "0"}
     if "PYTHONSAFEPATH" not in os.environ:
         env["PYTHONSAFEPATH"] = "1"
+    env[worker.FORK_SERVER_VAR] = "1"  # preload.py: the server's own exit
     # The resource tracker (started here, with the server) warns at exit of semaphores a stage process made and
     # never released: every stage process killed on Ctrl-C or a timeout leaves some. The tracker frees them either
     # way; the warning is noise to a user, so its interpreter (and only that message) is told to ignore it. A user's
@@ -318,7 +320,8 @@ class Runner:
     def _schedule(self, pending: deque, running: dict, on_start: Callable[[Task], None] | None,
                   deadline: Callable[[Any], Deadline | None]) -> Iterator[Outcome]:
         def limit(task: Task) -> Deadline:
-            return deadline(task.key) or Deadline(task.timeout_s, f"the {task.timeout_s:g} s timeout")
+            given = deadline(task.key)
+            return given if given is not None and given.seconds <= task.timeout_s else _cap(task)
 
         while pending or running:
             while pending and len(running) < self.jobs:
@@ -363,6 +366,10 @@ class Runner:
                         outcome.why_not_template = handle.ready[1] if handle.ready and len(handle.ready) > 1 \
                             else "the process ended"
                 yield outcome
+
+
+def _cap(task: Task) -> Deadline:
+    return Deadline(task.timeout_s, f"the {task.timeout_s:g} s timeout", True)
 
 
 def _kill_group(proc: Any) -> None:

@@ -23,6 +23,8 @@ from ..model.tasks import ProcessTask
 SERVER_ENV_MARK = "TRACECHECK_SERVER_ENV"
 #: read by the fork server's preload (isolate/preload.py): "0" skips its warm-up compile
 WARM_COMPILE_VAR = "TRACECHECK_WARM_COMPILE"
+#: set in the fork server's environment only (dropped by its children like the others): its preload registers a fast exit
+FORK_SERVER_VAR = "TRACECHECK_FORK_SERVER"
 
 
 #: Largest file a stage process may write (its log included): a probe printing in a loop must not fill the disk.

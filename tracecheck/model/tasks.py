@@ -14,6 +14,15 @@ from typing import Any
 #: seconds one task process may run (``--timeout``'s default: a cold C++ extension build takes ~30 s, the slowest
 #: stage on a large model ~250 s on a loaded 2-core machine)
 DEFAULT_TIMEOUT_S = 300.0
+#: the least a stage's deadline comes down to (isolate/deadline.py): a compile that takes two minutes where its
+#: probe's other stages took seconds is no hang
+FLOOR_S = 120.0
+
+
+def floor_s(cap_s: float) -> float:
+    """The seconds a stage is sure to get, whatever its probe's other stages take (isolate/deadline.py): half the cap
+    (``--timeout``), at least ``FLOOR_S``, within the cap."""
+    return min(cap_s, max(FLOOR_S, cap_s / 2))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -255,8 +255,9 @@ def coverage_text(c: Coverage) -> str:
 
 #: what "graphs without CA" counts, and why it can exceed explain()'s graph count (one call of the forward)
 CA_GRAPHS_NOTE = ("graphs without CA: Dynamo's unique graphs over every step of plain torch.compile "
-                  "(counters[\"stats\"][\"unique_graphs\"]): the forward graphs of all steps, recompiles "
-                  "included, so it can be more than the graphs explain() or one torch.compile call counts")
+                  "(counters[\"stats\"][\"unique_graphs\"], backend eager: no backend changes Dynamo's count; the "
+                  "backend above with --dynamic): the forward graphs of all steps, recompiles included, so it can be "
+                  "more than the graphs explain() or one torch.compile call counts")
 
 
 def breaks_by_owner(causes: list[RootCause]) -> str | None:

@@ -15,8 +15,10 @@ the same state, with ``.grad`` accumulating over the steps as in a loop without 
    every recompile with its reason and step;
 3. the same steps without compiled autograd: ``counters["stats"]["unique_graphs"]`` and the graph breaks
    (the AOTAutograd backward follows the forward's graphs, one backward graph per forward graph). Dynamo's counts
-   alone, so compiled with backend ``eager`` (``COUNT_BACKEND``): tracing the forward with AOTAutograd once more
-   would add nothing to them (the run of step 2 and the ``aot_eager`` stage do that; 1.6 s of the tiny Llama's 8 s).
+   alone, so with static shapes compiled with backend ``eager`` (``COUNT_BACKEND``): tracing the forward with
+   AOTAutograd once more would add nothing to them (run 2 and the ``aot_eager`` stage do that; 1.6 s of the tiny
+   Llama's 8 s), and ``error_without_ca`` is then Dynamo's only. With ``dynamic=True`` the measured backend, as in run
+   2: AOTAutograd's guards on symbolic sizes can make Dynamo recompile, which run 2's counts include.
 
 Recompile reasons come from the structured trace (``torch.__trace``), never from stderr: the
 ``recompile_reasons`` artifact (Dynamo guard failures, with the user stack on 2.13) and
@@ -158,7 +160,7 @@ def _run(fn: Callable[..., Any], cases: list[Case], schedule: list[int],
 #: The backend the measured run compiles with, then the one that checks a failure before it is called the model's:
 #: a failure plain torch shows with one backend and not the other is that backend's.
 BACKENDS = ("aot_eager", "inductor")
-#: The backend of the run without compiled autograd, which counts Dynamo's graphs and breaks only.
+#: The backend of the run without compiled autograd, which counts Dynamo's graphs and breaks only (static shapes).
 COUNT_BACKEND = "eager"
 
 
@@ -269,7 +271,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
     # 3. torch.compile, plain autograd, the same steps
     compat.dynamo_reset()
     case_a = make_case()
-    compiled_a = torch.compile(case_a.fn, backend=COUNT_BACKEND)
+    compiled_a = torch.compile(case_a.fn, backend=backends[0] if dynamic else COUNT_BACKEND)
     before = counters["stats"]["unique_graphs"]
     with tracelog.TraceCollector() as trace_a:
         _, error_a = _run(compiled_a, cases_for(case_a), schedule)

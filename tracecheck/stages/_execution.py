@@ -366,7 +366,8 @@ def forward_fails(ref: Execution) -> bool:
     return bool(ref.error and ref.error["phase"] == "forward")
 
 
-def run_compiled(make_case: Callable[[], Case], backend: str, fullgraph: bool = False) -> dict[str, Any]:
+def run_compiled(make_case: Callable[[], Case], backend: str | Callable[..., Any],
+                 fullgraph: bool = False) -> dict[str, Any]:
     """``torch.compile(fn, backend=..., fullgraph=...)`` forward+backward, compared with eager.
 
     Random ops draw the same numbers as eager: each run is seeded alike, and inductor falls back to ATen's
@@ -433,8 +434,9 @@ def draws_from_numpy(make_case: Callable[[], Case]) -> bool:
     return not np.array_equal(before, np.random.get_state()[1])
 
 
-def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str, fullgraph: bool, ref: Execution,
-                             record: dict[str, Any], notes: list[str] | None = None) -> list[dict[str, Any]] | None:
+def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str | Callable[..., Any], fullgraph: bool,
+                             ref: Execution, record: dict[str, Any],
+                             notes: list[str] | None = None) -> list[dict[str, Any]] | None:
     """Dynamo traces ``np.random`` calls onto torch's generator (``use_numpy_random_stream=False``, the
     default), so a compiled model draws other random numbers than eager by design, not by a bug. Compare
     again with ``use_numpy_random_stream=True`` (those calls run on NumPy's stream), in a fresh compile whose

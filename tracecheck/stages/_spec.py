@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..model.targets import COMPILE, TARGETS
-from ..model.tasks import DEFAULT_TIMEOUT_S
+from ..model.tasks import DEFAULT_TIMEOUT_S, floor_s
 
 #: ``StageSpec.counts`` values: how a baseline compares a count the stage adds to ``StageResult.extra``.
 LOWER_IS_BETTER, NEUTRAL = "lower-is-better", "neutral"
@@ -23,9 +23,11 @@ class StageOptions:
     steps: int = 3
     #: compiled_autograd: also run with a second input shape (batch dim x10) to show shape recompiles
     dynamic: bool = False
-    #: explain: the seconds its process is sure to get (``--timeout``, at most isolate/deadline.py's floor), which its
-    #: measurement of break costs stays within
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    #: explain: the seconds its process is sure to get (``model.tasks.floor_s`` of ``--timeout``: its deadline may come
+    #: down to that, isolate/deadline.py), which its measurement of break costs stays within
+    assured_s: float = floor_s(DEFAULT_TIMEOUT_S)
+    #: fullgraph: the run has the aot_eager stage, which traces the same forward with AOTAutograd
+    with_aot_eager: bool = False
 
 
 @dataclass

@@ -184,4 +184,10 @@ SPEC = StageSpec(
     name="dynamic", heading="dyn", order=85, cost=6, run=run,
     summary="torch.compile(backend=\"aot_eager\"), the batch dimension marked dynamic, at the probe's batch size "
             "and three more, forward and backward, compared with eager",
-    repro='_repro_step(torch.compile(_repro_fn, backend="aot_eager", dynamic=True))')
+    repro=(
+        '_repro_b = next(t.shape[0] for t in _repro_pytree.tree_leaves((_repro_args, _repro_kwargs))\n'
+        '                if isinstance(t, torch.Tensor) and t.dim())\n'
+        'for _repro_t in _repro_pytree.tree_leaves((_repro_args, _repro_kwargs)):  # the batch dimension, as the stage\n'
+        '    if isinstance(_repro_t, torch.Tensor) and _repro_t.dim() and _repro_t.shape[0] == _repro_b:\n'
+        '        torch._dynamo.maybe_mark_dynamic(_repro_t, 0)\n'
+        '_repro_step(torch.compile(_repro_fn, backend="aot_eager"))'))

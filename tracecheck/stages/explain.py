@@ -21,7 +21,8 @@ _METADATA = frozenset({"size", "dim", "ndimension", "stride", "numel", "nelement
 
 
 #: the seconds measuring the breaks' cost may take after its compile, at most, and the least worth starting with: it
-#: stays within half the stage's timeout, so that a slow compile on a loaded machine never turns explain into a timeout
+#: stays within half the time the stage is sure to get (``StageOptions.assured_s``), so that a slow compile on a
+#: loaded machine never turns explain into a timeout
 COST_BUDGET_S, COST_MIN_BUDGET_S = 30.0, 3.0
 
 #: ``File "/path/model.py", line 14, in forward``: one frame of a graph node's ``stack_trace``
@@ -135,11 +136,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
                      lines=lines or None).to_extra()
     # measuring compiles the forward again (about what explain took) and runs it: within half the stage's timeout
     took = time.perf_counter() - started
-    budget = min(COST_BUDGET_S, ctx.options.timeout_s / 2 - 2 * took)
+    budget = min(COST_BUDGET_S, ctx.options.assured_s / 2 - 2 * took)
     if trace.breaks and budget < COST_MIN_BUDGET_S:
         extra.update(StageNotes(not_checked=[
             f"the cost of each graph break: explain took {took:.0f} s, and measuring would compile the forward again "
-            f"and run it several times: more than half of the {ctx.options.timeout_s:.0f} s the stage is sure to "
+            f"and run it several times: more than half of the {ctx.options.assured_s:.0f} s the stage is sure to "
             "get (its deadline is --timeout, or less once a comparable stage of the probe has ended)"]).to_extra())
     elif trace.breaks:
         from ._break_cost import NotMeasured, measure
@@ -160,7 +161,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
 
 SPEC = StageSpec(
-    name="explain", order=20, cost=1, run=run, forward_only=True, options=("timeout_s",),
+    name="explain", order=20, cost=1, run=run, forward_only=True, options=("assured_s",),
     summary="torch._dynamo.explain: graph count, graph breaks counted from the structured trace, compile coverage",
     repro=(
         '# fullgraph=True raises at the first graph break, with its gb_type ...\n'
