@@ -29,7 +29,7 @@ def test_ten_times_the_longest_comparable_stage_within_floor_and_cap():
                        "at most --timeout 300 s)")
     d.passed("p", "compiled_autograd", 5.0)
     got = d(("p", "inductor"))
-    assert got.seconds == 150.0 and got.why.startswith("its 150 s deadline, the floor, half --timeout")  # not 50 s
+    assert got.seconds == 150.0 and got.why.startswith("its 150 s deadline, the least a stage gets (half --timeout, at least 120 s)")  # not 50 s
     d.passed("p", "compiled_autograd", 40.0)
     got = d(("p", "inductor"))
     assert got.seconds == 300 and got.is_cap
@@ -101,7 +101,7 @@ def test_the_runner_asks_again_and_kills_at_the_shorter_deadline(tmp_path, monke
     assert quick.message is not None and not quick.timed_out
     assert slow.timed_out and slow.message is None
     assert slow.limit.seconds == max(1.0, 2 * quick.seconds)
-    assert slow.died.startswith(f"killed after {slow.seconds:.0f} s, over its ") and \
+    assert slow.died.startswith(f"was killed after {slow.seconds:.0f} s, over its ") and \
         "the probe's eager stage took" in slow.died
 
 
@@ -109,6 +109,6 @@ def test_without_a_deadline_the_tasks_timeout_is_the_limit():
     from tracecheck.isolate.runner import Outcome, Task
 
     o = Outcome(Task("k", None, 8), None, None, True, 8.1, "")
-    assert o.died == "killed after the 8 s timeout"
+    assert o.died == "was killed after the 8 s timeout"
     o.limit = Deadline(3, "its 3 s deadline, as set", False)
-    assert o.died == "killed after 8 s, over its 3 s deadline, as set"
+    assert o.died == "was killed after 8 s, over its 3 s deadline, as set"

@@ -227,7 +227,7 @@ def cli() -> None:
               help="Stage processes run in parallel.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="The most seconds a (probe, stage) process may run; less (10x its probe's longest comparable "
-                   "stage, at least 120 s) once such a stage has ended.")
+                   "stage that passed, at least half this and 120 s) once such a stage has passed.")
 @click.option("--device", default="auto", show_default=True,
               help="auto (npu if torch_npu works, else cpu), cpu, cuda or npu.")
 @click.option("--emulate-npu", is_flag=True,

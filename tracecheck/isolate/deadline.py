@@ -66,6 +66,7 @@ class Deadlines:
             return Deadline(self.cap_s, f"{cap}{said})", True)
         seconds = max(floor, FACTOR * took)
         how = (f"{FACTOR:g}x the {took:.1f} s the probe's {name} stage took" if FACTOR * took > floor else
-               f"the floor, half --timeout: {FACTOR:g}x the {took:.1f} s the probe's {name} stage took is less")
+               f"the least a stage gets (half --timeout, at least {FLOOR_S:g} s): {FACTOR:g}x the {took:.1f} s the "
+               f"probe's {name} stage took is less")
         return Deadline(seconds, f"its {seconds:.0f} s deadline, {how} (at least {floor:.0f} s, at most --timeout "
                                  f"{self.cap_s:g} s)", False)

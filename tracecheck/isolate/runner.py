@@ -61,8 +61,8 @@ class Outcome:
         """Human-readable cause of death, or None."""
         if self.timed_out:
             limit = self.limit or _cap(self.task)
-            return f"killed after {limit.why}" if limit.is_cap else \
-                f"killed after {self.seconds:.0f} s, over {limit.why}"
+            return f"was killed after {limit.why}" if limit.is_cap else \
+                f"was killed after {self.seconds:.0f} s, over {limit.why}"
         if self.message is not None:
             return None
         code = self.exitcode
