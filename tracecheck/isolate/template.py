@@ -4,8 +4,7 @@ The runner starts it like any task process (from the fork server, torch preloade
 task. It imports the file (``survey.load_file``) and nothing more: the probes are called once each
 (``survey.call_probes``) in a forked child of it, which writes the discovery result and exits. Then the
 template stays up, and each (probe, stage) of the file is an ``os.fork()`` of it: ``transformers``, a C++
-extension and the rest of the file's imports load once per file, not once per stage; so do the modules the probe
-functions import (the child names them, the template imports them: ``_import_lazy``). A stage process thus
+extension and the rest of the file's imports load once per file, not once per stage. A stage process thus
 inherits what a fresh process that imported the file has (the file's module-level state, torch and the compiler
 stack as the fork server left them) and nothing a probe did: no probe's factory, forward or compile ever ran in
 the template, so a cache one probe fills (a library's first call) is cold for every other probe, as in a fresh
@@ -68,10 +67,6 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, con
         if message is None:  # out of processes or memory: called here, so this process forks no stage
             why_not = "the template process could not fork"
             message = worker.perform(lambda: survey.call_probes(loaded[0]))
-        elif why_not is None:
-            why_not = _import_lazy(result_path + IMPORTS_SUFFIX)
-            if why_not is None and (environment.initialised_device() or _settled_threads(before) > before):
-                why_not = "importing the modules the probes import started threads or initialised a device"
     if not isinstance(message, protocol.Result):
         why_not = why_not or "the file did not load"  # a more specific reason (could not fork) is kept
     if not os.path.exists(result_path):  # the forked child wrote its own
@@ -96,76 +91,13 @@ def _call_probes(loaded: Any, result_path: str, conn: Connection, fork: bool) ->
     except OSError:
         return None
     if pid == 0:  # stays in this process group: a timeout kills it with the template
-        def call() -> None:
-            modules, threads = set(sys.modules), _native_threads()
-            worker.write_message(worker.perform(lambda: survey.call_probes(loaded)), result_path)
-            _write_lazy_imports(modules, threads, result_path + IMPORTS_SUFFIX)
-
-        _child(conn, call)
+        _child(conn, lambda: worker.write_message(worker.perform(lambda: survey.call_probes(loaded)), result_path))
 
     _, status = os.waitpid(pid, 0)
     message = protocol.read_message(result_path)
     if message is None:
         _exit_like(os.waitstatus_to_exitcode(status))
     return message
-
-
-#: beside the discovery result: the modules the probe functions imported (``_write_lazy_imports``)
-IMPORTS_SUFFIX = ".imports"
-
-
-def _write_lazy_imports(before: set[str], threads: int, path: str) -> None:
-    """In the child that called the probes: the modules they imported (``transformers`` builds a model class from
-    its lazy modules, 215 of them for the tiny Llama, 1.1 s), for the template to import before it forks stages, so
-    that each stage process does not import them again. Only real modules, by the name they import under, with the
-    file they came from; none when the calls started a thread or initialised a device (an import that did would
-    make forking unsafe)."""
-    if _native_threads() > threads or environment.initialised_device():
-        return
-    lines = [f"{name}\t{m.__spec__.origin}" for name, m in list(sys.modules.items())
-             if name not in before and name != "__main__" and getattr(getattr(m, "__spec__", None), "name", None) == name
-             and getattr(m.__spec__, "origin", None)]
-    try:
-        with open(path, "w") as f:
-            f.write("\n".join(lines))
-    except OSError:
-        pass
-
-
-def _import_lazy(path: str) -> str | None:
-    """Import, in the template, the modules its discovery child imported while calling the probes: every stage
-    process of the file then starts with them, as if the file imported them at its top (the stages of one probe
-    see what another probe's function imported, as they see the file's own imports; ``--fresh-imports`` gives each
-    stage process only what its own calls import). No probe code runs. A module that would load from another file
-    here than in the child (``sys.path`` changed by a probe, a module loaded from a path) is left to the stage
-    processes. Returns why the template must not fork (an import that failed here after it worked in the child:
-    its side effects may be half done), or None."""
-    import importlib
-    import importlib.util
-    import warnings
-
-    try:
-        with open(path) as f:
-            entries = [line.split("\t", 1) for line in f.read().splitlines() if "\t" in line]
-        os.remove(path)
-    except OSError:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a library's import-time warning is no stage's to report
-        for name, origin in entries:
-            if name in sys.modules:
-                continue
-            try:
-                spec = importlib.util.find_spec(name)
-            except Exception:  # not importable by its name here: the stage processes import it as the probe does
-                continue
-            if spec is None or spec.origin != origin:
-                continue
-            try:
-                importlib.import_module(name)
-            except Exception as e:
-                return f"importing {name}, which the probes import, failed in the template ({type(e).__name__})"
-    return None
 
 
 def _exit_like(code: int) -> None:
@@ -185,14 +117,6 @@ def _exit_like(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _settled_threads(baseline: int) -> int:
-    """The native threads after a moment for short-lived ones (an import's helper thread) to end."""
-    from . import warmup
-
-    warmup.settle_threads(baseline, limit_s=1.0)
-    return _native_threads()
 
 
 def _native_threads() -> int:
