@@ -275,11 +275,10 @@ class Runner:
     def run(self, tasks: list[Task], on_start: Callable[[Task], None] | None = None,
             deadline: Callable[[Any], Deadline] | None = None) -> Iterator[Outcome]:
         """Yield an Outcome per task as it finishes. ``deadline(task.key)``: how long a task may run, asked again
-        while it runs (isolate/deadline.py); the task's ``timeout_s`` without it. On any exit (an exception, Ctrl-C,
-        SIGTERM/SIGHUP turned
-        into KeyboardInterrupt by the CLI, or the caller abandoning the iterator) every running task's process group is
-        killed, so no probe keeps running behind tracecheck. A template is stopped once no task of this run
-        needs it any more."""
+        while it runs (isolate/deadline.py), never more than the task's ``timeout_s``, which is the limit without it.
+        On any exit (an exception, Ctrl-C, SIGTERM/SIGHUP turned into KeyboardInterrupt by the CLI, or the caller
+        abandoning the iterator) every running task's process group is killed, so no probe keeps running behind
+        tracecheck. A template is stopped once no task of this run needs it any more."""
         running: dict[int, tuple[Task, Any, float, str, str]] = {}
         users: dict[int, int] = {}
         for t in tasks:
