@@ -373,3 +373,16 @@ def test_profiler_events_are_the_raw_events_with_their_times_and_thread():
     assert outer[1] <= relu[1] <= relu[2] <= outer[2] and relu[3] == outer[3]
     assert any(e[0].endswith(": test_profiler_events_are_the_raw_events_with_their_times_and_thread")
                for e in events)  # with_stack: Python functions are events too, "file(line): name"
+
+
+def test_source_names_cache_names_the_function_at_a_line():
+    """Dynamo's per-process cache of each file's function names (the probe template fills it: warmup.py)."""
+    import inspect
+
+    get_funcname = compat.source_names_cache()
+    assert get_funcname is not None  # 2.13 and 2.14 have it
+    line = inspect.currentframe().f_lineno
+    assert get_funcname(__file__, line) == "test_source_names_cache_names_the_function_at_a_line"
+    from torch._dynamo import funcname_cache
+
+    assert __file__ in funcname_cache.cache  # filled: a stage process forked after this finds it

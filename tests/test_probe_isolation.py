@@ -1,8 +1,9 @@
 """No probe sees what another probe's factory left behind (issue 38): a library that fills a global cache on its
 first call (bitsandbytes' ``name2qmap``, built with ``Tensor.tolist()``) graph-breaks on that call only. A stage
-process starts from the file's template, which imported the file and never called a probe factory
-(tracecheck/isolate/template.py), so the probe's graph count is the same beside any other probe, in any file
-order, with ``-k`` or without, and with ``--fresh-imports``; and equal to torch's own explain in a fresh process."""
+process starts from its probe's template, a child of the file's template (which imported the file and never called a
+probe factory) that called its own probe once (tracecheck/isolate/template.py), so the probe's graph count is the
+same beside any other probe, in any file order, with ``-k`` or without, and with ``--fresh-imports``; and equal to
+torch's own explain in a fresh process."""
 import json
 import subprocess
 import sys
@@ -99,3 +100,39 @@ def test_fresh_imports_isolate_probes_too(tmp_path, oracle):
     found, counts = _cold_counts(tmp_path, False, "--fresh-imports")
     assert found == ["probe_cold", "probe_warm"]
     assert counts == oracle
+
+
+# probe_b refuses to build after probe_a's factory ran in the same process (a registry filled by a first caller,
+# as ``torch.library`` refuses a second ``define`` of one name)
+SECOND = '''
+import torch
+
+_BUILT = []
+
+def probe_a():
+    _BUILT.append("a")
+    return (lambda x: x + 1), (torch.randn(4),)
+
+def probe_b():
+    if _BUILT:
+        raise RuntimeError(f"built after {_BUILT}")
+    return (lambda x: x * 2), (torch.randn(4),)
+'''
+
+
+def _statuses(tmp_path, target, *args):
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", target, "--stages", "eager,aot_eager",
+                           "--json", str(out), *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    report = json.loads(out.read_text())
+    return proc.returncode, {(p["name"], s): r["status"] for p in report["probes"] for s, r in p["stages"].items()}
+
+
+@pytest.mark.parametrize("args", [(), ("--fresh-imports",)], ids=["template", "fresh-imports"])
+def test_discovery_calls_each_probe_where_no_other_probe_ran(tmp_path, args):
+    (tmp_path / "second.py").write_text(SECOND)
+    alone = _statuses(tmp_path, str(tmp_path / "second.py") + "::probe_b", *args)
+    assert alone == (0, {("probe_b", "eager"): "pass", ("probe_b", "aot_eager"): "pass"})  # the oracle: alone
+    code, both = _statuses(tmp_path, str(tmp_path / "second.py"), *args)
+    assert code == 0
+    assert {k: v for k, v in both.items() if k[0] == "probe_b"} == alone[1]

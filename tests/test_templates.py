@@ -225,17 +225,157 @@ def test_stage_processes_see_the_users_environment_not_the_fork_servers(tmp_path
     model = tmp_path / "envdump.py"
     model.write_text(
         "import json, os, torch\n"
-        "def probe():  # called in the template and again in each stage process\n"
-        "    with open(os.environ['ENV_DUMP'], 'a') as f:\n"
-        "        f.write(json.dumps(sorted(k for k in os.environ if 'SAFEPATH' in k or k.startswith('TRACECHECK')))"
-        " + ' ' + str(torch._dynamo.device_interface._device_initialized) + '\\n')\n"
-        "    return (lambda x: x * 2), (torch.randn(3),)\n")
+        "def _f(x):  # run eagerly in each stage process (eager's run, explain's eager op count): it writes there\n"
+        "    if not torch.compiler.is_compiling():\n"
+        "        with open(os.environ['ENV_DUMP'], 'a') as f:\n"
+        "            f.write(json.dumps(sorted(k for k in os.environ if 'SAFEPATH' in k or k.startswith('TRACECHECK')))"
+        " + ' ' + str(torch._dynamo.device_interface._device_initialized) + ' ' + str(os.getpid()) + '\\n')\n"
+        "    return x * 2\n"
+        "def probe():\n"
+        "    return _f, (torch.randn(3),)\n")
     dump = tmp_path / "env.jsonl"
     env = {k: v for k, v in os.environ.items() if "SAFEPATH" not in k and not k.startswith("TRACECHECK")}
     proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(model), "--stages", stages],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**env, "ENV_DUMP": str(dump), "TRACECHECK_USERS_OWN": "1"})
     assert proc.returncode == 0, proc.stderr
-    seen = dump.read_text().splitlines()
+    seen = [line.rsplit(" ", 1) for line in dump.read_text().splitlines()]
     warmed = stages != "eager" and sys.platform == "linux" and not (torch.version.cuda or torch.version.hip)
-    assert len(seen) >= 1 + len(stages.split(",")) and set(seen) == {f'["TRACECHECK_USERS_OWN"] {warmed}'}
+    assert len({pid for _, pid in seen}) == len(stages.split(","))  # each stage process wrote
+    assert {env for env, _ in seen} == {f'["TRACECHECK_USERS_OWN"] {warmed}'}
+
+
+# the probe's first call imports a module (as a probe that does ``from transformers import LlamaForCausalLM``
+# builds transformers' lazy modules): each import and each call append a line ``import|call PROBE PID PPID``
+SPLIT = '''
+import os, signal, sys, threading, time, torch
+sys.path.insert(0, os.path.dirname(__file__))
+
+def _log(*words):
+    with open(os.environ["CALL_LOG"], "a") as f:
+        f.write(" ".join(map(str, words)) + "\\n")
+
+def _make(name):
+    _log("call", name, os.getpid(), os.getppid())
+    return lambda x: torch.sin(x) * 2
+
+def probe_a():
+    import heavy_a
+    {unsafe}
+    return _make("a"), (torch.randn(4, requires_grad=True),)
+
+def probe_b():
+    import heavy_b
+    return _make("b"), (torch.randn(4, requires_grad=True),)
+'''
+
+HEAVY = '''
+import os
+with open(os.environ["CALL_LOG"], "a") as f:
+    f.write("import {name} " + str(os.getpid()) + " " + str(os.getppid()) + "\\n")
+'''
+
+
+def _split_run(tmp_path, *args, unsafe="pass", stages=("eager", "explain", "aot_eager")):
+    (tmp_path / "split.py").write_text(SPLIT.replace("{unsafe}", unsafe))
+    for name in "ab":
+        (tmp_path / f"heavy_{name}.py").write_text(HEAVY.replace("{name}", name))
+    log = tmp_path / "calls.log"
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "split.py"), "--stages",
+                           ",".join(stages), "--json", str(out), *args], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**os.environ, "CALL_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert {(p["name"], s): r["status"] for p in report["probes"] for s, r in p["stages"].items()} == {
+        (f"probe_{n}", s): "pass" for n in "ab" for s in stages}
+    lines = [line.split() for line in log.read_text().splitlines()]
+    imports = {n: [int(pid) for kind, probe, pid, _ in lines if kind == "import" and probe == n] for n in "ab"}
+    # the parents of the processes that called the probe but never imported for it: stage processes whose first
+    # case came from the process they were forked from (each stage calls the probe again for later runs)
+    parents = {n: {int(ppid) for kind, probe, pid, ppid in lines if kind == "call" and probe == n
+                   and int(pid) not in imports[n]} for n in "ab"}
+    return imports, parents
+
+
+def test_a_probes_stages_fork_from_the_process_that_called_it_once(tmp_path):
+    imports, parents = _split_run(tmp_path)
+    for name in "ab":
+        # discovery's call, each probe in a child of the template of its own; the three stages fork from it: they
+        # import nothing
+        assert len(imports[name]) == 1, imports
+        assert parents[name] == set(imports[name]), (imports, parents)
+    assert not set(imports["a"]) & set(imports["b"])  # no process called both probes
+
+
+def test_a_stage_process_takes_its_first_case_from_the_probes_template(tmp_path):
+    imports, parents = _split_run(tmp_path, stages=("eager",))  # eager builds one case (no second step fails)
+    calls = tmp_path / "calls.log"
+    callers = {int(pid) for kind, _, pid, _ in (line.split() for line in calls.read_text().splitlines())
+               if kind == "call"}
+    assert callers == set(imports["a"]) | set(imports["b"])  # the probes' templates only: no stage called a probe
+
+
+def test_fresh_imports_call_each_probe_in_each_stage_process(tmp_path):
+    imports, _ = _split_run(tmp_path, "--fresh-imports")
+    for name in "ab":  # discovery, then each of the three stage processes imports afresh
+        assert len(imports[name]) == 1 + 3, imports
+
+
+@pytest.mark.parametrize("unsafe", [
+    "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()",  # a fork would not copy it
+    "signal.signal(signal.SIGCHLD, signal.SIG_IGN)",  # the forks' parent could not wait for them
+    "torch.set_num_threads(3)",  # each stage process sets its own after the fork: the probe's would be lost
+    "globals().setdefault('_tmp', []).append(__import__('tempfile').TemporaryDirectory())",  # removed under siblings
+], ids=["thread", "sigchld", "torch-threads", "finalizer"])
+def test_a_probe_whose_call_makes_forking_unsafe_has_its_stages_forked_from_the_file(tmp_path, unsafe):
+    imports, parents = _split_run(tmp_path, unsafe=unsafe)
+    assert len(imports["a"]) == 1 + 3, imports  # discovery, then each stage process calls the probe itself
+    assert parents["a"] == set()
+    assert len(imports["b"]) == 1 and parents["b"] == set(imports["b"])  # the other probe is not affected
+
+
+# what the probe's first call warns and registers is the eager stage's (tracecheck/stages/eager.py), wherever the
+# call was made
+FIRST_CALL = '''
+import warnings, torch
+
+def probe():
+    # the C++ autograd fallback's words (a warm-up backward through an op without an autograd kernel says them once)
+    warnings.warn("tc_first::twice: an autograd kernel was not registered to the Autograd key(s) but we are "
+                  "trying to backprop through it.")
+    @torch.library.custom_op("tc_first::twice", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+    @twice.register_fake
+    def _(x):
+        return torch.empty_like(x)
+    return (lambda x: twice(x) + 1), (torch.randn(4),)
+'''
+
+
+@pytest.mark.parametrize("args", [(), ("--fresh-imports",)], ids=["forked", "fresh-imports"])
+def test_the_eager_stage_reports_what_the_first_call_warned_and_registered(tmp_path, args):
+    (tmp_path / "first.py").write_text(FIRST_CALL)
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "first.py"), "--stages", "eager",
+                           "--json", str(out), *args], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr  # the warning is a finding
+    (p,) = json.loads(out.read_text())["probes"]
+    eager = p["stages"]["eager"]
+    assert [(f["kind"], f["context"].get("op")) for f in eager["findings"]] == [("missing-autograd", "tc_first::twice")]
+    assert eager["extra"]["registered_custom_ops"] == ["tc_first::twice"]
+
+
+def test_a_file_that_ignores_sigchld_at_import_calls_its_probes_in_the_template(tmp_path):
+    # the forked processes' ends could not be waited for: the template calls the probes itself and stops serving
+    (tmp_path / "sig.py").write_text("import signal, torch\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+                                     "def probe():\n    return (lambda x: x * 2), (torch.randn(3),)\n")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "sig.py"), "--stages",
+                           "eager,explain", "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "sig.py: each stage process imports it afresh (the file changed how SIGCHLD is handled" in proc.stderr
+    (p,) = json.loads(out.read_text())["probes"]
+    assert {s: r["status"] for s, r in p["stages"].items()} == {"eager": "pass", "explain": "pass"}

@@ -233,9 +233,15 @@ def _stage_tasks(opts: RunOptions, files: list[str], probes: list[ProbeReport], 
     return [Task((p.id, stage), StageTask(file=p.file, probe=p.name, stage=stage, device=device,
                                           trace_dir=_trace_dir(opts, p, stage), options=_options(opts, stage),
                                           emulate_npu=opts.emulate_npu), opts.timeout_s,
-                 template=templates.get(p.file))
+                 template=templates.get(p.file), probe=_probe_template(templates.get(p.file), p))
             for f in files for stage in by_cost for p in probes
             if p.file == f and not _setup_failed(p) and (p.id, stage) not in skip]
+
+
+def _probe_template(template: Template | None, p: ProbeReport) -> str | None:
+    """Fork the probe's stages from its own template, the child of the file's template that called it, when it has
+    one (isolate/template.py)."""
+    return p.name if template is not None and p.name in template.probes else None
 
 
 def _trace_dir(opts: RunOptions, p: ProbeReport, stage: str) -> str | None:
@@ -250,6 +256,10 @@ def _setup_failed(p: ProbeReport) -> bool:
 #: model files kept imported at once (isolate/template.py), each holding its imports' memory until its stages are done;
 #: the files after them import afresh in every stage process
 MAX_TEMPLATES = 8
+#: probes' templates kept up to fork their stage processes (``SurveyTask.probe_templates``), in all and per file: each
+#: holds its model until its stages are done (a tiny transformers model's, about 150 MB of its own; at most
+#: template.MAX_GROWTH)
+MAX_PROBE_TEMPLATES, MAX_PROBE_TEMPLATES_PER_FILE = 8, 4
 
 #: the key of the task that records the environment, run beside the discovery tasks
 _ENVIRONMENT = ("environment",)
@@ -261,9 +271,14 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     """Load each file once (in parallel) and list its probes; unless ``fresh_imports``, each loading process
     stays up as the template its stage processes fork from. ``env_task`` runs beside them."""
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
+    # every file's discovery runs in a template process, which calls each probe in a forked child of its own (so no
+    # probe's factory runs where another's did); only the first MAX_TEMPLATES stay up to fork stage processes
+    staying = 0 if opts.fresh_imports else min(len(files), MAX_TEMPLATES)
+    per_file = min(MAX_PROBE_TEMPLATES_PER_FILE, MAX_PROBE_TEMPLATES // max(1, staying))
     tasks = [Task(f, SurveyTask(file=f, select=opts.select, root=root, emulate_npu=opts.emulate_npu,
-                                only=(opts.only,) if opts.only else tuple(named[f]) if named.get(f) else None),
-                  timeout, serve=not opts.fresh_imports and i < MAX_TEMPLATES) for i, f in enumerate(files)]
+                                only=(opts.only,) if opts.only else tuple(named[f]) if named.get(f) else None,
+                                stay=i < staying, probe_templates=per_file), timeout, serve=True)
+             for i, f in enumerate(files)]
     found: dict[str, list[ProbeReport]] = {}
     empty: list[str] = []  # files with no probe function: helpers beside the model files
     templates: dict[str, Template] = {}
@@ -288,7 +303,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
         res = outcome.checked(f"{os.path.relpath(path)}: loading the file")
         if outcome.template is not None:
             templates[path] = outcome.template
-        elif outcome.why_not_template and not opts.fresh_imports:
+        elif outcome.why_not_template and outcome.task.work.stay:
             progress.note(f"{os.path.relpath(path)}: each stage process imports it afresh "
                           f"({outcome.why_not_template})")
         total_candidates += res["n_candidates"]

@@ -410,6 +410,18 @@ def dynamo_first_compile_hooks() -> tuple[Any, Any] | None:
     return patcher, eval_frame
 
 
+def source_names_cache() -> Callable[[str, int], Any] | None:
+    """Dynamo's ``funcname_cache.get_funcname(filename, lineno)`` (2.13, 2.14): the name of the function at a line,
+    from the file tokenized once per process (the first lookup of a file fills the cache). None on a torch without
+    it."""
+    try:
+        from torch._dynamo import funcname_cache
+    except ImportError:
+        return None
+    get = getattr(funcname_cache, "get_funcname", None)
+    return get if callable(get) else None
+
+
 def structured_trace_module() -> Any:
     """``torch._logging.structured``, whose ``INTERN_TABLE`` (2.2+) and ``DUMPED_FILES`` hold the file names the
     structured trace has interned and dumped in this process; None on a torch without it."""

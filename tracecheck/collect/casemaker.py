@@ -1,7 +1,9 @@
-"""The ``Case`` a probe returns, built again in every stage process (``case_factory``): seeded, as leaves, on
-the device, with a shared model's state put back."""
+"""The ``Case`` a probe returns, built again for each run a stage compares (``case_factory``): seeded, as leaves, on
+the device, with a shared model's state put back; the first from the call the probe's template made before it forked
+the stage process (``keep_first_call``, isolate/template.py), when it made one."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
@@ -54,13 +56,66 @@ def load_case(path: str, probe: str) -> tuple[ModuleType, Case]:
     return module, as_leaves(to_case(call_probe(dict(find_probes(module))[probe])))
 
 
+@dataclass
+class FirstCall:
+    """The probe function's first call, made in the probe's template process (isolate/template.py) before it
+    forked this stage process: what it returned (the stage's first case) and the torch RNG state after it; what it
+    warned and the custom ops it registered, which the eager stage reports as if it had made the call."""
+
+    path: str
+    probe: str
+    value: Any
+    rng_state: Any
+    warnings: list[str]
+    registered: list[str]
+
+
+_kept: FirstCall | None = None  # for the first make() of this process
+_taken: FirstCall | None = None  # the kept call a make() of this process used
+
+
+def keep_first_call(path: str, probe: str, value: Any, warnings: list[str], registered: list[str]) -> None:
+    """Keep what the probe returned (``call_probe``, just now) for the first ``make()`` of a ``case_factory`` in a
+    process forked after this: that process then sees what it would have seen calling the probe itself, less the
+    call."""
+    import torch
+
+    global _kept
+    _kept = FirstCall(path, probe, value, torch.get_rng_state(), warnings, registered)
+
+
+def kept_first_call() -> FirstCall | None:
+    """The call kept for the next ``make()`` (``keep_first_call``), if any."""
+    return _kept
+
+
+def taken_first_call() -> FirstCall | None:
+    """The call made before this process forked, when a ``make()`` here used its value (the first did)."""
+    return _taken
+
+
+def _first_call(path: str, probe: str, fn: Callable[[], Any]) -> Any:
+    """``call_probe(fn)``, or the value of that call kept by the probe's template (once, for this probe only)."""
+    global _kept, _taken
+    kept, _kept = _kept, None
+    if kept is None or (kept.path, kept.probe) != (path, probe):
+        return call_probe(fn)
+    import torch
+
+    torch.set_rng_state(kept.rng_state)  # where the call left it, whatever ran in between
+    value, kept.value = kept.value, None  # the case holds it; once the stage drops the case, nothing else does
+    _taken = kept
+    return value
+
+
 def case_factory(path: str, probe: str, device: str = "cpu") -> Callable[[], Case]:
     """Load the model file once; the returned function builds a fresh, seeded case of the named probe on
     ``device`` at every call (stages call it once per run they compare).
 
     A probe may hand out the same module object on every call (a module-level model): its parameters and
     buffers are put back to what they were at the first call, so a model that updates a buffer in forward
-    (a step counter, running statistics) starts every run from the same state.
+    (a step counter, running statistics) starts every run from the same state. In a process forked from the
+    probe's template, the first call is the one the template made (``keep_first_call``).
     """
     module = load_module(path)
     fn = dict(find_probes(module))[probe]
@@ -68,7 +123,7 @@ def case_factory(path: str, probe: str, device: str = "cpu") -> Callable[[], Cas
 
     def make() -> Case:
         try:
-            case = to_case(call_probe(fn))
+            case = to_case(_first_call(path, probe, fn))
         except Exception as e:  # the probe's own code, called again in a stage: its failure, not tracecheck's
             raise ProbeCallError(e) from e
         case = as_leaves(to_device(case, device))

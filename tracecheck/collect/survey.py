@@ -11,6 +11,7 @@ from ..model.exitcodes import UsageError
 from ..model.probe import ProbeShapeError, to_case
 from ..model.report import IMPORT_PROBE
 from ..model.tasks import ProcessTask
+from . import casemaker
 from .casemaker import call_probe
 from .loadfile import find_probes, load_module, matches
 from .locate import probe_id
@@ -26,16 +27,22 @@ class SurveyTask(ProcessTask):
     #: probe names asked for by ``file.py::name`` (None: every probe)
     only: tuple[str, ...] | None = None
     root: str | None = None
+    #: run as a template process (isolate/template.py, the runner's ``Task.serve``): stay up after discovery to
+    #: fork the file's stage processes; False: exit after it (``--fresh-imports``, files past the first eight)
+    stay: bool = True
+    #: how many of its probes' children may stay up as their own templates (each holds its model and what its call
+    #: imported until the file's stages are done), the first that can; the others' stages fork from the file's
+    probe_templates: int = 4
 
     def run(self) -> dict[str, Any]:
         return inspect_file(self)
 
 
 def inspect_file(task: SurveyTask) -> dict[str, Any]:
-    """The ``discover`` task: load one model file; call each selected probe once to check what it returns and
-    what it registers (``opwatch.OpRegistrationWatch``). A template process (isolate/template.py) runs the two
-    halves apart: ``load_file`` in itself, ``call_probes`` in a forked child, so no probe's factory runs where stage
-    processes are forked from."""
+    """The ``discover`` task in one process: load one model file; call each selected probe once to check what it
+    returns and what it registers (``opwatch.OpRegistrationWatch``). The runner runs discovery in a template process
+    instead (isolate/template.py: ``load_file`` in itself, each probe's ``call_one`` in a forked child of its own),
+    which calls ``call_probes`` only where it cannot fork."""
     return call_probes(load_file(task))
 
 
@@ -51,6 +58,8 @@ class Loaded:
     module: ModuleType | None = None
     #: the whole discovery when the import failed (nothing to call)
     result: dict[str, Any] | None = None
+    #: how many of ``watch.events`` the import made (the rest: the probes')
+    import_events: int = 0
 
 
 def load_file(task: SurveyTask) -> Loaded:
@@ -73,46 +82,75 @@ def load_file(task: SurveyTask) -> Loaded:
                      "registrations": list(watch.events), "import_error": str(e)}
             loaded.result = {"probes": [entry], "n_candidates": 1, "names": [IMPORT_PROBE],
                              "custom_ops": sorted(registered_custom_ops() - ops_before)}
+    loaded.import_events = len(loaded.watch.events)
     return loaded
 
 
 def call_probes(loaded: Loaded) -> dict[str, Any]:
-    """The ``discover`` task's result for a file ``load_file`` imported: each selected probe called once."""
+    """The ``discover`` task's result for a file ``load_file`` imported: each selected probe called once, in this
+    process. (A template process calls each in a child of its own instead: isolate/template.py.)"""
+    if loaded.result is not None:
+        return loaded.result
+    from ..evidence.oprecorder import registered_custom_ops
+
+    entries = [entry if fn is None else call_one(loaded, entry, fn) for entry, fn in selected(loaded)]
+    return summary(loaded, entries, registered_custom_ops())
+
+
+def selected(loaded: Loaded) -> list[tuple[dict[str, Any], Callable[[], Any] | None]]:
+    """The probes of the imported file the task selects, in the file's order: each one's discovery entry so far,
+    and the function to call (None: the entry is complete, a probe that takes arguments)."""
+    task, module = loaded.task, loaded.module
+    only = set(task.only) if task.only else None  # probe names asked for by ``file.py::name``
+    root = task.root or os.path.dirname(task.file)
+    chosen: list[tuple[dict[str, Any], Callable[[], Any] | None]] = []
+    for name, fn in find_probes(module):
+        pid = probe_id(task.file, name, root)
+        if not matches(task.select, pid) or (only is not None and name not in only):
+            continue
+        required = _required_params(fn)
+        if required:
+            chosen.append(({"name": name, "bad_shape": f"{pid}: a probe takes no arguments, this one requires "
+                                                        f"{', '.join(required)}"}, None))
+        else:
+            chosen.append(({"name": name}, fn))
+    return chosen
+
+
+def call_one(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any], keep: bool = False) -> dict[str, Any]:
+    """``entry`` completed by calling its probe once, watching what it registers. ``keep``: when it returned a
+    case, keep the call for the stage processes forked after it (``casemaker.keep_first_call``)."""
     from ..evidence import exceptions
     from ..evidence.oprecorder import registered_custom_ops
 
-    if loaded.result is not None:
-        return loaded.result
-    task, module = loaded.task, loaded.module
-    path, select = task.file, task.select
-    only = set(task.only) if task.only else None  # probe names asked for by ``file.py::name``
-    root = task.root or os.path.dirname(path)
-    file_events = list(loaded.watch.events)  # the import's
+    root = loaded.task.root or os.path.dirname(loaded.task.file)
+    file_events = loaded.watch.events[:loaded.import_events]
+    entry = dict(entry)
     with loaded.watch as watch:
-        probes = []
-        for name, fn in find_probes(module):
-            pid = probe_id(path, name, root)
-            if not matches(select, pid) or (only is not None and name not in only):
-                continue
-            before = len(watch.events)
-            entry: dict[str, Any] = {"name": name}
-            required = _required_params(fn)
-            if required:
-                entry["bad_shape"] = f"{pid}: a probe takes no arguments, this one requires {', '.join(required)}"
-                probes.append(entry)
-                continue
-            try:
-                to_case(call_probe(fn))
-            except ProbeShapeError as e:
-                entry["bad_shape"] = f"{pid}: {e}"
-            except Exception as e:
-                entry["setup_error"] = exceptions.error_record(e, "setup")
-            entry["registrations"] = file_events + watch.events[before:]
-            probes.append(entry)
-    names = [name for name, _ in find_probes(module)]
+        before = len(watch.events)
+        ops = registered_custom_ops()
+        try:
+            with exceptions.WarningCollector() as warned:  # as the eager stage's own first call would see them
+                value = call_probe(fn)
+            to_case(value)
+            if keep:
+                casemaker.keep_first_call(loaded.task.file, entry["name"], value, warned.messages,
+                                          sorted(registered_custom_ops() - ops))
+        except ProbeShapeError as e:
+            entry["bad_shape"] = f"{probe_id(loaded.task.file, entry['name'], root)}: {e}"
+        except Exception as e:
+            entry["setup_error"] = exceptions.error_record(e, "setup")
+        entry["registrations"] = file_events + watch.events[before:]
+    return entry
+
+
+def summary(loaded: Loaded, entries: list[dict[str, Any]], registered: set[str]) -> dict[str, Any]:
+    """The ``discover`` result: the probes' ``entries``, every probe name, and the custom ops ``registered`` (the
+    op registry's names, after the import and the probe calls) that were not before the import."""
+    names = [name for name, _ in find_probes(loaded.module)]
     # no custom op registered by the file, its imports or its probes: the runner can skip opcheck (api.py)
-    return {"probes": probes, "n_candidates": len(names), "names": names,
-            "custom_ops": sorted(registered_custom_ops() - loaded.ops_before)}
+    return {"probes": entries, "n_candidates": len(names), "names": names,
+            "custom_ops": sorted(registered - loaded.ops_before)}
 
 
 def _required_params(fn: Callable[..., Any]) -> list[str]:

@@ -2,10 +2,12 @@
 
 Processes come from a multiprocessing fork server that has already imported torch and the compiler stack
 (tracecheck/isolate/preload.py): each task is a fresh fork (fresh Dynamo counters, caches, warn-once state and op
-registry) without paying the ~5 s import again. A task marked ``serve`` becomes a template once its result is
-in (template.py: the model file stays imported; its probes were called in a child of it, never in it); tasks
-naming that template are forked from it, so the file's imports load once and no probe sees another's state. A child that dies (signal, ``sys.exit``, OOM kill) or overruns its timeout becomes an
-outcome like any other; the others are unaffected.
+registry) without paying the ~5 s import again. A task marked ``serve`` runs as a template process (template.py:
+it imports the model file; each probe is called in a child of its own, never in it) and may stay up once its result
+is in; tasks naming that template are forked from it, or from the child that called their probe (``Task.probe``), so
+the file's imports load once, a probe's first call is made once, and no probe sees another's state. A child that
+dies (signal, ``sys.exit``, OOM kill) or overruns its timeout becomes an outcome like any other; the others are
+unaffected.
 """
 from __future__ import annotations
 
@@ -30,10 +32,14 @@ class Task:
     #: what the process runs (model/tasks.py: a frozen record whose ``run`` it calls)
     work: ProcessTask
     timeout_s: float
-    #: once its result is written, the process stays up as a template (``Outcome.template``)
+    #: the process runs as a template (``template.serve``: a discovery task) and, when it can and its task asks,
+    #: stays up once its result is written (``Outcome.template``)
     serve: bool = False
     #: fork the task from this template; from the fork server when None or when the template is gone
     template: "Template | None" = None
+    #: fork it from this probe's template (a child of ``template`` that called the probe: ``Template.probes``), else
+    #: from ``template``
+    probe: str | None = None
 
 
 @dataclass
@@ -48,7 +54,7 @@ class Outcome:
     log_tail: str
     #: the child never created its log file: tracecheck's own set-up failed, not the probe
     setup_failed: bool = False
-    #: forked from a template that died before it could report this process's exit (tracecheck's fault)
+    #: forked from a template (or a probe's template) that died before this process's exit (tracecheck's fault)
     template_died: bool = False
     #: a ``serve`` task's process, up and ready to fork; None when it could not serve (``why_not_template``)
     template: "Template | None" = None
@@ -70,8 +76,8 @@ class Outcome:
             return ("tracecheck could not set up the stage process (its run folder was removed?); this is not "
                     "the probe's fault")
         if self.template_died:
-            return ("was lost with its template process (the model file's imported copy, killed or out of "
-                    "memory?); rerun with --fresh-imports")
+            return ("was lost with its template process (the model file's imported copy, or its probe's, killed or "
+                    "out of memory?); rerun with --fresh-imports")
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -137,18 +143,20 @@ def _context(warm_compile: bool) -> multiprocessing.context.BaseContext:
 class Template:
     """The runner's side of a template process (template.py): ask it to fork a task, hear when those exit."""
 
-    def __init__(self, proc: Any, conn: Any) -> None:
+    def __init__(self, proc: Any, conn: Any, probes: tuple[str, ...] = ()) -> None:
         self.proc, self.conn = proc, conn
-        self.exits: dict[int, int] = {}  # pid -> exit code, as the template reported them
+        #: the probes with a template of their own, a child of this one (``Task.probe``)
+        self.probes = frozenset(probes)
+        self.exits: dict[int, int | None] = {}  # pid -> exit code, as the template reported them (None: lost)
         self.alive = True
 
-    def fork(self, args: tuple[Any, ...]) -> int | None:
-        """The pid of a new process running ``worker.child_main(*args)``; None if the template could not fork
-        (the caller starts the task from the fork server)."""
+    def fork(self, args: tuple[Any, ...], probe: str | None = None) -> int | None:
+        """The pid of a new process running ``worker.child_main(*args)`` (forked from ``probe``'s template when it
+        has one); None if the template could not fork (the caller starts the task from the fork server)."""
         if not self.alive:
             return None
         try:
-            self.conn.send(("fork", *args))
+            self.conn.send(("fork", probe, *args))
             while self.conn.poll(30):
                 msg = self.conn.recv()
                 if msg[0] == "pid":
@@ -158,6 +166,14 @@ class Template:
             pass
         self.alive = False  # gone or stuck; its connection stays open until close(): others may wait on it
         return None
+
+    def release(self, probe: str) -> None:
+        """No task of this run forks from the probe's template any more: it may end."""
+        try:
+            if self.alive:
+                self.conn.send(("release", probe))
+        except OSError:
+            self.alive = False
 
     def drain(self) -> None:
         """Read what the template reported so far (exits), without blocking."""
@@ -280,18 +296,27 @@ class Runner:
         abandoning the iterator) every running task's process group is killed, so no probe keeps running behind
         tracecheck. A template is stopped once no task of this run needs it any more."""
         running: dict[int, tuple[Task, Any, float, str, str]] = {}
-        users: dict[int, int] = {}
+        users: dict[tuple[int, str | None], int] = {}  # (template, None: any task / a probe's template) -> tasks left
+        templates = {id(t.template): t.template for t in tasks if t.template is not None}
         for t in tasks:
             if t.template is not None:
-                users[id(t.template)] = users.get(id(t.template), 0) + 1
+                for key in {(id(t.template), None), (id(t.template), t.probe)}:
+                    users[key] = users.get(key, 0) + 1
+        for tpl in templates.values():  # probes this run has no task for (a shard, say): their templates may go
+            for probe in sorted(tpl.probes):
+                if (id(tpl), probe) not in users:
+                    tpl.release(probe)
         try:
             limit = deadline or (lambda key: None)
             for outcome in self._schedule(deque(tasks), running, on_start, limit):
-                tpl = outcome.task.template
+                tpl, probe = outcome.task.template, outcome.task.probe
                 if tpl is not None:
-                    users[id(tpl)] -= 1
-                    if users[id(tpl)] == 0:
+                    for key in {(id(tpl), None), (id(tpl), probe)}:
+                        users[key] -= 1
+                    if users[id(tpl), None] == 0:
                         tpl.close()
+                    elif probe is not None and users[id(tpl), probe] == 0:
+                        tpl.release(probe)
                 yield outcome
         finally:
             for _, handle, _, _, _ in running.values():
@@ -301,7 +326,7 @@ class Runner:
     def _start(self, task: Task, result_path: str, log_path: str) -> Any:
         args = (task.work, result_path, log_path, self.threads)
         if task.template is not None:
-            pid = task.template.fork(args)
+            pid = task.template.fork(args, task.probe)
             if pid is not None:
                 return _Forked(task.template, pid)
         if task.serve:
@@ -355,11 +380,11 @@ class Runner:
                 del running[key]
                 outcome = Outcome(task, None if timed_out else protocol.read_message(result_path), exitcode, timed_out,
                                   now - start, _tail(log_path), setup_failed=not os.path.exists(log_path),
-                                  template_died=isinstance(handle, _Forked) and exitcode is None
-                                  and not handle.template.alive, limit=limits[key])
+                                  template_died=isinstance(handle, _Forked) and exitcode is None,
+                                  limit=limits[key])
                 if isinstance(handle, _Spawned) and task.serve and not timed_out:
                     if handle.serving():
-                        outcome.template = Template(handle.proc, handle.conn)
+                        outcome.template = Template(handle.proc, handle.conn, tuple(handle.ready[2]))
                         self._templates.append(outcome.template)
                     else:
                         outcome.why_not_template = handle.ready[1] if handle.ready and len(handle.ready) > 1 \

@@ -1,31 +1,44 @@
-"""A template process: one model file imported once; the file's stage processes are forked from it.
+"""A template process: one model file imported once; the file's stage processes are forked from it, or from
+the child of it that called their probe (the probe's template).
 
 The runner starts it like any task process (from the fork server, torch preloaded) with the file's discovery
-task. It imports the file (``survey.load_file``) and nothing more: the probes are called once each
-(``survey.call_probes``) in a forked child of it, which writes the discovery result and exits. Then the
-template stays up, and each (probe, stage) of the file is an ``os.fork()`` of it: ``transformers``, a C++
-extension and the rest of the file's imports load once per file, not once per stage. A stage process thus
-inherits what a fresh process that imported the file has (the file's module-level state, torch and the compiler
-stack as the fork server left them) and nothing a probe did: no probe's factory, forward or compile ever ran in
-the template, so a cache one probe fills (a library's first call) is cold for every other probe, as in a fresh
-process. The child costs one fork per file.
+task. It imports the file (``survey.load_file``) and calls no probe itself: each selected probe is called once
+(``survey.call_one``) in a forked child of its own, which sends its discovery entry back. That child then stays up
+as the probe's template (the first ``SurveyTask.probe_templates`` that can), keeping what the call returned
+(``casemaker.keep_first_call``). One that cannot exits: the call failed, or left something a fork does not copy
+or must not share (a thread, an initialised device, SIGCHLD ignored, a changed torch thread count, a finalizer such
+as a temporary directory's, or more than ``MAX_GROWTH`` bytes of memory of its own). Then the template stays up,
+and each (probe, stage) of the file is an ``os.fork()`` of the probe's template (``Task.probe``: the call's imports,
+``transformers``' lazy modules say, and its model are built once per probe), or of the file's template when the
+probe has none: the file's imports load once per file, not once per stage. A stage process thus inherits what a
+fresh process that imported the file and called its own probe once has (the value that call returned is its first
+case): no other probe's factory, forward or compile ever ran where it was forked, so a cache one probe fills is
+cold for every other probe, as in a fresh process.
 
-Forking is unsafe once a device runtime is initialised (CUDA, an NPU) or threads run: a template whose file did
-that at import calls the probes itself, says so and exits, and the runner starts that file's stages the plain
-way (from the fork server, each importing the file afresh). A child that dies calling the probes (a segfault,
-``sys.exit``) takes the template with it, the same way: the runner reports the loading process's death.
+Forking is unsafe once a device runtime is initialised (CUDA, an NPU), threads run or SIGCHLD is ignored: a
+template whose file did that at import calls the probes itself, says so and exits, and the runner starts that
+file's stages the plain way (from the fork server, each importing the file afresh). A child that dies calling its
+probe (a segfault, ``sys.exit``) takes the template with it, the same way: the runner reports the loading
+process's death.
 
-Messages on ``conn``: template -> runner ``("ready", why_not | None)`` once, then ``("pid", pid)`` answering
-each ``("fork", task, result_path, log_path, threads)``, and ``("exit", pid, exitcode)`` when a forked
-stage process ends (the runner is not its parent, so it cannot wait for it).
+Messages on ``conn``: template -> runner ``("ready", why_not | None, probes with a template)`` once, then
+``("pid", pid)`` answering each ``("fork", probe | None, task, result_path, log_path, threads)``, and
+``("exit", pid, exitcode)`` when a forked stage process ends (the runner is not its parent, so it cannot wait for
+it; exitcode None: lost with the probe's template that forked it). ``("release", probe)``: no stage of that probe is
+left, its template may go. A probe's template sends ``("entry", message, staying)`` once, then speaks the same
+protocol to the file's template, which passes it on.
 """
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from .. import environment
 from . import protocol, worker
@@ -35,11 +48,34 @@ if TYPE_CHECKING:
 
 #: how often the template looks for stage processes that ended (the runner learns of an exit this late at most)
 POLL_S = 0.02
+#: how long the file's template waits for a probe's template to answer a fork (less than the runner waits for the
+#: file's template: runner.Template.fork)
+RELAY_S = 10
+#: the most memory (resident bytes) a probe's call may add for its process to stay up as the probe's template: it
+#: holds the model while the file's stages run (a tiny transformers model's call adds about 150 MB)
+MAX_GROWTH = 512 << 20
+
+#: why a template that was not asked to stay up (``SurveyTask.stay``) does not
+NOT_ASKED = "not asked to stay up"
+
+#: the file's template's ends of its connections to the probes' templates: a process forked from it closes them
+#: (else a probe's template would not see the file's template close its connection)
+_PROBE_ENDS: list[Connection] = []
+
+
+@dataclass
+class _ProbeTemplate:
+    """The file's template's side of a probe's template: its pid, its connection, the stage processes it forked
+    that have not ended."""
+
+    pid: int
+    conn: Connection
+    pids: set[int] = field(default_factory=set)
 
 
 def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, conn: Connection) -> None:
-    """Run the discovery ``task`` like any task process, its probes in a forked child (no probe's code runs in
-    this process), then fork the file's stage processes on request.
+    """Run the discovery ``task`` like any task process, each probe called in a forked child (no probe's code runs
+    in this process), then fork the file's stage processes on request.
 
     Discovery runs with one torch thread, whatever ``threads`` says: an OpenMP parallel region run here with
     more threads (importing a model can run one) leaves libgomp's pool behind, and a forked child's first
@@ -55,52 +91,131 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, con
         loaded.append(survey.load_file(task))
         return loaded[0].result or {}
 
-    message = worker.perform(load)
+    message: protocol.Message | None = worker.perform(load)
     why_not = None
+    probes: dict[str, _ProbeTemplate] = {}
     if isinstance(message, protocol.Result) and loaded[0].result is None:  # imported: its probes are to call
         device = environment.initialised_device()
         if device:
             why_not = f"the file initialised {device} at import; forking would break it"
         elif _native_threads() > before:
             why_not = "the file started threads while loading; forking would not copy them"
-        message = _call_probes(loaded[0], result_path, conn, why_not is None)
-        if message is None:  # out of processes or memory: called here, so this process forks no stage
-            why_not = "the template process could not fork"
+        elif signal.getsignal(signal.SIGCHLD) != signal.SIG_DFL:
+            why_not = "the file changed how SIGCHLD is handled; the forked processes' ends could not be waited for"
+        most = task.probe_templates if task.stay else 0
+        message = None if why_not else _call_probes(loaded[0], conn, probes, most)
+        if message is None:  # not forking, or out of processes or memory: called here, so this process forks none
+            why_not = why_not or "the template process could not fork"
             message = worker.perform(lambda: survey.call_probes(loaded[0]))
     if not isinstance(message, protocol.Result):
         why_not = why_not or "the file did not load"  # a more specific reason (could not fork) is kept
-    if not os.path.exists(result_path):  # the forked child wrote its own
-        worker.write_message(message, result_path)
-    conn.send(("ready", why_not))
+    elif not task.stay:
+        why_not = why_not or NOT_ASKED
+    worker.write_message(message, result_path)
+    conn.send(("ready", why_not, sorted(probes)))
     if why_not is None:
-        _fork_on_request(conn)
+        _fork_on_request(conn, probes)
 
 
-def _call_probes(loaded: Any, result_path: str, conn: Connection, fork: bool) -> protocol.Message | None:
-    """The discovery result of the imported file: its probes called in a forked child that writes it to
-    ``result_path`` (``fork``), else here. None when the fork failed. A child that died without a result ends
-    this process the same way (its exit code, its signal)."""
+def _call_probes(loaded: Any, conn: Connection, probes: dict[str, _ProbeTemplate],
+                 most: int) -> protocol.Message | None:
+    """The discovery result of the imported file, each probe called in a forked child (``_probe_child``); those that
+    stay up as their probe's template (the first ``most`` that can) are put in ``probes``. None when a fork failed
+    (none is left up then). A child that died without a result ends this process the same way (its exit code, its
+    signal)."""
     from ..collect import survey
+    from ..evidence.oprecorder import registered_custom_ops
 
-    if not fork:
-        return worker.perform(lambda: survey.call_probes(loaded))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        pid = os.fork()
-    except OSError:
-        return None
-    if pid == 0:  # stays in this process group: a timeout kills it with the template
-        _child(conn, lambda: worker.write_message(worker.perform(lambda: survey.call_probes(loaded)), result_path))
+    entries: list[dict[str, Any]] = []
+    registered = registered_custom_ops()
+    for entry, fn in survey.selected(loaded):
+        if fn is None:
+            entries.append(entry)
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            mine, theirs = Pipe()
+        except OSError:  # out of file descriptors
+            _close(probes)
+            return None
+        try:
+            pid = os.fork()
+        except OSError:
+            mine.close()
+            theirs.close()
+            _close(probes)
+            return None
+        if pid == 0:  # stays in this process group: a timeout kills it with the template
+            mine.close()
+            _child(conn, lambda: _probe_child(loaded, entry, fn, theirs, len(probes) < most))
+        theirs.close()
+        reply = _entry_of(pid, mine)
+        if reply is None:  # died calling the probe
+            mine.close()
+            code = _reap(pid, block=True)
+            _close(probes)
+            _exit_like(1 if code is None else code)
+        message = protocol.from_json(reply[1])
+        if reply[2]:
+            probes[entry["name"]] = _ProbeTemplate(pid, mine)
+            _PROBE_ENDS.append(mine)
+        else:
+            mine.close()
+            _reap(pid, block=True)
+        if not isinstance(message, protocol.Result):  # tracecheck's own error: the discovery's
+            _close(probes)
+            return message
+        entries.append(message.value["entry"])
+        registered |= set(message.value["registered"])
+    return protocol.Result(survey.summary(loaded, entries, registered))
 
-    _, status = os.waitpid(pid, 0)
-    message = protocol.read_message(result_path)
-    if message is None:
-        _exit_like(os.waitstatus_to_exitcode(status))
-    return message
+
+def _entry_of(pid: int, conn: Connection) -> tuple[Any, ...] | None:
+    """The ``("entry", ...)`` message of the probe's child ``pid``; None when it ended without one (watched by its
+    pid too: a process its probe forked may hold the connection open)."""
+    while True:
+        try:
+            if conn.poll(POLL_S):
+                return conn.recv()
+        except (EOFError, OSError):
+            return None
+        if _ended(pid):
+            try:  # it may have sent its entry just before exiting
+                return conn.recv() if conn.poll(0) else None
+            except (EOFError, OSError):
+                return None
 
 
-def _exit_like(code: int) -> None:
+def _probe_child(loaded: Any, entry: dict[str, Any], fn: Callable[[], Any], conn: Connection, stay: bool) -> None:
+    """In a child of the file's template: call the probe of ``entry``, send ``("entry", message, staying)``, and when
+    ``stay`` allows and forking stays safe, stay up as the probe's template (the call's value kept for the first
+    case of each stage process forked from here)."""
+    import torch
+
+    from ..collect import casemaker, survey
+    from ..evidence.oprecorder import registered_custom_ops
+    from ..model.probe import to_case
+    from . import warmup
+
+    rss, threads, finalizers = _resident_bytes(), torch.get_num_threads(), len(weakref.finalize._registry)
+    message = worker.perform(lambda: {"entry": survey.call_one(loaded, entry, fn, keep=stay),
+                                      "registered": sorted(registered_custom_ops())})
+    stay = stay and casemaker.kept_first_call() is not None and isinstance(message, protocol.Result) \
+        and not environment.initialised_device() and _native_threads() <= 1 \
+        and signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL \
+        and torch.get_num_threads() == threads \
+        and len(weakref.finalize._registry) == finalizers \
+        and _resident_bytes() - rss <= MAX_GROWTH
+    # (the stage process sets its thread count after the fork: the probe's own setting would be lost; a finalizer,
+    # a temporary directory's say, would run in whichever stage process drops the value first, under its siblings)
+    conn.send(("entry", protocol.to_json(message), stay))
+    if stay:
+        warmup.warm_source_names(to_case(casemaker.kept_first_call().value).fn)
+        _fork_on_request(conn, {})
+
+
+def _exit_like(code: int) -> NoReturn:
     """End this process as the child that called the probes ended: killed by the same signal, or the same code."""
     if code < 0:
         import faulthandler
@@ -126,47 +241,189 @@ def _native_threads() -> int:
         return 0
 
 
-def _fork_on_request(conn: Connection) -> None:
+def _native_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _fork_on_request(conn: Connection, probes: dict[str, _ProbeTemplate]) -> None:
+    """Fork a stage process for each request on ``conn`` (from the probe's template when the request names one of
+    ``probes``) and report its pid, then its exit; pass on what the probes' templates report."""
     children: set[int] = set()
+    retired: set[int] = set()  # probes' templates released or lost, to reap
     try:
         while True:
-            if wait([conn], timeout=POLL_S):
+            ready = wait([conn, *(t.conn for t in probes.values())], timeout=POLL_S)
+            for name, probe in list(probes.items()):
+                if (probe.conn in ready and not _relay(probe, conn)) or _ended(probe.pid):
+                    _lost(probes.pop(name), conn, retired)
+            if conn in ready:
                 try:
                     request = conn.recv()
                 except EOFError:
                     return  # the runner is gone
+                if request[0] == "release":
+                    probe = probes.pop(request[1], None)
+                    if probe is not None:
+                        _drop(probe)  # it ends at EOF
+                        retired.add(probe.pid)
+                    continue
                 if request[0] != "fork":
                     return
-                try:
-                    pid = os.fork()
-                except OSError:  # out of processes or memory: the runner starts this one from the fork server
-                    conn.send(("pid", None))
-                    continue
-                if pid == 0:
-                    _child(conn, lambda: worker.child_main(*request[1:]))
-                children.add(pid)
+                name, args = request[1], request[2:]
+                pid = None
+                if name in probes:
+                    pid = _fork_via(probes[name], args, conn)
+                    if pid is _GONE:
+                        _lost(probes.pop(name), conn, retired)
+                if pid is None or pid is _GONE:
+                    pid = _fork_here(conn, args)
+                    if pid is not None:
+                        children.add(pid)
                 conn.send(("pid", pid))
             for pid in list(children):
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
+                code = _reap(pid)
+                if code is not _RUNNING:
                     children.discard(pid)
-                    conn.send(("exit", pid, os.waitstatus_to_exitcode(status)))
+                    conn.send(("exit", pid, code))
+            retired = {pid for pid in retired if _reap(pid) is _RUNNING}
     finally:
         for pid in children:  # the runner went away mid-run: take the stage processes with us
-            for kill in (os.killpg, os.kill):  # os.kill: a child that has not called setpgrp() yet
-                try:
-                    kill(pid, signal.SIGKILL)
-                    break
-                except OSError:
-                    pass
-            try:
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
+            _kill(pid)
+            _reap(pid, block=True)
+        _close(probes)
+        for pid in retired:
+            _kill(pid)
+            _reap(pid, block=True)
+
+
+#: ``_fork_via``'s answer when the probe's template is gone; ``_reap``'s for a process still running
+_GONE: Any = object()
+_RUNNING: Any = object()
+
+
+def _fork_here(conn: Connection, args: tuple[Any, ...]) -> int | None:
+    try:
+        pid = os.fork()
+    except OSError:  # out of processes or memory: the runner starts this one from the fork server
+        return None
+    if pid == 0:
+        _child(conn, lambda: worker.child_main(*args))
+    return pid
+
+
+def _fork_via(probe: _ProbeTemplate, args: tuple[Any, ...], conn: Connection) -> Any:
+    """The pid of a stage process the probe's template forked (None: it could not fork; ``_GONE``: it is gone or
+    stuck); what it reported meanwhile is passed on."""
+    try:
+        probe.conn.send(("fork", None, *args))
+        while probe.conn.poll(RELAY_S):
+            msg = probe.conn.recv()
+            if msg[0] == "pid":
+                if msg[1] is not None:
+                    probe.pids.add(msg[1])
+                return msg[1]
+            _pass_on(probe, msg, conn)
+    except (OSError, EOFError):
+        pass
+    return _GONE
+
+
+def _relay(probe: _ProbeTemplate, conn: Connection) -> bool:
+    """Pass on what the probe's template reported; False when it is gone."""
+    try:
+        while probe.conn.poll():
+            _pass_on(probe, probe.conn.recv(), conn)
+    except (OSError, EOFError):
+        return False
+    return True
+
+
+def _pass_on(probe: _ProbeTemplate, msg: tuple[Any, ...], conn: Connection) -> None:
+    if msg[0] == "exit":
+        probe.pids.discard(msg[1])
+        conn.send(msg)
+
+
+def _lost(probe: _ProbeTemplate, conn: Connection, retired: set[int]) -> None:
+    """A probe's template died or hangs (killed, out of memory): it is killed, and so are the stage processes it
+    forked, reported lost with it (those it reported ended are not touched: their pids may be another's now)."""
+    _kill(probe.pid)
+    for pid in probe.pids:
+        _kill(pid)
+        conn.send(("exit", pid, None))
+    _drop(probe)
+    retired.add(probe.pid)
+
+
+def _drop(probe: _ProbeTemplate) -> None:
+    probe.conn.close()
+    if probe.conn in _PROBE_ENDS:
+        _PROBE_ENDS.remove(probe.conn)
+
+
+def _close(probes: dict[str, _ProbeTemplate]) -> None:
+    """End the probes' templates (each kills its stage processes when its connection closes), within 2 s in all."""
+    for probe in probes.values():
+        _drop(probe)
+    deadline = time.monotonic() + 2
+    for probe in probes.values():
+        while _reap(probe.pid) is _RUNNING:
+            if time.monotonic() > deadline:
+                _kill(probe.pid)
+                _reap(probe.pid, block=True)
+                break
+            time.sleep(0.01)
+    probes.clear()
+
+
+_PROC = os.path.exists("/proc/self/stat")
+
+
+def _ended(pid: int) -> bool:
+    """The child ``pid`` has ended (it is a zombie, or gone): read without reaping it. False where /proc is missing
+    (its connection's end tells then)."""
+    if not _PROC:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def _reap(pid: int, block: bool = False) -> Any:
+    """The exit code of the child ``pid`` once it has ended (None: unknown, it was reaped elsewhere), else
+    ``_RUNNING`` (``block``: wait for it)."""
+    try:
+        done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if done else _RUNNING
+
+
+def _kill(pid: int) -> None:
+    for kill in (os.killpg, os.kill):  # os.kill: a child that has not called setpgrp() yet
+        try:
+            kill(pid, signal.SIGKILL)
+            return
+        except OSError:
+            pass
 
 
 def _child(conn: Connection, body: Callable[[], Any]) -> None:
-    """A forked process running ``body`` (a stage: ``worker.child_main``; the discovery's probe calls): exit
+    """A forked process running ``body`` (a stage: ``worker.child_main``; a probe's call, ``_probe_child``): exit
     codes as multiprocessing gives them (``sys.exit(n)`` in a probe -> n, ``sys.exit("message")`` -> the message
     on stderr and 1). Never returns into the template's code."""
     code = 1
@@ -174,6 +431,9 @@ def _child(conn: Connection, body: Callable[[], Any]) -> None:
         from multiprocessing import process, util
 
         conn.close()  # only the template talks to the runner; the runner sees EOF when the template dies
+        for other in _PROBE_ENDS:  # the file's template's connections to its probes' templates
+            other.close()
+        _PROBE_ENDS.clear()
         # what multiprocessing does around a process it forks: the template's finalizers and children are
         # not ours; ours (semaphores torch creates, say) must run at exit, or the resource tracker reports
         # them leaked

@@ -1,5 +1,6 @@
 """The fork server's warm-up (isolate/preload.py): the compiler stack's imports, Inductor's per-process answers for the
-CPU, and one small forward-only Inductor compile, so each stage process forked from the server starts past them.
+CPU, and one small forward-only Inductor compile, so each stage process forked from the server starts past them; and
+a probe template's (isolate/template.py): the source files its model's classes live in, tokenized for Dynamo.
 
 Warm-up logic only: each private torch name it reads comes from a function of ``tracecheck.compat`` (the torch
 boundary; compat never imports this module).
@@ -26,6 +27,32 @@ def preload_compiler_stack() -> None:
 
     for name in PRELOAD_MODULES:
         importlib.import_module(name)
+
+
+def warm_source_names(fn: Any) -> None:
+    """Tokenize, once in the process stage processes fork from, the source files of the classes of the modules
+    ``fn`` reaches (a probe's model: its modeling file, its library's base classes, torch.nn's): Dynamo names each
+    line it traces after its function, from the file tokenized at its first lookup in a process (about 0.15 s of
+    each tiny Llama compile). Only reads files; whatever fails leaves each stage process to read them itself."""
+    import inspect
+
+    from ..evidence.reachable import reachable_modules
+
+    get_funcname = compat.source_names_cache()
+    if get_funcname is None:
+        return
+    files: set[str] = set()
+    try:
+        for _, module in reachable_modules(fn):
+            for cls in type(module).__mro__[:-1]:  # not object
+                try:
+                    files.add(inspect.getsourcefile(cls) or "")
+                except TypeError:  # a class defined in C
+                    pass
+        for path in sorted(files - {""}):
+            get_funcname(path, 1)
+    except Exception:
+        pass
 
 
 def warm_inductor_cpu() -> None:

@@ -35,7 +35,8 @@ class StageContext:
     """Given to ``StageSpec.run`` inside the stage process.
 
     ``make_case()`` builds a fresh, seeded ``Case`` on ``device`` (the probe function is called again, so a
-    stateful probe starts from the same state in every run); ``options``: the run's values of the options the
+    stateful probe starts from the same state in every run; the first may come from the call the probe's template
+    made before forking the stage process: ``collect.casemaker``); ``options``: the run's values of the options the
     stage declared (``StageSpec.options``), the defaults for the others.
     """
 

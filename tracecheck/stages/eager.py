@@ -16,6 +16,7 @@ from ._spec import StageContext, StageSpec
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
+    from ..collect import casemaker
     from ..evidence import exceptions
     from ..evidence.oprecorder import registered_custom_ops
     from ._execution import execute, phases
@@ -26,9 +27,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ex = execute(case.fn, case)
         # a loop's next step, only after a first step that trained
         error, note = (ex.error, None) if ex.error or not ex.ran_backward else second_step(ctx.make_case, case)
+    # the first case may come from the probe's call made before this process forked: what that call warned and
+    # registered is this stage's, as when it makes the call itself
+    first = casemaker.taken_first_call()
+    warnings = (first.warnings if first else []) + w.messages
     # a custom op registered only now (an extension loaded on first call): api.py runs opcheck after all
-    lazy = sorted(registered_custom_ops() - before)
-    record = {"error": error, "warnings": w.messages, "phases": phases(ex), "registered_custom_ops": lazy}
+    lazy = sorted(registered_custom_ops() - before | set(first.registered if first else ()))
+    record = {"error": error, "warnings": warnings, "phases": phases(ex), "registered_custom_ops": lazy}
     if note:
         record["extra"] = StageNotes(not_checked=[note]).to_extra()
     return record
