@@ -308,12 +308,38 @@ def test_a_probes_stages_fork_from_the_process_that_called_it_once(tmp_path):
     assert not set(imports["a"]) & set(imports["b"])  # no process called both probes
 
 
-def test_a_stage_process_takes_its_first_case_from_the_probes_template(tmp_path):
-    imports, parents = _split_run(tmp_path, stages=("eager",))  # eager builds one case (no second step fails)
-    calls = tmp_path / "calls.log"
-    callers = {int(pid) for kind, _, pid, _ in (line.split() for line in calls.read_text().splitlines())
-               if kind == "call"}
-    assert callers == set(imports["a"]) | set(imports["b"])  # the probes' templates only: no stage called a probe
+# the case holds an open file, read as the forward runs: each stage process must have its own (a value built once and
+# shared by the forks would share the file's offset, and the second stage would read nothing)
+OWN_FILE = '''
+import os, torch
+PATH = os.path.join(os.path.dirname(__file__), "scale.txt")
+
+def probe():
+    f = open(PATH)
+
+    @torch.compiler.disable
+    def scale():
+        return float(f.readline())
+
+    return (lambda x: x * scale()), (torch.randn(2, 4, requires_grad=True),)
+'''
+
+
+def test_each_stage_process_builds_its_own_cases(tmp_path):
+    (tmp_path / "scale.txt").write_text("3.0\n")
+    (tmp_path / "own.py").write_text(OWN_FILE)
+
+    def statuses(*args):
+        out = tmp_path / "r.json"
+        subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "own.py"), "--stages",
+                        "eager,aot_eager", "-j", "1", "--json", str(out), *args], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+        (p,) = json.loads(out.read_text())["probes"]
+        return {s: (r["status"], sorted(f["kind"] for f in r["findings"])) for s, r in p["stages"].items()}
+
+    forked = statuses()
+    assert forked["eager"] == ("pass", [])  # its own file: it reads 3.0 (a shared offset would read "")
+    assert forked == statuses("--fresh-imports")  # each stage process importing the file and calling the probe
 
 
 def test_fresh_imports_call_each_probe_in_each_stage_process(tmp_path):
@@ -325,9 +351,8 @@ def test_fresh_imports_call_each_probe_in_each_stage_process(tmp_path):
 @pytest.mark.parametrize("unsafe", [
     "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()",  # a fork would not copy it
     "signal.signal(signal.SIGCHLD, signal.SIG_IGN)",  # the forks' parent could not wait for them
-    "torch.set_num_threads(3)",  # each stage process sets its own after the fork: the probe's would be lost
-    "globals().setdefault('_tmp', []).append(__import__('tempfile').TemporaryDirectory())",  # removed under siblings
-], ids=["thread", "sigchld", "torch-threads", "finalizer"])
+    "signal.alarm(600)",  # it would go off in the probe's template: a fork does not inherit it
+], ids=["thread", "sigchld", "alarm"])
 def test_a_probe_whose_call_makes_forking_unsafe_has_its_stages_forked_from_the_file(tmp_path, unsafe):
     imports, parents = _split_run(tmp_path, unsafe=unsafe)
     assert len(imports["a"]) == 1 + 3, imports  # discovery, then each stage process calls the probe itself
@@ -379,3 +404,19 @@ def test_a_file_that_ignores_sigchld_at_import_calls_its_probes_in_the_template(
     assert "sig.py: each stage process imports it afresh (the file changed how SIGCHLD is handled" in proc.stderr
     (p,) = json.loads(out.read_text())["probes"]
     assert {s: r["status"] for s, r in p["stages"].items()} == {"eager": "pass", "explain": "pass"}
+
+
+def test_a_probe_that_closes_every_descriptor_still_reports_its_discovery(tmp_path):
+    # its connection to the file's template is gone: the entry goes through a file, and the probe's stages fork
+    # from the file's template
+    (tmp_path / "closer.py").write_text("import os, torch\n"
+                                        "def probe_a():\n    os.closerange(3, 1024)\n"
+                                        "    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)\n"
+                                        "def probe_b():\n    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)\n")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "closer.py"), "--stages",
+                           "eager", "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert {(p["name"], s): r["status"] for p in report["probes"] for s, r in p["stages"].items()} == {
+        ("probe_a", "eager"): "pass", ("probe_b", "eager"): "pass"}

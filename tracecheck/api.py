@@ -257,8 +257,8 @@ def _setup_failed(p: ProbeReport) -> bool:
 #: the files after them import afresh in every stage process
 MAX_TEMPLATES = 8
 #: probes' templates kept up to fork their stage processes (``SurveyTask.probe_templates``), in all and per file: each
-#: holds its model until its stages are done (a tiny transformers model's, about 150 MB of its own; at most
-#: template.MAX_GROWTH)
+#: holds what its probe's first call imported until its stages are done (a tiny transformers model's, about 150 MB of
+#: its own; at most template.MAX_GROWTH)
 MAX_PROBE_TEMPLATES, MAX_PROBE_TEMPLATES_PER_FILE = 8, 4
 
 #: the key of the task that records the environment, run beside the discovery tasks

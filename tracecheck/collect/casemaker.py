@@ -1,6 +1,6 @@
-"""The ``Case`` a probe returns, built again for each run a stage compares (``case_factory``): seeded, as leaves, on
-the device, with a shared model's state put back; the first from the call the probe's template made before it forked
-the stage process (``keep_first_call``, isolate/template.py), when it made one."""
+"""The ``Case`` a probe returns, built again in every stage process (``case_factory``): seeded, as leaves, on
+the device, with a shared model's state put back; and what the probe's first call, made before the stage process
+forked (isolate/template.py), warned and registered (``first_call``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,56 +56,28 @@ def load_case(path: str, probe: str) -> tuple[ModuleType, Case]:
     return module, as_leaves(to_case(call_probe(dict(find_probes(module))[probe])))
 
 
-@dataclass
+@dataclass(frozen=True)
 class FirstCall:
-    """The probe function's first call, made in the probe's template process (isolate/template.py) before it
-    forked this stage process: what it returned (the stage's first case) and the torch RNG state after it; what it
-    warned and the custom ops it registered, which the eager stage reports as if it had made the call."""
+    """The probe function's first call, made by the probe's template (isolate/template.py) before it forked this stage
+    process: what it warned and the custom ops it registered, which the eager stage reports as if it had made that
+    call itself (its own call is the probe's second in this process's history)."""
 
-    path: str
-    probe: str
-    value: Any
-    rng_state: Any
-    warnings: list[str]
-    registered: list[str]
+    warnings: tuple[str, ...]
+    registered: tuple[str, ...]
 
 
-_kept: FirstCall | None = None  # for the first make() of this process
-_taken: FirstCall | None = None  # the kept call a make() of this process used
+_first: FirstCall | None = None
 
 
-def keep_first_call(path: str, probe: str, value: Any, warnings: list[str], registered: list[str]) -> None:
-    """Keep what the probe returned (``call_probe``, just now) for the first ``make()`` of a ``case_factory`` in a
-    process forked after this: that process then sees what it would have seen calling the probe itself, less the
-    call."""
-    import torch
-
-    global _kept
-    _kept = FirstCall(path, probe, value, torch.get_rng_state(), warnings, registered)
+def record_first_call(warnings: list[str], registered: list[str]) -> None:
+    """Remember, in the probe's template, what its call warned and registered (for the processes forked after it)."""
+    global _first
+    _first = FirstCall(tuple(warnings), tuple(registered))
 
 
-def kept_first_call() -> FirstCall | None:
-    """The call kept for the next ``make()`` (``keep_first_call``), if any."""
-    return _kept
-
-
-def taken_first_call() -> FirstCall | None:
-    """The call made before this process forked, when a ``make()`` here used its value (the first did)."""
-    return _taken
-
-
-def _first_call(path: str, probe: str, fn: Callable[[], Any]) -> Any:
-    """``call_probe(fn)``, or the value of that call kept by the probe's template (once, for this probe only)."""
-    global _kept, _taken
-    kept, _kept = _kept, None
-    if kept is None or (kept.path, kept.probe) != (path, probe):
-        return call_probe(fn)
-    import torch
-
-    torch.set_rng_state(kept.rng_state)  # where the call left it, whatever ran in between
-    value, kept.value = kept.value, None  # the case holds it; once the stage drops the case, nothing else does
-    _taken = kept
-    return value
+def first_call() -> FirstCall | None:
+    """The probe's first call, when the probe's template made it before this process forked."""
+    return _first
 
 
 def case_factory(path: str, probe: str, device: str = "cpu") -> Callable[[], Case]:
@@ -114,8 +86,7 @@ def case_factory(path: str, probe: str, device: str = "cpu") -> Callable[[], Cas
 
     A probe may hand out the same module object on every call (a module-level model): its parameters and
     buffers are put back to what they were at the first call, so a model that updates a buffer in forward
-    (a step counter, running statistics) starts every run from the same state. In a process forked from the
-    probe's template, the first call is the one the template made (``keep_first_call``).
+    (a step counter, running statistics) starts every run from the same state.
     """
     module = load_module(path)
     fn = dict(find_probes(module))[probe]
@@ -123,7 +94,7 @@ def case_factory(path: str, probe: str, device: str = "cpu") -> Callable[[], Cas
 
     def make() -> Case:
         try:
-            case = to_case(_first_call(path, probe, fn))
+            case = to_case(call_probe(fn))
         except Exception as e:  # the probe's own code, called again in a stage: its failure, not tracecheck's
             raise ProbeCallError(e) from e
         case = as_leaves(to_device(case, device))

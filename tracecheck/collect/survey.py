@@ -11,7 +11,6 @@ from ..model.exitcodes import UsageError
 from ..model.probe import ProbeShapeError, to_case
 from ..model.report import IMPORT_PROBE
 from ..model.tasks import ProcessTask
-from . import casemaker
 from .casemaker import call_probe
 from .loadfile import find_probes, load_module, matches
 from .locate import probe_id
@@ -30,8 +29,8 @@ class SurveyTask(ProcessTask):
     #: run as a template process (isolate/template.py, the runner's ``Task.serve``): stay up after discovery to
     #: fork the file's stage processes; False: exit after it (``--fresh-imports``, files past the first eight)
     stay: bool = True
-    #: how many of its probes' children may stay up as their own templates (each holds its model and what its call
-    #: imported until the file's stages are done), the first that can; the others' stages fork from the file's
+    #: how many of its probes' children may stay up as their own templates (each holds what its call imported until
+    #: the file's stages are done), the first that can; the others' stages fork from the file's
     probe_templates: int = 4
 
     def run(self) -> dict[str, Any]:
@@ -117,9 +116,10 @@ def selected(loaded: Loaded) -> list[tuple[dict[str, Any], Callable[[], Any] | N
     return chosen
 
 
-def call_one(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any], keep: bool = False) -> dict[str, Any]:
-    """``entry`` completed by calling its probe once, watching what it registers. ``keep``: when it returned a
-    case, keep the call for the stage processes forked after it (``casemaker.keep_first_call``)."""
+def call_one(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any],
+             first: Callable[[Any, list[str], list[str]], None] | None = None) -> dict[str, Any]:
+    """``entry`` completed by calling its probe once, watching what it registers. ``first``: when the call returned
+    a case, it gets what the call returned, warned and registered (the probe's template: isolate/template.py)."""
     from ..evidence import exceptions
     from ..evidence.oprecorder import registered_custom_ops
 
@@ -133,9 +133,8 @@ def call_one(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any], keep:
             with exceptions.WarningCollector() as warned:  # as the eager stage's own first call would see them
                 value = call_probe(fn)
             to_case(value)
-            if keep:
-                casemaker.keep_first_call(loaded.task.file, entry["name"], value, warned.messages,
-                                          sorted(registered_custom_ops() - ops))
+            if first is not None:
+                first(value, warned.messages, sorted(registered_custom_ops() - ops))
         except ProbeShapeError as e:
             entry["bad_shape"] = f"{probe_id(loaded.task.file, entry['name'], root)}: {e}"
         except Exception as e:

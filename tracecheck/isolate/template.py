@@ -1,19 +1,20 @@
 """A template process: one model file imported once; the file's stage processes are forked from it, or from
-the child of it that called their probe (the probe's template).
+the child of it that called their probe once (the probe's template).
 
 The runner starts it like any task process (from the fork server, torch preloaded) with the file's discovery
 task. It imports the file (``survey.load_file``) and calls no probe itself: each selected probe is called once
 (``survey.call_one``) in a forked child of its own, which sends its discovery entry back. That child then stays up
-as the probe's template (the first ``SurveyTask.probe_templates`` that can), keeping what the call returned
-(``casemaker.keep_first_call``). One that cannot exits: the call failed, or left something a fork does not copy
-or must not share (a thread, an initialised device, SIGCHLD ignored, a changed torch thread count, a finalizer such
-as a temporary directory's, or more than ``MAX_GROWTH`` bytes of memory of its own). Then the template stays up,
-and each (probe, stage) of the file is an ``os.fork()`` of the probe's template (``Task.probe``: the call's imports,
-``transformers``' lazy modules say, and its model are built once per probe), or of the file's template when the
-probe has none: the file's imports load once per file, not once per stage. A stage process thus inherits what a
-fresh process that imported the file and called its own probe once has (the value that call returned is its first
-case): no other probe's factory, forward or compile ever ran where it was forked, so a cache one probe fills is
-cold for every other probe, as in a fresh process.
+as the probe's template (the first ``SurveyTask.probe_templates`` that can), remembering what the call warned and
+registered (``casemaker.record_first_call``) and dropping the value it returned. One that cannot exits: the call
+failed, or left something a fork does not copy or must not inherit (a thread, an initialised device or CUDA's
+driver, SIGCHLD ignored, an alarm set), or more than ``MAX_GROWTH`` bytes of memory of its own. Then the template
+stays up, and each (probe, stage) of the file is an ``os.fork()`` of the probe's template (``Task.probe``: what the
+probe's first call imports and builds once, ``transformers``' lazy modules say, is built once per probe), or of
+the file's template when the probe has none: the file's imports load once per file, not once per stage. A stage
+process calls the probe for each case it builds, its first included (cheap there: a second call), so whatever a
+case holds (a model in shared memory, an open file, a pipe, a subprocess) is its own. It thus inherits what a fresh
+process that imported the file and called its own probe once has: no other probe's factory, forward or compile ever
+ran where it was forked, so a cache one probe fills is cold for every other probe, as in a fresh process.
 
 Forking is unsafe once a device runtime is initialised (CUDA, an NPU), threads run or SIGCHLD is ignored: a
 template whose file did that at import calls the probes itself, says so and exits, and the runner starts that
@@ -34,7 +35,6 @@ import os
 import signal
 import sys
 import time
-import weakref
 from dataclasses import dataclass, field
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
@@ -51,8 +51,8 @@ POLL_S = 0.02
 #: how long the file's template waits for a probe's template to answer a fork (less than the runner waits for the
 #: file's template: runner.Template.fork)
 RELAY_S = 10
-#: the most memory (resident bytes) a probe's call may add for its process to stay up as the probe's template: it
-#: holds the model while the file's stages run (a tiny transformers model's call adds about 150 MB)
+#: the most memory (resident bytes) a probe's call may leave in its process for it to stay up as the probe's template,
+#: until the file's stages are done (the modules a tiny transformers model's call imports: about 150 MB)
 MAX_GROWTH = 512 << 20
 
 #: why a template that was not asked to stay up (``SurveyTask.stay``) does not
@@ -103,7 +103,7 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, con
         elif signal.getsignal(signal.SIGCHLD) != signal.SIG_DFL:
             why_not = "the file changed how SIGCHLD is handled; the forked processes' ends could not be waited for"
         most = task.probe_templates if task.stay else 0
-        message = None if why_not else _call_probes(loaded[0], conn, probes, most)
+        message = None if why_not else _call_probes(loaded[0], conn, probes, most, result_path)
         if message is None:  # not forking, or out of processes or memory: called here, so this process forks none
             why_not = why_not or "the template process could not fork"
             message = worker.perform(lambda: survey.call_probes(loaded[0]))
@@ -117,8 +117,8 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, con
         _fork_on_request(conn, probes)
 
 
-def _call_probes(loaded: Any, conn: Connection, probes: dict[str, _ProbeTemplate],
-                 most: int) -> protocol.Message | None:
+def _call_probes(loaded: Any, conn: Connection, probes: dict[str, _ProbeTemplate], most: int,
+                 result_path: str) -> protocol.Message | None:
     """The discovery result of the imported file, each probe called in a forked child (``_probe_child``); those that
     stay up as their probe's template (the first ``most`` that can) are put in ``probes``. None when a fork failed
     (none is left up then). A child that died without a result ends this process the same way (its exit code, its
@@ -128,10 +128,11 @@ def _call_probes(loaded: Any, conn: Connection, probes: dict[str, _ProbeTemplate
 
     entries: list[dict[str, Any]] = []
     registered = registered_custom_ops()
-    for entry, fn in survey.selected(loaded):
+    for i, (entry, fn) in enumerate(survey.selected(loaded)):
         if fn is None:
             entries.append(entry)
             continue
+        fallback = f"{result_path}.probe{i}"
         sys.stdout.flush()
         sys.stderr.flush()
         try:
@@ -148,21 +149,24 @@ def _call_probes(loaded: Any, conn: Connection, probes: dict[str, _ProbeTemplate
             return None
         if pid == 0:  # stays in this process group: a timeout kills it with the template
             mine.close()
-            _child(conn, lambda: _probe_child(loaded, entry, fn, theirs, len(probes) < most))
+            _child(conn, lambda: _probe_child(loaded, entry, fn, theirs, len(probes) < most, fallback))
         theirs.close()
         reply = _entry_of(pid, mine)
-        if reply is None:  # died calling the probe
+        if reply is None:
             mine.close()
             code = _reap(pid, block=True)
-            _close(probes)
-            _exit_like(1 if code is None else code)
+            message = protocol.read_message(fallback)
+            if message is None:  # died calling the probe
+                _close(probes)
+                _exit_like(1 if code is None else code)
+            reply = ("entry", protocol.to_json(message), False)
         message = protocol.from_json(reply[1])
         if reply[2]:
             probes[entry["name"]] = _ProbeTemplate(pid, mine)
             _PROBE_ENDS.append(mine)
         else:
             mine.close()
-            _reap(pid, block=True)
+            _reap(pid, block=True)  # (None when reaped above)
         if not isinstance(message, protocol.Result):  # tracecheck's own error: the discovery's
             _close(probes)
             return message
@@ -187,32 +191,46 @@ def _entry_of(pid: int, conn: Connection) -> tuple[Any, ...] | None:
                 return None
 
 
-def _probe_child(loaded: Any, entry: dict[str, Any], fn: Callable[[], Any], conn: Connection, stay: bool) -> None:
-    """In a child of the file's template: call the probe of ``entry``, send ``("entry", message, staying)``, and when
-    ``stay`` allows and forking stays safe, stay up as the probe's template (the call's value kept for the first
-    case of each stage process forked from here)."""
-    import torch
-
+def _probe_child(loaded: Any, entry: dict[str, Any], fn: Callable[[], Any], conn: Connection, stay: bool,
+                 fallback: str) -> None:
+    """In a child of the file's template: call the probe of ``entry``, send ``("entry", message, staying)`` (to the
+    file ``fallback`` when the connection is gone: a probe that closed every descriptor), and when ``stay`` allows and
+    forking stays safe, stay up as the probe's template. The value the call returned is dropped: each stage process
+    builds its own cases (a model in shared memory, an open file, a pipe or a subprocess it holds stays its own)."""
     from ..collect import casemaker, survey
     from ..evidence.oprecorder import registered_custom_ops
     from ..model.probe import to_case
     from . import warmup
 
-    rss, threads, finalizers = _resident_bytes(), torch.get_num_threads(), len(weakref.finalize._registry)
-    message = worker.perform(lambda: {"entry": survey.call_one(loaded, entry, fn, keep=stay),
+    def first(value: Any, warnings: list[str], registered: list[str]) -> None:
+        casemaker.record_first_call(warnings, registered)
+        warmup.warm_source_names(to_case(value).fn)
+
+    rss, driver = _resident_bytes(), _cuda_driver_loaded()
+    message = worker.perform(lambda: {"entry": survey.call_one(loaded, entry, fn, first if stay else None),
                                       "registered": sorted(registered_custom_ops())})
-    stay = stay and casemaker.kept_first_call() is not None and isinstance(message, protocol.Result) \
-        and not environment.initialised_device() and _native_threads() <= 1 \
-        and signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL \
-        and torch.get_num_threads() == threads \
-        and len(weakref.finalize._registry) == finalizers \
-        and _resident_bytes() - rss <= MAX_GROWTH
-    # (the stage process sets its thread count after the fork: the probe's own setting would be lost; a finalizer,
-    # a temporary directory's say, would run in whichever stage process drops the value first, under its siblings)
-    conn.send(("entry", protocol.to_json(message), stay))
+    stay = stay and casemaker.first_call() is not None and isinstance(message, protocol.Result) \
+        and not environment.initialised_device() and _cuda_driver_loaded() == driver \
+        and _native_threads() <= 1 and signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL \
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0 and _resident_bytes() - rss <= MAX_GROWTH
+    # (an alarm the call set would go off here, not in the stage processes: forks do not inherit it; CUDA's driver,
+    # loaded by torch.cuda.is_available(), cannot be used in a forked child)
+    try:
+        conn.send(("entry", protocol.to_json(message), stay))
+    except OSError:
+        worker.write_message(message, fallback)
+        return
     if stay:
-        warmup.warm_source_names(to_case(casemaker.kept_first_call().value).fn)
         _fork_on_request(conn, {})
+
+
+def _cuda_driver_loaded() -> bool:
+    """CUDA's driver library is mapped in this process (torch loads it when it first asks CUDA anything)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return "libcuda.so" in f.read()
+    except OSError:
+        return False
 
 
 def _exit_like(code: int) -> NoReturn:

@@ -27,10 +27,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         ex = execute(case.fn, case)
         # a loop's next step, only after a first step that trained
         error, note = (ex.error, None) if ex.error or not ex.ran_backward else second_step(ctx.make_case, case)
-    # the first case may come from the probe's call made before this process forked: what that call warned and
-    # registered is this stage's, as when it makes the call itself
-    first = casemaker.taken_first_call()
-    warnings = (first.warnings if first else []) + w.messages
+    # the probe's first call, when its template made it before this process forked: what it warned (an import it
+    # made, a warn-once) and registered is this stage's, as when this process makes the first call
+    first = casemaker.first_call()
+    warnings = list(dict.fromkeys([*(first.warnings if first else ()), *w.messages]))
     # a custom op registered only now (an extension loaded on first call): api.py runs opcheck after all
     lazy = sorted(registered_custom_ops() - before | set(first.registered if first else ()))
     record = {"error": error, "warnings": warnings, "phases": phases(ex), "registered_custom_ops": lazy}
