@@ -420,3 +420,52 @@ def test_a_probe_that_closes_every_descriptor_still_reports_its_discovery(tmp_pa
     report = json.loads(out.read_text())
     assert {(p["name"], s): r["status"] for p in report["probes"] for s, r in p["stages"].items()} == {
         ("probe_a", "eager"): "pass", ("probe_b", "eager"): "pass"}
+
+
+# What the processes a stage is forked from built (torch's imports, the file's, the probe's first call) is frozen
+# there (gc.freeze, as Python's documentation advises before fork without exec), so a stage process's collections
+# never scan it; the collector itself is on and collects the stage's own cycles, as in any Python process.
+# gc.get_objects() lists what the collector scans (never the frozen). Each eager run writes
+# ``PID enabled built_at_import_scanned built_by_first_call_scanned own_cycle_collected``.
+FROZEN = '''
+import gc, os, torch
+AT_IMPORT = [object()]
+BUILT = []
+
+class Cycle:
+    def __init__(self):
+        self.me = self
+    def __del__(self):
+        COLLECTED.append(1)
+
+COLLECTED = []
+
+def _f(x):
+    if not torch.compiler.is_compiling():
+        Cycle()
+        gc.collect()
+        scanned = {id(o) for o in gc.get_objects()}
+        with open(os.environ["GC_LOG"], "a") as f:
+            f.write(f"{os.getpid()} {gc.isenabled()} {id(AT_IMPORT) in scanned} "
+                    f"{any(id(b) in scanned for b in BUILT[:1])} {bool(COLLECTED)}\\n")
+    return x * 2
+
+def probe():
+    if not BUILT:
+        BUILT.append([object()])  # the first call's: made in the probe's template
+    return _f, (torch.randn(3),)
+'''
+
+
+@pytest.mark.parametrize("args, frozen", [((), "False False"), (("--fresh-imports",), "True True")],
+                         ids=["forked", "fresh-imports"])
+def test_stage_processes_never_scan_what_their_template_built(tmp_path, args, frozen):
+    (tmp_path / "frozen.py").write_text(FROZEN)
+    log = tmp_path / "gc.log"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "frozen.py"), "--stages",
+                           "eager", *args], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "GC_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    runs = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
+    # fresh imports: the stage process imported the file and called the probe itself, so it scans both
+    assert runs and set(runs) == {f"True {frozen} True"}, runs
