@@ -122,3 +122,17 @@ def test_the_live_board_names_every_probe_and_never_cuts_a_kind(width):
         for s in p.stages.values():
             for f in s.findings:
                 assert re.search(rf"(?<![\w-]){re.escape(f.kind)}(?![\w-])", out), (width, f.kind)
+
+
+def test_each_run_on_one_display_counts_its_own_stages():
+    """``tracecheck fix`` runs the diagnosis, then each candidate, on one display: the bar says how many of *this*
+    run's stages are done (it once said 13/5)."""
+    live = _LiveProgress(Console(file=io.StringIO(), force_terminal=True, width=80))
+    for n_stages, done in ((5, 5), (4, 2)):
+        live.discovered(1)
+        live.planned(n_stages)
+        for i in range(done):
+            live.started("m.py::p", f"s{i}")
+            live.finished("m.py::p", StageResult(f"s{i}", PASS))
+    (task,) = live.bar.tasks
+    assert (task.completed, task.total) == (2, 4)

@@ -107,6 +107,8 @@ class _LiveProgress(api.Progress):
             self.bar.console.print(text, highlight=False, markup=False, soft_wrap=True)
 
     def discovered(self, n_files: int) -> None:
+        # a new run (``tracecheck fix`` makes several on one display): its own count of stages, not the last one's
+        self.bar.update(self.task, completed=0, total=None, description="discovering probes")
         self._line(f"tracecheck: {n_files} model file(s); starting the stage processes (torch preloads once)")
 
     def loading(self, path: str) -> None:

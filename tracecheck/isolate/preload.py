@@ -2,8 +2,12 @@
 
 Imports, answers to questions Inductor asks once per process (warmup.warm_inductor_cpu), and one small Inductor
 compile, forward only, on a single thread (warmup.warm_compile): no OpenMP pool, compile worker or autograd device
-thread exists before the fork. Then what it all made is frozen for the collector (worker.freeze_heap): no stage
-process's collection scans it. The warm-up itself is in isolate/warmup.py.
+thread exists before the fork. Then what it all made is frozen for the collector (``gc.freeze``, as Python's
+documentation advises before a fork without exec): a stage process's collections never scan torch's objects, whose
+full pass the compiles' garbage triggers again and again. Only here, where no user code has run: a file's or a
+probe's template does not freeze what the user's code built (a cycle frozen there would never be collected in a
+stage process, so its finalizers and weakref callbacks would never run, as they do in a fresh process). The
+warm-up itself is in isolate/warmup.py.
 """
 import atexit
 import gc
@@ -33,16 +37,17 @@ def _preload() -> None:
         except Exception:
             pass
     warmup.settle_threads(threads_at_start)  # the imports' threads too, not only the warm-up's
-    worker.freeze_heap()
+    gc.collect()  # the warm-up's garbage only (the imports are frozen): cheap
+    gc.freeze()
 
 
 # Ctrl-C reaches the whole process group, the server too: while it imports torch it would print a traceback of
 # its own. The parent kills the stage processes and reports the interrupt; the server's own handler (multiprocessing
 # ignores SIGINT once preloading is done) is put back at the end, so stage processes get Python's as before.
 _sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
-# The imports leave little garbage (about 10,000 objects, no open resource) for the collector's many passes over
-# them (about 0.3 s): they are frozen unscanned. The collector is back on before any stage runs, even when an
-# import fails (multiprocessing's server then goes on without the preload).
+# The imports leave little garbage (about 10,000 objects: functions, cells, tuples; no finalizer, no open resource)
+# for the collector's many passes over them while they run (about 0.3 s): they are frozen unscanned. The collector
+# is back on before anything else runs here, whatever the preload raised.
 gc.disable()
 try:
     _preload()

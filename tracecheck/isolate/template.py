@@ -103,8 +103,6 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, con
         elif signal.getsignal(signal.SIGCHLD) != signal.SIG_DFL:
             why_not = "the file changed how SIGCHLD is handled; the forked processes' ends could not be waited for"
         most = task.probe_templates if task.stay else 0
-        if not why_not:
-            worker.freeze_heap()  # the file's imports: the probes' children and stage processes skip them
         message = None if why_not else _call_probes(loaded[0], conn, probes, most, result_path)
         if message is None:  # not forking, or out of processes or memory: called here, so this process forks none
             why_not = why_not or "the template process could not fork"
@@ -116,7 +114,6 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, con
     worker.write_message(message, result_path)
     conn.send(("ready", why_not, sorted(probes)))
     if why_not is None:
-        worker.freeze_heap()
         _fork_on_request(conn, probes)
 
 
@@ -212,8 +209,6 @@ def _probe_child(loaded: Any, entry: dict[str, Any], fn: Callable[[], Any], conn
     rss, driver = _resident_bytes(), _cuda_driver_loaded()
     message = worker.perform(lambda: {"entry": survey.call_one(loaded, entry, fn, first if stay else None),
                                       "registered": sorted(registered_custom_ops())})
-    if stay:  # first: a finalizer the collection runs is the call's too (a thread it starts keeps this one down)
-        worker.freeze_heap()  # what the call built and imported (its value is dropped: collected first)
     stay = stay and casemaker.first_call() is not None and isinstance(message, protocol.Result) \
         and not environment.initialised_device() and _cuda_driver_loaded() == driver \
         and _native_threads() <= 1 and signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL \

@@ -8,7 +8,6 @@ the parent tails, and a missing result file is how the parent learns the child d
 from __future__ import annotations
 
 import faulthandler
-import gc
 import json
 import os
 import sys
@@ -123,14 +122,3 @@ def _redirect_output(log_path: str) -> None:
     os.close(fd)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
-
-
-def freeze_heap() -> None:
-    """Collect what is garbage now, then move every object the collector tracks to its permanent generation
-    (``gc.freeze``, what Python's documentation advises before forking without exec): the processes forked from here
-    never scan those again, so their collections neither take the time (about 0.2 s of each compile of the tiny
-    Llama) nor write to pages shared with this process. Called where processes are forked from: the fork server,
-    a file's template, a probe's template. A cycle frozen here that a forked process drops is never collected
-    there: stage processes are short-lived."""
-    gc.collect()  # only what was not frozen before: cheap after the fork server's freeze
-    gc.freeze()

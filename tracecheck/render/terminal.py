@@ -367,8 +367,14 @@ def _generated(f: Finding, probe_file: str) -> bool:
 def next_steps(report: RunReport, attachment: str | None = None, source: str | None = None) -> list[str]:
     """One line per failing probe: ``tracecheck fix FILE::PROBE`` when a kind it found has a code fix, else
     ``tracecheck explain KIND`` for its first kind; then the attachment for an issue (``attachment``: the --report
-    file already asked for). Paths relative to the cwd."""
+    file already asked for). Paths relative to the cwd. Where several probes of one file have a fix, each command
+    names its own outputs: run one after the other as printed, the second would otherwise overwrite the first's
+    patched copy (``<model>_fixed.py``), fixed-ops module or diff."""
     lines = []
+    fixes_per_file: dict[str, int] = {}
+    for p in report.probes:
+        if p.verdict.status != PASS and p.name != IMPORT_PROBE and _fixable_kinds(p):
+            fixes_per_file[p.file] = fixes_per_file.get(p.file, 0) + 1
     for p in report.probes:
         v = p.verdict
         if v.status == PASS:
@@ -378,6 +384,10 @@ def next_steps(report: RunReport, attachment: str | None = None, source: str | N
         if fixable:
             registration = any(needs_registration_fix(f, p.file) for r in p.stages.values() for f in r.findings)
             output = "-o fixed_ops.py" if registration else "--diff fix.diff"
+            if fixes_per_file[p.file] > 1:
+                stem = os.path.splitext(os.path.basename(p.file))[0]
+                output = (f"-o fixed_ops_{p.name}.py" if registration else f"--diff {p.name}.diff") + \
+                    f" --patched {stem}_{p.name}_fixed.py"
             lines.append(f"tracecheck fix {node} {output}   ({', '.join(fixable)})")
         elif v.kinds and v.kinds[0] in kinds():
             node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else node

@@ -174,13 +174,17 @@ class Cost:
 
 def cost_of(c: RootCause, label: dict[str, str] | None = None) -> Cost | None:
     """The measured cost of a root cause at a line (a graph break the explain stage timed), the highest among the
-    probes that saw it; None for a cause nothing measured. ``label``: every probe's label in the run, to name the
-    probe whose forward the share is of when the run has several."""
+    probes that saw it; None for a cause nothing measured. Only a cause the explain stage saw: another stage's
+    finding at the same line (vmap refusing the ``.item()`` Dynamo broke at) is not what the time was lost to.
+    ``label``: every probe's label in the run, to name the probe whose forward the share is of when the run has
+    several."""
     frame = c.finding.user_frame
     if frame is None:
         return None
     best: Cost | None = None
-    for p, _ in c.seen:
+    for p, stages in c.seen:
+        if "explain" not in stages:
+            continue
         costs = break_costs(p)
         cost = costs.of_site(frame.file, frame.line) if costs is not None else None
         if cost is not None and (best is None or cost.ms > best.cost.ms):  # a run of several probes names whose
