@@ -55,12 +55,17 @@ def test_compile_guard_keeps_the_test_and_its_comment():
     assert "        if not torch.compiler.is_compiling() and (x.sum() > 0):  # fast path\n            y = x.sin()" in got
 
 
-def test_a_host_side_check_is_skipped_while_compiling_only():
+def test_a_host_side_check_becomes_a_graph_assert_or_is_skipped_while_compiling():
     text = "import torch\n\ndef f(x):\n    if (x < 0).all():\n        raise ValueError('negative')\n    return x\n"
     site = Site(4, "data-dependent", "Data-dependent branching", "")
-    assert [c.rewrite for c in rewrites.candidates(Source(text), site)] == ["compile-guard"]  # no cond, no branchless
+    # no cond, no branchless: the assert first (eager raises as before), skipping it while compiling after
+    assert [c.rewrite for c in rewrites.candidates(Source(text), site)] == ["graph-assert", "compile-guard"]
     assert "    if not torch.compiler.is_compiling() and ((x < 0).all()):\n        raise" in \
         _only(text, site, "compile-guard")
+    assert _only(text, site, "graph-assert") == (
+        "import torch\n\ndef f(x):\n    if torch.compiler.is_compiling():  # tracecheck fix: the check stays in the "
+        "graph as an assert\n        torch._assert_async(torch.logical_not((x < 0).all()), 'negative')\n"
+        "    elif (x < 0).all():\n        raise ValueError('negative')\n    return x\n")
 
 
 def test_the_branchless_form_needs_an_if_without_else():
@@ -121,13 +126,13 @@ def test_overlapping_edits_are_refused():
 
 
 def test_the_diff_applies_to_a_file_without_a_last_newline(tmp_path):
-    from tracecheck.fix.model_code import DIFF_MARK, _Copies
+    from tracecheck.fix.copies import DIFF_MARK, Copies, Patch
 
     text = "import torch\n\ndef f(x):\n    print(x)\n    return x"  # no newline at the end
     site = Site(4, "graph-break", "Failed to trace builtin operator", "print(x)")
     cand = next(c for c in rewrites.candidates(Source(text), site) if c.rewrite == "compile-guard-logging")
     (tmp_path / "m.py").write_text(text)
-    diff = _Copies(str(tmp_path / "m.py"), text).diff(list(cand.edits), "m.py")
+    diff = Copies(str(tmp_path / "m.py"), text).diff(Patch(cand.edits), "m.py")
     assert diff.startswith(DIFF_MARK)
     (tmp_path / "fix.diff").write_text(diff)
     run = subprocess.run(["git", "apply", "fix.diff"], cwd=tmp_path, capture_output=True, text=True)
@@ -211,7 +216,12 @@ def test_the_other_branch_rewrites_drop_the_dead_item_too():
     text = ("import torch\n\ndef f(x):\n    s = (x - 1).mean().item()\n    # the sign decides\n    if s > 0:\n"
             "        z = x.sin()\n    else:\n        z = x.cos()\n    return z\n")
     site = Site(6, "data-dependent", "Data-dependent branching", "if s > 0:")
-    assert [c.rewrite for c in rewrites.candidates(Source(text), site)] == ["torch-cond", "compile-guard"]
+    # (tensor-where first: both branches assign z; select leaves a test on an .item() scalar to it)
+    assert [c.rewrite for c in rewrites.candidates(Source(text), site)] == ["tensor-where", "torch-cond",
+                                                                            "compile-guard"]
+    assert _only(text, site, "tensor-where") == (
+        "import torch\n\ndef f(x):\n    # the sign decides\n    z = torch.where((x - 1).mean() > 0, x.sin(), x.cos())"
+        "  # tracecheck fix: a tensor select, no .item()\n    return z\n")
     assert _only(text, site, "torch-cond") == (
         "import torch\n\ndef f(x):\n    # the sign decides\n    z = torch.cond((x - 1).mean() > 0, lambda: x.sin(), "
         "lambda: x.cos())  # tracecheck fix: both branches in one graph\n    return z\n")
@@ -232,11 +242,12 @@ def test_a_guard_that_raises_on_an_item_scalar_becomes_torch_check():
 
 
 @pytest.mark.parametrize("change", [
-    ("        return x\n", "        return x / peak\n"),  # the scalar is read again: not dead
+    ("        return x\n", "        return x, peak\n"),  # the scalar is returned: a float there, not a tensor
+    ("        return x\n", "        return x / int(peak)\n"),  # read by a call that wants the number
     ("        if peak > 50:", "        x = x * 2\n        if peak > 50:"),  # not adjacent: x changed in between
     ("        if peak > 50:", "        if peak > 50 and x.numel() > 1:"),  # `and` calls bool() on a tensor again
     ("            x = x.clamp(-50, 50)\n", "            y = x.clamp(-50, 50)\n"),  # y has no value to keep otherwise
-    ("            x = x.clamp(-50, 50)\n", "            x = x.clamp(-50, 50)\n        else:\n            x = x * 0\n"),
+    ("            x = x.clamp(-50, 50)\n", "            x = x.clamp(-50, 50)\n        else:\n            y = x * 0\n"),
 ])
 def test_no_tensor_where_unless_the_scalar_is_dead_and_the_branch_assigns_a_bound_name(change):
     text = LM.replace(*change)
@@ -244,6 +255,20 @@ def test_no_tensor_where_unless_the_scalar_is_dead_and_the_branch_assigns_a_boun
     at = {t.strip().split(" ")[0]: i for i, t in enumerate(text.splitlines(), 1)}
     for site in (Site(at["peak"], ITEM.kind, ITEM.gb_type, ""), Site(at["if"], ITEM_BRANCH.kind, "", "")):
         assert "tensor-where" not in {c.rewrite for c in rewrites.candidates(src, site)}
+
+
+def test_a_scalar_read_again_as_a_number_stays_a_tensor_under_tensor_where():
+    """Issue 51: the scalar is read again by arithmetic or a print (which take a 0-dim tensor as well): the
+    assignment keeps the tensor, without .item(), and the `if` (with or without else) becomes torch.where."""
+    text = LM.replace("        print(x)\n        return x\n", "        print(x, peak)\n        return x / peak\n")
+    assert _only(text, ITEM, "tensor-where") == text.replace(
+        "        peak = x.abs().max().item()\n        if peak > 50:\n            x = x.clamp(-50, 50)\n",
+        "        peak = x.abs().max()  # tracecheck fix: kept a tensor (no .item())\n"
+        "        x = torch.where(peak > 50, x.clamp(-50, 50), x)  # tracecheck fix: a tensor select, no .item()\n")
+    both = LM.replace("            x = x.clamp(-50, 50)\n", "            x = x.clamp(-50, 50)\n        else:\n"
+                      "            x = x * 0.5\n")
+    assert "        x = torch.where(x.abs().max() > 50, x.clamp(-50, 50), x * 0.5)  # tracecheck fix: a tensor " \
+           "select, no .item()\n" in _only(both, ITEM, "tensor-where")
 
 
 def test_a_scalar_read_later_is_kept_by_the_branch_rewrites():

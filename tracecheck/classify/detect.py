@@ -17,6 +17,7 @@ from typing import Any
 
 from ..model import taxonomy
 from ..model.taxonomy import K
+from ..evidence.source import in_autograd_function
 from ..evidence.wording import EMULATOR_GAP, TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
 from ..model.records import Frame
 from ..model.report import Finding, GraphBreak, headline, is_generated, op_name, says_nothing
@@ -308,7 +309,10 @@ def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: 
         ctx["builtin"] = name = f"{name}.__call__"
     if any(mark in name for mark in ("pybind11_detail_function_record", ".PyCapsule.", "pybind11_")):
         ctx["pybind11"] = True
-    if _AUTOGRAD_FN.search(text + "\n" + raw.get("traceback", "")):
+    # an error's frame, or a structured-trace break's own location
+    frame = Frame.from_dict(raw.get("user_frame")) or Frame.from_dict({"file": raw.get("file"), "line": raw.get("line")})
+    if _AUTOGRAD_FN.search(text + "\n" + raw.get("traceback", "")) or \
+            (frame is not None and in_autograd_function(frame.file, frame.line)):
         ctx["in_autograd_function"] = True
     args = _CONSTANT_CALL.search(text)
     listed = args and args.group("args") + ", " + args.group("kwargs")

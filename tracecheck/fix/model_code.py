@@ -12,7 +12,6 @@ only.
 """
 from __future__ import annotations
 
-import difflib
 import os
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -25,16 +24,16 @@ from ..model.reportio import write_text_atomic
 from ..model.targets import COMPILE
 from ..stages import STAGES, target_of
 from ..stages import order as stage_order
-from .prelude import read_source, source_lines, with_prelude
+from .copies import DIFF_MARK, Copies, Patch, how_to_apply
+from .library import UPSTREAM_MARK
+from .outputs import check_output
+from .prelude import read_source
 from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, rewrites_model_code
-from .rewrites import (REWRITES, Candidate, Edit, Site, Source, apply, branch_at, c_call_at, candidates,
-                       new_span, overlap)
+from .rewrites import REWRITES, Candidate, Edit, Site, Source, branch_at, c_call_at, candidates, new_span
 from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
 from .tasks import EagerCompareTask, EagerDumpTask, ObserveCallsTask
 from .verify_shapes import check_shapes
 
-#: the first line of every diff ``fix`` writes: only such a file is ever overwritten by ``--diff``
-DIFF_MARK = "# tracecheck fix: a rewrite of"
 #: the kinds this module handles (a C call only outside an autograd.Function: taxonomy.rewrites_model_code)
 KINDS = (*MODEL_CODE_KINDS, K.PYBIND_BUILTIN)
 #: what a candidate runs: every stage of the compile target (torch.cond, say, traces under explain and fails only
@@ -90,8 +89,11 @@ def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
                 if frame.location not in outside and f.kind in MODEL_CODE_KINDS:
                     outside.append(frame.location)
                 continue
-            facts = {"builtin": f.context.get("builtin") or ""} if f.kind == K.PYBIND_BUILTIN else None
-            site = Site(frame.line, f.kind, f.evidence.get("gb_type") or "", frame.code or "", facts)
+            facts = {"builtin": f.context.get("builtin") or ""} if f.kind == K.PYBIND_BUILTIN else {}
+            owner = f.ev.owner
+            if owner is not None and owner.name:  # whose file it is: the upstream diff's header names it
+                facts["owner"] = f"{owner.name} {owner.version or ''}".strip()
+            site = Site(frame.line, f.kind, f.evidence.get("gb_type") or "", frame.code or "", facts or None)
             if os.path.realpath(frame.file) == here:
                 found.setdefault(frame.line, site)
             else:
@@ -160,31 +162,6 @@ def _breaks(stages: dict[str, Any]) -> int:
     return explain.graph_break_count if explain is not None and explain.graph_break_count is not None else 0
 
 
-class _Copies:
-    """Patched copies of the probe file: the rewritten text (for the diff) and the runnable copy (the prelude that
-    finds the original's imports, then the rewritten text)."""
-
-    def __init__(self, path: str, text: str):
-        self.path, self.text = path, text
-
-    def rewritten(self, edits: list[Edit]) -> str:
-        return apply(self.text, edits)
-
-    def runnable(self, edits: list[Edit], where: str) -> tuple[str, Any]:
-        """The copy to write at ``where``, and a map from a rewritten line to its line in that copy."""
-        text, at, added = with_prelude(self.rewritten(edits), self.path, where)
-        return text, lambda line: line + added if line >= at else line
-
-    def diff(self, edits: list[Edit], label: str) -> str:
-        """A unified diff from the original to the rewritten text (``git apply`` / ``patch -p1``), after a first
-        line that says what wrote it (both tools skip text before the first ``---``)."""
-        lines = difflib.unified_diff(source_lines(self.text, keepends=True),
-                                     source_lines(self.rewritten(edits), keepends=True), f"a/{label}", f"b/{label}")
-        # a last line without its newline gets the marker diff(1) writes, or git apply calls the patch corrupt
-        body = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
-        return f"{DIFF_MARK} {label}\n{body}"
-
-
 def _run(path: str, name: str, stages: list[str], opts: Any, progress: api.Progress | None, tag: str) -> RunReport:
     report = api.run(api.RunOptions([path], stages=stages, only=name, jobs=opts.jobs, timeout_s=opts.timeout_s,
                                     command=["fix", tag, path]), progress)
@@ -204,45 +181,96 @@ def _first(result: Any) -> str:
     return f"{f.kind}{': ' + what if what else ''}"
 
 
-def _signatures(result: Any, skip: set[int] = frozenset(), copy: str = "") -> set[tuple[str, str]]:
+def _signatures(result: Any, skip: "set[tuple[str, int]]" = frozenset()) -> set[tuple[str, str]]:
     """What a stage failed with, independent of line numbers (which differ between the original and the copy).
-    ``skip``: lines of ``copy`` where other known break sites are (once one break is gone, fullgraph reaches the
-    next one: that is no new failure)."""
-    here = os.path.realpath(copy) if copy else ""
+    ``skip``: (real path, line) of the other known break sites, in the copy or a library (once one break is gone,
+    fullgraph reaches the next one: that is no new failure)."""
     out = {(f.kind, f.evidence.get("gb_type") or f.evidence.get("exception_type") or "") for f in result.findings
-           if not (f.kind in KINDS and f.user_frame is not None and f.user_frame.line in skip
-                   and os.path.realpath(f.user_frame.file) == here)}
+           if not (f.kind in KINDS and f.user_frame is not None and f.user_frame.line is not None
+                   and (os.path.realpath(f.user_frame.file), f.user_frame.line) in skip)}
     return out | ({(result.status, "")} if result.status in ("timeout", "crash") else set())
 
 
-def _judge(site: Site, edits: list[Edit], copy_line: Any, copy: str, before: dict[str, Any],
-           after: dict[str, Any], others: set[int] = frozenset(), settled: bool = True) -> str | None:
-    """Why the candidate is not kept, or None when it is (so far: ``after`` holds the stages run yet). ``copy_line``
-    maps a rewritten line to its line in ``copy``; ``before``: stage -> result with the edits kept so far.
+@dataclass(frozen=True)
+class _Lines:
+    """Where a candidate's site is in its copy: ``(file, first, last)`` ranges Dynamo must no longer stop in."""
+
+    ranges: tuple[tuple[str, int, int], ...]
+
+    @classmethod
+    def of(cls, site: Site, patch: Patch, copy_line: Any, lib_line: Any, copy: str) -> "_Lines":
+        if not site.file:
+            lo, hi = (copy_line(n) for n in new_span(patch.edits, site.line, site.line))
+            return cls(((os.path.realpath(copy), lo, hi),))
+        # a library's line, which the probe's file does not edit: Dynamo must not stop there any more, nor at the
+        # same line of the function the copy puts in place of the library's
+        first, last = (site.facts or {}).get("first", site.line), (site.facts or {}).get("last", site.line)
+        ranges = [(os.path.realpath(site.file), first, last)]
+        lo, hi = new_span(patch.lib_edits(site.file), site.line, site.line)
+        a, b = lib_line(site.file, lo), lib_line(site.file, hi)
+        if a is not None and b is not None:
+            ranges.append((os.path.realpath(copy), a, b))
+        return cls(tuple(ranges))
+
+    def hold(self, frame: Any) -> bool:
+        return frame is not None and frame.line is not None and any(
+            lo <= frame.line <= hi and os.path.realpath(frame.file) == here for here, lo, hi in self.ranges)
+
+
+def _other_sites(site: Site, found: list[Site], patch: Patch, copy_line: Any, lib_line: Any,
+                 copy: str) -> "set[tuple[str, int]]":
+    """Where the other known break sites are in this candidate's copy: the probe's in the copy, a library's in its
+    file and in the function the copy puts in its place."""
+    out: set[tuple[str, int]] = set()
+    here = os.path.realpath(copy)
+    for o in found:
+        if o is site:
+            continue
+        if not o.file:
+            out.add((here, copy_line(new_span(patch.edits, o.line, o.line)[0])))
+            continue
+        out.add((os.path.realpath(o.file), o.line))
+        moved = lib_line(o.file, new_span(patch.lib_edits(o.file), o.line, o.line)[0])
+        if moved is not None:
+            out.add((here, moved))
+    return out
+
+
+def _judge(lines: _Lines, copy: str, before: dict[str, Any],
+           after: dict[str, Any], others: "set[tuple[str, int]]" = frozenset(), settled: bool = True) -> str | None:
+    """Why the candidate is not kept, or None when it is (so far: ``after`` holds the stages run yet). ``lines``:
+    where its site is in the copy; ``before``: stage -> result with the edits kept so far.
     ``settled=False``: stage results as they finish, before their run classifies them across stages, which may
     rename a crash's or an ``unknown`` finding (never a status): such a result fails anew only by status."""
     if LOAD_STAGE in after:
         return f"the patched copy does not load ({_first(after[LOAD_STAGE])})"
-    if site.file:  # a library's line, which the probe's file does not edit: Dynamo must not stop there any more
-        first, last = (site.facts or {}).get("first", site.line), (site.facts or {}).get("last", site.line)
-        lo, hi, here = first, last, os.path.realpath(site.file)
-    else:
-        lo, hi = (copy_line(n) for n in new_span(edits, site.line, site.line))
-        here = os.path.realpath(copy)
     for r in after.values():
         for f in r.findings:
-            frame = f.user_frame
-            if f.kind in KINDS and frame is not None and frame.line is not None and lo <= frame.line <= hi \
-                    and os.path.realpath(frame.file) == here:
+            if f.kind in KINDS and lines.hold(f.user_frame):
                 return f"Dynamo still stops at the rewritten lines ({r.stage}: {f.evidence.get('gb_type') or f.kind})"
     worse = [f"{name}: {_first(r)}" for name, r in after.items() if r.status not in ("pass", "skip") and (
              name not in before or before[name].status in ("pass", "skip")
-             or (settled or _final(r)) and _signatures(r, others, copy) - _signatures(before[name]))]
+             or (settled or _final(r)) and _signatures(r, others) - _signatures(before[name]))]
     if worse:
         return "a stage fails that passed, or fails in a new way: " + "; ".join(worse)
     if _breaks(before) and "explain" in after and _breaks(after) >= _breaks(before):
-        return f"the graph breaks did not go down ({_breaks(before)} -> {_breaks(after)})"
+        return f"{NOT_FEWER} ({_breaks(before)} -> {_breaks(after)})"
     return None
+
+
+#: the one refusal a candidate may be held after (model_code.fix_model_code): Dynamo no longer stops at its lines,
+#: but the break moved on (an ``.item()`` captured, its ``if`` breaking now), so only another site's rewrite with it
+#: can lower the count
+NOT_FEWER = "the graph breaks did not go down"
+
+
+@dataclass
+class _Held:
+    """A candidate held for the next site (fix_model_code): its site, that site's outcome, and the candidate."""
+
+    site: Site
+    outcome: SiteOutcome
+    cand: Candidate
 
 
 class _Refused(Exception):
@@ -297,16 +325,15 @@ def _final(result: StageResult) -> bool:
     return result.status != CRASH and all(f.kind != K.UNKNOWN for f in result.findings)
 
 
-def _try(site: Site, edits: list[Edit], copy_line: Any, patched: str, name: str, before: dict[str, Any],
-         others: set[int], opts: Any, progress: api.Progress | None, task: Any,
+def _try(lines: _Lines, patched: str, name: str, before: dict[str, Any],
+         others: "set[tuple[str, int]]", opts: Any, progress: api.Progress | None, task: Any,
          dump: str) -> tuple[str | None, RunReport | None]:
     """Run a written candidate group by group (``VERIFY_PHASES``), the eager comparison after the first, and stop
     at the first refusal: (why it is not kept, None), or (None, one report of every stage)."""
     runs: list[RunReport] = []
     stages: dict[str, Any] = {}
     for i, phase in enumerate(VERIFY_PHASES):
-        watch = _Watch(progress, lambda done: _judge(site, edits, copy_line, patched, before, done, others,
-                                                     settled=False))
+        watch = _Watch(progress, lambda done: _judge(lines, patched, before, done, others, settled=False))
         try:
             runs.append(_run(patched, name, phase, opts, watch, "--try"))
         except UsageError as e:  # the copy does not import: this candidate's fault, not the user's input
@@ -314,7 +341,7 @@ def _try(site: Site, edits: list[Edit], copy_line: Any, patched: str, name: str,
         except _Refused as e:
             return str(e), None
         stages.update(runs[-1].probes[0].stages)
-        why = _judge(site, edits, copy_line, patched, before, stages, others)
+        why = _judge(lines, patched, before, stages, others)
         if why is None and i == 0:
             why = _eager_differs(task, patched, name, dump)
         if why is not None:
@@ -325,12 +352,23 @@ def _try(site: Site, edits: list[Edit], copy_line: Any, patched: str, name: str,
                          seconds=round(sum(r.seconds for r in runs), 2))
 
 
-def _same_call(site: Site, found: list[Site], line: int) -> bool:
-    """Does the library site kept at ``line`` rebind the same callee in the same module as ``site`` (one op serves
-    every line of that library that calls it)?"""
-    other = next((s for s in found if s.line == line and s.file), None)
+def _same_call(site: Site, other: Site) -> bool:
+    """Does the library site ``other`` rebind the same callee in the same module as ``site`` (one op serves every
+    line of that library that calls it)?"""
     key = lambda s: ((s.facts or {}).get("module"), (s.facts or {}).get("callee"))  # noqa: E731
-    return other is not None and None not in key(site) and key(other) == key(site)
+    return bool(other.file) and None not in key(site) and key(other) == key(site)
+
+
+def _owner(site: Site, kept_at: "list[tuple[Site, Candidate]]") -> "tuple[Site, Candidate] | None":
+    """The kept rewrite that took ``site`` in: one that replaced its line (an .item() and the `if` on its scalar), in
+    the probe's file or in the same library function, or the custom op of the same library callee."""
+    for other, c in kept_at:
+        if not site.file and not other.file and _covers(c.edits, site.line):
+            return other, c
+        if site.file and os.path.realpath(other.file or "") == os.path.realpath(site.file) and (
+                _covers(c.library, site.line) or (c.rewrite == "custom-op" and _same_call(site, other))):
+            return other, c
+    return None
 
 
 def _covers(edits: "tuple[Edit, ...]", line: int) -> bool:
@@ -368,8 +406,8 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     if not found:  # (a break inside a library called from the probe's file has a site at that call too)
         out.status = NO_CODE_FIX
         out.no_code_fix = {k: kinds()[k].explain_command for k in out.kinds if k in kinds()}
-        out.reasons = [f"the break at {where} is outside {os.path.basename(path)}; tracecheck rewrites the probe's "
-                       "own file only" for where in outside] or \
+        out.reasons = [f"the break at {where} is one no setting or rewrite of tracecheck's answers (a C function "
+                       "called from a library's code, a skipped or unsupported call)" for where in outside] or \
             [f"no graph break of {os.path.basename(path)} has a user frame in it to rewrite"]
         return
     try:
@@ -377,65 +415,13 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     except UsageError as e:
         out.status, out.reasons = NO_CODE_FIX, [str(e)]
         return
-    src, copies = Source(text), _Copies(path, text)
+    src, copies = Source(text), Copies(path, text)
     found = _c_calls(found, src, path, name, opts.namespace, task)
-    plans = [(site, candidates(src, site)) for site in found]
+    plans = [(site, candidates(src, site, copies.library(site.file) if site.file else None)) for site in found]
     for site, _ in plans:
         out.sites.append(SiteOutcome(site.line, site.kind, site.gb_type, site.code,
-                                     file=_label(site.file) if site.file else ""))
-    with tempfile.TemporaryDirectory(prefix="tracecheck-fix-") as tmp:
-        dump = os.path.join(tmp, "eager.pt")
-        lines_run = None
-        if any(c for _, c in plans) and opts.verify:
-            rest = [s for s in VERIFY_STAGES if s not in probe.stages]
-            before = {**probe.stages,
-                      **(_run(path, name, rest, opts, progress, "--baseline").probes[0].stages if rest else {})}
-            ref = task(EagerDumpTask(file=path, probe=name, dump=dump, lines_of=path),
-                       "running the original probe eagerly")
-            if "error" in ref:
-                out.status = NO_CODE_FIX
-                out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}): nothing to compare a "
-                                   "rewrite with")
-                return
-            lines_run = set(ref["lines"])
-        kept: list[Edit] = []
-        report = None
-        wrote = False
-        kept_at: list[tuple[int, Candidate]] = []  # (site line, the candidate kept there)
-        for (site, cands), outcome in zip(plans, out.sites):
-            # one rewrite may take in two sites (an .item() and the `if` on its scalar): this one is done
-            owner = next(((line, c) for line, c in kept_at if _same_call(site, found, line)), None) if site.file \
-                else next(((line, c) for line, c in kept_at if _covers(c.edits, site.line)), None)
-            if owner is not None:
-                outcome.rewrite, outcome.note = owner[1].rewrite, f"rewritten with line {owner[0]}"
-                outcome.covered = True
-            for cand in cands if owner is None else ():
-                if overlap(kept, cand.edits):
-                    outcome.tried.append(Tried(cand.rewrite, "it overlaps a rewrite already kept"))
-                    continue
-                edits = _merge(kept, cand)
-                try:
-                    compile(copies.rewritten(edits), path, "exec")
-                except (SyntaxError, ValueError) as e:  # (TabError is a SyntaxError) never run a copy that cannot parse
-                    outcome.tried.append(Tried(cand.rewrite, f"not valid Python here ({e})"))
-                    continue
-                if not opts.verify:  # the first candidate of each site, unproven
-                    kept, outcome.rewrite, outcome.note = edits, cand.rewrite, cand.note
-                    kept_at.append((site.line, cand))
-                    break
-                runnable, copy_line = copies.runnable(edits, patched)
-                write_text_atomic(patched, runnable)
-                wrote = True
-                others = {copy_line(new_span(edits, o.line, o.line)[0]) for o in found if o is not site and not o.file}
-                why, run = _try(site, edits, copy_line, patched, name, before, others, opts, progress, task, dump)
-                outcome.tried.append(Tried(cand.rewrite, why or "kept"))
-                if why is None:
-                    kept, before, report = edits, run.probes[0].stages, run
-                    outcome.rewrite, outcome.note = cand.rewrite, cand.note
-                    kept_at.append((site.line, cand))
-                    break
-            if outcome.rewrite:
-                outcome.doc = REWRITES[outcome.rewrite].doc
+                                     file=copies.where(site.file) if site.file else ""))
+    kept, report, lines_run = _search(opts, path, name, patched, probe, plans, found, out, copies, progress, task)
     site_facts = {s.line: s.facts for s in found}
     for s in out.sites:
         if s.rewrite is None:
@@ -443,18 +429,12 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
             out.reasons.append(f"{s.file + ':' if s.file else 'line '}{s.line} ({s.gb_type or s.kind}): " + (
                 f"no rewrite applies{': ' + why if why else ''}" if not s.tried else
                 f"no candidate was kept (tried {', '.join(t.rewrite for t in s.tried)}; why: above)"))
+    if out.status == NO_CODE_FIX:  # (the original fails eagerly)
+        return
     if not kept:
-        if wrote and os.path.exists(patched):  # the last candidate this run tried: not a fix
-            os.remove(patched)
         out.status = NO_CODE_FIX
         return
-    label = _label(path)
-    out.diff = copies.diff(kept, label)
-    write_text_atomic(patched, copies.runnable(kept, patched)[0])
-    out.written = [patched]
-    if opts.diff:
-        write_text_atomic(opts.diff, out.diff)
-        out.written.append(opts.diff)
+    _write(opts, path, patched, kept, copies, found, out)
     if not opts.verify:
         out.status = NOT_VERIFIED
         out.reasons.append("--no-verify: the rewritten copy was not run")
@@ -476,6 +456,116 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     out.status = NOT_VERIFIED if out.reasons else VERIFIED
 
 
+def _search(opts: Any, path: str, name: str, patched: str, probe: ProbeReport,
+            plans: "list[tuple[Site, list[Candidate]]]", found: list[Site], out: Any, copies: Copies,
+            progress: api.Progress | None, task: Any) -> "tuple[Patch, RunReport | None, set[int] | None]":
+    """Try each site's candidates on the patched copy, on top of the ones kept so far: (what is kept, the last kept
+    candidate's report, the probe file's lines the original ran). Fills each site's outcome."""
+    kept = Patch()
+    report = None
+    wrote = False
+    lines_run = None
+    kept_at: list[tuple[Site, Candidate]] = []  # the site, and the candidate kept there
+    with tempfile.TemporaryDirectory(prefix="tracecheck-fix-") as tmp:
+        dump = os.path.join(tmp, "eager.pt")
+        if any(c for _, c in plans) and opts.verify:
+            rest = [s for s in VERIFY_STAGES if s not in probe.stages]
+            before = {**probe.stages,
+                      **(_run(path, name, rest, opts, progress, "--baseline").probes[0].stages if rest else {})}
+            ref = task(EagerDumpTask(file=path, probe=name, dump=dump, lines_of=path),
+                       "running the original probe eagerly")
+            if "error" in ref:
+                out.status = NO_CODE_FIX
+                out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}): nothing to compare a "
+                                   "rewrite with")
+                return kept, None, None
+            lines_run = set(ref["lines"])
+        # a candidate that cleared its own site without lowering the count (NOT_FEWER), held for the next site's
+        # candidates to be tried with it: two rewrites that only work together (an `.item()` captured and the `if`
+        # on it as torch.cond) are kept together; a held candidate no later site completes is dropped
+        held: _Held | None = None
+        for (site, cands), outcome in zip(plans, out.sites):
+            # one rewrite may take in two sites (an .item() and the `if` on its scalar): this one is done
+            owner = _owner(site, kept_at)
+            if owner is not None:
+                outcome.rewrite, outcome.note = owner[1].rewrite, f"rewritten with line {owner[0].line}"
+                outcome.covered = True
+            bases = [held, None] if held is not None else [None]
+            for base in bases if owner is None else ():
+                for cand in cands:
+                    under = kept.with_(base.cand, base.site.file) if base else kept
+                    label = cand.rewrite + (f" with {base.cand.rewrite} at line {base.site.line}" if base else "")
+                    if under.overlaps(cand, site.file):
+                        outcome.tried.append(Tried(label, "it overlaps a rewrite already kept"))
+                        continue
+                    patch = under.with_(cand, site.file)
+                    try:
+                        compile(copies.rewritten(patch), path, "exec")
+                    except (SyntaxError, ValueError) as e:  # (TabError is a SyntaxError) never run a copy that cannot parse
+                        outcome.tried.append(Tried(label, f"not valid Python here ({e})"))
+                        continue
+                    if not opts.verify:  # the first candidate of each site, unproven
+                        kept, outcome.rewrite, outcome.note = patch, cand.rewrite, cand.note
+                        kept_at.append((site, cand))
+                        break
+                    runnable, copy_line, lib_line = copies.runnable(patch, patched)
+                    write_text_atomic(patched, runnable)
+                    wrote = True
+                    others = _other_sites(site, found, patch, copy_line, lib_line, patched)
+                    lines = _Lines.of(site, patch, copy_line, lib_line, patched)
+                    why, run = _try(lines, patched, name, before, others, opts, progress, task, dump)
+                    outcome.tried.append(Tried(label, why or "kept"))
+                    if why is None:
+                        kept, before, report = patch, run.probes[0].stages, run
+                        outcome.rewrite, outcome.note = cand.rewrite, cand.note
+                        kept_at.append((site, cand))
+                        if base is not None:  # the held candidate is kept with this one
+                            base.outcome.rewrite = base.cand.rewrite
+                            base.outcome.note = f"{base.cand.note} (kept together with line {site.line}'s " \
+                                                f"{cand.rewrite}: neither lowers the break count alone)"
+                            base.outcome.doc = REWRITES[base.cand.rewrite].doc
+                            base.outcome.tried = [Tried(t.rewrite, "kept") if t.rewrite == base.cand.rewrite
+                                                  and t.result.startswith(NOT_FEWER) else t for t in base.outcome.tried]
+                            kept_at.append((base.site, base.cand))
+                        break
+                    if base is None and held is None and why.startswith(NOT_FEWER):
+                        held = _Held(site, outcome, cand)
+                if outcome.rewrite:
+                    break
+            if held is not None and held.site is not site:
+                held = None  # tried with one site's candidates: no further
+            if outcome.rewrite:
+                outcome.doc = REWRITES[outcome.rewrite].doc
+    if not kept and wrote and os.path.exists(patched):  # the last candidate this run tried: not a fix
+        os.remove(patched)
+    return kept, report, lines_run
+
+
+def _write(opts: Any, path: str, patched: str, kept: Patch, copies: Copies, found: list[Site], out: Any) -> None:
+    """The patched copy, the diff of the probe's file (``--diff``), the upstream diff of each other file whose
+    function the copy replaces (beside the copy; only a file tracecheck wrote is overwritten), and how to apply each
+    in the user's own code (``out.apply``)."""
+    out.diff = copies.diff(kept, _label(path))
+    write_text_atomic(patched, copies.runnable(kept, patched)[0])
+    out.written = [patched]
+    if opts.diff:
+        write_text_atomic(opts.diff, out.diff)
+        out.written.append(opts.diff)
+    owners = {s.file: (s.facts or {}).get("owner", "") for s in found if s.file}
+    folder = os.path.dirname(os.path.abspath(patched))
+    for fname, text in copies.upstream(kept, owners).items():
+        target = os.path.join(folder, fname)
+        try:
+            check_output(target, "upstream diff", UPSTREAM_MARK, module=False, suffix="", first_lines=1)
+        except UsageError as e:
+            out.notes.append(f"not written: {e}")
+            continue
+        write_text_atomic(target, text)
+        out.written.append(os.path.relpath(target))
+        out.upstream[fname] = text
+    out.apply = how_to_apply(kept, copies, opts.diff, patched, list(out.upstream))
+
+
 def _eager_differs(task: Any, copy: str, name: str, dump: str) -> str | None:
     """Why the copy's eager outputs and gradients are not the original's (``dump``), or None when they are."""
     got = task(EagerCompareTask(file=os.path.abspath(copy), probe=name, dump=dump), "running the patched probe eagerly")
@@ -484,8 +574,3 @@ def _eager_differs(task: Any, copy: str, name: str, dump: str) -> str | None:
     if got.get("mismatches"):
         return f"its eager outputs/gradients differ from the original's ({len(got['mismatches'])} mismatches)"
     return None
-
-
-def _merge(kept: list[Edit], cand: Candidate) -> list[Edit]:
-    """The kept edits plus the candidate's, a module setting or import added once."""
-    return kept + [e for e in cand.edits if e not in kept]

@@ -20,6 +20,7 @@ from ..isolate.runner import Runner, Task
 from ..model.tasks import DEFAULT_TIMEOUT_S, ProcessTask
 from .tasks import AnalyzeTask, DirectionalCheckTask, EagerCompareTask, EagerDumpTask
 from .model_code import DIFF_MARK
+from .outputs import check_output  # noqa: F401 - re-exported (repro.py, tests)
 from .prelude import read_source
 from .records import FunctionFix, GradientCheck, OpShapes
 from .model_code import KINDS as MODEL_CODE_KINDS
@@ -74,6 +75,15 @@ class FixOutcome:
     diff: str = ""
     #: per op whose fake tracecheck wrote: the shapes beyond the probe's it was checked at
     shapes: list[OpShapes] = field(default_factory=list)
+    #: kinds without a code fix of their own that no stage finds on the patched probe: the fix written for another
+    #: kind cured them (a backend error that a wrong fake caused)
+    cured: list[str] = field(default_factory=list)
+    #: model-code rewrites that replace another file's function: per upstream diff written, its text
+    upstream: dict[str, str] = field(default_factory=dict)
+    #: how to apply the fix in the user's own code, a line each (model_code.how_to_apply)
+    apply: list[str] = field(default_factory=list)
+    #: what was not written, and why (an upstream diff's path held a file tracecheck did not write)
+    notes: list[str] = field(default_factory=list)
 
 
 def torch_version() -> str:
@@ -112,28 +122,6 @@ def split_target(target: str) -> tuple[str, str]:
     return path, names[0]
 
 
-def check_output(path: str, option: str, mark: str, module: bool = True, suffix: str = ".py",
-                 written_by: str = "tracecheck fix", existing: bool = True, first_lines: int = 60) -> None:
-    """A writable path (a ``suffix`` file; "" for any) that is new or a file tracecheck wrote before (``mark``
-    in it; ``existing=False`` leaves that to a later call, just before writing)."""
-    stem, ext = os.path.splitext(os.path.basename(path))
-    if suffix and (ext != suffix or (module and not stem.isidentifier())):
-        what = "a .py file whose name is a Python module name" if module else "a .py file"
-        raise UsageError(f"{option} {path}: must be {what}")
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-        raise UsageError(f"{option} {path}: cannot write there")
-    if os.path.exists(path) and not os.path.isfile(path):
-        raise UsageError(f"{option} {path}: exists and is not a regular file")
-    if os.path.exists(path) and existing:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(1 << 16).splitlines()[:first_lines]
-        # the mark as a line of its own near the top, where tracecheck writes it: not quoted or pasted in a user's file
-        if not any(line.startswith(mark) for line in head):
-            raise UsageError(f"{option} {path}: exists and was not written by {written_by}; refusing to overwrite "
-                             "it (choose another path, or delete it)")
-
-
 def _one(runner: Runner, work: ProcessTask, timeout_s: float, what: str) -> dict[str, Any]:
     """One task in a stage process (user code runs there, never here); see Outcome.checked for the errors."""
     return next(runner.run([Task(what, work, timeout_s)])).checked(what + ":")
@@ -152,7 +140,7 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
     saved = {k: os.environ.get(k) for k in _NO_CACHES}
     os.environ.update(_NO_CACHES)
     try:
-        return _fix(opts, progress, path, name, patched)
+        return _cured(_fix(opts, progress, path, name, patched))
     finally:
         for k, v in saved.items():
             if v is None:
@@ -212,6 +200,22 @@ def _fix(opts: FixOptions, progress: api.Progress | None, path: str, name: str, 
                      res.get("shape_ops", []), out)
     _verify(opts, patched, probe.name, out, progress)
     out.status = NOT_VERIFIED if out.reasons else VERIFIED
+    return out
+
+
+def _cured(out: FixOutcome) -> FixOutcome:
+    """Never "no code fix" for a kind the written fix cures: one that no stage of the patched probe finds any more
+    (every stage ran on it) moves from ``no_code_fix`` to ``cured``."""
+    report = out.verification
+    if report is None or not report.probes or not out.written:
+        return out
+    found = {f.kind for s in report.probes[0].stages.values() for f in s.findings}
+    ran = set(report.probes[0].stages)
+    diagnosed = {s for s, r in (out.diagnosis.probes[0].stages.items() if out.diagnosis else ()) if r.findings}
+    for kind in list(out.no_code_fix):
+        if kind not in found and diagnosed <= ran:
+            out.cured.append(kind)
+            del out.no_code_fix[kind]
     return out
 
 

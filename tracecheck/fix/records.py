@@ -78,15 +78,20 @@ class OpShapes:
     #: shapes the eager op accepts and the fake refuses on purpose: a rank check tracecheck wrote (a restriction
     #: the fake states, not a wrong shape)
     restricted: tuple[str, ...] = ()
+    #: shapes the eager op accepts but its own backward (the autograd formula registered for it) refuses in eager:
+    #: (label, the first line of its error). Not the fake's failure, and not checked
+    own_refused: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, d: Any) -> "OpShapes":
         d = _dict(d)
         failed = d.get("failed") if isinstance(d.get("failed"), (list, tuple)) else ()
+        own = d.get("own_refused") if isinstance(d.get("own_refused"), (list, tuple)) else ()
         return cls(op=str(d.get("op") or "?"), checked=_texts(d.get("checked")),
                    failed=tuple((str(f[0]), str(f[1]), str(f[2])) for f in failed
                                 if isinstance(f, (list, tuple)) and len(f) == 3),
-                   refused=_texts(d.get("refused")), restricted=_texts(d.get("restricted")))
+                   refused=_texts(d.get("refused")), restricted=_texts(d.get("restricted")),
+                   own_refused=tuple((str(f[0]), str(f[1])) for f in own if isinstance(f, (list, tuple)) and len(f) == 2))
 
 
 @dataclass(frozen=True)

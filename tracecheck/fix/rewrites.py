@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..model.taxonomy import K
+from .library import Function, function_at
 from .prelude import header_end, source_lines
 
 _GUARD = "torch.compiler.is_compiling()"
@@ -55,11 +56,18 @@ class Edit:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One rewrite proposed for one site: its edits, and a line saying what the change does."""
+    """One rewrite proposed for one site: its edits of the probe's file, and a line saying what the change does. For
+    a site in another file, ``library`` holds the edits of that file's function (``function``), which the probe's
+    copy defines and swaps in (library.py), never writes."""
 
     rewrite: str
     edits: tuple[Edit, ...]
     note: str
+    library: tuple[Edit, ...] = ()
+    function: "Function | None" = None
+
+
+Propose = Callable[["Source", Site, "Source"], "tuple[tuple[Edit, ...], str] | None"]
 
 
 @dataclass(frozen=True)
@@ -68,15 +76,25 @@ class Rewrite:
     title: str
     #: the PyTorch documentation the rewrite follows
     doc: str
-    propose: Callable[["Source", Site], "tuple[tuple[Edit, ...], str] | None"]
+    #: ``propose(src, site, probe)``: ``src`` is the site's file, ``probe`` the probe's (the same for a site in it)
+    propose: Propose
+    #: a setting of torch's (or an op the probe installs), written in the probe's file whichever file the site is
+    #: in; else a rewrite of the site's own code
+    setting: bool = False
+    #: a rewrite of code that may change a function of another file (library.py); the unverifiable ones
+    #: (``branchless``, ``compile-guard``, whose untaken branch no input of the probe judges) may not
+    library: bool = False
+    #: for a site in another file only (the probe's own logging has exact rewrites of its code)
+    library_only: bool = False
 
 
 REWRITES: dict[str, Rewrite] = {}
 
 
-def rewrite(id: str, title: str, doc: str):  # noqa: A002 - the registry's field name
-    def register(fn: Callable[["Source", Site], "tuple[tuple[Edit, ...], str] | None"]):
-        REWRITES[id] = Rewrite(id, title, doc, fn)
+def rewrite(id: str, title: str, doc: str, setting: bool = False, library: bool = False,  # noqa: A002
+            library_only: bool = False) -> Callable[[Propose], Propose]:
+    def register(fn: Propose) -> Propose:
+        REWRITES[id] = Rewrite(id, title, doc, fn, setting, library, library_only)
         return fn
     return register
 
@@ -140,6 +158,27 @@ class Source:
         at = header_end(self.tree)
         return (Edit((at, 0), (at, 0), f"import torch\n{statement}\n"),)
 
+    def end_setting(self, lines: list[str]) -> tuple[Edit, ...]:
+        """Edits that run ``lines`` once the module's own imports have run: at its end (a setting that names a
+        library's object, ``logging.Logger.warning_once``, which exists once that library is imported)."""
+        end = (len(self.lines) + 1, 0)
+        lead = "" if not self.text or self.text.endswith(("\n", "\r")) else "\n"
+        return (Edit(end, end, lead + "\n" + "\n".join(lines) + "\n"),) + self.needs_torch_import()
+
+    def binds(self, name: str) -> bool:
+        """Does the module bind ``name`` at top level otherwise than by ``import name``?"""
+        for node in self.tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if any((a.asname or a.name.split(".")[0]) == name and not (a.asname is None and a.name == name
+                                                                           and isinstance(node, ast.Import))
+                       for a in node.names):
+                    return True
+            elif any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+                     for n in ast.walk(node)) or (isinstance(node, (ast.FunctionDef, ast.ClassDef)) and
+                                                  node.name == name):
+                return True
+        return False
+
     def needs_torch_import(self) -> tuple[Edit, ...]:
         """An ``import torch`` at the top when the module does not bind the name ``torch`` itself."""
         for node in self.tree.body:
@@ -150,17 +189,45 @@ class Source:
         return (Edit((at, 0), (at, 0), "import torch\n"),)
 
 
-def candidates(src: Source, site: Site) -> list[Candidate]:
-    """Every rewrite that applies to ``site``, in the order they are worth trying (registry order)."""
+def candidates(src: Source, site: Site, library: "Source | None" = None) -> list[Candidate]:
+    """Every rewrite that applies to ``site``, in the order they are worth trying (registry order). ``src`` is the
+    probe's file; ``library`` the site's file where that is another one (``site.file``): settings go into the probe's
+    file, code rewrites into a replacement of the library's function that holds the line."""
     out = []
     for r in REWRITES.values():
-        if site.file and r.id != "custom-op":
-            continue  # a library's line: only the op the probe's file installs reaches it (its text is not src)
-        got = r.propose(src, site)
-        if got is not None:
-            edits, note = got
-            out.append(Candidate(r.id, edits, note))
+        if not site.file:
+            got = None if r.library_only else r.propose(src, site, src)
+            if got is not None:
+                out.append(Candidate(r.id, got[0], got[1]))
+        elif r.setting:
+            got = r.propose(library or src, site, src)
+            if got is not None:
+                out.append(Candidate(r.id, got[0], got[1]))
+        elif r.library and library is not None:
+            cand = _in_function(r.id, library, site, src)
+            if cand is not None:
+                out.append(cand)
     return out
+
+
+def _in_function(rid: str, lib: Source, site: Site, probe: Source) -> Candidate | None:
+    """Rewrite ``rid`` of a library's line as a change of the function that holds it: the edits inside that function
+    stay the library's (library.block makes the replacement from them); a setting it adds to the library's module
+    (torch-check's ``capture_scalar_outputs``) goes into the probe's file; an ``import torch`` is the block's own."""
+    fn = function_at(lib.tree, lib.text, site.line)
+    got = REWRITES[rid].propose(lib, site, probe) if fn is not None else None
+    if got is None or fn is None:
+        return None
+    inside: list[Edit] = []
+    settings: list[Edit] = []
+    for e in got[0]:
+        if fn.start <= e.start[0] and e.end[0] <= fn.end:
+            inside.append(e)
+        elif e.text.startswith("torch._dynamo.config."):
+            settings += probe.module_setting(e.text.rstrip("\n"))
+        elif e.text.strip() != "import torch":
+            return None  # an edit outside the function, which a replacement of it cannot carry
+    return Candidate(rid, tuple(settings) + probe.needs_torch_import(), got[1], tuple(inside), fn)
 
 
 def overlap(a: "list[Edit] | tuple[Edit, ...]", b: "list[Edit] | tuple[Edit, ...]") -> bool:
@@ -217,6 +284,9 @@ class _Scalar:
     tensor: str
     #: ``name`` is read by the test and nowhere else in its function: the assignment can go
     dead: bool
+    #: every other read of ``name`` takes a tensor as well as a float (arithmetic, a comparison, an argument of
+    #: ``print`` or a logger call): the assignment can keep the tensor instead (``name = t``, no ``.item()``)
+    tensor_safe: bool = False
 
     def test(self, src: Source) -> str:
         """The ``if``'s test with the tensor in place of the name."""
@@ -225,10 +295,14 @@ class _Scalar:
         return src.text[src.offset(t0):src.offset(n0)] + self.tensor + src.text[src.offset(n1):src.offset(t1)]
 
     def replace(self, src: Source, edit: Edit) -> Edit:
-        """``edit`` (which starts on the ``if``'s first line) widened up to the assignment, which it drops: one
-        edit, so that new_span maps the lines below it; the comment and blank lines between the two stay."""
+        """``edit`` (which starts on the ``if``'s first line) widened up to the assignment, which it drops (a dead
+        scalar) or keeps as the tensor, without ``.item()``: one edit, so that new_span maps the lines below it; the
+        comment and blank lines between the two stay."""
         after = ((self.assign.end_lineno or self.assign.lineno) + 1, 0)
-        return Edit((self.assign.lineno, 0), edit.end, src.text[src.offset(after):src.offset(edit.start)] + edit.text)
+        kept = "" if self.dead else \
+            f"{src.indent(self.assign)}{self.name} = {self.tensor}  # tracecheck fix: kept a tensor (no .item())\n"
+        return Edit((self.assign.lineno, 0), edit.end,
+                    kept + src.text[src.offset(after):src.offset(edit.start)] + edit.text)
 
 
 def _scope(tree: ast.Module, node: ast.stmt) -> ast.AST:
@@ -283,7 +357,39 @@ def _scalar_branch(src: Source, site: Site) -> _Scalar | None:
     tensor = src.segment(receiver)
     if not isinstance(receiver, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) or "\n" in tensor:
         tensor = f"({tensor})"
-    return _Scalar(assign, branch, name, tensor, dead=reads == 1 and not shared)
+    safe = not shared and _reads_take_a_tensor(scope, name, test, assign)
+    return _Scalar(assign, branch, name, tensor, dead=reads == 1 and not shared, tensor_safe=safe)
+
+
+#: calls whose arguments may be a 0-dim tensor where they were a float: the value is only shown
+_SHOWS = {"print"} | {m for m in ("debug", "info", "warning", "warn", "error", "critical", "log")}
+
+
+def _reads_take_a_tensor(scope: ast.AST, name: str, test: ast.expr, assign: ast.Assign) -> bool:
+    """Is every read of ``name`` in ``scope`` (other than in the ``if``'s ``test``) a place where a 0-dim tensor
+    does what the float did: an operand of arithmetic or a comparison, or a plain argument of ``print`` or a
+    logger call (which then shows ``tensor(…)``)? ``name`` assigned once, by ``assign``."""
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(scope):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    in_test = {id(n) for n in ast.walk(test)}
+    stores = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)]
+    if len(stores) != 1 or parents.get(id(stores[0])) is not assign:
+        return False
+    for n in ast.walk(scope):
+        if not (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)) or id(n) in in_test:
+            continue
+        up = parents.get(id(n))
+        if isinstance(up, (ast.BinOp, ast.UnaryOp, ast.Compare)):
+            continue
+        if isinstance(up, ast.Call) and n in up.args:
+            f = up.func
+            callee = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if callee in _SHOWS:
+                continue
+        return False
+    return True
 
 
 def _branch_site(src: Source, site: Site) -> "tuple[ast.If, _Scalar | None] | None":
@@ -327,23 +433,35 @@ def _one_line(text: str) -> str:
 
 @rewrite("tensor-where", "a branch on an .item() scalar as torch.where",
          "torch.where (PyTorch docs, Common Graph Breaks, 'Data-dependent operations': keep the value a tensor "
-         "instead of reading it with .item() and branching on it)")
-def _tensor_where(src: Source, site: Site):
+         "instead of reading it with .item() and branching on it)", library=True)
+def _tensor_where(src: Source, site: Site, probe: Source):
     scalar = _scalar_branch(src, site)
-    if scalar is None or not scalar.dead or scalar.branch.orelse:
+    if scalar is None or not (scalar.dead or scalar.tensor_safe):
         return None
     node = scalar.branch
     then = _assigned(node.body)
-    # the else side is the name's value before the `if`: it must have one
-    if then is None or then[0] in ("return", scalar.name) or not _bound_before(src, node, then[0]):
+    if then is None or then[0] in ("return", scalar.name):
         return None
     target = then[0]
-    line = f"{target} = torch.where({scalar.test(src)}, {src.segment(then[1])}, {target})"
+    if node.orelse:  # `else: <the same name> = B`
+        other = _assigned(node.orelse)
+        if other is None or other[0] != target:
+            return None
+        otherwise = src.segment(other[1])
+    elif _bound_before(src, node, target):  # no else: the name's value before the `if`
+        otherwise = target
+    else:
+        return None
+    test = scalar.test(src) if scalar.dead else src.segment(node.test)
+    line = f"{target} = torch.where({test}, {src.segment(then[1])}, {otherwise})"
     edit = src.whole_lines(node, src.indent(node) + line + "  # tracecheck fix: a tensor select, no .item()")
+    kept = "" if scalar.dead else f" (`{scalar.name}` stays a 0-dim tensor: its other reads take one, and a print of " \
+        "it shows `tensor(…)`)"
     return (scalar.replace(src, edit),) + src.needs_torch_import(), \
         f"torch.where: the `if` at line {node.lineno} tests the tensor and the .item() at line " \
-        f"{scalar.assign.lineno} is removed; both sides are computed and the test picks one (exact while " \
-        f"`{_one_line(src.segment(then[1]))}` keeps {target}'s shape and dtype)"
+        f"{scalar.assign.lineno} is removed{kept}; both sides are computed and the test picks one (exact while " \
+        f"`{_one_line(src.segment(then[1]))}` " + (f"and `{_one_line(otherwise)}` have one shape and dtype)"
+                                                     if node.orelse else f"keeps {target}'s shape and dtype)")
 
 
 def _raised(src: Source, body: list[ast.stmt]) -> "tuple[str, str] | None":
@@ -359,8 +477,8 @@ def _raised(src: Source, body: list[ast.stmt]) -> "tuple[str, str] | None":
 
 @rewrite("torch-check", "a guard that raises on an .item() scalar as torch._check",
          "torch._check_with on the captured scalar (PyTorch docs: torch._check for data-dependent values; "
-         "torch._dynamo.config.capture_scalar_outputs)")
-def _torch_check(src: Source, site: Site):
+         "torch._dynamo.config.capture_scalar_outputs)", library=True)
+def _torch_check(src: Source, site: Site, probe: Source):
     scalar = _scalar_branch(src, site)
     if scalar is None or scalar.branch.orelse:
         return None
@@ -378,39 +496,94 @@ def _torch_check(src: Source, site: Site):
         f"captured scalar; eager raises {exc} as before, compiled code a RuntimeError"
 
 
+def _as_tensor(src: Source, test: ast.expr) -> str | None:
+    """A data-dependent test written as a tensor expression (for ``torch._assert_async``), or None where its form is
+    not one of those known to be a tensor: ``not``/``and``/``or`` of such, ``torch.equal(a, b)``, a comparison, and a
+    reduction to one value (``.any()``, ``.all()``, ``torch.any(...)``, ``torch.all(...)``)."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _as_tensor(src, test.operand)
+        return None if inner is None else f"torch.logical_not({inner})"
+    if isinstance(test, ast.BoolOp) and len(test.values) == 2:
+        a, b = (_as_tensor(src, v) for v in test.values)
+        fn = "torch.logical_and" if isinstance(test.op, ast.And) else "torch.logical_or"
+        return None if a is None or b is None else f"{fn}({a}, {b})"
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        return f"({src.segment(test)})"
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and not test.keywords:
+        owner, attr = src.segment(test.func.value), test.func.attr
+        if owner == "torch" and attr == "equal" and len(test.args) == 2:
+            a, b = (src.segment(x) for x in test.args)  # torch.equal: same shape and elements
+            return f"(torch.eq({a}, {b}).all() if ({a}).shape == ({b}).shape else torch.tensor(False))"
+        if attr in ("any", "all") and (owner == "torch" and len(test.args) == 1 or owner != "torch" and not test.args):
+            return src.segment(test)
+    return None
+
+
+@rewrite("graph-assert", "a validation guard that raises as an assert the graph keeps",
+         "torch._assert_async (a check that stays in the compiled graph) under torch.compiler.is_compiling(); "
+         "the gb_type 'Data-dependent branching' hint: keep the condition a tensor", library=True)
+def _graph_assert(src: Source, site: Site, probe: Source):
+    node = _branch(src, site, ops=True)
+    if node is None or node.orelse or len(node.body) != 1 or not isinstance(node.body[0], ast.Raise):
+        return None
+    exc = node.body[0].exc
+    message = "assertion failed"
+    if isinstance(exc, ast.Call) and exc.args and isinstance(exc.args[0], ast.Constant) and \
+            isinstance(exc.args[0].value, str):
+        message = exc.args[0].value
+    ok = _as_tensor(src, node.test.operand) if isinstance(node.test, ast.UnaryOp) and \
+        isinstance(node.test.op, ast.Not) else None
+    if ok is None:
+        bad = _as_tensor(src, node.test)
+        ok = None if bad is None else f"torch.logical_not({bad})"
+    if ok is None:
+        return None
+    ind = src.indent(node)
+    unit = "\t" if "\t" in ind else "    "
+    text = (f"{ind}if {_GUARD}:  # tracecheck fix: the check stays in the graph as an assert\n"
+            f"{ind}{unit}torch._assert_async({ok}, {message!r})\n"
+            f"{ind}elif {src.segment(node.test)}:\n" + "".join(src.lines[node.body[0].lineno - 1:node.end_lineno]))
+    return (src.whole_lines(node, text),) + src.needs_torch_import(), \
+        f"the guard at line {node.lineno} raises as before in eager; compiled, it is a torch._assert_async in the " \
+        "graph (a RuntimeError with the same message when it fails)"
+
+
 @rewrite("capture-scalar-outputs", "capture .item()/.tolist() as graph values",
          "PyTorch docs, Common Graph Breaks (compile/programming_model.common_graph_breaks), 'Data-dependent operations': "
-         "torch._dynamo.config.capture_scalar_outputs")
-def _capture_scalar(src: Source, site: Site):
+         "torch._dynamo.config.capture_scalar_outputs", setting=True)
+def _capture_scalar(src: Source, site: Site, probe: Source):
     if "non-integer" in site.gb_type:  # 'Tensor.tolist() with non-integer tensor': the flag does not cover it
         return None
     if not (site.gb_type.startswith(_SCALAR_GB) or
             (site.kind == K.DATA_DEPENDENT and (".item()" in site.code or ".tolist()" in site.code)
              and not site.gb_type.startswith(_BRANCH_GB))):
         return None
-    return (src.module_setting(_CAPTURE_SCALAR),
+    return (probe.module_setting(_CAPTURE_SCALAR),
             "torch._dynamo.config.capture_scalar_outputs = True: Dynamo keeps the scalar in the graph")
 
 
 @rewrite("capture-dynamic-output-shape-ops", "capture ops whose output shape depends on the data",
          "PyTorch docs, Common Graph Breaks (compile/programming_model.common_graph_breaks), 'Data-dependent operations': "
-         "torch._dynamo.config.capture_dynamic_output_shape_ops")
-def _capture_dynamic(src: Source, site: Site):
+         "torch._dynamo.config.capture_dynamic_output_shape_ops", setting=True)
+def _capture_dynamic(src: Source, site: Site, probe: Source):
     if not site.gb_type.startswith(_DYNAMIC_SHAPE_GB):
         return None
-    return (src.module_setting("torch._dynamo.config.capture_dynamic_output_shape_ops = True  # tracecheck fix: "
+    return (probe.module_setting("torch._dynamo.config.capture_dynamic_output_shape_ops = True  # tracecheck fix: "
                                "nonzero/boolean masks stay in the graph with unbacked sizes"),
             "torch._dynamo.config.capture_dynamic_output_shape_ops = True: nonzero and boolean-mask indexing "
             "stay in the graph")
 
 
-def _branch(src: Source, site: Site) -> ast.If | None:
+def _branch(src: Source, site: Site, ops: bool = False) -> ast.If | None:
+    """The ``if`` at the site, when Dynamo broke on its test: a branch on a tensor, or (``ops``) an op in the test
+    that returns a Python value from the data (``torch.equal``: gb_type 'Data dependent operator')."""
     node = src.statement_at(site.line)
     if not isinstance(node, ast.If) or node.lineno != site.line or not src.owns_its_lines(node):
         return None
     if src.lines[node.lineno - 1].lstrip().startswith("elif"):  # an elif is not a statement of its own
         return None
-    if not (site.gb_type.startswith(_BRANCH_GB) or (site.kind == K.DATA_DEPENDENT and not site.gb_type)):
+    if not (site.gb_type.startswith(_BRANCH_GB) or (site.kind == K.DATA_DEPENDENT and not site.gb_type)
+            or (ops and site.gb_type.startswith(_DYNAMIC_SHAPE_GB[1]))):
         return None
     return node
 
@@ -428,8 +601,9 @@ def _assigned(body: list[ast.stmt]) -> "tuple[str, ast.expr] | None":
 
 
 @rewrite("torch-cond", "a value branch as torch.cond",
-         "torch.cond (PyTorch docs, Control Flow - Cond; Common Graph Breaks, 'Data-dependent operations')")
-def _torch_cond(src: Source, site: Site):
+         "torch.cond (PyTorch docs, Control Flow - Cond; Common Graph Breaks, 'Data-dependent operations')",
+         library=True)
+def _torch_cond(src: Source, site: Site, probe: Source):
     got = _branch_site(src, site)
     if got is None:
         return None
@@ -455,9 +629,103 @@ def _torch_cond(src: Source, site: Site):
         (f"; the .item() at line {scalar.assign.lineno} is removed" if scalar else "")
 
 
+_EXITS = (ast.Return, ast.Raise, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Await, ast.Global,
+          ast.Nonlocal)
+
+
+def _differ(a: ast.AST, b: ast.AST) -> "list[tuple[ast.expr, ast.expr]] | None":
+    """Where two statements of one shape differ: the pairs of expressions at the first places they do (None when their
+    shapes differ elsewhere than in an expression)."""
+    if type(a) is not type(b):
+        return [(a, b)] if isinstance(a, ast.expr) and isinstance(b, ast.expr) else None
+    if ast.dump(a) == ast.dump(b):
+        return []
+    out: list[tuple[ast.expr, ast.expr]] = []
+    for (name, x), (_, y) in zip(ast.iter_fields(a), ast.iter_fields(b)):
+        if isinstance(x, list) and isinstance(y, list):
+            if len(x) != len(y):
+                return None
+            pairs = list(zip(x, y))
+        else:
+            pairs = [(x, y)]
+        for u, v in pairs:
+            if isinstance(u, ast.AST) and isinstance(v, ast.AST):
+                got = _differ(u, v)
+                if got is None:
+                    return None
+                out += got
+            elif u != v:
+                if isinstance(a, ast.expr):
+                    return [(a, b)]  # (a constant's value, a name's id): the expression itself differs
+                return None
+    return out
+
+
+def _written(stmts: list[ast.stmt], src: Source) -> set[str]:
+    """Names and attribute/subscript targets (as text) the statements assign."""
+    out: set[str] = set()
+    for s in stmts:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                out.add(n.id)
+            elif isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, ast.Store):
+                out.add(src.segment(n))
+    return out
+
+
+def _read(nodes: "list[ast.AST]", src: Source) -> set[str]:
+    out: set[str] = set()
+    for s in nodes:
+        for n in ast.walk(s):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                out.add(n.id)
+            elif isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, ast.Load):
+                out.add(src.segment(n))
+    return out
+
+
+@rewrite("select", "both branches run, the last statement takes torch.where",
+         "torch.where (PyTorch docs, Common Graph Breaks, 'Data-dependent operations': compute both sides and "
+         "select with a tensor condition)", library=True)
+def _select(src: Source, site: Site, probe: Source):
+    node = _branch(src, site)
+    if _scalar_branch(src, site) is not None:  # a test on an .item() scalar: tensor-where keeps it a tensor
+        return None
+    if node is None or not node.orelse or not node.body or (len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)):
+        return None
+    if any(isinstance(n, _EXITS) for n in ast.walk(node)):
+        return None
+    last_a, last_b = node.body[-1], node.orelse[-1]
+    pairs = _differ(last_a, last_b)
+    if not pairs or len(pairs) != 1 or isinstance(last_a, (ast.If, ast.For, ast.While, ast.With, ast.Try)):
+        return None
+    a, b = pairs[0]
+    pre_a, pre_b = node.body[:-1], node.orelse[:-1]
+    # the then-branch's statements run first, then the else-branch's, then the last one: what the first writes must
+    # not be read after it by the other side, nor what the second writes by the then-side's value
+    if _written(pre_a, src) & _read([*pre_b, b], src) or _written(pre_b, src) & _read([a], src):
+        return None
+    if not all(src.owns_its_lines(s) for s in (*node.body, *node.orelse)):
+        return None
+    ind = src.indent(node)
+    last = src.segment(last_a)
+    (s0, s1), (e0, e1) = src.span(last_a), src.span(a)
+    start, end = src.offset(s0), src.offset(s1)
+    lo, hi = src.offset(e0) - start, src.offset(e1) - start
+    last = last[:lo] + f"torch.where(_tc_pred, {src.segment(a)}, {src.segment(b)})" + last[hi:]
+    prefix = "".join(textwrap.indent(textwrap.dedent("".join(src.lines[s.lineno - 1:s.end_lineno])), ind)
+                     for s in (*pre_a, *pre_b))
+    text = (f"{ind}_tc_pred = {src.segment(node.test)}  # tracecheck fix: both branches run, torch.where picks "
+            f"(was `if {_one_line(src.segment(node.test))}:`)\n" + prefix + ind + last.replace("\n", "\n"))
+    return (src.whole_lines(node, text),) + src.needs_torch_import(), \
+        f"the `if` at line {node.lineno}: both branches' statements run, and their last one takes " \
+        f"torch.where(test, `{_one_line(src.segment(a))}`, `{_one_line(src.segment(b))}`) (exact while running " \
+        "the other branch's statements has no effect the data can see)"
+
+
 @rewrite("branchless", "apply the transform unconditionally",
          "the hint of gb_type 'Data-dependent branching': make `if tensor_cond: x = transform(x)` branchless")
-def _branchless(src: Source, site: Site):
+def _branchless(src: Source, site: Site, probe: Source):
     got = _branch_site(src, site)
     if got is None:
         return None
@@ -477,7 +745,7 @@ def _branchless(src: Source, site: Site):
 
 @rewrite("compile-guard", "skip a host-side fast path or check while compiling",
          "torch.compiler.is_compiling() (PyTorch docs: code to skip under torch.compile)")
-def _compile_guard(src: Source, site: Site):
+def _compile_guard(src: Source, site: Site, probe: Source):
     got = _branch_site(src, site)
     if got is None:
         return None
@@ -505,10 +773,34 @@ def _logging_call(src: Source, site: Site) -> ast.Expr | None:
     return None
 
 
+_LOGGING_GB = "logging.Logger method not supported"
+
+
+@rewrite("ignore-logging", "a library's logger calls as no-ops while compiling",
+         "torch._dynamo.config.ignore_logging_functions (the hint of gb_type 'logging.Logger method not supported "
+         "for non-export cases')", setting=True, library_only=True)
+def _ignore_logging(src: Source, site: Site, probe: Source):
+    if not site.gb_type.startswith(_LOGGING_GB):
+        return None
+    node = src.statement_at(site.line)
+    calls = [c for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+             and c.lineno <= site.line <= (c.end_lineno or c.lineno)] if node is not None else []
+    if len(calls) != 1 or not calls[0].func.attr.isidentifier():
+        return None
+    method = calls[0].func.attr
+    name = "logging" if not probe.binds("logging") else "_tc_logging"
+    lines = [f"import logging{'' if name == 'logging' else ' as _tc_logging'}  # noqa: E402  (tracecheck fix)",
+             f"torch._dynamo.config.ignore_logging_functions.add({name}.Logger.{method})  # tracecheck fix: "
+             f"`.{method}(...)` of a logging.Logger is a no-op while compiling (it logs in eager)"]
+    return probe.end_setting(lines), \
+        f"logging.Logger.{method} is ignored while compiling (torch._dynamo.config.ignore_logging_functions): " \
+        "compiled code does not log it, eager does"
+
+
 @rewrite("reorderable-logging", "print after the graph runs",
          "torch._dynamo.config.reorderable_logging_functions (the hint of gb_type 'Failed to trace builtin "
-         "operator' for print)")
-def _reorderable(src: Source, site: Site):
+         "operator' for print)", setting=True)
+def _reorderable(src: Source, site: Site, probe: Source):
     node = _logging_call(src, site)
     if node is None or not (isinstance(node.value.func, ast.Name) and node.value.func.id == "print"):
         return None
@@ -516,14 +808,14 @@ def _reorderable(src: Source, site: Site):
     # Dynamo reorders a print of graph values only; an f-string or str() of a tensor still breaks the graph
     if call.keywords or not all(isinstance(a, (ast.Name, ast.Attribute, ast.Constant)) for a in call.args):
         return None
-    return src.module_setting("torch._dynamo.config.reorderable_logging_functions.add(print)  # tracecheck fix: "
+    return probe.module_setting("torch._dynamo.config.reorderable_logging_functions.add(print)  # tracecheck fix: "
                               "prints run after the graph"), \
         "print is reorderable: Dynamo runs it after the graph, with the graph's values"
 
 
 @rewrite("compile-guard-logging", "skip logging while compiling",
-         "torch.compiler.is_compiling() (PyTorch docs: code to skip under torch.compile)")
-def _guard_logging(src: Source, site: Site):
+         "torch.compiler.is_compiling() (PyTorch docs: code to skip under torch.compile)", library=True)
+def _guard_logging(src: Source, site: Site, probe: Source):
     node = _logging_call(src, site)
     if node is None:
         return None
@@ -581,13 +873,13 @@ def c_call_at(src: Source, line: int, builtin: str) -> "dict[str, Any] | str":
 
 @rewrite("custom-op", "a C function called from model code as a custom op",
          "torch.library.custom_op with register_fake and register_autograd (PyTorch custom-ops manual); the "
-         "remedy for gb_type 'Attempted to call function marked as skipped' on a C/pybind11 function")
-def _custom_op(src: Source, site: Site):
+         "remedy for gb_type 'Attempted to call function marked as skipped' on a C/pybind11 function", setting=True)
+def _custom_op(src: Source, site: Site, probe: Source):
     facts = site.facts or {}
     if site.kind != K.PYBIND_BUILTIN or "definition" not in facts:
         return None
     if site.file:
-        return _library_custom_op(src, site, facts)
+        return _library_custom_op(probe, site, facts)
     top = next(n for n in src.tree.body if n.lineno <= site.line <= (n.end_lineno or n.lineno))
     at = min([top.lineno] + [d.lineno for d in getattr(top, "decorator_list", [])])
     start, end = facts["span"]

@@ -77,9 +77,21 @@ def rewrites_model_code(f: Any, probe_file: str) -> bool:
         return False
     if os.path.realpath(frame.file) == os.path.realpath(probe_file):
         return True
-    # a library's C call (a user frame is never torch's own: evidence/frames.py)
-    return f.kind == K.PYBIND_BUILTIN and frame.line is not None and os.path.isfile(frame.file) and \
-        _called_by_name(frame, str(f.context.get("builtin") or ""))
+    if frame.line is None or not os.path.isfile(frame.file):
+        return False
+    # another file's break (a user frame is never torch's own: evidence/frames.py): a library's C call, or a break
+    # that a setting of torch's or a rewrite of the function that holds it answers (fix/library.py)
+    if f.kind == K.PYBIND_BUILTIN:
+        return _called_by_name(frame, str(f.context.get("builtin") or ""))
+    gb_type = str(f.context.get("gb_type") or f.evidence.get("gb_type") or "")
+    return frame.file.endswith(".py") and (f.kind == K.DATA_DEPENDENT or gb_type.startswith(LIBRARY_GB_TYPES) or (
+        gb_type.startswith("Failed to trace builtin operator") and "print(" in (frame.code or "")))
+
+
+#: the gb_types of a break in another file than the probe's that ``tracecheck fix`` answers (fix/library.py): a
+#: logger call, a scalar read, an op whose output shape depends on the data, a branch on a tensor
+LIBRARY_GB_TYPES = ("logging.Logger method not supported", "Unsupported Tensor.item() call", "Dynamic shape operator",
+                    "Data dependent operator", "Data-dependent branching")
 
 
 def _called_by_name(frame: Any, builtin: str) -> bool:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ..fix.pipeline import NO_CODE_FIX, NOTHING_TO_FIX, VERIFIED, FixOutcome
+from ..fix.pipeline import NO_CODE_FIX, NOT_VERIFIED, NOTHING_TO_FIX, VERIFIED, FixOutcome
 from . import brief
 
 
@@ -12,6 +12,8 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
     p(f"{o.probe_id}: {', '.join(o.kinds) or 'passes every diagnosis stage'}")
     for kind, explain in o.no_code_fix.items():
         p(f"  {kind}: no code fix is generated for this kind; what to do: {explain}")
+    for kind in o.cured:
+        p(f"  {kind}: cured by the fix below (no stage of the patched probe finds it)")
     for f in o.functions:
         p(f"  {f.function} ({f.module}): {f.action}")
         if f.mutates_args:
@@ -40,8 +42,13 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
         p()
         p(o.diff.rstrip("\n"))
         p()
+    for name, text in o.upstream.items():
+        p(text.rstrip("\n"))
+        p()
     for path in o.written:
         p(f"  wrote {path}")
+    for note in o.notes:
+        p(f"  {note}")
     if o.verification is not None:
         brief.render(o.verification, out, verbose=verbose, advise=False)
     g = o.gradient_check
@@ -60,6 +67,9 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
             p(f"  passed at: {'; '.join(op.checked)}")
         if op.restricted:
             p(f"  refused by the fake's rank check (the eager op accepts them): {'; '.join(op.restricted)}")
+        if op.own_refused:
+            p("  forward only (test_faketensor), where the op's own backward fails in eager too (the probe's code, "
+              "not the fix): " + "; ".join(f"{label} ({why})" for label, why in op.own_refused))
         if op.refused and verbose:
             more = f"; … {len(op.refused) - 12} more" if len(op.refused) > 12 else ""
             p(f"  the eager op refuses: {'; '.join(op.refused[:12])}{more}")
@@ -78,6 +88,9 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
     beyond = sum(len(op.checked) for op in o.shapes)
     if o.status == VERIFIED and beyond:
         line += f"; the fakes also at {beyond} other shape{'s' if beyond > 1 else ''} (listed above)"
+        own = sum(len(op.own_refused) for op in o.shapes)
+        if own:
+            line += f", {own} more forward only (the op's own backward refuses them in eager)"
         restricted = sum(len(op.restricted) for op in o.shapes)
         if restricted:
             line += f", and {restricted} the eager op takes are refused by their rank checks"
@@ -86,3 +99,7 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
     if o.status == VERIFIED and checks:
         line += f" ({'' if beyond else 'at the probe' + chr(39) + 's inputs; '}review the {checks} CHECK line{'s' if checks > 1 else ''} above, in the code)"
     p(line)
+    if o.apply and o.status in (VERIFIED, NOT_VERIFIED):
+        p("how to apply it in your own code (the patched copy shows it applied):")
+        for a in o.apply:
+            p(f"  {a}")

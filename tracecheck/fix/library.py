@@ -1,0 +1,182 @@
+"""``tracecheck fix`` for a graph break in another file than the probe's (an installed library, a module of the
+user's beside it), applied from the user's side: nothing in that file is edited.
+
+Two ways, tried in this order (rewrites.py's registry says which rewrite is which):
+
+* a **setting** of torch's, where the break's gb_type has one (``ignore_logging_functions`` for a library's logger
+  call, ``reorderable_logging_functions`` for its ``print``, ``capture_scalar_outputs`` for its ``.item()``): a line
+  in the probe's file, which holds for the whole process, as PyTorch's own guidance sets it;
+* a **replacement of the one function** that holds the break: the rewrites ``fix`` has for model code (a
+  ``torch.where`` select, a graph assert, ``torch.cond``, logging skipped while compiling) applied to a copy of that
+  function's text, which the probe's patched copy defines and gives, as its code, to every function object made from
+  the original (``_tc_swap_code``): the module's attribute, the names imported from it, a class's method, a
+  decorator's wrapped function and a closure's cell all run the new code, and a nested function made later is made
+  from it. The same change is also written as a unified diff against the library's file, for a pull request
+  upstream.
+
+Pure text and ``ast``/``symtable``: no user code runs here (the parent process).
+"""
+from __future__ import annotations
+
+import ast
+import os
+import symtable
+import textwrap
+from dataclasses import dataclass
+
+from .prelude import source_lines
+
+#: the first line of each upstream diff ``fix`` writes: only such a file is ever overwritten
+UPSTREAM_MARK = "# tracecheck fix: the same change for upstream, against"
+_SITE = ("site-packages", "dist-packages")
+
+
+def label(path: str, probe_dir: str = "") -> str:
+    """How the fix names a file outside the probe's: from its top-level package down
+    (``transformers/modeling_rope_utils.py``), the form a diff for that package's repository and the check in
+    ``_tc_swap_code`` both use; a file in no package, relative to the probe's folder, else its name."""
+    full = os.path.realpath(path)
+    folder, top = os.path.dirname(full), None
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        top, folder = folder, os.path.dirname(folder)
+    if top is not None:
+        return os.path.relpath(full, os.path.dirname(top)).replace(os.sep, "/")
+    if probe_dir:
+        rel = os.path.relpath(full, os.path.realpath(probe_dir))
+        if not rel.startswith(".."):
+            return rel.replace(os.sep, "/")
+    return os.path.basename(full)
+
+
+def installed(path: str) -> bool:
+    """Is the file an installed package's (under site-packages), which ``fix`` must never edit?"""
+    return any(f"{os.sep}{s}{os.sep}" in os.path.realpath(path) for s in _SITE)
+
+
+@dataclass(frozen=True)
+class Function:
+    """The innermost function of a library file that holds a break: what ``_tc_swap_code`` finds it by, and what
+    its replacement must keep (the names its closure provides)."""
+
+    name: str
+    #: its ``co_firstlineno``: the first decorator's line, or the ``def`` line
+    first: int
+    #: the ``def`` line and the last line: the text the replacement is made from
+    start: int
+    end: int
+    #: free variables (``symtable``), which the replacement declares so that its code takes the original's closure
+    free: tuple[str, ...]
+    qualname: str
+
+
+def function_at(tree: ast.Module, text: str, line: int) -> Function | None:
+    """The innermost ``def`` whose body holds ``line`` (a lambda or module-level code has none to replace)."""
+    best: ast.FunctionDef | ast.AsyncFunctionDef | None = None
+    path: list[str] = []
+
+    def walk(node: ast.AST, names: list[str]) -> None:
+        nonlocal best, path
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = names + [child.name]
+                if isinstance(child, ast.ClassDef) or not (child.lineno <= line <= (child.end_lineno or 0)):
+                    walk(child, inner)
+                    continue
+                if child.body[0].lineno <= line:  # a line of its body, not of its signature or decorators
+                    best, path = child, inner
+                walk(child, inner)
+            else:
+                walk(child, names)
+
+    walk(tree, [])
+    if best is None:
+        return None
+    if _multiline_literal(best):
+        return None  # re-indented in the copy, its text would change
+    first = min([best.lineno] + [d.lineno for d in best.decorator_list])
+    return Function(best.name, first, best.lineno, best.end_lineno or best.lineno, _free(text, best),
+                    ".".join(path))
+
+
+def _multiline_literal(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Does the function hold a string literal over several lines other than its docstring? The block re-indents
+    the function's text, which would change such a string's value."""
+    doc = fn.body[0] if fn.body and isinstance(fn.body[0], ast.Expr) and \
+        isinstance(getattr(fn.body[0], "value", None), ast.Constant) else None
+    return any(isinstance(n, (ast.Constant, ast.JoinedStr)) and (n.end_lineno or n.lineno) > n.lineno
+               and isinstance(getattr(n, "value", ""), (str, bytes, type(None))) and
+               (doc is None or n is not doc.value) for n in ast.walk(fn))
+
+
+def _free(text: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
+    """The function's free variables, as the compiler sees them (symtable of the whole file)."""
+    try:
+        table = symtable.symtable(text, "<library>", "exec")
+    except SyntaxError:
+        return ()
+    found: list[tuple[str, ...]] = []
+
+    def walk(t: symtable.SymbolTable) -> None:
+        for child in t.get_children():
+            if child.get_type() == "function" and child.get_name() == node.name and child.get_lineno() in (
+                    node.lineno, *[d.lineno for d in node.decorator_list]):
+                found.append(tuple(sorted(getattr(child, "get_frees", tuple)())))
+            walk(child)
+
+    walk(table)
+    return found[0] if found else ()
+
+
+#: the helper every block calls; defined once in the patched copy
+SWAP_HELPER = '''
+def _tc_swap_code(new, where, first_line, name):
+    """Give every function made from the code of `name` at `where`:`first_line` the code of `new` (tracecheck fix):
+    the module's attribute, names imported from it, a class's method, a decorator's wrapped function and a closure's
+    cell keep their object and run the new code; a function that makes it (a nested def) makes the new one from now
+    on. The library's file is not edited. Raises when no such function is loaded (the library changed, or its module
+    is not imported yet: import it first)."""
+    import gc
+    import os
+    import types
+
+    def made_there(code):
+        return code.co_name == name and code.co_firstlineno == first_line and \\
+            os.path.realpath(code.co_filename).replace(os.sep, "/").endswith("/" + where)
+
+    olds = [f for f in gc.get_objects() if isinstance(f, types.FunctionType) and made_there(f.__code__)]
+    if not olds:
+        raise RuntimeError(f"tracecheck fix: no function {name} of {where}:{first_line} is loaded; import its "
+                           "module before this block, or regenerate the fix for the installed version")
+    for f in olds:
+        if f.__code__.co_freevars != new.__code__.co_freevars:
+            raise RuntimeError(f"tracecheck fix: {name} of {where} has other free variables than its rewrite")
+        f.__globals__.setdefault("torch", torch)  # (the rewrite calls torch.where, torch.cond, ...)
+        f.__code__ = new.__code__
+    for f in gc.get_objects():
+        if isinstance(f, types.FunctionType) and any(isinstance(c, types.CodeType) and made_there(c)
+                                                     for c in f.__code__.co_consts):
+            f.__code__ = f.__code__.replace(co_consts=tuple(
+                new.__code__ if isinstance(c, types.CodeType) and made_there(c) else c for c in f.__code__.co_consts))
+'''.strip("\n")
+
+
+def block(fn: Function, rewritten: str, where: str, what: str, upstream: str) -> str:
+    """The probe copy's block that defines ``fn`` as rewritten (``rewritten``: the library's whole text with the
+    kept rewrites; ``fn``'s lines are found in it by its name and first line) and swaps its code in. ``what``: the
+    rewrites, for the header; ``upstream``: the diff's file name."""
+    tree = ast.parse(rewritten)
+    node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == fn.name and min([n.lineno] + [d.lineno for d in n.decorator_list]) == fn.first), None)
+    if node is None:
+        raise ValueError(f"{fn.name} is not in the rewritten text at line {fn.first}")
+    lines = source_lines(rewritten)[node.lineno - 1:node.end_lineno]
+    body = textwrap.dedent("\n".join(lines))
+    maker = f"_tc_rewritten_{fn.name}_{fn.first}"
+    head = [f"# ---- tracecheck fix: `{fn.qualname}` of {where} (line {fn.first}), rewritten: {what}. The library's "
+            f"file is not edited: its functions get this code (the same change as a patch: {upstream}) ----",
+            f"def {maker}():"]
+    if fn.free:  # its closure's names, so that the code takes the original's cells
+        head.append(f"    {' = '.join(fn.free)} = None  # (bound by the original's closure)")
+    return "\n".join(head + [textwrap.indent(body, "    "), f"    return {fn.name}", "",
+                             f"_tc_swap_code({maker}(), {where!r}, {fn.first}, {fn.name!r})", ""])
+
