@@ -1,10 +1,13 @@
 """How long ``tracecheck fix`` takes on model code, and how many candidates it ran to get there.
 
-    python benchmarks/bench_fix_model_code.py [--jobs N] [TARGET]
+    python benchmarks/bench_fix_model_code.py [--jobs N] [--lm clamp|guard] [TARGET]
 
-The built-in target is a tiny LM in training (embedding + linear head) whose forward clamps outliers on a scalar
-read with ``.item()`` and prints its activations: two break sites in the probe's file, the ``.item()`` (with the
-``if`` on it) and the print. TARGET (``file.py::probe``) times another probe instead. It runs what the CLI runs
+The built-in targets are tiny LMs in training (embedding + linear head). ``clamp`` (the default): the forward clamps
+outliers on a scalar read with ``.item()`` and prints its activations: two break sites in the probe's file, the
+``.item()`` (with the ``if`` on it) and the print. ``guard`` (issue 51's new user's LM): ``amax = x.abs().max().item()``,
+``if amax > 100.0: x = x / amax``, then ``print("activations ok, amax", amax)``: three sites on one name, which need
+the rewrites together (the scalar kept a tensor for torch.where and the print). TARGET (``file.py::probe``) times
+another probe instead. It runs what the CLI runs
 (``tracecheck.fix.pipeline.fix``: diagnosis, the baseline stages, every candidate tried and verified) in this
 process, so the wall time leaves out only the interpreter start and the terminal rendering.
 
@@ -53,6 +56,34 @@ def probe():
     return model, (torch.randint(0, 16, (2, 5)),)
 '''
 
+GUARD_LM = '''import torch
+from torch import nn
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(16, 8)
+        self.head = nn.Linear(8, 16)
+        with torch.no_grad():
+            self.emb.weight.mul_(1000.0)  # activations over 100: the guard is taken
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        amax = x.abs().max().item()
+        if amax > 100.0:
+            x = x / amax
+        print("activations ok, amax", amax)
+        return self.head(x)
+
+
+def probe():
+    torch.manual_seed(0)
+    return TinyLM(), (torch.randint(0, 16, (2, 5)),)
+'''
+LMS = {"clamp": (TINY_LM, "tiny LM (.item() branch + print)"),
+       "guard": (GUARD_LM, "tiny LM (.item() guard + print of the scalar)")}
+
 #: a candidate's result when it was never written and run
 NOT_RUN = ("it overlaps a rewrite already kept", "not valid Python here")
 
@@ -72,21 +103,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("target", nargs="?", help="file.py::probe (default: the built-in tiny LM)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--lm", choices=sorted(LMS), default="clamp", help="the built-in target (without TARGET)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-fix-") as tmp:
         target = args.target
         if target is None:
             with open(os.path.join(tmp, "tiny_lm.py"), "w", encoding="utf-8") as f:
-                f.write(TINY_LM)
+                f.write(LMS[args.lm][0])
             target = os.path.join(tmp, "tiny_lm.py::probe")
         count = Count()
         t0 = time.perf_counter()
         out = fix(FixOptions(target, output=os.path.join(tmp, "fixed_ops.py"), patched=os.path.join(tmp, "patched.py"),
                              diff=os.path.join(tmp, "fix.diff"), jobs=args.jobs), count)
         wall = time.perf_counter() - t0
-    runs = [t for s in out.sites for t in s.tried if not t["result"].startswith(NOT_RUN)]
-    print(f"tracecheck fix {args.target or 'tiny LM (.item() branch + print)'}: {wall:.1f} s wall, {out.status}")
-    tries = ", ".join(f"{t['rewrite']} {'kept' if t['result'] == 'kept' else 'refused'}" for t in runs)
+    runs = [t for s in out.sites for t in s.tried if not t.result.startswith(NOT_RUN)]
+    print(f"tracecheck fix {args.target or LMS[args.lm][1]}: {wall:.1f} s wall, {out.status}")
+    tries = ", ".join(f"{t.rewrite} {'kept' if t.result == 'kept' else 'refused'}" for t in runs)
     print(f"candidate runs: {len(runs)} ({tries})")
     print(f"stage groups run: {count.groups} (diagnosis, baseline, up to {len(VERIFY_PHASES)} per candidate); "
           f"stage processes: {count.processes}")

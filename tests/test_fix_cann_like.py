@@ -94,3 +94,69 @@ def test_the_librarys_own_direct_call_gets_a_custom_op_the_probes_file_installs(
         print("OK")
     """.replace("LINE", str(line)), tmp_path)
     assert got.strip().endswith("OK")
+
+
+# ---- the loader layout (issue 51): the pybind11 module is a local of forward, returned by an OpBuilder's load() ----
+
+LOADER = Path(__file__).resolve().parent / "models" / "cann_like" / "cann_loader_probe.py"
+
+#: the oracle, in a fresh interpreter: the original probe's eager results at sizes it never used (S != n, another
+#: batch), then the patched copy compiled with fullgraph=True, forward and backward, against them
+LOADER_ORACLE = """
+    import importlib.util, sys, torch
+    sys.path.insert(0, sys.argv[1])
+    import cann_loader_probe as original
+
+    def case(seed, lead):
+        g = torch.Generator().manual_seed(seed)
+        n, C = 4, 16
+        if PROBE == "probe_pre":
+            m, k = n * n + 2 * n, n * C
+            args = [torch.randn(*lead, n, C, generator=g), torch.randn(m, k, generator=g) / 8,
+                    torch.tensor([0.5, 0.6, 0.7]), 0.1 * torch.randn(m, generator=g)]
+        elif PROBE == "probe_post":
+            args = [torch.randn(*lead, n, C, generator=g), torch.randn(*lead, n, n, generator=g),
+                    torch.randn(*lead, C, generator=g), torch.randn(*lead, n, generator=g)]
+        else:
+            args = [torch.randn(*lead, n, C, generator=g)]
+        return [a.requires_grad_() for a in args]
+
+    def run(module, compiled, lead):
+        torch.manual_seed(0)
+        fn, _ = getattr(module, PROBE)()
+        call = torch.compile(fn, backend="aot_eager", fullgraph=True) if compiled else fn
+        args = case(3, lead)
+        out = call(*args)
+        params = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
+        grads = torch.autograd.grad(out.sum(), args + params)
+        return out.detach(), grads
+
+    sizes = [(2, 7), (3, 5)]  # S != n (4): a fake tying them fails here
+    want = [run(original, False, lead) for lead in sizes]
+    spec = importlib.util.spec_from_file_location("patched", "cann_loader_probe_fixed.py")
+    patched = sys.modules["patched"] = importlib.util.module_from_spec(spec)  # (Dynamo looks classes' modules up)
+    spec.loader.exec_module(patched)
+    for lead, (out, grads) in zip(sizes, want):
+        got, got_grads = run(patched, True, lead)
+        torch.testing.assert_close(got, out)
+        for a, b in zip(got_grads, grads):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    print("OK")
+"""
+
+
+@pytest.mark.parametrize("probe", ["probe_pre", "probe_post", "probe_stack"])
+def test_the_loader_layout_gets_its_functions_converted_and_verified(tmp_path, probe):
+    """The Function's C call goes through a local (`op_module = builder.load()`), and the loader's first call under
+    Dynamo breaks at os.path.isdir: the pybind-builtin is still the Function's (found by the source when Dynamo
+    traced forward as a frame of its own), so fix converts the Function to custom ops (it said "cannot record calls
+    of `op_module.mhc_post`" and wrote nothing); the patched copy compiles at sizes the probe never used."""
+    outcome = fix(FixOptions(f"{LOADER}::{probe}", output=str(tmp_path / "fixed_ops.py"), timeout_s=600))
+    assert "pybind-builtin" in outcome.kinds
+    assert outcome.status == VERIFIED, outcome.reasons
+    assert {f.function for f in outcome.functions if "custom ops generated" in f.action} == (
+        {"MhcPreSinkhornFunction", "MhcPostFunction"} if probe == "probe_stack" else
+        {"MhcPreSinkhornFunction" if probe == "probe_pre" else "MhcPostFunction"})
+    got = _python(LOADER_ORACLE.replace("PROBE", repr(probe)).replace("sys.argv[1]", repr(str(LOADER.parent))),
+                  tmp_path)
+    assert got.strip().endswith("OK")

@@ -341,6 +341,41 @@ def test_fake_mismatch_gets_its_fake_regenerated(tmp_path):
     assert got.strip().endswith("OK")
 
 
+def test_shapes_the_users_own_backward_refuses_do_not_fail_the_fix(tmp_path):
+    """Issue 51: the same wrong fake with the backward as people write it for 2-D inputs, `(g @ w, g.t() @ x)`. The
+    regenerated fake is right at every rank; at rank 3 the user's own backward fails (`g.t()` of a 3-D tensor), in
+    plain eager too, which is no failure of the fix: VERIFIED, those shapes named and checked forward only; and the
+    backend error the wrong fake caused is cured by it, not "no code fix"."""
+    (tmp_path / "lin2.py").write_text(FAKE_MISMATCH.replace("tc_test_fm::", "tc_test_fm2::").replace(
+        "g.reshape(-1, g.size(-1)).t() @ x.reshape(-1, x.size(-1))", "g.t() @ x"))
+    outcome, _, tmp = _fix(tmp_path, f"{tmp_path / 'lin2.py'}::probe")
+    assert "fake-mismatch" in outcome.kinds
+    assert outcome.status == VERIFIED, outcome.reasons
+    assert "backend-error" not in outcome.no_code_fix
+    assert "backend-error" in outcome.cured or "backend-error" not in outcome.kinds
+    (op,) = outcome.shapes
+    own = [label for label, _ in op.own_refused]
+    assert any(" at rank 3 " in label for label in own) and not op.failed, (own, op.failed)
+    assert all("t() expects a tensor with <= 2 dimensions" in why or "same number of elements" in why
+               for _, why in op.own_refused)
+    # the oracle: plain eager refuses the user's backward at rank 3; the regenerated fake gives the kernel's shape there
+    got = _python("""
+        import importlib.util, torch
+        spec = importlib.util.spec_from_file_location("patched", "lin2_fixed.py")
+        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+        x, w = torch.randn(3, 4, 16, requires_grad=True), torch.randn(32, 16, requires_grad=True)
+        try:
+            torch.ops.tc_test_fm2.lin(x, w).sum().backward()
+            print("eager backward: ok")
+        except RuntimeError as e:
+            print("eager backward:", str(e).split(",")[0])
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        with FakeTensorMode():
+            print(tuple(torch.ops.tc_test_fm2.lin(torch.empty(3, 4, 16), torch.empty(32, 16)).shape))
+    """, tmp)
+    assert got.splitlines() == ["eager backward: t() expects a tensor with <= 2 dimensions", "(3, 4, 32)"], got
+
+
 def test_a_fake_right_at_the_probes_batch_size_only_is_found_and_regenerated(tmp_path):
     """`tracecheck run` finds this fake-mismatch at the dynamic stage only; fix's own diagnosis must look there
     too, rather than say "nothing to fix" after `run` advised `tracecheck fix`."""

@@ -196,3 +196,45 @@ def probe_history():
 def probe_cond():
     torch.manual_seed(0)
     return threshold, (torch.randn(3, 4),)
+
+
+class TinyLM(nn.Module):
+    """A new user's tiny LM (issue 51): an outlier guard on a scalar read with `.item()`, then a print of it. Three
+    breaks on one name; the `.item()` kept a tensor makes the `if` a torch.where and the print reorderable."""
+
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.emb = nn.Embedding(64, 32)
+        self.head = nn.Linear(32, 64)
+        with torch.no_grad():
+            self.emb.weight.mul_(scale)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        amax = x.abs().max().item()
+        if amax > 100.0:
+            x = x / amax
+        print("activations ok, amax", amax)
+        return self.head(x)
+
+
+def probe_tiny_lm():
+    """Its embedding scaled so that activations pass 100: the guard is taken at the probe's inputs."""
+    torch.manual_seed(0)
+    return TinyLM(scale=1000.0), (torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0)),)
+
+
+def count_then_switch(x):
+    """An int scalar read for a branch and again as a Python number (`float(n)`): no tensor form; capturing it
+    (capture_scalar_outputs) moves the break to the `if`, which torch.cond on the captured value then takes."""
+    n = (x > 0).sum().item()
+    if n > 6:
+        y = x.sin()
+    else:
+        y = x.cos()
+    return y * float(n)
+
+
+def probe_captured_cond():
+    torch.manual_seed(0)
+    return count_then_switch, (torch.randn(3, 4),)

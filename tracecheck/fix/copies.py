@@ -104,8 +104,8 @@ class Copies:
             edits = patch.lib_edits(file)
             rewritten = apply(src.text, edits)
             lo, hi = new_span(edits, fn.start, fn.end)
-            code = library.block(fn, rewritten, self.where(file), ", ".join(dict.fromkeys(what)),
-                                 self.upstream_name(file))
+            code = library.block(fn, rewritten, new_span(edits, fn.first, fn.first)[0], self.where(file),
+                                 ", ".join(dict.fromkeys(what)), self.upstream_name(file))
             head = 2 + (1 if fn.free else 0)  # the comment, the maker's def, its free names
             blocks.append(_Block(file, lo, hi, line + 1 + head))  # (the blank line before each block)
             parts.append("\n" + code)

@@ -74,25 +74,31 @@ def function_at(tree: ast.Module, text: str, line: int) -> Function | None:
     best: ast.FunctionDef | ast.AsyncFunctionDef | None = None
     path: list[str] = []
 
-    def walk(node: ast.AST, names: list[str]) -> None:
-        nonlocal best, path
+    in_class = False
+
+    def walk(node: ast.AST, names: list[str], classy: bool) -> None:
+        nonlocal best, path, in_class
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = names + [child.name]
                 if isinstance(child, ast.ClassDef) or not (child.lineno <= line <= (child.end_lineno or 0)):
-                    walk(child, inner)
+                    walk(child, inner, classy or isinstance(child, ast.ClassDef))
                     continue
                 if child.body[0].lineno <= line:  # a line of its body, not of its signature or decorators
-                    best, path = child, inner
-                walk(child, inner)
+                    best, path, in_class = child, inner, classy
+                walk(child, inner, classy)
             else:
-                walk(child, names)
+                walk(child, names, classy)
 
-    walk(tree, [])
+    walk(tree, [], False)
     if best is None:
         return None
     if _multiline_literal(best):
         return None  # re-indented in the copy, its text would change
+    if in_class and any(isinstance(n, ast.Attribute) and n.attr.startswith("__") and not n.attr.endswith("__")
+                        or isinstance(n, ast.Name) and n.id.startswith("__") and not n.id.endswith("__")
+                        for n in ast.walk(best)):
+        return None  # a private name the class mangles (self.__x is self._C__x there): outside the class it is not
     first = min([best.lineno] + [d.lineno for d in best.decorator_list])
     return Function(best.name, first, best.lineno, best.end_lineno or best.lineno, _free(text, best),
                     ".".join(path))
@@ -133,9 +139,10 @@ def _tc_swap_code(new, where, first_line, name):
     """Give every function made from the code of `name` at `where`:`first_line` the code of `new` (tracecheck fix):
     the module's attribute, names imported from it, a class's method, a decorator's wrapped function and a closure's
     cell keep their object and run the new code; a function that makes it (a nested def) makes the new one from now
-    on. The library's file is not edited. Raises when no such function is loaded (the library changed, or its module
-    is not imported yet: import it first)."""
+    on. The library's file is not edited. Its module is imported first when nothing of it is loaded yet (a lazy
+    package); raises when the function is not found even then (the library changed: regenerate the fix)."""
     import gc
+    import importlib
     import os
     import types
 
@@ -143,33 +150,69 @@ def _tc_swap_code(new, where, first_line, name):
         return code.co_name == name and code.co_firstlineno == first_line and \\
             os.path.realpath(code.co_filename).replace(os.sep, "/").endswith("/" + where)
 
-    olds = [f for f in gc.get_objects() if isinstance(f, types.FunctionType) and made_there(f.__code__)]
-    if not olds:
-        raise RuntimeError(f"tracecheck fix: no function {name} of {where}:{first_line} is loaded; import its "
-                           "module before this block, or regenerate the fix for the installed version")
-    for f in olds:
-        if f.__code__.co_freevars != new.__code__.co_freevars:
-            raise RuntimeError(f"tracecheck fix: {name} of {where} has other free variables than its rewrite")
-        f.__globals__.setdefault("torch", torch)  # (the rewrite calls torch.where, torch.cond, ...)
-        f.__code__ = new.__code__
-    for f in gc.get_objects():
-        if isinstance(f, types.FunctionType) and any(isinstance(c, types.CodeType) and made_there(c)
-                                                     for c in f.__code__.co_consts):
-            f.__code__ = f.__code__.replace(co_consts=tuple(
-                new.__code__ if isinstance(c, types.CodeType) and made_there(c) else c for c in f.__code__.co_consts))
+    def rebuilt(code):  # the code with the new one in place of the old, at any depth of its nested code; or None
+        def one(c):
+            if not isinstance(c, types.CodeType):
+                return c
+            return new.__code__ if made_there(c) else rebuilt(c) or c
+
+        consts = tuple(one(c) for c in code.co_consts)
+        changed = any(a is not b for a, b in zip(consts, code.co_consts))
+        return code.replace(co_consts=consts) if changed else None
+
+    def swap():
+        done = 0
+        for f in gc.get_objects():
+            if not isinstance(f, types.FunctionType):
+                continue
+            if made_there(f.__code__):
+                if f.__code__.co_freevars != new.__code__.co_freevars:
+                    raise RuntimeError(f"tracecheck fix: {name} of {where} has other free variables than its rewrite")
+                f.__code__ = new.__code__
+            elif (maker := rebuilt(f.__code__)) is not None:
+                f.__code__ = maker
+            else:
+                continue
+            f.__globals__.setdefault("torch", torch)  # (the rewrite calls torch.where, torch.cond, ...)
+            done += 1
+        return done
+
+    if not swap():
+        importlib.import_module(where.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+        if not swap():
+            raise RuntimeError(f"tracecheck fix: no function {name} of {where}:{first_line} is loaded; the library "
+                               "changed since the fix was made: regenerate it")
 '''.strip("\n")
 
 
-def block(fn: Function, rewritten: str, where: str, what: str, upstream: str) -> str:
+def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """The ``def`` line of the replacement: the same parameters, without annotations, and ``None`` for each default.
+    The block defines the function in the probe's module, where the library's names (``Optional``, a default's
+    constant) do not exist; only its code is swapped in, so the original keeps its own defaults and annotations."""
+    args = node.args
+    stub = ast.arguments(
+        posonlyargs=[ast.arg(a.arg) for a in args.posonlyargs], args=[ast.arg(a.arg) for a in args.args],
+        vararg=ast.arg(args.vararg.arg) if args.vararg else None,
+        kwonlyargs=[ast.arg(a.arg) for a in args.kwonlyargs],
+        kw_defaults=[None if d is None else ast.Constant(None) for d in args.kw_defaults],
+        kwarg=ast.arg(args.kwarg.arg) if args.kwarg else None, defaults=[ast.Constant(None) for _ in args.defaults])
+    prefix = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+    return f"{prefix} {node.name}({ast.unparse(stub)}):"
+
+
+def block(fn: Function, rewritten: str, at: int, where: str, what: str, upstream: str) -> str:
     """The probe copy's block that defines ``fn`` as rewritten (``rewritten``: the library's whole text with the
-    kept rewrites; ``fn``'s lines are found in it by its name and first line) and swaps its code in. ``what``: the
-    rewrites, for the header; ``upstream``: the diff's file name."""
+    kept rewrites, where ``fn`` starts at line ``at``) and swaps its code in. ``what``: the rewrites, for the
+    header; ``upstream``: the diff's file name."""
     tree = ast.parse(rewritten)
     node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and n.name == fn.name and min([n.lineno] + [d.lineno for d in n.decorator_list]) == fn.first), None)
+                 and n.name == fn.name and min([n.lineno] + [d.lineno for d in n.decorator_list]) == at), None)
     if node is None:
-        raise ValueError(f"{fn.name} is not in the rewritten text at line {fn.first}")
+        raise ValueError(f"{fn.name} is not in the rewritten text at line {at}")
     lines = source_lines(rewritten)[node.lineno - 1:node.end_lineno]
+    if node.body[0].lineno > node.lineno:  # the signature, evaluated in the probe's module: see _signature
+        indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
+        lines = [indent + _signature(node)] + lines[node.body[0].lineno - node.lineno:]
     body = textwrap.dedent("\n".join(lines))
     maker = f"_tc_rewritten_{fn.name}_{fn.first}"
     head = [f"# ---- tracecheck fix: `{fn.qualname}` of {where} (line {fn.first}), rewritten: {what}. The library's "

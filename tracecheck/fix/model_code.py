@@ -29,7 +29,7 @@ from .library import UPSTREAM_MARK
 from .outputs import check_output
 from .prelude import read_source
 from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, rewrites_model_code
-from .rewrites import REWRITES, Candidate, Edit, Site, Source, branch_at, c_call_at, candidates, new_span
+from .rewrites import REWRITES, Candidate, Edit, Site, Source, branch_at, c_call_at, candidates, new_span, why_none
 from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
 from .tasks import EagerCompareTask, EagerDumpTask, ObserveCallsTask
 from .verify_shapes import check_shapes
@@ -418,14 +418,17 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     src, copies = Source(text), Copies(path, text)
     found = _c_calls(found, src, path, name, opts.namespace, task)
     plans = [(site, candidates(src, site, copies.library(site.file) if site.file else None)) for site in found]
-    for site, _ in plans:
+    for site, cands in plans:
+        here = copies.library(site.file) if site.file else src
         out.sites.append(SiteOutcome(site.line, site.kind, site.gb_type, site.code,
-                                     file=copies.where(site.file) if site.file else ""))
+                                     file=copies.where(site.file) if site.file else "",
+                                     note="" if cands or here is None else why_none(here, site)))
     kept, report, lines_run = _search(opts, path, name, patched, probe, plans, found, out, copies, progress, task)
     site_facts = {s.line: s.facts for s in found}
     for s in out.sites:
         if s.rewrite is None:
             why = (site_facts.get(s.line) or {}).get("error")
+            why = why or s.note
             out.reasons.append(f"{s.file + ':' if s.file else 'line '}{s.line} ({s.gb_type or s.kind}): " + (
                 f"no rewrite applies{': ' + why if why else ''}" if not s.tried else
                 f"no candidate was kept (tried {', '.join(t.rewrite for t in s.tried)}; why: above)"))

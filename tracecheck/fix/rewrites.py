@@ -210,6 +210,25 @@ def candidates(src: Source, site: Site, library: "Source | None" = None) -> list
     return out
 
 
+def why_none(src: Source, site: Site) -> str:
+    """Why no rewrite applies to ``site`` (``src``: the file it is in), where the code says: a branch whose sides run
+    different code, on a value computed elsewhere or here; an op whose output size the data decides."""
+    node = src.statement_at(site.line)
+    if isinstance(node, ast.If) and node.lineno == site.line:
+        scope = _scope(src.tree, node)
+        args = getattr(scope, "args", None)
+        params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)} if args is not None else set()
+        read = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)} & params
+        elsewhere = f"it tests {', '.join(f'`{r}`' for r in sorted(read))}, which its caller computed from the " \
+            "data; " if read and not any(isinstance(n, ast.Call) for n in ast.walk(node.test)) else ""
+        return elsewhere + "its two sides run different code (not one statement differing in one value, one name " \
+            "assigned on each side, nor a raise), which no torch.where, torch.cond or graph assert expresses: a real " \
+            "data-dependent path"
+    if site.gb_type.startswith(_DYNAMIC_SHAPE_GB) or ".tolist()" in site.code:
+        return "a size or a loop count that the data decides (a real data-dependent output shape)"
+    return ""
+
+
 def _in_function(rid: str, lib: Source, site: Site, probe: Source) -> Candidate | None:
     """Rewrite ``rid`` of a library's line as a change of the function that holds it: the edits inside that function
     stay the library's (library.block makes the replacement from them); a setting it adds to the library's module
@@ -299,8 +318,9 @@ class _Scalar:
         scalar) or keeps as the tensor, without ``.item()``: one edit, so that new_span maps the lines below it; the
         comment and blank lines between the two stay."""
         after = ((self.assign.end_lineno or self.assign.lineno) + 1, 0)
-        kept = "" if self.dead else \
-            f"{src.indent(self.assign)}{self.name} = {self.tensor}  # tracecheck fix: kept a tensor (no .item())\n"
+        # (detached: .item() carried no gradient, and the value may now reach arithmetic that trains)
+        kept = "" if self.dead else f"{src.indent(self.assign)}{self.name} = {self.tensor}.detach()  # tracecheck " \
+            "fix: kept a tensor (no .item())\n"
         return Edit((self.assign.lineno, 0), edit.end,
                     kept + src.text[src.offset(after):src.offset(edit.start)] + edit.text)
 
@@ -508,7 +528,12 @@ def _as_tensor(src: Source, test: ast.expr) -> str | None:
         fn = "torch.logical_and" if isinstance(test.op, ast.And) else "torch.logical_or"
         return None if a is None or b is None else f"{fn}({a}, {b})"
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        return f"({src.segment(test)})"
+        # a scalar read with .item() compares as the 0-dim tensor it came from
+        text, start = src.segment(test), src.offset(src.span(test)[0])
+        for call in sorted((c for c in ast.walk(test) if _is_item(c)), key=lambda c: -c.col_offset):
+            lo, hi = src.offset(src.span(call.func.value)[1]) - start, src.offset(src.span(call)[1]) - start
+            text = text[:lo] + text[hi:]  # (the `.item()` after its receiver)
+        return f"({text})"
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and not test.keywords:
         owner, attr = src.segment(test.func.value), test.func.attr
         if owner == "torch" and attr == "equal" and len(test.args) == 2:
@@ -523,6 +548,9 @@ def _as_tensor(src: Source, test: ast.expr) -> str | None:
          "torch._assert_async (a check that stays in the compiled graph) under torch.compiler.is_compiling(); "
          "the gb_type 'Data-dependent branching' hint: keep the condition a tensor", library=True)
 def _graph_assert(src: Source, site: Site, probe: Source):
+    stmt = src.statement_at(site.line)
+    if isinstance(stmt, ast.Assert) and stmt.lineno == site.line and src.owns_its_lines(stmt):
+        return _assert_statement(src, stmt)
     node = _branch(src, site, ops=True)
     if node is None or node.orelse or len(node.body) != 1 or not isinstance(node.body[0], ast.Raise):
         return None
@@ -546,6 +574,28 @@ def _graph_assert(src: Source, site: Site, probe: Source):
     return (src.whole_lines(node, text),) + src.needs_torch_import(), \
         f"the guard at line {node.lineno} raises as before in eager; compiled, it is a torch._assert_async in the " \
         "graph (a RuntimeError with the same message when it fails)"
+
+
+def _is_item(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "item" and \
+        not node.args and not node.keywords
+
+
+def _assert_statement(src: Source, node: ast.Assert) -> "tuple[tuple[Edit, ...], str] | None":
+    """``assert TEST[, "message"]`` on tensor data (XLM's ``assert lengths.max().item() <= slen``): the same check as
+    a graph assert while compiling, the statement itself in eager."""
+    ok = _as_tensor(src, node.test)
+    if ok is None or (node.msg is not None and not (isinstance(node.msg, ast.Constant) and
+                                                    isinstance(node.msg.value, str))):
+        return None
+    message = node.msg.value if node.msg is not None else f"assertion failed: {_one_line(src.segment(node.test))}"
+    ind = src.indent(node)
+    unit = "\t" if "\t" in ind else "    "
+    text = (f"{ind}if {_GUARD}:  # tracecheck fix: the check stays in the graph as an assert\n"
+            f"{ind}{unit}torch._assert_async({ok}, {message!r})\n{ind}else:\n{ind}{unit}"
+            + "".join(src.lines[node.lineno - 1:node.end_lineno]).lstrip())
+    return (src.whole_lines(node, text),) + src.needs_torch_import(), \
+        f"the assert at line {node.lineno} runs as before in eager; compiled, it is a torch._assert_async in the graph"
 
 
 @rewrite("capture-scalar-outputs", "capture .item()/.tolist() as graph values",
@@ -640,6 +690,8 @@ def _differ(a: ast.AST, b: ast.AST) -> "list[tuple[ast.expr, ast.expr]] | None":
         return [(a, b)] if isinstance(a, ast.expr) and isinstance(b, ast.expr) else None
     if ast.dump(a) == ast.dump(b):
         return []
+    if isinstance(a, ast.Call) and isinstance(b, ast.Call) and ast.dump(a.func) != ast.dump(b.func):
+        return [(a, b)]  # another function called: the calls' values differ, not a callee to select
     out: list[tuple[ast.expr, ast.expr]] = []
     for (name, x), (_, y) in zip(ast.iter_fields(a), ast.iter_fields(b)):
         if isinstance(x, list) and isinstance(y, list):

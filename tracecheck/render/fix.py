@@ -37,7 +37,7 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
             p(f"    rewrite {site.rewrite}: {site.note}")
             p(f"      (follows {site.doc})")
         elif not site.tried:
-            p("    no rewrite applies")
+            p(f"    no rewrite applies{': ' + site.note if site.note else ''}")
     if o.diff:
         p()
         p(o.diff.rstrip("\n"))

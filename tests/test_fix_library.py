@@ -1,0 +1,338 @@
+"""``tracecheck fix`` for graph breaks in library code, applied from the user's side (issue 51; fix/library.py).
+
+The library is tests/models/breakylib, installed into this environment as a real distribution (under
+site-packages, not editable) with the patterns GraphMend's paper finds in Hugging Face models: a logger call
+(``Logger.warning_once``, as transformers defines it), a longrope-style data-dependent branch in a nested function
+of a decorator, a validation guard that raises, an ``.item()``. The oracles: plain torch in a fresh process (the
+patched copy compiles with ``fullgraph=True``, forward and backward, equal to the unpatched library run eagerly,
+where the branch is taken and where it is not), the library's files byte for byte, ``git apply`` of the upstream
+diff, and literals written by hand for the pure parts.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+
+from tracecheck.fix import library, rewrites
+from tracecheck.fix.rewrites import Site, Source
+
+TESTS = Path(__file__).resolve().parent
+LIBRARY = TESTS / "models" / "breakylib"
+PROBES = TESTS / "models" / "breaky_probes.py"
+ROPE = (LIBRARY / "src" / "breakylib" / "rope.py").read_text()
+LAYERS = (LIBRARY / "src" / "breakylib" / "layers.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def breakylib() -> Path:
+    """breakylib installed as a distribution (pip, not editable), its source and installed files the same: the
+    package folder under site-packages."""
+    sources = {p.name: p.read_bytes() for p in (LIBRARY / "src" / "breakylib").glob("*.py")}
+
+    def installed() -> Path | None:
+        try:
+            files = importlib.metadata.files("breakylib") or []
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        found = {Path(str(f.locate())).name: Path(str(f.locate())) for f in files if str(f).endswith(".py")}
+        if set(found) != set(sources) or any(found[n].read_bytes() != b for n, b in sources.items()):
+            return None
+        return next(iter(found.values())).parent
+
+    folder = installed()
+    if folder is None:
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(LIBRARY)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if proc.returncode:  # (no setuptools to build with here: let pip fetch it)
+            proc = subprocess.run([c for c in cmd if c != "--no-build-isolation"], capture_output=True, text=True,
+                                  timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        importlib.invalidate_caches()
+        folder = installed()
+    assert folder is not None and "site-packages" in str(folder), folder
+    return folder
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.py"))}
+
+
+# ---- the pure parts ------------------------------------------------------------------------------------------------
+
+
+def test_a_library_file_is_named_from_its_top_level_package(tmp_path):
+    pkg = tmp_path / "site-packages" / "lib" / "models"
+    pkg.mkdir(parents=True)
+    (pkg.parent / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "t5.py").write_text("")
+    assert library.label(str(pkg / "t5.py")) == "lib/models/t5.py"
+    (tmp_path / "mine.py").write_text("")
+    assert library.label(str(tmp_path / "mine.py"), str(tmp_path)) == "mine.py"
+
+
+def test_the_function_that_holds_a_line_is_found_with_its_closure():
+    import ast
+
+    # rope.py: longrope_frequency_update is nested in the decorator dynamic_rope_update; it closes over nothing
+    at = ROPE.splitlines().index("        if seq_len > self.original_max_position_embeddings:") + 1
+    fn = library.function_at(ast.parse(ROPE), ROPE, at)
+    assert (fn.name, fn.qualname, fn.free) == ("longrope_frequency_update",
+                                               "dynamic_rope_update.longrope_frequency_update", ())
+    assert fn.first == fn.start == ROPE.splitlines().index("    def longrope_frequency_update(self, position_ids, "
+                                                           "device):") + 1
+    # wrapper closes over longrope_frequency_update and rope_forward, and carries a decorator: its first line
+    at = ROPE.splitlines().index("        return rope_forward(self, x, position_ids)") + 1
+    fn = library.function_at(ast.parse(ROPE), ROPE, at)
+    assert fn.name == "wrapper" and fn.free == ("longrope_frequency_update", "rope_forward")
+    assert fn.first == fn.start - 1  # @wraps(rope_forward)
+    # a line of a signature or of module-level code has no function to replace
+    assert library.function_at(ast.parse(ROPE), ROPE, 1) is None
+
+
+def test_swapped_code_reaches_every_way_the_library_looks_a_function_up(tmp_path):
+    """A nested function in a closure's cell, a decorator's wrapped function, a method, a name imported elsewhere,
+    and a nested function made after the swap: all run the rewritten code; the library's file is unchanged."""
+    pkg = tmp_path / "swaplib"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = textwrap.dedent('''\
+        import functools
+
+
+        def deco(f):
+            def inner(x):
+                return f(x) + k
+            k = 1
+            return functools.wraps(f)(inner)
+
+
+        @deco
+        def base(x):
+            return x * 2
+
+
+        class C:
+            def m(self, x):
+                return x + 1
+
+
+        class D(C):
+            def m(self, x):
+                return super().m(x) * 3
+        ''')
+    (pkg / "mod.py").write_text(source)
+    (pkg / "lazy.py").write_text("def later_one(x):\n    return x - 1\n")  # imported by nothing before the swap
+    (tmp_path / "user.py").write_text("from swaplib.mod import base, deco, C\n")
+    rewritten = source.replace("return f(x) + k", "return f(x) + k + 100").replace("return x + 1", "return x + 10") \
+        .replace("return super().m(x) * 3", "return super().m(x) * 5")
+    import ast
+
+    tree = ast.parse(source)
+    inner = library.function_at(tree, source, source.splitlines().index("        return f(x) + k") + 1)
+    method = library.function_at(tree, source, source.splitlines().index("        return x + 1") + 1)
+    sub = library.function_at(tree, source, source.splitlines().index("        return super().m(x) * 3") + 1)
+    assert inner.free == ("f", "k") and sub.free == ("__class__",)  # (zero-argument super() reads the class cell)
+    lazy = "def later_one(x):\n    return x - 1\n"
+    lazy_fn = library.function_at(ast.parse(lazy), lazy, 2)
+    code = "import torch\n" + library.SWAP_HELPER + "\n\n" + "\n".join(
+        library.block(fn, rewritten, fn.first, "swaplib/mod.py", "test", "x.diff") for fn in (inner, method, sub)) + \
+        "\n" + library.block(lazy_fn, lazy.replace("x - 1", "x - 2"), 1, "swaplib/lazy.py", "test", "x.diff")
+    check = textwrap.dedent('''\
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        import user
+        import swaplib.mod as mod
+        exec(open(sys.argv[2]).read(), {"__name__": "patch"})
+        later = mod.deco(lambda x: x - 1)
+        import swaplib.lazy
+        print(mod.base(3), user.base(3), mod.C().m(1), later(5), mod.D().m(1), swaplib.lazy.later_one(5))
+        ''')
+    (tmp_path / "patch.py").write_text(code)
+    (tmp_path / "check.py").write_text(check)
+    out = subprocess.run([sys.executable, str(tmp_path / "check.py"), str(tmp_path), str(tmp_path / "patch.py")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # base(3) = 3 * 2 + 1 + 100; m(1) = 1 + 10; a deco made later: 5 - 1 + 1 + 100; D().m(1) = (1 + 10) * 5; a module
+    # nothing had imported (a lazy package's): imported by the block, 5 - 2
+    assert out.stdout.split() == ["107", "107", "11", "105", "55", "3"]
+    assert (pkg / "mod.py").read_text() == source
+
+
+def test_a_library_site_gets_settings_in_the_probe_and_code_in_a_function_of_its_own():
+    probe = Source("import torch\nfrom breakylib import TinyModel\n\n\ndef probe():\n    return TinyModel(), ()\n")
+    logger_line = LAYERS.splitlines().index(
+        '            logger.warning_once("Passing a tuple of past key values is deprecated; pass a Cache instead.")') + 1
+    site = Site(logger_line, "graph-break", "logging.Logger method not supported for non-export cases", "",
+                file="/x/site-packages/breakylib/layers.py")
+    (cand, *_) = rewrites.candidates(probe, site, Source(LAYERS))
+    assert cand.rewrite == "ignore-logging" and not cand.library
+    assert rewrites.apply(probe.text, cand.edits).endswith(
+        "\n\nimport logging  # noqa: E402  (tracecheck fix)\ntorch._dynamo.config.ignore_logging_functions.add("
+        "logging.Logger.warning_once)  # tracecheck fix: `.warning_once(...)` of a logging.Logger is a no-op while "
+        "compiling (it logs in eager)\n")
+    # the same logger call in the probe's own file keeps its exact rewrite (no setting for the whole process)
+    assert "ignore-logging" not in {c.rewrite for c in rewrites.candidates(Source(LAYERS), Site(
+        logger_line, "graph-break", "logging.Logger method not supported for non-export cases", ""))}
+    branch = ROPE.splitlines().index("        if seq_len > self.original_max_position_embeddings:") + 1
+    site = Site(branch, "data-dependent", "Data-dependent branching", "", file="/x/site-packages/breakylib/rope.py")
+    cands = {c.rewrite: c for c in rewrites.candidates(probe, site, Source(ROPE))}
+    assert "compile-guard" not in cands and "branchless" not in cands  # (no input of the probe judges them)
+    select = cands["select"]
+    assert select.function.name == "longrope_frequency_update" and not [e for e in select.edits
+                                                                         if "import torch" not in e.text]
+    assert rewrites.apply(ROPE, select.library) == ROPE.replace(
+        "        if seq_len > self.original_max_position_embeddings:\n"
+        "            if not hasattr(self, \"long_inv_freq\"):\n"
+        "                self.long_inv_freq = self.original_inv_freq / self.long_factor\n"
+        "            self.register_buffer(\"inv_freq\", self.long_inv_freq, persistent=False)\n"
+        "        else:\n"
+        "            self.original_inv_freq = self.original_inv_freq.to(device)\n"
+        "            self.register_buffer(\"inv_freq\", self.original_inv_freq, persistent=False)\n",
+        "        _tc_pred = seq_len > self.original_max_position_embeddings  # tracecheck fix: both branches run, "
+        "torch.where picks (was `if seq_len > self.original_max_position_embeddings:`)\n"
+        "        if not hasattr(self, \"long_inv_freq\"):\n"
+        "            self.long_inv_freq = self.original_inv_freq / self.long_factor\n"
+        "        self.original_inv_freq = self.original_inv_freq.to(device)\n"
+        "        self.register_buffer(\"inv_freq\", torch.where(_tc_pred, self.long_inv_freq, self.original_inv_freq), "
+        "persistent=False)\n")
+
+
+def test_select_refuses_branches_whose_statements_see_each_others_writes():
+    text = textwrap.dedent('''\
+        import torch
+
+        def f(x, s):
+            if x.sum() > 0:
+                s.a = x * 2
+                y = s.a
+            else:
+                s.a = x * 3
+                y = s.a
+            return y
+        ''')
+    site = Site(4, "data-dependent", "Data-dependent branching", "")
+    # the else side reads s.a after the then side wrote it: running both would change what it sees
+    assert "select" not in {c.rewrite for c in rewrites.candidates(Source(text), site)}
+
+
+def test_a_library_break_is_routed_to_fix_by_its_gb_type(tmp_path):
+    from tracecheck.model.report import Finding
+    from tracecheck.model.taxonomy import rewrites_model_code
+
+    lib = tmp_path / "lib.py"
+    lib.write_text("import os\n\ndef f(x):\n    os.path.isdir('.')\n    return x\n")
+
+    def finding(kind: str, gb_type: str) -> Finding:
+        return Finding(kind, "", {"gb_type": gb_type}, {"gb_type": gb_type,
+                                                        "user_frame": {"file": str(lib), "line": 4, "code": ""}})
+
+    probe = str(tmp_path / "model.py")
+    assert rewrites_model_code(finding("graph-break", "logging.Logger method not supported for non-export cases"),
+                               probe)
+    assert rewrites_model_code(finding("data-dependent", "Data-dependent branching"), probe)
+    # a loader's os.path.isdir (gb_type 'Attempted to call function marked as skipped'): no setting or rewrite
+    assert not rewrites_model_code(finding("graph-break", "Attempted to call function marked as skipped"), probe)
+
+
+# ---- end to end -----------------------------------------------------------------------------------------------------
+
+ORACLE = '''
+import importlib.util, sys, torch
+sys.path.insert(0, sys.argv[1])
+import breaky_probes
+from breakylib import TinyModel
+
+def run(model, compiled, seq):
+    torch.manual_seed(0)
+    ids, mask = breaky_probes.inputs(seq)
+    fn = torch.compile(model, backend="aot_eager", fullgraph=True) if compiled else model
+    out = fn(ids, mask)
+    grads = torch.autograd.grad(out.sum(), list(model.parameters()), allow_unused=True)
+    return out.detach(), [g for g in grads if g is not None]
+
+def model():
+    torch.manual_seed(0)
+    return TinyModel(legacy_cache=True, scaled=True)
+
+# the library as installed, eagerly: short sequences (8) and long ones (24 > 16: longrope's other branch)
+want = {seq: run(model(), False, seq) for seq in (8, 24)}
+spec = importlib.util.spec_from_file_location("patched", sys.argv[2])
+spec.loader.exec_module(importlib.util.module_from_spec(spec))  # swaps the library's functions' code
+result = {}
+for seq in (8, 24):
+    out, grads = run(model(), True, seq)
+    torch.testing.assert_close(out, want[seq][0])
+    for a, b in zip(grads, want[seq][1]):
+        torch.testing.assert_close(a, b)
+    result[seq] = "ok"
+# the guard: compiled, a graph assert; eager, the library's own ValueError
+ids, mask = breaky_probes.inputs(8)
+bad = mask.clone(); bad[0, 0] = 2.0
+compiled = torch.compile(model(), backend="aot_eager", fullgraph=True)
+try:
+    compiled(ids, bad); result["compiled_guard"] = "no error"
+except RuntimeError as e:
+    result["compiled_guard"] = str(e).splitlines()[0]
+try:
+    model()(ids, bad); result["eager_guard"] = "no error"
+except ValueError as e:
+    result["eager_guard"] = str(e)
+import json; print(json.dumps(result))
+'''
+
+
+@pytest.mark.slow
+def test_breaks_in_an_installed_library_are_fixed_from_the_users_side(tmp_path, breakylib):
+    before = _digest(breakylib)
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(PROBES, work / PROBES.name)
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "fix", f"{PROBES.name}::probe_all", "--diff",
+                           "fix.diff", "-j", "2"], capture_output=True, text=True, cwd=work, timeout=1500,
+                          env={**os.environ, "COLUMNS": "200"})
+    out = proc.stdout
+    assert proc.returncode == 0 and "fix VERIFIED" in out, out[-5000:] + proc.stderr[-2000:]
+    # per break, the fix that removed it: torch's setting where the gb_type has one, else the function rewritten
+    for rewrite in ("ignore-logging", "graph-assert", "select", "capture-scalar-outputs"):
+        assert f"rewrite {rewrite}:" in out, out[-5000:]
+    assert _digest(breakylib) == before  # nothing under site-packages changed
+    # how to apply it: the setting after the imports, the functions' blocks, or the upstream diff
+    assert "after your imports: torch._dynamo.config.capture_scalar_outputs = True; " \
+           "torch._dynamo.config.ignore_logging_functions.add(logging.Logger.warning_once)" in out
+    assert "or apply breakylib_upstream.diff to breakylib's source" in out
+    # plain torch, in a fresh process: one graph (fullgraph=True) forward and backward, equal to the library's eager
+    # results on both sides of its longrope branch; the guard still refuses a bad mask, compiled and eager
+    oracle = subprocess.run([sys.executable, "-c", ORACLE, str(TESTS / "models"), str(work / "breaky_probes_fixed.py")],
+                            capture_output=True, text=True, timeout=900, cwd=work)
+    assert oracle.returncode == 0, oracle.stderr[-4000:]
+    got = json.loads(oracle.stdout.strip().splitlines()[-1])
+    assert got == {"8": "ok", "24": "ok", "compiled_guard": "attention mask must hold 0 and 1 only",
+                   "eager_guard": "attention mask must hold 0 and 1 only"}, got
+    # the upstream diff applies to the library's own source tree, and the result is valid Python
+    tree = tmp_path / "upstream"
+    shutil.copytree(LIBRARY / "src", tree)
+    apply = subprocess.run(["git", "apply", str(work / "breakylib_upstream.diff")], cwd=tree, capture_output=True,
+                           text=True)
+    assert apply.returncode == 0, apply.stderr
+    for name in ("rope.py", "layers.py"):
+        text = (tree / "breakylib" / name).read_text()
+        compile(text, name, "exec")
+        assert "tracecheck fix" in text
+    # the probe's diff applies to the user's file and gives the patched copy without its prelude
+    applied = tmp_path / "applied"
+    applied.mkdir()
+    shutil.copy(PROBES, applied / PROBES.name)
+    run = subprocess.run(["git", "apply", str(work / "fix.diff")], cwd=applied, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "_tc_swap_code(" in (applied / PROBES.name).read_text()
