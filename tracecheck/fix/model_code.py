@@ -424,6 +424,8 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
                                      file=copies.where(site.file) if site.file else "",
                                      note="" if cands or here is None else why_none(here, site)))
     kept, report, lines_run = _search(opts, path, name, patched, probe, plans, found, out, copies, progress, task)
+    if out.status == NO_CODE_FIX:  # (the original fails eagerly: nothing was tried)
+        return
     site_facts = {s.line: s.facts for s in found}
     for s in out.sites:
         if s.rewrite is None:
@@ -432,8 +434,6 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
             out.reasons.append(f"{s.file + ':' if s.file else 'line '}{s.line} ({s.gb_type or s.kind}): " + (
                 f"no rewrite applies{': ' + why if why else ''}" if not s.tried else
                 f"no candidate was kept (tried {', '.join(t.rewrite for t in s.tried)}; why: above)"))
-    if out.status == NO_CODE_FIX:  # (the original fails eagerly)
-        return
     if not kept:
         out.status = NO_CODE_FIX
         return
