@@ -34,9 +34,9 @@ LAYERS = (LIBRARY / "src" / "breakylib" / "layers.py").read_text()
 
 
 @pytest.fixture(scope="module")
-def breakylib() -> Path:
-    """breakylib installed as a distribution (pip, not editable), its source and installed files the same: the
-    package folder under site-packages."""
+def breakylib(tmp_path_factory) -> Path:
+    """breakylib installed as a distribution (pip, not editable; built from a copy, so that no build folder is left
+    in the repository), its source and installed files the same: the package folder under site-packages."""
     sources = {p.name: p.read_bytes() for p in (LIBRARY / "src" / "breakylib").glob("*.py")}
 
     def installed() -> Path | None:
@@ -51,7 +51,9 @@ def breakylib() -> Path:
 
     folder = installed()
     if folder is None:
-        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(LIBRARY)]
+        copy = tmp_path_factory.mktemp("breakylib") / "breakylib"
+        shutil.copytree(LIBRARY, copy, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(copy)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if proc.returncode:  # (no setuptools to build with here: let pip fetch it)
             proc = subprocess.run([c for c in cmd if c != "--no-build-isolation"], capture_output=True, text=True,
@@ -153,6 +155,12 @@ def test_swapped_code_reaches_every_way_the_library_looks_a_function_up(tmp_path
         sys.path.insert(0, sys.argv[1])
         import user
         import swaplib.mod as mod
+        import weakref
+        class Gone:
+            pass
+        gone = Gone()
+        dead = weakref.proxy(gone)  # a dead proxy among the collector's objects: its __class__ raises
+        del gone
         exec(open(sys.argv[2]).read(), {"__name__": "patch"})
         later = mod.deco(lambda x: x - 1)
         import swaplib.lazy

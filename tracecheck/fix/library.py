@@ -163,7 +163,7 @@ def _tc_swap_code(new, where, first_line, name):
     def swap():
         done = 0
         for f in gc.get_objects():
-            if not isinstance(f, types.FunctionType):
+            if type(f) is not types.FunctionType:  # (not isinstance: a dead weak proxy raises on its __class__)
                 continue
             if made_there(f.__code__):
                 if f.__code__.co_freevars != new.__code__.co_freevars:
