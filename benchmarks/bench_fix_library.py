@@ -134,6 +134,8 @@ def main() -> None:
         rows.append((name, fixed, plain, untouched))
         sites = "; ".join(f"{s['where']} {s['gb_type'][:30]}: {s['rewrite'] or 'not removed (' + (s['why'] or 'no candidate kept') + ')'}"
                           for s in fixed.get("sites", []))
+        if "error" in plain:
+            print(f"\n{name}: plain torch.compile failed: {plain['error']}")
         print(f"\n{name}: graphs {plain.get('before')} -> {plain.get('after', '-')} (outputs equal: "
               f"{plain.get('equal', '-')}); fix {fixed.get('status', fixed.get('error'))} in {fixed.get('seconds')} s; "
               f"site-packages unchanged: {untouched}\n  {sites}", flush=True)
