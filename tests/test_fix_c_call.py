@@ -200,3 +200,21 @@ def test_the_call_is_found_on_its_line_with_its_argument_names():
     assert got["positional"] == 3 and got["span"] == ((6, 12), (6, 21)) and got["first"] == got["last"] == 6
     assert "unpacks *args" in c_call_at(src, 7, "ext.fused")
     assert "not a module-level name" in c_call_at(src, 8, "ext.fused")
+
+
+def test_a_callee_bound_to_a_local_is_refused_with_why():
+    """The CANN/DeepSpeed OpBuilder form, `op_module = builder.load(); op_module.mhc_post(...)` in the wrapper's
+    no-grad path: no module-level name holds the callee (it said `KeyError: 'op_module'` when recording); the
+    reason names the local and where the same call does get a fix (the Function on the training path)."""
+    text = textwrap.dedent('''
+        import torch
+
+        def mhc_post(x, h):
+            op_module = mhc_post_op_builder.load()
+            return op_module.mhc_post(x, h)
+    ''')
+    got = c_call_at(Source(text), 6, "tracecheck_mhc.pybind11_detail_function_record_v1.mhc_post")
+    assert got == ("`op_module.mhc_post` is called through `op_module`, a local of its function (`op_module = "
+                   "mhc_post_op_builder.load()`), which no module-level name holds for a custom op to replace; where "
+                   "the same call sits in an autograd.Function (the wrapper's training path), fix converts that "
+                   "Function")

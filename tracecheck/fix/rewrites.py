@@ -902,6 +902,14 @@ def c_call_at(src: Source, line: int, builtin: str) -> "dict[str, Any] | str":
     root = src.segment(call.func).split(".")[0]
     if root in ("torch", "self"):
         return f"`{src.segment(call.func)}` is not a module-level name of the file"
+    scope = _scope(src.tree, node)
+    bound = [n for n in ast.walk(scope) if isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == root for t in n.targets)] if scope is not src.tree else []
+    if bound:  # an OpBuilder's loader (`op_module = builder.load()`): no name the copy can rebind holds the callee
+        return f"`{src.segment(call.func)}` is called through `{root}`, a local of its function " \
+               f"(`{_one_line(src.segment(bound[0]))}`), which no module-level name holds for a custom op to " \
+               "replace; where the same call sits in an autograd.Function (the wrapper's training path), fix " \
+               "converts that Function"
     if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
         return "the call unpacks *args/**kwargs; a custom op needs one parameter per argument"
     # the op's parameters may not hide the names its body reads (torch, the callee's module) nor tracecheck's own
