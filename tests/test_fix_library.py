@@ -232,6 +232,17 @@ def test_select_refuses_branches_whose_statements_see_each_others_writes():
     site = Site(4, "data-dependent", "Data-dependent branching", "")
     # the else side reads s.a after the then side wrote it: running both would change what it sees
     assert "select" not in {c.rewrite for c in rewrites.candidates(Source(text), site)}
+    # a statement run for its effect would now run for the other side's inputs too; an attribute both sides write
+    # would end with the else side's value whatever the test says
+    for then, other in [("s.log.append(1)", "s.b = x * 3"), ("s.mode = 1", "s.mode = 2")]:
+        changed = text.replace("        s.a = x * 2\n        y = s.a", f"        {then}\n        y = x * 2").replace(
+            "        s.a = x * 3\n        y = s.a", f"        {other}\n        y = x * 3")
+        assert "y = x * 2" in changed and "y = x * 3" in changed
+        assert "select" not in {c.rewrite for c in rewrites.candidates(Source(changed), site)}, changed
+    ok = text.replace("        s.a = x * 2\n        y = s.a", "        s.a = x * 2\n        y = s.a * 2").replace(
+        "        s.a = x * 3\n        y = s.a", "        s.b = x * 3\n        y = s.b")
+    cands = {c.rewrite: c for c in rewrites.candidates(Source(ok), site)}
+    assert "`s.a`, `s.b` now assigned for every input" in cands["select"].note
 
 
 def test_a_library_break_is_routed_to_fix_by_its_gb_type(tmp_path):

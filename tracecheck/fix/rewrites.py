@@ -713,6 +713,18 @@ def _differ(a: ast.AST, b: ast.AST) -> "list[tuple[ast.expr, ast.expr]] | None":
     return out
 
 
+def _assigns_only(stmts: list[ast.stmt]) -> bool:
+    """Statements that only assign (names, attributes, items), or ``if`` blocks of such (a cached attribute:
+    ``if not hasattr(self, "x"): self.x = ...``): nothing run for its effect alone."""
+    for s in stmts:
+        if isinstance(s, ast.If):
+            if not (_assigns_only(s.body) and _assigns_only(s.orelse)):
+                return False
+        elif not isinstance(s, (ast.Assign, ast.AnnAssign)):
+            return False
+    return True
+
+
 def _written(stmts: list[ast.stmt], src: Source) -> set[str]:
     """Names and attribute/subscript targets (as text) the statements assign."""
     out: set[str] = set()
@@ -753,26 +765,32 @@ def _select(src: Source, site: Site, probe: Source):
         return None
     a, b = pairs[0]
     pre_a, pre_b = node.body[:-1], node.orelse[:-1]
+    if not (_assigns_only(pre_a) and _assigns_only(pre_b)):
+        return None  # a statement run for its effect (an append, a print) would now run on the other side's inputs
     # the then-branch's statements run first, then the else-branch's, then the last one: what the first writes must
-    # not be read after it by the other side, nor what the second writes by the then-side's value
-    if _written(pre_a, src) & _read([*pre_b, b], src) or _written(pre_b, src) & _read([a], src):
+    # not be read after it by the other side, nor what the second writes by the then-side's value, and no name or
+    # attribute may be written on both sides (the second would win whatever the test says)
+    written_a, written_b = _written(pre_a, src), _written(pre_b, src)
+    if written_a & _read([*pre_b, b], src) or written_b & _read([a], src) or written_a & written_b:
         return None
     if not all(src.owns_its_lines(s) for s in (*node.body, *node.orelse)):
         return None
     ind = src.indent(node)
     last = src.segment(last_a)
-    (s0, s1), (e0, e1) = src.span(last_a), src.span(a)
-    start, end = src.offset(s0), src.offset(s1)
+    start = src.offset(src.span(last_a)[0])
+    e0, e1 = src.span(a)
     lo, hi = src.offset(e0) - start, src.offset(e1) - start
     last = last[:lo] + f"torch.where(_tc_pred, {src.segment(a)}, {src.segment(b)})" + last[hi:]
     prefix = "".join(textwrap.indent(textwrap.dedent("".join(src.lines[s.lineno - 1:s.end_lineno])), ind)
                      for s in (*pre_a, *pre_b))
     text = (f"{ind}_tc_pred = {src.segment(node.test)}  # tracecheck fix: both branches run, torch.where picks "
-            f"(was `if {_one_line(src.segment(node.test))}:`)\n" + prefix + ind + last.replace("\n", "\n"))
+            f"(was `if {_one_line(src.segment(node.test))}:`)\n" + prefix + ind + last)
+    both = sorted(written_a | written_b)
     return (src.whole_lines(node, text),) + src.needs_torch_import(), \
         f"the `if` at line {node.lineno}: both branches' statements run, and their last one takes " \
-        f"torch.where(test, `{_one_line(src.segment(a))}`, `{_one_line(src.segment(b))}`) (exact while running " \
-        "the other branch's statements has no effect the data can see)"
+        f"torch.where(test, `{_one_line(src.segment(a))}`, `{_one_line(src.segment(b))}`)" + (
+            f"; {', '.join(f'`{w}`' for w in both)} now assigned for every input (review that nothing after the "
+            "`if` reads them as a sign of which side ran)" if both else "")
 
 
 @rewrite("branchless", "apply the transform unconditionally",
