@@ -351,8 +351,8 @@ def test_shapes_the_users_own_backward_refuses_do_not_fail_the_fix(tmp_path):
     outcome, _, tmp = _fix(tmp_path, f"{tmp_path / 'lin2.py'}::probe")
     assert "fake-mismatch" in outcome.kinds
     assert outcome.status == VERIFIED, outcome.reasons
-    assert "backend-error" not in outcome.no_code_fix
-    assert "backend-error" in outcome.cured or "backend-error" not in outcome.kinds
+    assert "backend-error" in outcome.kinds  # (the diagnosis's fullgraph, through AOTAutograd: the wrong fake's)
+    assert "backend-error" not in outcome.no_code_fix and "backend-error" in outcome.cured
     (op,) = outcome.shapes
     own = [label for label, _ in op.own_refused]
     assert any(" at rank 3 " in label for label in own) and not op.failed, (own, op.failed)

@@ -148,8 +148,8 @@ def test_swapped_code_reaches_every_way_the_library_looks_a_function_up(tmp_path
     lazy = "def later_one(x):\n    return x - 1\n"
     lazy_fn = library.function_at(ast.parse(lazy), lazy, 2)
     code = "import torch\n" + library.SWAP_HELPER + "\n\n" + "\n".join(
-        library.block(fn, rewritten, fn.first, "swaplib/mod.py", "test", "x.diff") for fn in (inner, method, sub)) + \
-        "\n" + library.block(lazy_fn, lazy.replace("x - 1", "x - 2"), 1, "swaplib/lazy.py", "test", "x.diff")
+        library.block(fn, rewritten, fn.first, "swaplib/mod.py", "test", "x.diff")[0] for fn in (inner, method, sub)) + \
+        "\n" + library.block(lazy_fn, lazy.replace("x - 1", "x - 2"), 1, "swaplib/lazy.py", "test", "x.diff")[0]
     check = textwrap.dedent('''\
         import sys
         sys.path.insert(0, sys.argv[1])
@@ -162,6 +162,7 @@ def test_swapped_code_reaches_every_way_the_library_looks_a_function_up(tmp_path
         dead = weakref.proxy(gone)  # a dead proxy among the collector's objects: its __class__ raises
         del gone
         exec(open(sys.argv[2]).read(), {"__name__": "patch"})
+        exec(open(sys.argv[2]).read(), {"__name__": "patch"})  # twice (a block pasted beside the patched copy)
         later = mod.deco(lambda x: x - 1)
         import swaplib.lazy
         print(mod.base(3), user.base(3), mod.C().m(1), later(5), mod.D().m(1), swaplib.lazy.later_one(5))
@@ -234,7 +235,9 @@ def test_select_refuses_branches_whose_statements_see_each_others_writes():
     assert "select" not in {c.rewrite for c in rewrites.candidates(Source(text), site)}
     # a statement run for its effect would now run for the other side's inputs too; an attribute both sides write
     # would end with the else side's value whatever the test says
-    for then, other in [("s.log.append(1)", "s.b = x * 3"), ("s.mode = 1", "s.mode = 2")]:
+    for then, other in [("s.log.append(1)", "s.b = x * 3"), ("s.mode = 1", "s.mode = 2"),
+                        ("t = x.add_(1)", "s.b = x * 3"),  # an in-place op: x changes for the else side too
+                        ("s.buf[0] = 1", "s.b = x * 3")]:  # an item of s.buf changed in place, s read after it
         changed = text.replace("        s.a = x * 2\n        y = s.a", f"        {then}\n        y = x * 2").replace(
             "        s.a = x * 3\n        y = s.a", f"        {other}\n        y = x * 3")
         assert "y = x * 2" in changed and "y = x * 3" in changed
@@ -355,3 +358,42 @@ def test_breaks_in_an_installed_library_are_fixed_from_the_users_side(tmp_path, 
     run = subprocess.run(["git", "apply", str(work / "fix.diff")], cwd=applied, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "_tc_swap_code(" in (applied / PROBES.name).read_text()
+
+
+def test_the_copy_maps_a_library_line_to_its_rewritten_line_whatever_the_signature(tmp_path):
+    """The block writes the signature on one line (no annotations, defaults None) and keeps the body's numbering: a
+    library line maps to the copy's line that holds its rewrite, which is where the stages look for Dynamo still
+    stopping."""
+    from tracecheck.fix.copies import Copies, Patch
+
+    lib = tmp_path / "site-packages" / "siglib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("")
+    text = textwrap.dedent('''\
+        import torch
+        from typing import Optional
+
+
+        def check(
+            mask: torch.Tensor,
+            strict: Optional[bool] = None,
+        ) -> None:
+            # the mask holds 0 and 1 only
+            if not torch.equal(mask, (mask > 0).to(mask.dtype)):
+                raise ValueError("mask must hold 0 and 1")
+        ''')
+    (lib / "checks.py").write_text(text)
+    probe = tmp_path / "model.py"
+    probe.write_text("import torch\nimport siglib.checks\n\n\ndef probe():\n    return siglib.checks.check, ()\n")
+    site = Site(10, "data-dependent", "Data dependent operator", "", file=str(lib / "checks.py"))
+    copies = Copies(str(probe), probe.read_text())
+    (cand,) = [c for c in rewrites.candidates(Source(probe.read_text()), site, copies.library(site.file))
+               if c.rewrite == "graph-assert"]
+    patch = Patch().with_(cand, site.file)
+    runnable, _, lib_line = copies.runnable(patch, str(tmp_path / "model_fixed.py"))
+    lines = runnable.splitlines()
+    at = lib_line(site.file, rewrites.new_span(patch.lib_edits(site.file), 10, 10)[0])
+    assert lines[at - 1].strip() == "if torch.compiler.is_compiling():  # tracecheck fix: the check stays in the graph " \
+                                    "as an assert"
+    assert "    def check(mask, strict=None):" in lines  # (Optional is the library's name, not the probe's)
+    compile(runnable, "model_fixed.py", "exec")

@@ -149,7 +149,7 @@ def test_a_tab_indented_print_is_guarded_with_a_tab():
 
 
 def test_own_files_only_are_overwritten_and_only_utf8_is_rewritten(tmp_path):
-    from tracecheck.fix.model_code import DIFF_MARK
+    from tracecheck.fix.copies import DIFF_MARK
     from tracecheck.fix.pipeline import check_output
     from tracecheck.fix.prelude import read_source
     from tracecheck.model.exitcodes import UsageError

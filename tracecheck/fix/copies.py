@@ -13,7 +13,8 @@ from ..model.exitcodes import UsageError
 from . import library
 from .library import Function
 from .prelude import read_source, source_lines, with_prelude
-from .rewrites import Candidate, Edit, Source, apply, new_span, overlap
+from .rewrites import Candidate
+from .sourcetext import Edit, Source, apply, new_span, overlap
 
 #: the first line of every diff ``fix`` writes: only such a file is ever overwritten by ``--diff``
 DIFF_MARK = "# tracecheck fix: a rewrite of"
@@ -83,6 +84,11 @@ class Copies:
         got = self.sources[file]
         return got if isinstance(got, Source) else None
 
+    def unreadable(self, file: str) -> str:
+        """Why ``file`` could not be read ("" when it was)."""
+        got = self.sources.get(file, "")
+        return got if isinstance(got, str) else ""
+
     def where(self, file: str) -> str:
         return library.label(file, os.path.dirname(os.path.abspath(self.path)))
 
@@ -104,10 +110,9 @@ class Copies:
             edits = patch.lib_edits(file)
             rewritten = apply(src.text, edits)
             lo, hi = new_span(edits, fn.start, fn.end)
-            code = library.block(fn, rewritten, new_span(edits, fn.first, fn.first)[0], self.where(file),
-                                 ", ".join(dict.fromkeys(what)), self.upstream_name(file))
-            head = 2 + (1 if fn.free else 0)  # the comment, the maker's def, its free names
-            blocks.append(_Block(file, lo, hi, line + 1 + head))  # (the blank line before each block)
+            code, at = library.block(fn, rewritten, new_span(edits, fn.first, fn.first)[0], self.where(file),
+                                     ", ".join(dict.fromkeys(what)), self.upstream_name(file))
+            blocks.append(_Block(file, lo, hi, line + at))  # (after the blank line before each block)
             parts.append("\n" + code)
             line += len(source_lines("\n" + code, keepends=True))
         return "".join(parts), blocks

@@ -28,7 +28,6 @@ from .prelude import source_lines
 
 #: the first line of each upstream diff ``fix`` writes: only such a file is ever overwritten
 UPSTREAM_MARK = "# tracecheck fix: the same change for upstream, against"
-_SITE = ("site-packages", "dist-packages")
 
 
 def label(path: str, probe_dir: str = "") -> str:
@@ -48,11 +47,6 @@ def label(path: str, probe_dir: str = "") -> str:
     return os.path.basename(full)
 
 
-def installed(path: str) -> bool:
-    """Is the file an installed package's (under site-packages), which ``fix`` must never edit?"""
-    return any(f"{os.sep}{s}{os.sep}" in os.path.realpath(path) for s in _SITE)
-
-
 @dataclass(frozen=True)
 class Function:
     """The innermost function of a library file that holds a break: what ``_tc_swap_code`` finds it by, and what
@@ -70,10 +64,20 @@ class Function:
 
 
 def function_at(tree: ast.Module, text: str, line: int) -> Function | None:
-    """The innermost ``def`` whose body holds ``line`` (a lambda or module-level code has none to replace)."""
+    """The innermost ``def`` whose body holds ``line``, where the copy can replace it (``why_not`` says why not)."""
+    got = _replaceable(tree, text, line)
+    return got if isinstance(got, Function) else None
+
+
+def why_not(tree: ast.Module, text: str, line: int) -> str:
+    """Why no function holding ``line`` can be replaced from the probe's copy ("" when one can)."""
+    got = _replaceable(tree, text, line)
+    return got if isinstance(got, str) else ""
+
+
+def _replaceable(tree: ast.Module, text: str, line: int) -> "Function | str":
     best: ast.FunctionDef | ast.AsyncFunctionDef | None = None
     path: list[str] = []
-
     in_class = False
 
     def walk(node: ast.AST, names: list[str], classy: bool) -> None:
@@ -92,13 +96,15 @@ def function_at(tree: ast.Module, text: str, line: int) -> Function | None:
 
     walk(tree, [], False)
     if best is None:
-        return None
-    if _multiline_literal(best):
-        return None  # re-indented in the copy, its text would change
+        return "the line is module-level code (or a lambda's, or a signature's): no function holds it to replace"
+    if _multiline_literal(best):  # re-indented in the copy, its text would change
+        return f"`{best.name}` holds a string literal over several lines, whose value the copy's re-indented text " \
+               "would change"
     if in_class and any(isinstance(n, ast.Attribute) and n.attr.startswith("__") and not n.attr.endswith("__")
                         or isinstance(n, ast.Name) and n.id.startswith("__") and not n.id.endswith("__")
                         for n in ast.walk(best)):
-        return None  # a private name the class mangles (self.__x is self._C__x there): outside the class it is not
+        # a private name the class mangles (self.__x is self._C__x there): outside the class it is not
+        return f"`{best.name}` reads a class-private name (`__x`), which only its class's own text mangles"
     first = min([best.lineno] + [d.lineno for d in best.decorator_list])
     return Function(best.name, first, best.lineno, best.end_lineno or best.lineno, _free(text, best),
                     ".".join(path))
@@ -140,21 +146,32 @@ def _tc_swap_code(new, where, first_line, name):
     the module's attribute, names imported from it, a class's method, a decorator's wrapped function and a closure's
     cell keep their object and run the new code; a function that makes it (a nested def) makes the new one from now
     on. The library's file is not edited. Its module is imported first when nothing of it is loaded yet (a lazy
-    package); raises when the function is not found even then (the library changed: regenerate the fix)."""
+    package); raises when the function is not found even then (the library changed: regenerate the fix). Running it
+    again (the block pasted twice, a module reloaded) swaps again: the codes it installed are kept in a module of
+    its own, `sys.modules["_tc_swapped"]`."""
     import gc
     import importlib
     import os
+    import sys
     import types
 
+    swapped = sys.modules.setdefault("_tc_swapped", types.ModuleType("_tc_swapped"))
+    ours = swapped.__dict__.setdefault((where, first_line, name), [])
+
     def made_there(code):
-        return code.co_name == name and code.co_firstlineno == first_line and \\
+        return any(code is c for c in ours) or code.co_name == name and code.co_firstlineno == first_line and \\
             os.path.realpath(code.co_filename).replace(os.sep, "/").endswith("/" + where)
+
+    def same_cells(code):
+        if code.co_freevars != new.__code__.co_freevars:
+            raise RuntimeError(f"tracecheck fix: {name} of {where} has other free variables than its rewrite")
+        return new.__code__
 
     def rebuilt(code):  # the code with the new one in place of the old, at any depth of its nested code; or None
         def one(c):
             if not isinstance(c, types.CodeType):
                 return c
-            return new.__code__ if made_there(c) else rebuilt(c) or c
+            return same_cells(c) if made_there(c) else rebuilt(c) or c
 
         consts = tuple(one(c) for c in code.co_consts)
         changed = any(a is not b for a, b in zip(consts, code.co_consts))
@@ -166,9 +183,7 @@ def _tc_swap_code(new, where, first_line, name):
             if type(f) is not types.FunctionType:  # (not isinstance: a dead weak proxy raises on its __class__)
                 continue
             if made_there(f.__code__):
-                if f.__code__.co_freevars != new.__code__.co_freevars:
-                    raise RuntimeError(f"tracecheck fix: {name} of {where} has other free variables than its rewrite")
-                f.__code__ = new.__code__
+                f.__code__ = same_cells(f.__code__)
             elif (maker := rebuilt(f.__code__)) is not None:
                 f.__code__ = maker
             else:
@@ -182,6 +197,7 @@ def _tc_swap_code(new, where, first_line, name):
         if not swap():
             raise RuntimeError(f"tracecheck fix: no function {name} of {where}:{first_line} is loaded; the library "
                                "changed since the fix was made: regenerate it")
+    ours.append(new.__code__)
 '''.strip("\n")
 
 
@@ -200,10 +216,11 @@ def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     return f"{prefix} {node.name}({ast.unparse(stub)}):"
 
 
-def block(fn: Function, rewritten: str, at: int, where: str, what: str, upstream: str) -> str:
+def block(fn: Function, rewritten: str, at: int, where: str, what: str, upstream: str) -> tuple[str, int]:
     """The probe copy's block that defines ``fn`` as rewritten (``rewritten``: the library's whole text with the
-    kept rewrites, where ``fn`` starts at line ``at``) and swaps its code in. ``what``: the rewrites, for the
-    header; ``upstream``: the diff's file name."""
+    kept rewrites, where ``fn`` starts at line ``at``) and swaps its code in, and the block's line (1-based) that
+    holds the ``def``: the function's lines follow it one for one. ``what``: the rewrites, for the header;
+    ``upstream``: the diff's file name."""
     tree = ast.parse(rewritten)
     node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == fn.name and min([n.lineno] + [d.lineno for d in n.decorator_list]) == at), None)
@@ -212,7 +229,8 @@ def block(fn: Function, rewritten: str, at: int, where: str, what: str, upstream
     lines = source_lines(rewritten)[node.lineno - 1:node.end_lineno]
     if node.body[0].lineno > node.lineno:  # the signature, evaluated in the probe's module: see _signature
         indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
-        lines = [indent + _signature(node)] + lines[node.body[0].lineno - node.lineno:]
+        gap = node.body[0].lineno - node.lineno  # (its lines, and comments before the body: blank, so that the
+        lines = [indent + _signature(node)] + [""] * (gap - 1) + lines[gap:]  # lines keep their numbering)
     body = textwrap.dedent("\n".join(lines))
     maker = f"_tc_rewritten_{fn.name}_{fn.first}"
     head = [f"# ---- tracecheck fix: `{fn.qualname}` of {where} (line {fn.first}), rewritten: {what}. The library's "
@@ -220,6 +238,7 @@ def block(fn: Function, rewritten: str, at: int, where: str, what: str, upstream
             f"def {maker}():"]
     if fn.free:  # its closure's names, so that the code takes the original's cells
         head.append(f"    {' = '.join(fn.free)} = None  # (bound by the original's closure)")
-    return "\n".join(head + [textwrap.indent(body, "    "), f"    return {fn.name}", "",
+    text = "\n".join(head + [textwrap.indent(body, "    "), f"    return {fn.name}", "",
                              f"_tc_swap_code({maker}(), {where!r}, {fn.first}, {fn.name!r})", ""])
+    return text, len(head) + 1
 

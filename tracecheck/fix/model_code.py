@@ -24,12 +24,14 @@ from ..model.reportio import write_text_atomic
 from ..model.targets import COMPILE
 from ..stages import STAGES, target_of
 from ..stages import order as stage_order
-from .copies import DIFF_MARK, Copies, Patch, how_to_apply
+from .copies import Copies, Patch, how_to_apply
 from .library import UPSTREAM_MARK
 from .outputs import check_output
 from .prelude import read_source
 from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, rewrites_model_code
-from .rewrites import REWRITES, Candidate, Edit, Site, Source, branch_at, c_call_at, candidates, new_span, why_none
+from .branches import branch_at
+from .rewrites import REWRITES, Candidate, c_call_at, candidates, why_none
+from .sourcetext import Edit, Site, Source, new_span
 from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
 from .tasks import EagerCompareTask, EagerDumpTask, ObserveCallsTask
 from .verify_shapes import check_shapes
@@ -352,6 +354,20 @@ def _try(lines: _Lines, patched: str, name: str, before: dict[str, Any],
                          seconds=round(sum(r.seconds for r in runs), 2))
 
 
+def _gone(site: Site, kept: Patch, copies: Copies, patched: str, probe: ProbeReport, now: dict[str, Any]) -> bool:
+    """Has what is kept already taken the site's break away: the explain stage saw it in the original (which records
+    every break, where fullgraph stops at the first), and no stage of the last kept copy stops at its lines?"""
+    explain = probe.stages.get("explain")
+    seen = explain is not None and any(
+        f.kind in KINDS and f.user_frame is not None and f.user_frame.line == site.line and
+        os.path.realpath(f.user_frame.file) == os.path.realpath(site.file or copies.path) for f in explain.findings)
+    if not seen or "explain" not in now:
+        return False
+    _, copy_line, lib_line = copies.runnable(kept, patched)
+    lines = _Lines.of(site, kept, copy_line, lib_line, patched)
+    return not any(f.kind in KINDS and lines.hold(f.user_frame) for r in now.values() for f in r.findings)
+
+
 def _same_call(site: Site, other: Site) -> bool:
     """Does the library site ``other`` rebind the same callee in the same module as ``site`` (one op serves every
     line of that library that calls it)?"""
@@ -420,16 +436,15 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     plans = [(site, candidates(src, site, copies.library(site.file) if site.file else None)) for site in found]
     for site, cands in plans:
         here = copies.library(site.file) if site.file else src
+        why = "" if cands else copies.unreadable(site.file) if here is None else why_none(here, site)
         out.sites.append(SiteOutcome(site.line, site.kind, site.gb_type, site.code,
-                                     file=copies.where(site.file) if site.file else "",
-                                     note="" if cands or here is None else why_none(here, site)))
+                                     file=copies.where(site.file) if site.file else "", note=why))
     kept, report, lines_run = _search(opts, path, name, patched, probe, plans, found, out, copies, progress, task)
     if out.status == NO_CODE_FIX:  # (the original fails eagerly: nothing was tried)
         return
-    site_facts = {s.line: s.facts for s in found}
-    for s in out.sites:
+    for site, s in zip(found, out.sites):
         if s.rewrite is None:
-            why = (site_facts.get(s.line) or {}).get("error")
+            why = (site.facts or {}).get("error")
             why = why or s.note
             out.reasons.append(f"{s.file + ':' if s.file else 'line '}{s.line} ({s.gb_type or s.kind}): " + (
                 f"no rewrite applies{': ' + why if why else ''}" if not s.tried else
@@ -493,8 +508,14 @@ def _search(opts: Any, path: str, name: str, patched: str, probe: ProbeReport,
             if owner is not None:
                 outcome.rewrite, outcome.note = owner[1].rewrite, f"rewritten with line {owner[0].line}"
                 outcome.covered = True
+            elif report is not None and _gone(site, kept, copies, patched, probe, before):
+                # a setting kept for an earlier site (ignore_logging_functions) took this break away too
+                last = kept_at[-1]
+                outcome.rewrite, outcome.note = last[1].rewrite, f"gone with the rewrites kept before it " \
+                                                                 f"(the last: line {last[0].line}'s {last[1].rewrite})"
+                outcome.covered = True
             bases = [held, None] if held is not None else [None]
-            for base in bases if owner is None else ():
+            for base in bases if not outcome.covered else ():
                 for cand in cands:
                     under = kept.with_(base.cand, base.site.file) if base else kept
                     label = cand.rewrite + (f" with {base.cand.rewrite} at line {base.site.line}" if base else "")
@@ -535,8 +556,8 @@ def _search(opts: Any, path: str, name: str, patched: str, probe: ProbeReport,
                         held = _Held(site, outcome, cand)
                 if outcome.rewrite:
                     break
-            if held is not None and held.site is not site:
-                held = None  # tried with one site's candidates: no further
+            if held is not None and (held.site is not site or outcome.rewrite):
+                held = None  # tried with one site's candidates, or its own site kept another: no further
             if outcome.rewrite:
                 outcome.doc = REWRITES[outcome.rewrite].doc
     if not kept and wrote and os.path.exists(patched):  # the last candidate this run tried: not a fix

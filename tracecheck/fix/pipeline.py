@@ -19,7 +19,7 @@ from ..model.taxonomy import K, kinds, needs_registration_fix, rewrites_model_co
 from ..isolate.runner import Runner, Task
 from ..model.tasks import DEFAULT_TIMEOUT_S, ProcessTask
 from .tasks import AnalyzeTask, DirectionalCheckTask, EagerCompareTask, EagerDumpTask
-from .model_code import DIFF_MARK
+from .copies import DIFF_MARK
 from .outputs import check_output  # noqa: F401 - re-exported (repro.py, tests)
 from .prelude import read_source
 from .records import FunctionFix, GradientCheck, OpShapes
@@ -204,16 +204,16 @@ def _fix(opts: FixOptions, progress: api.Progress | None, path: str, name: str, 
 
 
 def _cured(out: FixOutcome) -> FixOutcome:
-    """Never "no code fix" for a kind the written fix cures: one that no stage of the patched probe finds any more
-    (every stage ran on it) moves from ``no_code_fix`` to ``cured``."""
+    """Never "no code fix" for a kind the written fix cures: one that no stage of the patched probe finds any more,
+    where every stage that found it in the diagnosis passes on the copy, moves from ``no_code_fix`` to ``cured``."""
     report = out.verification
-    if report is None or not report.probes or not out.written:
+    if report is None or not report.probes or not out.written or out.diagnosis is None:
         return out
-    found = {f.kind for s in report.probes[0].stages.values() for f in s.findings}
-    ran = set(report.probes[0].stages)
-    diagnosed = {s for s, r in (out.diagnosis.probes[0].stages.items() if out.diagnosis else ()) if r.findings}
+    after = report.probes[0].stages
+    found = {f.kind for r in after.values() for f in r.findings}
     for kind in list(out.no_code_fix):
-        if kind not in found and diagnosed <= ran:
+        where = [s for s, r in out.diagnosis.probes[0].stages.items() if any(f.kind == kind for f in r.findings)]
+        if kind not in found and where and all(s in after and after[s].status == "pass" for s in where):
             out.cured.append(kind)
             del out.no_code_fix[kind]
     return out

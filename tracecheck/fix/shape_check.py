@@ -144,13 +144,14 @@ def check_op(op: Any, args: tuple, kwargs: dict) -> OpShapes:
                 continue
             eager = _eager_backward_error(op, a, k)
             if eager is not None:
-                # the op's own backward fails here in eager too, which says nothing of the fake: the fake is judged
-                # against the kernel alone (forward)
+                # the op's own backward fails here in eager too, which says nothing of the fake: the same tests run
+                # on the inputs detached (forward only: the fake against the kernel, and AOTAutograd's dynamic trace)
                 own_refused.append((label, eager))
-                fwd = torch.library.opcheck(op, a, k, test_utils=["test_faketensor"], raise_exception=False)
-                err = fwd.get("test_faketensor")
-                if not (isinstance(err, str) and err in ("SUCCESS", "xfail", "skip")):
-                    failed.append((label, "test_faketensor", _first_line(err)))
+                a0, k0 = pytree.tree_map(_no_grad, (a, k))
+                fwd = torch.library.opcheck(op, a0, k0, test_utils=list(TESTS), raise_exception=False)
+                bad = [(t, v) for t, v in fwd.items() if not (isinstance(v, str) and v in ("SUCCESS", "xfail", "skip"))]
+                if bad:
+                    failed.append((label, bad[0][0], _first_line(bad[0][1])))
                 continue
             failed.append((label, test, _first_line(err)))
         else:

@@ -88,10 +88,14 @@ def rewrites_model_code(f: Any, probe_file: str) -> bool:
         gb_type.startswith("Failed to trace builtin operator") and "print(" in (frame.code or "")))
 
 
-#: the gb_types of a break in another file than the probe's that ``tracecheck fix`` answers (fix/library.py): a
-#: logger call, a scalar read, an op whose output shape depends on the data, a branch on a tensor
-LIBRARY_GB_TYPES = ("logging.Logger method not supported", "Unsupported Tensor.item() call", "Dynamic shape operator",
-                    "Data dependent operator", "Data-dependent branching")
+#: gb_type prefixes of the breaks fix's rewrites answer (fix/rewrites.py reads them here): a scalar read into Python,
+#: an op whose output shape or value the data decides, a branch on a tensor, a logger call
+SCALAR_GB = ("Unsupported Tensor.item() call", "Tensor.tolist()")
+DYNAMIC_SHAPE_GB = ("Dynamic shape operator", "Data dependent operator")
+BRANCH_GB = ("Data-dependent branching",)
+LOGGING_GB = "logging.Logger method not supported"
+#: the gb_types of a break in another file than the probe's that ``tracecheck fix`` answers (fix/library.py)
+LIBRARY_GB_TYPES = (*SCALAR_GB, *DYNAMIC_SHAPE_GB, *BRANCH_GB, LOGGING_GB)
 
 
 def _called_by_name(frame: Any, builtin: str) -> bool:

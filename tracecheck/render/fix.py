@@ -68,7 +68,7 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
         if op.restricted:
             p(f"  refused by the fake's rank check (the eager op accepts them): {'; '.join(op.restricted)}")
         if op.own_refused:
-            p("  forward only (test_faketensor), where the op's own backward fails in eager too (the probe's code, "
+            p("  forward only (inputs detached), where the op's own backward fails in eager too (the probe's code, "
               "not the fix): " + "; ".join(f"{label} ({why})" for label, why in op.own_refused))
         if op.refused and verbose:
             more = f"; … {len(op.refused) - 12} more" if len(op.refused) > 12 else ""
