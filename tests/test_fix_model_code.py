@@ -264,6 +264,7 @@ def test_a_scalar_read_again_as_a_number_stays_a_tensor_under_tensor_where():
     assert _only(text, ITEM, "tensor-where") == text.replace(
         "        peak = x.abs().max().item()\n        if peak > 50:\n            x = x.clamp(-50, 50)\n",
         "        peak = x.abs().max().detach()  # tracecheck fix: kept a tensor (no .item())\n"
+        "        peak = peak.double() if peak.is_floating_point() else peak  # (a Python float's precision)\n"
         "        x = torch.where(peak > 50, x.clamp(-50, 50), x)  # tracecheck fix: a tensor select, no .item()\n")
     both = LM.replace("            x = x.clamp(-50, 50)\n", "            x = x.clamp(-50, 50)\n        else:\n"
                       "            x = x * 0.5\n")
@@ -438,6 +439,7 @@ def test_an_item_feeding_an_if_and_a_print_is_fixed_by_rewrites_together(tmp_pat
     assert "rewrite tensor-where:" in proc.stdout and "rewrite reorderable-logging:" in proc.stdout
     text = diff.read_text()
     assert "+        amax = x.abs().max().detach()  # tracecheck fix: kept a tensor (no .item())\n" \
+           "+        amax = amax.double() if amax.is_floating_point() else amax  # (a Python float's precision)\n" \
            "+        x = torch.where(amax > 100.0, x / amax, x)  # tracecheck fix: a tensor select, no .item()\n" in text
     run = subprocess.run([sys.executable, "-c", TINY_LM_ORACLE, str(original), str(patched)], capture_output=True,
                          text=True, timeout=600)

@@ -41,9 +41,12 @@ class Scalar:
         scalar) or keeps as the tensor, without ``.item()``: one edit, so that new_span maps the lines below it; the
         comment and blank lines between the two stay."""
         after = ((self.assign.end_lineno or self.assign.lineno) + 1, 0)
-        # (detached: .item() carried no gradient, and the value may now reach arithmetic that trains)
-        kept = "" if self.dead else f"{src.indent(self.assign)}{self.name} = {self.tensor}.detach()  # tracecheck " \
-            "fix: kept a tensor (no .item())\n"
+        # detached: .item() carried no gradient, and the value may now reach arithmetic that trains; in float64 where
+        # it is a float: .item() gave a Python float, whose arithmetic a float16 tensor's would not match
+        ind, name = src.indent(self.assign), self.name
+        kept = "" if self.dead else (
+            f"{ind}{name} = {self.tensor}.detach()  # tracecheck fix: kept a tensor (no .item())\n"
+            f"{ind}{name} = {name}.double() if {name}.is_floating_point() else {name}  # (a Python float's precision)\n")
         return Edit((self.assign.lineno, 0), edit.end,
                     kept + src.text[src.offset(after):src.offset(edit.start)] + edit.text)
 
@@ -260,6 +263,9 @@ def differ(a: ast.AST, b: ast.AST) -> "list[tuple[ast.expr, ast.expr]] | None":
                 if isinstance(a, ast.expr):
                     return [(a, b)]  # (a constant's value, a name's id): the expression itself differs
                 return None
+    if isinstance(a, ast.expr) and not isinstance(a, ast.Constant) and \
+            any(isinstance(u, ast.Constant) for u, _ in out):
+        return [(a, b)]  # two constants are no tensors to select between: the expression that holds them is
     return out
 
 
@@ -267,20 +273,58 @@ def differ(a: ast.AST, b: ast.AST) -> "list[tuple[ast.expr, ast.expr]] | None":
 _MUTATORS = {"append", "extend", "insert", "pop", "remove", "update", "clear", "setdefault", "add", "discard"}
 
 
-def assigns_only(stmts: list[ast.stmt]) -> bool:
-    """Statements that only assign (names, attributes, items), or ``if`` blocks of such (a cached attribute:
-    ``if not hasattr(self, "x"): self.x = ...``), with no call that changes something in place: nothing run for its
-    effect alone."""
-    for s in stmts:
-        if isinstance(s, ast.If):
-            if not (assigns_only(s.body) and assigns_only(s.orelse)):
-                return False
-        elif not isinstance(s, (ast.Assign, ast.AnnAssign)):
+#: conversions that give back the same value (``self.inv_freq = self.inv_freq.to(device)``)
+_CONVERSIONS = {"to", "contiguous", "float", "double", "half", "bfloat16", "cpu", "cuda", "detach"}
+
+
+def harmless(stmts: list[ast.stmt], src: Source, branch: ast.If) -> bool:
+    """May ``stmts`` (a side of ``branch``, before its last statement) run for inputs that take the other side too?
+    Only where running them there changes nothing the rest can see: a temporary (a name neither bound before the
+    ``if`` nor read after it), an attribute filled once (``if not hasattr(obj, "x"): obj.x = ...``, longrope's
+    ``long_inv_freq``), or an attribute given its own value converted (``obj.x = obj.x.to(device)``); and no call
+    that changes something in place."""
+    scope = scope_of(src.tree, branch)
+    args = getattr(scope, "args", None)
+    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)} if args is not None else set()
+    end = branch.end_lineno or branch.lineno
+
+    def temporary(name: str) -> bool:
+        return name not in params and not any(
+            isinstance(n, ast.Name) and n.id == name and (
+                isinstance(n.ctx, ast.Store) and n.lineno < branch.lineno or
+                isinstance(n.ctx, ast.Load) and n.lineno > end) for n in ast.walk(scope))
+
+    def targets(t: ast.expr) -> list[ast.expr]:
+        return [x for e in t.elts for x in targets(e)] if isinstance(t, ast.Tuple) else [t]
+
+    def cached(s: ast.If) -> bool:  # if not hasattr(obj, "x"): obj.x[, temporaries] = ...
+        test = s.test
+        if not (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call)
+                and isinstance(test.operand.func, ast.Name) and test.operand.func.id == "hasattr"
+                and len(test.operand.args) == 2 and isinstance(test.operand.args[1], ast.Constant)) or s.orelse:
             return False
+        owner, attr = src.segment(test.operand.args[0]), test.operand.args[1].value
+        return all(isinstance(b, ast.Assign) and all(
+            (isinstance(t, ast.Attribute) and src.segment(t) == f"{owner}.{attr}") or
+            (isinstance(t, ast.Name) and temporary(t.id)) for x in b.targets for t in targets(x)) for b in s.body)
+
+    def converted(s: ast.Assign) -> bool:  # obj.x = obj.x.to(...)
+        v = s.value
+        return len(s.targets) == 1 and isinstance(s.targets[0], ast.Attribute) and isinstance(v, ast.Call) and \
+            isinstance(v.func, ast.Attribute) and v.func.attr in _CONVERSIONS and \
+            src.segment(v.func.value) == src.segment(s.targets[0])
+
+    for s in stmts:
         if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
                 n.func.attr in _MUTATORS or n.func.attr.endswith("_") and not n.func.attr.endswith("__"))
                for n in ast.walk(s)):
             return False
+        if isinstance(s, ast.If) and cached(s):
+            continue
+        if isinstance(s, ast.Assign) and (converted(s) or all(
+                isinstance(t, ast.Name) and temporary(t.id) for x in s.targets for t in targets(x))):
+            continue
+        return False
     return True
 
 

@@ -104,7 +104,12 @@ class Copies:
         parts = [text.rstrip("\n") + "\n\n\n" + library.SWAP_HELPER + "\n\n"]
         line = sum(len(source_lines(p, keepends=True)) for p in parts) + 1
         blocks = []
-        for file, fn, what in patch.functions:
+        # a nested function's block before the one of the function around it: its original code is still there to
+        # find (in the outer's constants) until the outer's is swapped
+        def depth(item: tuple[str, Function, tuple[str, ...]]) -> int:
+            return -sum(f == item[0] and g != item[1] and g.start <= item[1].start and item[1].end <= g.end
+                        for f, g, _ in patch.functions)
+        for file, fn, what in sorted(patch.functions, key=depth):
             src = self.library(file)
             assert src is not None  # (a candidate was made from it)
             edits = patch.lib_edits(file)

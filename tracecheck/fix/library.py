@@ -19,12 +19,13 @@ Pure text and ``ast``/``symtable``: no user code runs here (the parent process).
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import symtable
-import textwrap
 from dataclasses import dataclass
 
 from .prelude import source_lines
+from .sourcetext import reindent
 
 #: the first line of each upstream diff ``fix`` writes: only such a file is ever overwritten
 UPSTREAM_MARK = "# tracecheck fix: the same change for upstream, against"
@@ -61,6 +62,8 @@ class Function:
     #: free variables (``symtable``), which the replacement declares so that its code takes the original's closure
     free: tuple[str, ...]
     qualname: str
+    #: SHA-256 prefix of its source lines (``first`` to ``end``), which ``_tc_swap_code`` checks before swapping
+    digest: str = ""
 
 
 def function_at(tree: ast.Module, text: str, line: int) -> Function | None:
@@ -106,8 +109,9 @@ def _replaceable(tree: ast.Module, text: str, line: int) -> "Function | str":
         # a private name the class mangles (self.__x is self._C__x there): outside the class it is not
         return f"`{best.name}` reads a class-private name (`__x`), which only its class's own text mangles"
     first = min([best.lineno] + [d.lineno for d in best.decorator_list])
-    return Function(best.name, first, best.lineno, best.end_lineno or best.lineno, _free(text, best),
-                    ".".join(path))
+    end = best.end_lineno or best.lineno
+    digest = hashlib.sha256("\n".join(source_lines(text)[first - 1:end]).encode()).hexdigest()[:16]
+    return Function(best.name, first, best.lineno, end, _free(text, best), ".".join(path), digest)
 
 
 def _multiline_literal(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -141,16 +145,21 @@ def _free(text: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str,
 
 #: the helper every block calls; defined once in the patched copy
 SWAP_HELPER = '''
-def _tc_swap_code(new, where, first_line, name):
-    """Give every function made from the code of `name` at `where`:`first_line` the code of `new` (tracecheck fix):
+def _tc_swap_code(new, where, first_line, name, length, digest):
+    """Give every function made from the code of `name` at `where`:`first_line` (its `length` lines of source as
+    tracecheck read them: SHA-256 prefix `digest`) the code of `new` (tracecheck fix):
     the module's attribute, names imported from it, a class's method, a decorator's wrapped function and a closure's
     cell keep their object and run the new code; a function that makes it (a nested def) makes the new one from now
     on. The library's file is not edited. Its module is imported first when nothing of it is loaded yet (a lazy
-    package); raises when the function is not found even then (the library changed: regenerate the fix). Running it
-    again (the block pasted twice, a module reloaded) swaps again: the codes it installed are kept in a module of
-    its own, `sys.modules["_tc_swapped"]`."""
+    package); raises when the function is not found even then (the library changed: regenerate the fix). A function
+    of another file that ends the same way, or of this file changed since, has other source: it is left alone.
+    Running it again (the block pasted twice, a module reloaded) swaps again: the codes it installed are kept in a
+    module of its own, `sys.modules["_tc_swapped"]`."""
     import gc
+    import hashlib
     import importlib
+    import importlib.util
+    import linecache
     import os
     import sys
     import types
@@ -159,8 +168,15 @@ def _tc_swap_code(new, where, first_line, name):
     ours = swapped.__dict__.setdefault((where, first_line, name), [])
 
     def made_there(code):
-        return any(code is c for c in ours) or code.co_name == name and code.co_firstlineno == first_line and \\
-            os.path.realpath(code.co_filename).replace(os.sep, "/").endswith("/" + where)
+        if any(code is c for c in ours):
+            return True
+        if code.co_name != name or code.co_firstlineno != first_line or \\
+                not os.path.realpath(code.co_filename).replace(os.sep, "/").endswith("/" + where):
+            return False
+        linecache.checkcache(code.co_filename)
+        lines = linecache.getlines(code.co_filename)[first_line - 1:first_line - 1 + length]
+        text = "\\n".join(line.rstrip("\\r\\n") for line in lines)  # (line ends as tracecheck hashed them)
+        return hashlib.sha256(text.encode()).hexdigest()[:16] == digest
 
     def same_cells(code):
         if code.co_freevars != new.__code__.co_freevars:
@@ -192,8 +208,17 @@ def _tc_swap_code(new, where, first_line, name):
             done += 1
         return done
 
-    if not swap():
-        importlib.import_module(where.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+    if not swap():  # not imported yet: the module whose file this is, under the shortest name that finds it
+        parts = where.removesuffix(".py").removesuffix("/__init__").split("/")
+        for i in range(len(parts) - 1, -1, -1):
+            try:
+                spec = importlib.util.find_spec(".".join(parts[i:]))
+            except (ImportError, ValueError):
+                continue
+            if spec is not None and spec.origin and os.path.realpath(spec.origin).replace(os.sep, "/").endswith(
+                    "/" + where):
+                importlib.import_module(".".join(parts[i:]))
+                break
         if not swap():
             raise RuntimeError(f"tracecheck fix: no function {name} of {where}:{first_line} is loaded; the library "
                                "changed since the fix was made: regenerate it")
@@ -226,19 +251,20 @@ def block(fn: Function, rewritten: str, at: int, where: str, what: str, upstream
                  and n.name == fn.name and min([n.lineno] + [d.lineno for d in n.decorator_list]) == at), None)
     if node is None:
         raise ValueError(f"{fn.name} is not in the rewritten text at line {at}")
-    lines = source_lines(rewritten)[node.lineno - 1:node.end_lineno]
+    lines = source_lines(rewritten, keepends=True)[node.lineno - 1:node.end_lineno]
+    indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
     if node.body[0].lineno > node.lineno:  # the signature, evaluated in the probe's module: see _signature
-        indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
         gap = node.body[0].lineno - node.lineno  # (its lines, and comments before the body: blank, so that the
-        lines = [indent + _signature(node)] + [""] * (gap - 1) + lines[gap:]  # lines keep their numbering)
-    body = textwrap.dedent("\n".join(lines))
+        lines = [indent + _signature(node) + "\n"] + ["\n"] * (gap - 1) + lines[gap:]  # lines keep their numbers)
+    body = reindent(lines, indent, "    ").rstrip("\n")
     maker = f"_tc_rewritten_{fn.name}_{fn.first}"
     head = [f"# ---- tracecheck fix: `{fn.qualname}` of {where} (line {fn.first}), rewritten: {what}. The library's "
             f"file is not edited: its functions get this code (the same change as a patch: {upstream}) ----",
             f"def {maker}():"]
     if fn.free:  # its closure's names, so that the code takes the original's cells
         head.append(f"    {' = '.join(fn.free)} = None  # (bound by the original's closure)")
-    text = "\n".join(head + [textwrap.indent(body, "    "), f"    return {fn.name}", "",
-                             f"_tc_swap_code({maker}(), {where!r}, {fn.first}, {fn.name!r})", ""])
+    text = "\n".join(head + [body, f"    return {fn.name}", "",
+                             f"_tc_swap_code({maker}(), {where!r}, {fn.first}, {fn.name!r}, {fn.end - fn.first + 1}, "
+                             f"{fn.digest!r})", ""])
     return text, len(head) + 1
 

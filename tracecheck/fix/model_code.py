@@ -75,9 +75,10 @@ class SiteOutcome:
     file: str = ""
 
 
-def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
-    """The break sites (one per line, first finding wins): the probe file's, then the C calls a library makes (the
-    probe's file installs a custom op there); and the break locations outside the probe's file left alone."""
+def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str], list[str]]:
+    """The break sites (one per line of a file, first finding wins): the probe file's, then other files' (a C call a
+    library makes, a break in a library's function); the break locations no fix answers; and the C calls left for a
+    later run (one a line number: a C call's op is named by its line)."""
     found: dict[int, Site] = {}
     library: dict[tuple[str, int], Site] = {}
     outside: list[str] = []
@@ -100,20 +101,25 @@ def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str]]:
                 found.setdefault(frame.line, site)
             else:
                 library.setdefault((os.path.realpath(frame.file), frame.line), replace(site, file=frame.file))
-    # (a library line that shares its number with another site waits for a later run: outcomes are told apart by
-    # line)
-    extra: dict[int, Site] = {}
+    out = [found[k] for k in sorted(found)]
+    taken = {s.line for s in out if s.kind == K.PYBIND_BUILTIN}
+    waiting: list[str] = []
     for _, s in sorted(library.items()):
-        if s.line not in found:
-            extra.setdefault(s.line, s)
-    return [found[k] for k in sorted(found)] + list(extra.values()), outside
+        if s.kind == K.PYBIND_BUILTIN:
+            if s.line in taken:
+                waiting.append(f"{s.file}:{s.line}: a C call on the same line number as another one's; run fix again "
+                               "on the patched copy for it")
+                continue
+            taken.add(s.line)
+        out.append(s)
+    return out, outside, waiting
 
 
 def _c_calls(found: list[Site], src: Source, path: str, name: str, namespace: str, task: Any) -> list[Site]:
     """``found`` with the facts the ``custom-op`` rewrite needs for each C call (c_call.py learns them in a stage
     process), or with why there are none."""
     calls = {s.line: _call_at(s, src) for s in found if s.kind == K.PYBIND_BUILTIN}
-    files = {s.line: s.file for s in found if s.file}
+    files = {s.line: s.file for s in found if s.file and s.kind == K.PYBIND_BUILTIN}
     asks = [{"line": line, **{k: v for k, v in c.items() if k != "span"}, **_library_ask(line, files)}
             for line, c in calls.items() if isinstance(c, dict)]
     learnt: dict[int, dict[str, Any]] = {}
@@ -187,9 +193,11 @@ def _signatures(result: Any, skip: "set[tuple[str, int]]" = frozenset()) -> set[
     """What a stage failed with, independent of line numbers (which differ between the original and the copy).
     ``skip``: (real path, line) of the other known break sites, in the copy or a library (once one break is gone,
     fullgraph reaches the next one: that is no new failure)."""
+    # fullgraph stops at the first break left: which one that is says nothing new (explain counts them all)
     out = {(f.kind, f.evidence.get("gb_type") or f.evidence.get("exception_type") or "") for f in result.findings
-           if not (f.kind in KINDS and f.user_frame is not None and f.user_frame.line is not None
-                   and (os.path.realpath(f.user_frame.file), f.user_frame.line) in skip)}
+           if not (f.kind in KINDS and (result.stage == "fullgraph" or f.user_frame is not None and
+                                        f.user_frame.line is not None and
+                                        (os.path.realpath(f.user_frame.file), f.user_frame.line) in skip))}
     return out | ({(result.status, "")} if result.status in ("timeout", "crash") else set())
 
 
@@ -418,7 +426,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     ``probe``: the diagnosis (a few stages); the other stages of the compile target run once on the original, so
     that a candidate is judged stage by stage against the same stages. ``task(work, what)``: one task (fix/tasks.py) in a
     stage process (pipeline._one)."""
-    found, outside = sites(path, probe)
+    found, outside, waiting = sites(path, probe)
     if not found:  # (a break inside a library called from the probe's file has a site at that call too)
         out.status = NO_CODE_FIX
         out.no_code_fix = {k: kinds()[k].explain_command for k in out.kinds if k in kinds()}
@@ -442,6 +450,7 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     kept, report, lines_run = _search(opts, path, name, patched, probe, plans, found, out, copies, progress, task)
     if out.status == NO_CODE_FIX:  # (the original fails eagerly: nothing was tried)
         return
+    out.reasons += waiting
     for site, s in zip(found, out.sites):
         if s.rewrite is None:
             why = (site.facts or {}).get("error")

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..model.taxonomy import BRANCH_GB, DYNAMIC_SHAPE_GB, LOGGING_GB, SCALAR_GB, K
-from .branches import (EXITS, Changes, accesses, as_tensor, assigned_one, assigns_only, bound_before, branch_if,
-                       branch_site, differ, dotted, local_binding, logging_call, raise_statement, scalar_branch,
-                       scope_of)
+from .branches import (EXITS, Changes, accesses, as_tensor, assigned_one, bound_before, branch_if, branch_site,
+                       differ, dotted, harmless, local_binding, logging_call, raise_statement,
+                       scalar_branch, scope_of)
 from .library import Function, function_at, why_not
-from .sourcetext import Edit, Site, Source, apply, inline, new_span, one_line, overlap  # noqa: F401 - apply,
+from .sourcetext import Edit, Site, Source, apply, inline, new_span, one_line, overlap, reindent  # noqa: F401 - apply,
 # new_span, overlap: the text side of the rewrites, which their tests name as rewrites.apply and so on
 
 _GUARD = "torch.compiler.is_compiling()"
@@ -323,8 +323,8 @@ def _select(src: Source, site: Site, probe: Source):
         return None
     a, b = pairs[0]
     pre_a, pre_b = node.body[:-1], node.orelse[:-1]
-    if not (assigns_only(pre_a) and assigns_only(pre_b)):
-        return None  # a statement run for its effect (an append, a print) would now run on the other side's inputs
+    if not (harmless(pre_a, src, node) and harmless(pre_b, src, node)):
+        return None  # they would now run for the other side's inputs too, where something could see them
     # the then-branch's statements run first, then the else-branch's, then the last one: what the first changes must
     # not be read after it by the other side, nor what the second changes by the then-side's value, and nothing may
     # be changed on both sides (the second would win whatever the test says)
@@ -339,18 +339,21 @@ def _select(src: Source, site: Site, probe: Source):
     start = src.offset(src.span(last_a)[0])
     e0, e1 = src.span(a)
     lo, hi = src.offset(e0) - start, src.offset(e1) - start
-    last = last[:lo] + f"torch.where(_tc_pred, {src.segment(a)}, {src.segment(b)})" + last[hi:]
-    prefix = "".join(textwrap.indent(textwrap.dedent("".join(src.lines[s.lineno - 1:s.end_lineno])), ind)
-                     for s in (*pre_a, *pre_b))
+    last = last[:lo] + "torch.where(_tc_pred, _tc_then, _tc_else)" + last[hi:]
+    prefix = "".join(reindent(src.lines[s.lineno - 1:s.end_lineno], src.indent(s), ind) for s in (*pre_a, *pre_b))
     text = (f"{ind}_tc_pred = {inline(src.segment(node.test))}  # tracecheck fix: both branches run, torch.where picks "
-            f"(was `if {one_line(src.segment(node.test))}:`)\n" + prefix + ind + last)
-    both = sorted(written_a.assigned | written_b.assigned | written_a.in_place | written_b.in_place)
+            f"(was `if {one_line(src.segment(node.test))}:`)\n" + prefix +
+            f"{ind}_tc_then, _tc_else = {inline(src.segment(a))}, {inline(src.segment(b))}\n"
+            # torch.where would broadcast or promote two values of another shape or dtype: never silently
+            f"{ind}torch._check(_tc_then.shape == _tc_else.shape and _tc_then.dtype == _tc_else.dtype, "
+            f"lambda: 'tracecheck fix: the two sides of the if at line {node.lineno} differ in shape or dtype')\n" +
+            ind + last)
+    both = sorted(w for w in written_a.assigned | written_b.assigned if not w.isidentifier())  # (not temporaries)
     return (src.whole_lines(node, text),) + src.needs_torch_import(), \
         f"the `if` at line {node.lineno}: both branches' statements run, and their last one takes " \
-        f"torch.where(test, `{one_line(src.segment(a))}`, `{one_line(src.segment(b))}`) (exact where the two have " \
-        "one shape and dtype: torch.where broadcasts and promotes)" + (
-            f"; {', '.join(f'`{w}`' for w in both)} now assigned for every input (review that nothing after the "
-            "`if` reads them as a sign of which side ran)" if both else "")
+        f"torch.where(test, `{one_line(src.segment(a))}`, `{one_line(src.segment(b))}`), checked to have one shape " \
+        "and dtype" + (f"; {', '.join(f'`{w}`' for w in both)} now set for every input (filled once, or given its own "
+                       "value converted)" if both else "")
 
 
 @rewrite("branchless", "apply the transform unconditionally",
@@ -388,6 +391,10 @@ def _compile_guard(src: Source, site: Site, probe: Source):
         (f" (it tests the tensor: the .item() at line {scalar.assign.lineno} is removed)" if scalar else "")
 
 
+#: the Logger methods that only emit a record (and return None): what ignore_logging_functions may make a no-op
+_EMITS = {"debug", "info", "warning", "warn", "error", "critical", "fatal", "exception", "log"}
+
+
 @rewrite("ignore-logging", "a library's logger calls as no-ops while compiling",
          "torch._dynamo.config.ignore_logging_functions (the hint of gb_type 'logging.Logger method not supported "
          "for non-export cases')", setting=True, library_only=True)
@@ -397,8 +404,8 @@ def _ignore_logging(src: Source, site: Site, probe: Source):
     node = src.statement_at(site.line)
     calls = [c for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
              and c.lineno <= site.line <= (c.end_lineno or c.lineno)] if node is not None else []
-    if len(calls) != 1:
-        return None
+    if len(calls) != 1 or not (calls[0].func.attr in _EMITS or calls[0].func.attr.endswith("_once")):
+        return None  # (isEnabledFor, getEffectiveLevel: a no-op would return None where the code reads a value)
     method = calls[0].func.attr
     name = "logging" if not probe.binds("logging") else "_tc_logging"
     lines = [f"import logging{'' if name == 'logging' else ' as _tc_logging'}  # noqa: E402  (tracecheck fix)",

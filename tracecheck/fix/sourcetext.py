@@ -171,3 +171,18 @@ def inline(expr: str) -> str:
 def one_line(text: str) -> str:
     """Source text for a comment: one line."""
     return " ".join(text.split())
+
+
+def reindent(lines: "list[str]", old: str, new: str) -> str:
+    """Lines of one statement (each with its line end) moved from indentation ``old`` to ``new``. Unlike
+    ``textwrap.dedent``, a comment or a line inside brackets that starts left of ``old`` (a column-0 comment in a
+    method) does not set the indentation: a comment moves to ``new``, a bracketed line stays as it is."""
+    out = []
+    for line in lines:
+        if line.startswith(old):
+            out.append(new + line[len(old):] if line.strip() else line[len(old):])
+        elif line.lstrip().startswith("#"):
+            out.append(new + line.lstrip())
+        else:
+            out.append(line)
+    return "".join(out)
