@@ -361,9 +361,11 @@ def test_breaks_in_an_installed_library_are_fixed_from_the_users_side(tmp_path, 
         assert f"rewrite {rewrite}:" in out, out[-5000:]
     assert _digest(breakylib) == before  # nothing under site-packages changed
     # how to apply it: the setting after the imports, the functions' blocks, or the upstream diff
-    assert "after your imports: torch._dynamo.config.capture_scalar_outputs = True; " \
+    assert "every change at once, in breaky_probes.py: git apply fix.diff" in out
+    assert "or by hand, after your imports: torch._dynamo.config.capture_scalar_outputs = True; " \
            "torch._dynamo.config.ignore_logging_functions.add(logging.Logger.warning_once)" in out
-    assert "or apply breakylib_upstream.diff to breakylib's source" in out
+    # the upstream diff is named after the patched copy (another probe's fix never overwrites it)
+    assert "upstream: apply breaky_probes.breakylib.upstream.diff to breakylib's source" in out
     # plain torch, in a fresh process: one graph (fullgraph=True) forward and backward, equal to the library's eager
     # results on both sides of its longrope branch; the guard still refuses a bad mask, compiled and eager
     oracle = subprocess.run([sys.executable, "-c", ORACLE, str(TESTS / "models"), str(work / "breaky_probes_fixed.py")],
@@ -375,7 +377,8 @@ def test_breaks_in_an_installed_library_are_fixed_from_the_users_side(tmp_path, 
     # the upstream diff applies to the library's own source tree, and the result is valid Python
     tree = tmp_path / "upstream"
     shutil.copytree(LIBRARY / "src", tree)
-    apply = subprocess.run(["git", "apply", str(work / "breakylib_upstream.diff")], cwd=tree, capture_output=True,
+    apply = subprocess.run(["git", "apply", str(work / "breaky_probes.breakylib.upstream.diff")], cwd=tree,
+                           capture_output=True,
                            text=True)
     assert apply.returncode == 0, apply.stderr
     for name in ("rope.py", "layers.py"):

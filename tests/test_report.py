@@ -207,11 +207,11 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
     mine = ProbeReport("m.py::probe_d", str(tmp_path / "m.py"), "probe_d",
                        {"explain": StageResult("explain", FAIL, failure=here, findings=[here])})
     assert terminal.next_steps(RunReport([mine], {}, ["explain"]))[0] == \
-        "tracecheck fix m.py::probe_d --diff fix.diff   (graph-break)"
+        "tracecheck fix m.py::probe_d --diff m.diff   (graph-break)"
     # two fixes in one file: run as printed, one after the other, neither overwrites what the other wrote
     assert terminal.next_steps(RunReport([fixable, mine], {}, ["explain"]))[:2] == [
         "tracecheck fix m.py::probe_a -o fixed_ops_probe_a.py --patched m_probe_a_fixed.py   (pybind-builtin)",
-        "tracecheck fix m.py::probe_d --diff probe_d.diff --patched m_probe_d_fixed.py   (graph-break)"]
+        "tracecheck fix m.py::probe_d --diff m_probe_d.diff --patched m_probe_d_fixed.py   (graph-break)"]
 
 
 def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_line():

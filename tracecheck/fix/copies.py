@@ -72,6 +72,9 @@ class Copies:
 
     path: str
     text: str
+    #: what the upstream diffs' names start with (the patched copy's name without ``_fixed``): one fix's diffs never
+    #: overwrite another probe's
+    stem: str = "fix"
     sources: dict[str, Source | str] = field(default_factory=dict)
 
     def library(self, file: str) -> Source | None:
@@ -93,9 +96,9 @@ class Copies:
         return library.label(file, os.path.dirname(os.path.abspath(self.path)))
 
     def upstream_name(self, file: str) -> str:
-        """The upstream diff's file name for ``file``'s package (``transformers_upstream.diff``)."""
+        """The upstream diff's file name for ``file``'s package (``model.transformers.upstream.diff``)."""
         top = self.where(file).split("/")[0]
-        return f"{os.path.splitext(top)[0]}_upstream.diff"
+        return f"{self.stem}.{os.path.splitext(top)[0]}.upstream.diff"
 
     def _layout(self, patch: Patch) -> tuple[str, list[_Block]]:
         text = apply(self.text, patch.edits)
@@ -171,24 +174,20 @@ def _unified(old: str, new: str, label: str, head: str) -> str:
 
 def how_to_apply(patch: Patch, copies: Copies, diff: str | None, patched: str, upstream: list[str]) -> list[str]:
     """One line per kind of change: how to make it in the user's own code (the patched copy shows it applied)."""
-    out: list[str] = []
     label = os.path.basename(copies.path)
+    out = [f"every change at once, in {label}: " + (f"git apply {diff}" if diff else "the diff shown above (--diff "
+                                                    "PATH writes it as a patch for git apply)")]
     settings = [line.split("  # ")[0] for e in patch.edits for line in e.text.splitlines()
                 if line.startswith("torch._dynamo.config.")]
-    rewrites = [e for e in patch.edits if "torch._dynamo.config." not in e.text and e.text.strip() != "import torch"
-                and "import logging" not in e.text]
-    if rewrites:
-        out.append(f"in {label}: " + (f"git apply {diff}" if diff else "the change shown above (--diff PATH writes "
-                                      "it as a patch for git apply)"))
     if settings:
-        out.append("after your imports: " + "; ".join(dict.fromkeys(settings)) +
+        out.append("or by hand, after your imports: " + "; ".join(dict.fromkeys(settings)) +
                    (" (with `import logging`)" if any("logging.Logger" in x for x in settings) else ""))
     for file in dict.fromkeys(f for f, _, _ in patch.functions):
         where = copies.where(file)
         top = where.split("/")[0].removesuffix(".py")
         names = ", ".join(fn.name for f, fn, _ in patch.functions if f == file)
-        out.append(f"{where} ({names}): copy `_tc_swap_code` and the `# ---- tracecheck fix: ...` block from "
-                   f"{os.path.relpath(patched)} into your code, after your import of {top}" +
-                   (f"; or apply {copies.upstream_name(file)} to {top}'s source" if copies.upstream_name(file) in
+        out.append(f"or by hand, {where} ({names}): copy `_tc_swap_code` and each block from `# ---- tracecheck "
+                   f"fix: ...` to `# ---- end` out of {os.path.relpath(patched)}, after your import of {top}" +
+                   (f"; upstream: apply {copies.upstream_name(file)} to {top}'s source" if copies.upstream_name(file) in
                     upstream else ""))
     return out

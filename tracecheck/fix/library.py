@@ -265,6 +265,6 @@ def block(fn: Function, rewritten: str, at: int, where: str, what: str, upstream
         head.append(f"    {' = '.join(fn.free)} = None  # (bound by the original's closure)")
     text = "\n".join(head + [body, f"    return {fn.name}", "",
                              f"_tc_swap_code({maker}(), {where!r}, {fn.first}, {fn.name!r}, {fn.end - fn.first + 1}, "
-                             f"{fn.digest!r})", ""])
+                             f"{fn.digest!r})", f"# ---- end of the block for `{fn.qualname}` ----", ""])
     return text, len(head) + 1
 

@@ -439,7 +439,8 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     except UsageError as e:
         out.status, out.reasons = NO_CODE_FIX, [str(e)]
         return
-    src, copies = Source(text), Copies(path, text)
+    stem = os.path.splitext(os.path.basename(patched))[0].removesuffix("_fixed")
+    src, copies = Source(text), Copies(path, text, stem=stem)
     found = _c_calls(found, src, path, name, opts.namespace, task)
     plans = [(site, candidates(src, site, copies.library(site.file) if site.file else None)) for site in found]
     for site, cands in plans:
@@ -453,10 +454,9 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     out.reasons += waiting
     for site, s in zip(found, out.sites):
         if s.rewrite is None:
-            why = (site.facts or {}).get("error")
-            why = why or s.note
+            why = (site.facts or {}).get("error") or ""
             out.reasons.append(f"{s.file + ':' if s.file else 'line '}{s.line} ({s.gb_type or s.kind}): " + (
-                f"no rewrite applies{': ' + why if why else ''}" if not s.tried else
+                f"no rewrite applies{': ' + why if why else ' (why: above)' if s.note else ''}" if not s.tried else
                 f"no candidate was kept (tried {', '.join(t.rewrite for t in s.tried)}; why: above)"))
     if not kept:
         out.status = NO_CODE_FIX

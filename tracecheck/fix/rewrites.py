@@ -104,13 +104,16 @@ def why_none(src: Source, site: Site) -> str:
         if why:
             return why
     node = src.statement_at(site.line)
-    if isinstance(node, ast.If) and node.lineno == site.line:
+    if isinstance(node, ast.If) and node.lineno == site.line and (site.gb_type.startswith(BRANCH_GB) or
+                                                                  site.kind == K.DATA_DEPENDENT and not site.gb_type):
         scope = scope_of(src.tree, node)
         args = getattr(scope, "args", None)
         params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)} if args is not None else set()
-        read = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)} & params
-        elsewhere = f"it tests {', '.join(f'`{r}`' for r in sorted(read))}, which its caller computed from the " \
-            "data; " if read and not any(isinstance(n, ast.Call) for n in ast.walk(node.test)) else ""
+        test = node.test.operand if isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not) \
+            else node.test
+        # `if is_global_attn:`, a flag its caller read from the data (Longformer's `.item()` one call up)
+        elsewhere = f"it tests `{test.id}`, which its caller computed from the data; " \
+            if isinstance(test, ast.Name) and test.id in params else ""
         return elsewhere + "its two sides run different code (not one statement differing in one value, one name " \
             "assigned on each side, nor a raise), which no torch.where, torch.cond or graph assert expresses: a real " \
             "data-dependent path"

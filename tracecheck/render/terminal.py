@@ -383,10 +383,11 @@ def next_steps(report: RunReport, attachment: str | None = None, source: str | N
         fixable = _fixable_kinds(p) if p.name != IMPORT_PROBE else []  # an import failure has no probe to fix
         if fixable:
             registration = any(needs_registration_fix(f, p.file) for r in p.stages.values() for f in r.findings)
-            output = "-o fixed_ops.py" if registration else "--diff fix.diff"
+            # a diff named after its file (two files in one folder never overwrite each other's fix.diff)
+            stem = os.path.splitext(os.path.basename(p.file))[0]
+            output = "-o fixed_ops.py" if registration else f"--diff {stem}.diff"
             if fixes_per_file[p.file] > 1:
-                stem = os.path.splitext(os.path.basename(p.file))[0]
-                output = (f"-o fixed_ops_{p.name}.py" if registration else f"--diff {p.name}.diff") + \
+                output = (f"-o fixed_ops_{p.name}.py" if registration else f"--diff {stem}_{p.name}.diff") + \
                     f" --patched {stem}_{p.name}_fixed.py"
             lines.append(f"tracecheck fix {node} {output}   ({', '.join(fixable)})")
         elif v.kinds and v.kinds[0] in kinds():
