@@ -61,14 +61,18 @@ COUNT = textwrap.dedent('''
     before, _ = graphs(original, probe)
     result = {"before": before}
     if sys.argv[2] != "-":
-        patched = load(sys.argv[2], "patched")
-        after, out = graphs(patched, probe)
         try:
-            torch.testing.assert_close(first(out), want)
-            same = True
-        except AssertionError:
-            same = False
-        result.update(after=after, equal=same)
+            patched = load(sys.argv[2], "patched")
+            after, out = graphs(patched, probe)
+        except Exception as e:  # (a fix that is not verified may not compile at all)
+            result["after_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        else:
+            try:
+                torch.testing.assert_close(first(out), want)
+                same = True
+            except AssertionError:
+                same = False
+            result.update(after=after, equal=same)
     print(json.dumps(result))
 ''')
 
@@ -134,8 +138,10 @@ def main() -> None:
         rows.append((name, fixed, plain, untouched))
         sites = "; ".join(f"{s['where']} {s['gb_type'][:30]}: {s['rewrite'] or 'not removed (' + (s['why'] or 'no candidate kept') + ')'}"
                           for s in fixed.get("sites", []))
-        if "error" in plain:
-            print(f"\n{name}: plain torch.compile failed: {plain['error']}")
+        for key in ("error", "after_error"):
+            if key in plain:
+                print(f"\n{name}: plain torch.compile failed{' on the patched copy' if key != 'error' else ''}: "
+                      f"{plain[key]}")
         print(f"\n{name}: graphs {plain.get('before')} -> {plain.get('after', '-')} (outputs equal: "
               f"{plain.get('equal', '-')}); fix {fixed.get('status', fixed.get('error'))} in {fixed.get('seconds')} s; "
               f"site-packages unchanged: {untouched}\n  {sites}", flush=True)

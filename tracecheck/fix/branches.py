@@ -4,6 +4,7 @@ logging call, how a name is bound. Pure: no user code runs, no torch."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..model.taxonomy import BRANCH_GB, DYNAMIC_SHAPE_GB, SCALAR_GB, K
@@ -301,7 +302,8 @@ def harmless(stmts: list[ast.stmt], src: Source, branch: ast.If) -> bool:
         test = s.test
         if not (isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call)
                 and isinstance(test.operand.func, ast.Name) and test.operand.func.id == "hasattr"
-                and len(test.operand.args) == 2 and isinstance(test.operand.args[1], ast.Constant)) or s.orelse:
+                and len(test.operand.args) == 2 and isinstance(test.operand.args[1], ast.Constant)
+                and isinstance(test.operand.args[1].value, str)) or s.orelse:
             return False
         owner, attr = src.segment(test.operand.args[0]), test.operand.args[1].value
         return all(isinstance(b, ast.Assign) and all(
@@ -328,7 +330,7 @@ def harmless(stmts: list[ast.stmt], src: Source, branch: ast.If) -> bool:
     return True
 
 
-def accesses(nodes: "list[ast.AST]", src: Source, ctx: type) -> set[str]:
+def accesses(nodes: "Sequence[ast.AST]", src: Source, ctx: type) -> set[str]:
     """Names and attribute/subscript expressions (as text) the nodes read (``ast.Load``) or assign (``ast.Store``)."""
     out: set[str] = set()
     for s in nodes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import api
 from ..model.exitcodes import UsageError
@@ -35,6 +35,16 @@ from .sourcetext import Edit, Site, Source, new_span
 from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
 from .tasks import EagerCompareTask, EagerDumpTask, ObserveCallsTask
 from .verify_shapes import check_shapes
+
+if TYPE_CHECKING:  # (pipeline.py imports this module: the types only)
+    from ..model.tasks import ProcessTask
+    from .pipeline import FixOptions, FixOutcome
+
+#: one task (fix/tasks.py) in a stage process, and what it returned (pipeline._one)
+TaskRunner = Callable[["ProcessTask", str], "dict[str, Any]"]
+#: a line of the rewritten probe text -> its line in the patched copy; a library file's rewritten line -> the copy's
+CopyLine = Callable[[int], int]
+LibLine = Callable[[str, int], "int | None"]
 
 #: the kinds this module handles (a C call only outside an autograd.Function: taxonomy.rewrites_model_code)
 KINDS = (*MODEL_CODE_KINDS, K.PYBIND_BUILTIN)
@@ -115,7 +125,8 @@ def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str], list[st
     return out, outside, waiting
 
 
-def _c_calls(found: list[Site], src: Source, path: str, name: str, namespace: str, task: Any) -> list[Site]:
+def _c_calls(found: list[Site], src: Source, path: str, name: str, namespace: str,
+             task: TaskRunner) -> list[Site]:
     """``found`` with the facts the ``custom-op`` rewrite needs for each C call (c_call.py learns them in a stage
     process), or with why there are none."""
     calls = {s.line: _call_at(s, src) for s in found if s.kind == K.PYBIND_BUILTIN}
@@ -170,7 +181,8 @@ def _breaks(stages: dict[str, Any]) -> int:
     return explain.graph_break_count if explain is not None and explain.graph_break_count is not None else 0
 
 
-def _run(path: str, name: str, stages: list[str], opts: Any, progress: api.Progress | None, tag: str) -> RunReport:
+def _run(path: str, name: str, stages: list[str], opts: "FixOptions", progress: api.Progress | None,
+         tag: str) -> RunReport:
     report = api.run(api.RunOptions([path], stages=stages, only=name, jobs=opts.jobs, timeout_s=opts.timeout_s,
                                     command=["fix", tag, path]), progress)
     if report.internal_errors:  # tracecheck's own bug: the CLI exits 3, never "not kept"
@@ -208,7 +220,7 @@ class _Lines:
     ranges: tuple[tuple[str, int, int], ...]
 
     @classmethod
-    def of(cls, site: Site, patch: Patch, copy_line: Any, lib_line: Any, copy: str) -> "_Lines":
+    def of(cls, site: Site, patch: Patch, copy_line: CopyLine, lib_line: LibLine, copy: str) -> "_Lines":
         if not site.file:
             lo, hi = (copy_line(n) for n in new_span(patch.edits, site.line, site.line))
             return cls(((os.path.realpath(copy), lo, hi),))
@@ -227,7 +239,7 @@ class _Lines:
             lo <= frame.line <= hi and os.path.realpath(frame.file) == here for here, lo, hi in self.ranges)
 
 
-def _other_sites(site: Site, found: list[Site], patch: Patch, copy_line: Any, lib_line: Any,
+def _other_sites(site: Site, found: list[Site], patch: Patch, copy_line: CopyLine, lib_line: LibLine,
                  copy: str) -> "set[tuple[str, int]]":
     """Where the other known break sites are in this candidate's copy: the probe's in the copy, a library's in its
     file and in the function the copy puts in its place."""
@@ -336,7 +348,7 @@ def _final(result: StageResult) -> bool:
 
 
 def _try(lines: _Lines, patched: str, name: str, before: dict[str, Any],
-         others: "set[tuple[str, int]]", opts: Any, progress: api.Progress | None, task: Any,
+         others: "set[tuple[str, int]]", opts: "FixOptions", progress: api.Progress | None, task: TaskRunner,
          dump: str) -> tuple[str | None, RunReport | None]:
     """Run a written candidate group by group (``VERIFY_PHASES``), the eager comparison after the first, and stop
     at the first refusal: (why it is not kept, None), or (None, one report of every stage)."""
@@ -420,8 +432,8 @@ def _vacuous(src: Source, site: Site, rewrite: str, lines_run: set[int] | None) 
     return None
 
 
-def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeReport, out: Any,
-                   progress: api.Progress | None, task: Any) -> None:
+def fix_model_code(opts: "FixOptions", path: str, name: str, patched: str, probe: ProbeReport, out: "FixOutcome",
+                   progress: api.Progress | None, task: TaskRunner) -> None:
     """Fill ``out`` (a pipeline.FixOutcome): sites, kept rewrites, the diff, the written files and the status.
     ``probe``: the diagnosis (a few stages); the other stages of the compile target run once on the original, so
     that a candidate is judged stage by stage against the same stages. ``task(work, what)``: one task (fix/tasks.py) in a
@@ -483,9 +495,9 @@ def fix_model_code(opts: Any, path: str, name: str, patched: str, probe: ProbeRe
     out.status = NOT_VERIFIED if out.reasons else VERIFIED
 
 
-def _search(opts: Any, path: str, name: str, patched: str, probe: ProbeReport,
-            plans: "list[tuple[Site, list[Candidate]]]", found: list[Site], out: Any, copies: Copies,
-            progress: api.Progress | None, task: Any) -> "tuple[Patch, RunReport | None, set[int] | None]":
+def _search(opts: "FixOptions", path: str, name: str, patched: str, probe: ProbeReport,
+            plans: "list[tuple[Site, list[Candidate]]]", found: list[Site], out: "FixOutcome", copies: Copies,
+            progress: api.Progress | None, task: TaskRunner) -> "tuple[Patch, RunReport | None, set[int] | None]":
     """Try each site's candidates on the patched copy, on top of the ones kept so far: (what is kept, the last kept
     candidate's report, the probe file's lines the original ran). Fills each site's outcome."""
     kept = Patch()
@@ -574,7 +586,8 @@ def _search(opts: Any, path: str, name: str, patched: str, probe: ProbeReport,
     return kept, report, lines_run
 
 
-def _write(opts: Any, path: str, patched: str, kept: Patch, copies: Copies, found: list[Site], out: Any) -> None:
+def _write(opts: "FixOptions", path: str, patched: str, kept: Patch, copies: Copies, found: list[Site],
+           out: "FixOutcome") -> None:
     """The patched copy, the diff of the probe's file (``--diff``), the upstream diff of each other file whose
     function the copy replaces (beside the copy; only a file tracecheck wrote is overwritten), and how to apply each
     in the user's own code (``out.apply``)."""
@@ -599,7 +612,7 @@ def _write(opts: Any, path: str, patched: str, kept: Patch, copies: Copies, foun
     out.apply = how_to_apply(kept, copies, opts.diff, patched, list(out.upstream))
 
 
-def _eager_differs(task: Any, copy: str, name: str, dump: str) -> str | None:
+def _eager_differs(task: TaskRunner, copy: str, name: str, dump: str) -> str | None:
     """Why the copy's eager outputs and gradients are not the original's (``dump``), or None when they are."""
     got = task(EagerCompareTask(file=os.path.abspath(copy), probe=name, dump=dump), "running the patched probe eagerly")
     if "error" in got:

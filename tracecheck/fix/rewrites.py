@@ -99,10 +99,10 @@ def why_none(src: Source, site: Site) -> str:
     """Why no rewrite applies to ``site`` (``src``: the file it is in), where the code says: a library's line no
     function replacement reaches; a branch whose sides run different code, on a value computed elsewhere or here; an
     op whose output size the data decides."""
-    if site.file:
-        why = why_not(src.tree, src.text, site.line)
-        if why:
-            return why
+    if site.file and why_not(src.tree, src.text, site.line):
+        # a code rewrite would apply, but the copy cannot replace the function: that is the reason; else the code's own
+        if any(r.library and r.propose(src, site, src) is not None for r in REWRITES.values()):
+            return why_not(src.tree, src.text, site.line)
     node = src.statement_at(site.line)
     if isinstance(node, ast.If) and node.lineno == site.line and (site.gb_type.startswith(BRANCH_GB) or
                                                                   site.kind == K.DATA_DEPENDENT and not site.gb_type):
