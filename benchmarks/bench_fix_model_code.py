@@ -4,9 +4,9 @@
 
 The built-in targets are tiny LMs in training (embedding + linear head). ``clamp`` (the default): the forward clamps
 outliers on a scalar read with ``.item()`` and prints its activations: two break sites in the probe's file, the
-``.item()`` (with the ``if`` on it) and the print. ``guard`` (issue 51's new user's LM): ``amax = x.abs().max().item()``,
-``if amax > 100.0: x = x / amax``, then ``print("activations ok, amax", amax)``: three sites on one name, which need
-the rewrites together (the scalar kept a tensor for torch.where and the print). TARGET (``file.py::probe``) times
+``.item()`` (with the ``if`` on it) and the print. ``guard`` (issue 51's new user's LM, tests/models/graph_breaks.py::probe_tiny_lm):
+``amax = x.abs().max().item()``, ``if amax > 100.0: x = x / amax``, then ``print("activations ok, amax", amax)``:
+three sites on one name, which need the rewrites together (the scalar kept a tensor for torch.where and the print). TARGET (``file.py::probe``) times
 another probe instead. It runs what the CLI runs
 (``tracecheck.fix.pipeline.fix``: diagnosis, the baseline stages, every candidate tried and verified) in this
 process, so the wall time leaves out only the interpreter start and the terminal rendering.
@@ -56,33 +56,10 @@ def probe():
     return model, (torch.randint(0, 16, (2, 5)),)
 '''
 
-GUARD_LM = '''import torch
-from torch import nn
-
-
-class TinyLM(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(16, 8)
-        self.head = nn.Linear(8, 16)
-        with torch.no_grad():
-            self.emb.weight.mul_(1000.0)  # activations over 100: the guard is taken
-
-    def forward(self, ids):
-        x = self.emb(ids)
-        amax = x.abs().max().item()
-        if amax > 100.0:
-            x = x / amax
-        print("activations ok, amax", amax)
-        return self.head(x)
-
-
-def probe():
-    torch.manual_seed(0)
-    return TinyLM(), (torch.randint(0, 16, (2, 5)),)
-'''
+#: the built-in targets: a text to write, or a probe of the tests' models (issue 51's new user's LM)
 LMS = {"clamp": (TINY_LM, "tiny LM (.item() branch + print)"),
-       "guard": (GUARD_LM, "tiny LM (.item() guard + print of the scalar)")}
+       "guard": (os.path.join(REPO, "tests", "models", "graph_breaks.py::probe_tiny_lm"),
+                 "tiny LM (.item() guard + print of the scalar)")}
 
 #: a candidate's result when it was never written and run
 NOT_RUN = ("it overlaps a rewrite already kept", "not valid Python here")
@@ -107,7 +84,9 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-fix-") as tmp:
         target = args.target
-        if target is None:
+        if target is None and "::" in LMS[args.lm][0]:
+            target = LMS[args.lm][0]
+        elif target is None:
             with open(os.path.join(tmp, "tiny_lm.py"), "w", encoding="utf-8") as f:
                 f.write(LMS[args.lm][0])
             target = os.path.join(tmp, "tiny_lm.py::probe")

@@ -32,20 +32,20 @@ def probe_phi3_longrope():
     return tf.Phi3ForCausalLM(cfg).eval(), (_ids(),)
 
 
+#: the small encoder-decoder size of the BART family (its config's own field names)
+BART_SIZE = dict(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                 decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+                 pad_token_id=0, decoder_start_token_id=0)
+
+
 def probe_m2m100():
     torch.manual_seed(0)
-    return _seq2seq(tf.M2M100ForConditionalGeneration(tf.M2M100Config(
-        vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0,
-        decoder_start_token_id=0)))
+    return _seq2seq(tf.M2M100ForConditionalGeneration(tf.M2M100Config(**BART_SIZE)))
 
 
 def probe_bart():
     torch.manual_seed(0)
-    return _seq2seq(tf.BartForConditionalGeneration(tf.BartConfig(
-        vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0,
-        decoder_start_token_id=0)))
+    return _seq2seq(tf.BartForConditionalGeneration(tf.BartConfig(**BART_SIZE)))
 
 
 def probe_xlm():
