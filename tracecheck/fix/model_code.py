@@ -26,6 +26,7 @@ from ..stages import STAGES, target_of
 from ..stages import order as stage_order
 from .copies import Copies, Patch, how_to_apply
 from .library import UPSTREAM_MARK
+from .outcome import FixOptions, FixOutcome
 from .outputs import check_output
 from .prelude import read_source
 from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, rewrites_model_code
@@ -36,9 +37,8 @@ from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
 from .tasks import EagerCompareTask, EagerDumpTask, ObserveCallsTask
 from .verify_shapes import check_shapes
 
-if TYPE_CHECKING:  # (pipeline.py imports this module: the types only)
+if TYPE_CHECKING:
     from ..model.tasks import ProcessTask
-    from .pipeline import FixOptions, FixOutcome
 
 #: one task (fix/tasks.py) in a stage process, and what it returned (pipeline._one)
 TaskRunner = Callable[["ProcessTask", str], "dict[str, Any]"]
@@ -181,7 +181,7 @@ def _breaks(stages: dict[str, Any]) -> int:
     return explain.graph_break_count if explain is not None and explain.graph_break_count is not None else 0
 
 
-def _run(path: str, name: str, stages: list[str], opts: "FixOptions", progress: api.Progress | None,
+def _run(path: str, name: str, stages: list[str], opts: FixOptions, progress: api.Progress | None,
          tag: str) -> RunReport:
     report = api.run(api.RunOptions([path], stages=stages, only=name, jobs=opts.jobs, timeout_s=opts.timeout_s,
                                     command=["fix", tag, path]), progress)
@@ -348,7 +348,7 @@ def _final(result: StageResult) -> bool:
 
 
 def _try(lines: _Lines, patched: str, name: str, before: dict[str, Any],
-         others: "set[tuple[str, int]]", opts: "FixOptions", progress: api.Progress | None, task: TaskRunner,
+         others: "set[tuple[str, int]]", opts: FixOptions, progress: api.Progress | None, task: TaskRunner,
          dump: str) -> tuple[str | None, RunReport | None]:
     """Run a written candidate group by group (``VERIFY_PHASES``), the eager comparison after the first, and stop
     at the first refusal: (why it is not kept, None), or (None, one report of every stage)."""
@@ -432,7 +432,7 @@ def _vacuous(src: Source, site: Site, rewrite: str, lines_run: set[int] | None) 
     return None
 
 
-def fix_model_code(opts: "FixOptions", path: str, name: str, patched: str, probe: ProbeReport, out: "FixOutcome",
+def fix_model_code(opts: FixOptions, path: str, name: str, patched: str, probe: ProbeReport, out: FixOutcome,
                    progress: api.Progress | None, task: TaskRunner) -> None:
     """Fill ``out`` (a pipeline.FixOutcome): sites, kept rewrites, the diff, the written files and the status.
     ``probe``: the diagnosis (a few stages); the other stages of the compile target run once on the original, so
@@ -495,8 +495,8 @@ def fix_model_code(opts: "FixOptions", path: str, name: str, patched: str, probe
     out.status = NOT_VERIFIED if out.reasons else VERIFIED
 
 
-def _search(opts: "FixOptions", path: str, name: str, patched: str, probe: ProbeReport,
-            plans: "list[tuple[Site, list[Candidate]]]", found: list[Site], out: "FixOutcome", copies: Copies,
+def _search(opts: FixOptions, path: str, name: str, patched: str, probe: ProbeReport,
+            plans: "list[tuple[Site, list[Candidate]]]", found: list[Site], out: FixOutcome, copies: Copies,
             progress: api.Progress | None, task: TaskRunner) -> "tuple[Patch, RunReport | None, set[int] | None]":
     """Try each site's candidates on the patched copy, on top of the ones kept so far: (what is kept, the last kept
     candidate's report, the probe file's lines the original ran). Fills each site's outcome."""
@@ -586,8 +586,8 @@ def _search(opts: "FixOptions", path: str, name: str, patched: str, probe: Probe
     return kept, report, lines_run
 
 
-def _write(opts: "FixOptions", path: str, patched: str, kept: Patch, copies: Copies, found: list[Site],
-           out: "FixOutcome") -> None:
+def _write(opts: FixOptions, path: str, patched: str, kept: Patch, copies: Copies, found: list[Site],
+           out: FixOutcome) -> None:
     """The patched copy, the diff of the probe's file (``--diff``), the upstream diff of each other file whose
     function the copy replaces (beside the copy; only a file tracecheck wrote is overwritten), and how to apply each
     in the user's own code (``out.apply``)."""
