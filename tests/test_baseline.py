@@ -48,6 +48,7 @@ _PASS = {"status": "pass", "kinds": [], "graph_count": None, "graph_break_count"
          "recompiles": None, "phases": None, "target": "compile"}
 _PRINT_BREAK = {"kind": "graph-break", "gb_type": "Failed to trace builtin operator", "file": "model.py", "line": 5,
                 "gb_code": "GB0059", "code": 'print("hi")'}
+_PRINT_SITE = {"graph-break": [{"file": "model.py", "line": 5}]}
 SMALL_REPORT_BASELINE = {
     "format": "tracecheck-baseline",
     "schema_version": 1,
@@ -57,10 +58,12 @@ SMALL_REPORT_BASELINE = {
         "model.py::probe_bad": {"stages": {
             "eager": _PASS,
             "explain": {**_PASS, "status": "fail", "kinds": ["graph-break"], "graph_count": 2,
-                        "graph_break_count": 1, "breaks": [_PRINT_BREAK]},
+                        "graph_break_count": 1, "breaks": [_PRINT_BREAK], "sites": _PRINT_SITE},
             "aot_eager": {**_PASS, "status": "fail", "kinds": ["graph-break"], "graph_count": 2,
-                          "graph_break_count": 1, "breaks": [_PRINT_BREAK]},
-            "fullgraph": {**_PASS, "status": "fail", "kinds": ["missing-fake"]},
+                          "graph_break_count": 1, "breaks": [_PRINT_BREAK], "sites": _PRINT_SITE},
+            # where each kind's findings point (relative, as the break): grouped by, not compared
+            "fullgraph": {**_PASS, "status": "fail", "kinds": ["missing-fake"],
+                          "sites": {"missing-fake": [{"file": "model.py", "line": 9}]}},
             "compiled_autograd": {**_PASS, "recompiles": 0, "compiled_autograd": _CA},
         }},
         "model.py::probe_ok": {"stages": {
@@ -547,10 +550,11 @@ def test_one_new_break_seen_by_every_stage_of_two_probes_is_one_root_cause():
     assert len(cmp.changes) == 39 and cmp.regressed
     item, graphs = cmp.causes
     assert (item.effect, item.aspect, item.location) == ("regressed", "break", {"file": "gate_model.py", "line": 14})
-    assert item.description == ("new graph break at gate_model.py:14 (data-dependent, GB0124) in 2 probes × 5 stages")
+    # export is not a required target: its changes are `changed`, the same break's, and named apart
+    assert item.description == ("new graph break at gate_model.py:14 (data-dependent, GB0124) in 2 probes × 4 stages; "
+                                "also in export (target not required)")
     assert item.probes == ["gate_model.py::probe_large", "gate_model.py::probe_small"]
-    # export is not a required target: its changes are `changed`, but the cause is the same break
-    assert item.stages == ["explain", "aot_eager", "inductor", "fullgraph", "export"]
+    assert item.stages == ["explain", "aot_eager", "inductor", "fullgraph"] and item.also == ["export"]
     assert len(item.changes) == 38
     assert {c.effect for c in item.changes if c.stage == "export"} == {"changed"}
     # a graph count that rises with no new break or kind in its stage is a cause of its own
@@ -588,7 +592,9 @@ def test_the_diff_table_has_one_row_per_root_cause():
     rows = [line for line in text(False).splitlines() if line.startswith("│ regressed")]
     assert len(rows) == 2
     assert "new graph break at gate_model.py:14 (data-dependent, GB0124)" in rows[0]
-    assert "2 probes × 5 stages" in rows[0]
+    assert "2 probes × 4 stages" in rows[0]
+    # export is not required: named apart, under where it regressed
+    assert rows[0].count("│") == 5 and "○ also in export (target not required)" in text(False)
     assert "gate_model.py::probe_large" in rows[0]  # few probes: listed
     assert "more graphs (1 -> 2)" in rows[1] and "1 probe × 1 stage: dynamic" in rows[1]
     # -v: every per-stage change as well
@@ -646,9 +652,9 @@ def test_one_annotation_per_regressed_root_cause():
     # GitHub's workflow-command syntax, written by hand (':' escaped in the title only)
     assert annotations.lines(None, cmp, environ={}) == [
         "::error file=gate_model.py,line=14,title=tracecheck%3A new graph break::new graph break at gate_model.py:14 "
-        "(data-dependent, GB0124) in 2 probes × 5 stages: Unsupported Tensor.item() call with "
+        "(data-dependent, GB0124) in 2 probes × 4 stages: Unsupported Tensor.item() call with "
         "capture_scalar_outputs=False [probes: gate_model.py::probe_large, gate_model.py::probe_small; stages: "
-        "explain, aot_eager, inductor, fullgraph, export]",
+        "explain, aot_eager, inductor, fullgraph]",  # export: not a required target, no part of the failure
         "::error title=tracecheck%3A regression::more graphs (1 -> 2) in 1 probe × 1 stage "
         "[probes: gate_model.py::probe_small; stages: dynamic]",
     ]
@@ -682,7 +688,8 @@ def test_the_markdown_report_lists_root_causes_and_keeps_each_change_folded():
     section = md.split("## Against the baseline", 1)[1]
     causes = section.split("<details>", 1)[0]
     assert [ln.split(" | ")[0] for ln in causes.splitlines() if ln.startswith("| regressed")] == ["| regressed"] * 2
-    assert "new graph break at gate_model.py:14 (data-dependent, GB0124) | 2 probes × 5 stages" in causes
+    assert ("new graph break at gate_model.py:14 (data-dependent, GB0124) | 2 probes × 4 stages; ⚪ also in export "
+            "(target not required) |") in causes
     assert "Each change per probe and stage (39)" in section
 
 

@@ -443,9 +443,6 @@ KEY_READS_ALLOWED = {
     ("junit.py", "c"): "an XML element's attribute (ElementTree)",
     ("markdown.py", "p.stages"): "ProbeReport.stages: typed StageResults by stage name",
     ("view.py", "p.stages"): "ProbeReport.stages: typed StageResults by stage name",
-    # debt: gate/baseline.ChangeCause's location and graph_break are still dicts (gate/, not yet typed)
-    ("annotations.py", "loc"): "gate/baseline.ChangeCause.location, untyped yet",
-    ("annotations.py", "brk"): "gate/baseline.ChangeCause.graph_break, untyped yet",
 }
 
 

@@ -123,6 +123,15 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
     # a stage that --strict failed for advice alone is recorded as passing: advice is gated through its kinds
     # (gated_advice), so a strict and a plain run of the same code compare equal
     status = PASS if s.status == FAIL and not kinds and advice else s.status
+    # where each failure kind points (the user frames of its findings): not compared, only grouped by, so that one
+    # line's failure in a stage that records no breaks (vmap, export) is one root cause across probes
+    sites: dict[str, list[dict[str, Any]]] = {}
+    for f in s.findings or ([s.failure] if s.failure else []):
+        frame = f.user_frame
+        if f.kind in kinds and frame is not None and frame.file:
+            site = {"file": relative_location(frame.file, probe), "line": frame.line}
+            if site not in sites.setdefault(f.kind, []):
+                sites[f.kind].append(site)
     snap: dict[str, Any] = {
         "status": status,
         "kinds": kinds,
@@ -135,6 +144,8 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
     }
     if advice:
         snap["advice"] = advice
+    if sites:
+        snap["sites"] = {k: sorted(v, key=lambda x: (x["file"] or "", x["line"] or 0)) for k, v in sorted(sites.items())}
     spec, payload_type = REGISTRY.get(s.stage), PAYLOADS.get(s.stage)
     payload = payload_type.of(s.extra) if spec is not None and spec.counts and payload_type else None
     ca = {k: getattr(payload, k) for k in spec.counts if payload.written(k)} if payload is not None else {}
@@ -301,6 +312,11 @@ def _check_probes(probes: dict[str, Any]) -> None:
                 value = snap.get(key, [])
                 if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
                     raise ValueError(f"{where}: '{key}' must be a list of kind names")
+            sites = snap.get("sites", {})
+            if not isinstance(sites, dict) or not all(
+                    isinstance(v, list) and all(isinstance(x, dict) and _is(x.get("file"), str)
+                                                and _is(x.get("line"), int) for x in v) for v in sites.values()):
+                raise ValueError(f"{where}: 'sites' must map kinds to lists of {{file, line}} objects")
             breaks = snap.get("breaks", [])
             if not isinstance(breaks, list) or not all(isinstance(b, dict) and isinstance(b.get("kind"), str)
                                                        for b in breaks):
@@ -462,8 +478,8 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
             changes = _compare_stage(pid, stage, b_stages.get(stage), n_stages.get(stage), gated, tolerance)
             target = _target(stage, b_stages.get(stage), n_stages.get(stage))
             probe_changes += changes if gate.requires(target) else [_not_required(c, target, gate) for c in changes]
-        probe_changes = _outweigh(_upgraded(probe_changes, upgrades), b_stages.get(COVERAGE_STAGE),
-                                  n_stages.get(COVERAGE_STAGE))
+        probe_changes = _with_new_breaks(_outweigh(_upgraded(probe_changes, upgrades), b_stages.get(COVERAGE_STAGE),
+                                                   n_stages.get(COVERAGE_STAGE)))
         cmp.changes += probe_changes
         cmp.metrics += _metrics(pid, b_stages.get(COVERAGE_STAGE), n_stages.get(COVERAGE_STAGE), probe_changes)
     return cmp
@@ -532,14 +548,14 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
     bk, nk = set(b.get("kinds", [])) | set(_gated(b, gated)), set(n.get("kinds", [])) | set(_gated(n, gated))
     for k in sorted(nk - bk):
         out.append(Change(pid, stage, "kind", None, k, REGRESSED, f"new failure kind {k}" + (
-            " (advice, gated by --strict or the baseline's severity)" if k in gated else "")))
+            " (advice, gated by --strict or the baseline's severity)" if k in gated else ""), _site_of(n, k)))
     # a stage that stops at its first error (fullgraph, export) and now stops earlier, at a new kind, no longer
     # reaches the old one: that is no improvement, the old kind is only hidden
     hidden = bool(nk - bk) and n.get("status") in _FAILED
     for k in sorted(bk - nk):
         out.append(Change(pid, stage, "kind", k, None, CHANGED, f"failure kind {k} no longer reached (the stage "
                           f"now fails first on {', '.join(sorted(nk - bk))})") if hidden else
-                   Change(pid, stage, "kind", k, None, IMPROVED, f"failure kind {k} gone"))
+                   Change(pid, stage, "kind", k, None, IMPROVED, f"failure kind {k} gone", _site_of(b, k)))
     ba, na = set(b.get("advice", [])) - gated, set(n.get("advice", [])) - gated
     for k in sorted(na - ba):
         out.append(Change(pid, stage, "advice", None, k, CHANGED, f"new advice {k} (advice: no regression)"))
@@ -569,6 +585,13 @@ def _compare_stage(pid: str, stage: str, b: dict[str, Any] | None, n: dict[str, 
     out += _lower_is_better(pid, stage, EAGER_FRAMES, bcov.get("frames_eager"), ncov.get("frames_eager"),
                             _COUNT_NOUNS[EAGER_FRAMES])
     return out
+
+
+def _site_of(snap: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """Where a kind's findings point in a snapshot (its first ``sites`` entry), None where nothing placed them (or a
+    baseline from before sites)."""
+    found = (snap.get("sites") or {}).get(kind) or []
+    return {"file": found[0].get("file"), "line": found[0].get("line")} if found and found[0].get("file") else None
 
 
 def _library_versions(doc: dict[str, Any]) -> dict[str, str]:
@@ -662,6 +685,20 @@ def _outweigh(changes: list[Change], b: dict[str, Any] | None, n: dict[str, Any]
         return c.aspect in ("graph_count", "graph_break_count") and c.stage in stages_all_outweighed
     return [replace(c, effect=CHANGED, detail=f"{c.detail} ({why})", why=why) if outweighed(c) else c
             for c in changes]
+
+
+def _with_new_breaks(changes: list[Change]) -> list[Change]:
+    """One probe's changes, where ops captured rose together with a new break that regresses: the line that added the
+    break brought its ops along (``if h.mean().item() > 10``: one op more, one graph more), so the rise is no
+    improvement; it is shown as a change that came with the break (and ``root_causes`` folds it into it)."""
+    new = next((c for c in changes if c.stage == COVERAGE_STAGE and c.aspect == "break" and c.effect == REGRESSED),
+               None)
+    if new is None:
+        return changes
+    where = f" at {new.location['file']}:{new.location['line']}" if (new.location or {}).get("file") else ""
+    why = f"came with the new graph break{where}"
+    return [replace(c, effect=CHANGED, detail=f"{c.detail} ({why})", why=why)
+            if c.stage == COVERAGE_STAGE and c.aspect == CAPTURED and c.effect == IMPROVED else c for c in changes]
 
 
 @dataclass(frozen=True)
@@ -836,6 +873,7 @@ _COUNT_NOUNS = {"graph_count": "graphs", "graph_break_count": "graph breaks", "r
 _LOWER_IS_BETTER_ASPECTS = ("graph_count", "graph_break_count", "recompiles", EAGER_FRAMES,
                             *(f"compiled_autograd.{k}" for k in COUNTS_LOWER_IS_BETTER))
 #: what ``_not_required`` and ``_outweigh`` add to a change's detail (the cause says it once)
+_NOT_REQUIRED = re.compile(r" \(target [\w-]+ not required; .* gates on it\)$")
 _SOFTENED_SUFFIX = re.compile(r" \((target [\w-]+ not required; .* gates on it|outweighed: [^()]*)\)$")
 
 
@@ -859,17 +897,66 @@ class ChangeCause:
     changes: tuple[Change, ...]
 
     @property
+    def file(self) -> str | None:
+        """Where it points (relative, as probe ids are): a break's file, or the file a kind's findings point at."""
+        return (self.location or {}).get("file")
+
+    @property
+    def line(self) -> int | None:
+        return (self.location or {}).get("line")
+
+    @property
+    def failure_kind(self) -> str | None:
+        """The failure kind it is: a break's kind, or the new (gone) kind of a kind or advice cause; else None."""
+        if self.aspect == "break":
+            return (self.graph_break or {}).get("kind")
+        if self.aspect in ("kind", "advice"):
+            first = self.changes[0]
+            return first.after or first.before
+        return None
+
+    @property
+    def gb_type(self) -> str | None:
+        return (self.graph_break or {}).get("gb_type")
+
+    @property
+    def gating(self) -> tuple[Change, ...]:
+        """The changes that make its effect: for a cause that regressed, those that regressed (a stage of a target
+        the gate does not require changed, and is named apart: ``also``); else all of them."""
+        if self.effect != REGRESSED:
+            return self.changes
+        return tuple(c for c in self.changes if c.effect == REGRESSED)
+
+    @property
     def probes(self) -> list[str]:
-        return list(dict.fromkeys(c.probe for c in self.changes))
+        return list(dict.fromkeys(c.probe for c in self.gating))
 
     @property
     def stages(self) -> list[str]:
-        return sorted({c.stage for c in self.changes if c.stage}, key=stage_order)
+        return sorted({c.stage for c in self.gating if c.stage}, key=stage_order)
 
     @property
     def covers(self) -> list[tuple[str, str | None]]:
-        """The (probe, stage) pairs it changed; stage None for a probe-level change (missing, new)."""
-        return list(dict.fromkeys((c.probe, c.stage) for c in self.changes))
+        """The (probe, stage) pairs it changed where it gates; stage None for a probe-level change (missing, new)."""
+        return list(dict.fromkeys((c.probe, c.stage) for c in self.gating))
+
+    @property
+    def also(self) -> list[str]:
+        """The stages where a cause that regressed only changed something (a target not required, mostly): shown
+        beside it, never counted as where it regressed."""
+        gating = set(self.covers)
+        return sorted({c.stage for c in self.changes if c.stage and (c.probe, c.stage) not in gating},
+                      key=stage_order)
+
+    @property
+    def also_text(self) -> str:
+        """``also in vmap, export (targets not required)``, or ``""``."""
+        also = self.also
+        if not also:
+            return ""
+        required = any(c.stage in also and not _NOT_REQUIRED.search(c.detail) for c in self.changes)
+        return f"also in {', '.join(also)}" + ("" if required else
+                                               f" ({'target' if len(also) == 1 else 'targets'} not required)")
 
     @property
     def scope(self) -> str:
@@ -883,7 +970,7 @@ class ChangeCause:
 
     @property
     def description(self) -> str:
-        return f"{self.what} in {self.scope}"
+        return f"{self.what} in {self.scope}" + (f"; {self.also_text}" if self.also else "")
 
     @property
     def graph_break(self) -> dict[str, Any] | None:
@@ -899,7 +986,7 @@ class ChangeCause:
     def to_dict(self, index: dict[int, int]) -> dict[str, Any]:
         """``index``: ``id(change)`` -> its position in ``Comparison.changes``, which ``changes`` lists."""
         return {"effect": self.effect, "aspect": self.aspect, "what": self.what, "description": self.description,
-                "location": self.location, "probes": self.probes, "stages": self.stages,
+                "location": self.location, "probes": self.probes, "stages": self.stages, "also": self.also,
                 "changes": [index[id(c)] for c in self.changes]}
 
 
@@ -942,6 +1029,8 @@ def root_causes(changes: Iterable[Change]) -> list[ChangeCause]:
             if d and (c.aspect in ("status", CAPTURED) or c.aspect in _LOWER_IS_BETTER_ASPECTS):
                 pool = [r for r in roots[d] if (r.aspect == "break" or c.aspect != "graph_break_count")
                         and (r.aspect != CAPTURED or r.effect == c.effect)]
+                if c.aspect == CAPTURED and c.why.startswith("came with"):  # _with_new_breaks: the break's own
+                    pool = [r for r in roots[_WORSE] if r.aspect == "break" and r.effect == REGRESSED]
                 if pool:
                     head[id(c)] = pool[0]
                 elif c.aspect == CAPTURED:  # ops captured with no break or kind to explain it: frames in eager join it
@@ -990,11 +1079,21 @@ def _fold_kinds_into_the_probes_break(changes: list[Change], head: dict[int, Cha
     for c in changes:
         if c.aspect == "break" and _direction(c):
             breaks.setdefault((c.probe, _direction(c), _break_kind(c)), {}).setdefault(_break_identity(c), c)
+    at: dict[tuple[str, str, Any, Any], Change] = {}  # (probe, direction, file, line) -> the first break there
+    for c in changes:
+        if c.aspect == "break" and _direction(c) and c.location and c.location.get("file"):
+            at.setdefault((c.probe, _direction(c), c.location["file"], c.location.get("line")), c)
     for c in changes:
         if c.aspect == "kind" and _direction(c) and id(c) not in head:
             found = breaks.get((c.probe, _direction(c), c.after or c.before), {})
             if len(found) == 1:
                 head[id(c)] = next(iter(found.values()))
+            elif c.location and c.location.get("file"):
+                # another kind at the line of the probe's new break (vmap refusing the .item() that breaks the
+                # graph): the same line, the same root cause
+                brk = at.get((c.probe, _direction(c), c.location["file"], c.location.get("line")))
+                if brk is not None:
+                    head[id(c)] = brk
 
 
 def _plain(detail: str) -> str:
@@ -1007,9 +1106,13 @@ def _cause_key(c: Change) -> tuple:
     if c.aspect == "break":
         return ("break", d or "moved", *_break_identity(c), None if d else c.before)
     if c.aspect in ("kind", "advice"):
-        # a kind no break explains has no place of its own: per probe, so that two probes' unrelated failures of
-        # one kind (two ops without a fake, two crashes) are two causes, never one
-        return (c.aspect, "new" if c.before is None else "gone", c.after or c.before, c.probe)
+        # a kind no break explains, at a user line (its snapshot's ``sites``): one cause across probes; with no
+        # place of its own, per probe, so that two probes' unrelated failures of one kind (two ops without a fake,
+        # two crashes) are two causes, never one
+        side = "new" if c.before is None else "gone"
+        if c.location and c.location.get("file"):
+            return (c.aspect, side, c.after or c.before, c.location["file"], c.location.get("line"))
+        return (c.aspect, side, c.after or c.before, c.probe)
     if c.aspect in _COUNT_NOUNS:
         return (c.aspect, d or "changed")
     return (c.aspect, str(c.before), str(c.after), _plain(c.detail))
@@ -1030,6 +1133,9 @@ def _cause(roots: list[Change], changes: tuple[Change, ...]) -> ChangeCause:
             f"graph break moved to {b.get('file')}:{b.get('line')} from {first.before}"
         which = b.get("gb_code") or b.get("gb_type") or "no gb_type"
         cause = replace(cause, what=f"{what} ({b.get('kind')}, {which})")
+    elif first.aspect in ("kind", "advice") and (first.location or {}).get("file"):
+        kind, loc = first.after or first.before, first.location or {}
+        cause = replace(cause, what=cause.what.replace(f" {kind}", f" {kind} at {loc['file']}:{loc.get('line')}", 1))
     elif first.aspect in _COUNT_NOUNS:
         noun = _COUNT_NOUNS[first.aspect]
         more, fewer = ("fewer", "more") if first.aspect == CAPTURED else ("more", "fewer")

@@ -55,11 +55,11 @@ def _listed(names: list[str]) -> str:
 
 def cause_line(cause: Any) -> str:
     """One regressed root cause: at its break's file:line, naming what it is and every probe and stage it covers."""
-    loc, brk = cause.location or {}, cause.graph_break or {}
-    gb_type = f": {brk['gb_type']}" if brk.get("gb_type") else ""
+    gb_type = f": {cause.gb_type}" if cause.gb_type else ""
     where = f"probes: {_listed(cause.probes)}" + (f"; stages: {_listed(cause.stages)}" if cause.stages else "")
     title = "tracecheck: new graph break" if cause.aspect == "break" else "tracecheck: regression"
-    return command(loc.get("file"), loc.get("line"), title, f"{cause.description}{gb_type} [{where}]")
+    # where it regressed only: a stage of a target the gate does not require is no part of the failure
+    return command(cause.file, cause.line, title, f"{cause.what} in {cause.scope}{gb_type} [{where}]")
 
 
 def lines(report: RunReport | None, comparison: Any = None, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -21,8 +21,11 @@ def _probes(cause: ChangeCause) -> str:
 
 
 def _where(cause: ChangeCause) -> str:
+    """``2 probes × 2 stages: explain, aot_eager``, and where it only changed (``○ also in export (target not
+    required)``) on a line of its own."""
     stages = cause.stages
-    return cause.scope + (f": {', '.join(stages)}" if stages and len(stages) <= _FEW else "")
+    text = cause.scope + (f": {', '.join(stages)}" if stages and len(stages) <= _FEW else "")
+    return text + (f"\n○ {cause.also_text}" if cause.also else "")
 
 
 class _Fit:

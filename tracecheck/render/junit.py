@@ -15,9 +15,12 @@ Shape (the common JUnit schema that those tools read)::
                                                                           failed stage of a target not required
         </testcase>
 
-With a baseline comparison, a failure the baseline already has is reported as ``<skipped>`` ("known
-failure") so the job's test view shows only regressions as failures; a probe that went missing gets a
-failing ``<probe>[missing]`` testcase.
+With a baseline comparison, a testcase fails only where a root cause regressed it (``Comparison.causes``, a
+stage of a required target): its ``type`` and ``message``, which CI test views show, name that cause (kind,
+file:line, GB code and gb_type), and the body labels the stage's findings the baseline already has as known. A
+failure the baseline already has is ``<skipped>`` ("known failure"), so the job's test view shows only
+regressions as failures; a probe that went missing gets a failing ``<probe>[missing]`` testcase. Files are
+relative to the rootdir, as probe ids are.
 """
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..gate.baseline import REGRESSED, ChangeCause, Comparison, relative_location
+from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
 from ..model.reportio import write_text_atomic
 from ..model.taxonomy import kinds
 from . import view
@@ -46,15 +50,22 @@ def _classname(file_part: str) -> str:
     return re.sub(r"[\\/]+", ".", stem) or "tracecheck"
 
 
-def _evidence_text(s: StageResult) -> str:
+def _where(f: Finding, p: ProbeReport) -> tuple[str | None, int | None]:
+    """A finding's user frame as CI outputs name it: relative to the rootdir as the probe id is (baseline's rule)."""
+    frame = f.user_frame
+    return (relative_location(frame.file, p), frame.line) if frame is not None else (None, None)
+
+
+def _evidence_text(s: StageResult, p: ProbeReport, findings: list[Finding] | None = None) -> str:
     out = []
-    for f in s.findings or ([s.failure] if s.failure else []):
+    for f in findings if findings is not None else s.findings or ([s.failure] if s.failure else []):
         ev = f.ev
         out.append(f"[{f.kind}] {f.summary}")
         frame = f.user_frame
         if frame is not None:
             code = f"  {frame.code}" if frame.code else ""
-            out.append(f"  at {frame.location}{code}")
+            file, line = _where(f, p)
+            out.append(f"  at {file}:{line}{code}")
         if ev.gb_type:
             out.append(f"  gb_type: {ev.gb_type} ({ev.gb_code or 'no GB code'})")
         if f.kind in kinds():  # the kind's page: a command a CI log's reader can run wherever tracecheck installs
@@ -66,12 +77,41 @@ def _evidence_text(s: StageResult) -> str:
     return "\n".join(out)
 
 
-def _regressions(comparison: Any, probe_id: str, stage: str) -> list[Any]:
-    """The comparison's regressions of this (probe, stage), or of the whole probe."""
-    return [c for c in comparison.regressions if c.probe == probe_id and c.stage in (stage, None)]
+def _regressions(causes: list[ChangeCause], probe_id: str, stage: str) -> list[ChangeCause]:
+    """The root causes that regressed this (probe, stage), or the whole probe."""
+    return [c for c in causes if c.effect == REGRESSED
+            and any(pid == probe_id and st in (stage, None) for pid, st in c.covers)]
 
 
-def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None) -> ET.Element:
+def _is_new(f: Finding, p: ProbeReport, causes: list[ChangeCause]) -> bool:
+    """Is the finding one of ``causes`` (at its break's line, or its kind's where the kind is the cause)."""
+    file, line = _where(f, p)
+    return any((c.file, c.line) == (file, line) if c.file else f.kind == c.failure_kind for c in causes)
+
+
+def _regression_failure(case: ET.Element, p: ProbeReport, s: StageResult, causes: list[ChangeCause]) -> None:
+    """The failure of a (probe, stage) a change regressed: its ``type`` and ``message`` name the new root cause (what
+    a CI system's test view shows), the body says each regressed cause, then the stage's findings: new ones, and
+    those the baseline already has, labelled as known."""
+    first = causes[0]
+    more = f" (and {len(causes) - 1} more regression{'s' if len(causes) > 2 else ''})" if len(causes) > 1 else ""
+    gb_type = f": {first.gb_type}" if first.gb_type else ""
+    el = ET.SubElement(case, "failure", {"type": first.failure_kind or "regression",
+                                         "message": _clean(f"{first.what}{gb_type}{more}", 1000)})
+    findings = s.findings or ([s.failure] if s.failure else [])
+    new = [f for f in findings if _is_new(f, p, causes)]
+    known = [f for f in findings if f not in new]
+    parts = ["Regressed against the baseline:"] + [f"- {c.what} in {c.scope}" for c in causes]
+    if new:
+        parts += ["", "New in this stage:", _evidence_text(s, p, new)]
+    if known:
+        parts += ["", "Known in the baseline (not a regression):", _evidence_text(s, p, known)]
+    el.text = _clean("\n".join(parts))
+
+
+def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Comparison | None = None,
+             causes: list[ChangeCause] | None = None) -> ET.Element:
+    """``causes``: ``comparison.causes``, computed once for every testcase (grouping is not free)."""
     file_part = p.id.split("::", 1)[0]
     case = ET.Element("testcase", {"classname": _classname(file_part), "name": f"{p.name}[{stage}]",
                                    "file": file_part, "time": f"{s.seconds:.3f}"})
@@ -83,14 +123,14 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None)
                 ET.SubElement(props, "property", {"name": name, "value": str(getattr(cov, name))})
         costs = view.break_costs(p)
         for c in costs.breaks if costs is not None else ():  # costliest first: "share of the compiled forward"
-            ET.SubElement(props, "property", {"name": f"break_cost {c.file}:{c.line}", "value": f"{c.share:.4f}"})
+            ET.SubElement(props, "property", {"name": f"break_cost {relative_location(c.file, p)}:{c.line}",
+                                              "value": f"{c.share:.4f}"})
     failed = s.status in FAILED
     if comparison is not None:
         # against a baseline the comparison decides (its required targets and advice severity included)
-        regressed = _regressions(comparison, p.id, stage)
-        if regressed and not failed:  # a gated advice kind, say: the stage passed, the gate did not
-            el = ET.SubElement(case, "failure", {"type": "regression", "message": _clean(regressed[0].detail, 1000)})
-            el.text = _clean("\n".join(c.detail for c in regressed) + "\n\n" + _evidence_text(s))
+        regressed = _regressions(causes if causes is not None else comparison.causes, p.id, stage)
+        if regressed and s.status != INTERNAL:  # (a gated advice kind fails a stage that passed)
+            _regression_failure(case, p, s, regressed)
             return case
         if failed and not regressed:
             why = "known failure in the baseline" if p.gate.requires(s.target) else \
@@ -101,7 +141,7 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None)
     elif failed and not p.gate.requires(s.target):  # shown with its evidence, failing nothing
         ET.SubElement(case, "system-out").text = _clean(
             f"target {s.target} not required ({p.gate.how_to_require(str(s.target))} gates on it); the stage "
-            f"failed:\n" + _evidence_text(s))
+            f"failed:\n" + _evidence_text(s, p))
         return case
     if s.status == INTERNAL:
         lines = (s.internal_error or "").strip().splitlines() or ["internal error"]
@@ -113,21 +153,22 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Any = None)
         f = s.failure
         el = ET.SubElement(case, "failure", {"type": f.kind if f else "fail",
                                              "message": _clean(f.summary if f else "failed", 1000)})
-        el.text = _clean(_evidence_text(s))
+        el.text = _clean(_evidence_text(s, p))
     elif s.status in (TIMEOUT, CRASH):
         f = s.failure
         el = ET.SubElement(case, "error", {"type": s.status, "message": _clean(f.summary if f else s.status, 1000)})
-        el.text = _clean(_evidence_text(s))
+        el.text = _clean(_evidence_text(s, p))
     elif s.status == SKIP:
         ET.SubElement(case, "skipped", {"message": _clean(s.skip_reason or "skipped", 1000)})
     elif s.findings:  # a pass with advice (no-batching-rule, opaque-op): shown, not failed
         ET.SubElement(case, "system-out").text = _clean("advice (fails nothing unless --strict):\n"
-                                                        + _evidence_text(s))
+                                                        + _evidence_text(s, p))
     return case
 
 
-def to_element(report: RunReport, comparison: Any = None) -> ET.Element:
+def to_element(report: RunReport, comparison: Comparison | None = None) -> ET.Element:
     root = ET.Element("testsuites", {"name": "tracecheck"})
+    causes = comparison.causes if comparison is not None else None
     suites: dict[str, ET.Element] = {}
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     for p in report.probes:
@@ -145,7 +186,7 @@ def to_element(report: RunReport, comparison: Any = None) -> ET.Element:
             ET.SubElement(props, "property", {"name": "tracecheck", "value": report.tracecheck_version})
             suites[file_part] = suite
         for stage, s in p.stages.items():
-            suite.append(testcase(p, stage, s, comparison))
+            suite.append(testcase(p, stage, s, comparison, causes))
     if comparison is not None:
         for c in comparison.regressions:
             if c.aspect == "probe" and c.after == "missing":
@@ -177,12 +218,12 @@ def to_element(report: RunReport, comparison: Any = None) -> ET.Element:
     return root
 
 
-def render(report: RunReport, comparison: Any = None) -> str:
+def render(report: RunReport, comparison: Comparison | None = None) -> str:
     """The JUnit XML document as a string (UTF-8, with an XML declaration)."""
     root = to_element(report, comparison)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def write(path: str, report: RunReport, comparison: Any = None) -> None:
+def write(path: str, report: RunReport, comparison: Comparison | None = None) -> None:
     write_text_atomic(path, render(report, comparison))

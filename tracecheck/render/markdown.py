@@ -110,7 +110,7 @@ class MarkdownRenderer:
         self._traceback_shown: dict[tuple, int] = {}  # (kind, gb_type) -> the finding that showed a traceback
         self._message_shown: dict[tuple, int] = {}  # (kind, gb_type, first line) -> finding number
         self.report = report
-        self.scrub = PathScrubber(redact, home)
+        self.scrub = PathScrubber(redact, home, report.rootdir)
         self.redact = redact
         self.trace_dir = trace_dir
         self.limit = limit
@@ -251,7 +251,7 @@ class MarkdownRenderer:
         if not c.changes:
             return "## Against the baseline\n\nNo differences.\n\n"
         # one row per root cause (a new break is one, however many stages it changed); each change in the details
-        causes = [f"| {cause.effect} | {_cell(self.scrub(cause.what))} | {_cell(cause.scope)} | "
+        causes = [f"| {cause.effect} | {_cell(self.scrub(cause.what))} | {_cell(cause.scope + (f'; ⚪ {cause.also_text}' if cause.also else ''))} | "
                   f"{_cell(', '.join(_code(self.probe_label(pid)) for pid in cause.probes))} |" for cause in c.causes]
         rows = [f"| {c2.effect} | {_cell(_code(self.probe_label(c2.probe)))} | {c2.stage or ''} | "
                 f"{_cell(self.scrub(c2.detail))} |" for c2 in c.changes]

@@ -33,8 +33,12 @@ class PathScrubber:
     every machine).
     """
 
-    def __init__(self, redact: bool = False, home: str | None = None) -> None:
+    def __init__(self, redact: bool = False, home: str | None = None, root: str | None = None) -> None:
+        """``root``: the run's rootdir; a path under it is made relative to it (as probe ids are), the rootdir
+        itself is kept (the report names it once)."""
         self.redact = redact
+        self.roots = sorted({r.rstrip("/\\") for r in (root, os.path.realpath(root) if root else "") if r
+                             and r.rstrip("/\\")}, key=len, reverse=True)
         home = home if home is not None else os.path.expanduser("~")
         homes = {h.rstrip("/\\") for h in (home, os.path.realpath(home) if home else "") if h}
         self.homes = sorted((h for h in homes if h not in ("", "/")), key=len, reverse=True)
@@ -43,6 +47,8 @@ class PathScrubber:
         if not text:
             return text or ""
         text = _shorten_site_packages(text)
+        for r in self.roots:  # "/ci/repo/model.py" -> "model.py", never inside a longer name ("/ci/repo2/...")
+            text = re.sub(r"(?<![\w.~/-])" + re.escape(r) + r"[/\\](?=[^\s/\\])", "", text)
         for h in self.homes:
             text = re.sub(re.escape(h) + r"(?=[/\\]|$|[\s\"'`:)])", "~", text)
         if self.redact:

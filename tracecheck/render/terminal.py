@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model.taxonomy import MODEL_CODE_KINDS, K, fix_text, is_advice, kinds, needs_registration_fix, rewrites_model_code
-from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RootCause, RunReport, StageResult, group_findings
+from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RootCause, RunReport, StageResult, finding_key, group_findings
 from ..model.targets import Gate
 from . import view
 from .evidence import numeric_lines
@@ -364,16 +364,47 @@ def _generated(f: Finding, probe_file: str) -> bool:
     return True
 
 
+def _fix_keys(p: ProbeReport, fixable: list[str]) -> set[tuple]:
+    """The root causes (``finding_key``, as ``root_causes`` keys them) behind a probe's fixable kinds."""
+    keys = set()
+    for f in (f for s in p.stages.values() for f in s.findings if f.kind in fixable and _generated(f, p.file)):
+        key = finding_key(f)
+        keys.add(key if f.cx.op or f.user_frame is not None else key + (p.id,))
+    return keys
+
+
+def _fix_commands(report: RunReport) -> dict[str, list[str]]:
+    """The probes that get a ``tracecheck fix`` command, each with the other probes it also fixes: one command per
+    root cause, so one ``print`` on one line seen by two probes is one command (its fix rewrites that line for
+    both). A probe gets a command when it has a fixable root cause no earlier command has."""
+    done: dict[tuple, str] = {}  # root cause -> the probe whose command fixes it
+    commands: dict[str, list[str]] = {}
+    for p in report.probes:
+        if p.verdict.status == PASS or p.name == IMPORT_PROBE:
+            continue
+        keys = _fix_keys(p, _fixable_kinds(p))
+        if not keys:
+            continue
+        if keys - done.keys():
+            commands[p.id] = []
+            done.update({k: p.id for k in keys if k not in done})
+        else:  # every cause it has is fixed by an earlier command: named there
+            commands[done[next(iter(sorted(keys, key=repr)))]].append(p.name)
+    return commands
+
+
 def next_steps(report: RunReport, attachment: str | None = None, source: str | None = None) -> list[str]:
-    """One line per failing probe: ``tracecheck fix FILE::PROBE`` when a kind it found has a code fix, else
-    ``tracecheck explain KIND`` for its first kind; then the attachment for an issue (``attachment``: the --report
-    file already asked for). Paths relative to the cwd. Where several probes of one file have a fix, each command
-    names its own outputs: run one after the other as printed, the second would otherwise overwrite the first's
-    patched copy (``<model>_fixed.py``), fixed-ops module or diff."""
+    """One line per root cause of the failing probes: ``tracecheck fix FILE::PROBE`` when a kind it found has a
+    code fix (one command for the probes that share it), else ``tracecheck explain KIND`` for its first kind; then
+    the attachment for an issue (``attachment``: the --report file already asked for). Paths relative to the cwd.
+    Where several probes of one file have a fix, each command names its own outputs: run one after the other as
+    printed, the second would otherwise overwrite the first's patched copy (``<model>_fixed.py``), fixed-ops module
+    or diff."""
     lines = []
+    commands = _fix_commands(report)
     fixes_per_file: dict[str, int] = {}
     for p in report.probes:
-        if p.verdict.status != PASS and p.name != IMPORT_PROBE and _fixable_kinds(p):
+        if p.id in commands:
             fixes_per_file[p.file] = fixes_per_file.get(p.file, 0) + 1
     for p in report.probes:
         v = p.verdict
@@ -381,6 +412,8 @@ def next_steps(report: RunReport, attachment: str | None = None, source: str | N
             continue
         node = f"{os.path.relpath(p.file)}::{p.name}"
         fixable = _fixable_kinds(p) if p.name != IMPORT_PROBE else []  # an import failure has no probe to fix
+        if fixable and p.id not in commands:
+            continue  # an earlier command fixes its causes
         if fixable:
             registration = any(needs_registration_fix(f, p.file) for r in p.stages.values() for f in r.findings)
             # a diff named after its file (two files in one folder never overwrite each other's fix.diff)
@@ -389,7 +422,8 @@ def next_steps(report: RunReport, attachment: str | None = None, source: str | N
             if fixes_per_file[p.file] > 1:
                 output = (f"-o fixed_ops_{p.name}.py" if registration else f"--diff {stem}_{p.name}.diff") + \
                     f" --patched {stem}_{p.name}_fixed.py"
-            lines.append(f"tracecheck fix {node} {output}   ({', '.join(fixable)})")
+            also = f"; also fixes {', '.join(commands[p.id])}" if commands[p.id] else ""
+            lines.append(f"tracecheck fix {node} {output}   ({', '.join(fixable)}{also})")
         elif v.kinds and v.kinds[0] in kinds():
             node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else node
             first = next((k for k in v.kinds if not is_advice(k)), v.kinds[0])  # --strict: the error first
