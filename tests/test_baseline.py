@@ -331,8 +331,19 @@ def test_without_a_baseline_every_break_is_annotated_relative_to_the_workspace()
     r = small_report(root="/ws/repo")
     lines = annotations.lines(r, None, environ={"GITHUB_WORKSPACE": "/ws/repo"})
     # GitHub's workflow-command syntax, written by hand: ':' in the title and ':' ',' in properties escaped
-    assert lines == ["::error file=model.py,line=5,title=tracecheck%3A new graph break::model.py::probe_bad: "
-                     "graph-break (Failed to trace builtin operator) at model.py:5 [stages: explain, aot_eager]"]
+    assert lines == ["::error file=model.py,line=5,title=tracecheck%3A new graph break::graph-break (Failed to trace "
+                     "builtin operator) at model.py:5 [probes: model.py::probe_bad; stages: explain, aot_eager]"]
+
+
+def test_without_a_baseline_one_break_reached_by_two_probes_is_one_annotation():
+    r = small_report(root="/ws/repo")
+    twin = copy.deepcopy(next(p for p in r.probes if p.name == "probe_bad"))
+    twin.id, twin.name = "model.py::probe_twin", "probe_twin"
+    r.probes.append(twin)
+    lines = annotations.lines(r, None, environ={"GITHUB_WORKSPACE": "/ws/repo"})
+    assert lines == ["::error file=model.py,line=5,title=tracecheck%3A new graph break::graph-break (Failed to trace "
+                     "builtin operator) at model.py:5 [probes: model.py::probe_bad, model.py::probe_twin; stages: "
+                     "explain, aot_eager]"]
 
 
 def test_breaks_of_a_probe_the_baseline_did_not_have_are_annotated():

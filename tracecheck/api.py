@@ -12,7 +12,7 @@ from .isolate import protocol
 from .classify import results, settle
 from .evidence import owner
 from .gate import shards
-from .collect import locate
+from .collect import cache, locate
 from .model.exitcodes import UsageError
 from .model.report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from .model.records import StageRecord
@@ -61,6 +61,9 @@ class RunOptions:
     require: tuple[str, ...] = DEFAULT_REQUIRE
     #: run on an emulated NPU: PrivateUse1 renamed npu, on host memory (devices/emulated_npu.py); device npu
     emulate_npu: bool = False
+    #: keep each file's results here and reuse them while nothing they depend on changed (collect/cache.py); None:
+    #: run everything (``--no-cache``; ``tracecheck fix`` and the API's default)
+    cache_dir: str | None = None
 
 
 class Progress:
@@ -107,13 +110,95 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
             "model file in one, or the package folder itself)" if packages else ""))
     device = environment.resolve_device(opts.device, opts.emulate_npu)
     root = locate.rootdir(paths)
-    progress.discovered(len(files))
+    store = _cache(opts, stages, device, named, root)
+    reused = {f: r for f in files for r in [store.lookup(f) if store else None] if r is not None}
+    for f, r in reused.items():
+        progress.note(f"{os.path.relpath(f)}: results reused from the run of {r.stored_at} (nothing they depend on "
+                      "changed; --no-cache re-runs it)")
+    to_run = [f for f in files if f not in reused]
+    probes, discovery, env = _reuse(reused), {}, None
+    if to_run:
+        progress.discovered(len(to_run))
+        probes, discovery, env = _run_files(opts, to_run, stages, device, root, named, progress, probes)
+    probes = [p for f in files for p in probes if p.file == f]
+    for p in probes:
+        if p.reused:
+            p.gate = Gate(opts.require, opts.strict)
+            continue
+        if _setup_failed(p):
+            for stage in stages:
+                p.stages[stage] = StageResult(
+                    stage, SKIP, skip_reason="loading the file or calling the probe function failed (see load)")
+        settle.settle(p, opts.strict)
+        owner.assign(p, root)  # whose code each finding and break is: once, here, where the stages' environment is
+    if env is None and reused:  # nothing ran: the environment the reused results were made in (the same: keyed)
+        env = next(iter(reused.values())).environment
+    if env is None:  # the environment task died: record what the parent can
+        env = {"environment": environment.collect(device, opts.emulate_npu), "collect_env": None}
+    if store is not None:
+        _keep(store, [f for f in to_run if f in discovery], probes, discovery, env)
+    if env.get("collect_env") is not None:
+        env["environment"]["collect_env"] = env["collect_env"]
+    return RunReport(probes=probes, environment=env["environment"], stages=stages,
+                     command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2),
+                     strict=opts.strict, require=opts.require)
+
+
+def _cache(opts: RunOptions, stages: list[str], device: str, named: dict[str, list[str]],
+           root: str) -> cache.Cache | None:
+    """The run's cache (collect/cache.py), keyed by the environment and every option that can change a result; None
+    when off, and with ``--trace-dir`` (its traces must be written) or ``--shard`` (which probes a shard takes depends
+    on every file's probes)."""
+    if not opts.cache_dir or opts.trace_dir or opts.shard or os.environ.get(cache.NO_CACHE_ENV):
+        return None
+    options = {"root": root, "stages": stages, "select": opts.select, "only": opts.only, "named": sorted(named.items()),
+               "timeout_s": opts.timeout_s, "steps": opts.steps, "dynamic": opts.dynamic,
+               "fresh_imports": opts.fresh_imports, "collect_env": opts.collect_env, "strict": opts.strict,
+               "require": sorted(opts.require), "emulate_npu": opts.emulate_npu, "jobs_cap": os.cpu_count()}
+    return cache.Cache(opts.cache_dir, {"environment": cache.environment_key(device), "options": options})
+
+
+def _reuse(reused: dict[str, cache.Reused]) -> list[ProbeReport]:
+    out = []
+    for r in reused.values():
+        for d in r.probes:
+            p = ProbeReport.from_dict(d)
+            p.reused = r.stored_at
+            out.append(p)
+    return out
+
+
+#: statuses whose result may not recur (a busy machine, a flaky crash) or that checked nothing: never stored
+_NOT_KEPT = (TIMEOUT, CRASH, INTERNAL)
+
+
+def _keep(store: cache.Cache, files: list[str], probes: list[ProbeReport], discovery: dict[str, dict[str, Any]],
+          env: dict[str, Any]) -> None:
+    """Store each file's results whose every probe has a key (its recorded deps) and nothing unsure in it."""
+    for f in files:
+        mine = [p for p in probes if p.file == f]
+        found = discovery[f]
+        deps = found.get("deps")
+        if not mine or deps is None or any(
+                p.name == IMPORT_PROBE or _setup_failed(p) or any(s.status in _NOT_KEPT for s in p.stages.values())
+                for p in mine):
+            continue
+        store.store(f, deps, [p.to_dict() for p in mine], {"custom_ops": found.get("custom_ops", [])}, env)
+
+
+def _run_files(opts: RunOptions, files: list[str], stages: list[str], device: str, root: str,
+               named: dict[str, list[str]], progress: Progress, reused: list[ProbeReport]
+               ) -> tuple[list[ProbeReport], dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """Discover and run the stages of ``files`` (the ones not reused); the probes (``reused``'s first), what discovery
+    found per file (its custom ops and the deps of its results: collect/cache.py) and the environment record."""
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1), warm_compile=any(get_stage(s).compiles for s in stages)) as runner:
         env_task = Task(_ENVIRONMENT, environment.EnvironmentTask(
             device=device, collect_env=opts.collect_env, npu=environment.npu_status(), emulate_npu=opts.emulate_npu),
             opts.timeout_s)
-        probes, templates, custom_ops, env = _discover(runner, files, opts, root, named, progress, env_task)
+        probes, templates, discovery, env = _discover(runner, files, opts, root, named, progress, env_task,
+                                                      bool(reused))
+        custom_ops = {f: d["custom_ops"] for f, d in discovery.items()}
         if opts.shard:
             keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
@@ -140,20 +225,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         for p in probes:
             if p.id in deferred and "opcheck" not in p.stages and not _setup_failed(p):
                 p.stages["opcheck"] = StageResult("opcheck", SKIP, skip_reason=NO_CUSTOM_OP)
-    for p in probes:
-        if _setup_failed(p):
-            for stage in stages:
-                p.stages[stage] = StageResult(
-                    stage, SKIP, skip_reason="loading the file or calling the probe function failed (see load)")
-        settle.settle(p, opts.strict)
-        owner.assign(p, root)  # whose code each finding and break is: once, here, where the stages' environment is
-    if env is None:  # the environment task died: record what the parent can
-        env = {"environment": environment.collect(device, opts.emulate_npu), "collect_env": None}
-    if env.get("collect_env") is not None:
-        env["environment"]["collect_env"] = env["collect_env"]
-    return RunReport(probes=probes, environment=env["environment"], stages=stages,
-                     command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2),
-                     strict=opts.strict, require=opts.require)
+    return reused + probes, discovery, env
 
 
 def _late_opcheck(p: ProbeReport) -> bool:
@@ -266,10 +338,13 @@ _ENVIRONMENT = ("environment",)
 
 
 def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, named: dict[str, list[str]],
-              progress: Progress, env_task: Task) -> tuple[list[ProbeReport], dict[str, Template],
-                                                           dict[str, list[str]], dict[str, Any] | None]:
+              progress: Progress, env_task: Task, others: bool = False
+              ) -> tuple[list[ProbeReport], dict[str, Template], dict[str, dict[str, Any]], dict[str, Any] | None]:
     """Load each file once (in parallel) and list its probes; unless ``fresh_imports``, each loading process
-    stays up as the template its stage processes fork from. ``env_task`` runs beside them."""
+    stays up as the template its stage processes fork from. ``env_task`` runs beside them. Per file loaded, what it
+    found: ``custom_ops`` (registered by the file, its imports or its probes) and ``deps`` (what its import and its
+    probes' calls loaded: collect/cache.py; None when a probe's recording is missing). ``others``: probes reused
+    from the cache exist, so finding none here is no usage error."""
     timeout = opts.timeout_s  # loading may build a C++ extension (~25-30 s cold): within the 300 s default
     # every file's discovery runs in a template process, which calls each probe in a forked child of its own (so no
     # probe's factory runs where another's did); only the first MAX_TEMPLATES stay up to fork stage processes
@@ -282,7 +357,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     found: dict[str, list[ProbeReport]] = {}
     empty: list[str] = []  # files with no probe function: helpers beside the model files
     templates: dict[str, Template] = {}
-    custom_ops: dict[str, list[str]] = {}
+    discovery: dict[str, dict[str, Any]] = {}
     total_candidates = 0
     env = None
     for outcome in runner.run([*tasks, env_task],
@@ -307,7 +382,10 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             progress.note(f"{os.path.relpath(path)}: each stage process imports it afresh "
                           f"({outcome.why_not_template})")
         total_candidates += res["n_candidates"]
-        custom_ops[path] = res.get("custom_ops", [])
+        deps: dict[str, Any] | None = {}
+        for entry in res["probes"]:
+            deps = None if deps is None or not isinstance(entry.get("deps"), dict) else {**deps, **entry["deps"]}
+        discovery[path] = {"custom_ops": res.get("custom_ops", []), "deps": deps}
         reports = []
         for entry in res["probes"]:
             if entry.get("bad_shape"):
@@ -330,12 +408,12 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     for path in empty if probes else ():  # with no probe at all, the usage error below says it once
         progress.note(f"{os.path.relpath(path)}: no probes (no probe() / probe_<name>() functions or "
                       "@tracecheck.probe); imported only")
-    if not probes:
+    if not probes and not others:
         what = f"matching -k {opts.select!r}" if opts.select and total_candidates else \
             f"named {opts.only!r}" if opts.only and total_candidates else \
             "(no probe() / probe_<name>() functions or @tracecheck.probe)"
         raise UsageError(f"{' '.join(opts.paths)}: no probes found {what}")
-    return probes, templates, custom_ops, env
+    return probes, templates, discovery, env
 
 
 def _options(opts: RunOptions, stage: str) -> StageOptions:

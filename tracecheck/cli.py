@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import __version__, api
+from .collect import cache
 from .gate import baseline, shards
 from .model.exitcodes import ExitCode, UsageError
 from .render import annotations, diff, junit, markdown
@@ -255,6 +256,12 @@ def cli() -> None:
               help="compiled_autograd stage: add steps with a second input shape (batch dim x10).")
 @click.option("--fresh-imports", is_flag=True,
               help="Import each model file afresh in every stage process, not once per file (slower).")
+@click.option("--no-cache", is_flag=True,
+              help="Run every probe; by default a file's results are reused while nothing they depend on changed "
+                   "(its content, the modules and files it loaded, torch, the options, TORCH_* variables; "
+                   f"also {cache.NO_CACHE_ENV}=1).")
+@click.option("--cache-dir", metavar="DIR", default=cache.DEFAULT_DIR, show_default=True,
+              help="Where reused results are kept (a CI cache action can keep the folder).")
 @click.option("--strict", is_flag=True,
               help="Advice (no-batching-rule, opaque-op) fails its stage, the probe, the exit code and --baseline "
                    "where the stage's target is required (no-batching-rule: vmap, so also --require func).")
@@ -269,7 +276,8 @@ def cli() -> None:
                                                        "next steps.")
 def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, report_path, redact, html_dir, trace_dir,
         baseline_path,
-        update_baseline, junit_path, shard, steps, dynamic, fresh_imports, strict, require, verbose):
+        update_baseline, junit_path, shard, steps, dynamic, fresh_imports, no_cache, cache_dir, strict, require,
+        verbose):
     """Diagnose the probes in PATHS (model files, folders, or file.py::probe) under every stage.
 
     \b
@@ -310,7 +318,7 @@ def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, 
                               command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir,
                               steps=steps, dynamic=dynamic, fresh_imports=fresh_imports,
                               collect_env=bool(json_path or report_path), strict=strict, require=required,
-                              emulate_npu=emulate_npu)
+                              emulate_npu=emulate_npu, cache_dir=None if no_cache else cache_dir)
         live = _LiveProgress(console)
         with live.bar:
             report = api.run(opts, live)

@@ -11,6 +11,7 @@ from ..model.exitcodes import UsageError
 from ..model.probe import ProbeShapeError, to_case
 from ..model.report import IMPORT_PROBE
 from ..model.tasks import ProcessTask
+from . import cache
 from .casemaker import call_probe
 from .loadfile import find_probes, load_module, matches
 from .locate import probe_id
@@ -59,6 +60,8 @@ class Loaded:
     result: dict[str, Any] | None = None
     #: how many of ``watch.events`` the import made (the rest: the probes')
     import_events: int = 0
+    #: what the import and the probes' calls load (collect/cache.py: the key of a reused result)
+    recorder: Any = None
 
 
 def load_file(task: SurveyTask) -> Loaded:
@@ -67,7 +70,7 @@ def load_file(task: SurveyTask) -> Loaded:
     from ..evidence.oprecorder import registered_custom_ops
 
     ops_before = registered_custom_ops()
-    loaded = Loaded(task, ops_before, opwatch.OpRegistrationWatch())
+    loaded = Loaded(task, ops_before, opwatch.OpRegistrationWatch(), recorder=cache.Recorder.start())
     with loaded.watch as watch:
         try:
             loaded.module = load_module(task.file)
@@ -140,6 +143,10 @@ def call_one(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any],
         except Exception as e:
             entry["setup_error"] = exceptions.error_record(e, "setup")
         entry["registrations"] = file_events + watch.events[before:]
+    try:  # what the file's import and this call loaded, as it is now: the key of its results (collect/cache.py)
+        entry["deps"] = loaded.recorder.deps() if loaded.recorder is not None else None
+    except Exception:  # no key: the results are not stored
+        entry["deps"] = None
     return entry
 
 

@@ -482,7 +482,28 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
                                                    n_stages.get(COVERAGE_STAGE)))
         cmp.changes += probe_changes
         cmp.metrics += _metrics(pid, b_stages.get(COVERAGE_STAGE), n_stages.get(COVERAGE_STAGE), probe_changes)
+    moved = _moved_ids([c.probe for c in cmp.changes if c.aspect == "probe" and c.after == "missing"],
+                       [c.probe for c in cmp.changes if c.aspect == "probe" and c.before == "absent"])
+    if moved:
+        cmp.notes.append(f"the probe ids moved ({moved[0][0]} -> {moved[0][1]}"
+                         + (f" and {len(moved) - 1} more" if len(moved) > 1 else "") + "): the baseline was recorded "
+                         "with another rootdir (the folder with pyproject.toml, setup.cfg, tox.ini, pytest.ini or .git "
+                         "above the model files); run where that marker exists, or rewrite the baseline")
     return cmp
+
+
+def _moved_ids(missing: list[str], new: list[str]) -> list[tuple[str, str]]:
+    """Missing and new probes whose ids differ only in the file's leading folders (``probes/m.py::p`` and
+    ``m.py::p``): the ids' rootdir changed, not the probes."""
+    out = []
+    for was in missing:
+        file, _, name = was.partition("::")
+        for now in new:
+            f2, _, n2 = now.partition("::")
+            if n2 == name and f2 != file and (file.endswith("/" + f2) or f2.endswith("/" + file)):
+                out.append((was, now))
+                break
+    return out
 
 
 def _target(stage: str, *snaps: dict[str, Any] | None) -> str:
@@ -687,16 +708,22 @@ def _outweigh(changes: list[Change], b: dict[str, Any] | None, n: dict[str, Any]
             for c in changes]
 
 
+def _at(c: Change) -> tuple[str, int]:
+    """A change's place, for reading order (file, then line)."""
+    loc = c.location or {}
+    return (str(loc.get("file") or "~"), loc.get("line") or 0)
+
+
 def _with_new_breaks(changes: list[Change]) -> list[Change]:
     """One probe's changes, where ops captured rose together with a new break that regresses: the line that added the
     break brought its ops along (``if h.mean().item() > 10``: one op more, one graph more), so the rise is no
     improvement; it is shown as a change that came with the break (and ``root_causes`` folds it into it)."""
-    new = next((c for c in changes if c.stage == COVERAGE_STAGE and c.aspect == "break" and c.effect == REGRESSED),
-               None)
-    if new is None:
+    new = sorted((c for c in changes if c.stage == COVERAGE_STAGE and c.aspect == "break" and c.effect == REGRESSED),
+                 key=_at)
+    if not new:
         return changes
-    where = f" at {new.location['file']}:{new.location['line']}" if (new.location or {}).get("file") else ""
-    why = f"came with the new graph break{where}"
+    sites = [f"{c.location['file']}:{c.location['line']}" for c in new if (c.location or {}).get("file")]
+    why = f"came with the new graph break{'s' if len(new) > 1 else ''}" + (f" at {', '.join(sites)}" if sites else "")
     return [replace(c, effect=CHANGED, detail=f"{c.detail} ({why})", why=why)
             if c.stage == COVERAGE_STAGE and c.aspect == CAPTURED and c.effect == IMPROVED else c for c in changes]
 

@@ -202,6 +202,8 @@ class ProbeReport:
     stages: dict[str, StageResult] = field(default_factory=dict)
     #: how the run is gated (set from ``RunReport``'s ``require`` and ``strict``; not serialized here)
     gate: Gate = field(default_factory=Gate)
+    #: when the run whose results these are ended, for results reused from the cache (collect/cache.py), else None
+    reused: str | None = None
     #: the verdict decided for ``gate`` (``verdict``)
     _decided: tuple[Gate, tuple[StageOutcome, ...], Verdict] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -227,15 +229,18 @@ class ProbeReport:
             "name": self.name,
             "verdict": asdict(self.verdict),
             "stages": {k: asdict(v) for k, v in self.stages.items()},
+            **({"reused": self.reused} if self.reused else {}),
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ProbeReport":
         if not all(isinstance(d.get(k), str) for k in ("id", "file", "name")):
             raise ValueError(f"probe {d.get('id')!r}: id, file and name must be strings")
+        reused = d.get("reused")
         return cls(
             id=d["id"], file=d["file"], name=d["name"],
             stages={k: StageResult.from_dict(v) for k, v in d.get("stages", {}).items()},
+            reused=reused if isinstance(reused, str) else None,
         )
 
 

@@ -63,11 +63,11 @@ def cause_line(cause: Any) -> str:
 
 
 def lines(report: RunReport | None, comparison: Any = None, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The workflow-command lines to print: one per regressed root cause with a comparison; one per (probe, break
-    location) of the report's breaks that are new (all, without a comparison), naming the stages that saw it."""
+    """The workflow-command lines to print: one per regressed root cause with a comparison; one per break location
+    of the report's breaks that are new (all, without a comparison), naming the probes and stages that saw it."""
     env = environ if environ is not None else os.environ
     out: list[str] = []
-    found: dict[tuple, list[str]] = {}  # (probe, file, line, what) -> stages
+    found: dict[tuple, tuple[list[str], list[str]]] = {}  # (file, line, what) -> (probes, stages)
     # a probe or stage the baseline did not have: its breaks, from the report, are new; the cause itself is
     # annotated only when none of them is (a stage that fails without a break, or two baselines compared)
     everything_new: set[tuple[str, str | None]] = set()
@@ -91,11 +91,17 @@ def lines(report: RunReport | None, comparison: Any = None, environ: Mapping[str
             for b in s.breaks:
                 file = _workspace_relative(b.file, env) if b.file else None
                 what = f"{b.kind} ({b.gb_type or 'no gb_type'})" + (f" at {file}:{b.line}" if file else "")
-                found.setdefault((p.id, file, b.line, what), []).append(stage)
+                probes, stages = found.setdefault((file, b.line, what), ([], []))
+                if p.id not in probes:
+                    probes.append(p.id)
+                if stage not in stages:
+                    stages.append(stage)
                 annotated.add((p.id, stage))
     # a new probe's or stage's cause is annotated unless its breaks already are, in every probe and stage it covers
     out += [cause_line(cause) for cause in new_causes
             if not all((probe, stage) in annotated or (stage is None and any(a[0] == probe for a in annotated))
                        for probe, stage in cause.covers)]
-    return out + [command(file, line, "tracecheck: new graph break", f"{probe}: {what} [stages: {', '.join(stages)}]")
-                  for (probe, file, line, what), stages in found.items()]
+    # one per break location, across probes (a print on one line that two probes reach is one annotation)
+    return out + [command(file, line, "tracecheck: new graph break",
+                          f"{what} [probes: {_listed(probes)}; stages: {', '.join(stages)}]")
+                  for (file, line, what), (probes, stages) in found.items()]

@@ -78,9 +78,10 @@ def _evidence_text(s: StageResult, p: ProbeReport, findings: list[Finding] | Non
 
 
 def _regressions(causes: list[ChangeCause], probe_id: str, stage: str) -> list[ChangeCause]:
-    """The root causes that regressed this (probe, stage), or the whole probe."""
-    return [c for c in causes if c.effect == REGRESSED
-            and any(pid == probe_id and st in (stage, None) for pid, st in c.covers)]
+    """The root causes that regressed this (probe, stage), or the whole probe, in reading order (file, line)."""
+    return sorted((c for c in causes if c.effect == REGRESSED
+                   and any(pid == probe_id and st in (stage, None) for pid, st in c.covers)),
+                  key=lambda c: (c.file is None, c.file or "", c.line or 0))
 
 
 def _is_new(f: Finding, p: ProbeReport, causes: list[ChangeCause]) -> bool:

@@ -473,6 +473,12 @@ def summary_line(report: RunReport) -> str:
     verdicts = [p.verdict.status for p in report.probes]
     n, n_fail, n_internal = len(verdicts), verdicts.count(FAIL), len(report.internal_errors)
     required = ", ".join(report.gate.require)
-    return (f"\n{n} probe{'s' if n != 1 else ''}, {n_fail} failing ({required})"
+    reused = [p.reused for p in report.probes if p.reused]
+    when = f" from the run of {min(reused)}" if reused and len(set(reused)) == 1 else \
+        f" from runs of {min(reused)} to {max(reused)}" if reused else ""
+    return (f"\n{n} probe{'s' if n != 1 else ''}"
+            + (f" ({len(reused)} reused{when}: nothing they depend on changed; --no-cache re-runs them)"
+               if reused else "")
+            + f", {n_fail} failing ({required})"
             + (f", {n_internal} stage(s) with a tracecheck internal error (exit 3)" if n_internal else "")
             + f", {report.seconds:.1f} s")

@@ -1,0 +1,282 @@
+"""Results reused when nothing they depend on changed (``tracecheck run``; ``--no-cache`` turns it off).
+
+A model file's results (its probes' reports after every stage, and what discovery found) are stored under a key of
+everything that can change them, as pytest-testmon and Bazel's action cache key theirs:
+
+- what the file loaded, found at run time in the process that imported it and called its probes (``Recorder``):
+  the file itself, every module imported from outside the standard library, torch and tracecheck, every shared
+  library mapped (a C++ extension), the C++ sources of an extension ``torch.utils.cpp_extension`` built (its
+  ``build.ninja``), and every file opened for reading (weights, configs); each by content (a very large file by
+  size and mtime);
+- the environment (``environment_key``): Python, the platform, tracecheck's own source, torch's ``version.py``,
+  every installed distribution and its version, and the environment variables torch, its compilers and its
+  runtimes read (``TORCH*``, ``TORCHINDUCTOR_*``, ``PYTORCH_*``, ``CUDA_*``, ``OMP_*``, ...);
+- the run's options (``options_key``: stages, device, timeout, --strict, --require, selection, ...).
+
+A stored entry is reused only when every part is equal, re-read now; a file missing or unreadable is a change. A
+stale result is the worst outcome, so anything unsure is not stored: a run with a timeout, a crash, an internal
+error or a load failure, a probe whose recording failed, more than ``MAX_DEPS`` files, ``--trace-dir`` (the traces
+must be written). Modules a stage imports later (inside a forward) are not seen: the file and the probes' calls
+import what a model needs in practice; ``--no-cache`` when a model imports lazily from files that change.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model.reportio import write_json_atomic
+
+#: bumped when what an entry holds or how a key is made changes: older entries are never read
+CACHE_VERSION = 1
+#: the folder ``tracecheck run`` keeps results in, relative to the working directory (a CI cache action keeps it)
+DEFAULT_DIR = ".tracecheck-cache"
+#: an environment variable that turns the cache off, as ``--no-cache`` does
+NO_CACHE_ENV = "TRACECHECK_NO_CACHE"
+#: more files than this and the recording is not trusted to be complete (nothing is stored)
+MAX_DEPS = 20000
+#: files larger than this are fingerprinted by size and mtime, not read whole (a CUDA library, a checkpoint)
+HASH_LIMIT = 64 << 20
+#: the environment variables that change what torch, its compilers or its runtimes do
+ENV_PREFIXES = ("TORCH", "PYTORCH", "CUDA", "NVIDIA", "ASCEND", "NPU", "HCCL", "OMP_", "MKL", "KMP_", "LD_",
+                "CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "TRACECHECK_", "XLA", "TRITON", "PYTHON", "TMPDIR",
+                "XDG_CACHE_HOME", "HOME")
+_NOT_KEYED = {NO_CACHE_ENV}
+
+
+def fingerprint(path: str) -> str | None:
+    """What a file is: ``sha256:<hex>`` of its content, or ``stat:<size>:<mtime_ns>`` above ``HASH_LIMIT``; None when
+    it cannot be read (a change: never a match)."""
+    try:
+        st = os.stat(path)
+        if st.st_size > HASH_LIMIT:
+            return f"stat:{st.st_size}:{st.st_mtime_ns}"
+        with open(path, "rb") as f:
+            return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Recording, in the process that imports the model file (collect/survey.py)
+
+#: the recorder an ``open`` audit event goes to (one per process: an audit hook cannot be removed)
+_ACTIVE: "Recorder | None" = None
+_HOOKED = False
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    rec = _ACTIVE
+    if rec is None or event != "open":
+        return
+    try:
+        path, mode = args[0], args[1]
+        if isinstance(path, (str, bytes)) and not isinstance(path, int) and (
+                mode is None or (isinstance(mode, str) and not set(mode) & set("wax+"))):
+            rec.opened.add(os.fsdecode(path))
+    except Exception:  # an audit hook must never raise into the code that opened the file
+        pass
+
+
+def _skipped_roots() -> tuple[str, ...]:
+    """Folders whose files are keyed otherwise: the standard library (Python's version), torch (its version file and
+    the installed distributions), tracecheck (its source digest)."""
+    import tracecheck
+
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(torch, "__file__", None):
+        roots.add(os.path.dirname(torch.__file__))
+    roots.add(os.path.dirname(tracecheck.__file__))
+    roots |= {"/proc", "/sys", "/dev"}
+    return tuple(os.path.realpath(r) + os.sep for r in roots if r)
+
+
+def _mapped_libraries() -> set[str]:
+    """The shared libraries mapped into this process (Linux ``/proc/self/maps``; elsewhere none)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return {line.split(None, 5)[5].strip() for line in f if line.count(" ") >= 5 and ".so" in line
+                    and "/" in line}
+    except (OSError, IndexError):
+        return set()
+
+
+def _ninja_sources(library: str) -> list[str]:
+    """The sources a ``torch.utils.cpp_extension`` build compiled into ``library`` (its ``build.ninja``, beside it)."""
+    ninja = os.path.join(os.path.dirname(library), "build.ninja")
+    try:
+        with open(ninja) as f:
+            text = f.read()
+    except OSError:
+        return []
+    return [m.replace("$ ", " ").replace("$:", ":") for m in re.findall(r"^build [^:]+: \w+ (.+?)$", text, re.M)
+            if not m.endswith(".o")]
+
+
+@dataclass
+class Recorder:
+    """What a process loads from now on: modules, shared libraries, files opened for reading (``start`` before the
+    model file imports; ``deps`` after its probes' calls)."""
+
+    modules_before: set[str] = field(default_factory=set)
+    libraries_before: set[str] = field(default_factory=set)
+    opened: set[str] = field(default_factory=set)
+
+    @classmethod
+    def start(cls) -> "Recorder":
+        global _ACTIVE, _HOOKED
+        rec = cls(set(sys.modules), _mapped_libraries())
+        if not _HOOKED:
+            sys.addaudithook(_audit)
+            _HOOKED = True
+        _ACTIVE = rec
+        return rec
+
+    def deps(self) -> dict[str, str | None] | None:
+        """Each file loaded since ``start`` (outside ``_skipped_roots``) -> its fingerprint; None when there are too
+        many to trust."""
+        files: set[str] = set(self.opened)
+        for name, module in list(sys.modules.items()):
+            if name not in self.modules_before:
+                path = getattr(module, "__file__", None)
+                if isinstance(path, str):
+                    files.add(path)
+        for lib in _mapped_libraries() - self.libraries_before:
+            files.add(lib)
+            files.update(_ninja_sources(lib))
+        skipped = _skipped_roots()
+        out: dict[str, str | None] = {}
+        for path in files:
+            real = os.path.realpath(path)
+            if real.endswith(".pyc") or real.startswith(skipped) or not os.path.isfile(real):
+                continue
+            out[real] = fingerprint(real)
+            if len(out) > MAX_DEPS:
+                return None
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Keys and the store, in the parent
+
+
+def _tracecheck_digest() -> str:
+    """tracecheck's own source (every file of the package): a new version, or an edited checkout, re-runs all."""
+    import tracecheck
+
+    root = os.path.dirname(tracecheck.__file__)
+    h = hashlib.sha256()
+    for folder, dirs, names in sorted(os.walk(root)):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(names):
+            if name.endswith((".py", ".json", ".html", ".css", ".js", ".txt")):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, root).encode() + b"\0" + (fingerprint(path) or "?").encode())
+    return h.hexdigest()
+
+
+def torch_version() -> str:
+    """torch's ``version.py`` as text (version, git commit, CUDA), read without importing torch (the parent never
+    does); "" when torch is not found."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return ""
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
+            return f.read()
+    except OSError:
+        return spec.origin
+
+
+def _distributions() -> list[str]:
+    """Every installed distribution with its version (a ``pip install`` of anything re-runs all)."""
+    from importlib import metadata
+
+    return sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata['Name']})
+
+
+def environment_key(device: str) -> dict[str, Any]:
+    """What the machine and its installation contribute to a result."""
+    return {"python": sys.version, "executable": sys.executable, "platform": platform.platform(),
+            "machine": platform.machine(), "cpus": os.cpu_count(), "device": device,
+            "tracecheck": _tracecheck_digest(), "torch": torch_version(), "distributions": _distributions(),
+            "env": {k: v for k, v in sorted(os.environ.items())
+                    if k.startswith(ENV_PREFIXES) and k not in _NOT_KEYED},
+            "devices": sorted(n for n in _listdir("/dev") if n.startswith(("nvidia", "davinci", "dri")))}
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Reused:
+    """A file's results taken from the cache: its probes' reports (as stored: ``ProbeReport.to_dict``), what
+    discovery found, and when the run that made them ended."""
+
+    probes: list[dict[str, Any]]
+    discovery: dict[str, Any]
+    environment: dict[str, Any]
+    stored_at: str
+
+
+class Cache:
+    """One folder of entries, one JSON file per (model file, key of the run): ``<dir>/v1/<digest>.json``."""
+
+    def __init__(self, folder: str, key: dict[str, Any]) -> None:
+        self.folder = os.path.join(folder, f"v{CACHE_VERSION}")
+        #: the environment's and the options' part of every entry's key
+        self.key = digest(key)
+
+    def _path(self, file: str) -> str:
+        return os.path.join(self.folder, digest([os.path.realpath(file), self.key]) + ".json")
+
+    def lookup(self, file: str) -> Reused | None:
+        """The stored results of ``file`` when nothing they depend on changed, else None (any doubt: None)."""
+        try:
+            with open(self._path(file)) as f:
+                entry = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(entry, dict) or entry.get("key") != self.key or entry.get("file") != os.path.realpath(file):
+            return None
+        deps = entry.get("deps")
+        if not isinstance(deps, dict) or os.path.realpath(file) not in deps:
+            return None
+        if any(fingerprint(path) != fp or fp is None for path, fp in deps.items()):
+            return None
+        try:
+            return Reused(list(entry["probes"]), dict(entry["discovery"]), dict(entry["environment"]),
+                          str(entry["stored_at"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def store(self, file: str, deps: dict[str, str | None], probes: list[dict[str, Any]],
+              discovery: dict[str, Any], environment: dict[str, Any]) -> None:
+        """Keep ``file``'s results under its key; never fails the run (a cache that cannot be written is no cache)."""
+        real = os.path.realpath(file)
+        deps = {**deps, real: deps.get(real) or fingerprint(real)}
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            write_json_atomic(self._path(file), {
+                "key": self.key, "file": real, "deps": deps, "probes": probes, "discovery": discovery,
+                "environment": environment, "stored_at": time.strftime("%Y-%m-%d %H:%M:%S")})
+        except (OSError, TypeError, ValueError):
+            pass
