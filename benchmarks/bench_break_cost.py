@@ -27,7 +27,7 @@ DEFAULT = os.path.join(REPO, "benchmarks", "models", "print_and_item.py")
 def one_run(path: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "r.json")
-        proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", path, "--stages", "explain", "--json", out],
+        proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", path, "--no-cache", "--stages", "explain", "--json", out],
                               capture_output=True, text=True, timeout=900)
         if proc.returncode not in (0, 1):  # 1: the breaks are findings
             sys.exit(f"tracecheck exited {proc.returncode}:\n{proc.stderr[-2000:]}")

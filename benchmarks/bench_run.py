@@ -134,7 +134,7 @@ def main() -> None:
         serial_json, tc_json = os.path.join(tmp, "serial.json"), os.path.join(tmp, "tracecheck.json")
         for name, (paths, stages) in sets.items():
             stages = args.stages or stages or ",".join(STAGES)
-            tc = [sys.executable, "-m", "tracecheck", "run", *paths, "--stages", stages, "-j", str(args.jobs)]
+            tc = [sys.executable, "-m", "tracecheck", "run", *paths, "--no-cache", "--stages", stages, "-j", str(args.jobs)]
             serial = [sys.executable, os.path.abspath(__file__), "--serial-worker", *paths, "--stages", stages]
             if args.budget:
                 tc += ["--json", tc_json]

@@ -85,7 +85,7 @@ def main() -> None:
                     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "HF_HUB_OFFLINE": "1"}
                     report = os.path.join(tmp, f"r{i}.json")
                     cmd = ([sys.executable, script, path] if side == "plain" else
-                           [sys.executable, "-m", "tracecheck", "run", path, "--json", report])
+                           [sys.executable, "-m", "tracecheck", "run", path, "--no-cache", "--json", report])
                     if args.warm:
                         _timed(cmd, env)
                     times[side] = _timed(cmd, env)

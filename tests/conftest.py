@@ -24,6 +24,9 @@ LONGEST_FIRST = ("test_real_models.py", "test_mhc_probes_e2e.py", "test_convnets
 def pytest_configure(config):
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order below
         config.option.loadscopereorder = False
+    # every test's `tracecheck run` runs its probes: a result reused from another test's run of the same file and
+    # options would check nothing (collect/cache.py); tests/test_cache.py turns it on where it is the subject
+    os.environ["TRACECHECK_NO_CACHE"] = "1"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -153,6 +153,11 @@ class MarkdownRenderer:
         if r.rootdir and not self.redact:
             rows.append(("rootdir", f"{_code(self.scrub(r.rootdir))} (probe ids and repro commands are relative "
                                     "to it)"))
+        reused = sorted({p.reused for p in r.probes if p.reused})
+        if reused:  # results taken from the cache (collect/cache.py): say whose run made them
+            n = sum(1 for p in r.probes if p.reused)
+            rows.append(("reused results", f"{n} of {len(r.probes)} probes, from the run of {', '.join(reused)} "
+                                           "(nothing they depend on changed; `--no-cache` re-runs them)"))
         full = bool(env.collect_env) and env.collect_env_error is None
         if full:
             for label, name in COLLECT_ENV_FIELDS:
