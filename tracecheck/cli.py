@@ -229,7 +229,8 @@ def cli() -> None:
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="cores",
               help="Stage processes run in parallel.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
-              help="The most seconds a (probe, stage) process may run; less (10x its probe's longest comparable "
+              help="The most CPU seconds a (probe, stage) process may use (a busy machine does not fail a stage; "
+                   "one that waits is stopped at 3x this on the clock); less (10x its probe's longest comparable "
                    "stage that passed, at least half this and 120 s) once such a stage has passed.")
 @click.option("--device", default="auto", show_default=True,
               help="auto (npu if torch_npu works, else cpu), cpu, cuda or npu.")

@@ -61,14 +61,25 @@ class Outcome:
     why_not_template: str | None = None
     #: the deadline it ran under (``Runner.run``'s ``deadline``; the task's ``timeout_s`` by default)
     limit: Deadline | None = None
+    #: CPU seconds its process group used (None: not measurable here), what a deadline counts (``_busy``)
+    cpu_seconds: float | None = None
 
     @property
     def died(self) -> str | None:
         """Human-readable cause of death, or None."""
         if self.timed_out:
             limit = self.limit or _cap(self.task)
-            return f"was killed after {limit.why}" if limit.is_cap else \
-                f"was killed after {self.seconds:.0f} s, over {limit.why}"
+            if self.cpu_seconds is not None and self.seconds >= wall_cap(limit.seconds) \
+                    and self.cpu_seconds < limit.seconds:
+                return (f"was killed after {self.seconds:.0f} s of wall-clock time in which it used "
+                        f"{self.cpu_seconds:.0f} s of CPU: waiting, not computing (a deadlock, a sleep, a lost "
+                        f"subprocess?); a stage may wait {WALL_FACTOR:g}x its deadline ({limit.why})")
+            if self.cpu_seconds is None:  # no /proc: the clock is the measure
+                return f"was killed after {limit.why}" if limit.is_cap else \
+                    f"was killed after {self.seconds:.0f} s, over {limit.why}"
+            used = f"{min(self.seconds, self.cpu_seconds):.0f} s of CPU time ({self.seconds:.0f} s on the clock)"
+            return f"was killed after {limit.why} ({used})" if limit.is_cap else \
+                f"was killed after {used}, over {limit.why}"
         if self.message is not None:
             return None
         code = self.exitcode
@@ -361,18 +372,26 @@ class Runner:
                     on_start(task)
             now = time.monotonic()
             limits = {key: limit(t) for key, (t, _, _, _, _) in running.items()}
-            next_deadline = min(start + limits[key].seconds for key, (_, _, start, _, _) in running.items())
+            cpu = _cpu_by_group()
+            busy = {key: _busy(now - start, cpu, h.pid) for key, (_, h, start, _, _) in running.items()}
+            # the soonest a deadline can come: CPU time grows no faster than the clock (one thread each)
+            next_deadline = now + min(min(limits[key].seconds - busy[key],
+                                          start + wall_cap(limits[key].seconds) - now)
+                                      for key, (_, _, start, _, _) in running.items())
             # a forked task whose template died is done now: do not wait on that template's connection
             orphaned = any(isinstance(h, _Forked) and not h.template.alive for _, h, _, _, _ in running.values())
             waitables = list({id(h.waitable): h.waitable for _, h, _, _, _ in running.values()
                               if not (isinstance(h, _Forked) and not h.template.alive)}.values())
             wait(waitables, timeout=0 if orphaned else max(0.0, min(next_deadline - now, 1.0)))
             now = time.monotonic()
+            cpu = _cpu_by_group()
             for key in list(running):
                 task, handle, start, result_path, log_path = running[key]
                 timed_out = False
+                used = cpu.get(handle.pid)
                 if not handle.done():
-                    if now - start < limits[key].seconds:
+                    if _busy(now - start, cpu, handle.pid) < limits[key].seconds \
+                            and now - start < wall_cap(limits[key].seconds):
                         continue
                     timed_out = True
                     _kill_group(handle)
@@ -381,7 +400,7 @@ class Runner:
                 outcome = Outcome(task, None if timed_out else protocol.read_message(result_path), exitcode, timed_out,
                                   now - start, _tail(log_path), setup_failed=not os.path.exists(log_path),
                                   template_died=isinstance(handle, _Forked) and exitcode is None,
-                                  limit=limits[key])
+                                  limit=limits[key], cpu_seconds=used)
                 if isinstance(handle, _Spawned) and task.serve and not timed_out:
                     if handle.serving():
                         outcome.template = Template(handle.proc, handle.conn, tuple(handle.ready[2]))
@@ -390,6 +409,51 @@ class Runner:
                         outcome.why_not_template = handle.ready[1] if handle.ready and len(handle.ready) > 1 \
                             else "the process ended"
                 yield outcome
+
+
+#: a stage that uses little CPU (it waits: a deadlock, a sleep) is killed after this many times its deadline on the
+#: clock; one that computes, when its CPU time reaches the deadline (``_busy``)
+WALL_FACTOR = 3.0
+
+
+def wall_cap(seconds: float) -> float:
+    return WALL_FACTOR * seconds
+
+
+def _busy(wall: float, cpu: dict[int, float], pid: int) -> float:
+    """What a deadline counts of a task's run: the CPU seconds its process group used, as ``ulimit -t`` counts them,
+    so that a busy machine, which slows a stage, does not fail it; never more than the wall-clock seconds (a stage
+    with several threads); the wall-clock seconds where CPU time cannot be read (no /proc)."""
+    used = cpu.get(pid)
+    return wall if used is None else min(wall, used)
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in os.sysconf_names else 100
+
+
+def _cpu_by_group() -> dict[int, float]:
+    """Process group -> CPU seconds its processes used (user + system, and their reaped children's), from
+    ``/proc/<pid>/stat``: each task process leads its own group (it called setpgrp), so the group is the stage and
+    what it spawned (a compiler). Empty where /proc is not there."""
+    out: dict[int, float] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        try:
+            pgrp, ticks = int(fields[2]), sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (IndexError, ValueError):
+            continue
+        out[pgrp] = out.get(pgrp, 0.0) + ticks / _TICK
+    return out
 
 
 def _cap(task: Task) -> Deadline:
