@@ -285,6 +285,12 @@ class BreakCost:
     low: float = 0.0
     high: float = 0.0
 
+    @property
+    def noisy(self) -> bool:
+        """Too spread over the calls to be a measurement (``NOISY_RULE``): ``3% (1%-72%)`` is noise, ``60% (48%-62%)``
+        a measurement. A noisy cost is said as "not measurable here" and ranks nothing."""
+        return self.high - self.low > max(NOISY_POINTS, self.share)
+
     @classmethod
     def of(cls, body: Any) -> "BreakCost | None":
         """One entry of a report; None for one a hand edit made odd (a share outside 0-1, low above high, NaN)."""
@@ -297,6 +303,12 @@ class BreakCost:
         gb = body.get("gb_type")
         return cls(file=body["file"], line=body["line"], gb_type=gb if isinstance(gb, str) else None,
                    **{k: float(v) for k, v in nums.items()})  # type: ignore[arg-type]
+
+
+#: a break's cost is noise when its calls' shares range (highest - lowest) wider than this and than the median share
+NOISY_POINTS = 0.10
+NOISY_RULE = ("its calls' shares range wider than the median share and than 10 points: another process, a page "
+              "fault or the profiler's own cost, not the break")
 
 
 @dataclass

@@ -123,7 +123,8 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Comparison 
             if getattr(cov, name) is not None:
                 ET.SubElement(props, "property", {"name": name, "value": str(getattr(cov, name))})
         costs = view.break_costs(p)
-        for c in costs.breaks if costs is not None else ():  # costliest first: "share of the compiled forward"
+        for c in [c for c in costs.breaks if not c.noisy] if costs is not None else ():  # costliest first: "share of
+            # the compiled forward"; a noisy one is no measurement (BreakCost.noisy)
             ET.SubElement(props, "property", {"name": f"break_cost {relative_location(c.file, p)}:{c.line}",
                                               "value": f"{c.share:.4f}"})
     failed = s.status in FAILED

@@ -307,8 +307,9 @@ class MarkdownRenderer:
         priced = []  # each break once, the costliest first where the explain stage measured them ("fix these first")
         for (kind, gb_type, gb_code, where, file, line), stages in breaks.items():
             cost = costs.of_site(file, line) if costs is not None else None
-            said = f", costs {cost.share:.0%} of the forward compiled with backend='eager'" if cost else ""
-            priced.append((-cost.ms if cost else 1.0,
+            said = "" if cost is None else f", cost not measurable here (noisy: {cost.low:.0%}-{cost.high:.0%} over " \
+                "the calls)" if cost.noisy else f", costs {cost.share:.0%} of the forward compiled with backend='eager'"
+            priced.append((-cost.ms if cost and not cost.noisy else 1.0,
                            f"break at {where}: {kind}, {gb_code or gb_type} [{', '.join(stages)}]{said}"))
         lines += [text for _, text in sorted(priced, key=lambda t: t[0])]
         if costs is not None and costs.breaks:

@@ -227,7 +227,7 @@ def _findings_of(p: ProbeReport, verbose: bool) -> list[Text]:
 
     def cost(f: Finding) -> float:  # the costliest breaks first, the rest as found
         c = costs.of_site(f.user_frame.file, f.user_frame.line) if costs is not None and f.user_frame else None
-        return -c.ms if c is not None else 1.0
+        return -c.ms if c is not None and not c.noisy else 1.0
     for stages, f in sorted(group_findings(p), key=lambda sf: cost(sf[1])):
         # advice of one kind has one fix: it is printed once per probe
         out.append(_finding_text(", ".join(stages), f, verbose, show_fix=f.kind not in shown,

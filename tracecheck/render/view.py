@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model.payloads import BreakCost, BreakCosts, CompiledAutogradCounts, Coverage, InductorKernels
+from ..model.payloads import BreakCost, BreakCosts, CompiledAutogradCounts, Coverage, InductorKernels, NOISY_RULE
 from ..model.evidence import TORCH as TORCH_OWNER, Evidence
 from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RootCause, RunReport, StageResult
 from ..stages import forward_only
@@ -168,6 +168,9 @@ class Cost:
         c, of = self.cost, self.of
         spread = f"{c.low:.0%}-{c.high:.0%}" if f"{c.low:.0%}" != f"{c.high:.0%}" else f"{c.low:.0%}"
         where = f" of {self.probe}" if self.probe else ""
+        if c.noisy:
+            return (f"not measurable here (noisy: {spread} of the forward{where} over {of.calls} calls; "
+                    f"{NOISY_RULE})")
         return (f"{c.share:.0%} of the forward{where} compiled with backend='eager' ({spread} over {of.calls} calls, "
                 f"under torch.profiler)")
 
@@ -187,8 +190,9 @@ def cost_of(c: RootCause, label: dict[str, str] | None = None) -> Cost | None:
             continue
         costs = break_costs(p)
         cost = costs.of_site(frame.file, frame.line) if costs is not None else None
-        if cost is not None and (best is None or cost.ms > best.cost.ms):  # a run of several probes names whose
-            best = Cost(cost, costs, (label or {}).get(p.id, "") if len(label or {}) > 1 else "")  # forward it is
+        if cost is not None and (best is None or (best.cost.noisy, cost.ms) > (cost.noisy, best.cost.ms)):  # whose
+            # a measured cost before a noisy one, then the highest; a run of several probes names whose forward
+            best = Cost(cost, costs, (label or {}).get(p.id, "") if len(label or {}) > 1 else "")
     return best
 
 
@@ -206,8 +210,9 @@ def by_cost(causes: list[RootCause]) -> list[RootCause]:
     """Causes with a measured cost first, costliest first; the others after them as they were ("fix these first").
     Ranked by the time a call spends after the break (under the profiler), not its share: a share of a small probe's
     forward and of a large one's are not the same time."""
-    costs = {id(c): cost_of(c) for c in causes}
-    return sorted(causes, key=lambda c: -costs[id(c)].cost.ms if costs[id(c)] is not None else 1.0)
+    costs = {id(c): cost_of(c) for c in causes}  # a noisy cost ranks as none: it is not a measurement
+    return sorted(causes, key=lambda c: -costs[id(c)].cost.ms if costs[id(c)] is not None
+                  and not costs[id(c)].cost.noisy else 1.0)
 
 
 def inductor_caches(report: RunReport) -> str | None:
