@@ -136,3 +136,46 @@ def test_each_run_on_one_display_counts_its_own_stages():
             live.finished("m.py::p", StageResult(f"s{i}", PASS))
     (task,) = live.bar.tasks
     assert (task.completed, task.total) == (2, 4)
+
+
+def test_the_board_says_no_kind_it_does_not_know_and_draws_a_target_not_required_as_not_failing():
+    """Issue 52, item 7: a kind that a stage still running may change is shown pending, then revised once it is
+    known (not left as ``✗ …`` to the end); a failure of a target the run does not require is ○, never ✗."""
+    from tracecheck.model.payloads import StageNotes
+    from tracecheck.model.targets import Gate
+
+    live = _LiveProgress(Console(file=io.StringIO(), width=200, height=40, force_terminal=True))
+    live.layout(["eager", "explain", "aot_eager", "vmap"], Gate())
+    live.planned(3)
+    unknown = Finding(kind="unknown", summary="?", evidence={})
+    pending = StageResult("aot_eager", FAIL, failure=unknown, findings=[unknown], target="compile",
+                          extra=StageNotes(kind_pending=True).to_extra())
+    live.finished("m.py::probe_a", pending)
+    assert live.bar.cells["m.py::probe_a"]["aot_eager"].plain == "✗ …"  # no kind stated
+    fake = Finding(kind="fake-mismatch", summary="the fake's shape", evidence={})
+    live.revised("m.py::probe_a", StageResult("aot_eager", FAIL, failure=fake, findings=[fake], target="compile"))
+    assert live.bar.cells["m.py::probe_a"]["aot_eager"].plain == "✗ fake-mismatch"
+    refused = Finding(kind="functorch-incompatible", summary="vmap", evidence={})
+    live.finished("m.py::probe_a", StageResult("vmap", FAIL, failure=refused, findings=[refused], target="func"))
+    assert live.bar.cells["m.py::probe_a"]["vmap"].plain == "○ functorch-incompatible"
+
+
+@pytest.mark.parametrize("stages,width,mode", [(["eager", "explain"], 120, "table"),
+                                               (["eager", "explain", "aot_eager", "inductor", "fullgraph", "opcheck",
+                                                 "compiled_autograd", "gradcheck", "dynamic", "vmap", "export"], 120,
+                                                "list")])
+def test_the_board_keeps_one_layout_for_the_whole_run(stages, width, mode):
+    """Issue 52, item 7: the board chose the table or the list once, from the run's stages, and keeps it whatever
+    the cells that fill in (it used to switch from the table to the list mid-run)."""
+    from tracecheck.model.targets import Gate
+
+    console = Console(file=io.StringIO(), width=width, height=40, force_terminal=True)
+    live = _LiveProgress(console)
+    live.layout(stages, Gate())
+    assert live.bar.mode == mode
+    for i in range(6):
+        for s in stages:
+            f = Finding(kind="functorch-incompatible", summary="x", evidence={})
+            live.finished(f"m.py::probe_{i}", StageResult(s, FAIL, failure=f, findings=[f], target="compile"))
+            console.print(live.bar._view())
+            assert live.bar.mode == mode

@@ -75,6 +75,13 @@ class Progress:
     def planned(self, n_tasks: int) -> None: ...
     def started(self, probe_id: str, stage: str) -> None: ...
     def finished(self, probe_id: str, result: StageResult) -> None: ...
+    def layout(self, stages: list[str], gate: Gate) -> None:
+        """The run's stages and how it is gated, before its stages start."""
+
+    def revised(self, probe_id: str, result: StageResult) -> None:
+        """A stage shown earlier with its kind pending (``notes.kind_pending``), as the final report will say it now
+        that the probe's other stages have ended."""
+
     def verdict(self, probe: ProbeReport, running: list[str]) -> None:
         """Every stage of ``probe``'s required targets has finished: ``probe`` (a settled copy) has its verdict,
         before the stages of targets not required (``running``) and the rest of the run end."""
@@ -209,8 +216,9 @@ def _run_files(opts: RunOptions, files: list[str], stages: list[str], device: st
         deferred = {p.id for p in probes if "opcheck" in stages and "eager" in stages
                     and not custom_ops.get(p.file)}
         tasks = _stage_tasks(opts, files, probes, stages, device, templates, skip={(i, "opcheck") for i in deferred})
-        progress.planned(len(tasks))
         gate = Gate(opts.require, opts.strict)
+        progress.layout(stages, gate)
+        progress.planned(len(tasks))
         for p in probes:
             p.gate = gate
         verdicts = _Verdicts(progress, deferred, opts.strict)
@@ -243,6 +251,8 @@ class _Verdicts:
         self.progress, self.deferred, self.strict = progress, deferred, strict
         self.waiting: dict[str, set[str]] = {}
         self.said: set[str] = set()
+        #: probe -> its stages shown with a kind pending (``_as_settled``), revised once the others have settled them
+        self.pending: dict[str, set[str]] = {}
 
     def expect(self, tasks: list[Task]) -> None:
         for t in tasks:
@@ -264,13 +274,22 @@ def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport
                      verdicts: _Verdicts, deadlines: Deadlines) -> None:
     by_id = {p.id: p for p in probes}
     verdicts.expect(tasks)
+    pending = verdicts.pending
     for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key), deadline=deadlines):
         probe_id, stage = outcome.task.key
         by_id[probe_id].stages[stage] = _stage_result(stage, outcome)
         if by_id[probe_id].stages[stage].status == PASS:
             deadlines.passed(probe_id, stage, outcome.seconds)
-        progress.finished(probe_id, _as_settled(by_id[probe_id], stage, verdicts))
+        shown = _as_settled(by_id[probe_id], stage, verdicts)
+        if shown.notes.kind_pending:
+            pending.setdefault(probe_id, set()).add(stage)
+        progress.finished(probe_id, shown)
         verdicts.done(by_id[probe_id], stage)
+        for earlier in sorted(pending.get(probe_id, set()) - {stage}):  # what the stages since have settled
+            now = _as_settled(by_id[probe_id], earlier, verdicts)
+            if not now.notes.kind_pending:
+                pending[probe_id].discard(earlier)
+                progress.revised(probe_id, now)
 
 
 #: kinds the final report may still re-attribute once the probe's other stages end (classify/results.attribute_unknowns)

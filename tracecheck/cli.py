@@ -27,7 +27,7 @@ from .model.report import FAIL, PASS, ProbeReport, StageResult
 from .model.reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES, StageOptions
 from .model.tasks import DEFAULT_TIMEOUT_S
-from .model.targets import normalized, parse_require
+from .model.targets import Gate, normalized, parse_require
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -48,7 +48,19 @@ class _Board(Progress):
     def __init__(self, *columns: Any, **kwargs: Any) -> None:
         self.cells: dict[str, dict[str, Text]] = {}  # probe id -> stage -> cell, in the order probes started
         self.verdicts: dict[str, Text] = {}
+        #: "table" or "list", chosen once per run (``choose``) so the board does not switch mid-run; None: per render
+        self.mode: str | None = None
         super().__init__(*columns, **kwargs)  # may render already
+
+    def choose(self, stages: list[str]) -> None:
+        """Table or list for the whole run: the table when it fits with every stage's column as wide as its longest
+        possible cell (``✗`` and the longest kind id), else the list."""
+        from .model import taxonomy
+        from .render import terminal
+
+        widest = 2 + max(len(k) for k in taxonomy.ids())
+        need = 40 + len("verdict") + sum(max(len(terminal.stage_heading(s)), widest) + 1 for s in stages)
+        self.mode = "table" if need <= self.console.width else "list"
 
     def get_renderables(self) -> Iterator[Any]:
         if self.cells:
@@ -73,8 +85,11 @@ class _Board(Progress):
             table.add_row(pid.split("::")[-1], *(row.get(s, Text("")) for s in stages),
                           self.verdicts.get(pid, Text("…", style="dim")))
         unclamped = self.console.options.update(max_width=10_000)  # the table's natural width, not the screen's
-        if Measurement.get(self.console, unclamped, table).maximum <= self.console.width:
-            return table
+        if self.mode != "list":
+            if Measurement.get(self.console, unclamped, table).maximum <= self.console.width:
+                return table
+            if self.mode == "table":
+                self.mode = "list"  # a cell wider than foreseen: the list from now on, never back
         lines = []
         for pid, row in rows[-max(2, (self.console.height - 8) // 2):]:
             line = Text(pid.split("::")[-1], style="bold")
@@ -101,6 +116,7 @@ class _LiveProgress(api.Progress):
                           disable=not console.is_terminal)
         self.task = self.bar.add_task("discovering probes", total=None)
         self.running: list[str] = []
+        self.gate = Gate()
 
     def _line(self, text: str) -> None:
         """CI logs (not a terminal) get plain lines instead of the live bar, from the first second on."""
@@ -120,6 +136,19 @@ class _LiveProgress(api.Progress):
         # wrapped between words on a terminal; one line in a log
         self.bar.console.print(line, highlight=False, markup=False, soft_wrap=not self.bar.console.is_terminal)
 
+    def layout(self, stages: list[str], gate: Gate) -> None:
+        self.gate = gate  # a failure of a target the run does not require is drawn ○, as in the final table
+        self.bar.choose(stages)
+
+    def revised(self, probe_id: str, result: StageResult) -> None:
+        from .render import terminal
+
+        self.bar.cells.setdefault(probe_id, {})[result.stage] = terminal.cell(result, self.gate)
+        self.bar.update(self.task)
+        if result.failure is not None:
+            self._line(f"{probe_id} [{result.stage}] {result.failure.kind} (its kind, now that the probe's other "
+                       "stages have ended)")
+
     def planned(self, n_tasks: int) -> None:
         self.bar.update(self.task, total=n_tasks, description="running stages")
         self._line(f"running {n_tasks} (probe, stage) task(s)")
@@ -136,8 +165,10 @@ class _LiveProgress(api.Progress):
         if key in self.running:
             self.running.remove(key)
         pending = bool(result.notes.kind_pending)  # api._as_settled: a stage still running may explain it
+        # a kind pending is not stated (✗ and a pending mark); a target not required is ○ (the run's gate)
         self.bar.cells.setdefault(probe_id, {})[result.stage] = \
-            Text("✗ …", style="red") if pending else terminal.cell(result)
+            Text("✗ …", style="red") if pending and self.gate.requires(result.target) else \
+            Text("○ …", style="dim") if pending else terminal.cell(result, self.gate)
         self.bar.update(self.task, advance=1, description=", ".join(self.running[-2:]) or "running stages")
         status = result.status if result.status == PASS or not result.failure else \
             f"{result.status}, kind pending (the other stages may explain it)" if pending else result.failure.kind

@@ -320,6 +320,12 @@ class _Watch(api.Progress):
     def planned(self, n_tasks: int) -> None:
         self.inner.planned(n_tasks)
 
+    def layout(self, stages: list[str], gate: Any) -> None:
+        self.inner.layout(stages, gate)
+
+    def revised(self, probe_id: str, result: StageResult) -> None:
+        self.inner.revised(probe_id, result)
+
     def started(self, probe_id: str, stage: str) -> None:
         self.running.append((probe_id, stage))
         self.inner.started(probe_id, stage)
