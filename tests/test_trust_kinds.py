@@ -685,3 +685,67 @@ def test_a_constant_args_c_call_is_not_offered_tracecheck_fix(in_fn, tmp_path):
     assert not taxonomy.rewrites_model_code(constant, str(model))
     # the same call on a tensor is the custom-op case tracecheck fix answers
     assert terminal._generated(Finding("pybind-builtin", "c", ctx, {"user_frame": frame}), str(model))
+
+
+# --- issue 52, item 1: the fake blamed at the fake, in its most common form -----------------------------------------
+WRONG_FAKE = """
+import torch
+
+
+@torch.library.custom_op("tc_fk52::linear", mutates_args=())
+def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w.t()
+
+
+@linear.register_fake
+def _(x, w):
+    return torch.empty_like(x)  # wrong: the last dim is w.size(0)
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, g):
+    x, w = ctx.saved_tensors
+    return g @ w, g.t() @ x
+
+
+linear.register_autograd(_backward, setup_context=_setup)
+
+
+def probe_linear():
+    return linear, (torch.randn(4, 32, requires_grad=True), torch.randn(16, 32, requires_grad=True))
+"""
+
+
+def test_e2e_a_wrong_fake_is_blamed_at_the_fake_not_the_backward_that_tripped_on_it(tracecheck, write_probe):
+    """A fake returning ``empty_like(x)`` for ``x @ w.t()``, a correct backward ``(g @ w, g.t() @ x)``: plain torch
+    runs it eagerly, and compiling it fails on a shape (AOTAutograd traces the backward with the fake's shape);
+    opcheck finds the fake's shape wrong. Every traced stage that fails so is ``fake-mismatch`` at the fake's def
+    (not ``backend-error`` at the backward's line), the dynamic stage's symbolic size included."""
+    path = write_probe(WRONG_FAKE)
+    fn, args = _load(path)["probe_linear"]()
+    fn(*args).sum().backward()  # eager runs (the oracle: the user's backward is right)
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="reduction dim|shape|size"):
+        torch.compile(fn, backend="aot_eager")(*(a.detach().requires_grad_() for a in args)).sum().backward()
+    with pytest.raises(Exception, match="Shapes torch.Size"):
+        torch.library.opcheck(torch.ops.tc_fk52.linear.default, [a.detach() for a in args],
+                              test_utils="test_faketensor")
+    res = tracecheck("run", str(path), "--stages", "eager,aot_eager,opcheck,dynamic", "-j", "2", json_report=True)
+    st = res.probe("probe_linear")["stages"]
+    text = path.read_text().splitlines()
+    fake_def = text.index("def _(x, w):") + 1
+    backward_line = text.index("    return g @ w, g.t() @ x") + 1
+    for stage in ("aot_eager", "dynamic"):
+        f = st[stage]["failure"]
+        assert f["kind"] == "fake-mismatch", (stage, f["kind"], f["summary"])
+        assert f["context"]["cause"] == "downstream_shape" and f["context"]["op"] == "tc_fk52::linear"
+        assert f["evidence"]["user_frame"]["line"] == fake_def, f["evidence"]["user_frame"]
+        assert f["context"]["tripped_at"].endswith(f"model.py:{backward_line}")  # evidence, not the location
+        # both shapes, the fake's and the kernel's, written by hand from the op: x [4, 32], out [4, 16]
+        assert "the fake returns torch.Size([4, 32]), the kernel torch.Size([4, 16])" in f["summary"], f["summary"]
+    assert st["opcheck"]["failure"]["evidence"]["user_frame"]["line"] == fake_def
+    assert "backend-error" not in res.stdout
+    assert f"model.py:{fake_def}  (" in res.stdout and f"model.py:{backward_line}  (" not in res.stdout

@@ -368,6 +368,39 @@ def custom_op_fake_impl(qualname: str) -> Any:
     return getattr(custom_op_defs().get(qualname), "_abstract_fn", None)
 
 
+def fake_impl_location(qualname: str) -> dict[str, Any] | None:
+    """Where the fake impl of a custom op is defined (``{"file", "line", "function", "code"}``: the def line of the
+    function ``register_fake`` got), for a ``torch.library.custom_op`` (``_abstract_fn``) or an op defined with
+    ``Library.define`` (``torch._library.simple_registry``'s ``fake_impl.kernel``); None when it has none or it is not
+    Python (a Meta kernel in C++)."""
+    import inspect
+    import linecache
+
+    fn = custom_op_fake_impl(qualname)
+    if fn is None:
+        try:
+            from torch._library.simple_registry import singleton
+
+            entry = singleton.find(qualname)
+            fn = getattr(getattr(entry, "fake_impl", None), "kernel", None)
+        except Exception:
+            fn = None
+    try:
+        fn = inspect.unwrap(fn) if fn is not None else None
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return None
+        file, line = code.co_filename, code.co_firstlineno
+        # the def line, past its decorators (``@op.register_fake`` above it)
+        lines = linecache.getlines(file)
+        while line <= len(lines) and lines[line - 1].lstrip().startswith("@"):
+            line += 1
+        return {"file": file, "line": line, "function": code.co_name,
+                "code": linecache.getline(file, line).strip() or None}
+    except Exception:
+        return None
+
+
 def fake_tensor_mode(**kwargs: Any) -> Any:
     """A ``FakeTensorMode`` (``torch._subclasses.fake_tensor``)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -477,7 +477,9 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
         "gb_type": gb_type,
         "gb_code": raw.get("gb_code") or gb_code_from_text(text),
         # a fake impl that raised: its own line is where the fix goes
-        "user_frame": ctx.pop("fake_frame", None) or raw.get("user_frame"),
+        "user_frame": ctx.pop("fake_frame", None) or raw.get("user_frame")
+        # a fake that returns wrong metadata: its def is where the fix goes (opcheck records it)
+        or (raw.get("fake_def") if kind == K.FAKE_MISMATCH else None),
         "phase": raw.get("phase"),
         "message": trim(raw.get("message", "")),
         "traceback": raw.get("traceback", ""),

@@ -8,6 +8,7 @@ The one place that decides a stage's status; pure (no torch import), like pytest
 from __future__ import annotations
 
 import linecache
+import os
 import re
 from typing import Any
 
@@ -434,6 +435,57 @@ def link_backward_shape(stages: dict[str, StageResult]) -> None:
                    "mismatch": f"gradient {m.group('grad')}, output {m.group('out')}",
                    "found_by": _found_by(stage, cause), "first_seen_at": stage}
             new = Finding(K.FAKE_MISMATCH, taxonomy.summary(K.FAKE_MISMATCH, ctx), ctx, f.evidence)
+            if s.failure is f:
+                s.failure = new
+            s.findings[i] = new
+    _link_downstream_shape(stages, fakes, recorded)
+
+
+#: a compiled run's error about sizes in the code that consumes an op's output (a matmul, a broadcast, a view, a
+#: size check), where a fake that made up a shape shows: ``a and b must have same reduction dim, but got [4, 32] X
+#: [16, 32]``, ``mat1 and mat2 shapes cannot be multiplied``, ``The size of tensor a (32) must match ...``
+_SHAPE_ERROR = re.compile(r"must have same reduction dim|shapes cannot be multiplied|size mismatch|"
+                          r"The size of tensor a \(.{1,40}?\) must match the size of tensor b|"
+                          r"shape '\[.*?\]' is invalid for input of size|Sizes of tensors must match|"
+                          r"expected size \S+==\S+|Expected size .{1,40} but got size", re.I)
+#: the stages whose graphs are traced with the ops' fakes (a shape a fake made up reaches them; eager's never does)
+_TRACED_STAGES = frozenset({"aot_eager", "inductor", "compiled_autograd", "dynamic", "fullgraph", "export"})
+#: opcheck's words for the kernel's and the fake's shape: torch compares ``compare_tensor_meta(real_out, fake_out)``
+#: (torch/_subclasses/fake_utils.py ``_check_fake_real_tensors``, 2.13 and 2.14), so the real one comes first
+_FAKE_SHAPES = re.compile(r"Shapes (?P<real>torch\.Size\(\[[^\]]*\]\)) and (?P<fake>torch\.Size\(\[[^\]]*\]\)) "
+                          r"are not equal")
+
+
+def _link_downstream_shape(stages: dict[str, StageResult], fakes: list[tuple[str, Finding]],
+                           recorded: set[str]) -> None:
+    """A traced stage that fails on a size error in the code after a custom op (a ``backend-error`` or ``unknown``),
+    in a probe whose eager run passes and whose one recorded custom op has a fake found returning the wrong shape,
+    fails because of that fake: the graph was traced with the fake's shape, the real kernel never ran. It is that
+    ``fake-mismatch``, at the fake's definition (where the fix goes), naming the op, the fake's and the kernel's
+    shapes, and the line that tripped on the made-up shape (``tripped_at``: evidence, not the location; that code is
+    right). With two ops whose fakes are wrong, or an eager run that fails too, nothing is linked."""
+    eager = stages.get("eager")
+    only = [(st, c) for st, c in fakes if len(recorded) == 1 and op_name(c.context["op"]) in recorded]
+    if not only or eager is None or eager.status != PASS:
+        return
+    stage, cause = only[0]
+    shapes = _FAKE_SHAPES.search(str(cause.evidence.get("message") or ""))
+    mismatch = (f"the fake returns {shapes.group('fake')}, the kernel {shapes.group('real')}" if shapes else
+                "the fake's output shape is not the kernel's")
+    for s in stages.values():
+        if s.stage not in _TRACED_STAGES:
+            continue
+        for i, f in enumerate(s.findings):
+            if f.kind not in (K.UNKNOWN, K.BACKEND_ERROR) or not _SHAPE_ERROR.search(str(f.evidence.get("message") or "")):
+                continue
+            frame = f.user_frame
+            tripped = (f"{os.path.relpath(frame.file) if os.path.isabs(frame.file) else frame.file}:{frame.line}"
+                       if frame is not None else "the traced graph")
+            ctx = {"op": cause.context["op"], "cause": "downstream_shape", "attributed_from": f.kind,
+                   "mismatch": mismatch, "tripped_at": tripped, "found_by": _found_by(stage, cause),
+                   "first_seen_at": stage}
+            evidence = {**f.evidence, "user_frame": cause.evidence.get("user_frame") or f.evidence.get("user_frame")}
+            new = Finding(K.FAKE_MISMATCH, taxonomy.summary(K.FAKE_MISMATCH, ctx), ctx, evidence)
             if s.failure is f:
                 s.failure = new
             s.findings[i] = new
