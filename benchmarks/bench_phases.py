@@ -104,7 +104,7 @@ def one(kind: str, path: str) -> None:
                         sum(o.float().sum() for o in grads).backward()
                 timed("plain torch.compile", plain)
             else:
-                options = registry.StageOptions(with_aot_eager=True)  # every stage runs, as in `tracecheck run`
+                options = registry.StageOptions()  # as in `tracecheck run`
                 for stage in registry.STAGES:
                     spec = registry.get(stage)
                     timed(stage, lambda: spec.run(registry.StageContext(make_case, "cpu", options)))

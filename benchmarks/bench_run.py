@@ -44,7 +44,7 @@ def serial_main(paths: list[str], stages: list[str], budget_out: str | None = No
     from tracecheck import stages as registry
 
     budget = dict.fromkeys(stages, 0.0)
-    options = registry.StageOptions(with_aot_eager="aot_eager" in stages)  # as `tracecheck run` sets it
+    options = registry.StageOptions()  # as `tracecheck run` sets it
     for path in locate.find_files(paths):
         module = loadfile.load_module(path)
         for name, _ in loadfile.find_probes(module):

@@ -1,5 +1,6 @@
-"""fullgraph leaves AOTAutograd to the aot_eager stage, except for a graph that holds data-dependent values, which
-only fullgraph=True captures whole (stages/fullgraph.py). Oracle: plain torch.compile in this process."""
+"""fullgraph is ``torch.compile(fullgraph=True)`` through AOTAutograd (stages/fullgraph.py): it fails where plain
+``torch.compile(fullgraph=True)`` fails, a graph holding data-dependent values and a wrong fake included (issue 52:
+with backend eager it passed those). Oracle: plain torch.compile in this process."""
 import json
 import subprocess
 import sys
@@ -51,3 +52,50 @@ def test_a_graph_with_data_dependent_values_still_goes_through_aot_eager(tmp_pat
     assert failure["kind"] == "data-dependent" and failure["evidence"]["gb_type"] is None  # no graph break
     assert "GuardOnDataDependentSymNode" in json.dumps(failure["evidence"])  # AOTAutograd's, on the one graph
     assert {s["status"] for s in probes["probe_plain"].values()} == {"pass"}
+
+
+WRONG_FAKE = """
+import torch
+
+
+@torch.library.custom_op("tc_fg52::linear", mutates_args=())
+def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w.t()
+
+
+@linear.register_fake
+def _(x, w):
+    return torch.empty_like(x)  # wrong: the last dim is w.size(0)
+
+
+linear.register_autograd(lambda ctx, g: (g @ ctx.w, g.t() @ ctx.x),
+                         setup_context=lambda ctx, inputs, output: setattr(ctx, "x", inputs[0]) or
+                         setattr(ctx, "w", inputs[1]))
+
+
+def probe_linear():
+    return linear, (torch.randn(4, 32, requires_grad=True), torch.randn(16, 32, requires_grad=True))
+"""
+
+
+def test_fullgraph_fails_where_plain_fullgraph_compile_fails_on_a_wrong_fake(tmp_path):
+    namespace: dict = {}
+    exec(textwrap.dedent(WRONG_FAKE), namespace)
+    fn, args = namespace["probe_linear"]()
+    fn(*args).sum().backward()  # eager runs
+    torch._dynamo.reset()
+    try:  # the oracle: what a user runs, torch.compile(fullgraph=True) with its default backend
+        torch.compile(fn, fullgraph=True)(*(a.detach().requires_grad_() for a in args)).sum().backward()
+        plain = None
+    except Exception as e:
+        plain = type(e).__name__
+    assert plain == "BackendCompilerFailed"
+    (tmp_path / "m.py").write_text(textwrap.dedent(WRONG_FAKE))
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tracecheck", "run", str(tmp_path / "m.py"), "--stages",
+                           "eager,fullgraph,opcheck", "--json", str(out)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stages = json.loads(out.read_text())["probes"][0]["stages"]
+    assert stages["fullgraph"]["status"] == "fail"  # it used to pass: Dynamo alone never saw the fake's shape
+    assert stages["fullgraph"]["failure"]["kind"] == "fake-mismatch"

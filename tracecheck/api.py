@@ -438,7 +438,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
 def _options(opts: RunOptions, stage: str) -> StageOptions:
     """The run's values of the options the stage declares it reads (``StageSpec.options``); defaults for the rest."""
     # assured_s: what the stage is sure to get, its deadline may come down to that (isolate/deadline.py)
-    derived = {"assured_s": lambda: floor_s(opts.timeout_s), "with_aot_eager": lambda: "aot_eager" in opts.stages}
+    derived = {"assured_s": lambda: floor_s(opts.timeout_s)}
     return StageOptions(**{name: derived[name]() if name in derived else getattr(opts, name)
                            for name in get_stage(stage).options})
 

@@ -26,8 +26,6 @@ class StageOptions:
     #: explain: the seconds its process is sure to get (``model.tasks.floor_s`` of ``--timeout``: its deadline may come
     #: down to that, isolate/deadline.py), which its measurement of break costs stays within
     assured_s: float = floor_s(DEFAULT_TIMEOUT_S)
-    #: fullgraph: the run has the aot_eager stage, which traces the same forward with AOTAutograd
-    with_aot_eager: bool = False
 
 
 @dataclass
