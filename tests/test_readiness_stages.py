@@ -288,3 +288,47 @@ def test_a_data_dependent_model_and_an_op_without_fake_fail_export_with_their_ki
     nf = probes["probe_no_fake"]["stages"]["export"]["findings"][0]
     assert nf["kind"] == "missing-fake" and nf["context"]["op"] == "rs::nofake"
     assert nf["evidence"]["draft_export_type"] == "MISSING_FAKE_KERNEL"
+
+
+KEY_PROBE = '''
+import torch
+
+
+def f(x):
+    key = str(x.shape[-1])  # a cache key from the width: str() of a SymInt once the width is symbolic
+    return (x * 2).sin() * len(key)
+
+
+def probe_key():
+    return f, (torch.randn(4, 3, 8, requires_grad=True),)
+'''
+
+
+def test_dynamic_finds_what_dynamic_true_finds_beyond_the_batch(tracecheck, write_probe):
+    """Issue 52, item 2: the stage marks the batch dimension, then (that passing) compiles with ``dynamic=True``: a
+    break only a symbolic width causes is this stage's finding, as plain ``torch.compile(dynamic=True)`` finds it
+    (the oracle, in this process: it breaks at the str() line; with the batch alone marked it does not)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    path = write_probe(KEY_PROBE)
+    ns: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), ns)
+    fn, (x,) = ns["probe_key"]()
+    for dynamic, breaks in ((True, True), (None, False)):
+        torch._dynamo.reset()
+        counters.clear()
+        arg = x.detach().clone().requires_grad_()
+        if dynamic is None:
+            torch._dynamo.maybe_mark_dynamic(arg, 0)
+        torch.compile(fn, backend="eager", dynamic=dynamic)(arg).sum().backward()
+        assert bool(sum(counters["graph_break"].values())) is breaks, dynamic
+    res = tracecheck("run", str(path), "--stages", "eager,explain,dynamic", "-j", "1", json_report=True)
+    stages = res.probe("probe_key")["stages"]
+    assert stages["explain"]["status"] == "pass"  # static shapes: no break
+    dyn = stages["dynamic"]
+    line = path.read_text().splitlines().index("    key = str(x.shape[-1])  # a cache key from the width: str() of "
+                                               "a SymInt once the width is symbolic") + 1
+    assert dyn["status"] == "fail" and dyn["failure"]["kind"] == "graph-break", dyn["status"]
+    assert dyn["failure"]["evidence"]["user_frame"]["line"] == line
+    assert "1 graph break(s) that the batch dimension alone does not cause" in dyn["extra"]["dynamic"]["every_dimension"]

@@ -156,6 +156,8 @@ class DynamicRun(Payload):
     #: Dynamo's recompiles (reason, step, user frame), and the specializations the shape environment made
     recompiles: list[dict[str, Any]] = field(default_factory=list)
     specializations: list[dict[str, Any]] = field(default_factory=list)
+    #: what dynamic=True (every dimension symbolic) found besides, once the batch alone passed (stages/dynamic.py)
+    every_dimension: str | None = None
 
 
 @dataclass
