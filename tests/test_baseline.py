@@ -53,6 +53,7 @@ SMALL_REPORT_BASELINE = {
     "format": "tracecheck-baseline",
     "schema_version": 1,
     "torch": "2.13.0+cpu",
+    "tracecheck": "0.1.0",  # informative, as torch: a note when it differs (test below)
     "stages": ["eager", "explain", "aot_eager", "fullgraph", "compiled_autograd"],
     "probes": {
         "model.py::probe_bad": {"stages": {
@@ -714,3 +715,14 @@ def test_a_kind_a_stage_no_longer_reaches_because_it_now_stops_earlier_is_no_imp
     assert not cmp.improvements
     gone = baseline.compare(base, _doc({"m.py::p": {"fullgraph": {**_RAISES, "status": "pass", "kinds": []}}}))
     assert [c.effect for c in gone.changes if c.aspect == "kind"] == ["improved"]  # really gone: an improvement
+
+
+def test_a_baseline_from_another_tracecheck_says_so_in_a_note():
+    """A new tracecheck may ask more of a stage (fullgraph through AOTAutograd, 2026-12-06): its new failures read as
+    the change's regressions unless the comparison says the tool changed too."""
+    base = copy.deepcopy(SMALL_REPORT_BASELINE)
+    new = {**copy.deepcopy(SMALL_REPORT_BASELINE), "tracecheck": "0.2.0"}
+    assert baseline.compare(base, new).notes == [
+        "tracecheck 0.1.0 -> 0.2.0 since the baseline: a stage may check more than it did (its release notes say "
+        "what); rewrite the baseline with --update-baseline once reviewed"]
+    assert baseline.compare(base, copy.deepcopy(base)).notes == []

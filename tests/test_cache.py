@@ -149,12 +149,60 @@ def test_the_recorder_sees_modules_libraries_and_files_read_not_written(tmp_path
     assert deps[str((tmp_path / "data.txt").resolve())] == cache.fingerprint(str(tmp_path / "data.txt"))
 
 
+LAZY_MODEL = textwrap.dedent("""\
+    import torch
+
+
+    def f(x):
+        from lazyhelper import act  # imported when the forward first runs, never at the file's import
+        return act(x) * 2
+
+
+    def probe_lazy():
+        return f, (torch.randn(4, 8),)
+    """)
+
+
+@pytest.mark.slow
+def test_a_module_imported_inside_the_forward_keys_the_result(project):
+    """The reviewer's stale result: a helper the forward imports lazily, edited after a cached pass. Each stage
+    process returns what it imported, so the edit re-runs the file (and its graph break is found)."""
+    (project / "model.py").write_text(LAZY_MODEL)
+    (project / "lazyhelper.py").write_text("def act(x):\n    return x.relu()\n")
+    assert cli(project, "model.py", "--stages", STAGES).returncode == 0
+    assert reused(cli(project, "model.py", "--stages", STAGES))
+    (project / "lazyhelper.py").write_text("def act(x):\n    print('act')\n    return x.relu()\n")
+    r = cli(project, "model.py", "--stages", STAGES)
+    assert not reused(r) and r.returncode == 1 and "graph-break" in r.stdout, r.stdout
+
+
+def test_an_installed_packages_files_are_keyed_in_a_venv(tmp_path, monkeypatch):
+    """A venv's ``platstdlib`` (``<venv>/lib/python3.X``) holds ``site-packages``: an installed package's file is
+    fingerprinted (a package reinstalled from a checkout keeps its version), the standard library's is not."""
+    import sysconfig
+
+    venv = tmp_path / "venv" / "lib" / "python3.11"
+    paths = {"stdlib": str(tmp_path / "base" / "lib" / "python3.11"), "platstdlib": str(venv),
+             "purelib": str(venv / "site-packages"), "platlib": str(venv / "site-packages")}
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: paths)
+    assert not cache._keyed_elsewhere(str(venv / "site-packages" / "mylib" / "ops.py"))
+    assert cache._keyed_elsewhere(str(venv / "json" / "__init__.py"))
+    assert cache._keyed_elsewhere(str(tmp_path / "base" / "lib" / "python3.11" / "os.py"))
+    import torch
+
+    assert cache._keyed_elsewhere(os.path.join(os.path.dirname(torch.__file__), "nn", "functional.py"))
+
+
 def test_an_entry_is_reused_only_while_every_file_it_read_is_the_same(tmp_path):
     model, dep = tmp_path / "m.py", tmp_path / "d.py"
     model.write_text("a = 1\n")
     dep.write_text("b = 1\n")
     store = cache.Cache(str(tmp_path / "c"), {"torch": "2.13.0"})
-    store.store(str(model), {str(dep): cache.fingerprint(str(dep))}, [], {}, {"environment": {}})
+    deps = {str(p): cache.fingerprint(str(p)) for p in (model.resolve(), dep.resolve())}
+    # a file changed after the run started (edited while it ran): its fingerprint may be of code that never ran
+    assert not store.store(str(model), deps, [], {}, {"environment": {}}, started=os.stat(dep).st_mtime)
+    assert store.lookup(str(model)) is None
+    assert store.store(str(model), deps, [], {}, {"environment": {}}, started=os.stat(dep).st_mtime + 1)
     assert store.lookup(str(model)) is not None
     assert cache.Cache(str(tmp_path / "c"), {"torch": "2.14.1"}).lookup(str(model)) is None  # another key
     dep.write_text("b = 2\n")

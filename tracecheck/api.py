@@ -99,7 +99,7 @@ def validate_stages(stages: list[str]) -> list[str]:
 def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     """Diagnose every selected probe. Raises UsageError for bad input (exit 2)."""
     progress = progress or Progress()
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     if not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
         raise UsageError(f"--timeout {opts.timeout_s}: must be a positive number of seconds")
     stages = validate_stages(opts.stages)
@@ -126,7 +126,8 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     probes, discovery, env = _reuse(reused), {}, None
     if to_run:
         progress.discovered(len(to_run))
-        probes, discovery, env = _run_files(opts, to_run, stages, device, root, named, progress, probes)
+        probes, discovery, env = _run_files(opts, to_run, stages, device, root, named, progress, probes,
+                                            record=store is not None)
     probes = [p for f in files for p in probes if p.file == f]
     for p in probes:
         if p.reused:
@@ -143,7 +144,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     if env is None:  # the environment task died: record what the parent can
         env = {"environment": environment.collect(device, opts.emulate_npu), "collect_env": None}
     if store is not None:
-        _keep(store, [f for f in to_run if f in discovery], probes, discovery, env)
+        _keep(store, [f for f in to_run if f in discovery], probes, discovery, env, started)
     if env.get("collect_env") is not None:
         env["environment"]["collect_env"] = env["collect_env"]
     return RunReport(probes=probes, environment=env["environment"], stages=stages,
@@ -161,7 +162,9 @@ def _cache(opts: RunOptions, stages: list[str], device: str, named: dict[str, li
     options = {"root": root, "stages": stages, "select": opts.select, "only": opts.only, "named": sorted(named.items()),
                "timeout_s": opts.timeout_s, "steps": opts.steps, "dynamic": opts.dynamic,
                "fresh_imports": opts.fresh_imports, "collect_env": opts.collect_env, "strict": opts.strict,
-               "require": sorted(opts.require), "emulate_npu": opts.emulate_npu, "jobs_cap": os.cpu_count()}
+               "require": sorted(opts.require), "emulate_npu": opts.emulate_npu,
+               # the cores cap -j and set each stage's threads (isolate/runner.py), which a numerics check can feel
+               "cores": os.cpu_count()}
     return cache.Cache(opts.cache_dir, {"environment": cache.environment_key(device), "options": options})
 
 
@@ -180,8 +183,9 @@ _NOT_KEPT = (TIMEOUT, CRASH, INTERNAL)
 
 
 def _keep(store: cache.Cache, files: list[str], probes: list[ProbeReport], discovery: dict[str, dict[str, Any]],
-          env: dict[str, Any]) -> None:
-    """Store each file's results whose every probe has a key (its recorded deps) and nothing unsure in it."""
+          env: dict[str, Any], started: float) -> None:
+    """Store each file's results whose every probe and stage has a key (its recorded deps) and nothing unsure in it,
+    none of whose files changed since the run ``started`` (``Cache.store``)."""
     for f in files:
         mine = [p for p in probes if p.file == f]
         found = discovery[f]
@@ -190,21 +194,22 @@ def _keep(store: cache.Cache, files: list[str], probes: list[ProbeReport], disco
                 p.name == IMPORT_PROBE or _setup_failed(p) or any(s.status in _NOT_KEPT for s in p.stages.values())
                 for p in mine):
             continue
-        store.store(f, deps, [p.to_dict() for p in mine], {"custom_ops": found.get("custom_ops", [])}, env)
+        store.store(f, deps, [p.to_dict() for p in mine], {"custom_ops": found.get("custom_ops", [])}, env, started)
 
 
 def _run_files(opts: RunOptions, files: list[str], stages: list[str], device: str, root: str,
-               named: dict[str, list[str]], progress: Progress, reused: list[ProbeReport]
+               named: dict[str, list[str]], progress: Progress, reused: list[ProbeReport], record: bool = False
                ) -> tuple[list[ProbeReport], dict[str, dict[str, Any]], dict[str, Any] | None]:
     """Discover and run the stages of ``files`` (the ones not reused); the probes (``reused``'s first), what discovery
-    found per file (its custom ops and the deps of its results: collect/cache.py) and the environment record."""
+    found per file (its custom ops and the deps of its results, when ``record``: collect/cache.py) and the
+    environment record."""
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1), warm_compile=any(get_stage(s).compiles for s in stages)) as runner:
         env_task = Task(_ENVIRONMENT, environment.EnvironmentTask(
             device=device, collect_env=opts.collect_env, npu=environment.npu_status(), emulate_npu=opts.emulate_npu),
             opts.timeout_s)
         probes, templates, discovery, env = _discover(runner, files, opts, root, named, progress, env_task,
-                                                      bool(reused))
+                                                      bool(reused), record)
         custom_ops = {f: d["custom_ops"] for f, d in discovery.items()}
         if opts.shard:
             keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
@@ -223,13 +228,13 @@ def _run_files(opts: RunOptions, files: list[str], stages: list[str], device: st
             p.gate = gate
         verdicts = _Verdicts(progress, deferred, opts.strict)
         deadlines = Deadlines(opts.timeout_s, {s: get_stage(s).cost for s in stages})
-        _run_stage_tasks(runner, tasks, probes, progress, verdicts, deadlines)
+        _run_stage_tasks(runner, tasks, probes, progress, verdicts, deadlines, discovery if record else None)
         # opcheck after all: eager registered a custom op, or eager did not finish (it cannot tell)
         late = [p for p in probes if p.id in deferred and not _setup_failed(p) and _late_opcheck(p)]
         if late:
             progress.planned(len(tasks) + len(late))
             _run_stage_tasks(runner, _stage_tasks(opts, files, late, ["opcheck"], device, {}, skip=set()), probes,
-                             progress, verdicts, deadlines)
+                             progress, verdicts, deadlines, discovery if record else None)
         for p in probes:
             if p.id in deferred and "opcheck" not in p.stages and not _setup_failed(p):
                 p.stages["opcheck"] = StageResult("opcheck", SKIP, skip_reason=NO_CUSTOM_OP)
@@ -271,12 +276,16 @@ class _Verdicts:
 
 
 def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport], progress: Progress,
-                     verdicts: _Verdicts, deadlines: Deadlines) -> None:
+                     verdicts: _Verdicts, deadlines: Deadlines,
+                     discovery: dict[str, dict[str, Any]] | None = None) -> None:
+    """Run the tasks, filling in the probes' stages as they finish. ``discovery``: where the run records what each
+    file's results depend on (collect/cache.py), each stage's own imports are added to its file's."""
     by_id = {p.id: p for p in probes}
     verdicts.expect(tasks)
     pending = verdicts.pending
     for outcome in runner.run(tasks, on_start=lambda t: progress.started(*t.key), deadline=deadlines):
         probe_id, stage = outcome.task.key
+        _add_stage_modules(outcome, by_id[probe_id].file, discovery)
         by_id[probe_id].stages[stage] = _stage_result(stage, outcome)
         if by_id[probe_id].stages[stage].status == PASS:
             deadlines.passed(probe_id, stage, outcome.seconds)
@@ -290,6 +299,17 @@ def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport
             if not now.notes.kind_pending:
                 pending[probe_id].discard(earlier)
                 progress.revised(probe_id, now)
+
+
+def _add_stage_modules(outcome: Outcome, file: str, discovery: dict[str, dict[str, Any]] | None) -> None:
+    """Take the modules a stage process imported (``cache.LOADED_KEY``, beside its record) off its message, into
+    its file's deps; a stage that returned none (it died, or recorded nothing) leaves the file with no key."""
+    msg = outcome.message
+    loaded = msg.value.pop(cache.LOADED_KEY, None) if isinstance(msg, protocol.Result) else None
+    if discovery is None or file not in discovery:
+        return
+    deps = discovery[file].get("deps")
+    discovery[file]["deps"] = None if deps is None or not isinstance(loaded, dict) else {**deps, **loaded}
 
 
 #: kinds the final report may still re-attribute once the probe's other stages end (classify/results.attribute_unknowns)
@@ -357,7 +377,7 @@ _ENVIRONMENT = ("environment",)
 
 
 def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, named: dict[str, list[str]],
-              progress: Progress, env_task: Task, others: bool = False
+              progress: Progress, env_task: Task, others: bool = False, record: bool = False
               ) -> tuple[list[ProbeReport], dict[str, Template], dict[str, dict[str, Any]], dict[str, Any] | None]:
     """Load each file once (in parallel) and list its probes; unless ``fresh_imports``, each loading process
     stays up as the template its stage processes fork from. ``env_task`` runs beside them. Per file loaded, what it
@@ -369,7 +389,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     # probe's factory runs where another's did); only the first MAX_TEMPLATES stay up to fork stage processes
     staying = 0 if opts.fresh_imports else min(len(files), MAX_TEMPLATES)
     per_file = min(MAX_PROBE_TEMPLATES_PER_FILE, MAX_PROBE_TEMPLATES // max(1, staying))
-    tasks = [Task(f, SurveyTask(file=f, select=opts.select, root=root, emulate_npu=opts.emulate_npu,
+    tasks = [Task(f, SurveyTask(file=f, select=opts.select, root=root, emulate_npu=opts.emulate_npu, record_deps=record,
                                 only=(opts.only,) if opts.only else tuple(named[f]) if named.get(f) else None,
                                 stay=i < staying, probe_templates=per_file), timeout, serve=True)
              for i, f in enumerate(files)]

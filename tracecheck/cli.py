@@ -59,6 +59,7 @@ class _Board(Progress):
         from .render import terminal
 
         widest = 2 + max(len(k) for k in taxonomy.ids())
+        # a probe's name (up to 40 columns, as the verdict table allows), the verdict, each stage's widest cell
         need = 40 + len("verdict") + sum(max(len(terminal.stage_heading(s)), widest) + 1 for s in stages)
         self.mode = "table" if need <= self.console.width else "list"
 

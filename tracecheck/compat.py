@@ -283,22 +283,6 @@ def lookup_backend(name: str) -> Callable[..., Any]:
     return lookup(name)
 
 
-def has_unbacked_symbols(gm: Any) -> bool:
-    """Does a graph Dynamo captured hold data-dependent values (unbacked symbols, ``u0``: an ``.item()``, a
-    ``nonzero``'s size)? Read from each node's ``example_value`` (``free_unbacked_symbols``, 2.13 and 2.14)."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
-
-    for node in gm.graph.nodes:
-        value = node.meta.get("example_value")
-        if value is None:
-            continue
-        values = value if isinstance(value, (list, tuple)) else [value]
-        if any(isinstance(v, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)) and free_unbacked_symbols(v)
-               for v in values):
-            return True
-    return False
-
-
 def same(ref: Any, res: Any, fp64_ref: Any = None, **kwargs: Any) -> bool:
     """``torch._dynamo.utils.same``: PyTorch's benchmark accuracy check."""
     from torch._dynamo.utils import same as same_
@@ -391,10 +375,14 @@ def fake_impl_location(qualname: str) -> dict[str, Any] | None:
         if code is None:
             return None
         file, line = code.co_filename, code.co_firstlineno
-        # the def line, past its decorators (``@op.register_fake`` above it)
+        # the def line, past its decorators (``@op.register_fake`` above it, maybe over several lines)
         lines = linecache.getlines(file)
-        while line <= len(lines) and lines[line - 1].lstrip().startswith("@"):
+        first = line
+        while line <= len(lines) and line < first + 50 and \
+                not lines[line - 1].lstrip().startswith(("def ", "async def ")):
             line += 1
+        if line > len(lines) or line >= first + 50:
+            line = first
         return {"file": file, "line": line, "function": code.co_name,
                 "code": linecache.getline(file, line).strip() or None}
     except Exception:

@@ -448,12 +448,32 @@ _SHAPE_ERROR = re.compile(r"must have same reduction dim|shapes cannot be multip
                           r"The size of tensor a \(.{1,40}?\) must match the size of tensor b|"
                           r"shape '\[.*?\]' is invalid for input of size|Sizes of tensors must match|"
                           r"expected size \S+==\S+|Expected size .{1,40} but got size", re.I)
-#: the stages whose graphs are traced with the ops' fakes (a shape a fake made up reaches them; eager's never does)
-_TRACED_STAGES = frozenset({"aot_eager", "inductor", "compiled_autograd", "dynamic", "fullgraph", "export"})
 #: opcheck's words for the kernel's and the fake's shape: torch compares ``compare_tensor_meta(real_out, fake_out)``
 #: (torch/_subclasses/fake_utils.py ``_check_fake_real_tensors``, 2.13 and 2.14), so the real one comes first
 _FAKE_SHAPES = re.compile(r"Shapes (?P<real>torch\.Size\(\[[^\]]*\]\)) and (?P<fake>torch\.Size\(\[[^\]]*\]\)) "
                           r"are not equal")
+
+
+def _dims(size: str) -> list[str]:
+    """``torch.Size([4, 32])`` -> ``["4", "32"]``."""
+    return [d.strip() for d in size[size.index("[") + 1:size.rindex("]")].split(",") if d.strip()]
+
+
+#: the shapes a size error names: ``[4, 32] X [16, 32]``, ``torch.Size([s77, 32])``, ``(4x32 and 16x32)``
+_SHAPES_SAID = re.compile(r"\[([\w ,]+)\]|\((\w+(?:x\w+)+) and (\w+(?:x\w+)+)\)")
+
+
+def _names_shape(message: str, fake: list[str]) -> bool:
+    """Does the error name the fake's shape (a symbolic size, ``s77``, standing for any): the made-up shape reached
+    the code that failed."""
+    said: list[list[str]] = []
+    for m in _SHAPES_SAID.finditer(message):
+        if m.group(1):
+            said.append([d.strip() for d in m.group(1).split(",") if d.strip()])
+        else:
+            said += [m.group(2).split("x"), m.group(3).split("x")]
+    return any(len(dims) == len(fake) and all(d == e or re.fullmatch(r"[su]\d+", d) for d, e in zip(dims, fake))
+               for dims in said)
 
 
 def _link_downstream_shape(stages: dict[str, StageResult], fakes: list[tuple[str, Finding]],
@@ -463,28 +483,38 @@ def _link_downstream_shape(stages: dict[str, StageResult], fakes: list[tuple[str
     fails because of that fake: the graph was traced with the fake's shape, the real kernel never ran. It is that
     ``fake-mismatch``, at the fake's definition (where the fix goes), naming the op, the fake's and the kernel's
     shapes, and the line that tripped on the made-up shape (``tripped_at``: evidence, not the location; that code is
-    right). With two ops whose fakes are wrong, or an eager run that fails too, nothing is linked."""
+    right). The error must name the fake's shape (``_names_shape``): a size error elsewhere is not the fake's. With
+    two ops whose fakes are wrong, or an eager run that fails too, nothing is linked."""
+    from ..stages import REGISTRY
+
     eager = stages.get("eager")
     only = [(st, c) for st, c in fakes if len(recorded) == 1 and op_name(c.context["op"]) in recorded]
     if not only or eager is None or eager.status != PASS:
         return
     stage, cause = only[0]
     shapes = _FAKE_SHAPES.search(str(cause.evidence.get("message") or ""))
-    mismatch = (f"the fake returns {shapes.group('fake')}, the kernel {shapes.group('real')}" if shapes else
-                "the fake's output shape is not the kernel's")
+    if shapes is None:  # the fake's shape unknown: nothing ties a size error to it
+        return
+    fake_dims = _dims(shapes.group("fake"))
+    mismatch = f"the fake returns {shapes.group('fake')}, the kernel {shapes.group('real')}"
     for s in stages.values():
-        if s.stage not in _TRACED_STAGES:
+        # a stage whose graph is traced with the ops' fakes (Dynamo's, AOTAutograd's); eager's never is
+        if s.stage not in REGISTRY or not REGISTRY[s.stage].compiles or s.stage == "opcheck":
             continue
         for i, f in enumerate(s.findings):
-            if f.kind not in (K.UNKNOWN, K.BACKEND_ERROR) or not _SHAPE_ERROR.search(str(f.evidence.get("message") or "")):
-                continue
+            message = str(f.evidence.get("message") or "")
+            if f.kind not in (K.UNKNOWN, K.BACKEND_ERROR) or not _SHAPE_ERROR.search(message) \
+                    or not _names_shape(message, fake_dims):
+                continue  # another size error (a hard-coded view at another batch size): not the fake's
             frame = f.user_frame
             tripped = (f"{os.path.relpath(frame.file) if os.path.isabs(frame.file) else frame.file}:{frame.line}"
                        if frame is not None else "the traced graph")
             ctx = {"op": cause.context["op"], "cause": "downstream_shape", "attributed_from": f.kind,
                    "mismatch": mismatch, "tripped_at": tripped, "found_by": _found_by(stage, cause),
                    "first_seen_at": stage}
-            evidence = {**f.evidence, "user_frame": cause.evidence.get("user_frame") or f.evidence.get("user_frame")}
+            # at the fake's def; a fake with no Python def (a C++ Meta kernel) places nothing: the finding is the op's,
+            # never at the line that tripped (that code is right)
+            evidence = {**f.evidence, "user_frame": cause.evidence.get("user_frame")}
             new = Finding(K.FAKE_MISMATCH, taxonomy.summary(K.FAKE_MISMATCH, ctx), ctx, evidence)
             if s.failure is f:
                 s.failure = new

@@ -85,28 +85,48 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         pass
 
 
-def _skipped_roots() -> tuple[str, ...]:
-    """Folders whose files are keyed otherwise: the standard library (Python's version), torch (its version file and
-    the installed distributions), tracecheck (its source digest)."""
+def _roots(*names: str) -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.realpath(paths[n]) + os.sep for n in names if paths.get(n))
+
+
+def _keyed_elsewhere(path: str) -> bool:
+    """A file whose content the key covers otherwise, so not fingerprinted: torch's (its ``version.py``), tracecheck's
+    (its source digest), the standard library's (Python's version), a generated one (Inductor's cache: its kernels
+    and wrapper modules), the kernel's (/proc). An installed package's file is fingerprinted: a venv's
+    ``platstdlib`` holds ``site-packages``, and a package reinstalled from a checkout keeps its version."""
     import tracecheck
 
-    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+    own = [os.path.dirname(tracecheck.__file__)]
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch, "__file__", None):
-        roots.add(os.path.dirname(torch.__file__))
-    roots.add(os.path.dirname(tracecheck.__file__))
-    roots |= {"/proc", "/sys", "/dev"}
-    return tuple(os.path.realpath(r) + os.sep for r in roots if r)
+        own.append(os.path.dirname(torch.__file__))
+        try:
+            from .. import compat
+
+            own.append(compat.inductor_cache_dir())
+        except Exception:
+            pass
+    if path.startswith(tuple(os.path.realpath(r) + os.sep for r in own) + ("/proc/", "/sys/", "/dev/")):
+        return True
+    if path.startswith(_roots("purelib", "platlib")):
+        return False
+    return path.startswith(_roots("stdlib", "platstdlib"))
 
 
 def _mapped_libraries() -> set[str]:
-    """The shared libraries mapped into this process (Linux ``/proc/self/maps``; elsewhere none)."""
+    """The files mapped into this process (Linux ``/proc/self/maps``; elsewhere none): shared libraries (a C++
+    extension), and files a native reader maps without an ``open`` audit event (safetensors' weights)."""
+    out = set()
     try:
         with open("/proc/self/maps") as f:
-            return {line.split(None, 5)[5].strip() for line in f if line.count(" ") >= 5 and ".so" in line
-                    and "/" in line}
-    except (OSError, IndexError):
-        return set()
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/") and not parts[5].rstrip().endswith("(deleted)"):
+                    out.add(parts[5].strip())
+    except OSError:
+        pass
+    return out
 
 
 def _ninja_sources(library: str) -> list[str]:
@@ -140,28 +160,52 @@ class Recorder:
         _ACTIVE = rec
         return rec
 
-    def deps(self) -> dict[str, str | None] | None:
-        """Each file loaded since ``start`` (outside ``_skipped_roots``) -> its fingerprint; None when there are too
-        many to trust."""
-        files: set[str] = set(self.opened)
+    def modules(self) -> set[str]:
+        """The files of the modules imported since ``start``."""
+        out = set()
         for name, module in list(sys.modules.items()):
             if name not in self.modules_before:
                 path = getattr(module, "__file__", None)
                 if isinstance(path, str):
-                    files.add(path)
+                    out.add(path)
+        return out
+
+    def deps(self) -> dict[str, str | None] | None:
+        """Each file loaded since ``start`` (modules, shared libraries and the sources they were built from, files
+        read; not ``_keyed_elsewhere``) -> its fingerprint; None when there are too many to trust."""
+        files: set[str] = set(self.opened) | self.modules()
         for lib in _mapped_libraries() - self.libraries_before:
             files.add(lib)
-            files.update(_ninja_sources(lib))
-        skipped = _skipped_roots()
-        out: dict[str, str | None] = {}
-        for path in files:
-            real = os.path.realpath(path)
-            if real.endswith(".pyc") or real.startswith(skipped) or not os.path.isfile(real):
-                continue
-            out[real] = fingerprint(real)
-            if len(out) > MAX_DEPS:
-                return None
-        return out
+            if ".so" in os.path.basename(lib):
+                files.update(_ninja_sources(lib))
+        return _fingerprints(files)
+
+
+def _fingerprints(files: set[str]) -> dict[str, str | None] | None:
+    out: dict[str, str | None] = {}
+    for path in files:
+        real = os.path.realpath(path)
+        if real.endswith(".pyc") or _keyed_elsewhere(real) or not os.path.isfile(real):
+            continue
+        out[real] = fingerprint(real)
+        if len(out) > MAX_DEPS:
+            return None
+    return out
+
+
+#: the key under which a stage process returns the modules it imported (``stage_modules``), beside its record
+LOADED_KEY = "loaded_modules"
+
+
+def stage_modules() -> dict[str, str | None] | None:
+    """In a stage process forked from a template that recorded: every module imported since the model file's import
+    began, the stage's own lazy imports included (a helper a forward imports), fingerprinted; None when nothing
+    records (no cache) or too many. Modules only: a stage's files read are Inductor's and Triton's caches, not the
+    model's."""
+    rec = _ACTIVE
+    if rec is None:
+        return None
+    return _fingerprints(rec.modules())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -269,14 +313,24 @@ class Cache:
             return None
 
     def store(self, file: str, deps: dict[str, str | None], probes: list[dict[str, Any]],
-              discovery: dict[str, Any], environment: dict[str, Any]) -> None:
-        """Keep ``file``'s results under its key; never fails the run (a cache that cannot be written is no cache)."""
+              discovery: dict[str, Any], environment: dict[str, Any], started: float) -> bool:
+        """Keep ``file``'s results under its key, unless a file they depend on changed since the run ``started``
+        (``time.time()``): edited while the run read it, its fingerprint may be of other code than the one that ran,
+        so nothing is stored (ccache's rule). Never fails the run: a cache that cannot be written is no cache."""
         real = os.path.realpath(file)
-        deps = {**deps, real: deps.get(real) or fingerprint(real)}
+        if real not in deps or any(fp is None for fp in deps.values()):
+            return False
+        for path, fp in deps.items():
+            try:
+                if os.stat(path).st_mtime >= started or fingerprint(path) != fp:
+                    return False
+            except OSError:
+                return False
         try:
             os.makedirs(self.folder, exist_ok=True)
             write_json_atomic(self._path(file), {
                 "key": self.key, "file": real, "deps": deps, "probes": probes, "discovery": discovery,
                 "environment": environment, "stored_at": time.strftime("%Y-%m-%d %H:%M:%S")})
         except (OSError, TypeError, ValueError):
-            pass
+            return False
+        return True

@@ -33,6 +33,8 @@ class SurveyTask(ProcessTask):
     #: how many of its probes' children may stay up as their own templates (each holds what its call imported until
     #: the file's stages are done), the first that can; the others' stages fork from the file's
     probe_templates: int = 4
+    #: record what the file's import and its probes' calls load (collect/cache.py), for a run whose cache is on
+    record_deps: bool = False
 
     def run(self) -> dict[str, Any]:
         return inspect_file(self)
@@ -60,8 +62,8 @@ class Loaded:
     result: dict[str, Any] | None = None
     #: how many of ``watch.events`` the import made (the rest: the probes')
     import_events: int = 0
-    #: what the import and the probes' calls load (collect/cache.py: the key of a reused result)
-    recorder: Any = None
+    #: what the import and the probes' calls load (collect/cache.py: the key of a reused result); None: not recorded
+    recorder: "cache.Recorder | None" = None
 
 
 def load_file(task: SurveyTask) -> Loaded:
@@ -70,7 +72,8 @@ def load_file(task: SurveyTask) -> Loaded:
     from ..evidence.oprecorder import registered_custom_ops
 
     ops_before = registered_custom_ops()
-    loaded = Loaded(task, ops_before, opwatch.OpRegistrationWatch(), recorder=cache.Recorder.start())
+    loaded = Loaded(task, ops_before, opwatch.OpRegistrationWatch(),
+                    recorder=cache.Recorder.start() if task.record_deps else None)
     with loaded.watch as watch:
         try:
             loaded.module = load_module(task.file)

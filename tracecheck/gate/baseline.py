@@ -190,6 +190,8 @@ def from_report(report: RunReport, severity: dict[str, str] | None = None,
         "format": BASELINE_FORMAT,
         "schema_version": BASELINE_SCHEMA_VERSION,
         "torch": report.environment.get("torch"),
+        # informative, as torch: a new tracecheck may check more (a stage that asks more), said in a note
+        **({"tracecheck": report.tracecheck_version} if report.tracecheck_version else {}),
         "stages": list(report.stages),
         "probes": probes,
     }
@@ -446,6 +448,10 @@ def compare(base: dict[str, Any], new: dict[str, Any], only: Iterable[str] | Non
     upgrades = _library_upgrades(base, new)
     cmp.notes += [f"{name} {was} -> {now} since the baseline: a new break in its files may come with the upgrade"
                   for name, (was, now) in sorted(upgrades.items())]
+    was, now = base.get("tracecheck"), new.get("tracecheck")
+    if was and now and was != now:
+        cmp.notes.append(f"tracecheck {was} -> {now} since the baseline: a stage may check more than it did (its "
+                         "release notes say what); rewrite the baseline with --update-baseline once reviewed")
     gate = Gate(normalized([*require_setting(base), *require_setting(new)]))
     base_probes: dict[str, Any] = base.get("probes", {})
     new_probes: dict[str, Any] = new.get("probes", {})
@@ -708,6 +714,10 @@ def _outweigh(changes: list[Change], b: dict[str, Any] | None, n: dict[str, Any]
             for c in changes]
 
 
+#: how ``_with_new_breaks`` says ops captured rose with a new break (``root_causes`` folds such a change into it)
+CAME_WITH = "came with"
+
+
 def _at(c: Change) -> tuple[str, int]:
     """A change's place, for reading order (file, then line)."""
     loc = c.location or {}
@@ -723,7 +733,7 @@ def _with_new_breaks(changes: list[Change]) -> list[Change]:
     if not new:
         return changes
     sites = [f"{c.location['file']}:{c.location['line']}" for c in new if (c.location or {}).get("file")]
-    why = f"came with the new graph break{'s' if len(new) > 1 else ''}" + (f" at {', '.join(sites)}" if sites else "")
+    why = f"{CAME_WITH} the new graph break{'s' if len(new) > 1 else ''}" + (f" at {', '.join(sites)}" if sites else "")
     return [replace(c, effect=CHANGED, detail=f"{c.detail} ({why})", why=why)
             if c.stage == COVERAGE_STAGE and c.aspect == CAPTURED and c.effect == IMPROVED else c for c in changes]
 
@@ -900,8 +910,9 @@ _COUNT_NOUNS = {"graph_count": "graphs", "graph_break_count": "graph breaks", "r
 _LOWER_IS_BETTER_ASPECTS = ("graph_count", "graph_break_count", "recompiles", EAGER_FRAMES,
                             *(f"compiled_autograd.{k}" for k in COUNTS_LOWER_IS_BETTER))
 #: what ``_not_required`` and ``_outweigh`` add to a change's detail (the cause says it once)
-_NOT_REQUIRED = re.compile(r" \(target [\w-]+ not required; .* gates on it\)$")
-_SOFTENED_SUFFIX = re.compile(r" \((target [\w-]+ not required; .* gates on it|outweighed: [^()]*)\)$")
+_NOT_REQUIRED_WHY = r"target [\w-]+ not required; .* gates on it"
+_NOT_REQUIRED = re.compile(rf" \({_NOT_REQUIRED_WHY}\)$")
+_SOFTENED_SUFFIX = re.compile(rf" \(({_NOT_REQUIRED_WHY}|outweighed: [^()]*)\)$")
 
 
 @dataclass(frozen=True)
@@ -969,20 +980,20 @@ class ChangeCause:
 
     @property
     def also(self) -> list[str]:
-        """The stages where a cause that regressed only changed something (a target not required, mostly): shown
-        beside it, never counted as where it regressed."""
-        gating = set(self.covers)
-        return sorted({c.stage for c in self.changes if c.stage and (c.probe, c.stage) not in gating},
-                      key=stage_order)
+        """The stages where a cause that regressed only changed something, in no probe regressing (a target not
+        required, mostly): shown beside it, never counted as where it regressed."""
+        where = set(self.stages)
+        return sorted({c.stage for c in self.changes if c.stage and c.stage not in where}, key=stage_order)
 
     @property
     def also_text(self) -> str:
-        """``also in vmap, export (targets not required)``, or ``""``."""
+        """``also in vmap, export (targets not required)``, or ``""``; ``(changed, not regressed)`` where one of
+        them is a required target's (a break outweighed there)."""
         also = self.also
         if not also:
             return ""
         required = any(c.stage in also and not _NOT_REQUIRED.search(c.detail) for c in self.changes)
-        return f"also in {', '.join(also)}" + ("" if required else
+        return f"also in {', '.join(also)}" + (" (changed, not regressed)" if required else
                                                f" ({'target' if len(also) == 1 else 'targets'} not required)")
 
     @property
@@ -1056,7 +1067,7 @@ def root_causes(changes: Iterable[Change]) -> list[ChangeCause]:
             if d and (c.aspect in ("status", CAPTURED) or c.aspect in _LOWER_IS_BETTER_ASPECTS):
                 pool = [r for r in roots[d] if (r.aspect == "break" or c.aspect != "graph_break_count")
                         and (r.aspect != CAPTURED or r.effect == c.effect)]
-                if c.aspect == CAPTURED and c.why.startswith("came with"):  # _with_new_breaks: the break's own
+                if c.aspect == CAPTURED and c.why.startswith(CAME_WITH):  # _with_new_breaks: the break's own
                     pool = [r for r in roots[_WORSE] if r.aspect == "break" and r.effect == REGRESSED]
                 if pool:
                     head[id(c)] = pool[0]

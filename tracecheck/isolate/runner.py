@@ -372,7 +372,7 @@ class Runner:
                     on_start(task)
             now = time.monotonic()
             limits = {key: limit(t) for key, (t, _, _, _, _) in running.items()}
-            cpu = _cpu_by_group()
+            cpu, _ = _usage_by_group()
             busy = {key: _busy(now - start, cpu, h.pid) for key, (_, h, start, _, _) in running.items()}
             # the soonest a deadline can come: CPU time grows no faster than the clock (one thread each)
             next_deadline = now + min(min(limits[key].seconds - busy[key],
@@ -384,14 +384,16 @@ class Runner:
                               if not (isinstance(h, _Forked) and not h.template.alive)}.values())
             wait(waitables, timeout=0 if orphaned else max(0.0, min(next_deadline - now, 1.0)))
             now = time.monotonic()
-            cpu = _cpu_by_group()
+            cpu, queued = _usage_by_group()
             for key in list(running):
                 task, handle, start, result_path, log_path = running[key]
                 timed_out = False
                 used = cpu.get(handle.pid)
                 if not handle.done():
+                    # the clock's cap counts the time the stage neither computed nor waited for a CPU: a machine
+                    # loaded past 3x its cores starves a computing stage, which is not a hang
                     if _busy(now - start, cpu, handle.pid) < limits[key].seconds \
-                            and now - start < wall_cap(limits[key].seconds):
+                            and now - start - queued.get(handle.pid, 0.0) < wall_cap(limits[key].seconds):
                         continue
                     timed_out = True
                     _kill_group(handle)
@@ -435,25 +437,35 @@ def _cpu_by_group() -> dict[int, float]:
     """Process group -> CPU seconds its processes used (user + system, and their reaped children's), from
     ``/proc/<pid>/stat``: each task process leads its own group (it called setpgrp), so the group is the stage and
     what it spawned (a compiler). Empty where /proc is not there."""
-    out: dict[int, float] = {}
+    return _usage_by_group()[0]
+
+
+def _usage_by_group() -> tuple[dict[int, float], dict[int, float]]:
+    """Per process group: the CPU seconds it used (``_cpu_by_group``), and the seconds its processes waited for a CPU
+    while runnable (``/proc/<pid>/schedstat``'s run-queue wait): a stage starved by a busy machine waits there, a hung
+    one does not."""
+    cpu: dict[int, float] = {}
+    queued: dict[int, float] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return out
+        return cpu, queued
     for name in names:
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        try:
             pgrp, ticks = int(fields[2]), sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-        except (IndexError, ValueError):
-            continue
-        out[pgrp] = out.get(pgrp, 0.0) + ticks / _TICK
-    return out
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        cpu[pgrp] = cpu.get(pgrp, 0.0) + ticks / _TICK
+        try:
+            with open(f"/proc/{name}/schedstat", "rb") as f:
+                queued[pgrp] = queued.get(pgrp, 0.0) + int(f.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            pass  # no schedstats (a kernel without them): the clock alone
+    return cpu, queued
 
 
 def _cap(task: Task) -> Deadline:

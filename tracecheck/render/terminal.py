@@ -388,8 +388,10 @@ def _fix_commands(report: RunReport) -> dict[str, list[str]]:
         if keys - done.keys():
             commands[p.id] = []
             done.update({k: p.id for k in keys if k not in done})
-        else:  # every cause it has is fixed by an earlier command: named there
-            commands[done[next(iter(sorted(keys, key=repr)))]].append(p.name)
+        else:  # every cause it has is fixed by an earlier command: named there (by name in the same file)
+            first = done[next(iter(sorted(keys, key=repr)))]
+            same_file = next(q.file for q in report.probes if q.id == first) == p.file
+            commands[first].append(p.name if same_file else f"{os.path.relpath(p.file)}::{p.name}")
     return commands
 
 

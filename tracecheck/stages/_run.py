@@ -39,4 +39,8 @@ def run_stage(task: StageTask) -> dict[str, Any]:
     except casemaker.ProbeCallError as e:  # the probe function failed when the stage called it again
         return {"error": exceptions.error_record(e.__cause__ or e, "setup")}
     # checked and typed once, here: a key no field reads is tracecheck's bug, this stage's internal error
-    return StageRecord.from_raw(raw).to_wire()
+    wire = StageRecord.from_raw(raw).to_wire()
+    from ..collect import cache
+
+    loaded = cache.stage_modules()  # the stage's own imports (a helper a forward imports) key a reused result too
+    return {**wire, cache.LOADED_KEY: loaded} if loaded is not None else wire
