@@ -17,7 +17,7 @@ SHARED = REPO.parent / "shared"
 LONGEST_FIRST = ("test_real_models.py", "test_mhc_probes_e2e.py", "test_convnets.py", "test_fix_model_code.py",
                  "test_shared_cases.py", "test_fix_e2e.py", "test_fix_library.py", "test_trust.py",
                  "test_compiled_autograd.py",
-                 "test_ci_roundtrip.py", "test_torchfunc_stage.py", "test_repro.py", "test_readiness_stages.py",
+                 "test_ci_roundtrip.py", "test_cache.py", "test_torchfunc_stage.py", "test_repro.py", "test_readiness_stages.py",
                  "test_repro_minimal.py", "test_fix_generic_ops.py")
 
 

@@ -153,7 +153,10 @@ def test_every_format_shows_the_coverage(run):
         "captured_share": "0.5"}
     # and the measured cost of its one break, at the call of the disabled helper (tests/test_break_cost.py)
     line = MODEL.splitlines().index("    return helper(torch.sin(x)) * 2") + 1
-    assert list(costs) == [f"break_cost {run['model'].resolve()}:{line}"] and 0 < float(costs.popitem()[1]) < 1
+    # the file relative to the rootdir, as the probe id names it (issue 53: no absolute path in CI outputs); a cost too
+    # noisy to be a measurement is left out (BreakCost.noisy)
+    assert list(costs) in ([f"break_cost {run['model'].name}:{line}"], []), costs
+    assert all(0 < float(v) < 1 for v in costs.values())
     assert "coverage: 2 torch calls captured in 2 graph(s); ~50% of the 4 torch calls the eager forward makes" \
         in run["stdout"]
     assert "probe_whole: passed (compile)\n    coverage: 8 torch calls captured in 1 graph(s)" in run["stdout"]
