@@ -211,3 +211,68 @@ def test_an_entry_is_reused_only_while_every_file_it_read_is_the_same(tmp_path):
     assert store.lookup(str(model)) is not None  # content, not mtime
     dep.unlink()
     assert store.lookup(str(model)) is None  # a file gone is a change
+
+
+ENV_MODEL = textwrap.dedent("""\
+    import glob
+    import os
+
+    import torch
+
+    HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+    def f(x):
+        return x.sin()
+
+
+    def g(x):
+        print("plugin")  # a graph break
+        return x.sin()
+
+
+    def probe_env():
+        # a variable outside torch's prefixes, and a folder of plugins: each decides what the probe compiles
+        broken = os.environ.get("MYMODEL_BREAK") == "1" or glob.glob(os.path.join(HERE, "plugins", "*.txt"))
+        return (g if broken else f), (torch.randn(4),)
+    """)
+
+
+@pytest.mark.slow
+def test_a_variable_the_probe_reads_a_folder_it_lists_and_a_symlink_key_the_result(project):
+    """The bad-input tester's stale results: a variable outside the prefixes torch reads (MYMODEL_BREAK), a file added
+    to a folder the probe globs, and a symlink to the model file run after the file (it reported 0 probes)."""
+    (project / "model.py").write_text(ENV_MODEL)
+    (project / "plugins").mkdir()
+    args = ("model.py", "--stages", STAGES)
+    assert cli(project, *args).returncode == 0 and reused(cli(project, *args))
+    r = cli(project, *args, MYMODEL_BREAK="1")
+    assert r.returncode == 1 and not reused(r), r.stdout
+    r = cli(project, *args)  # unset again: the entry holds the last run's value, so it runs, and passes
+    assert r.returncode == 0 and not reused(r)
+    assert reused(cli(project, *args))
+    (project / "plugins" / "a.txt").write_text("")
+    r = cli(project, *args)
+    assert r.returncode == 1 and not reused(r), r.stdout
+    (project / "link.py").symlink_to(project / "model.py")
+    r = cli(project, "link.py", "--stages", STAGES)
+    assert r.returncode == 1 and "link.py::probe_env" in r.stdout + r.stderr and not reused(r), r.stdout
+    r = cli(project, "link.py", "--stages", STAGES)
+    assert r.returncode == 1 and reused(r) and "1 probe (1 reused" in r.stdout, r.stdout
+
+
+def test_a_damaged_entry_is_a_miss_never_a_crash(tmp_path):
+    import json
+
+    model = tmp_path / "m.py"
+    model.write_text("a = 1\n")
+    store = cache.Cache(str(tmp_path / "c"), {"torch": "2.13.0"})
+    deps = {str(model): cache.fingerprint(str(model))}
+    good = {"id": "m.py::p", "file": str(model), "name": "p", "stages": {}}
+    assert store.store(str(model), deps, [good], {}, {"environment": {}}, started=os.stat(model).st_mtime + 1)
+    assert store.lookup(str(model)) is not None
+    entry = json.loads(open(store._path(str(model))).read())
+    for probes in ("xx", [{"id": 3}], [{**good, "stages": {"eager": {"status": "bogus"}}}]):
+        with open(store._path(str(model)), "w") as f:
+            json.dump({**entry, "probes": probes}, f)
+        assert store.lookup(str(model)) is None, probes

@@ -159,7 +159,7 @@ def _cache(opts: RunOptions, stages: list[str], device: str, named: dict[str, li
     on every file's probes)."""
     if not opts.cache_dir or opts.trace_dir or opts.shard or os.environ.get(cache.NO_CACHE_ENV):
         return None
-    options = {"root": root, "stages": stages, "select": opts.select, "only": opts.only, "named": sorted(named.items()),
+    options = {"root": root, "cwd": os.getcwd(), "stages": stages, "select": opts.select, "only": opts.only, "named": sorted(named.items()),
                "timeout_s": opts.timeout_s, "steps": opts.steps, "dynamic": opts.dynamic,
                "fresh_imports": opts.fresh_imports, "collect_env": opts.collect_env, "strict": opts.strict,
                "require": sorted(opts.require), "emulate_npu": opts.emulate_npu,

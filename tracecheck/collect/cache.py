@@ -28,6 +28,7 @@ import platform
 import re
 import sys
 import sysconfig
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,16 +53,38 @@ _NOT_KEYED = {NO_CACHE_ENV}
 
 
 def fingerprint(path: str) -> str | None:
-    """What a file is: ``sha256:<hex>`` of its content, or ``stat:<size>:<mtime_ns>`` above ``HASH_LIMIT``; None when
-    it cannot be read (a change: never a match)."""
+    """What a file is: ``sha256:<hex>`` of its content, or ``stat:<size>:<mtime_ns>:<inode>:<ctime_ns>`` above
+    ``HASH_LIMIT`` (a same-size file moved in with its old mtime, as ``tar -x`` or ``cp -p`` leave it, has another
+    inode and ctime); None when it cannot be read (a change: never a match)."""
     try:
         st = os.stat(path)
         if st.st_size > HASH_LIMIT:
-            return f"stat:{st.st_size}:{st.st_mtime_ns}"
+            return f"stat:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}"
         with open(path, "rb") as f:
             return "sha256:" + hashlib.sha256(f.read()).hexdigest()
     except OSError:
         return None
+
+
+#: a dependency that is not a file's content: an environment variable's value, a folder's listing
+ENV, DIR = "env:", "dir:"
+
+
+def current(dep: str) -> str | None:
+    """A dependency as it is now (what ``Recorder`` stored for it then): a file's ``fingerprint``, an environment
+    variable's value (``env:NAME``; ``"<unset>"``), a folder's sorted listing (``dir:PATH``; None when gone)."""
+    if dep.startswith(ENV):
+        return os.environ.get(dep[len(ENV):], UNSET)
+    if dep.startswith(DIR):
+        try:
+            return "names:" + hashlib.sha256("\0".join(sorted(os.listdir(dep[len(DIR):]))).encode()).hexdigest()
+        except OSError:
+            return None
+    return fingerprint(dep)
+
+
+#: an environment variable the code read while it was not set
+UNSET = "<unset>"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -74,20 +97,75 @@ _HOOKED = False
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     rec = _ACTIVE
-    if rec is None or event != "open":
+    if rec is None or event not in _EVENTS:
         return
     try:
-        path, mode = args[0], args[1]
-        if isinstance(path, (str, bytes)) and not isinstance(path, int) and (
-                mode is None or (isinstance(mode, str) and not set(mode) & set("wax+"))):
-            rec.opened.add(os.fsdecode(path))
+        path = args[0]
+        if not isinstance(path, (str, bytes)):
+            return
+        path = os.path.abspath(os.fsdecode(path))  # relative to the working directory of the time
+        if event == "open":
+            mode, flags = args[1], args[2] if len(args) > 2 else 0
+            if (isinstance(mode, str) and not set(mode) & set("wax+")) or \
+                    (mode is None and isinstance(flags, int) and not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)):
+                rec.opened.add(path)  # read only: a file written (a log) is no input
+        elif _listed_by_the_code():  # a folder the code listed (os.listdir, os.scandir, glob): a file added there
+            rec.listed.add(path)  # can change what it does
     except Exception:  # an audit hook must never raise into the code that opened the file
         pass
+
+
+_EVENTS = frozenset({"open", "os.listdir", "os.scandir"})
+
+
+def _listed_by_the_code() -> bool:
+    """Whether the listing under way is the model's code's (a ``glob`` of its plugins), not the import system's (it
+    lists every folder on ``sys.path``: a report written beside the model would change it) nor torch's or
+    tracecheck's own: the first caller outside the standard library decides."""
+    frame = sys._getframe(2)
+    stdlib = _roots("stdlib")
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if file.startswith("<frozen importlib"):
+            return False
+        if not file.startswith("<") and not os.path.realpath(file).startswith(stdlib):
+            return not _keyed_elsewhere(os.path.realpath(file))
+        frame = frame.f_back
+    return False
+
+
+def _record_environ() -> None:
+    """Every read of ``os.environ`` (``os.environ.get``, ``os.getenv``, ``in``, ``[]``) is recorded by the active
+    recorder with the value it found: a probe that reads ``MYMODEL_BREAK`` is keyed by it. (No audit event covers
+    it: ``os._Environ.__getitem__`` is wrapped once per process.)"""
+    cls = type(os.environ)
+    plain = cls.__getitem__
+    if getattr(plain, "_tracecheck", False):
+        return
+
+    def getitem(self: Any, key: Any) -> Any:
+        rec = _ACTIVE
+        try:
+            value = plain(self, key)
+        except KeyError:
+            if rec is not None and self is os.environ and isinstance(key, str):
+                rec.environ.setdefault(key, UNSET)
+            raise
+        if rec is not None and self is os.environ and isinstance(key, str):
+            rec.environ.setdefault(key, value)
+        return value
+
+    getitem._tracecheck = True  # type: ignore[attr-defined]
+    cls.__getitem__ = getitem  # type: ignore[method-assign]
 
 
 def _roots(*names: str) -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     return tuple(os.path.realpath(paths[n]) + os.sep for n in names if paths.get(n))
+
+
+#: the runner's own folders of stage results and logs (isolate/runner.py), removed after each run
+_RUN_FOLDERS = os.path.join(os.path.realpath(tempfile.gettempdir()), "tracecheck-")
 
 
 def _keyed_elsewhere(path: str) -> bool:
@@ -107,7 +185,8 @@ def _keyed_elsewhere(path: str) -> bool:
             own.append(compat.inductor_cache_dir())
         except Exception:
             pass
-    if path.startswith(tuple(os.path.realpath(r) + os.sep for r in own) + ("/proc/", "/sys/", "/dev/")):
+        own.append(os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton"))
+    if path.startswith(tuple(os.path.realpath(r) + os.sep for r in own) + ("/proc/", "/sys/", "/dev/", _RUN_FOLDERS)):
         return True
     if path.startswith(_roots("purelib", "platlib")):
         return False
@@ -149,6 +228,9 @@ class Recorder:
     modules_before: set[str] = field(default_factory=set)
     libraries_before: set[str] = field(default_factory=set)
     opened: set[str] = field(default_factory=set)
+    listed: set[str] = field(default_factory=set)
+    #: environment variables read (``_record_environ``) -> the value found, or ``UNSET``
+    environ: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def start(cls) -> "Recorder":
@@ -156,6 +238,7 @@ class Recorder:
         rec = cls(set(sys.modules), _mapped_libraries())
         if not _HOOKED:
             sys.addaudithook(_audit)
+            _record_environ()
             _HOOKED = True
         _ACTIVE = rec
         return rec
@@ -178,16 +261,31 @@ class Recorder:
             files.add(lib)
             if ".so" in os.path.basename(lib):
                 files.update(_ninja_sources(lib))
-        return _fingerprints(files)
+        return self._with_the_rest(_fingerprints(files))
+
+    def _with_the_rest(self, deps: dict[str, str | None] | None) -> dict[str, str | None] | None:
+        """``deps`` with the folders listed and the environment variables read (``current``'s forms)."""
+        if deps is None:
+            return None
+        for folder in self.listed:
+            if not _keyed_elsewhere(os.path.realpath(folder) + os.sep):
+                deps[DIR + folder] = current(DIR + folder)
+        # the names only: the value is the run's environment's, which the parent reads (``Cache.store``); a process
+        # here may have set it itself (Inductor sets TORCHINDUCTOR_CACHE_DIR where it was unset)
+        deps.update({ENV + name: None for name in self.environ})
+        return deps if len(deps) <= MAX_DEPS else None
 
 
 def _fingerprints(files: set[str]) -> dict[str, str | None] | None:
+    """Each file (as it was named: a symlink re-pointed is another content) -> its fingerprint, but those
+    ``_keyed_elsewhere`` and those gone already (a temporary file)."""
     out: dict[str, str | None] = {}
     for path in files:
-        real = os.path.realpath(path)
+        name = os.path.abspath(path)
+        real = os.path.realpath(name)
         if real.endswith(".pyc") or _keyed_elsewhere(real) or not os.path.isfile(real):
             continue
-        out[real] = fingerprint(real)
+        out[name] = fingerprint(name)
         if len(out) > MAX_DEPS:
             return None
     return out
@@ -198,14 +296,14 @@ LOADED_KEY = "loaded_modules"
 
 
 def stage_modules() -> dict[str, str | None] | None:
-    """In a stage process forked from a template that recorded: every module imported since the model file's import
-    began, the stage's own lazy imports included (a helper a forward imports), fingerprinted; None when nothing
-    records (no cache) or too many. Modules only: a stage's files read are Inductor's and Triton's caches, not the
-    model's."""
+    """In a stage process forked from a template that recorded: what the stage loaded besides its template, the
+    model's imports and reads inside its forward included (a helper a forward imports, a file it reads, a variable it
+    looks up), fingerprinted; None when nothing records (no cache) or too many. Inductor's and Triton's caches are
+    keyed elsewhere (``_keyed_elsewhere``), a temporary file gone by now is not a dependency."""
     rec = _ACTIVE
     if rec is None:
         return None
-    return _fingerprints(rec.modules())
+    return rec._with_the_rest(_fingerprints(rec.modules() | rec.opened))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -290,7 +388,8 @@ class Cache:
         self.key = digest(key)
 
     def _path(self, file: str) -> str:
-        return os.path.join(self.folder, digest([os.path.realpath(file), self.key]) + ".json")
+        # the file as named (a symlink is its own entry: its probes' ids are its own name's)
+        return os.path.join(self.folder, digest([os.path.abspath(file), self.key]) + ".json")
 
     def lookup(self, file: str) -> Reused | None:
         """The stored results of ``file`` when nothing they depend on changed, else None (any doubt: None)."""
@@ -299,17 +398,24 @@ class Cache:
                 entry = json.load(f)
         except (OSError, ValueError):
             return None
-        if not isinstance(entry, dict) or entry.get("key") != self.key or entry.get("file") != os.path.realpath(file):
+        name = os.path.abspath(file)
+        if not isinstance(entry, dict) or entry.get("key") != self.key or entry.get("file") != name:
             return None
         deps = entry.get("deps")
-        if not isinstance(deps, dict) or os.path.realpath(file) not in deps:
+        if not isinstance(deps, dict) or name not in deps:
             return None
-        if any(fingerprint(path) != fp or fp is None for path, fp in deps.items()):
+        if any(fp is None or current(dep) != fp for dep, fp in deps.items()):
             return None
         try:
-            return Reused(list(entry["probes"]), dict(entry["discovery"]), dict(entry["environment"]),
-                          str(entry["stored_at"]))
-        except (KeyError, TypeError, ValueError):
+            reused = Reused(list(entry["probes"]), dict(entry["discovery"]), dict(entry["environment"]),
+                            str(entry["stored_at"]))
+            from ..model.report import ProbeReport
+
+            for d in reused.probes:  # an entry damaged by hand or by another tool is a miss, never a crash
+                if ProbeReport.from_dict(d).file != name:
+                    return None
+            return reused
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
     def store(self, file: str, deps: dict[str, str | None], probes: list[dict[str, Any]],
@@ -317,19 +423,20 @@ class Cache:
         """Keep ``file``'s results under its key, unless a file they depend on changed since the run ``started``
         (``time.time()``): edited while the run read it, its fingerprint may be of other code than the one that ran,
         so nothing is stored (ccache's rule). Never fails the run: a cache that cannot be written is no cache."""
-        real = os.path.realpath(file)
-        if real not in deps or any(fp is None for fp in deps.values()):
+        name = os.path.abspath(file)
+        deps = {dep: current(dep) if dep.startswith(ENV) else fp for dep, fp in deps.items()}  # the run's values
+        if name not in deps or any(fp is None for fp in deps.values()):
             return False
-        for path, fp in deps.items():
+        for dep, fp in deps.items():
             try:
-                if os.stat(path).st_mtime >= started or fingerprint(path) != fp:
+                if current(dep) != fp or (not dep.startswith((ENV, DIR)) and os.stat(dep).st_mtime >= started):
                     return False
             except OSError:
                 return False
         try:
             os.makedirs(self.folder, exist_ok=True)
             write_json_atomic(self._path(file), {
-                "key": self.key, "file": real, "deps": deps, "probes": probes, "discovery": discovery,
+                "key": self.key, "file": name, "deps": deps, "probes": probes, "discovery": discovery,
                 "environment": environment, "stored_at": time.strftime("%Y-%m-%d %H:%M:%S")})
         except (OSError, TypeError, ValueError):
             return False

@@ -73,7 +73,8 @@ class Outcome:
                     and self.cpu_seconds < limit.seconds:
                 return (f"was killed after {self.seconds:.0f} s of wall-clock time in which it used "
                         f"{self.cpu_seconds:.0f} s of CPU: waiting, not computing (a deadlock, a sleep, a lost "
-                        f"subprocess?); a stage may wait {WALL_FACTOR:g}x its deadline ({limit.why})")
+                        f"subprocess, or one started in a new session, whose CPU time is not the stage's?); a stage "
+                        f"may wait {WALL_FACTOR:g}x its deadline ({limit.why})")
             if self.cpu_seconds is None:  # no /proc: the clock is the measure
                 return f"was killed after {limit.why}" if limit.is_cap else \
                     f"was killed after {self.seconds:.0f} s, over {limit.why}"
@@ -372,7 +373,7 @@ class Runner:
                     on_start(task)
             now = time.monotonic()
             limits = {key: limit(t) for key, (t, _, _, _, _) in running.items()}
-            cpu, _ = _usage_by_group()
+            cpu, _ = _usage_by_group(set())
             busy = {key: _busy(now - start, cpu, h.pid) for key, (_, h, start, _, _) in running.items()}
             # the soonest a deadline can come: CPU time grows no faster than the clock (one thread each)
             next_deadline = now + min(min(limits[key].seconds - busy[key],
@@ -384,7 +385,7 @@ class Runner:
                               if not (isinstance(h, _Forked) and not h.template.alive)}.values())
             wait(waitables, timeout=0 if orphaned else max(0.0, min(next_deadline - now, 1.0)))
             now = time.monotonic()
-            cpu, queued = _usage_by_group()
+            cpu, queued = _usage_by_group({h.pid for _, h, _, _, _ in running.values()})
             for key in list(running):
                 task, handle, start, result_path, log_path = running[key]
                 timed_out = False
@@ -440,10 +441,10 @@ def _cpu_by_group() -> dict[int, float]:
     return _usage_by_group()[0]
 
 
-def _usage_by_group() -> tuple[dict[int, float], dict[int, float]]:
-    """Per process group: the CPU seconds it used (``_cpu_by_group``), and the seconds its processes waited for a CPU
-    while runnable (``/proc/<pid>/schedstat``'s run-queue wait): a stage starved by a busy machine waits there, a hung
-    one does not."""
+def _usage_by_group(groups: set[int] | None = None) -> tuple[dict[int, float], dict[int, float]]:
+    """Per process group: the CPU seconds it used (``_cpu_by_group``), and the seconds its threads waited for a CPU
+    while runnable (each ``/proc/<pid>/task/<tid>/schedstat``'s run-queue wait, for the ``groups`` asked): a stage
+    starved by a busy machine waits there, whichever thread computes; a hung one does not."""
     cpu: dict[int, float] = {}
     queued: dict[int, float] = {}
     try:
@@ -460,11 +461,18 @@ def _usage_by_group() -> tuple[dict[int, float], dict[int, float]]:
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
         cpu[pgrp] = cpu.get(pgrp, 0.0) + ticks / _TICK
+        if groups is not None and pgrp not in groups:
+            continue
         try:
-            with open(f"/proc/{name}/schedstat", "rb") as f:
-                queued[pgrp] = queued.get(pgrp, 0.0) + int(f.read().split()[1]) / 1e9
-        except (OSError, IndexError, ValueError):
-            pass  # no schedstats (a kernel without them): the clock alone
+            tids = os.listdir(f"/proc/{name}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{name}/task/{tid}/schedstat", "rb") as f:
+                    queued[pgrp] = queued.get(pgrp, 0.0) + int(f.read().split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                pass  # gone, or no schedstats (a kernel without them): the clock alone
     return cpu, queued
 
 
