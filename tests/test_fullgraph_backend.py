@@ -8,6 +8,8 @@ import textwrap
 
 import torch
 
+from test_trust_kinds import WRONG_FAKE as _WRONG_FAKE
+
 MODEL = '''
 import torch
 
@@ -54,28 +56,8 @@ def test_a_graph_with_data_dependent_values_still_goes_through_aot_eager(tmp_pat
     assert {s["status"] for s in probes["probe_plain"].values()} == {"pass"}
 
 
-WRONG_FAKE = """
-import torch
-
-
-@torch.library.custom_op("tc_fg52::linear", mutates_args=())
-def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return x @ w.t()
-
-
-@linear.register_fake
-def _(x, w):
-    return torch.empty_like(x)  # wrong: the last dim is w.size(0)
-
-
-linear.register_autograd(lambda ctx, g: (g @ ctx.w, g.t() @ ctx.x),
-                         setup_context=lambda ctx, inputs, output: setattr(ctx, "x", inputs[0]) or
-                         setattr(ctx, "w", inputs[1]))
-
-
-def probe_linear():
-    return linear, (torch.randn(4, 32, requires_grad=True), torch.randn(16, 32, requires_grad=True))
-"""
+# the trust tests' wrong fake (x @ w.t() with empty_like(x)), under a namespace of its own: both register in one process
+WRONG_FAKE = _WRONG_FAKE.replace("tc_fk52", "tc_fg52")
 
 
 def test_fullgraph_fails_where_plain_fullgraph_compile_fails_on_a_wrong_fake(tmp_path):
