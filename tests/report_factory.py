@@ -49,15 +49,15 @@ def small_report(root: str = ROOT, with_ca: bool = True) -> RunReport:
     gf, gb = break_finding(model, 5, traceback=tb)
     mf = missing_fake(model, 9)
     stages_ok = {"eager": StageResult("eager", PASS), "explain": StageResult("explain", PASS, graph_count=1,
-                                                                              graph_break_count=0),
-                 "aot_eager": StageResult("aot_eager", PASS, graph_count=1, graph_break_count=0),
+                                                                              graph_break_count=0, graph_break_sites=0),
+                 "aot_eager": StageResult("aot_eager", PASS, graph_count=1, graph_break_count=0, graph_break_sites=0),
                  "fullgraph": StageResult("fullgraph", PASS)}
     stages_bad = {
         "eager": StageResult("eager", PASS),
-        "explain": StageResult("explain", FAIL, failure=gf, findings=[gf], graph_count=2, graph_break_count=1,
+        "explain": StageResult("explain", FAIL, failure=gf, findings=[gf], graph_count=2, graph_break_count=1, graph_break_sites=1,
                                breaks=[gb], extra={"explain_reasons": ["Failed to trace builtin operator\n  "
                                                                        "Explanation: print"]}),
-        "aot_eager": StageResult("aot_eager", FAIL, failure=gf, findings=[gf], graph_count=2, graph_break_count=1,
+        "aot_eager": StageResult("aot_eager", FAIL, failure=gf, findings=[gf], graph_count=2, graph_break_count=1, graph_break_sites=1,
                                  breaks=[gb]),
         "fullgraph": StageResult("fullgraph", FAIL, failure=mf, findings=[mf]),
     }
@@ -89,7 +89,7 @@ def mixed_status_report() -> RunReport:
     c = Finding("crash", "The fullgraph stage process killed by SIGSEGV.", {}, {"stderr_tail": "Segmentation fault"})
     stages = {
         "eager": StageResult("eager", PASS, seconds=0.5),
-        "explain": StageResult("explain", FAIL, failure=gf, findings=[gf], graph_count=2, graph_break_count=1,
+        "explain": StageResult("explain", FAIL, failure=gf, findings=[gf], graph_count=2, graph_break_count=1, graph_break_sites=1,
                                breaks=[gb], seconds=1.25),
         "aot_eager": StageResult("aot_eager", SKIP, skip_reason="the probe function raised"),
         "inductor": StageResult("inductor", TIMEOUT, failure=t, findings=[t], seconds=5.0),

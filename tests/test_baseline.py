@@ -44,7 +44,8 @@ def test_baseline_holds_no_timings_and_no_paths():
 # compiled_autograd stage recorded them (an empty list: 0); the compiled_autograd counts that stage keeps; a break's
 # GB code where the run had one, and its line's source text without the comment.
 _CA = {"unique_graphs_without_ca": 3, "unique_graphs_with_ca": 1, "captures": 2, "hooks_captured": 1}
-_PASS = {"status": "pass", "kinds": [], "graph_count": None, "graph_break_count": None, "breaks": [],
+_PASS = {"status": "pass", "kinds": [], "graph_count": None, "graph_break_count": None, "graph_break_sites": None,
+         "breaks": [],
          "recompiles": None, "phases": None, "target": "compile"}
 _PRINT_BREAK = {"kind": "graph-break", "gb_type": "Failed to trace builtin operator", "file": "model.py", "line": 5,
                 "gb_code": "GB0059", "code": 'print("hi")'}
@@ -59,9 +60,9 @@ SMALL_REPORT_BASELINE = {
         "model.py::probe_bad": {"stages": {
             "eager": _PASS,
             "explain": {**_PASS, "status": "fail", "kinds": ["graph-break"], "graph_count": 2,
-                        "graph_break_count": 1, "breaks": [_PRINT_BREAK], "sites": _PRINT_SITE},
+                        "graph_break_count": 1, "graph_break_sites": 1, "breaks": [_PRINT_BREAK], "sites": _PRINT_SITE},
             "aot_eager": {**_PASS, "status": "fail", "kinds": ["graph-break"], "graph_count": 2,
-                          "graph_break_count": 1, "breaks": [_PRINT_BREAK], "sites": _PRINT_SITE},
+                          "graph_break_count": 1, "graph_break_sites": 1, "breaks": [_PRINT_BREAK], "sites": _PRINT_SITE},
             # where each kind's findings point (relative, as the break): grouped by, not compared
             "fullgraph": {**_PASS, "status": "fail", "kinds": ["missing-fake"],
                           "sites": {"missing-fake": [{"file": "model.py", "line": 9}]}},
@@ -69,8 +70,8 @@ SMALL_REPORT_BASELINE = {
         }},
         "model.py::probe_ok": {"stages": {
             "eager": _PASS,
-            "explain": {**_PASS, "graph_count": 1, "graph_break_count": 0},
-            "aot_eager": {**_PASS, "graph_count": 1, "graph_break_count": 0},
+            "explain": {**_PASS, "graph_count": 1, "graph_break_count": 0, "graph_break_sites": 0},
+            "aot_eager": {**_PASS, "graph_count": 1, "graph_break_count": 0, "graph_break_sites": 0},
             "fullgraph": _PASS,
             "compiled_autograd": {**_PASS, "recompiles": 0, "compiled_autograd": _CA},
         }},
@@ -523,14 +524,15 @@ def test_a_hand_broken_baseline_is_refused_when_loaded(tmp_path, edit, message):
 # Root causes. The documents are written by hand (docs/ci.md, "The baseline file"); the expected causes, counts
 # and wording are worked out from them by hand, not from compare's output.
 
-_CLEAN = {"status": "pass", "kinds": [], "graph_count": 1, "graph_break_count": 0, "breaks": [], "recompiles": None,
+_CLEAN = {"status": "pass", "kinds": [], "graph_count": 1, "graph_break_count": 0, "graph_break_sites": 0, "breaks": [],
+          "recompiles": None,
           "phases": None, "target": "compile"}
 _ITEM = {"kind": "data-dependent", "gb_type": "Unsupported Tensor.item() call with capture_scalar_outputs=False",
          "file": "gate_model.py", "line": 14, "gb_code": "GB0124"}
 _ITEM_BROKEN = {**_CLEAN, "status": "fail", "kinds": ["data-dependent"], "graph_count": 2, "graph_break_count": 1,
-                "breaks": [_ITEM]}
+                "graph_break_sites": 1, "breaks": [_ITEM]}
 # fullgraph and export raise at the break: they record the kind and no break (and no counts)
-_RAISES = {**_CLEAN, "graph_count": None, "graph_break_count": None}
+_RAISES = {**_CLEAN, "graph_count": None, "graph_break_count": None, "graph_break_sites": None}
 _OLD_BREAK = {"kind": "graph-break", "gb_type": "Call to `torch._dynamo.graph_break()`", "file": "other.py",
               "line": 30}  # a baseline written before gb_code: none recorded
 

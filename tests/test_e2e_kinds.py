@@ -49,7 +49,7 @@ def test_library_op_without_meta_or_autograd(tracecheck, write_probe):
     assert eager["context"]["warning"] is True
     brk = st["explain"]["breaks"][0]
     assert (brk["kind"], brk["gb_code"]) == ("missing-fake", "GB0090")
-    assert st["explain"]["graph_break_count"] == 1
+    assert st["explain"]["graph_break_sites"] == 1
     opcheck_kinds = {f["kind"] for f in st["opcheck"]["findings"]}
     assert opcheck_kinds == {"missing-fake", "missing-autograd"}
     assert all(f["context"]["op"] for f in st["opcheck"]["findings"])

@@ -81,9 +81,10 @@ def test_pybind_builtin_inside_autograd_function(tracecheck, write_probe, build_
     assert full["context"]["builtin"].startswith("tc_scale_ext.")
     assert full["context"]["builtin"].endswith("scale_fwd")
     assert full["context"]["in_autograd_function"] is True
-    # explain() says 0 breaks here; tracecheck's own count from the structured trace must see the break
+    # graphs - 1 is 0 here, as explain() says (nothing before the Function's call to make a graph of); the site
+    # from the structured trace is beside it, so the break is not lost
     explain = probe["stages"]["explain"]
-    assert explain["graph_break_count"] >= 1
+    assert explain["graph_break_sites"] >= 1
     assert explain["breaks"][0]["gb_type"] == "Attempted to call function marked as skipped"
     assert explain["breaks"][0]["file"] == str(p)
 

@@ -22,7 +22,7 @@ def test_a_record_reads_its_fields_and_defaults():
 def test_breaks_not_written_are_not_a_count_of_zero():
     # hand-written: a stage that does not count breaks (eager) reports no count; one that counted none, 0
     assert results.build_stage_result("eager", {"warnings": []}, 0.1).graph_break_count is None
-    assert results.build_stage_result("explain", {"breaks": [], "graph_count": 1}, 0.1).graph_break_count == 0
+    assert results.build_stage_result("explain", {"breaks": [], "graph_count": 1, "graph_break_count": 0}, 0.1).graph_break_count == 0
 
 
 def test_every_field_says_what_it_holds():

@@ -259,6 +259,12 @@ def counters() -> Any:
     return c
 
 
+def graph_break_counter() -> int:
+    """Dynamo's own graph-break count so far in this process, ``sum(counters["graph_break"].values())``: one per
+    break Dynamo took (the same line twice is two), as PyTorch's CI reads it."""
+    return int(sum(counters()["graph_break"].values()))
+
+
 def dynamo_config_patch(**changes: Any) -> Any:
     """``torch._dynamo.config.patch(...)``, a context manager."""
     return torch._dynamo.config.patch(**changes)

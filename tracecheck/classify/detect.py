@@ -389,6 +389,9 @@ def _functorch(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: str
     hops = _HOP_FILE.findall((str(raw.get("traceback", "")) + "\n" + text).replace("\\", "/"))
     if ctx.get("cause") == "storage" and hops:  # a higher-order op without a rule compiles itself under the transform
         ctx["cause"] = "hop"
+    frame = Frame.from_dict(raw.get("user_frame"))
+    if ctx.get("cause") == "storage" and frame is not None and ".numpy()" in (frame.code or ""):  # the user's line hands the tensor to NumPy
+        ctx["cause"] = "numpy"
     if ctx.get("cause") == "hop":
         ctx["hop"] = _HOP_NAMES[hops[-1]] if hops else "a higher-order op"
 
@@ -464,6 +467,8 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
     text = "\n".join(_head_tail(c.get("message", "")) for c in chain)
     gb_type = raw.get("gb_type") or gb_type_from_text(text)
     kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types, text), {})
+    if kind == K.COMPILE_SEMANTICS and stage in ("eager", "load"):  # no compiler ran: the probe's own error
+        kind, ctx = _fallback(stage, types, text), {}
     if op and not ctx.get("op"):
         ctx["op"] = op_name(op)
     if gb_type:

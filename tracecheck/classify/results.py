@@ -79,7 +79,6 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     findings += [measured.fallback_finding(r) for r in rec.fallback_ops]
     findings += [measured.opaque_finding(r, stage) for r in rec.opaque_ops]
     graph_count = rec.graph_count
-    explain_count = rec.explain_graph_break_count
     # a stage that raised counted the breaks up to the exception only: not a measurement of the probe
     measured_breaks = rec.breaks is not None and not rec.error
     errors = [f for f in findings if Gate().fails_on(f.kind)]  # a plain run's decision; apply_strict adds advice
@@ -89,9 +88,9 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
         failure=errors[0] if errors else None,
         findings=findings,
         graph_count=graph_count,
-        graph_break_count=len(breaks) if measured_breaks else None,
-        explain_graph_break_count=explain_count if measured_breaks and explain_count is not None
-        and explain_count != len(breaks) else None,
+        graph_break_count=rec.graph_break_count if measured_breaks else None,
+        graph_break_sites=len(breaks) if measured_breaks else None,
+        dynamo_graph_break_count=rec.dynamo_graph_break_count if measured_breaks else None,
         breaks=breaks,
         seconds=seconds,
         phases=rec.phases,

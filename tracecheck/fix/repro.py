@@ -167,6 +167,9 @@ def owner(f: Finding, probe_file: str) -> Owner:
                                    f"({ctx.get('suspect') or 'see the report'}): fix those first, then rerun")
     if f.kind == K.BACKEND_ERROR:
         return Owner(TORCH, here, f"{f.kind}: the compiler backend raised on code that runs eagerly")
+    if f.kind == K.COMPILE_SEMANTICS:  # the user's line raised, on a value the compiler changed: eager runs it
+        return Owner(TORCH, here, f"{f.kind}: eager runs this line; under compile a value it uses has another type "
+                                  f"({ctx.get('cause') or 'see the message'})")
     if f.kind == K.TORCH_INTERNAL_ERROR and ctx.get("cause") == "classmethod":  # torch asserts on a documented misuse
         return Owner(YOURS, here or "the autograd.Function's forward/backward",
                      f"{f.kind}: a classmethod where torch documents @staticmethod (torch should have said so clearly)")

@@ -6,6 +6,7 @@ machines: no timings, no absolute paths, no message text. Layout (docs/ci.md has
     {"format": "tracecheck-baseline", "schema_version": 1, "torch": "2.13.0+cpu", "stages": [...],
      "probes": {"<file>::<name>": {"stages": {"<stage>": {
          "status": "fail", "kinds": ["graph-break"], "graph_count": 2, "graph_break_count": 1,
+         "graph_break_sites": 1,
          "breaks": [{"kind": "graph-break", "gb_type": "...", "file": "model.py", "line": 12, "gb_code": "GB0001"}],
          "recompiles": null, "phases": ["forward", "backward"], "compiled_autograd": {...},
          "coverage": {"calls_captured": 84, "unique_graphs": 2, "frames_eager": 0}}}}},
@@ -137,6 +138,7 @@ def stage_snapshot(s: StageResult, probe: ProbeReport) -> dict[str, Any]:
         "kinds": kinds,
         "graph_count": s.graph_count,
         "graph_break_count": s.graph_break_count,
+        "graph_break_sites": s.graph_break_sites,
         "breaks": breaks,
         "recompiles": s.recompile_count,
         "phases": s.phases,
@@ -284,6 +286,7 @@ def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
         require_setting(doc)
         tolerance_setting(doc)
         _check_probes(doc["probes"])
+        _upgrade_break_counts(doc["probes"])
         return doc
     if "probes" in doc and "schema_version" in doc:
         return from_report(RunReport.from_dict(doc), require=())  # a report as a baseline: its --require was its run's
@@ -291,6 +294,21 @@ def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 _STATUSES = (PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL)
+#: the stage whose graph_count holds backward graphs too: no graphs - 1 break count
+_GRAPHS_WITH_BACKWARD = "compiled_autograd"
+
+
+def _upgrade_break_counts(probes: dict[str, Any]) -> None:
+    """A baseline written before ``graph_break_sites`` counted distinct breaks in ``graph_break_count``: that is the
+    sites, and the count is graphs - 1 (its recorded ``graph_count``), so an unchanged probe compares equal."""
+    for probe in probes.values():
+        for stage, snap in probe["stages"].items():
+            if "graph_break_sites" in snap:
+                continue
+            snap["graph_break_sites"] = old = snap.get("graph_break_count")
+            graphs = snap.get("graph_count")
+            snap["graph_break_count"] = graphs - 1 if old is not None and graphs and stage != _GRAPHS_WITH_BACKWARD \
+                else None
 
 
 def _check_probes(probes: dict[str, Any]) -> None:
@@ -327,7 +345,7 @@ def _check_probes(probes: dict[str, Any]) -> None:
                 for key, types, what in _BREAK_FIELDS:
                     if not _is(b.get(key), types):
                         raise ValueError(f"{where}: breaks[{i}].{key} must be {what} or null")
-            for key in ("graph_count", "graph_break_count", "recompiles"):
+            for key in ("graph_count", "graph_break_count", "graph_break_sites", "recompiles"):
                 if not _is(snap.get(key), int):
                     raise ValueError(f"{where}: '{key}' must be a count or null")
             phases = snap.get("phases")

@@ -143,7 +143,8 @@ class TracecheckFixture:
                          for b in m.breaks), key=bl._break_sort_key)
         kinds = sorted({b.kind for b in m.breaks})
         return {"status": "fail" if breaks else "pass", "kinds": kinds, "graph_count": m.graph_count,
-                "graph_break_count": len(breaks), "breaks": breaks, "recompiles": None}
+                "graph_break_count": m.graph_count - 1 if m.graph_count else None,
+                "graph_break_sites": len(breaks), "breaks": breaks, "recompiles": None}
 
     def _relative(self, file: str | None) -> str | None:
         if not file:

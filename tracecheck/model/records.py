@@ -27,6 +27,11 @@ class StageRecord:
     mismatches: list[dict[str, Any]] = field(default_factory=list)
     #: Dynamo graphs the compiled run made
     graph_count: int | None = None
+    #: graph breaks as people count them, graphs - 1, where graph_count is one forward call's graphs (explain and
+    #: the compile stages; not compiled autograd's, which holds backward graphs too); None where not
+    graph_break_count: int | None = None
+    #: Dynamo's own count, sum(counters["graph_break"].values()), as PyTorch's CI tracks it
+    dynamo_graph_break_count: int | None = None
     #: explain()'s own break count, where the explain stage asked it
     explain_graph_break_count: int | None = None
     #: explain()'s break reasons, verbatim

@@ -113,13 +113,32 @@ def _known_kind(kind: str, context: dict[str, Any]) -> tuple[str, dict[str, Any]
     return K.UNKNOWN, {**context, "reported_kind": kind}
 
 
+#: a stage's counts of graphs and graph breaks, in the JSON report
+BREAK_COUNTS = ("graph_count", "graph_break_count", "graph_break_sites", "dynamo_graph_break_count",
+                "explain_graph_break_count")
+
+
+def _break_counts(d: dict[str, Any]) -> dict[str, int | None]:
+    """A stage's break counts from a report. A report from before ``graph_break_sites`` counted distinct breaks in
+    ``graph_break_count``: that number is the sites, and the count is graphs - 1 where explain counted graphs."""
+    if "graph_break_sites" in d:
+        return {k: d.get(k) for k in BREAK_COUNTS[1:]}
+    graphs, old = d.get("graph_count"), d.get("graph_break_count")
+    return {"graph_break_count": graphs - 1 if d.get("stage") == "explain" and graphs and old is not None else None,
+            "graph_break_sites": old, "dynamo_graph_break_count": None,
+            "explain_graph_break_count": d.get("explain_graph_break_count")}
+
+
 @dataclass
 class StageResult:
     """Outcome of one (probe, stage) run in its own subprocess.
 
     ``failure`` is the first finding (the one the verdict table shows); ``findings`` holds all of them.
-    ``graph_count``/``graph_break_count`` are tracecheck's own counts (breaks deduplicated by gb_type and
-    user location); ``explain_graph_break_count`` is what ``torch._dynamo.explain`` said, when it differs.
+    ``graph_count`` is the Dynamo graphs of the stage's run; ``graph_break_count`` the graph breaks as people count
+    them, ``graph_count - 1`` (as ``explain()`` and most users count: None where the stage's graphs are not one
+    forward call's); ``graph_break_sites`` the distinct breaks (by gb_type and user location, ``breaks``);
+    ``dynamo_graph_break_count`` Dynamo's ``counters["graph_break"]`` total. ``explain_graph_break_count`` is read
+    from reports of tracecheck 0.x before the definition was one, never written.
     ``seconds`` is wall time of the stage process. ``phases`` is what the stage ran: ``["forward",
     "backward"]`` or ``["forward"]`` (None: it ran nothing, e.g. skipped or died). ``target`` is the stage's
     target (``targets.TARGETS``; None in a report from before targets). ``internal_error``: the traceback of
@@ -132,6 +151,8 @@ class StageResult:
     findings: list[Finding] = field(default_factory=list)
     graph_count: int | None = None
     graph_break_count: int | None = None
+    graph_break_sites: int | None = None
+    dynamo_graph_break_count: int | None = None
     explain_graph_break_count: int | None = None
     breaks: list[GraphBreak] = field(default_factory=list)
     seconds: float = 0.0
@@ -165,7 +186,7 @@ class StageResult:
         """Raises ValueError for a field of the wrong type (a hand-edited report), which readers turn into exit 2."""
         if d.get("status") not in STATUSES:
             raise ValueError(f"stage {d.get('stage')!r}: status {d.get('status')!r} is not one of {', '.join(STATUSES)}")
-        for key in ("graph_count", "graph_break_count", "explain_graph_break_count"):
+        for key in BREAK_COUNTS:
             value = d.get(key)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ValueError(f"stage {d.get('stage')!r}: {key} must be a count or null, not {value!r}")
@@ -178,8 +199,7 @@ class StageResult:
             failure=Finding.from_dict(failure) if failure else None,
             findings=[Finding.from_dict(f) for f in d.get("findings", [])],
             graph_count=d.get("graph_count"),
-            graph_break_count=d.get("graph_break_count"),
-            explain_graph_break_count=d.get("explain_graph_break_count"),
+            **_break_counts(d),
             breaks=[GraphBreak.from_dict(b) for b in d.get("breaks", [])],
             seconds=d.get("seconds", 0.0),
             skip_reason=d.get("skip_reason"),

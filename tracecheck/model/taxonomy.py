@@ -38,6 +38,7 @@ class K:
     OP_REDEFINED = "op-redefined"
     MISSING_DEVICE_KERNEL = "missing-device-kernel"
     FAKE_MISMATCH = "fake-mismatch"
+    COMPILE_SEMANTICS = "compile-semantics"
     DATA_DEPENDENT = "data-dependent"
     GRAPH_BREAK = "graph-break"
     TORCH_INTERNAL_ERROR = "torch-internal-error"

@@ -88,9 +88,9 @@ def _block(report: RunReport, c: RootCause, labels: dict[str, str], not_required
     for line in numeric_lines(f) or [_evidence(f)]:  # what a numeric comparison measured is its evidence
         if line:
             body.append(f"\n{line}", style="dim")
-    owner = f.ev.owner
+    owner = view.owner_label(f)
     if owner is not None and f.user_frame is not None:
-        body.append(f"\nwhose code: {owner.label}", style="dim")
+        body.append(f"\nwhose code: {owner}", style="dim")
     cost = view.cost_of(c, labels)
     if cost is not None:
         body.append(f"\ncosts: {cost.text()}", style="dim")

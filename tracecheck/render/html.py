@@ -19,10 +19,12 @@ from ..model.evidence import YOURS
 from ..model.report import Finding, RootCause, RunReport, root_causes
 from ..model.taxonomy import fix_text, kinds
 from . import terminal, view
+from .paths import PathScrubber
 
 #: line marks, strongest first: a line with a finding, one that ran a torch call in eager, one inside a graph
-BREAK, EAGER, GRAPH = "break", "eager", "graph"
-_RANK = {BREAK: 0, EAGER: 1, GRAPH: 2}
+BREAK, OTHER, EAGER, GRAPH = "break", "other", "eager", "graph"
+#: a line shows its most pressing mark: a finding that gates, one of a target not required (○), eager, graph
+_RANK = {BREAK: 0, OTHER: 1, EAGER: 2, GRAPH: 3}
 
 
 @dataclass
@@ -74,12 +76,22 @@ def _readable(file: str, rootdir: str) -> bool:
     return (_under(file, rootdir) or package_relative(file) is not None) and os.path.isfile(file)
 
 
-def _finding_view(f: Finding, c: RootCause, labels: dict[str, str]) -> dict[str, str]:
+def _kind_label(report: RunReport, c: RootCause, long: bool) -> str:
+    """The cause's kind as a page shows it: plain where it fails the run, else marked as gating nothing."""
+    kind = c.finding.kind
+    if view.gating(report, c):
+        return kind
+    if report.gate.fails_on(kind):
+        return f"○ {kind}" + (" (target not required: gates nothing)" if long else "")
+    return kind + (" (advice: gates nothing)" if long else "")
+
+
+def _finding_view(f: Finding, c: RootCause, labels: dict[str, str], kind: str) -> dict[str, str]:
     k = kinds().get(f.kind)
-    return {"kind": f.kind, "code": f.ev.gb_code or "", "doc": f.ev.doc or "", "headline": f.ev.headline(),
+    return {"kind": kind, "code": f.ev.gb_code or "", "doc": f.ev.doc or "", "headline": f.ev.headline(),
             "summary": f.summary,
             "fix": fix_text(f) if k else "", "more": k.explain_command if k else "",
-            "owner": f.ev.owner.label if f.ev.owner is not None else "not known",
+            "owner": view.owner_label(f) or "not known",
             "cost": _cost(c, labels),
             "seen": "; ".join(f"{labels[p.id]}: {', '.join(stages)}" for p, stages in c.seen)}
 
@@ -120,11 +132,13 @@ def write(directory: str, report: RunReport) -> list[str]:
         frame = c.finding.user_frame
         if frame is not None and frame.line and os.path.isabs(frame.file):  # on disk or not (a report from CI)
             line = files.setdefault(frame.file, {}).setdefault(frame.line, _Line())
-            line.mark = BREAK
+            mark = BREAK if view.gating(report, c) else OTHER
+            if not line.mark or _RANK[mark] < _RANK[line.mark]:
+                line.mark = mark
             line.causes.append(c)
     # a page per file of the user's (under the rootdir), and per library file with a finding
     files = {f: marks for f, marks in files.items() if os.path.isabs(f) and not os.path.isdir(f)
-             and (_under(f, rootdir) or any(x.mark == BREAK for x in marks.values()))}
+             and (_under(f, rootdir) or any(x.mark in (BREAK, OTHER) for x in marks.values()))}
     written = [str(out / "index.html"), str(out / "style.css")]
     pages: list[_Page] = []
     taken: set[str] = {"index.html"}
@@ -132,9 +146,10 @@ def write(directory: str, report: RunReport) -> list[str]:
         label = _label(file, rootdir)
         name = _page_name(label, taken)
         marks = files[file]
-        counts = {m: sum(1 for x in marks.values() if x.mark == m) for m in (GRAPH, EAGER, BREAK)}
+        counts = {m: sum(1 for x in marks.values() if x.mark == m) for m in (GRAPH, EAGER, BREAK, OTHER)}
         summary = (f"{counts[GRAPH]} line(s) inside a graph, {counts[EAGER]} run in eager, "
-                   f"{counts[BREAK]} with a finding")
+                   f"{counts[BREAK]} with a finding" + (f", {counts[OTHER]} with a finding of a target not required "
+                                                        "(○: gates nothing)" if counts[OTHER] else ""))
         try:
             if not _readable(file, rootdir):
                 raise OSError
@@ -155,7 +170,7 @@ def write(directory: str, report: RunReport) -> list[str]:
             x = marks.get(n, _Line())
             mixed = len(set(x.states.values())) > 1
             rows.append({"n": n, "text": source[n - 1] if n <= len(source) else "", "mark": x.mark,
-                         "findings": [_finding_view(c.finding, c, labels) for c in x.causes],
+                         "findings": [_finding_view(c.finding, c, labels, _kind_label(report, c, True)) for c in x.causes],
                          "probes": "; ".join(f"{probe}: {state}" for probe, state in x.states.items()),
                          "note": ("in a graph in " + ", ".join(k for k, v in x.states.items() if v == GRAPH)
                                   + "; in eager in " + ", ".join(k for k, v in x.states.items() if v == EAGER))
@@ -168,7 +183,7 @@ def write(directory: str, report: RunReport) -> list[str]:
     probes = []
     for p in report.probes:
         cov = view.coverage(p)
-        breaks = view.explain_break_count(p)
+        breaks = view.probe_breaks_cell(p)
 
         def dash(v: object) -> str:
             return "-" if v is None else str(v)
@@ -177,21 +192,21 @@ def write(directory: str, report: RunReport) -> list[str]:
                        "graphs": dash(cov.unique_graphs if cov else None),
                        "frames_eager": dash(cov.frames_eager if cov else None),
                        "share": f"~{cov.captured_share:.0%}" if cov and cov.captured_share is not None else "-",
-                       "breaks": dash(breaks)})
+                       "breaks": breaks})
     rows = []
     for c in causes:
         f, frame = c.finding, c.finding.user_frame
         n_probes, n_stages = _reach(c)
-        rows.append({"kind": f.kind, "code": f.ev.gb_code or "",
+        rows.append({"id": f.kind, "kind": _kind_label(report, c, False), "code": f.ev.gb_code or "",
                      "where": f"{_label(frame.file, rootdir)}:{frame.line}" if frame else (f.cx.op or "-"),
                      "href": f"{href[frame.file]}#L{frame.line}" if frame and frame.file in href else "",
-                     "owner": f.ev.owner.label if f.ev.owner is not None else (YOURS if frame and _under(
+                     "owner": view.owner_label(f) or (YOURS if frame and _under(
                          frame.file, rootdir) else "not known"),
                      "reach": f"{n_probes} probe(s), {n_stages} stage(s)", "cost": _cost(c, labels) or "-",
                      "fix": fix_text(f) if kinds().get(f.kind) else ""})
     env_line = f"torch {report.env.torch or '?'} · Python {report.env.python or '?'}"
     (out / "index.html").write_text(env.get_template("index.html.j2").render(
-        environment=env_line, probes=probes, causes=rows, files=pages, command=" ".join(report.command) or "tracecheck"),
+        environment=env_line, probes=probes, breaks_defined=view.BREAKS_DEFINED, causes=rows, files=pages, command=PathScrubber(root=rootdir or None)(" ".join(report.command)) or "tracecheck"),
         encoding="utf-8")
     (out / "style.css").write_text(env.loader.get_source(env, "style.css")[0], encoding="utf-8")
     return written

@@ -196,7 +196,7 @@ class MarkdownRenderer:
         head = "| probe | " + " | ".join(columns) + " | graph breaks |\n|---|" + "---|" * len(columns) + "---:|\n"
         rows = []
         for p in probes:
-            breaks = _none_dash(p.graph_breaks)
+            breaks = view.probe_breaks_cell(p)
             cells = [verdict_cell(p.stages.get(c), self.report.gate) for c in columns]
             rows.append(f"| {_cell(_code(self.probe_label(p.id)))} | " + " | ".join(cells) + f" | {breaks} |")
         more = (f"\n_{hidden} more probe(s) not listed (passing probes, and failing ones past the first "
@@ -206,7 +206,8 @@ class MarkdownRenderer:
                   " · ❌ fail (kinds) · ⏱️ timeout · 💥 crash · ➖ skipped · – not measured"
                   + (f" · ⚪ kind: failed, target not required ({view.not_required_note(r.gate, r.probes)})"
                      if any(p.verdict.not_required for p in r.probes) else "")
-                  + (" · 🐞 tracecheck internal error (not the probe's; exit 3)" if r.internal_errors else ""))
+                  + (" · 🐞 tracecheck internal error (not the probe's; exit 3)" if r.internal_errors else "")
+                  + " · " + view.BREAKS_DEFINED)
         unchecked = [f"- {_code(self.probe_label(p.id))}: " + "; ".join(self.scrub(x) for x in view.not_checked(p))
                      for p in probes if view.not_checked(p)]
         not_checked = ("\n**Not checked**\n\n" + "\n".join(unchecked) + "\n") if unchecked else ""
@@ -296,7 +297,7 @@ class MarkdownRenderer:
             explain_note = (f" ({view.explain_count_said(s.explain_graph_break_count)})"
                             if s.explain_graph_break_count is not None else "")
             lines.append(f"{name:<12} status={s.status:<7} graphs={_none_dash(s.graph_count)} "
-                         f"graph_breaks={_none_dash(s.graph_break_count)}{explain_note}")
+                         f"graph_breaks={_none_dash(s.graph_break_count)}{view.breaks_beside(s)}{explain_note}")
             for b in s.breaks:
                 where = f"{self.scrub(b.file)}:{b.line}" if b.file else "?"
                 breaks.setdefault((b.kind, b.gb_type, b.gb_code, where, b.file, b.line), []).append(name)
@@ -362,7 +363,7 @@ class MarkdownRenderer:
             fn = f" in `{frame.function}`" if frame.function else ""
             bullets.append(f"- **User frame:** {_code(self.scrub(frame.file) + ':' + str(frame.line))}{fn}")
         if ev.owner is not None:
-            bullets.append(f"- **Owner:** {_code(ev.owner.label)}")
+            bullets.append(f"- **Owner:** {_code(view.owner_label(f) or ev.owner.label)}")
         cost = view.cost_of(cause, {q.id: self.probe_label(q.id) for q in self.report.probes})
         if cost is not None:
             bullets.append(f"- **Costs:** {cost.text()}")

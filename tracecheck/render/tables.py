@@ -15,7 +15,7 @@ from . import view
 
 #: columns added since the first layout come last, so a script reading the CSV by position keeps working
 STAGE_COLUMNS = ["probe", "file", "name", "stage", "status", "phases", "kinds", "advice", "first_kind", "graph_count",
-                 "graph_break_count", "explain_graph_break_count", "gb_types", "seconds", "skip_reason", "target",
+                 "graph_break_count", "graph_break_sites", "dynamo_graph_break_count", "gb_types", "seconds", "skip_reason", "target",
                  "required"]
 FINDING_COLUMNS = ["probe", "stage", "kind", "summary", "gb_type", "gb_code", "user_file", "user_line", "op",
                    "builtin"]
@@ -32,12 +32,12 @@ def stages_frame(report: RunReport) -> pd.DataFrame:
                 "probe": p.id, "file": p.id.split("::", 1)[0], "name": p.name, "stage": stage,
                 "target": s.target or "", "required": report.gate.requires(s.target), "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "advice": ";".join(advice), "first_kind": s.failure.kind if s.failure else "",
                 "graph_count": s.graph_count, "graph_break_count": s.graph_break_count,
-                "explain_graph_break_count": s.explain_graph_break_count,
+                "graph_break_sites": s.graph_break_sites, "dynamo_graph_break_count": s.dynamo_graph_break_count,
                 "gb_types": ";".join(dict.fromkeys(b.gb_type or "" for b in s.breaks)),
                 "seconds": s.seconds, "skip_reason": s.skip_reason or "",
             })
     df = pd.DataFrame(rows, columns=STAGE_COLUMNS)
-    for col in ("graph_count", "graph_break_count", "explain_graph_break_count"):
+    for col in ("graph_count", "graph_break_count", "graph_break_sites", "dynamo_graph_break_count"):
         df[col] = df[col].astype("Int64")  # nullable: "not measured" stays empty, not NaN-float
     return df
 

@@ -51,8 +51,7 @@ def short_labels(report: RunReport) -> dict[str, str]:
 
 
 _CAPTION = ("✓ fwd: passed, forward only (nothing trains: no input or parameter requires grad, or no floating "
-            "output; or the backward was not checked: see \"not checked\"). ✓ kind: passed, with advice of that kind (it fails nothing unless --strict). breaks: graph breaks, tracecheck's count in the explain stage (structured trace, "
-            "deduplicated by gb_type and user line); explain()'s own number is noted where it differs. – not "
+            "output; or the backward was not checked: see \"not checked\"). ✓ kind: passed, with advice of that kind (it fails nothing unless --strict). " + view.BREAKS_DEFINED + ". – not "
             "measured or skipped")
 
 #: the probe column folds, down to this width, before a more compact layout is tried
@@ -63,9 +62,9 @@ def verdict_view(report: RunReport, width: int) -> RenderableType:
     """The verdicts laid out for ``width`` columns: the probes x stages table where a layout of it fits whole (every
     probe id, heading and kind name), else one block per probe (``verdict_list``), which fits any width from 60
     columns: rich measures, so nothing is cropped or cut inside a kind."""
-    for table in (_verdict_table(report, short) for short in (False, True)):  # full stage headings, then short ones
-        if _min_width(table) <= width:
-            return table
+    for table, legend in (_verdict_table(report, short) for short in (False, True)):  # full headings, then short
+        if _min_width(table) <= width:  # the legend below it at the terminal's width, not folded to the table's
+            return Group(table, Text(legend, style="dim"))
     return verdict_list(report)  # never a probe id folded mid-word: a list where the table does not fit
 
 
@@ -81,11 +80,11 @@ def verdict_list(report: RunReport) -> Group:
     widest = max((cell_len(label) for _, groups in blocks for label in groups), default=1)
     for p, groups in blocks:
         v = p.verdict
-        breaks = p.graph_breaks
+        breaks = view.probe_breaks_said(p)
         head = Text(f"{_ICON.get(v.status, '?')} ", style=_STYLE.get(v.status, ""))
         head.append(labels[p.id], style="bold")
         if breaks is not None:
-            head.append(f" · {breaks} graph break{'s' if breaks != 1 else ''}", style="dim")
+            head.append(f" · {breaks}", style="dim")
         grid = Table.grid(padding=(0, 1))
         grid.add_column(width=3)
         grid.add_column(no_wrap=True, min_width=widest)
@@ -95,7 +94,7 @@ def verdict_list(report: RunReport) -> Group:
             note = f" ({', '.join(targets)}: not required)" if shown == view.NOT_REQUIRED else ""
             grid.add_row("", Text(label, style=_STYLE[shown]), Text(", ".join(stages) + note))
         parts += [head, grid]
-    parts.append(Text(_LIST_LEGEND, style="dim"))
+    parts.append(Text(_LIST_LEGEND + " · " + view.BREAKS_DEFINED, style="dim"))
     return Group(*parts)
 
 
@@ -118,7 +117,7 @@ def _outcome_groups(p: ProbeReport, gate: Gate) -> dict[str, tuple[str, list[str
     return {f"{_ICON[shown]} {word}".rstrip(): (shown, stages) for (shown, word), stages in ranked}
 
 
-def _verdict_table(report: RunReport, short: bool) -> Table:
+def _verdict_table(report: RunReport, short: bool) -> tuple[Table, str]:
     columns = view.columns(report)
     headings = {c: (stage_heading(c) if short else c) for c in columns}
     notes = [f"{h} = {c}" for c, h in headings.items() if h != c]
@@ -132,10 +131,10 @@ def _verdict_table(report: RunReport, short: bool) -> Table:
         notes.insert(0, "! internal error: tracecheck's own bug, not the probe's (exit 3; the traceback is below)")
     caption = _CAPTION + (". " + "; ".join(notes) if notes else "")
     title = "tracecheck verdicts" + (f": {report.probes[0].id.rsplit('::', 1)[0]}" if one_file else "")
-    table = Table(title=title, title_justify="left", caption_justify="left", caption=caption,
+    table = Table(title=title, title_justify="left",
                   box=box.SIMPLE_HEAD if short else box.HEAVY_HEAD, pad_edge=not short, show_edge=not short,
                   padding=(0, 1, 0, 0) if short else (0, 1))
-    rows = [[cell(p.stages.get(c), report.gate) for c in columns] + [Text(_dash(p.graph_breaks))] for p in report.probes]
+    rows = [[cell(p.stages.get(c), report.gate) for c in columns] + [Text(view.probe_breaks_cell(p))] for p in report.probes]
     first = [labels[p.id] for p in report.probes]
     # never wrapped: an id is drawn whole or the view is a list (verdict_view measures which)
     table.add_column("probe", no_wrap=True, min_width=max([PROBE_MIN_WIDTH, *map(cell_len, first)]))
@@ -145,7 +144,7 @@ def _verdict_table(report: RunReport, short: bool) -> Table:
                          justify="right" if i == len(headings) else "left")
     for label, row in zip(first, rows):
         table.add_row(label, *row)
-    return table
+    return table, caption
 
 
 def _min_width(table: Table) -> int:

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from ..model.payloads import BreakCost, BreakCosts, CompiledAutogradCounts, Coverage, InductorKernels, NOISY_RULE
 from ..model.evidence import TORCH as TORCH_OWNER, Evidence
-from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, ProbeReport, RootCause, RunReport, StageResult
+from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, Finding, ProbeReport, RootCause, RunReport, StageResult
 from ..stages import forward_only
 from ..model.targets import TARGETS, Gate
+from ..model.taxonomy import K
 
 #: ``Cell.shown`` of a failed stage whose target the run does not require: shown, gating nothing
 NOT_REQUIRED = "not-required"
@@ -128,18 +129,73 @@ def not_required_targets(p: ProbeReport, stages: list[str]) -> list[str]:
     return list(dict.fromkeys(t for t in targets if t))
 
 
+#: the one definition of the graph-break count, said once in each report's legend
+BREAKS_DEFINED = ("graph breaks: the forward's Dynamo graphs - 1 under explain(), as explain() and most users count "
+                  "them (a break inside a called function splits both frames); sites: distinct breaks by gb_type and "
+                  "user line, where fewer")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def breaks_cell(s: StageResult | None) -> str:
+    """A stage's graph breaks in a table cell: ``3``, or ``3 (1 site)`` where the breaks are at fewer distinct sites;
+    ``–`` where not counted."""
+    count, sites = (s.graph_break_count, s.graph_break_sites) if s is not None else (None, None)
+    if count is None and sites is None:
+        return "–"
+    shown = "–" if count is None else str(count)
+    return shown if sites is None or sites == count else f"{shown} ({_n(sites, 'site')})"
+
+
+def owner_label(f: Finding) -> str | None:
+    """Whose code the finding's line is, as renderers show it; for a kind whose line is right and whose cause the
+    compiler is (compile-semantics: eager runs the line), said so."""
+    owner = f.ev.owner
+    if owner is None:
+        return None
+    if f.kind == K.COMPILE_SEMANTICS:
+        return f"{owner.label} (the line; the changed value is the compiler's: eager runs it)"
+    return owner.label
+
+
+def probe_breaks_cell(p: ProbeReport) -> str:
+    """The probe's graph breaks as the explain stage counted them, in a table cell (``breaks_cell``)."""
+    return breaks_cell(p.stages.get("explain"))
+
+
+def probe_breaks_said(p: ProbeReport) -> str | None:
+    """The probe's graph breaks as the explain stage counted them, in words (``breaks_said``)."""
+    return breaks_said(p.stages.get("explain"))
+
+
+def breaks_said(s: StageResult | None) -> str | None:
+    """A stage's graph breaks in words, every count beside the definition's: ``3 graph breaks at 1 site (Dynamo's
+    counter: 2)``; None where not counted."""
+    if s is None or (s.graph_break_count is None and s.graph_break_sites is None):
+        return None
+    head = (_n(s.graph_break_count, "graph break") if s.graph_break_count is not None
+            else "no graph captured" if s.graph_count == 0 else "graph breaks not counted")
+    return head + breaks_beside(s)
+
+
+def breaks_beside(s: StageResult) -> str:
+    """The other counts where they differ from the definition's: `` at 1 site (Dynamo's counter: 2)``, or ``""``."""
+    out = ""
+    if s.graph_break_sites is not None and s.graph_break_sites != s.graph_break_count:
+        out += f" at {_n(s.graph_break_sites, 'site')}"
+    if s.dynamo_graph_break_count is not None and s.dynamo_graph_break_count != s.graph_break_count:
+        out += f" (Dynamo's counter: {s.dynamo_graph_break_count})"
+    return out
+
+
 def explain_count_said(count: int) -> str:
     """explain()'s own break count, as a reader can take it: explain computes ``graph_count - 1``, so a frame Dynamo
     gave up on (no graph: it ran eagerly) gives -1, which is no count of breaks."""
     if count < 0:
         return f"explain() captured no graph (its graph_break_count, graph_count - 1, is {count}: the frame ran eagerly)"
     return f"explain() reported {count} graph break(s)"
-
-
-def explain_break_count(p: ProbeReport) -> int | None:
-    """The graph breaks the explain stage counted (None: explain did not run or count)."""
-    s = p.stages.get("explain")
-    return s.graph_break_count if s is not None else None
 
 
 def coverage(p: ProbeReport) -> Coverage | None:

@@ -380,6 +380,7 @@ def run_compiled(make_case: Callable[[], Case], backend: str | Callable[..., Any
     case = make_case()
     with compat.inductor_config_patch(fallback_random=True):
         compiled = torch.compile(case.fn, backend=backend, fullgraph=fullgraph)
+        counted_before = compat.graph_break_counter()
         with tracelog.TraceCollector() as trace, exceptions.WarningCollector() as w, \
                 tracelog.OutputCodeCollector() as code:
             got = execute(compiled, case)
@@ -393,6 +394,10 @@ def run_compiled(make_case: Callable[[], Case], backend: str | Callable[..., Any
     record: dict[str, Any] = {
         "error": got.error, "breaks": trace.breaks, "warnings": w.messages,
         "graph_count": int(counters["stats"]["unique_graphs"]) if got.error is None else None,
+        # one forward call's Dynamo graphs (the backward's are AOTAutograd's, not Dynamo's): breaks are graphs - 1
+        "graph_break_count": int(counters["stats"]["unique_graphs"]) - 1
+        if got.error is None and counters["stats"]["unique_graphs"] else None,
+        "dynamo_graph_break_count": compat.graph_break_counter() - counted_before if got.error is None else None,
         "phases": phases(got),
     }
     if code.codes and got.error is None:  # inductor: the custom ops its generated code calls as extern kernels

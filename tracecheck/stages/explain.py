@@ -7,7 +7,7 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..model.payloads import Coverage, SourceLines, StageNotes
 from ._spec import StageContext, StageSpec
@@ -50,14 +50,21 @@ def _not_shown() -> tuple[str, ...]:
     return tuple(os.path.join(os.path.realpath(r), "") for r in roots) + tuple(os.path.join(r, "") for r in roots)
 
 
-def _torch_calls_eager(ctx: StageContext, shown) -> tuple[int | None, dict[str, set[int]]]:
+Lines = dict[str, set[int]]
+#: an eager torch call's line -> the shown lines further out on its stacks (the calls that led there)
+Callers = dict[tuple[str, int], set[tuple[str, int]]]
+
+
+def _torch_calls_eager(ctx: StageContext, shown: Callable[[str], bool]) -> tuple[int | None, Lines, Callers]:
     """Torch-level calls the probe's forward makes in eager, outermost only (a call's own torch calls run with the
     mode off, as Dynamo records one node for ``F.layer_norm``), less ``_METADATA``; None when the forward raises.
     With it, the line (of a file ``shown`` admits) nearest each such call on the Python stack: the lines that run
-    torch code in eager, which a source view marks as captured or not."""
+    torch code in eager, which a source view marks as captured or not; and the shown lines further out on those
+    stacks (``x = self.block(x)``: the calls that led there)."""
     from torch.overrides import TorchFunctionMode
 
-    lines: dict[str, set[int]] = {}
+    lines: Lines = {}
+    callers: Callers = {}
 
     class _Count(TorchFunctionMode):
         n = 0
@@ -65,11 +72,16 @@ def _torch_calls_eager(ctx: StageContext, shown) -> tuple[int | None, dict[str, 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if getattr(func, "__name__", None) not in _METADATA:
                 self.n += 1
-                frame = sys._getframe(1)  # the innermost shown frame: the line that made the call (its callers'
-                while frame is not None:  # lines are not what ran it: a graph's node marks only its own line too)
+                frame = sys._getframe(1)  # the innermost shown frame: the line that made the call; the shown
+                made: tuple[str, int] | None = None  # frames further out are the calls that led there
+                while frame is not None:
                     if shown(frame.f_code.co_filename):
-                        lines.setdefault(frame.f_code.co_filename, set()).add(frame.f_lineno)
-                        break
+                        at = (frame.f_code.co_filename, frame.f_lineno)
+                        if made is None:
+                            made = at
+                            lines.setdefault(at[0], set()).add(at[1])
+                        else:
+                            callers.setdefault(made, set()).add(at)
                     frame = frame.f_back
             return func(*args, **(kwargs or {}))
 
@@ -78,26 +90,38 @@ def _torch_calls_eager(ctx: StageContext, shown) -> tuple[int | None, dict[str, 
         with _Count() as count:  # gradients on, as explain ran it (a model may branch on is_grad_enabled)
             case.fn(*case.args, **case.kwargs)
     except Exception:
-        return None, {}
-    return count.n, lines
+        return None, {}, {}
+    return count.n, lines, callers
 
 
-def _lines_in_graphs(graphs: Any, shown) -> dict[str, set[int]]:
+def _lines_in_graphs(graphs: Any, shown: Callable[[str], bool]) -> tuple[Lines, Lines]:
     """The line (of a file ``shown`` admits) nearest each node of a graph Dynamo captured, on its stack trace (which
-    lists the frames outermost first)."""
-    lines: dict[str, set[int]] = {}
-    for gm in graphs or ():
-        for node in gm.graph.nodes:
-            frames = [(f, int(n)) for f, n in _FRAME.findall(node.meta.get("stack_trace") or "") if shown(f)]
-            if frames:
-                lines.setdefault(frames[-1][0], set()).add(frames[-1][1])
-    return lines
+    lists the frames outermost first), and the shown lines further out (the calls that led there). Subgraphs count:
+    an autograd.Function's forward or a torch.cond branch is captured as a graph module inside the graph."""
+    lines: Lines = {}
+    callers: Lines = {}
+    for top in graphs or ():
+        for gm in top.modules():
+            for node in getattr(getattr(gm, "graph", None), "nodes", ()):
+                frames = [(f, int(n)) for f, n in _FRAME.findall(node.meta.get("stack_trace") or "") if shown(f)]
+                if frames:
+                    lines.setdefault(frames[-1][0], set()).add(frames[-1][1])
+                for f, n in frames[:-1]:
+                    callers.setdefault(f, set()).add(n)
+    return lines, callers
 
 
-def _source_lines(eager: dict[str, set[int]], graphs: dict[str, set[int]]) -> dict[str, SourceLines]:
-    return {file: SourceLines(graph=tuple(sorted(graphs.get(file, ()))),
-                              eager=tuple(sorted(eager.get(file, set()) - graphs.get(file, set()))))
-            for file in sorted(eager.keys() | graphs.keys())}
+def _source_lines(eager: Lines, eager_callers: Callers, graphs: Lines, graph_callers: Lines) -> dict[str, SourceLines]:
+    """Per file: the lines inside a graph (a node's own line, or a call that led to captured nodes and to no torch
+    call that ran in eager) and the lines that ran torch calls in eager (outside every graph)."""
+    outside = {(f, n) for f, ns in eager.items() for n in ns if n not in graphs.get(f, set())}
+    leads_outside = {at for call in outside for at in eager_callers.get(call, ())} | outside
+
+    def graph(file: str) -> set[int]:
+        return graphs.get(file, set()) | {n for n in graph_callers.get(file, set()) if (file, n) not in leads_outside}
+    return {file: SourceLines(graph=tuple(sorted(graph(file))),
+                              eager=tuple(sorted(n for n in eager.get(file, set()) if (file, n) in outside)))
+            for file in sorted(eager.keys() | graphs.keys() | graph_callers.keys())}
 
 
 def _stats(counters: Any) -> tuple[int, int, int, int]:
@@ -116,6 +140,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     started = time.perf_counter()
     case = ctx.make_case()
     before = _stats(compat.counters())  # the fork server's warm-up compile counted too: the explain run's own share
+    counted_before = compat.graph_break_counter()
     with tracelog.TraceCollector() as trace:
         try:
             out = compat.explain(case.fn, *case.args, **case.kwargs)
@@ -128,9 +153,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
             return {"skip_reason": "the eager forward fails (see the eager stage)"}
         return {"error": error, "breaks": trace.breaks, "phases": [FORWARD]}
     captured, graphs, frames, frames_ok = (a - b for a, b in zip(_stats(compat.counters()), before))
+    counted = compat.graph_break_counter() - counted_before
     shown = _outside(_not_shown())
-    eager, eager_lines = _torch_calls_eager(ctx, shown)
-    lines = _source_lines(eager_lines, _lines_in_graphs(getattr(out, "graphs", None), shown))
+    eager, eager_lines, eager_callers = _torch_calls_eager(ctx, shown)
+    lines = _source_lines(eager_lines, eager_callers, *_lines_in_graphs(getattr(out, "graphs", None), shown))
     extra = Coverage(calls_captured=captured, unique_graphs=graphs, frames_eager=frames - frames_ok,
                      torch_calls_eager=eager, captured_share=Coverage.share(captured, eager),
                      lines=lines or None).to_extra()
@@ -154,7 +180,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
         "breaks": trace.breaks,
         "phases": [FORWARD],
         "graph_count": out.graph_count,
-        "explain_graph_break_count": out.graph_break_count,
+        "graph_break_count": out.graph_count - 1 if out.graph_count else None,  # explain's own rule, defined at 0
+        "dynamo_graph_break_count": counted,
         "explain_reasons": [clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
         "extra": extra,
     }
