@@ -54,6 +54,20 @@ def gradient_finding(outcome: dict[str, Any]) -> Finding:
     return Finding(K.WRONG_GRADIENT, fill_summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, evidence)
 
 
+def end_to_end_gradient_finding(outcome: dict[str, Any], calls: list[str]) -> Finding:
+    """The probe's gradient (``.grad`` after ``loss.backward()``) disagrees with the numerical derivative of its loss
+    while each call's own backward agrees with its forward (stages/_gradients.end_to_end): a gradient written
+    besides autograd. ``ratio``: the autograd value over the numerical one (2.0: accumulated twice)."""
+    m = outcome["mismatch"]
+    ratio = m.get("ratio")
+    ctx = {"op": ", ".join(calls) or "the probe", "input": "its leaves", "output": "the loss",
+           "numerical": f"{m['numerical']:.6g}", "analytical": f"{m['analytical']:.6g}",
+           "relative_error": f"{m['relative_error']:.3g}", "cause": "end_to_end",
+           "ratio": f"{ratio:.3g}" if isinstance(ratio, (int, float)) else "?"}
+    evidence = {"method": outcome.get("method"), "note": outcome.get("note"), **m}
+    return Finding(K.WRONG_GRADIENT, fill_summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, evidence)
+
+
 def specialization_finding(raw: dict[str, Any]) -> Finding:
     """A dimension compiled as dynamic (the batch dimension, marked) that still recompiles at every new size
     (stages/dynamic.py): the guard that failed (``reason``, ``user_frame``) and, when the trace saw it, the

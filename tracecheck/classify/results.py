@@ -16,7 +16,7 @@ from ..model import taxonomy
 from . import detect, measured
 from ..model.taxonomy import K
 from ..model.payloads import CompiledAutogradCounts, StageNotes
-from ..model.records import Frame, StageRecord
+from ..model.records import END_TO_END, Frame, StageRecord
 from ..model.exitcodes import UsageError
 from ..model.targets import Gate
 from ..model.report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, headline, later_step,
@@ -68,8 +68,21 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     grad_unused = {op_name(op) for op in rec.grad_unused_ops}
     not_needed = [f for f in opchecked if f.context.get("op") in grad_free | grad_unused and _about_the_ops_autograd(f)]
     findings += [f for f in opchecked if f not in not_needed]
-    for outcome in rec.gradcheck:
-        if outcome.get("mismatch"):
+    gradient_notes: list[str] = []
+    calls = [o for o in rec.gradcheck if o.get("name") != END_TO_END]
+    probe = next((o for o in rec.gradcheck if o.get("name") == END_TO_END), None)
+    # the probe's gradient decides what a call's mismatch means (stages/gradcheck.py)
+    right_end_to_end = probe is not None and not any(probe.get(k) for k in ("mismatch", "error", "skip",
+                                                                             "inconclusive"))
+    if probe is not None and probe.get("mismatch") and not any(o.get("mismatch") for o in calls):
+        findings.append(measured.end_to_end_gradient_finding(probe, [o["name"] for o in calls]))
+    for outcome in calls:
+        if outcome.get("mismatch") and right_end_to_end:
+            gradient_notes.append(
+                f"whether the backward of {outcome['name']} is wrong: alone it differs from its forward's numerical "
+                f"derivative (input {outcome['mismatch'].get('input', '?')}), but the probe's gradient matches the "
+                "numerical derivative of its loss (a gradient rerouted by design: no finding)")
+        elif outcome.get("mismatch"):
             findings.append(measured.gradient_finding(outcome))
         elif outcome.get("error"):
             findings.append(detect.classify_error(stage, outcome["error"],
@@ -109,7 +122,7 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
             "supplies the gradient, or under no_grad)" if op in grad_free else
             "no gradient reaches the op's outputs in the probe's backward (its loss does not depend on them: "
             "indices used to gather, say); register_autograd only matters once a gradient flows through the op")
-        for op in dict.fromkeys(f.context["op"] for f in not_needed)]
+        for op in dict.fromkeys(f.context["op"] for f in not_needed)] + gradient_notes
     if not_checked:
         result.extra.update(StageNotes(not_checked=(result.notes.not_checked or []) + not_checked).to_extra())
     return result

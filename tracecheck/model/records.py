@@ -131,3 +131,5 @@ class Frame:
 
 
 FIELDS = tuple(f.name for f in fields(StageRecord))
+#: the gradcheck stage's outcome (``StageRecord.gradcheck``) for the probe's own gradient, beside one per call
+END_TO_END = "the probe's gradient"

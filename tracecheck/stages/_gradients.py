@@ -32,6 +32,7 @@ from ..compat import pytree
 from .. import compat
 from ..evidence import exceptions
 from ..evidence.oprecorder import OpRecorder
+from ..model.records import END_TO_END
 from ..model.report import op_name
 
 #: gradcheck (float64) when the differentiable inputs hold at most this many elements; above, the directional
@@ -345,6 +346,120 @@ def directional(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor
     return {"ok": math.isfinite(err) and err <= tol, "numerical": numerical, "analytical": analytical,
             "relative_error": err / max(abs(numerical), abs(analytical), 1e-30), "tolerance": tol, "atol": atol,
             "step": h}
+
+
+
+
+def end_to_end(make_case: Callable[[], Any], seed: int = 0) -> Outcome:
+    """The probe's gradient as a training step gets it, against the numerical derivative of its loss: the
+    ``.grad`` its leaves (inputs that require grad, trainable parameters) hold after ``loss.backward()``, along a
+    random direction, compared with a central difference of the loss in the leaves' own dtype (tolerance as
+    ``directional``'s, the loss's rounding from the sum of its outputs' magnitudes). What a call's own check cannot
+    see shows here: a backward that also writes into an input's ``.grad`` and returns it (accumulated twice), a
+    gradient a library's tape adds on its own. Two backward runs that disagree are ``unstable``: no finding. A
+    mismatch is confirmed as ``confirmed`` does (half the step, a second direction). Never raises."""
+    out = Outcome(END_TO_END, function=False)
+    try:
+        _end_to_end(make_case, out, seed)
+    except Exception as e:
+        out.error = exceptions.error_record(e, "backward")
+    return out
+
+
+def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
+    from ._execution import grad_targets, loss_of, seed_all
+
+    case = make_case()
+    targets = {k: t for k, t in grad_targets(case).items() if t.is_floating_point()}
+    if not targets:
+        out.skip = "nothing in the probe requires grad"
+        return
+    dtype = min((t.dtype for t in targets.values()), key=lambda d: torch.finfo(d).bits)
+    if torch.finfo(dtype).bits < 32:
+        out.skip = f"its leaves are {str(dtype).replace('torch.', '')}: numerical derivatives are not reliable below float32"
+        return
+    base = {k: t.detach().clone() for k, t in targets.items()}
+
+    def grads() -> dict[str, torch.Tensor]:
+        for t in targets.values():
+            t.grad = None
+        seed_all()
+        loss = loss_of(case, case.fn(*case.args, **case.kwargs))
+        if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+            raise _NoLoss
+        loss.backward()
+        return {k: (t.grad.detach().clone() if t.grad is not None else torch.zeros_like(t)) for k, t in targets.items()}
+
+    def loss_at(shift: dict[str, torch.Tensor], t: float) -> tuple[float, float]:
+        with torch.no_grad():
+            for k, x in targets.items():
+                x.copy_((base[k].double() + t * shift[k]).to(x.dtype))
+        try:  # with gradients on, as the training step ran it (loss_of sums what requires grad)
+            seed_all()
+            outs = case.fn(*case.args, **case.kwargs)
+            loss = loss_of(case, outs)
+            size = sum((o.detach().double().abs().sum() for o in pytree.tree_leaves(outs)
+                        if isinstance(o, torch.Tensor) and o.is_floating_point()), torch.zeros((), dtype=torch.float64))
+        finally:
+            with torch.no_grad():
+                for k, x in targets.items():
+                    x.copy_(base[k])
+        return float(loss.detach()), float(size)
+
+    try:
+        first = grads()
+        again = grads()
+    except _NoLoss:
+        out.skip = "the probe's outputs give no differentiable loss"
+        return
+    except Exception as e:  # the probe's own forward or backward: its failure is the other checks' to report
+        out.skip = f"the probe's training step raised {type(e).__name__} (see its findings)"
+        return
+    unstable = [k for k in first if not torch.equal(first[k], again[k])]
+    if unstable:
+        out.skip = (f"unstable: two identical backward runs give different gradients ({', '.join(unstable[:3])}): "
+                    "no derivative to compare (a result that changes from run to run is not a finding)")
+        return
+    eps = torch.finfo(dtype).eps
+    out.method = f"the leaves' .grad after loss.backward(), against a central difference of the loss, {str(dtype).replace('torch.', '')}"
+    out.inputs = list(targets)
+
+    def check(direction_seed: int, scale: float = 1.0) -> dict[str, Any]:
+        gen = torch.Generator().manual_seed(direction_seed)
+        shift = {}
+        for k, b in base.items():  # each leaf moves in proportion to its own size
+            rms = float(b.double().pow(2).mean().sqrt()) if b.numel() else 0.0
+            v = torch.randn(b.shape, generator=gen, dtype=torch.float64).to(b.device)
+            shift[k] = v * (rms if rms > 0 and math.isfinite(rms) else 1.0)
+        t = scale * eps ** (1 / 3)
+        (plus, size), (minus, _) = loss_at(shift, t), loss_at(shift, -t)
+        numerical = (plus - minus) / (2 * t)
+        analytical = float(sum((first[k].double() * shift[k]).sum() for k in base))
+        atol = 8 * eps * size / t
+        err = abs(numerical - analytical)
+        tol = atol + DIRECTIONAL_RTOL.get(dtype, 1e-2) * max(abs(numerical), abs(analytical))
+        return {"ok": math.isfinite(err) and err <= tol, "numerical": numerical, "analytical": analytical,
+                "relative_error": err / max(abs(numerical), abs(analytical), 1e-30), "tolerance": tol,
+                "atol": atol, "step": t}
+
+    m = check(seed)
+    out.relative_errors["leaves"] = m["relative_error"]
+    if m["ok"]:
+        return
+    if not math.isfinite(m["numerical"]):
+        out.inconclusive["leaves"] = "the numerical derivative is not finite"
+    elif abs(check(seed, scale=0.5)["numerical"] - m["numerical"]) > m["tolerance"]:
+        out.inconclusive["leaves"] = ("the numerical derivative changes with the step: the loss is not smooth along "
+                                      "the direction")
+    elif check(seed + 1)["ok"]:
+        out.inconclusive["leaves"] = "a second random direction agrees"
+    else:
+        ratio = m["analytical"] / m["numerical"] if m["numerical"] else float("inf")
+        out.mismatch = {"input": "its leaves", "ratio": ratio, **{k: v for k, v in m.items() if k != "ok"}}
+
+
+class _NoLoss(Exception):
+    pass
 
 
 def _gradcheck(f: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[int, int] | dict[str, Any] | None:

@@ -2,7 +2,10 @@
 numerical derivatives of its forward, at the inputs the probe called it with (tracecheck/stages/_gradients.py).
 
 opcheck does not check numerical gradients (the custom-op chapter says so: call gradcheck yourself), and a
-compiled run reuses the same backward formula, so a wrong formula passes every other stage.
+compiled run reuses the same backward formula, so a wrong formula passes every other stage. Beside the calls, the
+probe's own gradient (``_gradients.end_to_end``) decides what a call's mismatch means: a call wrong alone and right
+end to end reroutes its gradient by design (a note), a probe wrong end to end with every call right has a gradient
+written besides autograd (a finding).
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from ._spec import StageContext, StageSpec
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
-    from ._gradients import NO_GRAD_INPUT, check_call, record_calls
+    from ._gradients import NO_GRAD_INPUT, check_call, end_to_end, record_calls
     from ._execution import backward_of, phases, seed_all
 
     case = ctx.make_case()
@@ -31,7 +34,9 @@ def run(ctx: StageContext) -> dict[str, Any]:
         return {"skip_reason": "no input of any custom op or autograd.Function call requires grad" if
                 reasons == [NO_GRAD_INPUT] else
                 "; ".join(f"{o['name']}: {o['skip']}" for o in outcomes)}
-    return {"gradcheck": outcomes, "phases": phases(True)}
+    # each call's own check, then the probe's gradient as training gets it: a side effect no call's check sees
+    # (2x), or a call's gradient rerouted by design (wrong alone, right end to end)
+    return {"gradcheck": outcomes + [end_to_end(ctx.make_case).to_dict()], "phases": phases(True)}
 
 
 SPEC = StageSpec(
