@@ -94,3 +94,17 @@ def test_a_gradient_rerouted_by_design_is_no_finding(tracecheck, write_probe):
     st = res.probe("probe_detour")["stages"]["gradcheck"]
     assert [f["kind"] for f in st["findings"]] == []
     assert any("rerouted by design" in n for n in st["extra"]["not_checked"])
+
+
+def test_two_functions_of_one_module_are_two_root_causes():
+    """pytorch-wavelets' AFB2D and SFB2D (one module) both wrong: two findings, two causes in every report (their
+    qualified names are no ns.op.overload spelling to fold into one)."""
+    from tracecheck.classify import measured
+    from tracecheck.model.report import finding_key
+
+    def outcome(name):
+        return {"name": name, "function": True, "mismatch": {"input": "x", "numerical": 2.0, "analytical": -1.8,
+                                                             "relative_error": 1.9, "tolerance": 0.01}}
+    a, b = (measured.gradient_finding(outcome(f"pytorch_wavelets.dwt.lowlevel.{n}")) for n in ("AFB2D", "SFB2D"))
+    assert finding_key(a) != finding_key(b)
+    assert a.context["op"] == "pytorch_wavelets.dwt.lowlevel.AFB2D"

@@ -390,8 +390,8 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     in torch) is also told apart by its exception type and first message line (numbers masked): two different
     errors that only share "no location" are two problems.
     """
-    if f.context.get("op"):
-        return (f.kind, op_name(str(f.context["op"])))
+    if f.context.get("op"):  # an autograd.Function's qualified name as it is (op_name would read it as ns.op.overload)
+        return (f.kind, str(f.context["op"]) if f.context.get("autograd_function") else op_name(str(f.context["op"])))
     frame = f.user_frame
     # at one user line, one kind is one problem whichever stage saw it: fullgraph's error and explain's break of the
     # same .item() carry different gb_types (or none); only where no frame places it does the gb_type tell apart
