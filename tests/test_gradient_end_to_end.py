@@ -108,3 +108,46 @@ def test_two_functions_of_one_module_are_two_root_causes():
     a, b = (measured.gradient_finding(outcome(f"pytorch_wavelets.dwt.lowlevel.{n}")) for n in ("AFB2D", "SFB2D"))
     assert finding_key(a) != finding_key(b)
     assert a.context["op"] == "pytorch_wavelets.dwt.lowlevel.AFB2D"
+
+
+FLOAT64_UNSUPPORTED = '''
+import torch
+
+_calls = [0]
+
+
+class FourBit(torch.autograd.Function):
+    """Right in float32 (y = 3x); handed float64 it returns other values on every call, as a 4-bit kernel does."""
+
+    @staticmethod
+    def forward(ctx, x):
+        if x.dtype == torch.float64:
+            _calls[0] += 1
+            return x * (3.0 + 0.37 * _calls[0])
+        return x * 3.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3.0
+
+
+def probe_four_bit():
+    return (lambda x: FourBit.apply(x).sum()), (torch.linspace(0.5, 2.0, 8, requires_grad=True),)
+'''
+
+
+@pytest.mark.slow
+def test_an_op_without_float64_is_checked_in_its_own_dtype(tracecheck, write_probe):
+    """bitsandbytes' 4-bit ops (issue 52, 2b): float64 gradcheck alone calls a right backward wrong."""
+    path = write_probe(FLOAT64_UNSUPPORTED)
+    m = _module(path, "four_bit_plain")
+    x32 = torch.linspace(0.5, 2.0, 8, requires_grad=True)
+    assert torch.autograd.gradcheck(m.FourBit.apply, (x32,), eps=1e-3, atol=1e-2, rtol=1e-2)  # right in float32
+    x64 = x32.detach().double().requires_grad_()
+    with pytest.raises(Exception):
+        torch.autograd.gradcheck(m.FourBit.apply, (x64,))  # float64 says otherwise
+    res = tracecheck("run", str(path), "--stages", "eager,gradcheck")
+    assert res.returncode == 0, res.stdout
+    verdict = res.probe("probe_four_bit")["stages"]["gradcheck"]["extra"]["gradcheck"]
+    call = next(v for k, v in verdict.items() if k.endswith("FourBit"))
+    assert call["status"] == "SUCCESS" and "float32" in call["method"] and "own dtype" in call["note"]
