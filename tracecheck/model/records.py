@@ -46,6 +46,8 @@ class StageRecord:
     grad_free_ops: list[str] = field(default_factory=list)
     #: the opcheck stage: ops called with gradients on whose outputs no gradient reached in the probe's backward
     grad_unused_ops: list[str] = field(default_factory=list)
+    #: the opcheck stage: ops only the probe's backward calls (checked with the inputs the backward gave them)
+    backward_only_ops: list[str] = field(default_factory=list)
     #: custom ops the probe's file registered (the opcheck stage is scheduled from them)
     registered_custom_ops: list[str] = field(default_factory=list)
     #: the gradcheck stage: one outcome per custom op or autograd.Function

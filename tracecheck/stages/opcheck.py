@@ -35,10 +35,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
 
             return {"skip_reason": f"the eager forward under tracecheck's op recorder fails before any custom op "
                                    f"ran ({headline(e)})"}
-    if not rec.calls:
+    # ops the backward calls (a register_autograd backward, an autograd.Function's backward that calls a custom
+    # op): opcheck them too, with the inputs the backward gave them; a fresh case, so the forward's analysis below
+    # keeps its own graph
+    in_backward = _backward_calls(ctx, rec.calls)
+    if not rec.calls and not in_backward:
         return {"skip_reason": "the probe calls no custom op"}
     results: dict[str, dict[str, Any]] = {}
-    for op, (args, kwargs) in rec.calls.items():
+    for op, (args, kwargs) in {**rec.calls, **in_backward}.items():
         res = torch.library.opcheck(op, args, kwargs, test_utils=opcheck_utils(ctx.device), raise_exception=False)
         results[str(op)] = {
             test: (v if isinstance(v, str) else exceptions.error_record(v, test)) for test, v in res.items()
@@ -64,8 +68,24 @@ def run(ctx: StageContext) -> dict[str, Any]:
     unused = rec.never_differentiated(lambda: backward_of(case, out)) if out is not None and rec.differentiated \
         else set()
     grad_unused = [str(op) for op in rec.calls if op_name(str(op)) in unused]
-    return {"opcheck": results, "phases": phases(differentiable), "grad_free_ops": grad_free,
-            "grad_unused_ops": grad_unused}
+    return {"opcheck": results, "phases": phases(differentiable or bool(in_backward)), "grad_free_ops": grad_free,
+            "grad_unused_ops": grad_unused, "backward_only_ops": [str(op) for op in in_backward]}
+
+
+def _backward_calls(ctx: StageContext, seen: dict[Any, Any]) -> dict[Any, Any]:
+    """The custom ops the probe's backward calls and its forward does not, with their first inputs; {} when the
+    probe does not train or its backward raises (the other stages report that)."""
+    from ..evidence.oprecorder import OpRecorder
+    from ._execution import backward_of
+
+    case = ctx.make_case()
+    try:
+        out = case.fn(*case.args, **case.kwargs)
+        with OpRecorder() as rec:
+            backward_of(case, out)
+    except Exception:
+        return {}
+    return {op: call for op, call in rec.calls.items() if op not in seen}
 
 
 SPEC = StageSpec(
