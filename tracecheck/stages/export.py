@@ -7,15 +7,18 @@ shapes (dynamic batch sizes are the ``dynamic`` stage's question). draft_export'
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..model import taxonomy
 from ..model.targets import EXPORT
-from ..model.payloads import ExportGraph
+from ..model.payloads import ExportGraph, StageNotes
 from ._spec import StageContext, StageSpec
 
 # draft_export's FailureType names map to kinds in kinds.json (``draft_export.failure_types``). GUARD_ADDED: a guard
 # specialized a dimension that the dynamic_shapes declared dynamic (draft_export reports it only then).
+#: draft_export runs when what is left of the stage's time is at least this many times the failed export's own
+DRAFT_MARGIN = 3.0
 
 
 def run(ctx: StageContext) -> dict[str, Any]:
@@ -26,6 +29,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from ..evidence import exceptions
     from ._execution import FORWARD, compare, execute, float64_run, forward_fails, reference, tensor_outputs
 
+    stage_started = time.perf_counter()
     ref = reference(ctx.make_case, backward=False)
     if forward_fails(ref):
         return {"skip_reason": "the eager forward fails (see the eager stage)"}
@@ -33,12 +37,28 @@ def run(ctx: StageContext) -> dict[str, Any]:
     module = _as_module(case.fn)
     # compared as the tensors among the outputs; the program itself returns the probe's real outputs (below)
     ref = dataclasses.replace(ref, outputs=tensor_outputs(ref.outputs))
+    started = time.perf_counter()
     with exceptions.WarningCollector() as w:
         try:
             ep = torch.export.export(module, case.args, case.kwargs, strict=False)
         except Exception as e:
-            return {"error": exceptions.error_record(e, "forward"), "draft_export": _draft(module, case),
-                    "phases": [FORWARD], "warnings": w.messages}
+            took = time.perf_counter() - started
+            left = ctx.options.assured_s - (time.perf_counter() - stage_started)
+            record = {"error": exceptions.error_record(e, "forward"), "phases": [FORWARD], "warnings": w.messages}
+            # draft_export traces again, and its report only explains the error above: run it within what is left
+            # of the stage's time (a run that needs longer ends with a note, and the export error stands)
+            if left < DRAFT_MARGIN * took:
+                record["extra"] = StageNotes(not_checked=[
+                    f"torch.export.draft_export's report: the failed export took {took:.0f} s and draft_export "
+                    f"traces again, more than the {max(left, 0):.0f} s left of the stage's time "
+                    "(--timeout raises it)"]).to_extra()
+            else:
+                record["draft_export"] = _draft(module, case, left)
+                if record["draft_export"].get("ran_out"):
+                    record["extra"] = StageNotes(not_checked=[
+                        f"torch.export.draft_export's report: it ran past the {left:.0f} s left of the stage's time "
+                        "and was stopped (--timeout raises it)"]).to_extra()
+            return record
     case = ctx.make_case()
     try:
         program = ep.module()
@@ -81,18 +101,39 @@ def _as_module(fn: Any) -> Any:
     return Probe()
 
 
-def _draft(module: Any, case: Any) -> dict[str, Any]:
+class _RanOut(Exception):
+    pass
+
+
+def _draft(module: Any, case: Any, budget_s: float) -> dict[str, Any]:
     """draft_export's failures as plain data: ``type`` (FailureType name), ``kind``, ``op``, ``expr``,
-    ``user_frame`` (innermost user frame of its user stack), ``code``; or ``error`` when draft_export raised."""
+    ``user_frame`` (innermost user frame of its user stack), ``code``; or ``error`` when draft_export raised;
+    ``ran_out`` when it ran past ``budget_s`` (an alarm stops it, where the stage runs on the main thread)."""
+    import signal
+    import threading
+
     import torch
 
     from .. import compat
     from ..evidence import exceptions, frames
 
+    def stop(signum: int, frame: Any) -> None:
+        raise _RanOut
+
+    timed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    previous = signal.signal(signal.SIGALRM, stop) if timed else None
     try:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, max(budget_s, 0.1))
         ep = torch.export.draft_export(module, case.args, case.kwargs)
+    except _RanOut:
+        return {"ran_out": True}
     except Exception as e:
         return {"error": exceptions.error_record(e, "forward")}
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
     report = compat.draft_export_report(ep)
     # names interned before this draft_export are in torch's table only
     names = {**compat.trace_filenames(), **(getattr(report, "str_to_filename", {}) or {})}
@@ -110,7 +151,7 @@ def _draft(module: Any, case: Any) -> dict[str, Any]:
 
 SPEC = StageSpec(
     target=EXPORT,
-    name="export", order=90, cost=2, run=run, forward_only=True,
+    name="export", order=90, cost=2, run=run, forward_only=True, options=("assured_s",),
     summary="torch.export.export(strict=False), the exported program compared with eager; on failure "
             "torch.export.draft_export's report",
     repro=(
