@@ -48,7 +48,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     case, ref_case = ctx.make_case(), ctx.make_case()
     b = _batch.batch_size(case.args, case.kwargs)
     if b is None:
-        return {"skip_reason": "no tensor input has a dimension that can vary"}
+        return _at_own_inputs(ctx, own, "no tensor input has a batch dimension that can vary")
     plan = _batch.sizes(b)
 
     def at(c: Any, n: int) -> Any:
@@ -62,7 +62,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
         except Exception as e:  # resizing a tensor type index_select does not take (sparse, nested)
             ex = type(own)(error=exceptions.error_record(e, "forward"))
         if ex.error:
-            return {"skip_reason": _eager_fails(ctx.make_case, at, plan[: len(refs)], n, ex.error)}
+            why, the_size = _eager_fails(ctx.make_case, at, plan[: len(refs)], n, ex.error)
+            # a probe that does not survive repeated steps is the eager stage's finding; one whose dim 0 is no batch
+            # dimension still gets dynamic=True's answer at its own inputs
+            return _at_own_inputs(ctx, own, why) if the_size else {"skip_reason": why}
         refs.append(ex)
     compiled = torch.compile(case.fn, backend="aot_eager")  # the batch dimension only is symbolic (``at``)
     mismatches: list[dict[str, Any]] = []
@@ -112,6 +115,26 @@ def run(ctx: StageContext) -> dict[str, Any]:
     }
 
 
+def _at_own_inputs(ctx: StageContext, own: Any, why: str) -> dict[str, Any]:
+    """Where the batch cannot vary (``why``), still what ``torch.compile(dynamic=True)`` says at the probe's own
+    inputs: every dimension symbolic, backend aot_eager as the batch run, forward and backward against eager. Its
+    error, breaks and mismatches are this stage's, as plain dynamic=True's would be the user's."""
+    import torch
+
+    from .. import compat
+    from ..evidence import exceptions, tracelog
+    from ._execution import compare, execute, phases
+
+    compat.dynamo_reset()
+    case = ctx.make_case()
+    with tracelog.TraceCollector() as trace, exceptions.WarningCollector() as w:
+        got = execute(torch.compile(case.fn, backend="aot_eager", dynamic=True), case)
+    said = f"dynamic=True at the probe's own inputs only (backend aot_eager): {why}"
+    return {"error": got.error, "breaks": list(trace.breaks), "warnings": w.messages,
+            "mismatches": [] if got.error else compare(own, got)[:3], "phases": phases(got.ran_backward),
+            "extra": DynamicRun(every_dimension=said).to_extra()}
+
+
 def _every_dimension(make_case: Any, seen: set[tuple[Any, ...]]) -> dict[str, Any]:
     """What ``dynamic=True`` (every dimension of every input symbolic, and int arguments) finds that the batch alone
     did not: Dynamo's graph breaks at the probe's own inputs, forward and backward, with backend ``eager`` (what
@@ -140,10 +163,11 @@ def _every_dimension(make_case: Any, seen: set[tuple[Any, ...]]) -> dict[str, An
     return {"breaks": new, "said": f"dynamic=True at the probe's inputs (backend eager): {said}"}
 
 
-def _eager_fails(make_case: Any, at: Any, before: list[int], n: int, error: dict[str, Any]) -> str:
+def _eager_fails(make_case: Any, at: Any, before: list[int], n: int, error: dict[str, Any]) -> tuple[str, bool]:
     """Why the eager runs stop at batch size ``n``, after steps at the sizes ``before`` on the same model and inputs
-    (as the compiled run takes them). A size that runs alone on a fresh case is not the cause: the repeated step is
-    (a buffer left attached to the previous step's graph; the eager stage's second step reports it)."""
+    (as the compiled run takes them), and whether the size is the cause. A size that runs alone on a fresh case is
+    not: the repeated step is (a buffer left attached to the previous step's graph; the eager stage's second step
+    reports it)."""
     from ..model.report import headline, later_step
     from ._execution import execute
 
@@ -158,9 +182,9 @@ def _eager_fails(make_case: Any, at: Any, before: list[int], n: int, error: dict
                 f"steps at batch sizes {', '.join(map(str, before))}"
             return (f"eager {later_step(len(before) + 1, error, after=f'{sizes} on the same model')} (this step at "
                     f"batch size {n}, which runs alone on a fresh one): the probe does not survive repeated training "
-                    "steps, whatever the batch size")
+                    "steps, whatever the batch size"), False
     return (f"the eager run fails at batch size {n} ({headline(error)}): dim 0 of the inputs is not a batch "
-            "dimension this probe can vary")
+            "dimension this probe can vary"), True
 
 
 def _check_fakes(case: Any, b: int, own: int, n: int) -> dict[str, Any]:
