@@ -63,7 +63,7 @@ def test_a_captured_function_body_and_a_captured_call_are_inside_the_graph(trace
     out = torch._dynamo.explain(model)(x)
     assert (out.graph_count, out.graph_break_count) == (1, 0)
     torch._dynamo.reset()
-    torch.compile(model, fullgraph=True)(x)  # raises if anything broke the graph
+    torch.compile(model, fullgraph=True, backend="aot_eager")(x)  # raises if anything broke the graph
     torch._dynamo.reset()
 
     res = tracecheck("run", str(path), "--stages", "explain", "--html", str(tmp_path / "html"))

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..model import taxonomy
 from ..model.taxonomy import K
-from ..evidence.source import in_autograd_function
+from ..evidence.source import classmethod_function, in_autograd_function
 from ..evidence.wording import EMULATOR_GAP, TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
 from ..model.records import Frame
 from ..model.report import Finding, GraphBreak, headline, is_generated, op_name, says_nothing
@@ -254,6 +254,10 @@ def _torch_internal(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type
     if _CLASSMETHOD_FN.search(ctx["exception"]):  # a classmethod where torch documents @staticmethod: cheapest fixed in user code
         ctx["cause"] = "classmethod"
     got = _FAKE_RUN_GOT.search(text)
+    frame_at = Frame.from_dict(raw.get("user_frame"))
+    named = classmethod_function(frame_at.file, frame_at.line) if frame_at is not None else None
+    if named and ctx.get("cause") != "generated":  # the same assert from Dynamo on a classmethod Function (entmax)
+        ctx["cause"], ctx["function"] = "classmethod", named
     if ctx.get("cause") == "generated" and got:  # the fake run's own error, as Dynamo quotes it
         ctx["exception"] = f"{got.group('op')}: {got.group('type')}: {got.group('message')[:200]}"
     frame = _generated_frame(text) if ctx.get("cause") == "generated" else raising_frame(raw)
@@ -509,6 +513,10 @@ def classify_break(raw: dict[str, Any]) -> GraphBreak:
         ctx["code"] = raw["code"]
     if raw.get("caller"):  # the break sits inside torch: the user's line that led there (evidence/frames.caller_outside_torch)
         ctx["caller"] = raw["caller"]
+    at = raw.get("caller") or raw  # a break inside torch's Function machinery: the user's .apply line
+    named = classmethod_function(at.get("file"), at.get("line")) if kind == K.GRAPH_BREAK else None
+    if named:  # Dynamo cannot inline a classmethod forward/backward (GB7312): @staticmethod, as torch documents
+        ctx["cause"], ctx["function"] = "classmethod", named
     return GraphBreak(
         kind=kind, gb_type=gb_type, gb_code=raw.get("gb_code") or gb_code_from_text(text),
         file=raw.get("file"), line=raw.get("line"), reason=trim(text, 1500), doc=raw.get("doc"),

@@ -30,6 +30,35 @@ def in_autograd_function(file: str | None, line: int | None) -> str | None:
     return None
 
 
+def classmethod_function(file: str | None, line: int | None) -> str | None:
+    """The class at ``file:line`` (an ``X.apply(...)`` call there, or the class whose body holds the line) when it
+    defines ``forward``/``backward``/``setup_context`` as a ``@classmethod`` itself or through a base class in the same
+    file (entmax's Functions), where torch documents ``@staticmethod``; else None. Read from the source."""
+    if not file or not line or file.startswith("<"):
+        return None
+    tree = _parsed(file)
+    if tree is None:
+        return None
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    named: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "apply" and isinstance(node.value, ast.Name) \
+                and node.lineno <= line <= (node.end_lineno or node.lineno):
+            named.append(node.value.id)
+    named += [c.name for c in classes.values() if c.lineno <= line <= (c.end_lineno or c.lineno)]
+
+    def has_classmethod(name: str, depth: int = 0) -> bool:
+        cls = classes.get(name)
+        if cls is None or depth > 3:
+            return False
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name in _FUNCTION_METHODS[:3] and any(
+                    ast.unparse(d) == "classmethod" for d in fn.decorator_list):
+                return True
+        return any(has_classmethod(ast.unparse(b).rpartition(".")[2], depth + 1) for b in cls.bases)
+    return next((n for n in named if has_classmethod(n)), None)
+
+
 @functools.lru_cache(maxsize=64)
 def _parsed_at(file: str, mtime: float) -> ast.Module | None:
     try:

@@ -171,6 +171,10 @@ def owner(f: Finding, probe_file: str) -> Owner:
         return Owner(TORCH, here, f"{f.kind}: eager runs this line; under compile a value it uses has another type "
                                   f"({ctx.get('cause') or 'see the message'})")
     if f.kind == K.TORCH_INTERNAL_ERROR and ctx.get("cause") == "classmethod":  # torch asserts on a documented misuse
+        lib = _library(frame.file) if frame is not None else None
+        if lib:
+            return Owner(LIBRARY, lib, f"{f.kind}: {ctx.get('function') or 'an autograd.Function'} is written with "
+                                       "classmethods where torch documents @staticmethod")
         return Owner(YOURS, here or "the autograd.Function's forward/backward",
                      f"{f.kind}: a classmethod where torch documents @staticmethod (torch should have said so clearly)")
     if f.kind == K.TORCH_INTERNAL_ERROR:  # raised in torch's own code (or a graph it generated): evidence.torch_frame
