@@ -524,11 +524,14 @@ def classify_break(raw: dict[str, Any]) -> GraphBreak:
     )
 
 
-def break_finding(b: GraphBreak) -> Finding:
+def break_finding(b: GraphBreak, generated_strings: bool = False) -> Finding:
+    """``generated_strings``: the stage's ``<string>`` code is torch's (compiled autograd execs its backward graph's
+    code), not the user's exec'd code."""
     ctx = {**{k: v for k, v in b.context.items() if k != "caller"}, "gb_type": b.gb_type}
     frame = b.context.get("caller") or {"file": b.file, "line": b.line, "code": b.context.get("code")}
     evidence = {"gb_type": b.gb_type, "gb_code": b.gb_code, "doc": b.doc, "user_frame": frame, "message": b.reason}
-    if b.file and is_generated(b.file) and not b.context.get("caller"):
+    generated = bool(b.file) and (is_generated(b.file) or (generated_strings and b.file == "<string>"))
+    if generated and not b.context.get("caller"):
         # a break in code torch generated (compiled autograd's graph), with no user or library line under it:
         # said as such, never as the user's frame
         evidence["user_frame"] = None

@@ -75,12 +75,15 @@ def specialization_finding(raw: dict[str, Any]) -> Finding:
     (stages/dynamic.py): the guard that failed (``reason``, ``user_frame``) and, when the trace saw it, the
     specialization with the frame whose code forced the constant (a fake impl's ``int(x.shape[0])``, say)."""
     spec = raw.get("specialization") or {}
-    frame = spec.get("frame") or raw.get("user_frame")
+    # a frame with a file (not exec'd code, ``<string>:1``): the specialization's own, else the guard's
+    frame = next((f for f in (spec.get("frame"), raw.get("user_frame")) if (fr := Frame.from_dict(f)) is not None
+                  and fr.file and not fr.file.startswith("<")), None) or spec.get("frame") or raw.get("user_frame")
     source = (spec.get("sources") or [None])[0] or "a dimension"
     ctx: dict[str, Any] = {"source": source, "value": spec.get("value", "a constant"), "reason": raw.get("reason", ""),
                            "guard": raw.get("reason", "").split("  #", 1)[0].strip()[:160] or "?",
                            "sizes": ", ".join(map(str, raw.get("batch_sizes") or [])) or "?",
-                           "by": f" by `{fr.code}` ({fr.location})" if (fr := Frame.from_dict(frame)) else ""}
+                           "by": (f" by `{fr.code}` ({fr.location})" if fr.code and fr.code != "None" else
+                                  f" at {fr.location}") if (fr := Frame.from_dict(frame)) else ""}
     evidence = {"reason": raw.get("reason", ""), "user_frame": frame, "guard_user_frame": raw.get("user_frame"),
                 "specialization": spec or None, "step": raw.get("step")}
     return Finding(K.DYNAMIC_SHAPE, fill_summary(K.DYNAMIC_SHAPE, ctx, "dynamic"), ctx, evidence)

@@ -53,7 +53,8 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
         if ca is not None and ca.other_backend:  # compiled_autograd reran the failing steps with its other backend
             findings[-1] = _backend_checked(findings[-1], ca.backend, rec.error, ca.other_backend)
     breaks = [detect.classify_break(b) for b in rec.breaks or []]
-    findings += [detect.break_finding(b) for b in breaks]
+    # compiled autograd runs its backward graph as exec'd code (``<string>``): a break there is in torch's code
+    findings += [detect.break_finding(b, generated_strings=stage == "compiled_autograd") for b in breaks]
     findings += measured.merge_refusals([measured.transform_error_finding(stage, e)
                                          for e in rec.transform_errors])
     for m in rec.mismatches:
