@@ -20,3 +20,20 @@ def test_a_specialization_is_placed_at_a_file_not_at_execd_code():
     f = measured.specialization_finding(raw)
     assert (f.user_frame.file, f.user_frame.line) == ("/venv/site-packages/bitsandbytes/functional.py", 1063)
     assert "None" not in f.summary and "<string>" not in f.summary
+
+
+def test_a_subclass_metadata_guard_is_placed_at_the_guard_with_a_fix_for_the_subclass():
+    """optimum-quanto 0.2.7's calibrated int8 activations (issue 52, item 8): Dynamo's ___check_metadata guard on the
+    activation subclass fails at every batch size. The record is the dynamic stage's, written by hand from that run."""
+    guard = ("___check_metadata_140250160914144_c7/5  # return torch.nn.functional.linear(input, self.qweight, "
+             "bias=self.bias)  # optimum/quanto/nn/qlinear.py:50 in forward")
+    raw = {"reason": guard, "batch_sizes": [4, 5, 6, 7],
+           "user_frame": {"file": "/venv/site-packages/optimum/quanto/nn/qlinear.py", "line": 50,
+                          "code": "return torch.nn.functional.linear(input, self.qweight, bias=self.bias)"},
+           "specialization": {"frame": {"file": "/w/qa.py", "line": 12, "code": "return self.b(torch.relu(self.a(x)))"},
+                              "sources": ["L['input'].size()[0]"], "value": "7"}}
+    f = measured.specialization_finding(raw)
+    assert f.context["cause"] == "subclass_metadata"
+    assert (f.user_frame.file, f.user_frame.line) == ("/venv/site-packages/optimum/quanto/nn/qlinear.py", 50)
+    from tracecheck.model.taxonomy import fix_text
+    assert "__tensor_flatten__" in fix_text(f) and "mark_static" not in fix_text(f)

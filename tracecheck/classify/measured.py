@@ -84,6 +84,12 @@ def specialization_finding(raw: dict[str, Any]) -> Finding:
                            "sizes": ", ".join(map(str, raw.get("batch_sizes") or [])) or "?",
                            "by": (f" by `{fr.code}` ({fr.location})" if fr.code and fr.code != "None" else
                                   f" at {fr.location}") if (fr := Frame.from_dict(frame)) else ""}
+    if ctx["guard"].startswith("___check_metadata"):
+        # Dynamo guards a tensor subclass's flatten context: the fix is in the subclass, at the guard's line
+        guard_frame = Frame.from_dict(raw.get("user_frame"))
+        ctx["cause"] = "subclass_metadata"
+        ctx["guard_at"] = guard_frame.location if guard_frame else "the guarded call"
+        frame = raw.get("user_frame") or frame
     evidence = {"reason": raw.get("reason", ""), "user_frame": frame, "guard_user_frame": raw.get("user_frame"),
                 "specialization": spec or None, "step": raw.get("step")}
     return Finding(K.DYNAMIC_SHAPE, fill_summary(K.DYNAMIC_SHAPE, ctx, "dynamic"), ctx, evidence)

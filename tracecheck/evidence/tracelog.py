@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import linecache
 import logging
+import os
 import re
+import sys
 from typing import Any
 
 from .. import compat
@@ -210,7 +212,13 @@ def _guard_user_frame(reason: str) -> dict[str, Any] | None:
         if frames:
             return from_match(frames[-1])
     m = _GUARD_SITE.search(reason)
-    return from_match(m) if m else None
+    frame = from_match(m) if m else None
+    if frame and frame.get("file") and not os.path.isabs(frame["file"]):
+        # Dynamo shortens the comment's path to the part under a sys.path entry (optimum/quanto/nn/qlinear.py)
+        found = next((p for p in (os.path.join(e, frame["file"]) for e in sys.path if e) if os.path.isfile(p)), None)
+        if found:
+            frame = {**frame, "file": found}
+    return frame
 
 
 class SpecializationCollector(_StepRecords):
