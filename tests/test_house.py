@@ -471,3 +471,19 @@ def test_the_key_read_finder_finds_one(tmp_path):
                                    "text = env.torch + collect_env[name]\n")
     assert [(where, receiver) for where, receiver, _ in key_reads(tmp_path)] == \
         [("r.py:1", "report.environment"), ("r.py:2", "env"), ("r.py:3", "]")]
+
+
+#: the modules mypy does not check yet (pyproject.toml, [[tool.mypy.overrides]] ignore_errors), as of issue 54's
+#: first pass: a module leaves this set when it is clean, none joins it
+MYPY_NOT_YET = set(['tracecheck.api', 'tracecheck.cli', 'tracecheck.compat', 'tracecheck.fix.analysis', 'tracecheck.fix.autograd_fn', 'tracecheck.fix.branches', 'tracecheck.fix.codegen', 'tracecheck.fix.model_code', 'tracecheck.fix.observe', 'tracecheck.fix.repro', 'tracecheck.fix.repro_script', 'tracecheck.fix.rewrites', 'tracecheck.fix.shape_check', 'tracecheck.fix.sourcetext', 'tracecheck.gate.baseline', 'tracecheck.isolate.runner', 'tracecheck.isolate.template', 'tracecheck.model.payloads', 'tracecheck.render.tables', 'tracecheck.stages._execution', 'tracecheck.stages._numerics'])
+
+
+def test_mypy_checks_every_module_but_a_shrinking_list():
+    import tomllib
+
+    conf = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert conf["disallow_untyped_defs"] and conf["check_untyped_defs"]
+    skipped = set(next(o for o in conf["overrides"] if o.get("ignore_errors"))["module"])
+    assert skipped <= MYPY_NOT_YET, f"new modules exempt from mypy: {sorted(skipped - MYPY_NOT_YET)}"
+    assert all((PKG.parent / (m.replace(".", "/") + ".py")).exists() for m in skipped)  # no stale names
+    assert "mypy" in (PKG.parent / ".ci" / "run").read_text()

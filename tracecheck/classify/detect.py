@@ -319,7 +319,7 @@ def _pybind_flags(ctx: dict[str, Any], text: str, raw: dict[str, Any], gb_type: 
             (frame is not None and in_autograd_function(frame.file, frame.line)):
         ctx["in_autograd_function"] = True
     args = _CONSTANT_CALL.search(text)
-    listed = args and args.group("args") + ", " + args.group("kwargs")
+    listed = args.group("args") + ", " + args.group("kwargs") if args else ""
     if args and not _SEPARATORS.sub("", _CONSTANT_ARG.sub("", listed)):
         # Dynamo's debug context lists the call's arguments: constants only (a mode string turned into an int, as
         # pywt's Modes.from_object does) make a constant result, which no custom op is needed for
@@ -530,7 +530,7 @@ def break_finding(b: GraphBreak, generated_strings: bool = False) -> Finding:
     ctx = {**{k: v for k, v in b.context.items() if k != "caller"}, "gb_type": b.gb_type}
     frame = b.context.get("caller") or {"file": b.file, "line": b.line, "code": b.context.get("code")}
     evidence = {"gb_type": b.gb_type, "gb_code": b.gb_code, "doc": b.doc, "user_frame": frame, "message": b.reason}
-    generated = bool(b.file) and (is_generated(b.file) or (generated_strings and b.file == "<string>"))
+    generated = b.file is not None and (is_generated(b.file) or (generated_strings and b.file == "<string>"))
     if generated and not b.context.get("caller"):
         # a break in code torch generated (compiled autograd's graph), with no user or library line under it:
         # said as such, never as the user's frame
@@ -565,6 +565,8 @@ def refused_what(ctx: dict[str, Any]) -> str:
 def _apply_rules(text: str, types: set[str], gb_type: str | None,
                  raw: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     for kind in taxonomy.rules():
+        if kind.detect is None:  # rules() returns only kinds with one
+            continue
         ctx = _matches(kind.detect, text, types, gb_type, raw)
         if ctx is None:
             continue

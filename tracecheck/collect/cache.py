@@ -122,7 +122,7 @@ def _listed_by_the_code() -> bool:
     """Whether the listing under way is the model's code's (a ``glob`` of its plugins), not the import system's (it
     lists every folder on ``sys.path``: a report written beside the model would change it) nor torch's or
     tracecheck's own: the first caller outside the standard library decides."""
-    frame = sys._getframe(2)
+    frame: Any = sys._getframe(2)
     stdlib = _roots("stdlib")
     while frame is not None:
         file = frame.f_code.co_filename
@@ -175,10 +175,10 @@ def _keyed_elsewhere(path: str) -> bool:
     ``platstdlib`` holds ``site-packages``, and a package reinstalled from a checkout keeps its version."""
     import tracecheck
 
-    own = [os.path.dirname(tracecheck.__file__)]
+    own = [os.path.dirname(str(tracecheck.__file__))]
     torch = sys.modules.get("torch")
     if torch is not None and getattr(torch, "__file__", None):
-        own.append(os.path.dirname(torch.__file__))
+        own.append(os.path.dirname(str(torch.__file__)))
         try:
             from .. import compat
 

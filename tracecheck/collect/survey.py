@@ -109,6 +109,7 @@ def selected(loaded: Loaded) -> list[tuple[dict[str, Any], Callable[[], Any] | N
     only = set(task.only) if task.only else None  # probe names asked for by ``file.py::name``
     root = task.root or os.path.dirname(task.file)
     chosen: list[tuple[dict[str, Any], Callable[[], Any] | None]] = []
+    assert module is not None, "selected() runs on a file that imported"
     for name, fn in find_probes(module):
         pid = probe_id(task.file, name, root)
         if not matches(task.select, pid) or (only is not None and name not in only):
@@ -156,7 +157,7 @@ def call_one(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any],
 def summary(loaded: Loaded, entries: list[dict[str, Any]], registered: set[str]) -> dict[str, Any]:
     """The ``discover`` result: the probes' ``entries``, every probe name, and the custom ops ``registered`` (the
     op registry's names, after the import and the probe calls) that were not before the import."""
-    names = [name for name, _ in find_probes(loaded.module)]
+    names = [name for name, _ in find_probes(loaded.module)] if loaded.module is not None else []
     # no custom op registered by the file, its imports or its probes: the runner can skip opcheck (api.py)
     return {"probes": entries, "n_candidates": len(names), "names": names,
             "custom_ops": sorted(registered - loaded.ops_before)}

@@ -102,7 +102,7 @@ def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
     """``{"op", "exception_type", "message", "frame"}`` when an exception of the chain was raised by a custom op's own
     fake impl: its innermost frame is user code, called from FakeTensor's dispatch of that op (whose ``func`` local
     names it). An error torch raised inside a fake impl (a data-dependent size, say) is not the fake's own raise."""
-    found = None
+    found: dict[str, Any] | None = None
     for e in _chain(exc):
         frames = []
         tb = e.__traceback__

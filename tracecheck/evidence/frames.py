@@ -20,7 +20,7 @@ FROM_USER_CODE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P
 
 # Frames under these are library frames, never "the user's line".
 _LIB_DIRS = tuple(
-    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+    os.path.dirname(os.path.abspath(str(m.__file__))) + os.sep
     for m in (compat, os, __import__("torch"))  # tracecheck, the stdlib, torch
 )
 TORCH_DIR = _LIB_DIRS[-1]

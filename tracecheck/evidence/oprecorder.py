@@ -105,7 +105,7 @@ class OpRecorder(compat.TorchDispatchMode):
         finally:
             self.busy -= 1
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if self.busy:
             return func(*args, **kwargs)
@@ -154,7 +154,7 @@ class _GradSeen(torch.overrides.TorchFunctionMode):
         super().__init__()
         self.grad_on, self.grad_off, self.reached = grad_on, grad_off, reached
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if not (compat.is_op_overload(func) and str(func).split(".")[0] not in TORCH_NAMESPACES):
             return func(*args, **kwargs)
@@ -195,8 +195,8 @@ def _snap(t: Any) -> Any:
     if compat.is_traceable_wrapper_subclass(t):
         # copied through its inner tensors: its own detach/clone may run the probe's code (a dequantizing
         # fallback calling an autograd.Function), which is neither a copy nor the probe's call
-        names, meta = t.__tensor_flatten__()
-        c = type(t).__tensor_unflatten__({n: _snap(getattr(t, n)).detach() for n in names}, meta,
+        names, meta = getattr(t, "__tensor_flatten__")()  # a traceable wrapper subclass's protocol
+        c = getattr(type(t), "__tensor_unflatten__")({n: _snap(getattr(t, n)).detach() for n in names}, meta,
                                          t.size(), t.stride())
     else:
         c = t.detach().clone()

@@ -32,7 +32,7 @@ class OpRegistrationWatch:
                 parser_failed()
             return result
 
-        torch.library.Library.define = define  # type: ignore[method-assign]
+        torch.library.Library.define = define  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: Any) -> None:

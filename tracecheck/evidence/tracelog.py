@@ -49,7 +49,7 @@ class StructuredTraceHandler(logging.Handler):
     def read(self, record: logging.LogRecord) -> None:
         raise NotImplementedError
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         self._logger.addHandler(self)
         self._logger.setLevel(logging.DEBUG)
         return self

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -32,6 +32,9 @@ from ..collect import casemaker
 from ..stages import _execution as execution
 from . import observe
 from .autograd_fn import Unfixable, aliases, annotation, ident, snake
+
+if TYPE_CHECKING:
+    from .tasks import ObserveCallsTask
 from .codegen import _tuple, fake_lines
 
 #: custom_op annotations for autograd_fn.annotation's schema types, as code in the user's file
@@ -137,7 +140,7 @@ def _set(owner: Any, attr: str, value: Any) -> None:
         setattr(owner, attr, value)
 
 
-def observe_calls(task: "ObserveCallsTask") -> dict[str, Any]:
+def observe_calls(task: ObserveCallsTask) -> dict[str, Any]:
     """For each site (``line``; ``first``/``last``: the call's lines; ``callee``: a dotted name in the module's
     globals; ``params``: one name per argument in call order; ``positional``: how many are positional), the
     custom op's definition, or ``error``: why there is none. One eager run (forward and backward) records them
@@ -182,8 +185,8 @@ def observe_calls(task: "ObserveCallsTask") -> dict[str, Any]:
         if line in errors:
             out.append({"line": line, "error": errors[line]})
         elif line not in calls:
-            failed = run is not None and run.error is not None
-            out.append({"line": line, "error": f"the probe fails eagerly ({run.error['type']})" if failed else
+            failed = run.error if run is not None else None
+            out.append({"line": line, "error": f"the probe fails eagerly ({failed['type']})" if failed else
                         "the probe's inputs never call it on this line with these arguments"})
         else:
             where = site.get("file") or task.file

@@ -179,7 +179,8 @@ def _definition(qualname: str) -> tuple[str, int] | None:
     opdef = compat.custom_op_defs().get(qualname)
     fn = getattr(opdef, "_init_fn", None)
     try:
-        return (inspect.getsourcefile(fn), inspect.getsourcelines(fn)[1]) if fn else None
+        file = inspect.getsourcefile(fn) if fn is not None else None
+        return (file, inspect.getsourcelines(fn)[1]) if fn is not None and file else None
     except (OSError, TypeError):
         return None
 

@@ -27,7 +27,7 @@ def header_end(tree: ast.Module) -> int:
     body, i = tree.body, 0
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
         i = 1
-    while i < len(body) and isinstance(body[i], ast.ImportFrom) and body[i].module == "__future__":
+    while i < len(body) and isinstance(body[i], ast.ImportFrom) and getattr(body[i], "module", None) == "__future__":
         i += 1
     if i == len(body):
         return (body[-1].end_lineno or 0) + 1 if body else 1

@@ -18,6 +18,7 @@ fits it has no expression: both are the TODO path, never a guess.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 from fractions import Fraction
 from itertools import combinations
 
@@ -50,7 +51,7 @@ class Runs:
         self.values.append(int(value))
 
 
-def _fits(f, runs: Runs) -> bool:
+def _fits(f: Callable[[Any], Any], runs: Runs) -> bool:
     try:
         return all(f(s) == v for s, v in zip(runs.symbols, runs.values))
     except (KeyError, ZeroDivisionError):
@@ -73,14 +74,14 @@ def _linear(name: str, runs: Runs) -> str | None:
     # floor division for a = 1/k: the point must be exact at every run, so x // k == x / k there
     if not all(a * x + c == y for x, y in pts) or c.denominator != 1 or a == 0:
         return None
-    c = int(c)
-    if abs(c) > MAX_OFFSET or abs(a) > MAX_COEFF or (a.denominator != 1 and (a.numerator != 1 or c != 0)):
+    offset = int(c)
+    if abs(offset) > MAX_OFFSET or abs(a) > MAX_COEFF or (a.denominator != 1 and (a.numerator != 1 or offset != 0)):
         return None
     if a.denominator != 1:
         return f"{name} // {a.denominator}"
-    a = int(a)
-    term = name if a == 1 else f"-{name}" if a == -1 else f"{a} * {name}"
-    return term if c == 0 else f"{term} + {c}" if c > 0 else f"{term} - {-c}"
+    coeff = int(a)
+    term = name if coeff == 1 else f"-{name}" if coeff == -1 else f"{coeff} * {name}"
+    return term if offset == 0 else f"{term} + {offset}" if offset > 0 else f"{term} - {-offset}"
 
 
 def infer_dim(names: list[str], runs: Runs) -> DimExpr:
@@ -122,7 +123,7 @@ def _confirmed(names: list[str], runs: Runs) -> DimExpr:
             if _fits(f, runs):
                 return DimExpr(code, confirmed=True)
     for n in varied:
-        if _fits(lambda s, n=n: s[n] * s[n], runs):
+        if _fits(lambda s, n=n: s[n] * s[n], runs):  # type: ignore[misc]  # a default binds the loop's n
             return DimExpr(f"{n} * {n}", confirmed=True)
     for n in varied:
         if linear[n]:

@@ -64,7 +64,7 @@ def _exit_now() -> None:
     import sys
     from multiprocessing import util
 
-    util._exit_function()
+    util._exit_function()  # type: ignore[attr-defined]  # multiprocessing's own atexit function (private)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -245,7 +245,7 @@ def _stop_tqdm_monitor(keep_locks: tuple[bool, bool]) -> None:
         try:
             monitor.exit()
         finally:
-            tqdm.tqdm.monitor = None
+            getattr(tqdm, "tqdm").monitor = None
     for keep, owner, name in zip(keep_locks, ("tqdm", "TqdmDefaultWriteLock"), ("_lock", "mp_lock")):
         cls = getattr(tqdm, owner, None)
         if not keep and cls is not None and name in vars(cls):

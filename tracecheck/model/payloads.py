@@ -374,7 +374,7 @@ class StageNotes(Payload):
     #: the opcheck stage: per op, per test: SUCCESS, FAIL, or why it was not run
     opcheck: dict[str, dict[str, str]] | None = None
     #: the gradcheck stage: per custom op or autograd.Function, its verdict
-    gradcheck: dict[str, str] | None = None
+    gradcheck: dict[str, dict[str, Any]] | None = None
     #: the live progress line only (api._as_settled, never in a report): a stage still running may re-attribute the
     #: failure's kind (classify/results.attribute_unknowns)
     kind_pending: bool | None = None

@@ -277,7 +277,8 @@ def draft_kind(failure_type: str) -> str:
 
 def rules() -> list[Kind]:
     """The kinds that evidence can be recognised as, in the order their rules are tried."""
-    return sorted((k for k in kinds().values() if k.detect is not None), key=lambda k: k.detect.order)
+    return sorted((k for k in kinds().values() if k.detect is not None),
+                  key=lambda k: k.detect.order if k.detect is not None else 0)
 
 
 def ids() -> frozenset[str]:

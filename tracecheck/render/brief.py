@@ -11,7 +11,7 @@ from rich.console import Console, Group
 from rich.padding import Padding
 from rich.text import Text
 
-from ..model.report import INTERNAL, RootCause, RunReport, root_causes
+from ..model.report import INTERNAL, Finding, RootCause, RunReport, root_causes
 from ..model.taxonomy import fix_text, kinds
 from ..stages import order as stage_order
 from . import terminal, view
@@ -127,7 +127,7 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}{'s' if n != 1 else ''}"
 
 
-def _where(f) -> str:
+def _where(f: Finding) -> str:
     """The user's line (relative to the working directory when under it), else the op, else nothing."""
     frame = f.user_frame
     if frame is not None:
@@ -136,7 +136,7 @@ def _where(f) -> str:
     return f.cx.op or f.cx.builtin or ""
 
 
-def _evidence(f) -> str:
+def _evidence(f: Finding) -> str:
     """One line: Dynamo's gb_type and GB code, else the exception and its root cause's first line, else opcheck's
     test."""
     ev = f.ev

@@ -113,7 +113,7 @@ def metrics_view(comparison: Comparison, every: bool = False) -> _Fit | None:
     t = metrics_table(comparison, every)
     if t is None:
         return None
-    parts: list[RenderableType] = [Text(t.title or "", style="italic")]
+    parts: list[RenderableType] = [Text(str(t.title or ""), style="italic")]
     by_probe: dict[str, list[MetricCheck]] = {}
     for m in metrics_rows(comparison, every):
         by_probe.setdefault(m.probe, []).append(m)

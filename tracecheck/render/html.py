@@ -208,5 +208,7 @@ def write(directory: str, report: RunReport) -> list[str]:
     (out / "index.html").write_text(env.get_template("index.html.j2").render(
         environment=env_line, probes=probes, breaks_defined=view.BREAKS_DEFINED, causes=rows, files=pages, command=PathScrubber(root=rootdir or None)(" ".join(report.command)) or "tracecheck"),
         encoding="utf-8")
-    (out / "style.css").write_text(env.loader.get_source(env, "style.css")[0], encoding="utf-8")
+    loader = env.loader
+    assert loader is not None  # set above (PackageLoader)
+    (out / "style.css").write_text(loader.get_source(env, "style.css")[0], encoding="utf-8")
     return written

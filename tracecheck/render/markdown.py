@@ -422,15 +422,16 @@ class MarkdownRenderer:
         lines.append(repro)
         # shorter forms for the size limit: the evidence bullets and the fix, then the heading and where
         headline = self.scrub(ev.headline() or first_line(ev.cause))[:300]
-        short = [lines[0], lines[1], *([f"Message (first line): {_code(headline)}\n\n"] if headline else []),
+        short: list[str | Details] = [lines[0], lines[1],
+                                      *([f"Message (first line): {_code(headline)}\n\n"] if headline else []),
                  f"**Fix:** {fix_text(f)}\n\n" if kind else "", repro]
         frameless = frame is None and not cx.op
-        where = [self.scrub(frame.location) if frame is not None else "",
-                 cx.op or cx.builtin or "",
-                 f"{ev.exception_type}: {headline[:160]}" if frameless and ev.exception_type else ""]
+        places = [self.scrub(frame.location) if frame is not None else "",
+                  cx.op or cx.builtin or "",
+                  f"{ev.exception_type}: {headline[:160]}" if frameless and ev.exception_type else ""]
         seen = (f"{len(cause.seen)} probes" if len(cause.seen) > 1
                 else f"{self.probe_label(p.id)} at {', '.join(stages)}")
-        line = (f"{lines[0]}- {''.join(_code(w) + ', ' for w in where if w)}{_cell(seen)}; "
+        line = (f"{lines[0]}- {''.join(_code(w) + ', ' for w in places if w)}{_cell(seen)}; "
                 "the JSON report has the rest\n\n")
         section = Section(list(lines), droppable=True, is_finding=True, short=short, line=line)
         tb = ev.traceback or next(filter(None, (_traceback_from_other_stages(q, f) for q, _ in cause.seen)), None)

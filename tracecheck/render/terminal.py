@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
 from rich import box
 from rich.cells import cell_len
@@ -252,7 +253,7 @@ def internal_text(stage: str, s: StageResult, verbose: bool) -> Text:
     return t
 
 
-def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, not_required: list[str] = (),
+def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, not_required: Sequence[str] = (),
                   gate: Gate = Gate(), cost: "view.Cost | None" = None) -> Text:
     ev = f.ev
     t = Text(f"  [{stage}] ", style="cyan")

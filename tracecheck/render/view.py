@@ -85,7 +85,7 @@ def ca_rows(report: RunReport) -> list[tuple[ProbeReport, StageResult, CompiledA
     for p in report.probes:
         s = p.stages.get("compiled_autograd")
         ca = CompiledAutogradCounts.of(s.extra) if s is not None else None
-        if ca is not None and ca.steps:
+        if s is not None and ca is not None and ca.steps:
             rows.append((p, s, ca))
     return rows
 
@@ -246,7 +246,8 @@ def cost_of(c: RootCause, label: dict[str, str] | None = None) -> Cost | None:
             continue
         costs = break_costs(p)
         cost = costs.of_site(frame.file, frame.line) if costs is not None else None
-        if cost is not None and (best is None or (best.cost.noisy, cost.ms) > (cost.noisy, best.cost.ms)):  # whose
+        if cost is not None and costs is not None and (best is None or (best.cost.noisy, cost.ms) >
+                                                       (cost.noisy, best.cost.ms)):  # whose
             # a measured cost before a noisy one, then the highest; a run of several probes names whose forward
             best = Cost(cost, costs, (label or {}).get(p.id, "") if len(label or {}) > 1 else "")
     return best
@@ -267,8 +268,11 @@ def by_cost(causes: list[RootCause]) -> list[RootCause]:
     Ranked by the time a call spends after the break (under the profiler), not its share: a share of a small probe's
     forward and of a large one's are not the same time."""
     costs = {id(c): cost_of(c) for c in causes}  # a noisy cost ranks as none: it is not a measurement
-    return sorted(causes, key=lambda c: -costs[id(c)].cost.ms if costs[id(c)] is not None
-                  and not costs[id(c)].cost.noisy else 1.0)
+
+    def key(c: RootCause) -> float:
+        found = costs[id(c)]
+        return -found.cost.ms if found is not None and not found.cost.noisy else 1.0
+    return sorted(causes, key=key)
 
 
 def inductor_caches(report: RunReport) -> str | None:

@@ -242,7 +242,8 @@ class _Event:
     __slots__ = ("name", "start", "end", "cpu_parent")
 
     def __init__(self, name: str, start: float, end: float) -> None:
-        self.name, self.start, self.end, self.cpu_parent = name, start, end, None
+        self.name, self.start, self.end = name, start, end
+        self.cpu_parent: _Event | None = None
 
 
 def _rank(name: str) -> int:

@@ -107,7 +107,7 @@ def loss_of(case: Case, outputs: Any) -> torch.Tensor | None:
     if callable(case.grad):
         return case.grad(outputs)
     diff = [t for t in _tensors(outputs) if t.is_floating_point() and t.requires_grad]
-    return sum(t.float().sum() for t in diff) if diff else None
+    return torch.stack([t.float().sum() for t in diff]).sum() if diff else None
 
 
 def backward_of(case: Case, outputs: Any) -> None:

@@ -99,7 +99,7 @@ class _TopLevel(OpRecorder):
         super().__init__(track_reached=True)
         self.depth = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if self.depth:
             return func(*args, **(kwargs or {}))
         return super().__torch_dispatch__(func, types, args, kwargs)
@@ -261,7 +261,10 @@ def _check(call: Call, out: Outcome, seed: int) -> None:
             continue
         if len(keep) > 1:  # which output's gradient is wrong: each alone
             for k in range(len(keep)):
-                mk = confirmed(lambda x, k=k, f=f: [f(x)[k]], base[i], tol_dtype, seed)
+                def one(x: torch.Tensor, k: int = k, f: Callable[[torch.Tensor], list[torch.Tensor]] = f) -> \
+                        list[torch.Tensor]:
+                    return [f(x)[k]]
+                mk = confirmed(one, base[i], tol_dtype, seed)
                 if not mk["ok"] and not mk.get("inconclusive"):
                     m = {**mk, "output": _output_label(call, keep[k])}
                     break
@@ -412,6 +415,8 @@ def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
             with torch.no_grad():
                 for k, x in targets.items():
                     x.copy_(base[k])
+        if loss is None:
+            raise _NoLoss
         return float(loss.detach()), float(size)
 
     try:

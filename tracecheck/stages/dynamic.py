@@ -55,7 +55,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
         args, kwargs = _batch.resize(c.args, c.kwargs, b, n, mark_dynamic=True)
         return dataclasses.replace(c, args=args, kwargs=kwargs)
 
-    refs = []
+    refs: list[Any] = []
     for n in plan:  # eager first: a size the probe itself cannot take is no finding (the first is ``own``'s size)
         try:
             ex = execute(ref_case.fn, at(ref_case, n))

@@ -29,7 +29,7 @@ COST_BUDGET_S, COST_MIN_BUDGET_S = 30.0, 3.0
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
-def _outside(prefixes: tuple[str, ...]):
+def _outside(prefixes: tuple[str, ...]) -> Callable[[str], bool]:
     """A test of a file: is it outside torch, Python's standard library and tracecheck (code a source view shows)?"""
     cache: dict[str, bool] = {}
 
@@ -69,10 +69,10 @@ def _torch_calls_eager(ctx: StageContext, shown: Callable[[str], bool]) -> tuple
     class _Count(TorchFunctionMode):
         n = 0
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             if getattr(func, "__name__", None) not in _METADATA:
                 self.n += 1
-                frame = sys._getframe(1)  # the innermost shown frame: the line that made the call; the shown
+                frame: Any = sys._getframe(1)  # the innermost shown frame: the line that made the call; the shown
                 made: tuple[str, int] | None = None  # frames further out are the calls that led there
                 while frame is not None:
                     if shown(frame.f_code.co_filename):
@@ -142,12 +142,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     before = _stats(compat.counters())  # the fork server's warm-up compile counted too: the explain run's own share
     counted_before = compat.graph_break_counter()
     with tracelog.TraceCollector() as trace:
+        error: dict[str, Any] | None = None
         try:
             out = compat.explain(case.fn, *case.args, **case.kwargs)
         except Exception as e:
             error = exceptions.error_record(e, "forward")
-        else:
-            error = None
     if error is not None:
         if forward_fails(reference(ctx.make_case, backward=False)):  # explain is forward-only: no eager backward
             return {"skip_reason": "the eager forward fails (see the eager stage)"}

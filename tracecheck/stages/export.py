@@ -44,21 +44,22 @@ def run(ctx: StageContext) -> dict[str, Any]:
         except Exception as e:
             took = time.perf_counter() - started
             left = ctx.options.assured_s - (time.perf_counter() - stage_started)
-            record = {"error": exceptions.error_record(e, "forward"), "phases": [FORWARD], "warnings": w.messages}
+            failed: dict[str, Any] = {"error": exceptions.error_record(e, "forward"), "phases": [FORWARD],
+                                      "warnings": w.messages}
             # draft_export traces again, and its report only explains the error above: run it within what is left
             # of the stage's time (a run that needs longer ends with a note, and the export error stands)
             if left < DRAFT_MARGIN * took:
-                record["extra"] = StageNotes(not_checked=[
+                failed["extra"] = StageNotes(not_checked=[
                     f"torch.export.draft_export's report: the failed export took {took:.0f} s and draft_export "
                     f"traces again, more than the {max(left, 0):.0f} s left of the stage's time "
                     "(--timeout raises it)"]).to_extra()
             else:
-                record["draft_export"] = _draft(module, case, left)
-                if record["draft_export"].get("ran_out"):
-                    record["extra"] = StageNotes(not_checked=[
+                failed["draft_export"] = _draft(module, case, left)
+                if failed["draft_export"].get("ran_out"):
+                    failed["extra"] = StageNotes(not_checked=[
                         f"torch.export.draft_export's report: it ran past the {left:.0f} s left of the stage's time "
                         "and was stopped (--timeout raises it)"]).to_extra()
-            return record
+            return failed
     case = ctx.make_case()
     try:
         program = ep.module()
