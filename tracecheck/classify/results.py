@@ -15,7 +15,7 @@ from typing import Any
 from ..model import taxonomy
 from . import detect, measured
 from ..model.taxonomy import K
-from ..model.payloads import CompiledAutogradCounts, StageNotes
+from ..model.payloads import CompiledAutogradCounts, GradcheckVerdict, StageNotes
 from ..model.records import END_TO_END, Frame, StageRecord
 from ..model.exitcodes import UsageError
 from ..model.targets import Gate
@@ -193,12 +193,14 @@ def _opcheck_findings(stage: str, results: dict[str, dict[str, Any]]) -> list[Fi
     return findings
 
 
-def _gradcheck_verdict(o: dict[str, Any]) -> dict[str, Any]:
+def _gradcheck_verdict(o: dict[str, Any]) -> GradcheckVerdict:
     """What the report keeps of one call's gradient check: outcome, method, and the relative errors measured."""
     status = "FAIL" if o.get("mismatch") or o.get("error") else "SKIP" if o.get("skip") else \
         "INCONCLUSIVE" if o.get("inconclusive") else "SUCCESS"
-    out: dict[str, Any] = {"status": status}
-    out.update({k: o[k] for k in ("method", "skip", "note", "relative_errors", "inconclusive") if o.get(k)})
+    out = GradcheckVerdict(status=status)
+    for key in ("method", "skip", "note", "relative_errors", "inconclusive"):
+        if o.get(key):
+            out[key] = o[key]
     return out
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -32,9 +32,6 @@ from ..collect import casemaker
 from ..stages import _execution as execution
 from . import observe
 from .autograd_fn import Unfixable, aliases, annotation, ident, snake
-
-if TYPE_CHECKING:
-    from .tasks import ObserveCallsTask
 from .codegen import _tuple, fake_lines
 
 #: custom_op annotations for autograd_fn.annotation's schema types, as code in the user's file
@@ -140,7 +137,7 @@ def _set(owner: Any, attr: str, value: Any) -> None:
         setattr(owner, attr, value)
 
 
-def observe_calls(task: ObserveCallsTask) -> dict[str, Any]:
+def observe_calls(task: Any) -> dict[str, Any]:  # a fix.tasks.ObserveCallsTask (that module imports this one)
     """For each site (``line``; ``first``/``last``: the call's lines; ``callee``: a dotted name in the module's
     globals; ``params``: one name per argument in call order; ``positional``: how many are positional), the
     custom op's definition, or ``error``: why there is none. One eager run (forward and backward) records them

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 
 def _number(v: Any) -> bool:
@@ -358,6 +358,19 @@ class BreakCosts(Payload):
         return next((c for c in self.breaks if c.line == line and c.file in (file, real)), None)
 
 
+class GradcheckVerdict(TypedDict, total=False):
+    """One call's gradient check as the report keeps it (classify/results._gradcheck_verdict)."""
+
+    status: str
+    method: str
+    skip: str
+    note: str
+    #: per input: |numerical - analytical| / max(|numerical|, |analytical|)
+    relative_errors: dict[str, float]
+    #: per input whose check could not decide: why
+    inconclusive: dict[str, str]
+
+
 @dataclass
 class StageNotes(Payload):
     """What any stage may note beside its payload, and what the classifier adds to a stage's result. Every field
@@ -374,7 +387,7 @@ class StageNotes(Payload):
     #: the opcheck stage: per op, per test: SUCCESS, FAIL, or why it was not run
     opcheck: dict[str, dict[str, str]] | None = None
     #: the gradcheck stage: per custom op or autograd.Function, its verdict
-    gradcheck: dict[str, dict[str, Any]] | None = None
+    gradcheck: dict[str, GradcheckVerdict] | None = None
     #: the live progress line only (api._as_settled, never in a report): a stage still running may re-attribute the
     #: failure's kind (classify/results.attribute_unknowns)
     kind_pending: bool | None = None
