@@ -456,6 +456,10 @@ def fill_summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
     return taxonomy.summary(kind, {**ctx, **derived})
 
 
+#: stages that run no compiler: compile-semantics cannot be theirs
+_NO_COMPILER = ("eager", "load", "gradcheck", "opcheck", "vmap")
+
+
 def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Finding:
     """Label one stage exception.
 
@@ -471,7 +475,7 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
     text = "\n".join(_head_tail(c.get("message", "")) for c in chain)
     gb_type = raw.get("gb_type") or gb_type_from_text(text)
     kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types, text), {})
-    if kind == K.COMPILE_SEMANTICS and stage in ("eager", "load"):  # no compiler ran: the probe's own error
+    if kind == K.COMPILE_SEMANTICS and stage in _NO_COMPILER:  # no compiler ran: not the compiler's doing
         kind, ctx = _fallback(stage, types, text), {}
     if op and not ctx.get("op"):
         ctx["op"] = op_name(op)

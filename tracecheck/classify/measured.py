@@ -49,7 +49,7 @@ def gradient_finding(outcome: dict[str, Any]) -> Finding:
     m = outcome["mismatch"]
     ctx = {"op": outcome["name"] if outcome.get("function") else op_name(outcome["name"]), "input": m.get("input", "?"), "output": m.get("output", "its outputs"),
            # an autograd.Function's qualified name, which is no op spelling (model/report.finding_key)
-           **({"autograd_function": True} if outcome.get("function") else {}),
+           **({"op_is_label": True} if outcome.get("function") else {}),
            "numerical": f"{m['numerical']:.6g}", "analytical": f"{m['analytical']:.6g}",
            "relative_error": f"{m['relative_error']:.3g}"}
     evidence = {"method": outcome.get("method"), "note": outcome.get("note"), **m}
@@ -62,7 +62,8 @@ def end_to_end_gradient_finding(outcome: dict[str, Any], calls: list[str]) -> Fi
     besides autograd. ``ratio``: the autograd value over the numerical one (2.0: accumulated twice)."""
     m = outcome["mismatch"]
     ratio = m.get("ratio")
-    ctx = {"op": ", ".join(calls) or "the probe", "autograd_function": True, "input": "its leaves", "output": "the loss",
+    ctx = {"op": ", ".join(calls) or "the probe", "op_is_label": True, "input": m.get("input", "its leaves"),
+           "output": "the loss",
            "numerical": f"{m['numerical']:.6g}", "analytical": f"{m['analytical']:.6g}",
            "relative_error": f"{m['relative_error']:.3g}", "cause": "end_to_end",
            "ratio": f"{ratio:.3g}" if isinstance(ratio, (int, float)) else "?"}

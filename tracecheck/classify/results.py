@@ -76,7 +76,7 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     right_end_to_end = probe is not None and not any(probe.get(k) for k in ("mismatch", "error", "skip",
                                                                              "inconclusive"))
     if probe is not None and probe.get("mismatch") and not any(o.get("mismatch") for o in calls):
-        findings.append(measured.end_to_end_gradient_finding(probe, [o["name"] for o in calls]))
+        findings.append(measured.end_to_end_gradient_finding(probe, [o["name"] for o in calls if not o.get("skip")]))
     for outcome in calls:
         if outcome.get("mismatch") and right_end_to_end:
             gradient_notes.append(

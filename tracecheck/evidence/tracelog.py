@@ -1,11 +1,12 @@
 """Listeners on the structured trace, inside a stage process: graph breaks, recompiles, specialized dynamic
 dimensions, and the ops Inductor's generated code calls.
 
-Graph breaks are counted from the ``dynamo_graph_break_reason`` artifact of the structured trace (a
-``logging.Handler`` on ``torch.__trace``, the way ``torch.export.draft_export`` listens), because on torch
-2.13 ``explain().graph_break_count`` is ``graph_count - 1`` (0 for two breaks inside an autograd.Function)
-and ``counters["graph_break"]`` misses data-dependent branches. Breaks are deduplicated by
-(gb_type, user file, line): Dynamo retries a frame and logs the same break again.
+Graph breaks are read from the ``dynamo_graph_break_reason`` artifact of the structured trace (a
+``logging.Handler`` on ``torch.__trace``, the way ``torch.export.draft_export`` listens): the sites, each break's
+gb_type and user line. The count reports show is graphs - 1, as ``explain()`` counts (0 for two breaks inside an
+autograd.Function: nothing before them to make a graph of), with these sites beside it; ``counters["graph_break"]``
+misses data-dependent branches. Breaks are deduplicated by (gb_type, user file, line): Dynamo retries a frame and
+logs the same break again.
 """
 from __future__ import annotations
 

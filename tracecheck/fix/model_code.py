@@ -177,8 +177,10 @@ def _label(path: str) -> str:
 
 
 def _breaks(stages: dict[str, Any]) -> int:
+    """The distinct breaks explain saw (sites): graphs - 1 would reward a rewrite that makes Dynamo skip the frame
+    (no graph, so "no break")."""
     explain = stages.get("explain")
-    return explain.graph_break_count if explain is not None and explain.graph_break_count is not None else 0
+    return explain.graph_break_sites if explain is not None and explain.graph_break_sites is not None else 0
 
 
 def _run(path: str, name: str, stages: list[str], opts: FixOptions, progress: api.Progress | None,

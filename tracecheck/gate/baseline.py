@@ -43,7 +43,7 @@ from ..model import taxonomy
 from ..model.exitcodes import UsageError
 from ..model.evidence import LIBRARY
 from ..model.payloads import PAYLOADS, Coverage
-from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
+from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult, upgraded_break_counts
 from ..model.verdict import StageOutcome, decide
 from ..model.reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
 from .shards import shard_from_command
@@ -294,21 +294,16 @@ def to_baseline(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 _STATUSES = (PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL)
-#: the stage whose graph_count holds backward graphs too: no graphs - 1 break count
-_GRAPHS_WITH_BACKWARD = "compiled_autograd"
 
 
 def _upgrade_break_counts(probes: dict[str, Any]) -> None:
-    """A baseline written before ``graph_break_sites`` counted distinct breaks in ``graph_break_count``: that is the
-    sites, and the count is graphs - 1 (its recorded ``graph_count``), so an unchanged probe compares equal."""
+    """A baseline written before ``graph_break_sites``: its counts read as a report's are (upgraded_break_counts)."""
     for probe in probes.values():
         for stage, snap in probe["stages"].items():
-            if "graph_break_sites" in snap:
-                continue
-            snap["graph_break_sites"] = old = snap.get("graph_break_count")
-            graphs = snap.get("graph_count")
-            snap["graph_break_count"] = graphs - 1 if old is not None and graphs and stage != _GRAPHS_WITH_BACKWARD \
-                else None
+            if "graph_break_sites" not in snap:
+                counts = upgraded_break_counts(stage, snap)
+                snap["graph_break_count"], snap["graph_break_sites"] = (counts["graph_break_count"],
+                                                                        counts["graph_break_sites"])
 
 
 def _check_probes(probes: dict[str, Any]) -> None:

@@ -118,13 +118,19 @@ BREAK_COUNTS = ("graph_count", "graph_break_count", "graph_break_sites", "dynamo
                 "explain_graph_break_count")
 
 
-def _break_counts(d: dict[str, Any]) -> dict[str, int | None]:
-    """A stage's break counts from a report. A report from before ``graph_break_sites`` counted distinct breaks in
-    ``graph_break_count``: that number is the sites, and the count is graphs - 1 where explain counted graphs."""
+#: the stage whose graph_count holds backward graphs too (compiled autograd's): no graphs - 1 break count
+GRAPHS_WITH_BACKWARD = "compiled_autograd"
+
+
+def upgraded_break_counts(stage: str, d: dict[str, Any]) -> dict[str, int | None]:
+    """A stage's break counts from a report or a baseline snapshot. One written before ``graph_break_sites``
+    counted distinct breaks in ``graph_break_count``: that number is the sites, and the count is graphs - 1 from its
+    recorded ``graph_count`` (the one rule for reports and baselines, so an unchanged probe compares equal)."""
     if "graph_break_sites" in d:
         return {k: d.get(k) for k in BREAK_COUNTS[1:]}
     graphs, old = d.get("graph_count"), d.get("graph_break_count")
-    return {"graph_break_count": graphs - 1 if d.get("stage") == "explain" and graphs and old is not None else None,
+    counted = old is not None and isinstance(graphs, int) and graphs > 0 and stage != GRAPHS_WITH_BACKWARD
+    return {"graph_break_count": graphs - 1 if counted and isinstance(graphs, int) else None,
             "graph_break_sites": old, "dynamo_graph_break_count": None,
             "explain_graph_break_count": d.get("explain_graph_break_count")}
 
@@ -199,7 +205,7 @@ class StageResult:
             failure=Finding.from_dict(failure) if failure else None,
             findings=[Finding.from_dict(f) for f in d.get("findings", [])],
             graph_count=d.get("graph_count"),
-            **_break_counts(d),
+            **upgraded_break_counts(str(d.get("stage")), d),
             breaks=[GraphBreak.from_dict(b) for b in d.get("breaks", [])],
             seconds=d.get("seconds", 0.0),
             skip_reason=d.get("skip_reason"),
@@ -390,8 +396,8 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     in torch) is also told apart by its exception type and first message line (numbers masked): two different
     errors that only share "no location" are two problems.
     """
-    if f.context.get("op"):  # an autograd.Function's qualified name as it is (op_name would read it as ns.op.overload)
-        return (f.kind, str(f.context["op"]) if f.context.get("autograd_function") else op_name(str(f.context["op"])))
+    if f.context.get("op"):  # a label (an autograd.Function's qualified name) as it is: op_name would read ns.op.overload
+        return (f.kind, str(f.context["op"]) if f.context.get("op_is_label") else op_name(str(f.context["op"])))
     frame = f.user_frame
     # at one user line, one kind is one problem whichever stage saw it: fullgraph's error and explain's break of the
     # same .item() carry different gb_types (or none); only where no frame places it does the gb_type tell apart

@@ -205,9 +205,9 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
                               style="bold"))
         parts += _coverage_of(p, verbose) + _findings_of(p, verbose)
         for stage, s in p.stages.items():
-            if s.explain_graph_break_count is not None and s.graph_break_count is not None:
+            if s.explain_graph_break_count is not None and s.graph_break_sites is not None:
                 parts.append(Text(f"    note: {view.explain_count_said(s.explain_graph_break_count)}; "
-                                  f"the structured trace shows {s.graph_break_count}", style="dim"))
+                                  f"the structured trace shows {s.graph_break_sites}", style="dim"))
         if skipped:
             parts.append(Text("    not checked: " + "; ".join(skipped), style="dim"))
     return Group(*parts)

@@ -12,6 +12,8 @@ field names is refused when the record is read.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -107,7 +109,7 @@ def loss_of(case: Case, outputs: Any) -> torch.Tensor | None:
     if callable(case.grad):
         return case.grad(outputs)
     diff = [t for t in _tensors(outputs) if t.is_floating_point() and t.requires_grad]
-    return torch.stack([t.float().sum() for t in diff]).sum() if diff else None
+    return functools.reduce(operator.add, (t.float().sum() for t in diff)) if diff else None
 
 
 def backward_of(case: Case, outputs: Any) -> None:

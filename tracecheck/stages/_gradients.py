@@ -381,7 +381,10 @@ def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
     from ._execution import grad_targets, loss_of, seed_all
 
     case = make_case()
-    targets = {k: t for k, t in grad_targets(case).items() if t.is_floating_point()}
+    targets: dict[str, torch.Tensor] = {}
+    for k, t in grad_targets(case).items():  # one entry per tensor: fn(x, x) hands the same leaf twice
+        if t.is_floating_point() and all(t is not u for u in targets.values()):
+            targets[k] = t
     if not targets:
         out.skip = "nothing in the probe requires grad"
         return
@@ -390,6 +393,7 @@ def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
         out.skip = f"its leaves are {str(dtype).replace('torch.', '')}: numerical derivatives are not reliable below float32"
         return
     base = {k: t.detach().clone() for k, t in targets.items()}
+    loss_dtype: list[torch.dtype] = []
 
     def grads() -> dict[str, torch.Tensor]:
         for t in targets.values():
@@ -398,13 +402,15 @@ def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
         loss = loss_of(case, case.fn(*case.args, **case.kwargs))
         if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
             raise _NoLoss
+        loss_dtype[:] = [loss.dtype]
         loss.backward()
         return {k: (t.grad.detach().clone() if t.grad is not None else torch.zeros_like(t)) for k, t in targets.items()}
 
     def loss_at(shift: dict[str, torch.Tensor], t: float) -> tuple[float, float]:
         with torch.no_grad():
             for k, x in targets.items():
-                x.copy_((base[k].double() + t * shift[k]).to(x.dtype))
+                if k in shift:
+                    x.copy_((base[k].double() + t * shift[k]).to(x.dtype))
         try:  # with gradients on, as the training step ran it (loss_of sums what requires grad)
             seed_all()
             outs = case.fn(*case.args, **case.kwargs)
@@ -428,47 +434,65 @@ def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
     except Exception as e:  # the probe's own forward or backward: its failure is the other checks' to report
         out.skip = f"the probe's training step raised {type(e).__name__} (see its findings)"
         return
-    unstable = [k for k in first if not torch.equal(first[k], again[k])]
+    unstable = [k for k in first if not _equal(first[k], again[k])]
     if unstable:
         out.skip = (f"unstable: two identical backward runs give different gradients ({', '.join(unstable[:3])}): "
                     "no derivative to compare (a result that changes from run to run is not a finding)")
         return
-    eps = torch.finfo(dtype).eps
-    out.method = f"the leaves' .grad after loss.backward(), against a central difference of the loss, {str(dtype).replace('torch.', '')}"
+    # the loss's own precision bounds the difference quotient (loss_of sums in float32 for a float64 probe)
+    tol_dtype = min(dtype, *loss_dtype, key=lambda d: torch.finfo(d).bits)
+    eps = torch.finfo(tol_dtype).eps
+    out.method = (f"the leaves' .grad after loss.backward(), against a central difference of the loss, "
+                  f"{str(tol_dtype).replace('torch.', '')}, per input and for the parameters together")
     out.inputs = list(targets)
 
-    def check(direction_seed: int, scale: float = 1.0) -> dict[str, Any]:
+    def check(group: list[str], direction_seed: int, scale: float = 1.0) -> dict[str, Any]:
         gen = torch.Generator().manual_seed(direction_seed)
         shift = {}
-        for k, b in base.items():  # each leaf moves in proportion to its own size
+        for k in group:  # each leaf moves in proportion to its own size
+            b = base[k]
             rms = float(b.double().pow(2).mean().sqrt()) if b.numel() else 0.0
             v = torch.randn(b.shape, generator=gen, dtype=torch.float64).to(b.device)
             shift[k] = v * (rms if rms > 0 and math.isfinite(rms) else 1.0)
         t = scale * eps ** (1 / 3)
         (plus, size), (minus, _) = loss_at(shift, t), loss_at(shift, -t)
         numerical = (plus - minus) / (2 * t)
-        analytical = float(sum((first[k].double() * shift[k]).sum() for k in base))
+        analytical = float(sum((first[k].double() * shift[k]).sum() for k in group))
         atol = 8 * eps * size / t
         err = abs(numerical - analytical)
-        tol = atol + DIRECTIONAL_RTOL.get(dtype, 1e-2) * max(abs(numerical), abs(analytical))
+        tol = atol + DIRECTIONAL_RTOL.get(tol_dtype, 1e-2) * max(abs(numerical), abs(analytical))
         return {"ok": math.isfinite(err) and err <= tol, "numerical": numerical, "analytical": analytical,
                 "relative_error": err / max(abs(numerical), abs(analytical), 1e-30), "tolerance": tol,
                 "atol": atol, "step": t}
 
-    m = check(seed)
-    out.relative_errors["leaves"] = m["relative_error"]
-    if m["ok"]:
-        return
-    if not math.isfinite(m["numerical"]):
-        out.inconclusive["leaves"] = "the numerical derivative is not finite"
-    elif abs(check(seed, scale=0.5)["numerical"] - m["numerical"]) > m["tolerance"]:
-        out.inconclusive["leaves"] = ("the numerical derivative changes with the step: the loss is not smooth along "
-                                      "the direction")
-    elif check(seed + 1)["ok"]:
-        out.inconclusive["leaves"] = "a second random direction agrees"
-    else:
-        ratio = m["analytical"] / m["numerical"] if m["numerical"] else float("inf")
-        out.mismatch = {"input": "its leaves", "ratio": ratio, **{k: v for k, v in m.items() if k != "ok"}}
+    # each input alone (a wrong gradient of one input is not drowned by the parameters'), the parameters together
+    params = [k for k in targets if k.startswith("param:")]
+    groups = [[k] for k in targets if not k.startswith("param:")] + ([params] if params else [])
+    for group in groups:
+        label = group[0] if len(group) == 1 else "the parameters"
+        m = check(group, seed)
+        out.relative_errors[label] = m["relative_error"]
+        if m["ok"]:
+            continue
+        if not math.isfinite(m["numerical"]):
+            out.inconclusive[label] = "the numerical derivative is not finite"
+        elif abs(check(group, seed, scale=0.5)["numerical"] - m["numerical"]) > m["tolerance"]:
+            out.inconclusive[label] = ("the numerical derivative changes with the step: the loss is not smooth "
+                                       "along the direction")
+        elif abs(m["numerical"]) <= m["atol"] and abs(m["analytical"]) > m["tolerance"]:
+            out.inconclusive[label] = ("the loss is flat along the direction while its gradient is not: a surrogate "
+                                       "gradient by design (straight-through)")
+        elif check(group, seed + 1)["ok"]:
+            out.inconclusive[label] = "a second random direction agrees"
+        else:
+            ratio = m["analytical"] / m["numerical"] if m["numerical"] else float("inf")
+            out.mismatch = {"input": label, "ratio": ratio, **{k: v for k, v in m.items() if k != "ok"}}
+            return
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit, NaN equal to NaN (a NaN gradient every run is stable)."""
+    return a.shape == b.shape and bool(torch.equal(a, b) or torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
 
 
 class _NoLoss(Exception):
@@ -512,7 +536,7 @@ def _cast(leaves: list[Any], dtype: torch.dtype) -> list[Any]:
 
 
 def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return len(a) == len(b) and all(torch.equal(x.detach(), y.detach()) for x, y in zip(a, b))
+    return len(a) == len(b) and all(_equal(x.detach(), y.detach()) for x, y in zip(a, b))
 
 
 def _float64_agrees(run: Callable[[list[Any]], Any], as64: list[Any], leaves: list[Any], keep: list[int]) -> bool:

@@ -123,11 +123,12 @@ def _at_own_inputs(ctx: StageContext, own: Any, why: str) -> dict[str, Any]:
 
     from .. import compat
     from ..evidence import exceptions, tracelog
-    from ._execution import compare, execute, phases
+    from ._execution import compare, draws_from_numpy, execute, phases
 
     compat.dynamo_reset()
     case = ctx.make_case()
-    with tracelog.TraceCollector() as trace, exceptions.WarningCollector() as w:
+    with compat.dynamo_config_patch(use_numpy_random_stream=draws_from_numpy(ctx.make_case)), \
+            tracelog.TraceCollector() as trace, exceptions.WarningCollector() as w:
         got = execute(torch.compile(case.fn, backend="aot_eager", dynamic=True), case)
     said = f"dynamic=True at the probe's own inputs only (backend aot_eager): {why}"
     return {"error": got.error, "breaks": list(trace.breaks), "warnings": w.messages,

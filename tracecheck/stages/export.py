@@ -102,8 +102,8 @@ def _as_module(fn: Any) -> Any:
     return Probe()
 
 
-class _RanOut(Exception):
-    pass
+class _RanOut(BaseException):
+    """Not an Exception: code under draft_export that catches Exception must not swallow the alarm."""
 
 
 def _draft(module: Any, case: Any, budget_s: float) -> dict[str, Any]:
@@ -124,8 +124,8 @@ def _draft(module: Any, case: Any, budget_s: float) -> dict[str, Any]:
     timed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
     previous = signal.signal(signal.SIGALRM, stop) if timed else None
     try:
-        if timed:
-            signal.setitimer(signal.ITIMER_REAL, max(budget_s, 0.1))
+        if timed:  # repeating: an alarm some code swallowed comes again
+            signal.setitimer(signal.ITIMER_REAL, max(budget_s, 0.1), 1.0)
         ep = torch.export.draft_export(module, case.args, case.kwargs)
     except _RanOut:
         return {"ran_out": True}
@@ -133,6 +133,7 @@ def _draft(module: Any, case: Any, budget_s: float) -> dict[str, Any]:
         return {"error": exceptions.error_record(e, "forward")}
     finally:
         if timed:
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)  # an alarm now must not escape the stage
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
     report = compat.draft_export_report(ep)

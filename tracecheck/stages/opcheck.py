@@ -62,7 +62,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     # autograd.Function's forward, or under no_grad): a missing autograd registration does not matter to it
     # (classify/results.py). An op called from C++ is not seen, so it stays checked.
     grad_free = [str(op) for op in rec.calls
-                 if op_name(str(op)) in rec.grad_off and op_name(str(op)) not in rec.differentiated]
+                 if op_name(str(op)) in rec.grad_off and op_name(str(op)) not in rec.differentiated] + \
+        [str(op) for op in in_backward]  # a backward runs with grad off: its ops' autograd never runs
     # ops called with grad on whose outputs the probe's loss does not depend on (top-k indices used to gather):
     # the probe's own backward never reaches them either
     unused = rec.never_differentiated(lambda: backward_of(case, out)) if out is not None and rec.differentiated \
