@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
+from plain_load import load
 from tracecheck.gate import baseline
 
 # one print in a block the model calls twice: two breaks (three graphs) at one line
@@ -41,12 +42,7 @@ def probe_twice():
 
 
 def _plain(path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("twice_plain", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model, args = module.probe_twice()
+    model, args = load(path, "twice_plain").probe_twice()
     torch._dynamo.reset()
     counters.clear()
     out = torch._dynamo.explain(model)(*args)

@@ -1,10 +1,9 @@
 """An autograd.Function written with @classmethod forward/backward (entmax 1.3's, issue 52 item 8): Dynamo's GB7312
 break and its internal error name the Function and the fix that works, @staticmethod. Plain torch is the oracle:
 the classmethod Function splits the graph, the @staticmethod one compiles whole."""
-import importlib.util
-
 import pytest
 import torch
+from plain_load import load
 
 CLASSMETHOD = '''
 import torch
@@ -44,9 +43,7 @@ def probe_cm():
 @pytest.mark.slow
 def test_a_classmethod_function_is_told_to_become_a_staticmethod(tracecheck, write_probe):
     path = write_probe(CLASSMETHOD)
-    spec = importlib.util.spec_from_file_location("cm_plain", path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    m = load(path, "cm_plain")
     x = torch.randn(4, requires_grad=True)
     torch._dynamo.reset()
     assert torch._dynamo.explain(lambda x: m.Double.apply(x).sin().sum())(x).graph_count == 2

@@ -1,11 +1,10 @@
 """Whose bug by behaviour (issue 52, item 5): code that runs in eager and fails only because compilation changed a
 value's type is a compile-side finding, with advice that names what changed; plain torch is the oracle."""
-import importlib.util
-
 import numpy as np
 import pytest
 import torch
 
+from plain_load import load
 from tracecheck.classify import detect
 from tracecheck.fix.repro import TORCH, owner
 from tracecheck.model.taxonomy import K
@@ -32,10 +31,7 @@ def probe_np():
 
 
 def _load(path):
-    spec = importlib.util.spec_from_file_location("np_plain", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.probe_np()
+    return load(path, "np_plain").probe_np()
 
 
 @pytest.mark.slow

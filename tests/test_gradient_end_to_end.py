@@ -2,10 +2,9 @@
 besides autograd (2x in .grad, which no call's check sees) is a finding; a Function whose gradient is rerouted by
 design (wrong alone, right end to end) is not. Oracles: the derivative written by hand, and torch.autograd.gradcheck
 in float64 on the call and on the whole probe."""
-import importlib.util
-
 import pytest
 import torch
+from plain_load import load
 
 TWICE = '''
 import torch
@@ -58,11 +57,7 @@ def probe_detour():
 '''
 
 
-def _module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_module = load
 
 
 @pytest.mark.slow

@@ -1,9 +1,8 @@
 """opcheck on custom ops only the backward calls (issue 52, item 8b): torch.library.opcheck, run by hand in the same
 test on the input the backward passes, is the oracle."""
-import importlib.util
-
 import pytest
 import torch
+from plain_load import load
 
 BACKWARD_ONLY = '''
 import torch
@@ -37,9 +36,7 @@ def probe_bw():
 @pytest.mark.slow
 def test_an_op_the_backward_alone_calls_is_opchecked(tracecheck, write_probe):
     path = write_probe(BACKWARD_ONLY)
-    spec = importlib.util.spec_from_file_location("bwonly_plain", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load(path, "bwonly_plain")
     plain = torch.library.opcheck(module.scale_grad, (torch.ones(4, 8), 3.0), raise_exception=False)
     assert plain["test_faketensor"] != "SUCCESS" and plain["test_schema"] == "SUCCESS"
     res = tracecheck("run", str(path), "--stages", "eager,opcheck")

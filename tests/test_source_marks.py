@@ -1,11 +1,11 @@
 """The source view marks lines from the same evidence as the verdict (issue 52, item 6): an autograd.Function
 whose body Dynamo captured is inside the graph, and so is a call (``x = self.block(x)``) all of whose torch calls
 ran in the graph. Plain torch decides what was captured: one graph, no break, fullgraph=True passes."""
-import importlib.util
 import re
 
 import pytest
 import torch
+from plain_load import load
 
 CAPTURED = '''import numpy as np
 import torch
@@ -55,10 +55,7 @@ def _marks(page: str) -> dict[int, str]:
 def test_a_captured_function_body_and_a_captured_call_are_inside_the_graph(tracecheck, tmp_path):
     path = tmp_path / "fn_model.py"
     path.write_text(CAPTURED)
-    spec = importlib.util.spec_from_file_location("fn_model_plain", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model, (x,) = module.probe_fn()
+    model, (x,) = load(path, "fn_model_plain").probe_fn()
     torch._dynamo.reset()
     out = torch._dynamo.explain(model)(x)
     assert (out.graph_count, out.graph_break_count) == (1, 0)

@@ -3,6 +3,7 @@ on a real library's op: bitsandbytes' 8-bit Adam step (plain torch raises in AOT
 into tensors its fake run froze). Plain torch runs in the same test."""
 import pytest
 import torch
+from plain_load import load
 
 ADAM8BIT = '''
 import torch
@@ -26,12 +27,7 @@ def probe_adam8bit_step():
 
 
 def _plain(path, **compile_kwargs):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("adam8bit_plain", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    fn, args = module.probe_adam8bit_step()
+    fn, args = load(path, "adam8bit_plain").probe_adam8bit_step()
     torch._dynamo.reset()
     try:
         torch.compile(fn, **compile_kwargs)(*args)
