@@ -37,3 +37,16 @@ def test_a_subclass_metadata_guard_is_placed_at_the_guard_with_a_fix_for_the_sub
     assert (f.user_frame.file, f.user_frame.line) == ("/venv/site-packages/optimum/quanto/nn/qlinear.py", 50)
     from tracecheck.model.taxonomy import fix_text
     assert "__tensor_flatten__" in fix_text(f) and "mark_static" not in fix_text(f)
+
+
+def test_the_source_views_index_names_the_command_with_rootdir_relative_paths(tmp_path):
+    """Every output prints paths relative to the rootdir (issue 52, item 6): the index's "written by" line too."""
+    from report_factory import small_report
+    from tracecheck.render import html
+
+    report = small_report(root="/ci/runner-1/work/repo")
+    report.rootdir = "/ci/runner-1/work/repo"
+    html.write(str(tmp_path / "view"), report)
+    index = (tmp_path / "view" / "index.html").read_text()
+    assert "written by <code>tracecheck run model.py --json out/r.json</code>" in index
+    assert "/ci/runner-1" not in index
