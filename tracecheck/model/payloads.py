@@ -388,6 +388,8 @@ class StageNotes(Payload):
     opcheck: dict[str, dict[str, str]] | None = None
     #: the gradcheck stage: per custom op or autograd.Function, its verdict
     gradcheck: dict[str, GradcheckVerdict] | None = None
+    #: the gradcheck stage: the probe's own gradient end to end (stages/_gradients.end_to_end)
+    probe_gradient: GradcheckVerdict | None = None
     #: the live progress line only (api._as_settled, never in a report): a stage still running may re-attribute the
     #: failure's kind (classify/results.attribute_unknowns)
     kind_pending: bool | None = None

@@ -52,7 +52,7 @@ def short_labels(report: RunReport) -> dict[str, str]:
 
 
 _CAPTION = ("✓ fwd: passed, forward only (nothing trains: no input or parameter requires grad, or no floating "
-            "output; or the backward was not checked: see \"not checked\"). ✓ kind: passed, with advice of that kind (it fails nothing unless --strict). " + view.BREAKS_DEFINED + ". – not "
+            "output; or the backward was not checked: see \"not checked\"). ✓ kind: passed, with advice of that kind (advice gates only under --strict). " + view.BREAKS_DEFINED + ". – not "
             "measured or skipped")
 
 #: the probe column folds, down to this width, before a more compact layout is tried

@@ -208,7 +208,7 @@ def _check(call: Call, out: Outcome, seed: int) -> None:
     if not keep:
         out.skip = "no floating output of its recorded call requires grad"
         return
-    if not _same(first, run(leaves)):
+    if not _same([first[j] for j in keep], run(leaves)):  # run() returns the kept outputs from here on
         out.skip = ("unstable: two identical calls give different outputs (a result that changes from run to run is "
                     "no derivative to compare, and no finding)")
         return
@@ -491,8 +491,15 @@ def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit for bit, NaN equal to NaN (a NaN gradient every run is stable)."""
-    return a.shape == b.shape and bool(torch.equal(a, b) or torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+    """The same up to reduction order (threads may sum in another order: 1e-5 of the largest value), NaN equal to
+    NaN: a run that changes more than that is unstable (a 4-bit kernel fed float64)."""
+    if a.shape != b.shape:
+        return False
+    if torch.equal(a, b):
+        return True
+    a64, b64 = a.detach().double(), b.detach().double()
+    scale = float(torch.nan_to_num(a64.abs(), nan=0.0, posinf=0.0).max()) if a64.numel() else 0.0
+    return bool(torch.allclose(a64, b64, rtol=1e-5, atol=1e-5 * scale, equal_nan=True))
 
 
 class _NoLoss(Exception):
