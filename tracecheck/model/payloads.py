@@ -395,7 +395,7 @@ class StageNotes(Payload):
     kind_pending: bool | None = None
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("not_checked", "numerics", "explain_reasons", "registered_custom_ops",
-                                           "opcheck", "gradcheck", "kind_pending")
+                                           "opcheck", "gradcheck", "probe_gradient", "kind_pending")
 
 
 #: the payload type of each stage that writes one: the one its counts are read from (``StageSpec.counts``)
