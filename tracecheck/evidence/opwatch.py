@@ -32,13 +32,13 @@ class OpRegistrationWatch:
                 parser_failed()
             return result
 
-        torch.library.Library.define = define  # type: ignore[method-assign,assignment]
+        setattr(torch.library.Library, "define", define)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         import torch.library
 
-        torch.library.Library.define = self._orig  # type: ignore[method-assign]
+        setattr(torch.library.Library, "define", self._orig)
 
     def _saw(self, ns: str, schema: str) -> None:
         name = schema.split("(", 1)[0].strip()

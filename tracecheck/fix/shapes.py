@@ -17,6 +17,7 @@ fits it has no expression: both are the TODO path, never a guess.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from fractions import Fraction
@@ -49,6 +50,10 @@ class Runs:
     def add(self, symbols: dict[str, int], value: int) -> None:
         self.symbols.append(dict(symbols))
         self.values.append(int(value))
+
+
+def _square(n: str, s: dict[str, int]) -> int:
+    return s[n] * s[n]
 
 
 def _fits(f: Callable[[Any], Any], runs: Runs) -> bool:
@@ -123,7 +128,7 @@ def _confirmed(names: list[str], runs: Runs) -> DimExpr:
             if _fits(f, runs):
                 return DimExpr(code, confirmed=True)
     for n in varied:
-        if _fits(lambda s, n=n: s[n] * s[n], runs):  # type: ignore[misc]  # a default binds the loop's n
+        if _fits(functools.partial(_square, n), runs):
             return DimExpr(f"{n} * {n}", confirmed=True)
     for n in varied:
         if linear[n]:

@@ -64,7 +64,7 @@ def _exit_now() -> None:
     import sys
     from multiprocessing import util
 
-    util._exit_function()  # type: ignore[attr-defined]  # multiprocessing's own atexit function (private)
+    getattr(util, "_exit_function")()  # multiprocessing's own atexit function (private, unannotated)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
