@@ -82,7 +82,7 @@ def test_same_op_seen_by_compile_and_opcheck_is_one_finding():
 
 
 def test_crash_calling_a_redefined_op_is_op_redefined(tmp_path):
-    from tracecheck.classify import results
+    from tracecheck.classify import results, settle
 
     model = tmp_path / "m.py"
     model.write_text("def head(x):\n    return soft_clip(x, 5.0) * 0.5\n\ndef other(x):\n    return crashy(x)\n")
@@ -97,13 +97,13 @@ def test_crash_calling_a_redefined_op_is_op_redefined(tmp_path):
         return results.died_result(stage, "process killed by SIGSEGV", False, stack.format(line=line), 1.0)
 
     stages = {"load": load, "eager": crash("eager", 2), "explain": crash("explain", 5)}
-    results.attribute_crashes(stages)
+    stages = settle.crashes_attributed(stages)
     assert stages["eager"].status == "crash" and stages["eager"].failure.kind == "op-redefined"
     assert "SIGSEGV" in stages["eager"].failure.summary
     # a crash in a call of another op is not blamed on the redefinition
     assert stages["explain"].failure.kind == "crash"
     alone = {"eager": crash("eager", 2)}
-    results.attribute_crashes(alone)
+    alone = settle.crashes_attributed(alone)
     assert alone["eager"].failure.kind == "crash"  # no redefinition in this probe
     # the compiled run calls it first: Dynamo executes the user's lines symbolically, so the op call's first caller
     # outside torch is tracecheck's stage code, reached through Dynamo
@@ -115,11 +115,11 @@ def test_crash_calling_a_redefined_op_is_op_redefined(tmp_path):
               'File "/x/tracecheck/stages/_execution.py", line 132 in execute\n')
     compiled = {"load": load, "inductor": results.died_result("inductor", "process killed by SIGSEGV", False, traced,
                                                               1.0)}
-    results.attribute_crashes(compiled)
+    compiled = settle.crashes_attributed(compiled)
     assert compiled["inductor"].failure.kind == "op-redefined"
     untraced = {"load": load, "opcheck": results.died_result(
         "opcheck", "killed", False, traced.replace("/torch/_dynamo/", "/torch/_library/"), 1.0)}
-    results.attribute_crashes(untraced)
+    untraced = settle.crashes_attributed(untraced)
     assert untraced["opcheck"].failure.kind == "crash"  # tracecheck calling an op itself names no op: not claimed
 
 
@@ -215,7 +215,7 @@ def test_next_steps_name_the_fix_command_or_the_kinds_page(tmp_path, monkeypatch
 
 
 def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_line():
-    from tracecheck.classify import results
+    from tracecheck.classify import settle
 
     frame = {"user_frame": {"file": "/p/m.py", "line": 9}}
     by_line = Finding("data-dependent", "Control flow depends on data.", {}, dict(frame))
@@ -226,21 +226,21 @@ def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_l
     stages = {"explain": StageResult("explain", FAIL, failure=by_line, findings=[by_line, rec]),
               "fullgraph": StageResult("fullgraph", FAIL, failure=by_op, findings=[by_op]),
               "opcheck": StageResult("opcheck", FAIL, failure=bare, findings=[bare])}
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     got = stages["opcheck"].failure
     assert (got.kind, got.context["first_seen_at"]) == ("missing-fake", "fullgraph")
     assert got.summary.endswith("(attributed: the same op failed at fullgraph)")
     assert got.evidence["phase"] == "test_faketensor"  # its own evidence stays
     lone = Finding("unknown", "Unclassified.", {}, dict(frame))
     stages["opcheck"] = StageResult("opcheck", FAIL, failure=lone, findings=[lone])
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     assert stages["opcheck"].failure.kind == "data-dependent"
     assert stages["opcheck"].failure.summary.endswith("(attributed: the same line failed at explain)")
 
 
 def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
-    """Advice (taxonomy severity) does not fail a stage; --strict (results.apply_strict) makes it the failure."""
-    from tracecheck.classify import results
+    """Advice (taxonomy severity) does not fail a stage; --strict (settle.strict) makes it the failure."""
+    from tracecheck.classify import results, settle
     from tracecheck.render import markdown, tables, terminal
 
     raw = {"phases": ["forward", "backward"],
@@ -266,7 +266,8 @@ def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
     md2 = markdown.render(RunReport([p2], {"torch": "2.13.0"}, ["vmap"]))
     assert "**Not checked**" in md2 and "vmap: torch.func.grad: torch refuses it" in md2
     assert "0 failing, 0 finding(s)" in md
-    results.apply_strict(p.stages)
+    p.stages = {name: settle.under_strict(st) for name, st in p.stages.items()}
+    s = p.stages["inductor"]
     strict = RunReport([p], {"torch": "2.13.0"}, ["eager", "inductor"], strict=True)
     assert s.status == FAIL and s.failure.kind == "opaque-op"
     assert p.verdict.status == FAIL and p.verdict.kinds == ("opaque-op",) and not strict.passed

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tracecheck.classify import detect, results
+from tracecheck.classify import detect, settle
 from tracecheck.model import taxonomy
 from tracecheck.model.report import Finding, StageResult, FAIL
 
@@ -220,7 +220,7 @@ def test_gradchecks_unplaced_rerun_of_the_eager_error_is_that_error():
     rerun = _finding("unknown", msg, None, "gradcheck")
     stages = {"eager": StageResult("eager", FAIL, failure=eager, findings=[eager]),
               "gradcheck": StageResult("gradcheck", FAIL, failure=rerun, findings=[rerun])}
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     assert stages["gradcheck"].failure.kind == "eager-error"
     assert stages["gradcheck"].failure.context["first_seen_at"] == "eager"
     # unplaced words that say nothing (a bare type, an empty first line): never matched on them alone
@@ -229,12 +229,12 @@ def test_gradchecks_unplaced_rerun_of_the_eager_error_is_that_error():
         r2 = _finding("unknown", vague, None, "gradcheck")
         st2 = {"eager": StageResult("eager", FAIL, failure=e2, findings=[e2]),
                "gradcheck": StageResult("gradcheck", FAIL, failure=r2, findings=[r2])}
-        results.attribute_unknowns(st2)
+        st2 = settle.attributed(st2)
         assert st2["gradcheck"].failure.kind == "unknown", vague
     # placed elsewhere: another error, not attributed
     other = _finding("unknown", msg, {"file": "/p/other.py", "line": 3}, "gradcheck")
     stages["gradcheck"] = StageResult("gradcheck", FAIL, failure=other, findings=[other])
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     assert stages["gradcheck"].failure.kind == "unknown"
 
 

@@ -5,20 +5,13 @@ the summary. The long form (every finding of every probe, the compiled-autograd 
 terminal.render."""
 from __future__ import annotations
 
-import os
-
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
-from ..model.report import INTERNAL, Finding, RootCause, RunReport, root_causes
-from ..model.taxonomy import fix_text, kinds
+from ..model.report import INTERNAL, RunReport
 from ..stages import order as stage_order
-from . import terminal, view
-from .evidence import numeric_lines
-
-#: the longest evidence line shown; the whole message is in ``-v``, ``--json`` and ``--report``
-EVIDENCE_CHARS = 160
+from . import cause, terminal, view
 
 
 def render(report: RunReport, console: Console, verbose: bool = False, attachment: str | None = None,
@@ -41,23 +34,19 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
 
 
 def causes(report: RunReport) -> Group:
-    """One block per root cause (model/report.root_causes: a kind at one user frame or op): what fails a probe first
-    (view.gating: an error, or advice under --strict, at a required target), then what targets not required found;
+    """One block per root cause (render/cause.views): what fails a probe first, then what targets not required found;
     advice once per kind (its ops or lines listed); a fix printed once (a later cause with the same fix says so);
     tracecheck's own failures; what went unchecked, each reason once."""
-    found = root_causes(report.probes)
     labels = terminal.probe_labels(report)
-    parts: list = []
+    found = cause.views(report, labels)
+    parts: list[RenderableType] = []
     fixes: dict[str, str] = {}  # fix text -> the cause that showed it first
-    errors = [c for c in found if report.gate.fails_on(c.finding.kind)]
-    for c in view.rank(report, errors):  # what gates first, then the costliest breaks, then as first seen
-        parts.append(_block(report, c, labels, not view.gating(report, c), fixes))
-    advice: dict[str, list[RootCause]] = {}
-    for c in found:
-        if not report.gate.fails_on(c.finding.kind):
-            advice.setdefault(c.finding.kind, []).append(c)
-    for kind, cs in advice.items():
-        parts.append(_advice_block(kind, cs, labels))
+    parts += [_block(v, fixes) for v in found if v.standing != cause.ADVICE]
+    advice: dict[str, list[cause.CauseView]] = {}
+    for v in found:
+        if v.standing == cause.ADVICE:
+            advice.setdefault(v.kind, []).append(v)
+    parts += [_advice_block(vs) for vs in advice.values()]
     for p in report.probes:
         for stage, s in p.stages.items():
             if s.status == INTERNAL:
@@ -69,103 +58,49 @@ def causes(report: RunReport) -> Group:
     return Group(*parts)
 
 
-def _block(report: RunReport, c: RootCause, labels: dict[str, str], not_required: bool,
-           fixes: dict[str, str]) -> Group:
-    f = c.finding
-    mark, style = ("○", "yellow") if not_required else ("✗", "red")
+def _block(v: cause.CauseView, fixes: dict[str, str]) -> Group:
+    mark, style = ("✗", "red") if v.standing == cause.GATES else ("○", "yellow")
     head = Text("\n")
-    head.append(f"{mark} {f.kind}", style=f"bold {style}")
-    # a cause keyed by its op (model/report.finding_key) is the op's in every probe: its line only when one probe saw it
-    where = f.cx.op if f.cx.op and len({p.id for p, _ in c.seen}) > 1 else _where(f)
-    if where:
-        head.append(f"  {where}", style="cyan")
-    head.append(f"  ({_seen(c, labels)})", style="dim")
-    body = Text(f.summary)
-    if not_required:
-        targets = sorted({p.stages[s].target or "" for p, stages in c.seen for s in stages})
-        body.append(f"\ngates nothing: the {', '.join(targets)} target is not required "
-                    f"({report.gate.how_to_require(*targets)} gates on it)", style="dim")
-    for line in numeric_lines(f) or [_evidence(f)]:  # what a numeric comparison measured is its evidence
+    head.append(f"{mark} {v.kind}", style=f"bold {style}")
+    if v.where:
+        head.append(f"  {v.where}", style="cyan")
+    head.append(f"  ({v.reach.text()})", style="dim")
+    body = Text(v.summary)
+    if v.gates_nothing:
+        body.append(f"\ngates nothing: {v.gates_nothing}", style="dim")
+    for line in v.numeric or (v.evidence,):  # what a numeric comparison measured is its evidence
         if line:
             body.append(f"\n{line}", style="dim")
-    owner = view.owner_label(f)
-    if owner is not None and f.user_frame is not None:
-        body.append(f"\nwhose code: {owner}", style="dim")
-    cost = view.cost_of(c, labels)
-    if cost is not None:
-        body.append(f"\ncosts: {cost.text()}", style="dim")
-    kind = kinds().get(f.kind)
-    if kind:
-        fix = fix_text(f)
-        if fix in fixes:
-            body.append(f"\nfix: the same as for the {fixes[fix]} above")
+    if v.whose is not None:
+        body.append(f"\nwhose code: {v.whose}", style="dim")
+    if v.cost is not None:
+        body.append(f"\ncosts: {v.cost.text()}", style="dim")
+    if v.fix is not None:
+        if v.fix in fixes:
+            body.append(f"\nfix: the same as for the {fixes[v.fix]} above")
         else:
-            fixes[fix] = f"{f.kind} at {where}" if where else f.kind
-            body.append(f"\nfix: {fix}")
-            body.append(f"\nmore: {kind.explain_command}", style="dim")
+            fixes[v.fix] = f"{v.kind} at {v.where}" if v.where else v.kind
+            body.append(f"\nfix: {v.fix}")
+            body.append(f"\nmore: {v.more}", style="dim")
     return Group(head, Padding(body, (0, 0, 0, 2), expand=False))
 
 
-def _advice_block(kind: str, cs: list[RootCause], labels: dict[str, str]) -> Group:
+def _advice_block(vs: list[cause.CauseView]) -> Group:
     """Advice of one kind, once: what it is about (ops or lines), the probes and stages, its fix."""
+    first = vs[0]
     head = Text("\n")
-    head.append(f"ⓘ {kind}", style="bold yellow")
+    head.append(f"ⓘ {first.kind}", style="bold yellow")
     head.append("  advice: fails nothing unless --strict", style="dim")
-    about = list(dict.fromkeys(_where(c.finding) for c in cs if _where(c.finding)))
-    seen = RootCause(cs[0].finding, [ps for c in cs for ps in c.seen])
-    body = Text(f"{', '.join(about) or cs[0].finding.summary}", style="cyan")
-    body.append(f"  ({_seen(seen, labels)})", style="dim")
-    body.append(f"\n{cs[0].finding.summary}" + (f" (and {len(cs) - 1} more like it)" if len(cs) > 1 else ""))
-    k = kinds().get(kind)
-    if k:
-        body.append(f"\nfix: {fix_text(cs[0].finding)}")
-        body.append(f"\nmore: {k.explain_command}", style="dim")
+    about = list(dict.fromkeys(cause.where_of(v.finding) for v in vs if cause.where_of(v.finding)))
+    reach = cause.Reach(tuple(dict.fromkeys(p for v in vs for p in v.reach.probes)),
+                        tuple(sorted({s for v in vs for s in v.reach.stages}, key=stage_order)))
+    body = Text(f"{', '.join(about) or first.summary}", style="cyan")
+    body.append(f"  ({reach.text()})", style="dim")
+    body.append(f"\n{first.summary}" + (f" (and {len(vs) - 1} more like it)" if len(vs) > 1 else ""))
+    if first.fix is not None:
+        body.append(f"\nfix: {first.fix}")
+        body.append(f"\nmore: {first.more}", style="dim")
     return Group(head, Padding(body, (0, 0, 0, 2), expand=False))
-
-
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}{'s' if n != 1 else ''}"
-
-
-def _where(f: Finding) -> str:
-    """The user's line (relative to the working directory when under it), else the op, else nothing."""
-    frame = f.user_frame
-    if frame is not None:
-        rel = os.path.relpath(frame.file) if os.path.isabs(frame.file) else frame.file
-        return f"{frame.file if rel.startswith('..') else rel}:{frame.line}"
-    return f.cx.op or f.cx.builtin or ""
-
-
-def _evidence(f: Finding) -> str:
-    """One line: Dynamo's gb_type and GB code, else the exception and its root cause's first line, else opcheck's
-    test."""
-    ev = f.ev
-    if ev.gb_type:
-        return f"gb_type {ev.gb_type!r}" + (f" ({ev.gb_code})" if ev.gb_code else "")
-    said = ev.headline()
-    if ev.exception_type:
-        return _cut(f"{ev.exception_type}: {said}") if said else ev.exception_type
-    if ev.opcheck_test:
-        return f"opcheck {ev.opcheck_test}"
-    return _cut(said)
-
-
-def _cut(text: str) -> str:
-    """``text`` in EVIDENCE_CHARS at most, cut at a word with ``…`` (never inside a name)."""
-    if len(text) <= EVIDENCE_CHARS:
-        return text
-    return text[:EVIDENCE_CHARS].rsplit(" ", 1)[0] + " …"
-
-
-def _seen(c: RootCause, labels: dict[str, str]) -> str:
-    """``probe_a: explain, aot_eager`` for one probe; ``probe_a, probe_b × 6 stages: ...`` for a few, ``5 probes × ...``
-    for more (probes named as the verdict view names them)."""
-    probes = list(dict.fromkeys(labels.get(p.id, p.id) for p, _ in c.seen))
-    stages = sorted({s for _, st in c.seen for s in st}, key=stage_order)
-    if len(probes) == 1:
-        return f"{probes[0]}: {', '.join(stages)}"
-    who = ", ".join(probes) if len(probes) <= 3 else _count(len(probes), "probe")
-    return f"{who} × {_count(len(stages), 'stage')}: {', '.join(stages)}"
 
 
 def _not_checked(report: RunReport, labels: dict[str, str]) -> list[str]:

@@ -16,9 +16,8 @@ from pathlib import Path
 
 from ..gate.baseline import package_relative
 from ..model.evidence import YOURS
-from ..model.report import Finding, RootCause, RunReport, root_causes
-from ..model.taxonomy import fix_text, kinds
-from . import terminal, view
+from ..model.report import RootCause, RunReport, root_causes
+from . import cause, terminal, view
 from .paths import PathScrubber
 
 #: line marks, strongest first: a line with a finding, one that ran a torch call in eager, one inside a graph
@@ -32,7 +31,7 @@ class _Line:
     mark: str = ""
     #: probe label -> graph or eager (where the probes disagree, the page says which did what)
     states: dict[str, str] = field(default_factory=dict)
-    causes: list[RootCause] = field(default_factory=list)
+    causes: list[cause.CauseView] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -76,29 +75,22 @@ def _readable(file: str, rootdir: str) -> bool:
     return (_under(file, rootdir) or package_relative(file) is not None) and os.path.isfile(file)
 
 
-def _kind_label(report: RunReport, c: RootCause, long: bool) -> str:
+def _kind_label(v: cause.CauseView, long: bool) -> str:
     """The cause's kind as a page shows it: plain where it fails the run, else marked as gating nothing."""
-    kind = c.finding.kind
-    if view.gating(report, c):
-        return kind
-    if report.gate.fails_on(kind):
-        return f"○ {kind}" + (" (target not required: gates nothing)" if long else "")
-    return kind + (" (advice: gates nothing)" if long else "")
+    if v.standing == cause.GATES:
+        return v.kind
+    if v.standing == cause.NOT_REQUIRED:
+        return f"○ {v.kind}" + (" (target not required: gates nothing)" if long else "")
+    return v.kind + (" (advice: gates nothing)" if long else "")
 
 
-def _finding_view(f: Finding, c: RootCause, labels: dict[str, str], kind: str) -> dict[str, str]:
-    k = kinds().get(f.kind)
-    return {"kind": kind, "code": f.ev.gb_code or "", "doc": f.ev.doc or "", "headline": f.ev.headline(),
-            "summary": f.summary,
-            "fix": fix_text(f) if k else "", "more": k.explain_command if k else "",
-            "owner": view.owner_label(f) or "not known",
-            "cost": _cost(c, labels),
-            "seen": "; ".join(f"{labels[p.id]}: {', '.join(stages)}" for p, stages in c.seen)}
-
-
-def _cost(c: RootCause, labels: dict[str, str]) -> str:
-    cost = view.cost_of(c, labels)
-    return cost.text() if cost is not None else ""
+def _finding_view(v: cause.CauseView, labels: dict[str, str]) -> dict[str, str]:
+    ev = v.finding.ev
+    return {"kind": _kind_label(v, True), "code": ev.gb_code or "", "doc": ev.doc or "", "headline": ev.headline(),
+            "summary": v.summary, "fix": v.fix or "", "more": v.more or "",
+            "owner": view.owner_label(v.finding) or "not known",
+            "cost": v.cost.text() if v.cost is not None else "",
+            "seen": "; ".join(f"{labels[p.id]}: {', '.join(stages)}" for p, stages in v.cause.seen)}
 
 
 def _reach(c: RootCause) -> tuple[int, int]:
@@ -127,15 +119,16 @@ def write(directory: str, report: RunReport) -> list[str]:
                     if not line.mark or _RANK[mark] < _RANK[line.mark]:
                         line.mark = mark
     # what fails the run first, then the costliest breaks (as measured), then the most widespread (view.rank)
-    causes = view.rank(report, sorted(root_causes(report.probes), key=lambda c: tuple(-x for x in _reach(c))))
-    for c in causes:
-        frame = c.finding.user_frame
+    causes = [cause.of(report, c, labels) for c in view.rank(report, sorted(
+        root_causes(report.probes), key=lambda c: tuple(-x for x in _reach(c))))]
+    for v in causes:
+        frame = v.finding.user_frame
         if frame is not None and frame.line and os.path.isabs(frame.file):  # on disk or not (a report from CI)
             line = files.setdefault(frame.file, {}).setdefault(frame.line, _Line())
-            mark = BREAK if view.gating(report, c) else OTHER
+            mark = BREAK if v.standing == cause.GATES else OTHER
             if not line.mark or _RANK[mark] < _RANK[line.mark]:
                 line.mark = mark
-            line.causes.append(c)
+            line.causes.append(v)
     # a page per file of the user's (under the rootdir), and per library file with a finding
     files = {f: marks for f, marks in files.items() if os.path.isabs(f) and not os.path.isdir(f)
              and (_under(f, rootdir) or any(x.mark in (BREAK, OTHER) for x in marks.values()))}
@@ -170,7 +163,7 @@ def write(directory: str, report: RunReport) -> list[str]:
             x = marks.get(n, _Line())
             mixed = len(set(x.states.values())) > 1
             rows.append({"n": n, "text": source[n - 1] if n <= len(source) else "", "mark": x.mark,
-                         "findings": [_finding_view(c.finding, c, labels, _kind_label(report, c, True)) for c in x.causes],
+                         "findings": [_finding_view(v, labels) for v in x.causes],
                          "probes": "; ".join(f"{probe}: {state}" for probe, state in x.states.items()),
                          "note": ("in a graph in " + ", ".join(k for k, v in x.states.items() if v == GRAPH)
                                   + "; in eager in " + ", ".join(k for k, v in x.states.items() if v == EAGER))
@@ -194,16 +187,16 @@ def write(directory: str, report: RunReport) -> list[str]:
                        "share": f"~{cov.captured_share:.0%}" if cov and cov.captured_share is not None else "-",
                        "breaks": breaks})
     rows = []
-    for c in causes:
-        f, frame = c.finding, c.finding.user_frame
-        n_probes, n_stages = _reach(c)
-        rows.append({"id": f.kind, "kind": _kind_label(report, c, False), "code": f.ev.gb_code or "",
+    for v in causes:
+        f, frame = v.finding, v.finding.user_frame
+        n_probes, n_stages = _reach(v.cause)
+        rows.append({"id": f.kind, "kind": _kind_label(v, False), "code": f.ev.gb_code or "",
                      "where": f"{_label(frame.file, rootdir)}:{frame.line}" if frame else (f.cx.op or "-"),
                      "href": f"{href[frame.file]}#L{frame.line}" if frame and frame.file in href else "",
                      "owner": view.owner_label(f) or (YOURS if frame and _under(
                          frame.file, rootdir) else "not known"),
-                     "reach": f"{n_probes} probe(s), {n_stages} stage(s)", "cost": _cost(c, labels) or "-",
-                     "fix": fix_text(f) if kinds().get(f.kind) else ""})
+                     "reach": f"{n_probes} probe(s), {n_stages} stage(s)", "cost": v.cost.text() if v.cost is not None else "-",
+                     "fix": v.fix or ""})
     env_line = f"torch {report.env.torch or '?'} · Python {report.env.python or '?'}"
     (out / "index.html").write_text(env.get_template("index.html.j2").render(
         environment=env_line, probes=probes, breaks_defined=view.BREAKS_DEFINED, causes=rows, files=pages, command=PathScrubber(root=rootdir or None)(" ".join(report.command)) or "tracecheck"),

@@ -17,12 +17,13 @@ import re
 import shlex
 from typing import Any
 
-from ..model.taxonomy import K, fix_text, is_advice, kinds, snippet_for
+from ..model.taxonomy import K, is_advice, kinds, snippet_for
 from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
 from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
 from ..model.targets import COMPILE, TARGETS, Gate
 from ..stages import REGISTRY as STAGE_REGISTRY
 from . import diff, view
+from .cause import of as cause_view
 from ..environment import COLLECT_ENV_FIELDS
 from .evidence import condense_traceback, numeric_lines
 from .fit import Details, Section, fence, fit
@@ -338,16 +339,15 @@ class MarkdownRenderer:
         """One root cause, once, however many probes and stages saw it: where, evidence, fix, repro. ``prefix``:
         "A" numbers advice A1, A2, ..., "N" what targets not required found, apart from the findings."""
         advice = bool(prefix)
+        v = cause_view(self.report, cause, {q.id: self.probe_label(q.id) for q in self.report.probes})
         f = cause.finding
         p, stages = cause.seen[0]
         ev, cx = f.ev, f.cx
         kind = kinds().get(f.kind)
         lines = [f"#### {prefix}{index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
         bullets = []
-        others = sorted({t for q, st in cause.seen for t in view.not_required_targets(q, st)})
-        if others and not is_advice(f.kind):
-            bullets.append(f"- **Gates nothing:** the {', '.join(others)} target is not required "
-                           f"({self.report.gate.how_to_require(others[0])} gates on it)")
+        if v.gates_nothing:
+            bullets.append(f"- **Gates nothing:** {v.gates_nothing}")
         if len(cause.seen) > 1:  # each probe's stages in stage order: its first failing stage leads
             seen = "; ".join(f"{_code(self.probe_label(q.id))} ({', '.join(st)})" for q, st in cause.seen)
             bullets.append(f"- **Probes ({len(cause.seen)}):** {seen}")
@@ -364,9 +364,8 @@ class MarkdownRenderer:
             bullets.append(f"- **User frame:** {_code(self.scrub(frame.file) + ':' + str(frame.line))}{fn}")
         if ev.owner is not None:
             bullets.append(f"- **Owner:** {_code(view.owner_label(f) or ev.owner.label)}")
-        cost = view.cost_of(cause, {q.id: self.probe_label(q.id) for q in self.report.probes})
-        if cost is not None:
-            bullets.append(f"- **Costs:** {cost.text()}")
+        if v.cost is not None:
+            bullets.append(f"- **Costs:** {v.cost.text()}")
         named = [(label, value) for value, label in ((cx.op, "Op"), (cx.builtin, "Builtin")) if value]
         if not named and ev.gb_type:
             name = named_in_message(ev.message)
@@ -407,7 +406,7 @@ class MarkdownRenderer:
         numeric = numeric_lines(f, f"in {self.probe_label(p.id)}: " if len(cause.seen) > 1 else "")
         if numeric:
             lines.append("Numerics:\n\n" + "\n".join(f"- {self.scrub(x)}" for x in numeric) + "\n\n")
-        fix = fix_text(f) if kind else ""
+        fix = v.fix or ""
         if fix and fix in self._fix_shown:  # the very same fix: said once, pointed to after
             lines.append(f"**Fix:** as in finding {self._fix_shown[fix]} above.\n\n")
         elif kind:
@@ -417,14 +416,14 @@ class MarkdownRenderer:
             if snippet and f.kind not in self._snippet_shown:
                 self._snippet_shown.add(f.kind)  # once per kind keeps the report short
                 lines.append(f"```python\n{snippet}\n```\n\n")
-            lines.append(f"Background: `{kind.explain_command}` prints the kind's page.\n\n")
+            lines.append(f"Background: `{v.more}` prints the kind's page.\n\n")
         repro = f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n"
         lines.append(repro)
         # shorter forms for the size limit: the evidence bullets and the fix, then the heading and where
         headline = self.scrub(ev.headline() or first_line(ev.cause))[:300]
         short: list[str | Details] = [lines[0], lines[1],
                                       *([f"Message (first line): {_code(headline)}\n\n"] if headline else []),
-                 f"**Fix:** {fix_text(f)}\n\n" if kind else "", repro]
+                 f"**Fix:** {fix}\n\n" if fix else "", repro]
         frameless = frame is None and not cx.op
         places = [self.scrub(frame.location) if frame is not None else "",
                   cx.op or cx.builtin or "",

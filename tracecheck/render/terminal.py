@@ -15,6 +15,7 @@ from ..model.taxonomy import MODEL_CODE_KINDS, K, fix_text, is_advice, kinds, ne
 from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RootCause, RunReport, StageResult, finding_key, group_findings
 from ..model.targets import Gate
 from . import view
+from .cause import gates_nothing
 from .evidence import numeric_lines
 
 
@@ -262,8 +263,7 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
     t.append(f"{f.kind}{label}", style="yellow" if advice or not_required else "red")
     t.append(f": {f.summary}\n")
     if not_required and not advice:
-        t.append(f"    gates nothing: the {', '.join(not_required)} target is not required "
-                 f"({gate.how_to_require(not_required[0])} gates on it)\n", style="dim")
+        t.append(f"    gates nothing: {gates_nothing(not_required, gate)}\n", style="dim")
     bits = []
     if ev.exception_type:
         bits.append(f"exception {ev.exception_type}")

@@ -1,0 +1,138 @@
+"""One root cause as every renderer shows it, decided once (``CauseView``): its kind and whether it gates the run, where
+it is and whose code that is, one line of evidence, what it costs, the fix, and which probes and stages saw it. The
+brief, the Markdown report and the source view lay these fields out; none composes them again."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..model.report import Finding, RootCause, RunReport, root_causes
+from ..model.targets import Gate
+from ..model.taxonomy import fix_text, kinds
+from ..stages import order as stage_order
+from . import view
+from .evidence import numeric_lines
+
+#: how a cause stands against the run's gate: it fails a probe; it failed only targets the run does not require;
+#: it is advice (fails nothing unless --strict)
+GATES, NOT_REQUIRED, ADVICE = "gates", "not-required", "advice"
+
+#: the longest evidence line shown; the whole message is in ``-v``, ``--json`` and ``--report``
+EVIDENCE_CHARS = 160
+
+
+def gates_nothing(targets: Sequence[str], gate: Gate) -> str:
+    """Why a failure of targets the run does not require gates nothing, and how to make it gate: the one wording,
+    which every renderer puts after its own ``gates nothing`` label."""
+    return f"the {', '.join(targets)} target is not required ({gate.how_to_require(*targets)} gates on it)"
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Which probes (as the verdict view labels them) and stages (in stage order) saw a cause."""
+
+    probes: tuple[str, ...]
+    stages: tuple[str, ...]
+
+    def text(self) -> str:
+        """``probe_a: explain, aot_eager`` for one probe; ``probe_a, probe_b × 6 stages: ...`` for a few, ``5 probes
+        × ...`` for more."""
+        if len(self.probes) == 1:
+            return f"{self.probes[0]}: {', '.join(self.stages)}"
+        who = ", ".join(self.probes) if len(self.probes) <= 3 else _count(len(self.probes), "probe")
+        return f"{who} × {_count(len(self.stages), 'stage')}: {', '.join(self.stages)}"
+
+
+@dataclass(frozen=True)
+class CauseView:
+    """One root cause (model/report.root_causes), every field a renderer shows (module docstring)."""
+
+    cause: RootCause
+    kind: str
+    summary: str
+    #: GATES, NOT_REQUIRED or ADVICE
+    standing: str
+    #: NOT_REQUIRED: the targets it failed, none of them required
+    targets: tuple[str, ...]
+    #: NOT_REQUIRED: why it gates nothing (``gates_nothing``)
+    gates_nothing: str | None
+    #: the user's line (relative to the working directory when under it), else the op or builtin, else ""
+    where: str
+    #: whose code the line is (view.owner_label), None where no frame places it
+    whose: str | None
+    #: one line: Dynamo's gb_type and GB code, else the exception and its root cause, else opcheck's test
+    evidence: str
+    #: what a numeric comparison measured (its evidence, in place of ``evidence``)
+    numeric: tuple[str, ...]
+    #: the fix and the command that prints the kind's page; None for a kind this version does not know
+    fix: str | None
+    more: str | None
+    reach: Reach
+    cost: view.Cost | None
+
+    @property
+    def finding(self) -> Finding:
+        return self.cause.finding
+
+
+def of(report: RunReport, c: RootCause, labels: dict[str, str]) -> CauseView:
+    """The view of one root cause of ``report`` (``labels``: each probe's label, terminal.probe_labels)."""
+    f = c.finding
+    targets = tuple(sorted({t for p, stages in c.seen for t in view.not_required_targets(p, stages)}))
+    standing = ADVICE if not report.gate.fails_on(f.kind) else GATES if view.gating(report, c) else NOT_REQUIRED
+    kind = kinds().get(f.kind)
+    # a cause keyed by its op (model/report.finding_key) is the op's in every probe: its line only when one probe saw it
+    where = f.cx.op if f.cx.op and len({p.id for p, _ in c.seen}) > 1 else where_of(f)
+    return CauseView(
+        cause=c, kind=f.kind, summary=f.summary, standing=standing, targets=targets,
+        gates_nothing=gates_nothing(targets, report.gate) if standing == NOT_REQUIRED and targets else None,
+        where=where, whose=view.owner_label(f) if f.user_frame is not None else None,
+        evidence=evidence_line(f), numeric=tuple(numeric_lines(f)),
+        fix=fix_text(f) if kind else None, more=kind.explain_command if kind else None,
+        reach=Reach(tuple(dict.fromkeys(labels.get(p.id, p.id) for p, _ in c.seen)),
+                    tuple(sorted({s for _, st in c.seen for s in st}, key=stage_order))),
+        cost=view.cost_of(c, labels))
+
+
+def views(report: RunReport, labels: dict[str, str]) -> list[CauseView]:
+    """Every root cause of ``report``: what fails it first (view.rank: what gates, then the costliest breaks, then as
+    first seen), advice last in the order found."""
+    found = root_causes(report.probes)
+    errors = [c for c in found if report.gate.fails_on(c.finding.kind)]
+    advice = [c for c in found if not report.gate.fails_on(c.finding.kind)]
+    return [of(report, c, labels) for c in view.rank(report, errors) + advice]
+
+
+def where_of(f: Finding) -> str:
+    """The user's line (relative to the working directory when under it), else the op, else nothing."""
+    frame = f.user_frame
+    if frame is not None:
+        rel = os.path.relpath(frame.file) if os.path.isabs(frame.file) else frame.file
+        return f"{frame.file if rel.startswith('..') else rel}:{frame.line}"
+    return f.cx.op or f.cx.builtin or ""
+
+
+def evidence_line(f: Finding) -> str:
+    """One line: Dynamo's gb_type and GB code, else the exception and its root cause's first line, else opcheck's
+    test."""
+    ev = f.ev
+    if ev.gb_type:
+        return f"gb_type {ev.gb_type!r}" + (f" ({ev.gb_code})" if ev.gb_code else "")
+    said = ev.headline()
+    if ev.exception_type:
+        return _cut(f"{ev.exception_type}: {said}") if said else ev.exception_type
+    if ev.opcheck_test:
+        return f"opcheck {ev.opcheck_test}"
+    return _cut(said)
+
+
+def _cut(text: str) -> str:
+    """``text`` in EVIDENCE_CHARS at most, cut at a word with ``…`` (never inside a name)."""
+    if len(text) <= EVIDENCE_CHARS:
+        return text
+    return text[:EVIDENCE_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
