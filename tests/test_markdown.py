@@ -431,7 +431,7 @@ def test_a_traceback_is_pointed_to_only_for_the_same_exception():
 
 def test_a_disabled_function_is_named_a_function_not_a_builtin():
     """Dynamo's words, as torch 2.13 prints them, for a builtin and for a ``torch.compiler.disable``d function."""
-    from tracecheck.render.markdown import named_in_message
+    from tracecheck.render.evidence import named_in_message
 
     assert named_in_message("Failed to trace builtin operator `print` with argument types") == ("Builtin", "print")
     skipped = ("Attempted to call function marked as skipped\n  Explanation: Dynamo developers have intentionally "

@@ -145,3 +145,58 @@ def _skipped_line(paths: list[str]) -> str:
     where = sorted({(m.group(1) or m.group(2)).removesuffix(".py") if m else "tracecheck"
                     for m in map(_INTERNAL.search, paths)})
     return f"  [... {len(paths)} frame(s) in {', '.join(where)} ...]"
+
+
+#: a trimmed exception message (a Markdown finding's): at most this many lines / characters
+_MESSAGE_LINES, _MESSAGE_CHARS = 10, 720
+#: a longer message line (an FX node's arguments, say) is cut in the middle to this many characters
+_LINE_CHARS = 360
+#: Dynamo's lines that say nothing of the failure
+_MESSAGE_NOISE = re.compile(r"^\s*(Developer debug context:|For more details about this graph break|Set TORCHDYNAMO_VERBOSE)")
+
+
+def drop_noise(text: str) -> str:
+    return "\n".join(ln for ln in text.splitlines() if not _MESSAGE_NOISE.match(ln))
+
+
+TRIMMED = "\n[... trimmed; the full text is in the details below and in the JSON report]"
+
+
+def trim_message(text: str) -> str:
+    """A message as a report quotes it: no user stack (the traceback has it), no noise, long lines cut in the
+    middle, at most ``_MESSAGE_LINES`` lines; ``TRIMMED`` says where the rest is."""
+    kept: list[str] = []
+    for ln in text.strip().splitlines():
+        if ln.strip() == "from user code:":
+            break  # the user stack: in the traceback details
+        if not _MESSAGE_NOISE.match(ln):  # a long line keeps both ends: what ran, and what it got
+            kept.append(ln if len(ln) <= _LINE_CHARS else f"{ln[:_LINE_CHARS // 2]} [...] {ln[-_LINE_CHARS // 2:]}")
+    text = "\n".join(kept)
+    lines = text.strip().splitlines()
+    out = "\n".join(lines[:_MESSAGE_LINES])
+    if len(out) > _MESSAGE_CHARS:
+        out = out[:_MESSAGE_CHARS]
+    if len(out) < len(text.strip()):
+        out += TRIMMED
+    return out
+
+
+#: Where Dynamo's messages name the builtin or function it refused (for the "Builtin" line when the
+#: classifier's context has none), newest wording first.
+_NAMED_IN_MESSAGE = [
+    ("Builtin", re.compile(r"trace builtin operator `(?P<name>[^`]+)`")),
+    ("Builtin", re.compile(r"trace the builtin `(?P<name>[^`]+?)\.?`")),
+    ("Function", re.compile(r"Developer debug context: (?:module: (?P<mod>[\w.]+), qualname: (?P<qual>[\w.]+))")),
+    ("Function", re.compile(r"Developer debug context: <function (?P<name>[\w.]+) at 0x")),  # a disable()d function
+]
+
+
+def named_in_message(message: str) -> tuple[str, str] | None:
+    """What a Dynamo message names, and what it is: ``("Builtin", "print")`` for "trace builtin operator `print`",
+    ``("Function", "helper")`` for a ``torch.compiler.disable``d or skipped Python function (no builtin)."""
+    for label, pattern in _NAMED_IN_MESSAGE:
+        m = pattern.search(message or "")
+        if m:
+            groups = m.groupdict()
+            return label, groups["name"] if groups.get("name") else f"{groups['mod']}.{groups['qual']}"
+    return None

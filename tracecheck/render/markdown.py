@@ -25,7 +25,7 @@ from ..stages import REGISTRY as STAGE_REGISTRY
 from . import diff, view
 from .cause import of as cause_view
 from ..environment import COLLECT_ENV_FIELDS
-from .evidence import condense_traceback, numeric_lines
+from .evidence import TRIMMED, condense_traceback, drop_noise, named_in_message, numeric_lines, trim_message
 from .fit import Details, Section, fence, fit
 from .paths import PathScrubber
 
@@ -34,10 +34,6 @@ GITHUB_COMMENT_LIMIT = 65536
 #: Room kept free for the truncation notice that is written once the final size is known, in characters (the
 #: JSON report's path, which it names, comes on top).
 _NOTICE_RESERVE = 900
-#: Trimmed exception message shown in a finding section: at most this many lines / characters.
-_MESSAGE_LINES, _MESSAGE_CHARS = 10, 720
-#: a longer message line (an FX node's arguments, say) is cut in the middle to this many characters
-_LINE_CHARS = 360
 #: Verdict rows shown before the table only lists failing probes.
 _MAX_VERDICT_ROWS = 60
 
@@ -59,33 +55,6 @@ def _cell(text: str) -> str:
 
 #: lines of Dynamo's messages an attachment leaves out: the GB link and the user frames are in the bullets and
 #: the traceback already, the rest is advice to torch developers
-_MESSAGE_NOISE = re.compile(r"^\s*(Developer debug context:|For more details about this graph break|Set TORCHDYNAMO_VERBOSE)")
-
-
-def _drop_noise(text: str) -> str:
-    return "\n".join(ln for ln in text.splitlines() if not _MESSAGE_NOISE.match(ln))
-
-
-_TRIMMED = "\n[... trimmed; the full text is in the details below and in the JSON report]"
-
-
-def _trim_message(text: str) -> str:
-    kept: list[str] = []
-    for ln in text.strip().splitlines():
-        if ln.strip() == "from user code:":
-            break  # the user stack: in the traceback details
-        if not _MESSAGE_NOISE.match(ln):  # a long line keeps both ends: what ran, and what it got
-            kept.append(ln if len(ln) <= _LINE_CHARS else f"{ln[:_LINE_CHARS // 2]} [...] {ln[-_LINE_CHARS // 2:]}")
-    text = "\n".join(kept)
-    lines = text.strip().splitlines()
-    out = "\n".join(lines[:_MESSAGE_LINES])
-    if len(out) > _MESSAGE_CHARS:
-        out = out[:_MESSAGE_CHARS]
-    if len(out) < len(text.strip()):
-        out += _TRIMMED
-    return out
-
-
 _ICON = {PASS: "✅", FAIL: "❌", TIMEOUT: "⏱️", CRASH: "💥", SKIP: "➖", INTERNAL: "🐞", view.NOT_REQUIRED: "⚪"}
 
 
@@ -401,7 +370,7 @@ class MarkdownRenderer:
             message = ""
         elif message:
             self._message_shown[(f.kind, ev.gb_type, opening)] = index
-            trimmed = self.scrub(_trim_message(str(message)))
+            trimmed = self.scrub(trim_message(str(message)))
             lines.append(f"Message (trimmed):\n\n{fence(trimmed)}text\n{trimmed}\n{fence(trimmed)}\n\n")
         numeric = numeric_lines(f, f"in {self.probe_label(p.id)}: " if len(cause.seen) > 1 else "")
         if numeric:
@@ -444,7 +413,7 @@ class MarkdownRenderer:
             self._traceback_shown[tb_key] = index
         if tb:
             section.parts.append(Details("Traceback (user frames and the last frames; the JSON report has all)",
-                                         self.scrub(_drop_noise(condense_traceback(str(tb).rstrip(),
+                                         self.scrub(drop_noise(condense_traceback(str(tb).rstrip(),
                                                                            message_shown=bool(message)))),
                                          "python-traceback",
                                          "tail"))
@@ -453,7 +422,7 @@ class MarkdownRenderer:
         if tail:
             section.parts.append(Details("stderr tail", self.scrub(str(tail).rstrip()), "text", "tail"))
             section.parts.append("\n")
-        if message and _trim_message(str(message)).endswith(_TRIMMED) and not tb:
+        if message and trim_message(str(message)).endswith(TRIMMED) and not tb:
             section.parts.append(Details("Full message", self.scrub(str(message).rstrip())))
             section.parts.append("\n")
         return section
@@ -559,27 +528,6 @@ def _has_log(folder: str) -> bool:
         return any(name.endswith(".log") for name in os.listdir(folder))
     except OSError:
         return False
-
-
-#: Where Dynamo's messages name the builtin or function it refused (for the "Builtin" line when the
-#: classifier's context has none), newest wording first.
-_NAMED_IN_MESSAGE = [
-    ("Builtin", re.compile(r"trace builtin operator `(?P<name>[^`]+)`")),
-    ("Builtin", re.compile(r"trace the builtin `(?P<name>[^`]+?)\.?`")),
-    ("Function", re.compile(r"Developer debug context: (?:module: (?P<mod>[\w.]+), qualname: (?P<qual>[\w.]+))")),
-    ("Function", re.compile(r"Developer debug context: <function (?P<name>[\w.]+) at 0x")),  # a disable()d function
-]
-
-
-def named_in_message(message: str) -> tuple[str, str] | None:
-    """What a Dynamo message names, and what it is: ``("Builtin", "print")`` for "trace builtin operator `print`",
-    ``("Function", "helper")`` for a ``torch.compiler.disable``d or skipped Python function (no builtin)."""
-    for label, pattern in _NAMED_IN_MESSAGE:
-        m = pattern.search(message or "")
-        if m:
-            groups = m.groupdict()
-            return label, groups["name"] if groups.get("name") else f"{groups['mod']}.{groups['qual']}"
-    return None
 
 
 def _traceback_from_other_stages(p: ProbeReport, f: Finding) -> str | None:
