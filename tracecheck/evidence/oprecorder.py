@@ -131,7 +131,7 @@ class OpRecorder(compat.TorchDispatchMode):
         """Run a higher-order op (the mode is off here); for ``torch.cond``, whose eager kernel only calls the
         branch it takes, that branch runs with this mode back on so that the ops it calls are recorded. Other
         HOPs (while_loop, map, scan, invoke_subgraph) run, but unseen inside: their kernels may inspect their
-        subgraphs, which a wrapper would hide, so the custom ops they call are not opchecked (README, the opcheck stage)."""
+        subgraphs, which a wrapper would hide, so the custom ops they call are not opchecked (docs/usage.md, the opcheck stage)."""
         if hop is torch.ops.higher_order.cond and len(args) == 4:
             pred, true_fn, false_fn, operands = args
             return hop(pred, self._seen(true_fn), self._seen(false_fn), operands, **kwargs)

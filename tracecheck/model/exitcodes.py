@@ -1,4 +1,4 @@
-"""Exit codes of the tracecheck CLI (documented in --help and the README)."""
+"""Exit codes of the tracecheck CLI (documented in --help and docs/usage.md)."""
 import enum
 
 
