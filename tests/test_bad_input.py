@@ -2,7 +2,7 @@
 import pytest
 
 
-#: what the piped progress lines start with (cli._LiveProgress): they may come before an error found while loading
+#: what the piped progress lines start with (render/live.py): they may come before an error found while loading
 PROGRESS = ("tracecheck: ", "loading ", "running ")
 
 

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from report_factory import break_finding, small_report
-from tracecheck.gate import baseline, shards
+from tracecheck.collect import sharding
+from tracecheck.gate import comparison, document, shards
 from tracecheck.model.exitcodes import UsageError
 from tracecheck.render import annotations
 from tracecheck.model.report import FAIL, PASS, Finding, StageResult
@@ -17,7 +18,7 @@ def base_and_new(**kw):
 
 
 def compare(old, new):
-    return baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    return comparison.compare(document.from_report(old), document.from_report(new))
 
 
 def effects(cmp):
@@ -29,7 +30,7 @@ def effects(cmp):
 
 
 def test_baseline_holds_no_timings_and_no_paths():
-    doc = baseline.from_report(small_report(root="/home/alice/proj"))
+    doc = document.from_report(small_report(root="/home/alice/proj"))
     text = json.dumps(doc)
     assert doc["format"] == "tracecheck-baseline" and doc["schema_version"] == 1
     assert "seconds" not in text and "/home/alice" not in text and "proj" not in text
@@ -39,7 +40,7 @@ def test_baseline_holds_no_timings_and_no_paths():
 
 
 # The baseline of report_factory.small_report(), written by hand from docs/ci.md ("The baseline file") and the
-# values report_factory sets, never from baseline.from_report's output: ids and break files relative to the probe's
+# values report_factory sets, never from document.from_report's output: ids and break files relative to the probe's
 # file, no timings, no paths, no message text; every stage of the compile target; recompiles only where the
 # compiled_autograd stage recorded them (an empty list: 0); the compiled_autograd counts that stage keeps; a break's
 # GB code where the run had one, and its line's source text without the comment.
@@ -88,17 +89,17 @@ def test_two_machines_with_different_checkouts_compare_equal():
             f.summary = "reworded"
             f.evidence["message"] = "a different torch wording"
     # each machine's baseline is the hand-written one, so they are equal to each other
-    assert baseline.from_report(a) == SMALL_REPORT_BASELINE
-    assert baseline.from_report(b) == SMALL_REPORT_BASELINE
+    assert document.from_report(a) == SMALL_REPORT_BASELINE
+    assert document.from_report(b) == SMALL_REPORT_BASELINE
     # and either run compared with the hand-written baseline changes nothing
     for run in (a, b):
-        cmp = baseline.compare_report(copy.deepcopy(SMALL_REPORT_BASELINE), run)
+        cmp = comparison.compare_report(copy.deepcopy(SMALL_REPORT_BASELINE), run)
         assert (cmp.compared_probes, cmp.changes, cmp.regressed) == (2, [], False)
 
 
 def test_a_full_report_reads_as_a_baseline_of_its_own_run():
     r = small_report()
-    doc = baseline.to_baseline(json.loads(json.dumps(r.to_dict())))
+    doc = document.to_baseline(json.loads(json.dumps(r.to_dict())))
     # the values report_factory wrote by hand, as the baseline keeps them
     bad = doc["probes"]["model.py::probe_bad"]["stages"]
     assert (bad["explain"]["status"], bad["explain"]["kinds"]) == ("fail", ["graph-break"])
@@ -112,28 +113,28 @@ def test_a_full_report_reads_as_a_baseline_of_its_own_run():
     assert {s: v["status"] for s, v in ok.items()} == {"eager": "pass", "explain": "pass", "aot_eager": "pass",
                                                        "fullgraph": "pass", "compiled_autograd": "pass"}
     # and the run compared with it: nothing changed
-    cmp = baseline.compare_report(doc, r)
+    cmp = comparison.compare_report(doc, r)
     assert (cmp.compared_probes, cmp.changes, cmp.regressed) == (2, [], False)
 
 
 def test_unsupported_baseline_version_is_refused():
-    doc = baseline.from_report(small_report())
+    doc = document.from_report(small_report())
     doc["schema_version"] = 7
     with pytest.raises(ValueError, match="schema_version"):
-        baseline.to_baseline(doc)
+        document.to_baseline(doc)
 
 
 def test_unreadable_baseline_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="no such file"):
-        baseline.load_baseline(str(tmp_path / "nope.json"))
+        document.load_baseline(str(tmp_path / "nope.json"))
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     with pytest.raises(UsageError, match="not readable JSON"):
-        baseline.load_baseline(str(bad))
+        document.load_baseline(str(bad))
     other = tmp_path / "other.json"
     other.write_text('{"hello": 1}')
     with pytest.raises(UsageError, match="neither"):
-        baseline.load_baseline(str(other))
+        document.load_baseline(str(other))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -255,7 +256,7 @@ def test_a_stage_not_run_any_more_is_not_compared():
 def test_compare_only_restricts_to_the_given_probes():
     old, new = base_and_new()
     new.probes = new.probes[:1]
-    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new), only=["model.py::probe_ok"])
+    cmp = comparison.compare(document.from_report(old), document.from_report(new), only=["model.py::probe_ok"])
     assert cmp.changes == []
 
 
@@ -263,7 +264,7 @@ def test_a_shard_report_is_compared_on_its_own_probes():
     old, new = base_and_new()
     new.probes = new.probes[:1]
     new.command = ["tracecheck", "run", ".", "--shard", "1/2"]
-    cmp = baseline.compare_report(baseline.from_report(old), new)
+    cmp = comparison.compare_report(document.from_report(old), new)
     assert not cmp.regressed and "shard 1/2" in cmp.notes[0]
 
 
@@ -284,11 +285,11 @@ def test_parse_shard_rejects(text):
 
 def test_shards_partition_the_sorted_ids_deterministically():
     ids = [f"m{i % 7}.py::probe_{i}" for i in range(23)]
-    parts = [shards.shard_ids(ids, k, 4) for k in range(1, 5)]
+    parts = [sharding.shard_ids(ids, k, 4) for k in range(1, 5)]
     assert sorted(sum(parts, [])) == sorted(ids)  # every id exactly once
-    assert shards.shard_ids(list(reversed(ids)), 2, 4) == parts[1]  # input order does not matter
-    assert shards.shard_ids(["c", "a", "b", "d"], 1, 2) == ["a", "c"]
-    assert shards.shard_ids(["c", "a", "b", "d"], 2, 2) == ["b", "d"]
+    assert sharding.shard_ids(list(reversed(ids)), 2, 4) == parts[1]  # input order does not matter
+    assert sharding.shard_ids(["c", "a", "b", "d"], 1, 2) == ["a", "c"]
+    assert sharding.shard_ids(["c", "a", "b", "d"], 2, 2) == ["b", "d"]
 
 
 def test_shard_is_read_back_from_the_command():
@@ -303,7 +304,7 @@ def test_merge_joins_disjoint_shards_and_refuses_overlap():
     a.probes, b.probes = r.probes[1:], r.probes[:1]
     merged = shards.merge([a, b], ["a.json", "b.json"])
     assert [p.id for p in merged.probes] == sorted(p.id for p in r.probes)
-    assert baseline.from_report(merged) == baseline.from_report(r)
+    assert document.from_report(merged) == document.from_report(r)
     with pytest.raises(UsageError, match="in both a.json and b.json"):
         shards.merge([r, r], ["a.json", "b.json"])
 
@@ -368,9 +369,9 @@ def test_compare_cli_with_a_baseline_as_new(tmp_path):
 
     old, new = base_and_new()
     new.probes = new.probes[1:]                        # a probe went missing: a regression
-    (tmp_path / "old.json").write_text(json.dumps(baseline.from_report(old)))
-    (tmp_path / "same.json").write_text(json.dumps(baseline.from_report(old)))
-    (tmp_path / "new.json").write_text(json.dumps(baseline.from_report(new)))
+    (tmp_path / "old.json").write_text(json.dumps(document.from_report(old)))
+    (tmp_path / "same.json").write_text(json.dumps(document.from_report(old)))
+    (tmp_path / "new.json").write_text(json.dumps(document.from_report(new)))
 
     def compare_cli(a, b):
         return subprocess.run([sys.executable, "-m", "tracecheck", "compare", a, b], cwd=tmp_path,
@@ -425,28 +426,28 @@ def test_new_advice_is_shown_but_does_not_regress():
     cmp = compare(old, _with_advice(new))
     assert not cmp.regressed
     assert effects(cmp) == [("probe_ok", "aot_eager", "advice", "changed")]
-    snap = baseline.from_report(new)["probes"]["model.py::probe_ok"]["stages"]["aot_eager"]
+    snap = document.from_report(new)["probes"]["model.py::probe_ok"]["stages"]["aot_eager"]
     assert snap["status"] == PASS and snap["kinds"] == [] and snap["advice"] == ["opaque-op"]
 
 
 def test_the_baselines_severity_setting_makes_one_advice_kind_regress():
     old, new = base_and_new()
-    base = baseline.from_report(old, {"opaque-op": "error"})
-    cmp = baseline.compare(base, baseline.from_report(_with_advice(new)))
+    base = document.from_report(old, {"opaque-op": "error"})
+    cmp = comparison.compare(base, document.from_report(_with_advice(new)))
     assert cmp.regressed
     assert [c.detail for c in cmp.regressions] == [
         "new failure kind opaque-op (advice, gated by --strict or the baseline's severity)"]
-    other = baseline.compare(base, baseline.from_report(_with_advice(copy.deepcopy(old), "no-batching-rule")))
+    other = comparison.compare(base, document.from_report(_with_advice(copy.deepcopy(old), "no-batching-rule")))
     assert not other.regressed                      # only the kind the setting names gates
 
 
 def _strict(report):
-    from tracecheck.classify import results
+    from tracecheck.classify import settle
 
     report.strict = True
     for p in report.probes:
         p.strict = True
-        results.apply_strict(p.stages)
+        p.stages = {name: settle.under_strict(s) for name, s in p.stages.items()}
     return report
 
 
@@ -454,7 +455,7 @@ def test_a_strict_run_makes_every_new_advice_kind_regress():
     old, new = base_and_new()
     new = _strict(_with_advice(new, "no-batching-rule"))
     assert new.probes[0].stages["aot_eager"].status == FAIL          # --strict failed the stage
-    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    cmp = comparison.compare(document.from_report(old), document.from_report(new))
     assert [(c.aspect, c.after) for c in cmp.regressions] == [("kind", "no-batching-rule")]
 
 
@@ -462,7 +463,7 @@ def test_a_strict_run_with_the_advice_the_baseline_has_does_not_regress():
     """The baseline was recorded without --strict; the same advice under --strict is nothing new."""
     old = _with_advice(small_report())
     new = _strict(_with_advice(small_report()))
-    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    cmp = comparison.compare(document.from_report(old), document.from_report(new))
     assert not cmp.regressed, [c.detail for c in cmp.changes]
 
 
@@ -486,20 +487,20 @@ def test_merge_keeps_strict_and_refuses_a_mix():
     ([], "must be an object"),
 ])
 def test_a_bad_severity_setting_is_a_usage_error(tmp_path, setting, message):
-    doc = baseline.from_report(small_report())
+    doc = document.from_report(small_report())
     doc["severity"] = setting
     path = tmp_path / "base.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(UsageError, match=message):
-        baseline.load_baseline(str(path))
+        document.load_baseline(str(path))
 
 
 def test_rewriting_a_baseline_keeps_its_severity_setting(tmp_path):
-    doc = baseline.from_report(small_report(), {"opaque-op": "error"})
+    doc = document.from_report(small_report(), {"opaque-op": "error"})
     path = tmp_path / "base.json"
-    baseline.write_baseline(str(path), small_report(), keep=doc)
+    document.write_baseline(str(path), small_report(), keep=doc)
     assert json.loads(path.read_text())["severity"] == {"opaque-op": "error"}
-    baseline.write_baseline(str(path), small_report())
+    document.write_baseline(str(path), small_report())
     assert "severity" not in json.loads(path.read_text())
 
 
@@ -512,12 +513,12 @@ def test_rewriting_a_baseline_keeps_its_severity_setting(tmp_path):
 ])
 def test_a_hand_broken_baseline_is_refused_when_loaded(tmp_path, edit, message):
     """Before the run, so that its results are not lost at the comparison."""
-    doc = baseline.from_report(small_report())
+    doc = document.from_report(small_report())
     edit(doc)
     path = tmp_path / "base.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(UsageError, match=message):
-        baseline.load_baseline(str(path))
+        document.load_baseline(str(path))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -558,7 +559,7 @@ def _item_guard_docs():
 
 
 def test_one_new_break_seen_by_every_stage_of_two_probes_is_one_root_cause():
-    cmp = baseline.compare(*_item_guard_docs())
+    cmp = comparison.compare(*_item_guard_docs())
     # per probe: explain, aot_eager, inductor each change status, kind, graphs, graph breaks and the break (5 x 3);
     # fullgraph and export status and kind (2 x 2); and probe_small's dynamic its graph count: 2 x 19 + 1
     assert len(cmp.changes) == 39 and cmp.regressed
@@ -580,12 +581,12 @@ def test_one_new_break_seen_by_every_stage_of_two_probes_is_one_root_cause():
 def test_the_summary_line_counts_root_causes():
     from tracecheck.render import diff
 
-    cmp = baseline.compare(*_item_guard_docs())
+    cmp = comparison.compare(*_item_guard_docs())
     # before: "REGRESSED — 35 regression(s), 0 improvement(s), 4 other change(s) over 2 probe(s)"
     assert diff.summary(cmp, "base.json").plain == (
         "baseline base.json: REGRESSED — 2 regressions, 0 improvements, 0 other changes, by root cause "
         "(39 per-stage changes; 2 probes compared)")
-    unchanged = baseline.compare(_item_guard_docs()[0], _item_guard_docs()[0])
+    unchanged = comparison.compare(_item_guard_docs()[0], _item_guard_docs()[0])
     assert diff.summary(unchanged, "b.json").plain == (
         "baseline b.json: unchanged — 0 regressions, 0 improvements, 0 other changes, by root cause "
         "(0 per-stage changes; 2 probes compared)")
@@ -600,7 +601,7 @@ def test_the_diff_table_has_one_row_per_root_cause():
 
     def text(detail):
         console = Console(file=io.StringIO(), width=200, color_system=None)
-        console.print(diff.render(baseline.compare(*_item_guard_docs()), "base.json", detail=detail))
+        console.print(diff.render(comparison.compare(*_item_guard_docs()), "base.json", detail=detail))
         return console.file.getvalue()
 
     rows = [line for line in text(False).splitlines() if line.startswith("│ regressed")]
@@ -621,7 +622,7 @@ def test_an_improvement_and_a_regression_elsewhere_are_two_causes():
               "breaks": [_OLD_BREAK]}
     base = _doc({"m.py::probe_a": {"explain": broken, "aot_eager": broken}, "m.py::probe_b": {"explain": _CLEAN}})
     new = _doc({"m.py::probe_a": {"explain": _CLEAN, "aot_eager": _CLEAN}, "m.py::probe_b": {"explain": _ITEM_BROKEN}})
-    cmp = baseline.compare(base, new)
+    cmp = comparison.compare(base, new)
     assert len(cmp.changes) == 15  # status, kind, graphs, graph breaks, the break: in 3 probe-stages
     assert [(c.effect, c.description) for c in cmp.causes] == [
         ("improved", "graph break gone at other.py:30 (graph-break, Call to `torch._dynamo.graph_break()`) "
@@ -630,8 +631,8 @@ def test_an_improvement_and_a_regression_elsewhere_are_two_causes():
     ]
     assert [len(c.changes) for c in cmp.causes] == [10, 5]
     # the exit code's rule is unchanged: regressed iff a change regressed, which is iff a cause did
-    assert cmp.regressed and baseline.compare(new, base).regressed
-    assert not baseline.compare(base, base).regressed and baseline.compare(base, base).causes == []
+    assert cmp.regressed and comparison.compare(new, base).regressed
+    assert not comparison.compare(base, base).regressed and comparison.compare(base, base).causes == []
 
 
 def test_a_kind_without_a_break_joins_a_break_only_when_the_probe_has_one_of_that_kind():
@@ -640,7 +641,7 @@ def test_a_kind_without_a_break_joins_a_break_only_when_the_probe_has_one_of_tha
     base = _doc({"m.py::probe": {"explain": _CLEAN, "fullgraph": _RAISES}})
     new = _doc({"m.py::probe": {"explain": two, "fullgraph": {**_RAISES, "status": "fail",
                                                                      "kinds": ["data-dependent"]}}})
-    cmp = baseline.compare(base, new)
+    cmp = comparison.compare(base, new)
     # explain's status, kind and counts go with its first new break; fullgraph's kind could be either break
     assert [(c.what, len(c.changes)) for c in cmp.causes] == [
         ("new graph break at gate_model.py:14 (data-dependent, GB0124)", 5),
@@ -650,7 +651,7 @@ def test_a_kind_without_a_break_joins_a_break_only_when_the_probe_has_one_of_tha
 
 
 def test_causes_are_in_the_json_beside_every_change():
-    cmp = baseline.compare(*_item_guard_docs())
+    cmp = comparison.compare(*_item_guard_docs())
     doc = json.loads(json.dumps(cmp.to_dict()))
     assert len(doc["changes"]) == 39 and len(doc["causes"]) == 2
     listed = sorted(i for cause in doc["causes"] for i in cause["changes"])
@@ -662,7 +663,7 @@ def test_causes_are_in_the_json_beside_every_change():
 
 
 def test_one_annotation_per_regressed_root_cause():
-    cmp = baseline.compare(*_item_guard_docs())
+    cmp = comparison.compare(*_item_guard_docs())
     # GitHub's workflow-command syntax, written by hand (':' escaped in the title only)
     assert annotations.lines(None, cmp, environ={}) == [
         "::error file=gate_model.py,line=14,title=tracecheck%3A new graph break::new graph break at gate_model.py:14 "
@@ -673,16 +674,16 @@ def test_one_annotation_per_regressed_root_cause():
         "[probes: gate_model.py::probe_small; stages: dynamic]",
     ]
     base, new = _item_guard_docs()
-    assert annotations.lines(None, baseline.compare(new, base), environ={}) == []  # improvements: none
+    assert annotations.lines(None, comparison.compare(new, base), environ={}) == []  # improvements: none
 
 
 def test_a_baseline_with_gb_codes_is_read_by_the_same_schema_version():
     base, new = _item_guard_docs()
-    assert baseline.to_baseline(copy.deepcopy(new)) == new
+    assert document.to_baseline(copy.deepcopy(new)) == new
     bad = copy.deepcopy(new)
     bad["probes"]["gate_model.py::probe_large"]["stages"]["explain"]["breaks"][0]["gb_code"] = 124
     with pytest.raises(ValueError, match=r"breaks\[0\].gb_code must be a GB code"):
-        baseline.to_baseline(bad)
+        document.to_baseline(bad)
 
 
 def test_a_break_that_moved_in_every_stage_is_one_changed_cause():
@@ -690,7 +691,7 @@ def test_a_break_that_moved_in_every_stage_is_one_changed_cause():
     base = _doc({"m.py::probe": {"explain": _ITEM_BROKEN, "aot_eager": _ITEM_BROKEN}})
     new = _doc({"m.py::probe": {"explain": {**_ITEM_BROKEN, "breaks": [moved]},
                                 "aot_eager": {**_ITEM_BROKEN, "breaks": [moved]}}})
-    cmp = baseline.compare(base, new)
+    cmp = comparison.compare(base, new)
     assert [(c.effect, c.description) for c in cmp.causes] == [
         ("changed", "graph break moved to gate_model.py:17 from line 14 (data-dependent, GB0124) in 1 probe × 2 stages")]
 
@@ -698,7 +699,7 @@ def test_a_break_that_moved_in_every_stage_is_one_changed_cause():
 def test_the_markdown_report_lists_root_causes_and_keeps_each_change_folded():
     from tracecheck.render import markdown
 
-    md = markdown.render(small_report(), comparison=baseline.compare(*_item_guard_docs()))
+    md = markdown.render(small_report(), comparison=comparison.compare(*_item_guard_docs()))
     section = md.split("## Against the baseline", 1)[1]
     causes = section.split("<details>", 1)[0]
     assert [ln.split(" | ")[0] for ln in causes.splitlines() if ln.startswith("| regressed")] == ["| regressed"] * 2
@@ -711,11 +712,11 @@ def test_a_kind_a_stage_no_longer_reaches_because_it_now_stops_earlier_is_no_imp
     """fullgraph stops at the first break: a new break before the old one hides the old kind (hand-written)."""
     base = _doc({"m.py::p": {"fullgraph": {**_RAISES, "status": "fail", "kinds": ["graph-break"]}}})
     new = _doc({"m.py::p": {"fullgraph": {**_RAISES, "status": "fail", "kinds": ["data-dependent"]}}})
-    cmp = baseline.compare(base, new)
+    cmp = comparison.compare(base, new)
     kinds = {(c.before, c.after): c.effect for c in cmp.changes if c.aspect == "kind"}
     assert kinds == {(None, "data-dependent"): "regressed", ("graph-break", None): "changed"}
     assert not cmp.improvements
-    gone = baseline.compare(base, _doc({"m.py::p": {"fullgraph": {**_RAISES, "status": "pass", "kinds": []}}}))
+    gone = comparison.compare(base, _doc({"m.py::p": {"fullgraph": {**_RAISES, "status": "pass", "kinds": []}}}))
     assert [c.effect for c in gone.changes if c.aspect == "kind"] == ["improved"]  # really gone: an improvement
 
 
@@ -724,7 +725,7 @@ def test_a_baseline_from_another_tracecheck_says_so_in_a_note():
     the change's regressions unless the comparison says the tool changed too."""
     base = copy.deepcopy(SMALL_REPORT_BASELINE)
     new = {**copy.deepcopy(SMALL_REPORT_BASELINE), "tracecheck": "0.2.0"}
-    assert baseline.compare(base, new).notes == [
+    assert comparison.compare(base, new).notes == [
         "tracecheck 0.1.0 -> 0.2.0 since the baseline: a stage may check more than it did (its release notes say "
         "what); rewrite the baseline with --update-baseline once reviewed"]
-    assert baseline.compare(base, copy.deepcopy(base)).notes == []
+    assert comparison.compare(base, copy.deepcopy(base)).notes == []

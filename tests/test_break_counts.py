@@ -7,7 +7,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from plain_load import load
-from tracecheck.gate import baseline
+from tracecheck.gate import comparison, document
 
 # one print in a block the model calls twice: two breaks (three graphs) at one line
 TWICE = '''
@@ -76,15 +76,15 @@ def test_a_baseline_that_counted_sites_compares_equal_to_the_same_run_today():
                 "breaks": [brk], "recompiles": None, "phases": ["forward"], "target": "compile"}
     new_snap = {**old_snap, "graph_break_count": 2, "graph_break_sites": 1}
     doc = {"format": "tracecheck-baseline", "schema_version": 1, "torch": "2.13.0+cpu", "stages": ["explain"]}
-    old = baseline.to_baseline({**doc, "probes": {"m.py::p": {"stages": {"explain": copy.deepcopy(old_snap)}}}})
-    new = baseline.to_baseline({**doc, "probes": {"m.py::p": {"stages": {"explain": new_snap}}}})
+    old = document.to_baseline({**doc, "probes": {"m.py::p": {"stages": {"explain": copy.deepcopy(old_snap)}}}})
+    new = document.to_baseline({**doc, "probes": {"m.py::p": {"stages": {"explain": new_snap}}}})
     assert old["probes"]["m.py::p"]["stages"]["explain"]["graph_break_sites"] == 1
-    assert baseline.compare(old, new).changes == []
+    assert comparison.compare(old, new).changes == []
     # one more break at a new line is still a regression of the count
     worse = copy.deepcopy(new)
     worse["probes"]["m.py::p"]["stages"]["explain"].update(graph_count=4, graph_break_count=3, graph_break_sites=2)
     worse["probes"]["m.py::p"]["stages"]["explain"]["breaks"].append({**brk, "line": 20})
-    assert "graph_break_count" in {c.aspect for c in baseline.compare(old, worse).regressions}
+    assert "graph_break_count" in {c.aspect for c in comparison.compare(old, worse).regressions}
 
 
 def test_an_old_report_reads_its_break_count_as_the_sites():

@@ -2,12 +2,12 @@
 edit above a break moves it without a change, an edit of the line makes it another break, and a library upgrade is
 named beside the new breaks in the library's files.
 
-Pure: baselines written here by hand, compared with ``baseline.compare``.
+Pure: baselines written here by hand, compared with ``comparison.compare``.
 """
 import pytest
 
 from report_factory import break_finding, small_report
-from tracecheck.gate import baseline
+from tracecheck.gate import changes, comparison, document, snapshot
 from tracecheck.model.evidence import Owner
 from tracecheck.model.report import FAIL, StageResult
 
@@ -43,11 +43,11 @@ def effects(cmp) -> list[tuple[str, str]]:
     ("    return x.sum()\n", "return x.sum()"),
 ])
 def test_source_text_is_the_line_without_its_comment(code, expected):
-    assert baseline.source_text(code) == expected
+    assert snapshot.source_text(code) == expected
 
 
 def test_the_same_code_at_another_line_moved():
-    cmp = baseline.compare(doc(brk(8, 'print("step")')), doc(brk(15, 'print("step")')))
+    cmp = comparison.compare(doc(brk(8, 'print("step")')), doc(brk(15, 'print("step")')))
     assert not cmp.regressed
     assert effects(cmp) == [("changed", 'graph break moved: graph-break (Failed to trace builtin operator) at '
                                         'model.py:15 `print("step")` (was line 8)')]
@@ -55,7 +55,7 @@ def test_the_same_code_at_another_line_moved():
 
 def test_other_code_is_another_break_even_of_the_same_gb_type_in_the_same_file():
     """The old rule paired any two breaks of one gb_type in one file as a move; the source text tells them apart."""
-    cmp = baseline.compare(doc(brk(8, 'print("step")'), brk(10, 'print("again")')),
+    cmp = comparison.compare(doc(brk(8, 'print("step")'), brk(10, 'print("again")')),
                            doc(brk(15, 'print("step")'), brk(16, 'log(y)')))
     assert cmp.regressed
     assert effects(cmp) == [
@@ -65,13 +65,13 @@ def test_other_code_is_another_break_even_of_the_same_gb_type_in_the_same_file()
                      '`print("again")`'),
         ("regressed", "new graph break graph-break (Failed to trace builtin operator) at model.py:16 `log(y)`"),
     ]
-    assert [c.what for c in cmp.causes if c.effect == baseline.REGRESSED] == [
+    assert [c.what for c in cmp.causes if c.effect == changes.REGRESSED] == [
         "new graph break at model.py:16 `log(y)` (graph-break, Failed to trace builtin operator)"]
 
 
 def test_a_line_edited_in_place_is_the_same_break_edited():
     """The same gb_type at the same line, its code rewritten (y.sum() -> y.mean()): neither better nor worse."""
-    cmp = baseline.compare(doc(brk(8, "if y.sum().item() > 0:")), doc(brk(8, "if y.mean().item() > 0:")))
+    cmp = comparison.compare(doc(brk(8, "if y.sum().item() > 0:")), doc(brk(8, "if y.mean().item() > 0:")))
     assert not cmp.regressed
     assert effects(cmp) == [("changed", "graph break's line edited: graph-break (Failed to trace builtin operator) "
                                         "at model.py:8 `if y.mean().item() > 0:` (was `if y.sum().item() > 0:`)")]
@@ -79,15 +79,15 @@ def test_a_line_edited_in_place_is_the_same_break_edited():
 
 def test_a_reformatted_line_that_moved_is_the_same_break():
     """Spacing and quote style are no new code: compared as tokens."""
-    cmp = baseline.compare(doc(brk(8, "print( 'step' )")), doc(brk(11, 'print("step")')))
+    cmp = comparison.compare(doc(brk(8, "print( 'step' )")), doc(brk(11, 'print("step")')))
     assert [e for e, _ in effects(cmp)] == ["changed"] and "moved" in effects(cmp)[0][1]
 
 
 def test_a_baseline_without_source_text_pairs_as_before():
     """A baseline written before the source text: a break of the same kind, gb_type and file at another line moved."""
-    cmp = baseline.compare(doc(brk(8, None)), doc(brk(15, 'print("step")')))
+    cmp = comparison.compare(doc(brk(8, None)), doc(brk(15, 'print("step")')))
     assert not cmp.regressed and [e for e, _ in effects(cmp)] == ["changed"]
-    cmp = baseline.compare(doc(brk(8, None)), doc(brk(8, 'print("step")')))
+    cmp = comparison.compare(doc(brk(8, None)), doc(brk(8, 'print("step")')))
     assert cmp.changes == []
 
 
@@ -97,17 +97,17 @@ def test_a_comment_edit_on_the_break_line_changes_nothing():
         f, b = break_finding(report.probes[1].file, 5, code=code)
         report.probes[1].stages["explain"] = StageResult("explain", FAIL, failure=f, findings=[f], graph_count=2,
                                                          graph_break_count=1, breaks=[b])
-    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    cmp = comparison.compare(document.from_report(old), document.from_report(new))
     assert cmp.changes == []
 
 
 def test_a_new_break_in_an_upgraded_library_names_the_upgrade():
     lib = "site/transformers/models/gpt2/modeling_gpt2.py"
-    cmp = baseline.compare(doc(brk(40, "a = b.item()", file=lib, owner="transformers 5.24.0")),
+    cmp = comparison.compare(doc(brk(40, "a = b.item()", file=lib, owner="transformers 5.24.0")),
                            doc(brk(40, "a = b.item()", file=lib, owner="transformers 5.25.0"),
                                brk(97, "if mask.any():", file=lib, owner="transformers 5.25.0")))
     assert cmp.regressed
-    (new,) = [c for c in cmp.changes if c.effect == baseline.REGRESSED and c.aspect == "break"]
+    (new,) = [c for c in cmp.changes if c.effect == changes.REGRESSED and c.aspect == "break"]
     assert new.detail.endswith(", since transformers 5.24.0 -> 5.25.0")
     assert cmp.notes == ["transformers 5.24.0 -> 5.25.0 since the baseline: a new break in its files may come with "
                          "the upgrade"]
@@ -121,7 +121,7 @@ def test_a_snapshot_names_a_librarys_break_owner_and_not_the_users():
     b.owner = Owner("library", "lib", "1.2")
     report.probes[1].stages["explain"] = StageResult("explain", FAIL, failure=f, findings=[f], graph_count=2,
                                                      graph_break_count=1, breaks=[b])
-    snap = baseline.from_report(report)["probes"][report.probes[1].id]["stages"]["explain"]["breaks"]
+    snap = document.from_report(report)["probes"][report.probes[1].id]["stages"]["explain"]["breaks"]
     assert [(x["file"], x.get("owner")) for x in snap] == [("site-packages/lib/m.py", "lib 1.2")]
-    yours = baseline.from_report(small_report())["probes"]["model.py::probe_bad"]["stages"]["explain"]["breaks"]
+    yours = document.from_report(small_report())["probes"]["model.py::probe_bad"]["stages"]["explain"]["breaks"]
     assert "owner" not in yours[0]

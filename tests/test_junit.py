@@ -2,7 +2,7 @@
 import xml.etree.ElementTree as ET
 
 from report_factory import mixed_status_report, small_report
-from tracecheck.gate import baseline
+from tracecheck.gate import comparison, document
 from tracecheck.render import junit
 
 #: Attributes the common JUnit schema (Jenkins junit.xsd, GitLab, GitHub test reporters) requires.
@@ -70,7 +70,7 @@ def test_with_a_baseline_known_failures_are_skipped_and_regressions_fail():
     # regression: probe_ok now breaks at explain; probe_bad is unchanged (its failures are known)
     bad_explain = new.probes[1].stages["explain"]
     new.probes[0].stages["explain"] = bad_explain
-    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    cmp = comparison.compare(document.from_report(old), document.from_report(new))
     root = parse(junit.render(new, cmp))
     by_name = {(c.get("classname"), c.get("name")): outcome(c) for c in root.iter("testcase")}
     assert by_name[("model", "probe_ok[explain]")] == "failure"
@@ -81,7 +81,7 @@ def test_with_a_baseline_known_failures_are_skipped_and_regressions_fail():
 def test_a_missing_probe_becomes_a_failing_testcase():
     old, new = small_report(with_ca=False), small_report(with_ca=False)
     new.probes = new.probes[:1]
-    cmp = baseline.compare(baseline.from_report(old), baseline.from_report(new))
+    cmp = comparison.compare(document.from_report(old), document.from_report(new))
     root = parse(junit.render(new, cmp))
     missing = [c for c in root.iter("testcase") if c.get("name") == "probe_bad[missing]"]
     assert len(missing) == 1 and outcome(missing[0]) == "failure"

@@ -8,7 +8,7 @@ import pytest
 
 from rich.console import Console
 
-from tracecheck.cli import _LiveProgress
+from tracecheck.render.live import LiveProgress
 from tracecheck.model.report import FAIL, PASS, Finding, ProbeReport, StageResult
 
 PROBES = """
@@ -70,7 +70,7 @@ def test_a_late_opcheck_is_awaited_before_the_verdict(tracecheck, write_probe):
     assert opcheck[0] < verdict[0]
 
 
-def _board_text(progress: _LiveProgress) -> str:
+def _board_text(progress: LiveProgress) -> str:
     out = Console(file=io.StringIO(), width=120, force_terminal=False)
     for renderable in progress.bar.get_renderables():
         out.print(renderable)
@@ -79,7 +79,7 @@ def _board_text(progress: _LiveProgress) -> str:
 
 def test_the_board_fills_in_as_stages_finish_and_shows_verdicts():
     console = Console(file=io.StringIO(), width=120, force_terminal=True)
-    live = _LiveProgress(console)
+    live = LiveProgress(console)
     live.planned(3)
     live.started("m.py::probe_a", "eager")
     live.started("m.py::probe_a", "explain")
@@ -106,11 +106,11 @@ def test_the_live_board_names_every_probe_and_never_cuts_a_kind(width):
     from rich.console import Console
 
     from test_render_fit import REPORT
-    from tracecheck.cli import _Board
+    from tracecheck.render.live import Board
     from tracecheck.render import terminal
 
     console = Console(file=io.StringIO(), width=width, height=40, color_system=None)
-    board = _Board(console=console, auto_refresh=False)
+    board = Board(console=console, auto_refresh=False)
     for p in REPORT.probes:
         board.cells[p.id] = {stage: terminal.cell(s, REPORT.gate) for stage, s in p.stages.items()}
     console.print(board._view())
@@ -127,7 +127,7 @@ def test_the_live_board_names_every_probe_and_never_cuts_a_kind(width):
 def test_each_run_on_one_display_counts_its_own_stages():
     """``tracecheck fix`` runs the diagnosis, then each candidate, on one display: the bar says how many of *this*
     run's stages are done (it once said 13/5)."""
-    live = _LiveProgress(Console(file=io.StringIO(), force_terminal=True, width=80))
+    live = LiveProgress(Console(file=io.StringIO(), force_terminal=True, width=80))
     for n_stages, done in ((5, 5), (4, 2)):
         live.discovered(1)
         live.planned(n_stages)
@@ -144,7 +144,7 @@ def test_the_board_says_no_kind_it_does_not_know_and_draws_a_target_not_required
     from tracecheck.model.payloads import StageNotes
     from tracecheck.model.targets import Gate
 
-    live = _LiveProgress(Console(file=io.StringIO(), width=200, height=40, force_terminal=True))
+    live = LiveProgress(Console(file=io.StringIO(), width=200, height=40, force_terminal=True))
     live.layout(["eager", "explain", "aot_eager", "vmap"], Gate())
     live.planned(3)
     unknown = Finding(kind="unknown", summary="?", evidence={})
@@ -170,7 +170,7 @@ def test_the_board_keeps_one_layout_for_the_whole_run(stages, width, mode):
     from tracecheck.model.targets import Gate
 
     console = Console(file=io.StringIO(), width=width, height=40, force_terminal=True)
-    live = _LiveProgress(console)
+    live = LiveProgress(console)
     live.layout(stages, Gate())
     assert live.bar.mode == mode
     for i in range(6):

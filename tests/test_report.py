@@ -299,7 +299,7 @@ def test_the_report_and_its_baseline_decide_a_strict_probe_by_the_same_rule():
     that advice kind; the baseline's snapshot of the plain run, gated by its severity setting, fails it on the same
     kind, and not without the setting (literals)."""
     from tracecheck.classify import settle
-    from tracecheck.gate import baseline
+    from tracecheck.gate import comparison, snapshot
     from tracecheck.model.report import Finding, ProbeReport, StageResult
     from tracecheck.model.targets import Gate
 
@@ -317,9 +317,9 @@ def test_the_report_and_its_baseline_decide_a_strict_probe_by_the_same_rule():
     assert (strict.verdict.status, strict.verdict.kinds, strict.verdict.first_failing_stage) == \
         ("fail", ("opaque-op",), "aot_eager")
     assert strict.verdict.targets == {"compile": "fail"}
-    snap = {"stages": {"aot_eager": baseline.stage_snapshot(plain.stages["aot_eager"], plain)}}
-    assert baseline._failing_kinds(snap) == []
-    assert baseline._failing_kinds(snap, frozenset({"opaque-op"})) == ["opaque-op"]
+    snap = snapshot.ProbeSnapshot({"aot_eager": snapshot.StageSnapshot.of(plain.stages["aot_eager"], plain)})
+    assert comparison._failing_kinds(snap) == []
+    assert comparison._failing_kinds(snap, frozenset({"opaque-op"})) == ["opaque-op"]
 
 
 def test_a_verdict_follows_a_stage_changed_after_it_was_read():

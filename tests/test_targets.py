@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
-from tracecheck.gate import baseline
+from tracecheck.gate import comparison, document
 from tracecheck import stages
 from tracecheck.model import targets
 from tracecheck.model.exitcodes import UsageError
@@ -88,17 +88,17 @@ def test_every_renderer_shows_the_failure_and_says_it_is_not_required():
 
 
 def test_a_baseline_gates_only_on_required_targets():
-    base = baseline.from_report(_report(vmap_status=PASS))
-    worse = baseline.from_report(_report())
-    cmp = baseline.compare(base, worse)
+    base = document.from_report(_report(vmap_status=PASS))
+    worse = document.from_report(_report())
+    cmp = comparison.compare(base, worse)
     assert not cmp.regressed
     assert any("target func not required" in c.detail for c in cmp.changes)
     # the baseline's own "require" (kept by --update-baseline) makes func gate
-    gated = baseline.compare({**base, "require": ["compile", "func"]}, worse)
+    gated = comparison.compare({**base, "require": ["compile", "func"]}, worse)
     assert gated.regressed and {c.stage for c in gated.regressions} == {"vmap"}
-    assert baseline.require_setting({"require": ["func"]}) == ("compile", "func")
+    assert document.require_setting({"require": ["func"]}) == ("compile", "func")
     with pytest.raises(ValueError, match="'vmap' is not a target"):
-        baseline.require_setting({"require": ["vmap"]})
+        document.require_setting({"require": ["vmap"]})
 
 
 # --- end to end ----------------------------------------------------------------------------------------------
@@ -172,9 +172,9 @@ def test_shards_of_different_require_do_not_merge_and_a_written_baseline_keeps_i
     with pytest.raises(UsageError, match="require different targets"):
         shards.merge([_report(), other], ["a.json", "b.json"])
     path = tmp_path / "base.json"
-    baseline.write_baseline(str(path), _report(require=("compile", "func")))     # a one-off --require func
+    document.write_baseline(str(path), _report(require=("compile", "func")))     # a one-off --require func
     assert "require" not in json.loads(path.read_text())                        # ... is not recorded
-    baseline.write_baseline(str(path), _report(), keep={"require": ["compile", "export"]})
+    document.write_baseline(str(path), _report(), keep={"require": ["compile", "export"]})
     assert json.loads(path.read_text())["require"] == ["compile", "export"]      # the file's own setting stays
 
 

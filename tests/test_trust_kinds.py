@@ -14,8 +14,8 @@ import pytest
 import torch
 from rich.console import Console
 
-from tracecheck.classify import detect, measured, results
-from tracecheck.cli import _LiveProgress
+from tracecheck.classify import attribute, detect, measured, settle
+from tracecheck.render.live import LiveProgress
 from tracecheck.model import taxonomy
 from tracecheck.model.report import FAIL, PASS, Finding, StageResult
 from tracecheck.render import terminal, view
@@ -130,7 +130,7 @@ def _bwd_stages(message):
 ])
 def test_a_backward_shape_mismatch_is_the_fake_mismatch_opcheck_found(message, grad, out):
     stages = _bwd_stages(message)
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     f = stages["aot_eager"].failure
     assert f.kind == "fake-mismatch" and f.context["cause"] == "backward_shape"
     assert f.context["op"] == "tk_bs::widen"
@@ -140,7 +140,7 @@ def test_a_backward_shape_mismatch_is_the_fake_mismatch_opcheck_found(message, g
     assert "opcheck's test_faketensor found it" in f.summary
     # without opcheck's finding nothing links it: it stays the backend's error
     alone = {"aot_eager": _bwd_stages(message)["aot_eager"]}
-    results.attribute_unknowns(alone)
+    alone = settle.attributed(alone)
     assert alone["aot_eager"].failure.kind == "backend-error"
 
 
@@ -157,27 +157,27 @@ def test_a_fake_mismatch_not_about_shapes_is_not_linked(message, cause):
     other = Finding("fake-mismatch", fake.summary, {**fake.context, **({"cause": cause} if cause else {})},
                     {**fake.evidence, "message": message})
     stages["opcheck"] = StageResult("opcheck", FAIL, failure=other, findings=[other])
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     assert stages["aot_eager"].failure.kind == "backend-error"
 
 
 def test_a_backward_shape_links_only_the_op_it_can_be():
     # the node names another op: not linked to tk_bs::widen
     stages = _bwd_stages(BWD_SHAPE_NODE.replace("tk_bs_widen_default", "tk_bs_narrow_default"))
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     assert stages["aot_eager"].failure.kind == "backend-error"
     # autograd's words name no op, and the probe calls two custom ops: which fake is wrong is unknown
     stages = _bwd_stages(BWD_SHAPE_AUTOGRAD)
     stages["opcheck"].extra["opcheck"] = {"tk_bs.widen.default": {"test_faketensor": "FAIL"},
                                           "tk_bs.narrow.default": {"test_faketensor": "SUCCESS"}}
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     assert stages["aot_eager"].failure.kind == "backend-error"
     # found by the dynamic stage's fake check, not opcheck: said so
     stages = _bwd_stages(BWD_SHAPE_AUTOGRAD)
     fake = stages.pop("opcheck").failure
     fake.evidence.pop("opcheck_test")
     stages["compile_check"] = StageResult("compile_check", FAIL, failure=fake, findings=[fake])
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     f = stages["aot_eager"].failure
     assert f.kind == "fake-mismatch" and "the compile_check stage found it" in f.summary and "opcheck's" not in f.summary
 
@@ -208,7 +208,7 @@ def _upstream_stages(*others):
     aot = detect.classify_error("aot_eager", backend_failed(BWD_SHAPE_AUTOGRAD))
     stages = {f"s{i}": StageResult(f"s{i}", FAIL, failure=o, findings=[o]) for i, o in enumerate(others)}
     stages["aot_eager"] = StageResult("aot_eager", FAIL, failure=aot, findings=[aot])
-    results.attribute_unknowns(stages)
+    stages = settle.attributed(stages)
     return stages["aot_eager"], aot
 
 
@@ -263,7 +263,7 @@ def test_the_live_line_never_states_a_kind_the_final_verdict_contradicts():
     assert shown.notes.kind_pending is True
 
     console = Console(file=io.StringIO(), width=200, force_terminal=False)
-    live = _LiveProgress(console)
+    live = LiveProgress(console)
     live.finished(p.id, shown)
     line = console.file.getvalue()
     assert "[opcheck]" in line and "unknown" not in line and "kind pending" in line
@@ -660,12 +660,12 @@ def test_a_break_elsewhere_or_with_its_own_hints_keeps_its_advice():
     hinted = Finding("graph-break", "b", {"gb_type": "x", "cause": "hints", "hints": "do y."}, {"user_frame": frame})
     stages = {"vmap": StageResult("vmap", FAIL, failure=vmap, findings=[vmap]),
               "explain": StageResult("explain", FAIL, failure=other_line, findings=[other_line, hinted])}
-    results.name_by_transform(stages)
+    stages = settle.applied(stages, attribute.named_by_transform(stages))
     assert [f.context.get("cause") for f in stages["explain"].findings] == [None, "hints"]
     # the same line, no cause of its own: named, and the stage's failure is the new finding
     same = Finding("graph-break", "b", {"gb_type": "Observed exception"}, {"user_frame": frame})
     stages["fullgraph"] = StageResult("fullgraph", FAIL, failure=same, findings=[same])
-    results.name_by_transform(stages)
+    stages = settle.applied(stages, attribute.named_by_transform(stages))
     named = stages["fullgraph"].failure
     assert named is stages["fullgraph"].findings[0] and named.context["cause"] == "named_by_transform"
     assert "data pointer" in named.summary and "torch.library.custom_op" in taxonomy.fix_text(named)

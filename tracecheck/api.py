@@ -4,15 +4,14 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import __version__, environment
 from .isolate import protocol
 from .classify import results, settle
 from .evidence import owner
-from .gate import shards
-from .collect import cache, locate
+from .collect import cache, locate, sharding
 from .model.exitcodes import UsageError
 from .model.report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from .model.records import StageRecord
@@ -28,6 +27,9 @@ from .isolate.runner import Outcome, Runner, Task, Template
 from .model.targets import DEFAULT_REQUIRE, Gate
 from .model.taxonomy import K
 from .model.payloads import StageNotes
+# the callbacks ``run`` makes for a live display, defined beside the board that draws them; ``api.Progress`` to callers
+from .render.live import Progress as Progress
+
 
 @dataclass
 class RunOptions:
@@ -43,7 +45,7 @@ class RunOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     device: str = "auto"
     command: list[str] = field(default_factory=list)
-    #: (K, N): run only every N-th probe after sorting ids, starting at the K-th (1-based); see shards.py.
+    #: (K, N): run only every N-th probe after sorting ids, starting at the K-th (1-based); collect/sharding.py
     shard: tuple[int, int] | None = None
     #: Keep each stage's structured trace (TORCH_TRACE) under ``<trace_dir>/<probe>/<stage>/`` for tlparse.
     trace_dir: str | None = None
@@ -64,27 +66,6 @@ class RunOptions:
     #: keep each file's results here and reuse them while nothing they depend on changed (collect/cache.py); None:
     #: run everything (``--no-cache``; ``tracecheck fix`` and the API's default)
     cache_dir: str | None = None
-
-
-class Progress:
-    """Callbacks for a live display; the default does nothing."""
-
-    def discovered(self, n_files: int) -> None: ...
-    def loading(self, path: str) -> None: ...
-    def note(self, line: str) -> None: ...
-    def planned(self, n_tasks: int) -> None: ...
-    def started(self, probe_id: str, stage: str) -> None: ...
-    def finished(self, probe_id: str, result: StageResult) -> None: ...
-    def layout(self, stages: list[str], gate: Gate) -> None:
-        """The run's stages and how it is gated, before its stages start."""
-
-    def revised(self, probe_id: str, result: StageResult) -> None:
-        """A stage shown earlier with its kind pending (``notes.kind_pending``), as the final report will say it now
-        that the probe's other stages have ended."""
-
-    def verdict(self, probe: ProbeReport, running: list[str]) -> None:
-        """Every stage of ``probe``'s required targets has finished: ``probe`` (a settled copy) has its verdict,
-        before the stages of targets not required (``running``) and the rest of the run end."""
 
 
 def validate_stages(stages: list[str]) -> list[str]:
@@ -123,7 +104,9 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         progress.note(f"{os.path.relpath(f)}: results reused from the run of {r.stored_at} (nothing they depend on "
                       "changed; --no-cache re-runs it)")
     to_run = [f for f in files if f not in reused]
-    probes, discovery, env = _reuse(reused), {}, None
+    probes = _reuse(reused)
+    discovery: dict[str, _Discovered] = {}
+    env: dict[str, Any] | None = None
     if to_run:
         progress.discovered(len(to_run))
         probes, discovery, env = _run_files(opts, to_run, stages, device, root, named, progress, probes,
@@ -178,28 +161,37 @@ def _reuse(reused: dict[str, cache.Reused]) -> list[ProbeReport]:
     return out
 
 
+@dataclass
+class _Discovered:
+    """What discovery found in one file: the custom ops registered by it, its imports or its probes, and what its
+    results depend on (collect/cache.py: path or variable -> fingerprint; None when a probe's recording is missing)."""
+
+    custom_ops: list[str]
+    deps: dict[str, str | None] | None
+
+
 #: statuses whose result may not recur (a busy machine, a flaky crash) or that checked nothing: never stored
 _NOT_KEPT = (TIMEOUT, CRASH, INTERNAL)
 
 
-def _keep(store: cache.Cache, files: list[str], probes: list[ProbeReport], discovery: dict[str, dict[str, Any]],
+def _keep(store: cache.Cache, files: list[str], probes: list[ProbeReport], discovery: dict[str, _Discovered],
           env: dict[str, Any], started: float) -> None:
     """Store each file's results whose every probe and stage has a key (its recorded deps) and nothing unsure in it,
     none of whose files changed since the run ``started`` (``Cache.store``)."""
     for f in files:
         mine = [p for p in probes if p.file == f]
         found = discovery[f]
-        deps = found.get("deps")
+        deps = found.deps
         if not mine or deps is None or any(
                 p.name == IMPORT_PROBE or _setup_failed(p) or any(s.status in _NOT_KEPT for s in p.stages.values())
                 for p in mine):
             continue
-        store.store(f, deps, [p.to_dict() for p in mine], {"custom_ops": found.get("custom_ops", [])}, env, started)
+        store.store(f, deps, [p.to_dict() for p in mine], {"custom_ops": found.custom_ops}, env, started)
 
 
 def _run_files(opts: RunOptions, files: list[str], stages: list[str], device: str, root: str,
                named: dict[str, list[str]], progress: Progress, reused: list[ProbeReport], record: bool = False
-               ) -> tuple[list[ProbeReport], dict[str, dict[str, Any]], dict[str, Any] | None]:
+               ) -> tuple[list[ProbeReport], dict[str, _Discovered], dict[str, Any] | None]:
     """Discover and run the stages of ``files`` (the ones not reused); the probes (``reused``'s first), what discovery
     found per file (its custom ops and the deps of its results, when ``record``: collect/cache.py) and the
     environment record."""
@@ -210,9 +202,9 @@ def _run_files(opts: RunOptions, files: list[str], stages: list[str], device: st
             opts.timeout_s)
         probes, templates, discovery, env = _discover(runner, files, opts, root, named, progress, env_task,
                                                       bool(reused), record)
-        custom_ops = {f: d["custom_ops"] for f, d in discovery.items()}
+        custom_ops = {f: d.custom_ops for f, d in discovery.items()}
         if opts.shard:
-            keep = set(shards.shard_ids([p.id for p in probes], *opts.shard))
+            keep = set(sharding.shard_ids([p.id for p in probes], *opts.shard))
             probes = [p for p in probes if p.id in keep]
         for path in set(templates) - {p.file for p in probes if not _setup_failed(p)}:
             templates.pop(path).close()  # nothing to fork for in this run (shard, setup errors)
@@ -277,7 +269,7 @@ class _Verdicts:
 
 def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport], progress: Progress,
                      verdicts: _Verdicts, deadlines: Deadlines,
-                     discovery: dict[str, dict[str, Any]] | None = None) -> None:
+                     discovery: dict[str, _Discovered] | None = None) -> None:
     """Run the tasks, filling in the probes' stages as they finish. ``discovery``: where the run records what each
     file's results depend on (collect/cache.py), each stage's own imports are added to its file's."""
     by_id = {p.id: p for p in probes}
@@ -301,15 +293,15 @@ def _run_stage_tasks(runner: Runner, tasks: list[Task], probes: list[ProbeReport
                 progress.revised(probe_id, now)
 
 
-def _add_stage_modules(outcome: Outcome, file: str, discovery: dict[str, dict[str, Any]] | None) -> None:
+def _add_stage_modules(outcome: Outcome, file: str, discovery: dict[str, _Discovered] | None) -> None:
     """Take the modules a stage process imported (``cache.LOADED_KEY``, beside its record) off its message, into
     its file's deps; a stage that returned none (it died, or recorded nothing) leaves the file with no key."""
     msg = outcome.message
     loaded = msg.value.pop(cache.LOADED_KEY, None) if isinstance(msg, protocol.Result) else None
     if discovery is None or file not in discovery:
         return
-    deps = discovery[file].get("deps")
-    discovery[file]["deps"] = None if deps is None or not isinstance(loaded, dict) else {**deps, **loaded}
+    deps = discovery[file].deps
+    discovery[file].deps = None if deps is None or not isinstance(loaded, dict) else {**deps, **loaded}
 
 
 #: kinds the final report may still re-attribute once the probe's other stages end (classify/results.attribute_unknowns)
@@ -378,7 +370,7 @@ _ENVIRONMENT = ("environment",)
 
 def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, named: dict[str, list[str]],
               progress: Progress, env_task: Task, others: bool = False, record: bool = False
-              ) -> tuple[list[ProbeReport], dict[str, Template], dict[str, dict[str, Any]], dict[str, Any] | None]:
+              ) -> tuple[list[ProbeReport], dict[str, Template], dict[str, _Discovered], dict[str, Any] | None]:
     """Load each file once (in parallel) and list its probes; unless ``fresh_imports``, each loading process
     stays up as the template its stage processes fork from. ``env_task`` runs beside them. Per file loaded, what it
     found: ``custom_ops`` (registered by the file, its imports or its probes) and ``deps`` (what its import and its
@@ -396,11 +388,15 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     found: dict[str, list[ProbeReport]] = {}
     empty: list[str] = []  # files with no probe function: helpers beside the model files
     templates: dict[str, Template] = {}
-    discovery: dict[str, dict[str, Any]] = {}
+    discovery: dict[str, _Discovered] = {}
     total_candidates = 0
     env = None
-    for outcome in runner.run([*tasks, env_task],
-                              on_start=lambda t: t.key != _ENVIRONMENT and progress.loading(t.key)):
+
+    def loading(t: Task) -> None:
+        if t.key != _ENVIRONMENT:
+            progress.loading(t.key)
+
+    for outcome in runner.run([*tasks, env_task], on_start=loading):
         if outcome.task.key == _ENVIRONMENT:
             msg = outcome.message
             env = msg.value if isinstance(msg, protocol.Result) else None
@@ -410,29 +406,30 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             report = ProbeReport(id=locate.probe_id(path, IMPORT_PROBE, root), file=path, name=IMPORT_PROBE)
             load = results.died_result(LOAD_STAGE, f"loading the file {outcome.died}", outcome.timed_out,
                                        outcome.log_tail, round(outcome.seconds, 2))
-            load.failure.evidence["phase"] = "setup"  # nothing of the file ran: no stage for it
+            if load.failure is not None:  # (died_result always makes one)
+                load.failure.evidence["phase"] = "setup"  # nothing of the file ran: no stage for it
             report.stages[LOAD_STAGE] = load
             found[path] = [report]
             continue
         res = outcome.checked(f"{os.path.relpath(path)}: loading the file")
         if outcome.template is not None:
             templates[path] = outcome.template
-        elif outcome.why_not_template and outcome.task.work.stay:
+        elif outcome.why_not_template and isinstance(outcome.task.work, SurveyTask) and outcome.task.work.stay:
             progress.note(f"{os.path.relpath(path)}: each stage process imports it afresh "
                           f"({outcome.why_not_template})")
         total_candidates += res["n_candidates"]
-        deps: dict[str, Any] | None = {}
+        deps: dict[str, str | None] | None = {}
         for entry in res["probes"]:
             deps = None if deps is None or not isinstance(entry.get("deps"), dict) else {**deps, **entry["deps"]}
-        discovery[path] = {"custom_ops": res.get("custom_ops", []), "deps": deps}
+        discovery[path] = _Discovered(res.get("custom_ops", []), deps)
         reports = []
         for entry in res["probes"]:
             if entry.get("bad_shape"):
                 raise UsageError(entry["bad_shape"])
             report = ProbeReport(id=locate.probe_id(path, entry["name"], root), file=path, name=entry["name"])
-            load = results.load_result(entry)
-            if load:
-                report.stages[LOAD_STAGE] = load
+            loaded = results.load_result(entry)
+            if loaded:
+                report.stages[LOAD_STAGE] = loaded
             reports.append(report)
         found[path] = reports
         if not reports and not res["n_candidates"]:  # a helper module beside the probes: imported, nothing to run
@@ -457,10 +454,11 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
 
 def _options(opts: RunOptions, stage: str) -> StageOptions:
     """The run's values of the options the stage declares it reads (``StageSpec.options``); defaults for the rest."""
-    # assured_s: what the stage is sure to get, its deadline may come down to that (isolate/deadline.py)
-    derived = {"assured_s": lambda: floor_s(opts.timeout_s)}
-    return StageOptions(**{name: derived[name]() if name in derived else getattr(opts, name)
-                           for name in get_stage(stage).options})
+    declared = get_stage(stage).options
+    values = {name: getattr(opts, name) for name in declared if name != "assured_s"}  # RunOptions' of that name
+    if "assured_s" in declared:  # what the stage is sure to get, its deadline may come down to that (deadline.py)
+        values["assured_s"] = floor_s(opts.timeout_s)
+    return replace(StageOptions(), **values)
 
 
 def _stage_result(stage: str, outcome: Outcome) -> StageResult:

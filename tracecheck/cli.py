@@ -8,26 +8,29 @@ import signal
 import sys
 import tempfile
 import traceback
-from typing import Any, Callable, Iterator
+from types import FrameType
+from typing import Callable, Iterator
 
 import click
 from rich.console import Console
-from rich.measure import Measurement
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from . import __version__, api
 from .collect import cache
-from .gate import baseline, shards
+from .gate import document, shards
+from .gate.comparison import Comparison, compare_report
+from .gate.comparison import compare as compare_baselines  # cli.compare is the command
 from .model.exitcodes import ExitCode, UsageError
-from .render import annotations, diff, junit, markdown
+from .render import diff, junit, markdown
+from .render import annotations as github_annotations  # not the __future__ feature of that name
+from .render.live import LiveProgress
 from .fix.repro_script import STAGE_CALLS
-from .model.report import FAIL, PASS, ProbeReport, StageResult
+from .model.report import FAIL, RunReport
 from .model.reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES, StageOptions
 from .model.tasks import DEFAULT_TIMEOUT_S
-from .model.targets import Gate, normalized, parse_require
+from .model.targets import normalized, parse_require
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -39,152 +42,6 @@ Exit codes:
      unwritable output)
   3  internal error in tracecheck
   130  interrupted (Ctrl-C, SIGTERM, SIGHUP): stage processes killed, no report written"""
-
-
-class _Board(Progress):
-    """rich's progress bar with, above it, the probes x stages table filling in as stages finish, and each probe's
-    verdict as soon as its required targets' stages are done (``get_renderables`` is rich's hook for this)."""
-
-    def __init__(self, *columns: Any, **kwargs: Any) -> None:
-        self.cells: dict[str, dict[str, Text]] = {}  # probe id -> stage -> cell, in the order probes started
-        self.verdicts: dict[str, Text] = {}
-        #: "table" or "list", chosen once per run (``choose``) so the board does not switch mid-run; None: per render
-        self.mode: str | None = None
-        super().__init__(*columns, **kwargs)  # may render already
-
-    def choose(self, stages: list[str]) -> None:
-        """Table or list for the whole run: the table when it fits with every stage's column as wide as its longest
-        possible cell (``✗`` and the longest kind id), else the list."""
-        from .model import taxonomy
-        from .render import terminal
-
-        widest = 2 + max(len(k) for k in taxonomy.ids())
-        # a probe's name (up to 40 columns, as the verdict table allows), the verdict, each stage's widest cell
-        need = 40 + len("verdict") + sum(max(len(terminal.stage_heading(s)), widest) + 1 for s in stages)
-        self.mode = "table" if need <= self.console.width else "list"
-
-    def get_renderables(self) -> Iterator[Any]:
-        if self.cells:
-            yield self._view()
-        yield self.make_tasks_table(self.tasks)
-
-    def _view(self) -> Any:
-        """The newest probes that fit the screen: the probes x stages table where it fits the width whole (no kind
-        cut), else a line per probe (its stages grouped by outcome), which wraps between words only."""
-        from rich.console import Group
-
-        from .render import terminal
-
-        rows = list(self.cells.items())[-max(3, self.console.height - 8):]
-        stages = [s for s in STAGES if any(s in row for _, row in rows)]
-        table = Table(box=None, pad_edge=False, show_edge=False)
-        table.add_column("probe", no_wrap=True)
-        for s in stages:
-            table.add_column(terminal.stage_heading(s), no_wrap=True)
-        table.add_column("verdict", no_wrap=True)
-        for pid, row in rows:
-            table.add_row(pid.split("::")[-1], *(row.get(s, Text("")) for s in stages),
-                          self.verdicts.get(pid, Text("…", style="dim")))
-        unclamped = self.console.options.update(max_width=10_000)  # the table's natural width, not the screen's
-        if self.mode != "list":
-            if Measurement.get(self.console, unclamped, table).maximum <= self.console.width:
-                return table
-            if self.mode == "table":
-                self.mode = "list"  # a cell wider than foreseen: the list from now on, never back
-        lines = []
-        for pid, row in rows[-max(2, (self.console.height - 8) // 2):]:
-            line = Text(pid.split("::")[-1], style="bold")
-            line.append(" ")
-            line.append_text(self.verdicts.get(pid, Text("…", style="dim")))
-            groups: dict[str, list[str]] = {}
-            for stage, cell in row.items():
-                groups.setdefault(cell.plain, []).append(stage)
-            for said, where in groups.items():
-                line.append(" · ", style="dim")
-                line.append(f"{said} ", style=row[where[0]].style)
-                line.append(", ".join(where), style="dim")
-            lines.append(line)
-        return Group(*lines)
-
-
-class _LiveProgress(api.Progress):
-    """On a terminal: a live board (``_Board``), transient, so only the results stay on screen. Elsewhere (a CI
-    log): a plain line per finished stage and per settled verdict."""
-
-    def __init__(self, console: Console) -> None:
-        self.bar = _Board(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=console, transient=True,
-                          disable=not console.is_terminal)
-        self.task = self.bar.add_task("discovering probes", total=None)
-        self.running: list[str] = []
-        self.gate = Gate()
-
-    def _line(self, text: str) -> None:
-        """CI logs (not a terminal) get plain lines instead of the live bar, from the first second on."""
-        if not self.bar.console.is_terminal:
-            self.bar.console.print(text, highlight=False, markup=False, soft_wrap=True)
-
-    def discovered(self, n_files: int) -> None:
-        # a new run (``tracecheck fix`` makes several on one display): its own count of stages, not the last one's
-        self.bar.update(self.task, completed=0, total=None, description="discovering probes")
-        self._line(f"tracecheck: {n_files} model file(s); starting the stage processes (torch preloads once)")
-
-    def loading(self, path: str) -> None:
-        self.bar.update(self.task, description=f"loading {os.path.basename(path)}")
-        self._line(f"loading {os.path.relpath(path)} (its imports run; a C++ extension may build now)")
-
-    def note(self, line: str) -> None:
-        # wrapped between words on a terminal; one line in a log
-        self.bar.console.print(line, highlight=False, markup=False, soft_wrap=not self.bar.console.is_terminal)
-
-    def layout(self, stages: list[str], gate: Gate) -> None:
-        self.gate = gate  # a failure of a target the run does not require is drawn ○, as in the final table
-        self.bar.choose(stages)
-
-    def revised(self, probe_id: str, result: StageResult) -> None:
-        from .render import terminal
-
-        self.bar.cells.setdefault(probe_id, {})[result.stage] = terminal.cell(result, self.gate)
-        self.bar.update(self.task)
-        if result.failure is not None:
-            self._line(f"{probe_id} [{result.stage}] {result.failure.kind} (its kind, now that the probe's other "
-                       "stages have ended)")
-
-    def planned(self, n_tasks: int) -> None:
-        self.bar.update(self.task, total=n_tasks, description="running stages")
-        self._line(f"running {n_tasks} (probe, stage) task(s)")
-
-    def started(self, probe_id: str, stage: str) -> None:
-        self.running.append(f"{probe_id.split('::')[-1]}:{stage}")
-        self.bar.cells.setdefault(probe_id, {})[stage] = Text("…", style="yellow")
-        self.bar.update(self.task, description=", ".join(self.running[-2:]))
-
-    def finished(self, probe_id: str, result: StageResult) -> None:
-        from .render import terminal
-
-        key = f"{probe_id.split('::')[-1]}:{result.stage}"
-        if key in self.running:
-            self.running.remove(key)
-        pending = bool(result.notes.kind_pending)  # api._as_settled: a stage still running may explain it
-        # a kind pending is not stated (✗ and a pending mark); a target not required is ○ (the run's gate)
-        self.bar.cells.setdefault(probe_id, {})[result.stage] = \
-            Text("✗ …", style="red") if pending and self.gate.requires(result.target) else \
-            Text("○ …", style="dim") if pending else terminal.cell(result, self.gate)
-        self.bar.update(self.task, advance=1, description=", ".join(self.running[-2:]) or "running stages")
-        status = result.status if result.status == PASS or not result.failure else \
-            f"{result.status}, kind pending (the other stages may explain it)" if pending else result.failure.kind
-        self._line(f"{probe_id} [{result.stage}] {status} ({result.seconds:.1f} s)")
-
-    def verdict(self, probe: ProbeReport, running: list[str]) -> None:
-        from .render import terminal
-
-        v = probe.verdict
-        targets = ", ".join(probe.gate.require)
-        said = f"{v.status}" + (f" ({', '.join(v.kinds)}; first at {v.first_failing_stage})" if v.kinds else "")
-        self.bar.verdicts[probe.id] = terminal.status_text(v.status)
-        self.bar.update(self.task)
-        rest = f"; still running: {', '.join(running)} (targets not required)" if running else ""
-        self._line(f"{probe.id} verdict ({targets}): {said}{rest}")
 
 
 SIMPLE_EXIT_CODES_HELP = """\b
@@ -240,7 +97,7 @@ def _check_directory(path: str | None, option: str) -> None:
         raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e})") from None
 
 
-def _write_html(directory: str, report: Any, out: Console) -> None:
+def _write_html(directory: str, report: RunReport, out: Console) -> None:
     from .render import html
 
     written = html.write(directory, report)
@@ -307,10 +164,11 @@ def cli() -> None:
                                                        "compiled-autograd counts; with --baseline, every per-stage "
                                                        "change. By default: the verdicts, one block per root cause, "
                                                        "next steps.")
-def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, report_path, redact, html_dir, trace_dir,
-        baseline_path,
-        update_baseline, junit_path, shard, steps, dynamic, fresh_imports, no_cache, cache_dir, strict, require,
-        verbose):
+def run(paths: tuple[str, ...], select: str | None, stages: str, jobs: int, timeout_s: float, device: str,
+        emulate_npu: bool, json_path: str | None, report_path: str | None, redact: bool, html_dir: str | None,
+        trace_dir: str | None, baseline_path: str | None, update_baseline: bool, junit_path: str | None,
+        shard: str | None, steps: int, dynamic: bool, fresh_imports: bool, no_cache: bool, cache_dir: str,
+        strict: bool, require: str, verbose: bool) -> None:
     """Diagnose the probes in PATHS (model files, folders, or file.py::probe) under every stage.
 
     \b
@@ -344,18 +202,18 @@ def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, 
                                  "merge the shard reports, then: tracecheck compare BASE MERGED --update-baseline")
             _check_writable(baseline_path, "--baseline")
         if baseline_path and not (update_baseline and not os.path.exists(baseline_path)):
-            base = baseline.load_baseline(baseline_path, "--baseline")  # before the run: fail fast
-        required = normalized([*parse_require(require), *(baseline.require_setting(base) if base else ())])
+            base = document.load_baseline(baseline_path, "--baseline")  # before the run: fail fast
+        required = normalized([*parse_require(require), *(base.require if base else ())])
         opts = api.RunOptions(paths=list(paths), stages=[s.strip() for s in stages.split(",") if s.strip()],
                               select=select, jobs=jobs, timeout_s=timeout_s, device=device,
                               command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir,
                               steps=steps, dynamic=dynamic, fresh_imports=fresh_imports,
                               collect_env=bool(json_path or report_path), strict=strict, require=required,
                               emulate_npu=emulate_npu, cache_dir=None if no_cache else cache_dir)
-        live = _LiveProgress(console)
+        live = LiveProgress(console)
         with live.bar:
             report = api.run(opts, live)
-        comparison = baseline.compare_report(base, report) if base is not None else None
+        comparison = compare_report(base, report) if base is not None else None
     from .render import brief
 
     # first: a failed write below must not hide the results
@@ -373,9 +231,9 @@ def run(paths, select, stages, jobs, timeout_s, device, emulate_npu, json_path, 
             console.print(f"tracecheck: error: {message}", highlight=False, markup=False, soft_wrap=True)
         if failed:
             raise UsageError(failed[-1])
-        if update_baseline:
+        if update_baseline and baseline_path:  # (given with it: checked before the run)
             _refuse_partial_baseline(report)
-            _write_output("--baseline", baseline_path, lambda: baseline.write_baseline(baseline_path, report, base))
+            _write_output("--baseline", baseline_path, lambda: document.write_baseline(baseline_path, report, base))
     _report_comparison(out, report, comparison, baseline_path, detail=verbose)
     if update_baseline:
         out.print(f"baseline {baseline_path} rewritten from this run ({len(report.probes)} probes)", highlight=False)
@@ -408,7 +266,8 @@ Exit codes:
               "unified diff against the probe file (git apply / patch -p1).")
 @click.option("--no-verify", is_flag=True, help="Write the fix without re-running the stages on it.")
 @click.option("-v", "--verbose", is_flag=True, help="Perturbations the op refused, full evidence, tracebacks.")
-def fix(target, output, patched, namespace, jobs, timeout_s, diff_path, no_verify, verbose):
+def fix(target: str, output: str, patched: str | None, namespace: str, jobs: int, timeout_s: float,
+        diff_path: str | None, no_verify: bool, verbose: bool) -> None:
     """Generate the fix for a failing probe and prove it: the fixed registration of its custom ops, or a
     rewrite of its model code for graph breaks."""
     from .fix.pipeline import NOTHING_TO_FIX, VERIFIED, FixOptions
@@ -417,7 +276,7 @@ def fix(target, output, patched, namespace, jobs, timeout_s, diff_path, no_verif
 
     console = Console(stderr=True)
     with _errors(console, verbose):
-        live = _LiveProgress(console)
+        live = LiveProgress(console)
         with live.bar:
             outcome = run_fix(FixOptions(target, output, patched, namespace, min(jobs, os.cpu_count() or 1),
                                          timeout_s, verify=not no_verify, diff=diff_path), live)
@@ -439,7 +298,7 @@ Exit codes:
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds for the stage process, and for the script's check run.")
 @click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
-def repro(target, stage, output, timeout_s, verbose):
+def repro(target: str, stage: str | None, output: str, timeout_s: float, verbose: bool) -> None:
     """Write a standalone script that reproduces a probe's failure with plain torch (no tracecheck), and check it by
     running it. It keeps only what the probe's call needs from its file, and says whose code the evidence blames:
     torch's (the script is for an upstream issue), yours, or a library's."""
@@ -448,7 +307,7 @@ def repro(target, stage, output, timeout_s, verbose):
 
     console = Console(stderr=True)
     with _errors(console, verbose):
-        live = _LiveProgress(console)
+        live = LiveProgress(console)
         with live.bar:
             o = run_repro(ReproOptions(target, output, stage, min(2, os.cpu_count() or 1), timeout_s), live)
     say = lambda text: _stdout().print(text, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
@@ -485,7 +344,8 @@ def repro(target, stage, output, timeout_s, verbose):
 @click.option("--redact", is_flag=True, help="Markdown: remove all paths (home is always shortened to ~).")
 @click.option("--trace-dir", metavar="DIR", help="Markdown: the --trace-dir the run used (default: from its command).")
 @click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
-def show(report_json, fmt, output, redact, trace_dir, verbose):
+def show(report_json: str, fmt: str, output: str | None, redact: bool, trace_dir: str | None,
+         verbose: bool) -> None:
     """Re-render a saved --json report as Markdown, the terminal report, a table or CSV (tables via pandas), or the source view (html: -o DIR)."""
     console = Console(stderr=True)
     with _errors(console, verbose):
@@ -531,22 +391,22 @@ Exit codes:
 @click.option("--junit-xml", "junit_path", metavar="PATH", help="Write JUnit XML of NEW (needs a full report).")
 @click.option("--update-baseline", is_flag=True, help="Rewrite BASE.json as a baseline of NEW.json.")
 @click.option("-v", "--verbose", is_flag=True, help="Every per-stage change under the root causes; tracebacks for errors.")
-def compare(base_json, new_json, junit_path, update_baseline, verbose):
+def compare(base_json: str, new_json: str, junit_path: str | None, update_baseline: bool, verbose: bool) -> None:
     """Compare two saved reports or baselines: what regressed and what improved."""
     console = Console(stderr=True)
     out = _stdout()
     with _errors(console, verbose):
         _check_writable(junit_path, "--junit-xml")
         if update_baseline and not os.path.exists(base_json):
-            base = baseline.empty()  # the first run on main: nothing to compare with yet
+            base = document.empty()  # the first run on main: nothing to compare with yet
         else:
-            base = baseline.load_baseline(base_json, "BASE")
+            base = document.load_baseline(base_json, "BASE")
         new_doc = read_json(new_json, "NEW")
         report = load_report(new_json, "NEW") if not is_baseline(new_doc) else None
         if report is not None:
-            comparison = baseline.compare_report(base, report)
+            comparison = compare_report(base, report)
         else:
-            comparison = baseline.compare(base, baseline.load_baseline(new_json, "NEW"))
+            comparison = compare_baselines(base, document.load_baseline(new_json, "NEW"))
         if junit_path:
             if report is None:
                 raise UsageError(f"--junit-xml: {new_json} is a baseline; JUnit needs a full --json report")
@@ -559,11 +419,8 @@ def compare(base_json, new_json, junit_path, update_baseline, verbose):
                 raise UsageError(f"--update-baseline: {new_json} is one shard; merge the shards first "
                                  "(tracecheck merge ... -o all.json)")
             # the user's settings are the old baseline's (a run's --require is its CI command's, not recorded)
-            doc = baseline.from_report(report, baseline.severity_setting(base), baseline.require_setting(base),
-                                       baseline.tolerance_setting(base)) \
-                if report is not None else {**{k: v for k, v in baseline.load_baseline(new_json, "NEW").items()
-                                               if k not in baseline.SETTINGS},
-                                            **{k: base[k] for k in baseline.SETTINGS if base.get(k)}}
+            doc = (document.Baseline.of(report) if report is not None
+                   else document.load_baseline(new_json, "NEW")).keeping(base).to_json()
             write_json_atomic(base_json, doc)
     _report_comparison(out, report, comparison, base_json, detail=verbose)
     if update_baseline:
@@ -575,7 +432,7 @@ def compare(base_json, new_json, junit_path, update_baseline, verbose):
 @click.argument("reports", nargs=-1, required=True, metavar="REPORT.json...")
 @click.option("-o", "--output", metavar="PATH", required=True, help="Merged JSON report to write.")
 @click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
-def merge(reports, output, verbose):
+def merge(reports: tuple[str, ...], output: str, verbose: bool) -> None:
     """Join shard reports (run --shard K/N --json) into one report."""
     console = Console(stderr=True)
     with _errors(console, verbose):
@@ -595,7 +452,7 @@ Exit codes:
   3  internal error in tracecheck""")
 @click.argument("kind", required=False)
 @click.option("-v", "--verbose", is_flag=True, help="Tracebacks for errors.")
-def explain(kind, verbose):
+def explain(kind: str | None, verbose: bool) -> None:
     """Print a failure kind's page; without KIND, list the kinds.
 
     A page gives the symptom (torch's messages), the root cause, how tracecheck detects it and the fix, with code.
@@ -656,7 +513,7 @@ def _errors(console: Console, verbose: bool) -> Iterator[None]:
         sys.exit(ExitCode.INTERNAL_ERROR)
 
 
-def _refuse_partial_baseline(report) -> None:
+def _refuse_partial_baseline(report: RunReport) -> None:
     """A stage that failed inside tracecheck checked nothing: a baseline written from it would drop what it knew."""
     if report.internal_errors:
         p, s = report.internal_errors[0]
@@ -689,17 +546,18 @@ def _option_from_command(command: list[str], option: str) -> str | None:
     return None
 
 
-def _report_comparison(out: Console, report, comparison, source: str | None, detail: bool = False) -> None:
+def _report_comparison(out: Console, report: RunReport | None, comparison: Comparison | None,
+                       source: str | None, detail: bool = False) -> None:
     """The diff table (root causes; ``detail``: and every per-stage change), and GitHub annotations on stdout
     when GITHUB_ACTIONS=true."""
     if comparison is not None:
         out.print(diff.render(comparison, source or "", detail=detail))
-    if annotations.enabled() and (report is not None or comparison is not None):
-        for line in annotations.lines(report, comparison):
+    if github_annotations.enabled() and (report is not None or comparison is not None):
+        for line in github_annotations.lines(report, comparison):
             click.echo(line)
 
 
-def _exit_code(report, comparison, updated_baseline: bool) -> ExitCode:
+def _exit_code(report: RunReport | None, comparison: Comparison | None, updated_baseline: bool) -> ExitCode:
     """The one mapping from results to the exit code: a baseline decides when given, else the verdicts."""
     if updated_baseline:
         return ExitCode.OK
@@ -710,7 +568,7 @@ def _exit_code(report, comparison, updated_baseline: bool) -> ExitCode:
     return ExitCode.OK if report is not None and report.passed else ExitCode.FINDINGS
 
 
-def _interrupt(signum: int, frame: Any) -> None:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # unwinds through the runner, which kills every running stage process group
 
 

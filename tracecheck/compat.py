@@ -9,11 +9,14 @@ import contextlib
 import json
 import os
 from functools import lru_cache
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import torch
 from torch.utils import _pytree as pytree  # noqa: F401  (re-exported: torch's pytree, private by name)
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported: the dispatch-mode base class)
+
+if TYPE_CHECKING:
+    from torch._library.custom_ops import CustomOpDef
 
 GB_SITE = "https://meta-pytorch.github.io/compile-graph-break-site/gb/"
 
@@ -83,16 +86,20 @@ def compiled_autograd(compiler: Callable[..., Any] | str = "aot_eager", dynamic:
 
     from torch._dynamo import compiled_autograd as ca
 
-    if isinstance(compiler, str):
-        backend = compiler
-
-        def compiler(gm):  # noqa: F811 - compiled autograd wants a callable
-            return torch.compile(gm, backend=backend)
-
+    compiler_fn = _compiled_with(compiler) if isinstance(compiler, str) else compiler
     enable = getattr(ca, "_enable", None) or getattr(ca, "enable")
     kwargs = {"dynamic": dynamic} if "dynamic" in inspect.signature(enable).parameters else {}
-    with enable(compiler, **kwargs):
+    with enable(compiler_fn, **kwargs):
         yield
+
+
+def _compiled_with(backend: str) -> Callable[[torch.fx.GraphModule], Callable[..., Any]]:
+    """A compiled-autograd compiler fn (it wants a callable) that compiles the captured backward with ``backend``."""
+
+    def compiler(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+        return torch.compile(gm, backend=backend)
+
+    return compiler
 
 
 @contextlib.contextmanager
@@ -154,12 +161,12 @@ def intercept_function_apply(hook: Callable[..., Any]) -> Iterator[None]:
     def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
         return hook(cls, original.__get__(None, cls), *args, **kwargs)
 
-    owner.apply = classmethod(apply)  # type: ignore[method-assign]
+    setattr(owner, "apply", classmethod(apply))  # (mypy refuses assigning to a method)
     try:
         yield
     finally:
         if own:
-            owner.apply = original  # type: ignore[method-assign]
+            setattr(owner, "apply", original)
         else:
             del owner.apply
 
@@ -185,13 +192,15 @@ def has_dispatch_kernel(op: str, key: str) -> bool:
 def vmap_fallback_disabled() -> Iterator[None]:
     """functorch's per-sample fallback turned off inside the block: an op without a batching rule raises
     ``ns::op hit the vmap fallback which is currently disabled`` instead of looping (2.13, 2.14)."""
-    functorch = torch._C._functorch
-    enabled = functorch._is_vmap_fallback_enabled()
-    functorch._set_vmap_fallback_enabled(False)
+    functorch = torch._C._functorch  # its vmap-fallback switches are not in torch's stubs
+    is_enabled: Callable[[], bool] = getattr(functorch, "_is_vmap_fallback_enabled")
+    set_enabled: Callable[[bool], None] = getattr(functorch, "_set_vmap_fallback_enabled")
+    enabled = is_enabled()
+    set_enabled(False)
     try:
         yield
     finally:
-        functorch._set_vmap_fallback_enabled(enabled)
+        set_enabled(enabled)
 
 
 
@@ -344,7 +353,7 @@ def all_op_names() -> list[str]:
     return [str(n) for n in torch._C._dispatch_get_all_op_names()]
 
 
-def custom_op_defs() -> dict[str, Any]:
+def custom_op_defs() -> Mapping[str, CustomOpDef]:
     """The ``torch.library.custom_op`` definitions of this process, by qualified name
     (``torch._library.custom_ops.OPDEFS``)."""
     import torch._library.custom_ops as custom_ops

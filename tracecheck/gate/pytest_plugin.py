@@ -30,8 +30,11 @@ from typing import Any, Callable
 
 import pytest
 
-from . import baseline as bl
-from ..model.reportio import write_json_atomic
+from ..model.reportio import BASELINE_FORMAT, write_json_atomic
+from .changes import REGRESSED
+from .comparison import compare_breaks
+from .document import BASELINE_SCHEMA_VERSION, load_document
+from .snapshot import BreakSnapshot, package_relative
 
 STAGE = "explain"
 
@@ -59,7 +62,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(_STATE, None)
     if state is None or not state.update or not state.recorded or not state.path:
         return
-    doc = state.load() or {"format": bl.BASELINE_FORMAT, "schema_version": bl.BASELINE_SCHEMA_VERSION,
+    doc = state.load() or {"format": BASELINE_FORMAT, "schema_version": BASELINE_SCHEMA_VERSION,
                            "torch": _torch_version(), "stages": [STAGE], "probes": {}}
     for key, snap in state.recorded.items():
         doc["probes"].setdefault(key, {"stages": {}})["stages"][STAGE] = snap
@@ -77,7 +80,7 @@ class _State:
 
     def load(self) -> dict[str, Any] | None:
         if self._doc is None and self.path and os.path.exists(self.path):
-            self._doc = bl.load_baseline(self.path)
+            self._doc = load_document(self.path)
         return self._doc
 
 
@@ -138,18 +141,21 @@ class TracecheckFixture:
     def graph_breaks(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         return measure(fn, *args, **kwargs).breaks
 
-    def _snapshot(self, m: Measurement) -> dict[str, Any]:
-        breaks = sorted(({"kind": b.kind, "gb_type": b.gb_type, "file": self._relative(b.file), "line": b.line}
-                         for b in m.breaks), key=bl._break_sort_key)
+    def _breaks(self, m: Measurement) -> list[BreakSnapshot]:
+        return sorted((BreakSnapshot(b.kind, b.gb_type, self._relative(b.file), b.line) for b in m.breaks),
+                      key=BreakSnapshot.sort_key)
+
+    def _snapshot(self, m: Measurement, breaks: list[BreakSnapshot]) -> dict[str, Any]:
+        """The explain snapshot the plugin records (document.py's layout, without phases and target)."""
         kinds = sorted({b.kind for b in m.breaks})
         return {"status": "fail" if breaks else "pass", "kinds": kinds, "graph_count": m.graph_count,
                 "graph_break_count": m.graph_count - 1 if m.graph_count else None,
-                "graph_break_sites": len(breaks), "breaks": breaks, "recompiles": None}
+                "graph_break_sites": len(breaks), "breaks": [b.to_json() for b in breaks], "recompiles": None}
 
     def _relative(self, file: str | None) -> str | None:
         if not file:
             return None
-        installed = bl.package_relative(file)
+        installed = package_relative(file)
         if installed:
             return installed
         rel = os.path.relpath(file, self._state.root) if os.path.isabs(file) else file
@@ -162,13 +168,12 @@ class TracecheckFixture:
     def assert_no_new_graph_breaks(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
         """Compile and call ``fn(*args, **kwargs)``; fail the test on any graph break not in the baseline."""
         m = measure(fn, *args, **kwargs)
-        snap = self._snapshot(m)
+        breaks = self._breaks(m)
         if self._state.update:
-            self._state.recorded[self.key] = snap
+            self._state.recorded[self.key] = self._snapshot(m, breaks)
             return m
-        allowed = self.allowed() or {"breaks": []}
-        new = [c for c in bl._compare_breaks(self.key, STAGE, allowed.get("breaks", []), snap["breaks"])
-               if c.effect == bl.REGRESSED]
+        allowed = [BreakSnapshot.from_json(b) for b in (self.allowed() or {}).get("breaks", [])]
+        new = [c for c in compare_breaks(self.key, STAGE, allowed, breaks) if c.effect == REGRESSED]
         if new:
             lines = "\n".join(f"  - {c.detail}" for c in new)
             where = f"baseline {self._state.path}" if self._state.path else "no baseline (--tracecheck-baseline)"

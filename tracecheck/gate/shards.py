@@ -1,10 +1,9 @@
-"""CI sharding: which probes one shard of a matrix runs (``--shard K/N``), and joining shard reports
-(``tracecheck merge``). Pure: no torch import."""
+"""CI sharding, the gate's side: reading ``--shard K/N`` (given, or from a report's command) and joining shard reports
+(``tracecheck merge``); which probes a shard runs is collect/sharding.py. Pure: no torch import."""
 from __future__ import annotations
 
 import os
 import re
-from typing import Iterable
 
 from ..model.exitcodes import UsageError
 from ..model.report import ProbeReport, RunReport
@@ -23,11 +22,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     if n < 1 or not 1 <= k <= n:
         raise UsageError(f"--shard {text}: K must be between 1 and N (N >= 1)")
     return k, n
-
-
-def shard_ids(ids: Iterable[str], k: int, n: int) -> list[str]:
-    """Every N-th id, starting at the K-th (1-based), after sorting: deterministic on every runner."""
-    return [pid for i, pid in enumerate(sorted(ids)) if i % n == k - 1]
 
 
 def shard_from_command(command: list[str]) -> tuple[int, int] | None:

@@ -18,11 +18,14 @@ import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import wait
-from typing import Any, Callable, Iterator
+from multiprocessing.connection import Connection, wait
+from multiprocessing.context import ForkServerContext, SpawnContext
+from multiprocessing.process import BaseProcess
+from typing import Any, Callable, Iterator, Protocol, Union
 
 from . import protocol, worker
 from .deadline import Deadline
+from .template_protocol import Exit, Fork, FromTemplate, Launch, Pid, Ready, Release, ToTemplate
 from ..model.tasks import ProcessTask
 
 
@@ -118,7 +121,7 @@ class Outcome:
 _TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
 
 
-def _context(warm_compile: bool) -> multiprocessing.context.BaseContext:
+def _context(warm_compile: bool) -> ForkServerContext | SpawnContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
@@ -155,24 +158,25 @@ def _context(warm_compile: bool) -> multiprocessing.context.BaseContext:
 class Template:
     """The runner's side of a template process (template.py): ask it to fork a task, hear when those exit."""
 
-    def __init__(self, proc: Any, conn: Any, probes: tuple[str, ...] = ()) -> None:
+    def __init__(self, proc: BaseProcess, conn: Connection[ToTemplate, FromTemplate],
+                 probes: tuple[str, ...] = ()) -> None:
         self.proc, self.conn = proc, conn
         #: the probes with a template of their own, a child of this one (``Task.probe``)
         self.probes = frozenset(probes)
         self.exits: dict[int, int | None] = {}  # pid -> exit code, as the template reported them (None: lost)
         self.alive = True
 
-    def fork(self, args: tuple[Any, ...], probe: str | None = None) -> int | None:
-        """The pid of a new process running ``worker.child_main(*args)`` (forked from ``probe``'s template when it
-        has one); None if the template could not fork (the caller starts the task from the fork server)."""
+    def fork(self, launch: Launch, probe: str | None = None) -> int | None:
+        """The pid of a new process running ``launch`` (forked from ``probe``'s template when it has one); None if
+        the template could not fork (the caller starts the task from the fork server)."""
         if not self.alive:
             return None
         try:
-            self.conn.send(("fork", probe, *args))
+            self.conn.send(Fork(probe, launch))
             while self.conn.poll(30):
                 msg = self.conn.recv()
-                if msg[0] == "pid":
-                    return msg[1]
+                if isinstance(msg, Pid):
+                    return msg.pid
                 self._note(msg)
         except (OSError, EOFError):
             pass
@@ -183,7 +187,7 @@ class Template:
         """No task of this run forks from the probe's template any more: it may end."""
         try:
             if self.alive:
-                self.conn.send(("release", probe))
+                self.conn.send(Release(probe))
         except OSError:
             self.alive = False
 
@@ -195,9 +199,9 @@ class Template:
         except (OSError, EOFError):
             self.alive = False  # died: what it forked is orphaned; the runner kills those by process group
 
-    def _note(self, msg: tuple[Any, ...]) -> None:
-        if msg[0] == "exit":
-            self.exits[msg[1]] = msg[2]
+    def _note(self, msg: FromTemplate) -> None:
+        if isinstance(msg, Exit):
+            self.exits[msg.pid] = msg.exitcode
 
     def close(self) -> None:
         """Stop the template (its running stage processes are the runner's to kill)."""
@@ -212,24 +216,31 @@ class Template:
         self.proc.join()
 
 
-class _Spawned:
-    """A task process from the fork server. ``serve``: it reports ``("ready", why_not)`` on ``conn``, after
-    which it is done (stays up as a template, or exits)."""
+#: what a spawned template's end reads as, had it no ``Ready`` of its own to send (it died first)
+_ENDED = Ready("the process ended")
 
-    def __init__(self, proc: Any, conn: Any = None) -> None:
+
+class _Spawned:
+    """A task process from the fork server. ``serve``: it reports ``Ready`` on ``conn``, after which it is done
+    (stays up as a template, or exits)."""
+
+    def __init__(self, proc: BaseProcess, conn: Connection[ToTemplate, FromTemplate] | None = None) -> None:
+        if proc.pid is None:
+            raise RuntimeError("a task process that was not started")
         self.proc, self.conn, self.pid = proc, conn, proc.pid
-        self.ready: tuple[Any, ...] | None = None
-        self.waitable = conn if conn is not None else proc.sentinel
+        self.ready: Ready | None = None
+        self.waitable: Connection[ToTemplate, FromTemplate] | int = conn if conn is not None else proc.sentinel
 
     def done(self) -> bool:
         if self.conn is None or self.ready is not None:
             return self.proc.exitcode is not None
         try:
             if self.conn.poll():
-                self.ready = self.conn.recv()
+                msg = self.conn.recv()
+                self.ready = msg if isinstance(msg, Ready) else _ENDED  # (its first message is its Ready)
                 return True
         except (OSError, EOFError):
-            self.ready = ("died",)
+            self.ready = _ENDED
         return self.ready is not None or self.proc.exitcode is not None
 
     def kill(self) -> None:
@@ -237,7 +248,7 @@ class _Spawned:
             self.proc.kill()
 
     def serving(self) -> bool:
-        return bool(self.ready and self.ready[0] == "ready" and self.ready[1] is None)
+        return self.ready is not None and self.ready.why_not is None
 
     def finish(self, timed_out: bool) -> int | None:
         if self.serving() and not timed_out:
@@ -255,7 +266,7 @@ class _Forked:
 
     def __init__(self, template: Template, pid: int) -> None:
         self.template, self.pid = template, pid
-        self.waitable = template.conn
+        self.waitable: Connection[ToTemplate, FromTemplate] | int = template.conn
 
     def kill(self) -> None:
         self.template.drain()
@@ -276,6 +287,16 @@ class _Forked:
             self.template.conn.poll(0.05)
             self.template.drain()
         return self.template.exits.pop(self.pid, None)
+
+
+#: a running task's process: spawned by the fork server, or forked by a template
+_Handle = Union[_Spawned, _Forked]
+#: a running task: its handle, when it started (``time.monotonic``), its result and log files
+_Running = tuple[Task, _Handle, float, str, str]
+
+
+def _no_deadline(key: Any) -> Deadline | None:
+    return None  # the task's own timeout_s
 
 
 class Runner:
@@ -301,13 +322,13 @@ class Runner:
         self.close()
 
     def run(self, tasks: list[Task], on_start: Callable[[Task], None] | None = None,
-            deadline: Callable[[Any], Deadline] | None = None) -> Iterator[Outcome]:
+            deadline: Callable[[Any], Deadline | None] | None = None) -> Iterator[Outcome]:
         """Yield an Outcome per task as it finishes. ``deadline(task.key)``: how long a task may run, asked again
         while it runs (isolate/deadline.py), never more than the task's ``timeout_s``, which is the limit without it.
         On any exit (an exception, Ctrl-C, SIGTERM/SIGHUP turned into KeyboardInterrupt by the CLI, or the caller
         abandoning the iterator) every running task's process group is killed, so no probe keeps running behind
         tracecheck. A template is stopped once no task of this run needs it any more."""
-        running: dict[int, tuple[Task, Any, float, str, str]] = {}
+        running: dict[int, _Running] = {}
         users: dict[tuple[int, str | None], int] = {}  # (template, None: any task / a probe's template) -> tasks left
         templates = {id(t.template): t.template for t in tasks if t.template is not None}
         for t in tasks:
@@ -319,31 +340,31 @@ class Runner:
                 if (id(tpl), probe) not in users:
                     tpl.release(probe)
         try:
-            limit = deadline or (lambda key: None)
-            for outcome in self._schedule(deque(tasks), running, on_start, limit):
-                tpl, probe = outcome.task.template, outcome.task.probe
-                if tpl is not None:
-                    for key in {(id(tpl), None), (id(tpl), probe)}:
+            for outcome in self._schedule(deque(tasks), running, on_start, deadline or _no_deadline):
+                parent, probe_name = outcome.task.template, outcome.task.probe
+                if parent is not None:
+                    for key in {(id(parent), None), (id(parent), probe_name)}:
                         users[key] -= 1
-                    if users[id(tpl), None] == 0:
-                        tpl.close()
-                    elif probe is not None and users[id(tpl), probe] == 0:
-                        tpl.release(probe)
+                    if users[id(parent), None] == 0:
+                        parent.close()
+                    elif probe_name is not None and users[id(parent), probe_name] == 0:
+                        parent.release(probe_name)
                 yield outcome
         finally:
             for _, handle, _, _, _ in running.values():
                 _kill_group(handle)
                 handle.finish(True)
 
-    def _start(self, task: Task, result_path: str, log_path: str) -> Any:
+    def _start(self, task: Task, result_path: str, log_path: str) -> _Handle:
         args = (task.work, result_path, log_path, self.threads)
         if task.template is not None:
-            pid = task.template.fork(args, task.probe)
+            pid = task.template.fork(Launch(*args), task.probe)
             if pid is not None:
                 return _Forked(task.template, pid)
         if task.serve:
             from . import template
 
+            mine: Connection[ToTemplate, FromTemplate]
             mine, theirs = self._ctx.Pipe()
             proc = self._ctx.Process(target=template.serve, args=(*args, theirs), daemon=True)
             proc.start()
@@ -353,7 +374,7 @@ class Runner:
         proc.start()
         return _Spawned(proc)
 
-    def _schedule(self, pending: deque, running: dict, on_start: Callable[[Task], None] | None,
+    def _schedule(self, pending: deque[Task], running: dict[int, _Running], on_start: Callable[[Task], None] | None,
                   deadline: Callable[[Any], Deadline | None]) -> Iterator[Outcome]:
         def limit(task: Task) -> Deadline:
             given = deadline(task.key)
@@ -405,12 +426,12 @@ class Runner:
                                   template_died=isinstance(handle, _Forked) and exitcode is None,
                                   limit=limits[key], cpu_seconds=used)
                 if isinstance(handle, _Spawned) and task.serve and not timed_out:
-                    if handle.serving():
-                        outcome.template = Template(handle.proc, handle.conn, tuple(handle.ready[2]))
+                    if handle.serving() and handle.ready is not None and handle.conn is not None:
+                        outcome.template = Template(handle.proc, handle.conn, handle.ready.probes)
                         self._templates.append(outcome.template)
                     else:
-                        outcome.why_not_template = handle.ready[1] if handle.ready and len(handle.ready) > 1 \
-                            else "the process ended"
+                        outcome.why_not_template = handle.ready.why_not if handle.ready is not None \
+                            and handle.ready.why_not else _ENDED.why_not
                 yield outcome
 
 
@@ -480,8 +501,18 @@ def _cap(task: Task) -> Deadline:
     return Deadline(task.timeout_s, f"the {task.timeout_s:g} s timeout", True)
 
 
-def _kill_group(proc: Any) -> None:
+class _Process(Protocol):
+    """What ``_kill_group`` needs of a task process: its pid, which leads its group, and how to kill it alone."""
+
+    @property
+    def pid(self) -> int | None: ...
+    def kill(self) -> None: ...
+
+
+def _kill_group(proc: _Process) -> None:
     """SIGKILL a task process's group: a multiprocessing Process, or a handle (``_Spawned``, ``_Forked``)."""
+    if proc.pid is None:  # never started: no group
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # the child called setpgrp(): pgid == pid
     except (ProcessLookupError, PermissionError):

@@ -22,12 +22,10 @@ file's stages the plain way (from the fork server, each importing the file afres
 probe (a segfault, ``sys.exit``) takes the template with it, the same way: the runner reports the loading
 process's death.
 
-Messages on ``conn``: template -> runner ``("ready", why_not | None, probes with a template)`` once, then
-``("pid", pid)`` answering each ``("fork", probe | None, task, result_path, log_path, threads)``, and
-``("exit", pid, exitcode)`` when a forked stage process ends (the runner is not its parent, so it cannot wait for
-it; exitcode None: lost with the probe's template that forked it). ``("release", probe)``: no stage of that probe is
-left, its template may go. A probe's template sends ``("entry", message, staying)`` once, then speaks the same
-protocol to the file's template, which passes it on.
+Messages on ``conn`` (template_protocol.py): template -> runner ``Ready`` once, then ``Pid`` answering each
+``Fork``, and ``Exit`` when a forked stage process ends (the runner is not its parent, so it cannot wait for it).
+``Release``: no stage of that probe is left, its template may go. A probe's template sends ``Entry`` once, then
+speaks the same protocol to the file's template, which passes it on.
 """
 from __future__ import annotations
 
@@ -36,15 +34,25 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Callable, NoReturn
+from typing import TYPE_CHECKING, Any, Callable, Literal, NoReturn
 
 from .. import environment
 from . import protocol, worker
+from .template_protocol import Entry, Exit, Fork, FromProbe, FromTemplate, Launch, Pid, Ready, Release, ToTemplate
 
 if TYPE_CHECKING:
-    from ..collect.survey import SurveyTask
+    from typing import TypeAlias
+
+    from ..collect.survey import Loaded, SurveyTask
+
+    #: a connection a template forks on requests from: the runner's (the file's template) or the file's template's (a
+    #: probe's template)
+    Requests: TypeAlias = Connection[Pid | Exit, ToTemplate]
+    #: the file's template's end of a probe's template's connection
+    ToProbe: TypeAlias = Connection[Fork, FromProbe]
 
 #: how often the template looks for stage processes that ended (the runner learns of an exit this late at most)
 POLL_S = 0.02
@@ -60,7 +68,7 @@ NOT_ASKED = "not asked to stay up"
 
 #: the file's template's ends of its connections to the probes' templates: a process forked from it closes them
 #: (else a probe's template would not see the file's template close its connection)
-_PROBE_ENDS: list[Connection] = []
+_PROBE_ENDS: list[ToProbe] = []
 
 
 @dataclass
@@ -69,11 +77,12 @@ class _ProbeTemplate:
     that have not ended."""
 
     pid: int
-    conn: Connection
+    conn: ToProbe
     pids: set[int] = field(default_factory=set)
 
 
-def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, conn: Connection) -> None:
+def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int,
+          conn: Connection[FromTemplate, ToTemplate]) -> None:
     """Run the discovery ``task`` like any task process, each probe called in a forked child (no probe's code runs
     in this process), then fork the file's stage processes on request.
 
@@ -91,7 +100,7 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, con
         loaded.append(survey.load_file(task))
         return loaded[0].result or {}
 
-    message: protocol.Message | None = worker.perform(load)
+    message = worker.perform(load)
     why_not = None
     probes: dict[str, _ProbeTemplate] = {}
     if isinstance(message, protocol.Result) and loaded[0].result is None:  # imported: its probes are to call
@@ -103,22 +112,23 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int, con
         elif signal.getsignal(signal.SIGCHLD) != signal.SIG_DFL:
             why_not = "the file changed how SIGCHLD is handled; the forked processes' ends could not be waited for"
         most = task.probe_templates if task.stay else 0
-        message = None if why_not else _call_probes(loaded[0], conn, probes, most, result_path)
-        if message is None:  # not forking, or out of processes or memory: called here, so this process forks none
+        called = None if why_not else _call_probes(loaded[0], conn, probes, most, result_path)
+        if called is None:  # not forking, or out of processes or memory: called here, so this process forks none
             why_not = why_not or "the template process could not fork"
-            message = worker.perform(lambda: survey.call_probes(loaded[0]))
+            called = worker.perform(lambda: survey.call_probes(loaded[0]))
+        message = called
     if not isinstance(message, protocol.Result):
         why_not = why_not or "the file did not load"  # a more specific reason (could not fork) is kept
     elif not task.stay:
         why_not = why_not or NOT_ASKED
     worker.write_message(message, result_path)
-    conn.send(("ready", why_not, sorted(probes)))
+    conn.send(Ready(why_not, tuple(sorted(probes))))
     if why_not is None:
         _fork_on_request(conn, probes)
 
 
-def _call_probes(loaded: Any, conn: Connection, probes: dict[str, _ProbeTemplate], most: int,
-                 result_path: str) -> protocol.Message | None:
+def _call_probes(loaded: Loaded, conn: Connection[FromTemplate, ToTemplate], probes: dict[str, _ProbeTemplate],
+                 most: int, result_path: str) -> protocol.Message | None:
     """The discovery result of the imported file, each probe called in a forked child (``_probe_child``); those that
     stay up as their probe's template (the first ``most`` that can) are put in ``probes``. None when a fork failed
     (none is left up then). A child that died without a result ends this process the same way (its exit code, its
@@ -135,6 +145,8 @@ def _call_probes(loaded: Any, conn: Connection, probes: dict[str, _ProbeTemplate
         fallback = f"{result_path}.probe{i}"
         sys.stdout.flush()
         sys.stderr.flush()
+        mine: ToProbe
+        theirs: Connection[FromProbe, Fork]
         try:
             mine, theirs = Pipe()
         except OSError:  # out of file descriptors
@@ -154,19 +166,19 @@ def _call_probes(loaded: Any, conn: Connection, probes: dict[str, _ProbeTemplate
         reply = _entry_of(pid, mine)
         if reply is None:
             mine.close()
-            code = _reap(pid, block=True)
-            message = protocol.read_message(fallback)
-            if message is None:  # died calling the probe
+            code = _wait(pid)
+            written = protocol.read_message(fallback)
+            if written is None:  # died calling the probe
                 _close(probes)
                 _exit_like(1 if code is None else code)
-            reply = ("entry", protocol.to_json(message), False)
-        message = protocol.from_json(reply[1])
-        if reply[2]:
+            reply = Entry(written, False)
+        message = reply.message
+        if reply.staying:
             probes[entry["name"]] = _ProbeTemplate(pid, mine)
             _PROBE_ENDS.append(mine)
         else:
             mine.close()
-            _reap(pid, block=True)  # (None when reaped above)
+            _wait(pid)  # (None when reaped above)
         if not isinstance(message, protocol.Result):  # tracecheck's own error: the discovery's
             _close(probes)
             return message
@@ -175,26 +187,31 @@ def _call_probes(loaded: Any, conn: Connection, probes: dict[str, _ProbeTemplate
     return protocol.Result(survey.summary(loaded, entries, registered))
 
 
-def _entry_of(pid: int, conn: Connection) -> tuple[Any, ...] | None:
-    """The ``("entry", ...)`` message of the probe's child ``pid``; None when it ended without one (watched by its
-    pid too: a process its probe forked may hold the connection open)."""
+def _entry_of(pid: int, conn: ToProbe) -> Entry | None:
+    """The ``Entry`` message of the probe's child ``pid``; None when it ended without one (watched by its pid too: a
+    process its probe forked may hold the connection open)."""
     while True:
         try:
             if conn.poll(POLL_S):
-                return conn.recv()
+                return _as_entry(conn.recv())
         except (EOFError, OSError):
             return None
         if _ended(pid):
             try:  # it may have sent its entry just before exiting
-                return conn.recv() if conn.poll(0) else None
+                return _as_entry(conn.recv()) if conn.poll(0) else None
             except (EOFError, OSError):
                 return None
 
 
-def _probe_child(loaded: Any, entry: dict[str, Any], fn: Callable[[], Any], conn: Connection, stay: bool,
-                 fallback: str) -> None:
-    """In a child of the file's template: call the probe of ``entry``, send ``("entry", message, staying)`` (to the
-    file ``fallback`` when the connection is gone: a probe that closed every descriptor), and when ``stay`` allows and
+def _as_entry(msg: FromProbe) -> Entry | None:
+    """A probe's child sends its ``Entry`` first: anything else means it has none."""
+    return msg if isinstance(msg, Entry) else None
+
+
+def _probe_child(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any],
+                 conn: Connection[FromProbe, Fork], stay: bool, fallback: str) -> None:
+    """In a child of the file's template: call the probe of ``entry``, send its ``Entry`` (to the file ``fallback``
+    when the connection is gone: a probe that closed every descriptor), and when ``stay`` allows and
     forking stays safe, stay up as the probe's template. The value the call returned is dropped: each stage process
     builds its own cases (a model in shared memory, an open file, a pipe or a subprocess it holds stays its own)."""
     from ..collect import casemaker, survey
@@ -216,7 +233,7 @@ def _probe_child(loaded: Any, entry: dict[str, Any], fn: Callable[[], Any], conn
     # (an alarm the call set would go off here, not in the stage processes: forks do not inherit it; CUDA's driver,
     # loaded by torch.cuda.is_available(), cannot be used in a forked child)
     try:
-        conn.send(("entry", protocol.to_json(message), stay))
+        conn.send(Entry(message, stay))
     except OSError:
         worker.write_message(message, fallback)
         return
@@ -259,13 +276,6 @@ def _native_threads() -> int:
         return 0
 
 
-def _native_threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0
-
-
 def _resident_bytes() -> int:
     """This process's resident memory (0 where /proc is missing)."""
     try:
@@ -275,7 +285,7 @@ def _resident_bytes() -> int:
         return 0
 
 
-def _fork_on_request(conn: Connection, probes: dict[str, _ProbeTemplate]) -> None:
+def _fork_on_request(conn: Requests, probes: dict[str, _ProbeTemplate]) -> None:
     """Fork a stage process for each request on ``conn`` (from the probe's template when the request names one of
     ``probes``) and report its pid, then its exit; pass on what the probes' templates report."""
     children: set[int] = set()
@@ -291,74 +301,77 @@ def _fork_on_request(conn: Connection, probes: dict[str, _ProbeTemplate]) -> Non
                     request = conn.recv()
                 except EOFError:
                     return  # the runner is gone
-                if request[0] == "release":
-                    probe = probes.pop(request[1], None)
-                    if probe is not None:
-                        _drop(probe)  # it ends at EOF
-                        retired.add(probe.pid)
+                if isinstance(request, Release):
+                    released = probes.pop(request.probe, None)
+                    if released is not None:
+                        _drop(released)  # it ends at EOF
+                        retired.add(released.pid)
                     continue
-                if request[0] != "fork":
+                if not isinstance(request, Fork):
                     return
-                name, args = request[1], request[2:]
-                pid = None
-                if name in probes:
-                    pid = _fork_via(probes[name], args, conn)
-                    if pid is _GONE:
-                        _lost(probes.pop(name), conn, retired)
-                if pid is None or pid is _GONE:
-                    pid = _fork_here(conn, args)
+                pid: int | None | Literal[_State.GONE] = None
+                if request.probe in probes:
+                    pid = _fork_via(probes[request.probe], request.launch, conn)
+                    if pid is _State.GONE:
+                        _lost(probes.pop(request.probe), conn, retired)
+                if pid is None or pid is _State.GONE:
+                    pid = _fork_here(conn, request.launch)
                     if pid is not None:
                         children.add(pid)
-                conn.send(("pid", pid))
-            for pid in list(children):
-                code = _reap(pid)
-                if code is not _RUNNING:
-                    children.discard(pid)
-                    conn.send(("exit", pid, code))
-            retired = {pid for pid in retired if _reap(pid) is _RUNNING}
+                conn.send(Pid(pid))
+            for child in list(children):
+                code = _reap(child)
+                if code is not _State.RUNNING:
+                    children.discard(child)
+                    conn.send(Exit(child, code))
+            retired = {pid for pid in retired if _reap(pid) is _State.RUNNING}
     finally:
         for pid in children:  # the runner went away mid-run: take the stage processes with us
             _kill(pid)
-            _reap(pid, block=True)
+            _wait(pid)
         _close(probes)
         for pid in retired:
             _kill(pid)
-            _reap(pid, block=True)
+            _wait(pid)
 
 
-#: ``_fork_via``'s answer when the probe's template is gone; ``_reap``'s for a process still running
-_GONE: Any = object()
-_RUNNING: Any = object()
+class _State(Enum):
+    """The answers beside a pid or an exit code."""
+
+    #: ``_fork_via``'s answer when the probe's template is gone or stuck
+    GONE = "gone"
+    #: ``_reap``'s for a process still running
+    RUNNING = "running"
 
 
-def _fork_here(conn: Connection, args: tuple[Any, ...]) -> int | None:
+def _fork_here(conn: Requests, launch: Launch) -> int | None:
     try:
         pid = os.fork()
     except OSError:  # out of processes or memory: the runner starts this one from the fork server
         return None
     if pid == 0:
-        _child(conn, lambda: worker.child_main(*args))
+        _child(conn, lambda: worker.child_main(launch.task, launch.result_path, launch.log_path, launch.threads))
     return pid
 
 
-def _fork_via(probe: _ProbeTemplate, args: tuple[Any, ...], conn: Connection) -> Any:
-    """The pid of a stage process the probe's template forked (None: it could not fork; ``_GONE``: it is gone or
+def _fork_via(probe: _ProbeTemplate, launch: Launch, conn: Requests) -> int | None | Literal[_State.GONE]:
+    """The pid of a stage process the probe's template forked (None: it could not fork; ``GONE``: it is gone or
     stuck); what it reported meanwhile is passed on."""
     try:
-        probe.conn.send(("fork", None, *args))
+        probe.conn.send(Fork(None, launch))
         while probe.conn.poll(RELAY_S):
             msg = probe.conn.recv()
-            if msg[0] == "pid":
-                if msg[1] is not None:
-                    probe.pids.add(msg[1])
-                return msg[1]
+            if isinstance(msg, Pid):
+                if msg.pid is not None:
+                    probe.pids.add(msg.pid)
+                return msg.pid
             _pass_on(probe, msg, conn)
     except (OSError, EOFError):
         pass
-    return _GONE
+    return _State.GONE
 
 
-def _relay(probe: _ProbeTemplate, conn: Connection) -> bool:
+def _relay(probe: _ProbeTemplate, conn: Requests) -> bool:
     """Pass on what the probe's template reported; False when it is gone."""
     try:
         while probe.conn.poll():
@@ -368,19 +381,19 @@ def _relay(probe: _ProbeTemplate, conn: Connection) -> bool:
     return True
 
 
-def _pass_on(probe: _ProbeTemplate, msg: tuple[Any, ...], conn: Connection) -> None:
-    if msg[0] == "exit":
-        probe.pids.discard(msg[1])
+def _pass_on(probe: _ProbeTemplate, msg: FromProbe, conn: Requests) -> None:
+    if isinstance(msg, Exit):
+        probe.pids.discard(msg.pid)
         conn.send(msg)
 
 
-def _lost(probe: _ProbeTemplate, conn: Connection, retired: set[int]) -> None:
+def _lost(probe: _ProbeTemplate, conn: Requests, retired: set[int]) -> None:
     """A probe's template died or hangs (killed, out of memory): it is killed, and so are the stage processes it
     forked, reported lost with it (those it reported ended are not touched: their pids may be another's now)."""
     _kill(probe.pid)
     for pid in probe.pids:
         _kill(pid)
-        conn.send(("exit", pid, None))
+        conn.send(Exit(pid, None))
     _drop(probe)
     retired.add(probe.pid)
 
@@ -397,10 +410,10 @@ def _close(probes: dict[str, _ProbeTemplate]) -> None:
         _drop(probe)
     deadline = time.monotonic() + 2
     for probe in probes.values():
-        while _reap(probe.pid) is _RUNNING:
+        while _reap(probe.pid) is _State.RUNNING:
             if time.monotonic() > deadline:
                 _kill(probe.pid)
-                _reap(probe.pid, block=True)
+                _wait(probe.pid)
                 break
             time.sleep(0.01)
     probes.clear()
@@ -421,14 +434,23 @@ def _ended(pid: int) -> bool:
         return True
 
 
-def _reap(pid: int, block: bool = False) -> Any:
+def _reap(pid: int) -> int | None | Literal[_State.RUNNING]:
     """The exit code of the child ``pid`` once it has ended (None: unknown, it was reaped elsewhere), else
-    ``_RUNNING`` (``block``: wait for it)."""
+    ``RUNNING``."""
     try:
-        done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         return None
-    return os.waitstatus_to_exitcode(status) if done else _RUNNING
+    return os.waitstatus_to_exitcode(status) if done else _State.RUNNING
+
+
+def _wait(pid: int) -> int | None:
+    """The exit code of the child ``pid``, once it has ended (None: unknown, it was reaped elsewhere)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status)
 
 
 def _kill(pid: int) -> None:
@@ -440,7 +462,7 @@ def _kill(pid: int) -> None:
             pass
 
 
-def _child(conn: Connection, body: Callable[[], Any]) -> None:
+def _child(conn: Requests, body: Callable[[], Any]) -> None:
     """A forked process running ``body`` (a stage: ``worker.child_main``; a probe's call, ``_probe_child``): exit
     codes as multiprocessing gives them (``sys.exit(n)`` in a probe -> n, ``sys.exit("message")`` -> the message
     on stderr and 1). Never returns into the template's code."""
@@ -455,9 +477,10 @@ def _child(conn: Connection, body: Callable[[], Any]) -> None:
         # what multiprocessing does around a process it forks: the template's finalizers and children are
         # not ours; ours (semaphores torch creates, say) must run at exit, or the resource tracker reports
         # them leaked
-        util._finalizer_registry.clear()
-        util._run_after_forkers()
-        process._children = set()
+        # (private, unannotated names: through getattr/setattr)
+        getattr(util, "_finalizer_registry").clear()
+        getattr(util, "_run_after_forkers")()
+        setattr(process, "_children", set())
         body()
         code = 0
     except SystemExit as e:
@@ -469,7 +492,7 @@ def _child(conn: Connection, body: Callable[[], Any]) -> None:
         try:
             from multiprocessing import util
 
-            util._exit_function()
+            getattr(util, "_exit_function")()  # multiprocessing's own atexit function (private, unannotated)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar, TypedDict
+from dataclasses import Field, asdict, dataclass, field, fields
+from typing import Any, ClassVar, TypedDict, TypeGuard, TypeVar
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[float]:
     """A finite, non-negative number (not a bool): what a hand-edited report must hold where a measure is read."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+#: a payload type (``Payload.of`` returns the subclass it is called on)
+_P = TypeVar("_P", bound="Payload")
 
 
 class Payload:
@@ -26,18 +30,24 @@ class Payload:
     KEY: ClassVar[str] = ""
     #: fields written only when they hold something (a report of a run that had none lacks the key)
     OPTIONAL: ClassVar[tuple[str, ...]] = ()
+    #: set by ``@dataclass`` on every subclass; declared so that ``fields()`` accepts a payload
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+    #: the fields a report held (``of``); absent on a payload its stage built, which wrote every field
+    _written: frozenset[str]
 
     def to_extra(self) -> dict[str, Any]:
-        body = {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
+        body = {f.name: getattr(self, f.name) for f in fields(self)
                 if not (f.name in self.OPTIONAL and getattr(self, f.name) is None)}
         return {self.KEY: body} if self.KEY else body
 
     @classmethod
-    def of(cls, extra: dict[str, Any]):
+    def of(cls: type[_P], extra: dict[str, Any]) -> _P | None:
         """The payload in a stage's ``extra`` (a report's, or a stage record's), None when the stage wrote none.
         A field a report from an older tracecheck lacks reads as its default."""
         body = extra.get(cls.KEY) if cls.KEY else extra
-        names = [f.name for f in fields(cls) if isinstance(body, dict) and f.name in body]  # type: ignore[arg-type]
+        if not isinstance(body, dict):
+            return None
+        names = [f.name for f in fields(cls) if f.name in body]
         if not names:
             return None
         payload = cls(**{n: body[n] for n in names})
@@ -47,7 +57,7 @@ class Payload:
     def written(self, name: str) -> bool:
         """Did the stage write this field (a report from an older tracecheck may lack a count)? A payload built
         by its stage wrote every field."""
-        return name in getattr(self, "_written", {f.name for f in fields(self)})  # type: ignore[arg-type]
+        return name in getattr(self, "_written", {f.name for f in fields(self)})
 
 
 @dataclass
@@ -298,13 +308,16 @@ class BreakCost:
         """One entry of a report; None for one a hand edit made odd (a share outside 0-1, low above high, NaN)."""
         if not isinstance(body, dict) or not isinstance(body.get("file"), str) or not _count(body.get("line")):
             return None
-        nums = {k: body.get(k) for k in ("ms", "share", "low", "high")}
-        if not all(_number(v) for v in nums.values()) or nums["ms"] > 1e9 or \
-                not 0 <= nums["low"] <= nums["share"] <= nums["high"] <= 1:
+        raw = [body.get(k) for k in ("ms", "share", "low", "high")]
+        nums = [float(v) for v in raw if _number(v)]
+        if len(nums) != len(raw):
+            return None
+        ms, share, low, high = nums
+        if ms > 1e9 or not 0 <= low <= share <= high <= 1:
             return None
         gb = body.get("gb_type")
         return cls(file=body["file"], line=body["line"], gb_type=gb if isinstance(gb, str) else None,
-                   **{k: float(v) for k, v in nums.items()})  # type: ignore[arg-type]
+                   ms=ms, share=share, low=low, high=high)
 
 
 #: a break's cost is noise when its calls' shares range (highest - lowest) wider than this and than the median share

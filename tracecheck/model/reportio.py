@@ -10,7 +10,7 @@ from typing import Any
 from .exitcodes import UsageError
 from .report import RunReport
 
-#: The ``format`` of a baseline document (baseline.py); a full report has none.
+#: The ``format`` of a baseline document (gate/document.py); a full report has none.
 BASELINE_FORMAT = "tracecheck-baseline"
 
 

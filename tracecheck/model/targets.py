@@ -62,7 +62,7 @@ class Gate:
         """Does a finding of ``kind`` fail its stage: an error always, advice only under ``strict``. The one place
         this is decided: the stage status (classify/results.py), the report's verdicts, every renderer and the baseline's
         snapshot (with the plain ``Gate()``) ask it. A baseline may also name advice kinds that regress like errors
-        (its ``severity`` setting, ``baseline.gated_advice``): a comparison's rule, on top of this one."""
+        (its ``severity`` setting, ``gate/document.gated_advice``): a comparison's rule, on top of this one."""
         return self.strict or not taxonomy.is_advice(kind)
 
     def requires(self, target: str | None) -> bool:

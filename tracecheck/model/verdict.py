@@ -1,7 +1,7 @@
 """A probe's verdict, decided by one rule: from what each stage ended as (``StageOutcome``) and how the run is gated.
 
 The report decides its probes with it (``ProbeReport.verdict``, kept until the stages or the gate change); the
-baseline decides a snapshot's probe with the same ``decide`` (gate/baseline.py), so a report and a baseline of the
+baseline decides a snapshot's probe with the same ``decide`` (gate/snapshot.py), so a report and a baseline of the
 same run never disagree on what failed; renderers read the ``Verdict`` and ``StageOutcome.failing``, never a rule
 of their own.
 """
@@ -27,7 +27,7 @@ STATUSES = (PASS, FAIL, SKIP, TIMEOUT, CRASH, INTERNAL)
 @dataclass(frozen=True)
 class StageOutcome:
     """What of one stage decides its probe: its status and target, and the kinds it found, in the order found. A
-    report's stage (``StageResult.outcome``) and a baseline's snapshot (gate/baseline.py) both reduce to this."""
+    report's stage (``StageResult.outcome``) and a baseline's snapshot (gate/snapshot.py) both reduce to this."""
 
     stage: str
     status: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from ..gate.baseline import REGRESSED
+from ..gate.changes import REGRESSED
 from ..model.report import RunReport
 
 #: probe ids (stage names) a root cause's annotation lists before counting the rest

@@ -7,7 +7,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from ..gate.baseline import IMPROVED, REGRESSED, ChangeCause, Comparison, MetricCheck
+from ..gate.causes import ChangeCause
+from ..gate.changes import IMPROVED, REGRESSED
+from ..gate.comparison import Comparison, MetricCheck
 
 _STYLE = {REGRESSED: "red", IMPROVED: "green"}
 _ORDER = {REGRESSED: 0, IMPROVED: 1}

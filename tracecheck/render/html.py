@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..gate.baseline import package_relative
+from ..gate.snapshot import package_relative
 from ..model.evidence import YOURS
 from ..model.report import RootCause, RunReport, root_causes
 from . import cause, terminal, view

@@ -30,7 +30,10 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ..gate.baseline import REGRESSED, ChangeCause, Comparison, relative_location
+from ..gate.causes import ChangeCause
+from ..gate.changes import REGRESSED
+from ..gate.comparison import Comparison
+from ..gate.snapshot import relative_location
 from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
 from ..model.reportio import write_text_atomic
 from ..model.taxonomy import kinds

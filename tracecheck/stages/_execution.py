@@ -220,22 +220,24 @@ def compare(ref: Execution, got: Execution, fp64: Callable[[], "Execution | str"
         ex = fp64() if fp64 is not None else "no float64 run was possible for this comparison"
         if isinstance(ex, str):
             return ex
-        reference.dtype = ex.reference_dtype or "float64"
+        numeric_ref.dtype = ex.reference_dtype or "float64"
         return values(ex)
 
     def make_jittered() -> list[dict[str, Any]]:
         return [values(ex, widen=False) for ex in (jittered() if jittered is not None else [])]
 
-    reference = _numerics.Reference(make, make_jittered=make_jittered, half=_numerics.output_half(_tensors(ref.outputs)))
+    # not named ``reference``: ``make`` above would read as this module's ``reference()`` to a type checker
+    numeric_ref = _numerics.Reference(make, make_jittered=make_jittered,
+                                      half=_numerics.output_half(_tensors(ref.outputs)))
     if batchnorm:
-        reference.relative_floor = _numerics.BATCHNORM_FLOOR
-        reference.floor_reason = "the probe trains through BatchNorm: the runner's vision-training tolerance"
-    records = _numerics.judge(paired, reference)
-    if reference.not_judged and notes is not None:
-        shown = ", ".join(reference.not_judged[:5]) + (f" and {len(reference.not_judged) - 5} more"
-                                                        if len(reference.not_judged) > 5 else "")
-        notes.append(f"numerics not judged for {len(reference.not_judged)} half-precision tensor(s) not allclose to "
-                     f"eager ({shown}): no higher-precision reference ({reference.unavailable}); half-precision "
+        numeric_ref.relative_floor = _numerics.BATCHNORM_FLOOR
+        numeric_ref.floor_reason = "the probe trains through BatchNorm: the runner's vision-training tolerance"
+    records = _numerics.judge(paired, numeric_ref)
+    if numeric_ref.not_judged and notes is not None:
+        shown = ", ".join(numeric_ref.not_judged[:5]) + (f" and {len(numeric_ref.not_judged) - 5} more"
+                                                          if len(numeric_ref.not_judged) > 5 else "")
+        notes.append(f"numerics not judged for {len(numeric_ref.not_judged)} half-precision tensor(s) not allclose to "
+                     f"eager ({shown}): no higher-precision reference ({numeric_ref.unavailable}); half-precision "
                      "rounding is not judged by allclose alone (checked against eager for a gross error only: cosine "
                      f"similarity and an RMSE within {_numerics.NO_REFERENCE_RMSE:g} of eager's RMS)")
     return records

@@ -51,7 +51,7 @@ import contextlib
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from .. import compat
@@ -177,10 +177,10 @@ def judge(pairs: list[Pair], reference: Reference) -> list[dict[str, Any]]:
         if bad:
             by_phase.setdefault(phase, []).append(bad)
     records = []
-    for phase, bad in by_phase.items():
-        worst = max(bad, key=_badness)
-        record: dict[str, Any] = {"phase": phase, "disagreeing": len(bad), "compared": compared[phase],
-                                  "worst": worst, "disagreeing_tensors": [b["what"] for b in bad][:20]}
+    for phase, disagreeing in by_phase.items():
+        worst = max(disagreeing, key=_badness)
+        record: dict[str, Any] = {"phase": phase, "disagreeing": len(disagreeing), "compared": compared[phase],
+                                  "worst": worst, "disagreeing_tensors": [b["what"] for b in disagreeing][:20]}
         if reference.values is not None:
             record["fp64_reference"] = True
             record["reference_dtype"] = reference.dtype
@@ -412,10 +412,10 @@ def jittered(modules: list[torch.nn.Module], level: float, gen: torch.Generator)
     saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
     seen: set[int] = set()
     for m in modules:
-        for t in m.parameters():
-            if t.is_floating_point() and id(t) not in seen:
-                seen.add(id(t))
-                saved.append((t, t.data, t.grad))
+        for p in m.parameters():
+            if p.is_floating_point() and id(p) not in seen:
+                seen.add(id(p))
+                saved.append((p, p.data, p.grad))
     try:
         with torch.no_grad():
             for t, data, _ in saved:
@@ -502,7 +502,9 @@ class Float32Draws(compat.TorchDispatchMode):
     ``rand``, ``normal_``, ``uniform_``, ``bernoulli``), so without this a model that adds noise would be
     compared with a reference that saw other noise, and a wrong compiled result could pass."""
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    # func is an OpOverload, a type private by name (tests/test_house.py: such names live in compat.py only)
+    def __torch_dispatch__(self, func: Any, types: Sequence[type], args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         from ..model.report import op_name
 
         kwargs = kwargs or {}
