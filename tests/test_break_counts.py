@@ -92,3 +92,16 @@ def test_an_old_report_reads_its_break_count_as_the_sites():
 
     s = StageResult.from_dict({"stage": "explain", "status": "fail", "graph_count": 3, "graph_break_count": 1})
     assert (s.graph_break_count, s.graph_break_sites) == (2, 1)
+
+
+def test_more_sites_than_breaks_is_said_as_code_run_eagerly():
+    """Plain explain() on the mHC autograd.Function probe: 1 graph, graph_break_count 0, and break reasons for the
+    pybind11 calls Dynamo gave up on (the Function ran eagerly). Never "0 graph breaks at 2 sites"."""
+    from tracecheck.model.report import StageResult
+    from tracecheck.render import view
+
+    s = StageResult("explain", "fail", graph_count=1, graph_break_count=0, graph_break_sites=2,
+                    dynamo_graph_break_count=6)
+    assert view.breaks_said(s) == "0 graph breaks, but 2 break sites ran eagerly outside the graphs (Dynamo's counter: 6)"
+    fewer = StageResult("explain", "fail", graph_count=3, graph_break_count=2, graph_break_sites=1)
+    assert view.breaks_said(fewer) == "2 graph breaks at 1 site"

@@ -181,10 +181,16 @@ def breaks_said(s: StageResult | None) -> str | None:
 
 
 def breaks_beside(s: StageResult) -> str:
-    """The other counts where they differ from the definition's: `` at 1 site (Dynamo's counter: 2)``, or ``""``."""
+    """The other counts where they differ from the definition's: `` at 1 site (Dynamo's counter: 2)``, ``, but 2 break
+    sites ran eagerly outside the graphs``, or ``""``."""
     out = ""
-    if s.graph_break_sites is not None and s.graph_break_sites != s.graph_break_count:
-        out += f" at {_n(s.graph_break_sites, 'site')}"
+    sites, count = s.graph_break_sites, s.graph_break_count
+    if sites is not None and count is not None and sites > count:
+        # more sites than breaks: Dynamo gave up on frames (a Function's forward) that then ran eagerly, whole,
+        # without splitting a graph (plain explain() says 0 breaks and lists their reasons)
+        out += f", but {_n(sites, 'break site')} ran eagerly outside the graphs"
+    elif sites is not None and sites != count:
+        out += f" at {_n(sites, 'site')}"
     if s.dynamo_graph_break_count is not None and s.dynamo_graph_break_count != s.graph_break_count:
         out += f" (Dynamo's counter: {s.dynamo_graph_break_count})"
     return out
