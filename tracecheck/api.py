@@ -16,7 +16,8 @@ from .model.exitcodes import UsageError
 from .model.report import CRASH, IMPORT_PROBE, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, ProbeReport, RunReport, StageResult
 from .model.records import StageRecord
 from .model.reportio import trace_subdir
-from .stages import STAGES, StageOptions, StageTask, target_of
+from .stages import STAGES, StageOptions, target_of
+from .stages._run import StageTask
 from .stages import get as get_stage
 from .collect.survey import SurveyTask
 from .model.tasks import DEFAULT_TIMEOUT_S

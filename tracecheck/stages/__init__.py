@@ -14,11 +14,10 @@ import pkgutil
 
 from ..model.report import LOAD_STAGE
 from ..model.targets import COMPILE
-from ._run import StageTask
 from ._spec import LOWER_IS_BETTER, NEUTRAL, StageContext, StageOptions, StageSpec
 
 __all__ = ["LOWER_IS_BETTER", "NEUTRAL", "REGISTRY", "STAGES", "StageContext", "StageOptions", "StageSpec",
-           "StageTask", "forward_only", "get", "order", "target_of"]
+           "forward_only", "get", "order", "target_of"]
 
 
 def _discover() -> dict[str, StageSpec]:

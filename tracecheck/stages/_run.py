@@ -1,11 +1,12 @@
-"""One (probe, stage) in its stage process: the ``StageTask`` that crosses to it, and what it runs there."""
+"""One (probe, stage) in its stage process: the ``StageTask`` that crosses to it, and what it runs there. The registry
+(stages/__init__.py) does not import this module, so this one reads the registry for the stage's ``SPEC``."""
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..model.tasks import ProcessTask
+from . import get
 from ._spec import StageContext, StageOptions
 
 
@@ -30,9 +31,7 @@ def run_stage(task: StageTask) -> dict[str, Any]:
     from ..evidence import exceptions
     from ..model.records import StageRecord
 
-    # the stage's own module (the registry, stages/__init__.py, imports this module for StageTask: importing it back
-    # would be a cycle); the registry has checked each module's SPEC when the parent built the task
-    spec = importlib.import_module(f"{__package__}.{task.stage}").SPEC
+    spec = get(task.stage)  # the registry checked each module's SPEC when it was built
     make_case = casemaker.case_factory(task.file, task.probe, task.device)
     try:
         raw = spec.run(StageContext(make_case, task.device, task.options))
