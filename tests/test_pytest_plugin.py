@@ -32,7 +32,7 @@ BREAK_LINE = TESTS.splitlines().index("    torch._dynamo.graph_break()") + 1
 
 def pytest_run(tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tracecheck.gate.pytest_plugin", "-q",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tracecheck.pytest_plugin", "-q",
                            "-p", "no:cacheprovider", "--junitxml", "out.xml", "test_model.py", *args],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     cases = ET.parse(tmp_path / "out.xml").getroot().iter("testcase")

@@ -2,8 +2,8 @@
 
 For projects that would rather not add a second CI step. Enable it explicitly (it is not auto-loaded)::
 
-    pytest -p tracecheck.gate.pytest_plugin            # or, in conftest.py:
-    pytest_plugins = ["tracecheck.gate.pytest_plugin"]
+    pytest -p tracecheck.pytest_plugin            # or, in conftest.py:
+    pytest_plugins = ["tracecheck.pytest_plugin"]
 
 Then::
 
@@ -30,11 +30,11 @@ from typing import Any, Callable
 
 import pytest
 
-from ..model.reportio import BASELINE_FORMAT, write_json_atomic
-from .changes import REGRESSED
-from .comparison import compare_breaks
-from .document import BASELINE_SCHEMA_VERSION, load_document
-from .snapshot import BreakSnapshot, package_relative
+from .model.reportio import BASELINE_FORMAT, write_json_atomic
+from .gate.changes import REGRESSED
+from .gate.comparison import compare_breaks
+from .gate.document import BASELINE_SCHEMA_VERSION, load_document
+from .gate.snapshot import BreakSnapshot, package_relative
 
 STAGE = "explain"
 
@@ -102,9 +102,9 @@ def measure(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Measurement:
     """
     import torch
 
-    from .. import compat
-    from ..classify import detect
-    from ..evidence import parsers, tracelog
+    from . import compat
+    from .classify import detect
+    from .evidence import parsers, tracelog
 
     graphs = 0
 
