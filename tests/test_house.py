@@ -287,7 +287,7 @@ def test_facts_about_kinds_are_in_their_registry_entries():
 #: torch boundary (compat, environment) and the application that drives the pipeline (api, cli). Each layer may
 #: import its own and the layers listed: render → classify → model, stages/evidence → model, never back
 FOLDERS = ("model", "devices", "evidence", "stages", "classify", "collect", "isolate", "render", "gate", "fix")
-TOP_LEVEL = {"compat": "torch", "environment": "torch", "api": "app", "cli": "app", "__main__": "app",
+TOP_LEVEL = {"compat": "torch", "machine": "torch", "api": "app", "cli": "app", "__main__": "app",
              "pytest_plugin": "app", "tracecheck": "app"}
 #: render.fix draws ``tracecheck fix``'s outcome: it belongs to the fix command (app), not to the report renderers
 APP_MODULES = {"render.fix"}
@@ -438,7 +438,7 @@ _KEY_READ = re.compile(r"""(?P<receiver>[\w.]*\w\)?|\]|\))(?:\.get\(|\[)\s*f?["'
 KEY_READS_ALLOWED = {
     ("annotations.py", "os.environ)"): "the process environment",
     ("annotations.py", "environ"): "the process environment (or the mapping a test passes)",
-    ("evidence.py", "groups"): "a regex match's groupdict",
+    ("excerpts.py", "groups"): "a regex match's groupdict",
     ("tables.py", "df"): "a pandas DataFrame's columns",
     ("junit.py", "c"): "an XML element's attribute (ElementTree)",
     ("markdown.py", "p.stages"): "ProbeReport.stages: typed StageResults by stage name",

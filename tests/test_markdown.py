@@ -4,7 +4,7 @@ import re
 import pytest
 
 from report_factory import ROOT, break_finding, probe, small_report
-from tracecheck import environment
+from tracecheck import machine
 from tracecheck.render import markdown
 from tracecheck.render.paths import PathScrubber
 from tracecheck.model.report import FAIL, Finding, ProbeReport, RunReport, StageResult
@@ -208,7 +208,7 @@ def test_redact_removes_paths_entirely():
 def test_no_environment_variables_are_dumped(monkeypatch):
     monkeypatch.setenv("TRACECHECK_TEST_SECRET", "hunter2-token")
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "hunter2-alloc")
-    summary = environment.collect_env_summary()
+    summary = machine.collect_env_summary()
     assert "torch_version" in summary
     r = small_report()
     r.environment["collect_env"] = summary
@@ -251,7 +251,7 @@ def test_a_root_cause_seen_by_several_probes_is_written_once():
 
 
 def test_attachment_tracebacks_keep_user_frames_and_the_raise():
-    from tracecheck.render.evidence import condense_traceback
+    from tracecheck.render.excerpts import condense_traceback
 
     tb = "\n".join(["Traceback (most recent call last):",
                     '  File "/home/a/model.py", line 3, in forward',
@@ -431,7 +431,7 @@ def test_a_traceback_is_pointed_to_only_for_the_same_exception():
 
 def test_a_disabled_function_is_named_a_function_not_a_builtin():
     """Dynamo's words, as torch 2.13 prints them, for a builtin and for a ``torch.compiler.disable``d function."""
-    from tracecheck.render.evidence import named_in_message
+    from tracecheck.render.excerpts import named_in_message
 
     assert named_in_message("Failed to trace builtin operator `print` with argument types") == ("Builtin", "print")
     skipped = ("Attempted to call function marked as skipped\n  Explanation: Dynamo developers have intentionally "

@@ -248,7 +248,7 @@ def test_a_stage_with_advice_only_passes_and_every_renderer_shows_the_advice():
     s = results.build_stage_result("inductor", raw, 1.0)
     assert s.status == PASS and s.failure is None and [f.kind for f in s.findings] == ["opaque-op"]
     assert s.findings[0].summary.startswith("Inductor calls mylib::rms_norm as an extern kernel")
-    from tracecheck.render.evidence import numeric_lines
+    from tracecheck.render.excerpts import numeric_lines
 
     assert numeric_lines(s.findings[0]) == [
         "2 extern call(s) of mylib::rms_norm in 1 compiled graph(s); Inductor generated 3 kernel(s) for the rest"]

@@ -9,7 +9,7 @@ import json
 from rich.console import Console
 
 from report_factory import small_report
-from tracecheck import environment
+from tracecheck import machine
 from tracecheck.fix.model_code import SiteOutcome, Tried
 from tracecheck.fix.pipeline import VERIFIED, FixOutcome
 from tracecheck.fix.records import FunctionFix, GradientCheck, MutatesArgs, OpShapes
@@ -25,8 +25,8 @@ NO_NPU = {"installed": False, "available": False, "error": "torch_npu is not ins
 # --- Environment -------------------------------------------------------------------------------------------------
 
 def test_every_key_the_environment_writer_writes_is_a_field():
-    """environment.collect writes the dict, gate/shards adds the merged keys, api adds collect_env: each is read."""
-    written = set(environment.collect("npu", emulated=True, npu=NO_NPU)) | {
+    """machine.collect writes the dict, gate/shards adds the merged keys, api adds collect_env: each is read."""
+    written = set(machine.collect("npu", emulated=True, npu=NO_NPU)) | {
         "collect_env", "merged_torch_versions", "merged_rootdirs"}
     assert written == {f.name for f in dataclasses.fields(Environment)} - {"collect_env_error"}
 
@@ -60,7 +60,7 @@ def test_environment_values_of_the_wrong_shape_read_as_missing():
 
 
 def test_environment_collect_env_error_and_emulated_device():
-    env = Environment.of({"device": "npu", "emulated": True, "device_label": environment.EMULATED_NPU,
+    env = Environment.of({"device": "npu", "emulated": True, "device_label": machine.EMULATED_NPU,
                           "collect_env": {"error": "torch.utils.collect_env failed: OSError: gcc"}})
     assert env.collect_env == {} and env.collect_env_error == "torch.utils.collect_env failed: OSError: gcc"
     assert env.device_text == "npu: emulated NPU (PrivateUse1 on CPU memory)"

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import __version__, environment
+from . import __version__, machine
 from .isolate import protocol
 from .classify import results, settle
 from .evidence import owner
@@ -97,7 +97,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
         raise UsageError(f"{' '.join(opts.paths)}: no Python files found" + (
             f" (package folders are not searched: {', '.join(os.path.relpath(p) + '/' for p in packages[:5])}; name a "
             "model file in one, or the package folder itself)" if packages else ""))
-    device = environment.resolve_device(opts.device, opts.emulate_npu)
+    device = machine.resolve_device(opts.device, opts.emulate_npu)
     root = locate.rootdir(paths)
     store = _cache(opts, stages, device, named, root)
     reused = {f: r for f in files for r in [store.lookup(f) if store else None] if r is not None}
@@ -126,7 +126,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     if env is None and reused:  # nothing ran: the environment the reused results were made in (the same: keyed)
         env = next(iter(reused.values())).environment
     if env is None:  # the environment task died: record what the parent can
-        env = {"environment": environment.collect(device, opts.emulate_npu), "collect_env": None}
+        env = {"environment": machine.collect(device, opts.emulate_npu), "collect_env": None}
     if store is not None:
         _keep(store, [f for f in to_run if f in discovery], probes, discovery, env, started)
     if env.get("collect_env") is not None:
@@ -198,8 +198,8 @@ def _run_files(opts: RunOptions, files: list[str], stages: list[str], device: st
     environment record."""
     # more stage processes than cores only adds memory pressure: each holds torch and a compiler
     with Runner(min(opts.jobs, os.cpu_count() or 1), warm_compile=any(get_stage(s).compiles for s in stages)) as runner:
-        env_task = Task(_ENVIRONMENT, environment.EnvironmentTask(
-            device=device, collect_env=opts.collect_env, npu=environment.npu_status(), emulate_npu=opts.emulate_npu),
+        env_task = Task(_ENVIRONMENT, machine.EnvironmentTask(
+            device=device, collect_env=opts.collect_env, npu=machine.npu_status(), emulate_npu=opts.emulate_npu),
             opts.timeout_s)
         probes, templates, discovery, env = _discover(runner, files, opts, root, named, progress, env_task,
                                                       bool(reused), record)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from .. import compat
-from ..environment import EMULATED_NPU as LABEL  # how every report names what ran
+from ..machine import EMULATED_NPU as LABEL  # how every report names what ran
 from ..evidence.wording import TORCH_NAMESPACES
 
 #: the device name

@@ -39,7 +39,7 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Callable, Literal, NoReturn
 
-from .. import environment
+from .. import machine
 from . import protocol, worker
 from .template_protocol import Entry, Exit, Fork, FromProbe, FromTemplate, Launch, Pid, Ready, Release, ToTemplate
 
@@ -104,7 +104,7 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int,
     why_not = None
     probes: dict[str, _ProbeTemplate] = {}
     if isinstance(message, protocol.Result) and loaded[0].result is None:  # imported: its probes are to call
-        device = environment.initialised_device()
+        device = machine.initialised_device()
         if device:
             why_not = f"the file initialised {device} at import; forking would break it"
         elif _native_threads() > before:
@@ -227,7 +227,7 @@ def _probe_child(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any],
     message = worker.perform(lambda: {"entry": survey.call_one(loaded, entry, fn, first if stay else None),
                                       "registered": sorted(registered_custom_ops())})
     stay = stay and casemaker.first_call() is not None and isinstance(message, protocol.Result) \
-        and not environment.initialised_device() and _cuda_driver_loaded() == driver \
+        and not machine.initialised_device() and _cuda_driver_loaded() == driver \
         and _native_threads() <= 1 and signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL \
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0 and _resident_bytes() - rss <= MAX_GROWTH
     # (an alarm the call set would go off here, not in the stage processes: forks do not inherit it; CUDA's driver,

@@ -1,5 +1,5 @@
 """A report's environment read as typed fields (``RunReport.env``): what every renderer reads, so none of them knows
-the environment dict's keys. The report's JSON keeps the dict as tracecheck/environment.collect (and
+the environment dict's keys. The report's JSON keeps the dict as tracecheck/machine.collect (and
 gate/shards.merge) wrote it (docs/report-schema.md); this is its one reader. Pure: no torch import."""
 from __future__ import annotations
 

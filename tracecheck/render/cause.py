@@ -12,7 +12,7 @@ from ..model.targets import Gate
 from ..model.taxonomy import fix_text, kinds
 from ..stages import order as stage_order
 from . import view
-from .evidence import numeric_lines
+from .excerpts import numeric_lines
 
 #: how a cause stands against the run's gate: it fails a probe; it failed only targets the run does not require;
 #: it is advice (fails nothing unless --strict)

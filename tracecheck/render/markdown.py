@@ -24,8 +24,8 @@ from ..model.targets import COMPILE, TARGETS, Gate
 from ..stages import REGISTRY as STAGE_REGISTRY
 from . import diff, view
 from .cause import of as cause_view
-from ..environment import COLLECT_ENV_FIELDS
-from .evidence import TRIMMED, condense_traceback, drop_noise, named_in_message, numeric_lines, trim_message
+from ..machine import COLLECT_ENV_FIELDS
+from .excerpts import TRIMMED, condense_traceback, drop_noise, named_in_message, numeric_lines, trim_message
 from .fit import Details, Section, fence, fit
 from .paths import PathScrubber
 

@@ -16,7 +16,7 @@ from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SK
 from ..model.targets import Gate
 from . import view
 from .cause import gates_nothing
-from .evidence import numeric_lines
+from .excerpts import numeric_lines
 
 
 _ICON = {PASS: "✓", SKIP: "–", FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗", INTERNAL: "!", view.NOT_REQUIRED: "○"}

@@ -1,4 +1,5 @@
-"""Evidence lines shared by the terminal and Markdown renderers, so both say the same thing."""
+"""Excerpts of a finding's evidence shared by the renderers (numeric lines, trimmed messages, condensed
+tracebacks, what a Dynamo message names), so all of them say the same thing."""
 from __future__ import annotations
 
 import os
