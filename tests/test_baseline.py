@@ -1,4 +1,5 @@
 """Baselines, comparison rules, sharding, merging and GitHub annotations (pure; no torch, no subprocess)."""
+import dataclasses
 import copy
 import json
 
@@ -87,7 +88,7 @@ def test_two_machines_with_different_checkouts_compare_equal():
         s.seconds = 99.0
         for f in s.findings:
             f.summary = "reworded"
-            f.evidence["message"] = "a different torch wording"
+            f.evidence = dataclasses.replace(f.evidence, message="a different torch wording")
     # each machine's baseline is the hand-written one, so they are equal to each other
     assert document.from_report(a) == SMALL_REPORT_BASELINE
     assert document.from_report(b) == SMALL_REPORT_BASELINE

@@ -7,6 +7,7 @@ import pytest
 
 from tracecheck.model import taxonomy
 from tracecheck.classify import detect, measured
+from tracecheck.model.records import Frame
 
 PYBIND_213 = (
     "Attempted to call function marked as skipped\n"
@@ -96,8 +97,8 @@ def test_pybind_inside_autograd_function_is_said():
 
 def test_gb_type_skips_hop_line_and_code_from_link():
     f = detect.classify_error("fullgraph", err(PYBIND_213))
-    assert f.evidence["gb_type"] == "Attempted to call function marked as skipped"
-    assert f.evidence["gb_code"] == "GB0007"
+    assert f.evidence.gb_type == "Attempted to call function marked as skipped"
+    assert f.evidence.gb_code == "GB0007"
 
 
 @pytest.mark.parametrize("message, type_", [
@@ -184,8 +185,8 @@ def test_fallbacks_depend_on_stage_and_keep_evidence():
     assert backend.kind == "backend-error"
     unknown = detect.classify_error("aot_eager", err("something odd", "KeyError"))
     assert unknown.kind == "unknown"
-    assert unknown.evidence["message"] == "something odd"
-    assert unknown.evidence["exception_type"] == "KeyError"
+    assert unknown.evidence.message == "something odd"
+    assert unknown.evidence.exception_type == "KeyError"
 
 
 def test_every_kind_has_a_doc_page_and_a_fix():
@@ -203,8 +204,8 @@ def test_inductor_fake_assert_on_an_input_is_not_fake_mismatch():
            "This error most often comes from a incorrect fake (aka meta) kernel for a custom op.")
     f = detect.classify_error("inductor", err(msg, "AssertionError"))
     # no op to blame and no rule for an input whose size changed under the compiled code: unknown, evidence kept
-    assert (f.kind, f.evidence["exception_type"]) == ("unknown", "AssertionError")
-    assert "expected size 4==2" in f.evidence["message"]
+    assert (f.kind, f.evidence.exception_type) == ("unknown", "AssertionError")
+    assert "expected size 4==2" in f.evidence.message
 
 
 def test_op_names_have_one_spelling_and_builtins_read_short():
@@ -440,7 +441,7 @@ def test_an_exception_raised_by_the_ops_own_fake_names_the_op(type_, kind, cause
             "frame": {"file": "/site-packages/lib/ops.py", "line": 30, "code": "assert x.dim() == 2"}}
     f = detect.classify_error("export", {"type": type_, "message": "", "phase": "forward", "fake_impl": fake})
     assert (f.kind, f.context["cause"], f.context["op"]) == (kind, cause, "lib::quant")
-    assert f.evidence["user_frame"]["line"] == 30  # the fake's own line, where the fix goes
+    assert f.evidence.user_frame.line == 30  # the fake's own line, where the fix goes
 
 
 @pytest.mark.parametrize("builtin, raw, kind", [
@@ -520,9 +521,8 @@ def test_a_break_in_generated_code_is_not_called_the_users_line():
     b = detect.classify_break({"reason": _OBSERVED, "gb_type": "Observed exception", "file": "<eval_with_key>.9",
                                  "line": 24, "code": "aot0_primals_5 = call_aot_bwd_prologue[2]"})
     f = detect.break_finding(b)
-    assert f.evidence["user_frame"] is None
-    assert f.evidence["generated_frame"] == {"file": "<eval_with_key>.9", "line": 24,
-                                             "code": "aot0_primals_5 = call_aot_bwd_prologue[2]"}
+    assert f.evidence.user_frame is None
+    assert f.evidence.generated_frame == Frame("<eval_with_key>.9", 24, None, "aot0_primals_5 = call_aot_bwd_prologue[2]")
 
 
 def test_a_break_in_generated_code_names_the_library_line_under_it():
@@ -535,7 +535,7 @@ def test_a_break_in_generated_code_names_the_library_line_under_it():
     assert (caller["file"], caller["line"], caller["code"]) == (lib, 88, "return dequant(ctx.q) @ g")
     f = detect.break_finding(detect.classify_break({"reason": _OBSERVED, "gb_type": "Observed exception",
                                                         "file": "<eval_with_key>.9", "line": 24, "caller": caller}))
-    assert f.evidence["user_frame"]["line"] == 88 and "generated_frame" not in f.evidence
+    assert f.evidence.user_frame.line == 88 and f.evidence.generated_frame is None
 
 
 def _gb4315(got: str) -> str:

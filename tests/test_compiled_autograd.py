@@ -617,7 +617,7 @@ def test_recompile_findings_group_one_cause_over_steps():
     assert [f.context["source"] for f in found] == ["dynamo", "compiled_autograd"]  # the user's line first
     assert found[0].evidence == {"user_frame": frame, "reason": "self.step == 1", "steps": [3, 4],
                                  "reasons": ["self.step == 1", "self.step == 2"]}
-    assert found[1].evidence["steps"] == [3, 4]
+    assert found[1].evidence.steps == (3, 4)
     other_node = [_rec(3), _rec(4, reason="Cache miss due to new autograd node: Y with key size 9")]
     assert len(results.recompile_findings(other_node)) == 1  # a new node every step is one cause
     shapes = [_rec(3), _rec(4, reason="Cache miss due to 2 changed tensor shapes (total of 2): sizes[0]")]
@@ -694,8 +694,8 @@ def test_a_failure_of_one_backend_only_is_that_backends(refusing_backend):
     f = s.findings[0]
     assert (f.kind, f.context["cause"]) == ("backend-error", "backend_only")
     assert "fails with backend tc_refuses_backward and passes with aot_eager" in f.summary
-    assert f.evidence["backends"]["aot_eager"] == "passes"
-    assert "cannot compile this backward graph" in f.evidence["backends"][refusing_backend]
+    assert f.evidence.backends["aot_eager"] == "passes"
+    assert "cannot compile this backward graph" in f.evidence.backends[refusing_backend]
 
 
 def test_a_failure_of_both_backends_stays_unclassified_and_says_so(refusing_backend):
@@ -704,8 +704,8 @@ def test_a_failure_of_both_backends_stays_unclassified_and_says_so(refusing_back
     assert raw["extra"]["other_backend"]["error"]["type"] == "torch._dynamo.exc.BackendCompilerFailed"
     f = results.build_stage_result("compiled_autograd", raw, 1.0).findings[0]
     assert f.context.get("cause") != "backend_only"
-    assert "cannot compile this backward graph" in f.evidence["backends"][refusing_backend]
-    assert f.evidence["backends"][other] == "the same"
+    assert "cannot compile this backward graph" in f.evidence.backends[refusing_backend]
+    assert f.evidence.backends[other] == "the same"
 
 
 def test_the_default_backend_is_named_in_the_record():

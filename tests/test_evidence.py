@@ -1,19 +1,26 @@
-"""model/evidence.Evidence: a finding's evidence dict read as typed fields, the one reader every renderer uses.
-Oracles: evidence dicts written by hand in the report schema's shape (docs/report-schema.md), expected values by hand."""
-from tracecheck.model.evidence import EXCEPTION, GRAPH_BREAK, MEASUREMENT, NUMERIC, PROCESS, Evidence
+"""model/evidence.py: a finding's evidence as a tagged union, typed where classify/ makes it, written with its tag and
+read back by ``read`` (a report from before the tag by the keys its kind writes). Oracles: evidence dicts written by
+hand in the report schema's shape (docs/report-schema.md), expected values by hand."""
+import json
+
+from tracecheck.model import evidence
+from tracecheck.model.evidence import (BreakEvidence, ExceptionEvidence, FallbackEvidence, GradientEvidence,
+                                       MessageEvidence, NumericEvidence, OpaqueEvidence, ProcessEvidence,
+                                       RecompileEvidence, RegistrationEvidence, RootCause, SpecializationEvidence,
+                                       WorstTensor)
 from tracecheck.model.records import Frame
 from tracecheck.model.report import Finding
 
 
 def test_an_exceptions_evidence():
-    ev = Evidence.of({
+    ev = evidence.read({
         "exception_type": "torch._dynamo.exc.BackendCompilerFailed",
         "exception_chain": ["torch._dynamo.exc.BackendCompilerFailed", "RuntimeError"],
         "message": "backend='aot_eager' raised:\nRuntimeError: Mismatch in shape: a\n\nmore",
         "root": {"type": "RuntimeError", "message": "Mismatch in shape: a\n\nmore"},
         "traceback": "Traceback (most recent call last): ...", "phase": "backward",
         "user_frame": {"file": "/m/model.py", "line": 7, "code": "y = f(x)"}, "gb_type": None})
-    assert ev.what == EXCEPTION and ev.phase == "backward"
+    assert isinstance(ev, ExceptionEvidence) and ev.what == "exception" and ev.phase == "backward"
     assert ev.exception_chain == ("torch._dynamo.exc.BackendCompilerFailed", "RuntimeError")
     assert ev.user_frame == Frame("/m/model.py", 7, None, "y = f(x)")
     assert ev.headline() == "RuntimeError: Mismatch in shape: a"  # quoted by the outer line: the outer one
@@ -21,36 +28,73 @@ def test_an_exceptions_evidence():
 
 
 def test_the_root_cause_is_shown_when_the_outer_line_does_not_quote_it():
-    ev = Evidence.of({"exception_type": "WrapperError", "message": "Failed running call_function foo",
-                      "root": {"type": "KeyError", "message": "'the real reason'"}})
+    ev = evidence.read({"exception_type": "WrapperError", "message": "Failed running call_function foo",
+                        "root": {"type": "KeyError", "message": "'the real reason'"}})
     assert ev.headline() == "KeyError: 'the real reason'"
     assert ev.detail() == "Failed running call_function foo"  # no traceback: the message
 
 
-def test_a_dead_process_and_a_numeric_comparison_and_a_break():
-    dead = Evidence.of({"cause": "killed by SIGSEGV", "stderr_tail": "Fatal Python error: Segmentation fault"})
-    assert dead.what == PROCESS and dead.detail() == "Fatal Python error: Segmentation fault"
-    num = Evidence.of({"phase": "backward", "compared": 45, "disagreeing": 3, "fp64_reference": False,
-                       "worst": {"what": "grad w", "dtype": "torch.bfloat16", "shape": [4, 8], "tol": 0.01,
-                                 "failed": ["fp64"]}, "custom_ops": []})
-    assert num.what == NUMERIC and (num.compared, num.disagreeing) == (45, 3)
+def test_each_kind_of_an_untagged_report_is_read_by_its_own_keys():
+    dead = evidence.read({"cause": "killed by SIGSEGV", "stderr_tail": "Fatal Python error: Segmentation fault"})
+    assert isinstance(dead, ProcessEvidence) and dead.detail() == "Fatal Python error: Segmentation fault"
+    num = evidence.read({"phase": "backward", "compared": 45, "disagreeing": 3, "fp64_reference": False,
+                         "worst": {"what": "grad w", "dtype": "torch.bfloat16", "shape": [4, 8], "tol": 0.01,
+                                   "failed": ["fp64"]}, "custom_ops": []})
+    assert isinstance(num, NumericEvidence) and (num.compared, num.disagreeing) == (45, 3)
     assert num.worst.shape == (4, 8) and num.worst.failed == ("fp64",) and num.worst.tol == 0.01
-    assert num.custom_ops == () and Evidence.of({}).custom_ops is None  # "none recorded" vs "not recorded"
-    brk = Evidence.of({"gb_type": "Data dependent operator", "gb_code": "GB0033", "message": "reason",
-                       "doc": "https://x/gb0033.html"})
-    assert brk.what == GRAPH_BREAK and brk.gb_code == "GB0033" and brk.headline() == "reason"
-    assert Evidence.of({"graphs": [["k"]]}).what == MEASUREMENT
+    assert num.custom_ops == () and evidence.read({"compared": 1}).custom_ops is None  # none called vs not recorded
+    brk = evidence.read({"gb_type": "Data dependent operator", "gb_code": "GB0033", "message": "reason",
+                         "doc": "https://x/gb0033.html"})
+    assert isinstance(brk, BreakEvidence) and brk.gb_code == "GB0033" and brk.headline() == "reason"
+    assert isinstance(evidence.read({"output_code": ["extern_kernels.x"], "graphs": [["k"]]}), OpaqueEvidence)
+    assert isinstance(evidence.read({"first_schema": "a", "second_schema": "b"}), RegistrationEvidence)
+    assert isinstance(evidence.read({"method": "m", "analytical": 2.0, "numerical": 1.0}), GradientEvidence)
+    assert isinstance(evidence.read({"dispatch_keys": "no FuncTorchBatched kernel"}), FallbackEvidence)
+    assert isinstance(evidence.read({"reason": "r", "guard_user_frame": None}), SpecializationEvidence)
+    assert isinstance(evidence.read({"reason": "r", "steps": [3, 4]}), RecompileEvidence)
+    assert isinstance(evidence.read({"message": "a warning"}), MessageEvidence)
+
+
+def test_the_tag_is_written_and_decides_the_kind_read_back():
+    made = [
+        ExceptionEvidence(exception_type="RuntimeError", exception_chain=("RuntimeError",), message="boom",
+                          root=RootCause("KeyError", "k"), opcheck_test="test_faketensor", batch_size=5,
+                          backends={"aot_eager": "fails", "inductor": "passes"},
+                          user_frame=Frame("/m.py", 3, "f", "y = g(x)")),
+        BreakEvidence(gb_type="Unsupported", gb_code="GB0001", doc="https://x", message="r",
+                      generated_frame=Frame("<string>", 9, None, "a = b")),
+        NumericEvidence(phase="forward", compared=2, disagreeing=1, fp64_reference=True, custom_ops=(),
+                        worst=WorstTensor(what="out", shape=(2, 3), max_abs_diff=0.5, failed=("rmse",))),
+        GradientEvidence(method="central difference", input="x", numerical=1.0, analytical=2.0, ratio=2.0),
+        ProcessEvidence(cause="killed", stderr_tail="tail", phase="setup"),
+        RecompileEvidence(reason="r", steps=(3, 4), reasons=("a", "b")),
+    ]
+    for ev in made:
+        doc = json.loads(json.dumps(ev.to_json()))  # the report's JSON
+        assert doc["what"] == ev.what
+        assert evidence.read(doc) == ev, ev.what
+    # the tag wins over the keys: a message-only evidence stays one whatever else a later version adds
+    assert isinstance(evidence.read({"what": "message", "message": "m", "gb_type": "x"}), MessageEvidence)
+
+
+def test_an_exception_writes_the_keys_every_report_had():
+    doc = ExceptionEvidence(message="m").to_json()
+    assert set(doc) == {"what", "exception_type", "exception_chain", "gb_type", "gb_code", "user_frame", "phase",
+                        "message", "traceback"}
 
 
 def test_a_report_from_before_a_key_existed_reads_with_defaults():
-    ev = Finding("unknown", "x", {}, {"message": "boom"}).ev
-    assert (ev.exception_type, ev.root, ev.backends, ev.traceback, ev.generated_frame) == (None, None, {}, "", None)
+    ev = Finding("unknown", "x", {}, {"message": "boom", "exception_type": "E"}).ev
+    assert isinstance(ev, ExceptionEvidence)
+    assert (ev.root, ev.backends, ev.traceback, ev.torch_frame) == (None, {}, "", None)
     assert ev.headline() == "boom"
 
 
 def test_odd_report_data_reads_as_missing_never_as_characters():
-    assert Evidence.of("not a dict").what == MEASUREMENT
-    ev = Evidence.of({"exception_chain": "RuntimeError", "random_ops": "aten::rand", "worst": {"failed": "fp64"},
-                      "custom_ops": "ns::op", "message": "x: 0", "root": {"type": "E", "message": "0"}})
-    assert (ev.exception_chain, ev.random_ops, ev.worst.failed, ev.custom_ops) == ((), (), (), None)
+    assert isinstance(evidence.read("not a dict"), MessageEvidence)
+    ev = evidence.read({"exception_type": "E", "exception_chain": "RuntimeError", "message": "x: 0",
+                        "root": {"type": "E", "message": "0"}, "backends": "aot_eager"})
+    assert isinstance(ev, ExceptionEvidence) and (ev.exception_chain, ev.backends) == ((), {})
     assert ev.headline() == "E: 0"  # "0" is in "x: 0" only by chance: the root is shown, not taken as quoted
+    num = evidence.read({"worst": {"failed": "fp64"}, "random_ops": "aten::rand", "custom_ops": "ns::op"})
+    assert isinstance(num, NumericEvidence) and (num.random_ops, num.worst.failed, num.custom_ops) == ((), (), None)

@@ -7,7 +7,7 @@ def test_a_break_in_compiled_autograds_execd_graph_is_generated_code_not_the_use
     b = GraphBreak(kind="graph-break", gb_type="Observed exception", gb_code="GB0088", file="<string>", line=1,
                    reason="Observed exception", context={})
     f = detect.break_finding(b, generated_strings=True)
-    assert f.user_frame is None and f.evidence["generated_frame"]["file"] == "<string>"
+    assert f.user_frame is None and f.evidence.generated_frame.file == "<string>"
     # elsewhere, <string> is the user's own exec'd code and stays where it is
     assert detect.break_finding(b).user_frame.file == "<string>"
 

@@ -301,8 +301,8 @@ def test_a_break_in_the_stdlib_is_located_at_the_library_frame_above_it():
     [raw] = collector.breaks
     assert (raw["file"], raw["line"]) == ("<frozen genericpath>", 42)  # the break's own location is kept
     f = detect.break_finding(detect.classify_break(raw))
-    frame = f.evidence["user_frame"]
-    assert (frame["file"], frame["line"], frame["code"]) == (LIB, 107, "if os.path.isdir(build_dir):"), frame
+    frame = f.evidence.user_frame
+    assert (frame.file, frame.line, frame.code) == (LIB, 107, "if os.path.isdir(build_dir):"), frame
 
     fullgraph = exceptions.user_frame(RuntimeError(FULLGRAPH))
     assert (fullgraph["file"], fullgraph["line"]) == (LIB, 107), fullgraph
@@ -378,7 +378,7 @@ def test_a_break_in_the_users_exec_or_notebook_code_stays_there():
     f = detect.break_finding(detect.classify_break({"reason": _BREAK, "gb_type": "Attempted to call function marked "
                                                     "as skipped", "file": "<string>", "line": 4,
                                                     "caller": frames.caller_outside_torch("<string>", stack)}))
-    assert (f.evidence["user_frame"]["file"], f.evidence["user_frame"]["line"]) == ("<string>", 4)
+    assert (f.evidence.user_frame.file, f.evidence.user_frame.line) == ("<string>", 4)
 
     cell = "<ipython-input-3-9f2c1a>"
     stack = (f'  File "{USER}", line 8, in run\n    return f(x)\n'

@@ -388,7 +388,7 @@ UNTYPED_MODEL_FIELDS = {
     "records.StageRecord.extra", "records.StageRecord.opcheck", "records.StageRecord.gradcheck",
     "records.StageRecord.fake_checks", "records.StageRecord.dynamic_specializations", "records.StageRecord.draft_export",
     "records.StageRecord.transform_errors", "records.StageRecord.fallback_ops", "records.StageRecord.opaque_ops",
-    "records.StageRecord.steady_state_recompiles", "report.Finding.context", "report.Finding.evidence",
+    "records.StageRecord.steady_state_recompiles", "report.Finding.context", "taxonomy.FindingLike.context",
     "report.GraphBreak.context", "report.StageResult.extra", "report.RunReport.environment",
 }
 

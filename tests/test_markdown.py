@@ -1,4 +1,5 @@
 """Markdown triage report: golden structure, GitHub's size limit, path privacy."""
+import dataclasses
 import re
 
 import pytest
@@ -164,7 +165,7 @@ def test_a_single_500_finding_probe_also_fits():
 def test_the_largest_details_are_cut_first():
     report = big_report(n_probes=3, findings_per_probe=1, tb_chars=1000)
     huge = report.probes[1].stages["explain"].findings[0]
-    huge.evidence["traceback"] = "HUGE-START\n" + "x" * 120_000 + "\nHUGE-END"
+    huge.evidence = dataclasses.replace(huge.evidence, traceback="HUGE-START\n" + "x" * 120_000 + "\nHUGE-END")
     # three kinds: an attachment shows one traceback per kind
     report.probes[1].stages["explain"].findings[0].kind = "data-dependent"
     report.probes[2].stages["explain"].findings[0].kind = "pybind-builtin"
@@ -173,7 +174,7 @@ def test_the_largest_details_are_cut_first():
     assert "characters cut to fit GitHub's comment limit" in md
     assert "HUGE-END" in md and "HUGE-START" not in md  # a traceback keeps its end, where the error is
     for i in (0, 2):  # the small tracebacks are untouched
-        small = report.probes[i].stages["explain"].findings[0].evidence["traceback"]
+        small = report.probes[i].stages["explain"].findings[0].evidence.traceback
         assert small.rstrip() in md
     assert "finding section(s) left out" not in md
 
@@ -316,7 +317,7 @@ def many_probes_report(n: int = 36):
         file = f"{ROOT}/lib{i}.py"
         tb = "Traceback (most recent call last):\n" + f'  File "{file}", line {10 + i}, in forward\n' * 120
         gf, gb = break_finding(file, 10 + i, gb_type=f"Unsupported thing {i}", traceback=tb)
-        gf.evidence["message"] = gf.evidence["message"] + "\n" + "long explanation line\n" * 40
+        gf.evidence = dataclasses.replace(gf.evidence, message=gf.evidence.message + "\n" + "long explanation line\n" * 40)
         mf = missing_fake(file, 50 + i, traceback=tb)
         mf.context["op"] = f"lib{i}::op"
         ex = _unknown("torch._subclasses.fake_tensor.DataDependentOutputException", f"export-only error {i}")

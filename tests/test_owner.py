@@ -18,7 +18,7 @@ import torch
 from rich.console import Console
 
 from tracecheck.evidence.owner import owner_of
-from tracecheck.model.evidence import Evidence, Owner
+from tracecheck.model.evidence import Owner, read as read_evidence
 from tracecheck.model.report import Finding, GraphBreak, ProbeReport, RunReport, StageResult
 from tracecheck.render import terminal, view
 from tracecheck.render.markdown import render as render_markdown
@@ -71,7 +71,7 @@ def test_a_file_outside_the_rootdir_in_no_distribution_is_unknown(tmp_path):
 
 
 def test_old_reports_have_no_owner_and_a_bad_record_reads_as_none():
-    assert Evidence.of({"gb_type": "x"}).owner is None
+    assert read_evidence({"gb_type": "x"}).owner is None
     assert Owner.of({"who": "someone"}) is None and Owner.of("yours") is None
     b = GraphBreak.from_dict({"kind": "graph-break", "gb_type": "x", "gb_code": None, "file": "/m.py", "line": 1})
     assert b.owner is None

@@ -22,7 +22,7 @@ def sample() -> RunReport:
 
 def test_a_report_reads_back_field_by_field():
     d = json.loads(json.dumps(sample().to_dict()))
-    assert d["schema_version"] == 3
+    assert d["schema_version"] == 4
     # the JSON holds what sample() wrote by hand
     explain = d["probes"][0]["stages"]["explain"]
     assert (explain["status"], explain["graph_count"], explain["graph_break_count"]) == ("fail", 2, 1)
@@ -34,7 +34,7 @@ def test_a_report_reads_back_field_by_field():
     assert (p.id, p.file, p.name) == ("m.py::probe", "/abs/m.py", "probe")
     s = p.stages["explain"]
     assert isinstance(s.failure, Finding) and (s.failure.kind, s.failure.summary) == ("pybind-builtin", "s")
-    assert s.failure.evidence == {"gb_code": "GB0007"} and s.findings == [s.failure]
+    assert s.failure.evidence.gb_code == "GB0007" and s.findings == [s.failure]
     b = s.breaks[0]
     assert isinstance(b, GraphBreak)
     assert (b.kind, b.gb_type, b.gb_code, b.file, b.line) == (
@@ -230,7 +230,7 @@ def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_l
     got = stages["opcheck"].failure
     assert (got.kind, got.context["first_seen_at"]) == ("missing-fake", "fullgraph")
     assert got.summary.endswith("(attributed: the same op failed at fullgraph)")
-    assert got.evidence["phase"] == "test_faketensor"  # its own evidence stays
+    assert got.evidence.phase == "test_faketensor"  # its own evidence stays
     lone = Finding("unknown", "Unclassified.", {}, dict(frame))
     stages["opcheck"] = StageResult("opcheck", FAIL, failure=lone, findings=[lone])
     stages = settle.attributed(stages)

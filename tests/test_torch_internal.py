@@ -53,7 +53,7 @@ def test_an_assert_raised_in_dynamo_is_torchs_internal_error():
     assert f.kind == "torch-internal-error"
     assert f.context["exception"] == "AssertionError: Expected FunctionType, got <class 'method'>"
     assert f.context["torch_frame"] == "torch/_dynamo/variables/misc.py:1095 in call_backward"
-    assert f.evidence["torch_frame"]["line"] == 1095
+    assert f.evidence.torch_frame.line == 1095
     assert "torch failed in its own code" in f.summary and "@staticmethod" in f.summary  # cause classmethod
     # any other assert at the same torch frame: torch's bug, nothing of the user's to change
     generic = {"type": "AssertionError", "phase": "backward",
@@ -195,8 +195,8 @@ def test_a_compiled_autograd_fake_run_error_is_no_graph_break():
     f = detect.classify_error("compiled_autograd", raw)
     assert (f.kind, f.context["cause"]) == ("torch-internal-error", "generated")
     assert f.context["exception"].startswith("aten.div.Tensor(*(None, 127), **{}): RuntimeError: Expected a proper")
-    assert f.evidence["torch_frame"]["file"] == "<eval_with_key>.9"
-    assert f.evidence["gb_code"] == "GB4315"  # kept as evidence
+    assert f.evidence.torch_frame.file == "<eval_with_key>.9"
+    assert f.evidence.gb_code == "GB4315"  # kept as evidence
     # the same hard error in the forward (an FX graph could be the user's): the error it is, unplaced, never a break
     assert detect.classify_error("aot_eager", {**raw, "phase": "forward"}).kind == "unknown"
     # any other GB4315 hard error: never a graph break either
@@ -204,7 +204,7 @@ def test_a_compiled_autograd_fake_run_error_is_no_graph_break():
     g = detect.classify_error("compiled_autograd", {**raw, "message": other, "chain": [
         {"type": c["type"], "message": c["message"].replace(
             "Expected a proper Tensor but got None (or an undefined Tensor in C++)", "boom")} for c in NONE_DIV_CHAIN]})
-    assert g.kind == "unknown" and g.evidence["message"].startswith("RuntimeError when making fake tensor call")
+    assert g.kind == "unknown" and g.evidence.message.startswith("RuntimeError when making fake tensor call")
     # a trace's graph break of a break gb_type is still one
     b = detect.classify_break({"reason": "Unsupported method call\n", "gb_type": "Unsupported method call"})
     assert b.kind == "graph-break"

@@ -6,6 +6,7 @@ when no finding points at the probe's code; the live progress line never states 
 Oracles: the recorded messages are torch 2.13.0's (reproduced here with plain torch in the end-to-end tests, which
 call the same code under plain torch first and check that it raises); the expected kinds are written by hand.
 """
+import dataclasses
 import copy
 import io
 import json
@@ -118,7 +119,7 @@ def _bwd_stages(message):
     assert aot.kind == "backend-error"  # alone, the stage cannot tell whose shape is wrong
     fake = detect.classify_error("opcheck", err(FAKE_OPCHECK, "torch._subclasses.fake_tensor.MetadataMismatchError",
                                                 phase="test_faketensor"), op="tk_bs.widen.default")
-    fake.evidence["opcheck_test"] = "test_faketensor"
+    fake.evidence = dataclasses.replace(fake.evidence, opcheck_test="test_faketensor")
     assert fake.kind == "fake-mismatch"
     return {"aot_eager": StageResult("aot_eager", FAIL, failure=aot, findings=[aot]),
             "opcheck": StageResult("opcheck", FAIL, failure=fake, findings=[fake])}
@@ -155,7 +156,7 @@ def test_a_fake_mismatch_not_about_shapes_is_not_linked(message, cause):
     stages = _bwd_stages(BWD_SHAPE_AUTOGRAD)
     fake = stages["opcheck"].failure
     other = Finding("fake-mismatch", fake.summary, {**fake.context, **({"cause": cause} if cause else {})},
-                    {**fake.evidence, "message": message})
+                    dataclasses.replace(fake.evidence, message=message))
     stages["opcheck"] = StageResult("opcheck", FAIL, failure=other, findings=[other])
     stages = settle.attributed(stages)
     assert stages["aot_eager"].failure.kind == "backend-error"
@@ -175,7 +176,7 @@ def test_a_backward_shape_links_only_the_op_it_can_be():
     # found by the dynamic stage's fake check, not opcheck: said so
     stages = _bwd_stages(BWD_SHAPE_AUTOGRAD)
     fake = stages.pop("opcheck").failure
-    fake.evidence.pop("opcheck_test")
+    fake.evidence = dataclasses.replace(fake.evidence, opcheck_test=None)
     stages["compile_check"] = StageResult("compile_check", FAIL, failure=fake, findings=[fake])
     stages = settle.attributed(stages)
     f = stages["aot_eager"].failure

@@ -1,6 +1,7 @@
 """``run``: collect -> run stages in isolation -> classify -> RunReport. The CLI is a thin shell over this."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -354,7 +355,7 @@ def _trace_dir(opts: RunOptions, p: ProbeReport, stage: str) -> str | None:
 
 def _setup_failed(p: ProbeReport) -> bool:
     load = p.stages.get(LOAD_STAGE)
-    return bool(load and any(f.evidence.get("phase") == "setup" for f in load.findings))
+    return bool(load and any(f.evidence.phase == "setup" for f in load.findings))
 
 
 #: model files kept imported at once (isolate/template.py), each holding its imports' memory until its stages are done;
@@ -408,7 +409,8 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             load = results.died_result(LOAD_STAGE, f"loading the file {outcome.died}", outcome.timed_out,
                                        outcome.log_tail, round(outcome.seconds, 2))
             if load.failure is not None:  # (died_result always makes one)
-                load.failure.evidence["phase"] = "setup"  # nothing of the file ran: no stage for it
+                # nothing of the file ran: no stage for it
+                load.failure.evidence = dataclasses.replace(load.failure.evidence, phase="setup")
             report.stages[LOAD_STAGE] = load
             found[path] = [report]
             continue

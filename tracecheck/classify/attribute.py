@@ -5,12 +5,14 @@ them in order. Each is a heuristic that says so in the new finding (``first_seen
 """
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import os
 import re
 from typing import Any, Mapping
 
 from ..model import taxonomy
+from ..model.evidence import ExceptionEvidence, ProcessEvidence
 from ..model.report import CRASH, LOAD_STAGE, PASS, Finding, StageResult, op_name
 from ..model.taxonomy import K
 
@@ -61,14 +63,15 @@ def crashes(stages: Stages) -> Replacements:
         i = _failure_index(s)
         if s.status != CRASH or s.failure is None or i is None:
             continue
-        tail = s.failure.evidence.get("stderr_tail", "")
+        ev = s.failure.evidence
+        tail = ev.stderr_tail if isinstance(ev, ProcessEvidence) else ""
         for r in redefined:
             op = r.context.get("op", "")
             if op and _crashed_calling(tail, op):
                 f = Finding(K.OP_REDEFINED,
                             f"The {s.stage} stage died ({s.failure.context.get('cause')}) calling {op}, which was "
                             "redefined: the earlier handle points at a destroyed registration.",
-                            {"op": op, "cause": s.failure.context.get("cause")}, dict(s.failure.evidence))
+                            {"op": op, "cause": s.failure.context.get("cause")}, s.failure.evidence)
                 out[name, i] = f
                 break
     return out
@@ -102,7 +105,8 @@ def unknowns(stages: Stages) -> Replacements:
                 # opcheck re-running the op, gradcheck re-running the Function: the eager failure again
                 new = Finding(K.EAGER_ERROR, f"{eager_error.summary} (attributed: the {s.stage} stage ran the same "
                               "code again and hit the same error)", {**eager_error.context, "first_seen_at": "eager"},
-                              {**f.evidence, "rerun_of": f.context.get("op")} if f.context.get("op") else f.evidence)
+                              dataclasses.replace(f.evidence, rerun_of=str(f.context["op"]))
+                              if f.context.get("op") and isinstance(f.evidence, ExceptionEvidence) else f.evidence)
                 out[name, i] = new
                 continue
             op, frame = f.context.get("op"), _frame(f)
@@ -174,12 +178,12 @@ def _about_shape(f: Finding) -> bool:
     own sizes: the dynamic stage's other batch size, cause ``size``, says nothing of the probe's)."""
     if f.context.get("cause") in ("raises", "aot_outputs", "size", "backward_shape") or "attributed_from" in f.context:
         return False
-    return bool(_SHAPE_EVIDENCE.search(str(f.evidence.get("message") or "")))
+    return bool(_SHAPE_EVIDENCE.search(f.evidence.message))
 
 
 def _found_by(stage: str, f: Finding) -> str:
     """Who found a fake-mismatch, in words: opcheck's test, else the stage that did."""
-    test = f.evidence.get("opcheck_test")
+    test = f.evidence.opcheck_test if isinstance(f.evidence, ExceptionEvidence) else None
     return f"opcheck's {test}" if test else f"the {stage} stage"
 
 
@@ -218,7 +222,7 @@ def backward_shapes(stages: Stages) -> Replacements:
         for i, f in enumerate(s.findings):
             if f.kind not in (K.UNKNOWN, K.BACKEND_ERROR):
                 continue
-            message = str(f.evidence.get("message") or "")
+            message = f.evidence.message
             m = next((m for rx in _BACKWARD_SHAPE if (m := rx.search(message))), None)
             if m is None:
                 continue
@@ -290,7 +294,7 @@ def downstream_shapes(stages: Stages) -> Replacements:
     if not only or eager is None or eager.status != PASS:
         return out
     stage, cause = only[0]
-    shapes = _FAKE_SHAPES.search(str(cause.evidence.get("message") or ""))
+    shapes = _FAKE_SHAPES.search(cause.evidence.message)
     if shapes is None:  # the fake's shape unknown: nothing ties a size error to it
         return out
     fake_dims = _dims(shapes.group("fake"))
@@ -300,7 +304,7 @@ def downstream_shapes(stages: Stages) -> Replacements:
         if s.stage not in REGISTRY or not REGISTRY[s.stage].compiles or s.stage == "opcheck":
             continue
         for i, f in enumerate(s.findings):
-            message = str(f.evidence.get("message") or "")
+            message = f.evidence.message
             if f.kind not in (K.UNKNOWN, K.BACKEND_ERROR) or not _SHAPE_ERROR.search(message) \
                     or not _names_shape(message, fake_dims):
                 continue  # another size error (a hard-coded view at another batch size): not the fake's
@@ -312,7 +316,7 @@ def downstream_shapes(stages: Stages) -> Replacements:
                    "first_seen_at": stage}
             # at the fake's def; a fake with no Python def (a C++ Meta kernel) places nothing: the finding is the op's,
             # never at the line that tripped (that code is right)
-            evidence = {**f.evidence, "user_frame": cause.evidence.get("user_frame")}
+            evidence = dataclasses.replace(f.evidence, user_frame=cause.evidence.user_frame)
             new = Finding(K.FAKE_MISMATCH, taxonomy.summary(K.FAKE_MISMATCH, ctx), ctx, evidence)
             out[name, i] = new
     return out
@@ -378,13 +382,13 @@ def _same_error(f: Finding, other: Finding) -> bool:
     code: save_for_backward given a float) is the same error when type and words agree and the words are specific
     (``_SPECIFIC``), or when both name the same op."""
     def line(x: Finding) -> str:
-        lines = str(x.evidence.get("message") or "").strip().splitlines()
+        lines = x.evidence.message.strip().splitlines()
         return lines[0].strip() if lines else ""
 
     def key(x: Finding, frame: bool = True) -> tuple[Any, ...]:
-        return x.evidence.get("exception_type"), line(x), _frame(x) if frame else None
+        return x.evidence.exception_type, line(x), _frame(x) if frame else None
 
-    if not f.evidence.get("exception_type"):
+    if not f.evidence.exception_type:
         return False
     placed = _frame(f) is not None
     if not placed:

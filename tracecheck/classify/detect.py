@@ -10,6 +10,7 @@ Wording per version: ../shared/torch_failure_wording.md sections 4 and 7.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -19,6 +20,7 @@ from ..model import taxonomy
 from ..model.taxonomy import K
 from ..evidence.source import classmethod_function, in_autograd_function
 from ..evidence.wording import EMULATOR_GAP, TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
+from ..model.evidence import BreakEvidence, ExceptionEvidence, MessageEvidence, RootCause
 from ..model.records import Frame
 from ..model.report import Finding, GraphBreak, headline, is_generated, op_name, says_nothing
 
@@ -484,24 +486,22 @@ def classify_error(stage: str, raw: dict[str, Any], op: str | None = None) -> Fi
     torch_frame = ctx.pop("torch_frame_record", None)
     if kind == K.TORCH_INTERNAL_ERROR:
         ctx.setdefault("stage", stage)  # the fix's ``tracecheck repro ... --stage``
-    evidence = {
-        "exception_type": raw.get("type"),
-        "exception_chain": [c.get("type") for c in chain],
-        "gb_type": gb_type,
-        "gb_code": raw.get("gb_code") or gb_code_from_text(text),
-        # a fake impl that raised: its own line is where the fix goes
-        "user_frame": ctx.pop("fake_frame", None) or raw.get("user_frame")
-        # a fake that returns wrong metadata: its def is where the fix goes (opcheck records it)
-        or (raw.get("fake_def") if kind == K.FAKE_MISMATCH else None),
-        "phase": raw.get("phase"),
-        "message": trim(raw.get("message", "")),
-        "traceback": raw.get("traceback", ""),
-    }
     root = root_cause(raw)
-    if root:
-        evidence["root"] = root
-    if torch_frame:  # torch-internal-error: the frame of torch's own code (or graph) that raised, never the user's
-        evidence["torch_frame"] = torch_frame
+    evidence = ExceptionEvidence(
+        exception_type=raw.get("type") or None,
+        exception_chain=tuple(str(c.get("type")) for c in chain if c.get("type")),
+        gb_type=gb_type or None,
+        gb_code=raw.get("gb_code") or gb_code_from_text(text),
+        # a fake impl that raised: its own line is where the fix goes; a fake that returns wrong metadata: its def
+        # (opcheck records it)
+        user_frame=Frame.from_dict(ctx.pop("fake_frame", None) or raw.get("user_frame")
+                                   or (raw.get("fake_def") if kind == K.FAKE_MISMATCH else None)),
+        phase=raw.get("phase"),
+        message=trim(raw.get("message") or ""),
+        traceback=raw.get("traceback") or "",
+        root=RootCause(root["type"], root["message"]) if root else None,
+        # torch-internal-error: the frame of torch's own code (or graph) that raised, never the user's
+        torch_frame=Frame.from_dict(torch_frame))
     return Finding(kind, fill_summary(kind, ctx, stage), ctx, evidence)
 
 
@@ -532,14 +532,13 @@ def break_finding(b: GraphBreak, generated_strings: bool = False) -> Finding:
     """``generated_strings``: the stage's ``<string>`` code is torch's (compiled autograd execs its backward graph's
     code), not the user's exec'd code."""
     ctx = {**{k: v for k, v in b.context.items() if k != "caller"}, "gb_type": b.gb_type}
-    frame = b.context.get("caller") or {"file": b.file, "line": b.line, "code": b.context.get("code")}
-    evidence = {"gb_type": b.gb_type, "gb_code": b.gb_code, "doc": b.doc, "user_frame": frame, "message": b.reason}
+    frame = Frame.from_dict(b.context.get("caller") or {"file": b.file, "line": b.line, "code": b.context.get("code")})
+    evidence = BreakEvidence(gb_type=b.gb_type, gb_code=b.gb_code, doc=b.doc, user_frame=frame, message=b.reason)
     generated = b.file is not None and (is_generated(b.file) or (generated_strings and b.file == "<string>"))
     if generated and not b.context.get("caller"):
         # a break in code torch generated (compiled autograd's graph), with no user or library line under it:
         # said as such, never as the user's frame
-        evidence["user_frame"] = None
-        evidence["generated_frame"] = {"file": b.file, "line": b.line, "code": b.context.get("code")}
+        evidence = dataclasses.replace(evidence, user_frame=None, generated_frame=frame)
         ctx["generated"] = f"{b.file}:{b.line}"
     return Finding(b.kind, fill_summary(b.kind, ctx, "compile"), ctx, evidence)
 
@@ -552,7 +551,7 @@ def classify_warning(message: str) -> Finding | None:
     ctx = {"op": m.group("op"), "warning": True}
     return Finding(K.MISSING_AUTOGRAD,
                    f"Op {ctx['op']} has no autograd kernel; backward ran through the deprecated fallback and "
-                   "gradients may be silently wrong.", ctx, {"message": trim(message)})
+                   "gradients may be silently wrong.", ctx, MessageEvidence(message=trim(message)))
 
 
 def refused_what(ctx: dict[str, Any]) -> str:

@@ -3,10 +3,13 @@ specialized dynamic dimensions, torch.func refusals and mismatches, functorch fa
 draft_export failures. Pure: no torch import."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..model import taxonomy
 from ..model.taxonomy import K
+from ..model.evidence import (DraftExportEvidence, ExceptionEvidence, FallbackEvidence, GradientEvidence,
+                              NumericEvidence, OpaqueEvidence, Specialization, SpecializationEvidence, of_record)
 from ..model.records import Frame
 from ..model.report import Finding, op_name
 from .detect import SOME_FUNCTION, classify_error, fill_summary, trim
@@ -41,7 +44,7 @@ def mismatch_finding(raw: dict[str, Any], stage: str = "compile") -> Finding:
         ctx["random_ops"] = random_ops
     summary = (f"Compiled {tensors} differ from eager: {n} of {total} disagree; worst {what} ({how})."
                if n > 1 or total > 1 else f"Compiled {what} differs from eager ({how}).")
-    return Finding(K.NUMERIC_MISMATCH, summary, ctx, dict(raw))
+    return Finding(K.NUMERIC_MISMATCH, summary, ctx, of_record(NumericEvidence, raw))
 
 
 def gradient_finding(outcome: dict[str, Any]) -> Finding:
@@ -52,8 +55,13 @@ def gradient_finding(outcome: dict[str, Any]) -> Finding:
            **({"op_is_label": True} if outcome.get("function") else {}),
            "numerical": f"{m['numerical']:.6g}", "analytical": f"{m['analytical']:.6g}",
            "relative_error": f"{m['relative_error']:.3g}"}
-    evidence = {"method": outcome.get("method"), "note": outcome.get("note"), **m}
-    return Finding(K.WRONG_GRADIENT, fill_summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, evidence)
+    return Finding(K.WRONG_GRADIENT, fill_summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, _gradient(outcome))
+
+
+def _gradient(outcome: dict[str, Any]) -> GradientEvidence:
+    """A gradient check's mismatch (stages/_gradients.Outcome: ``method``, ``note`` and the ``mismatch`` record)."""
+    return of_record(GradientEvidence, {"method": outcome.get("method"), "note": outcome.get("note"),
+                                        **outcome["mismatch"]})
 
 
 def end_to_end_gradient_finding(outcome: dict[str, Any], calls: list[str]) -> Finding:
@@ -67,8 +75,7 @@ def end_to_end_gradient_finding(outcome: dict[str, Any], calls: list[str]) -> Fi
            "numerical": f"{m['numerical']:.6g}", "analytical": f"{m['analytical']:.6g}",
            "relative_error": f"{m['relative_error']:.3g}", "cause": "end_to_end",
            "ratio": f"{ratio:.3g}" if isinstance(ratio, (int, float)) else "?"}
-    evidence = {"method": outcome.get("method"), "note": outcome.get("note"), **m}
-    return Finding(K.WRONG_GRADIENT, fill_summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, evidence)
+    return Finding(K.WRONG_GRADIENT, fill_summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, _gradient(outcome))
 
 
 def specialization_finding(raw: dict[str, Any]) -> Finding:
@@ -91,8 +98,9 @@ def specialization_finding(raw: dict[str, Any]) -> Finding:
         ctx["cause"] = "subclass_metadata"
         ctx["guard_at"] = guard_frame.location if guard_frame else "the guarded call"
         frame = raw.get("user_frame") or frame
-    evidence = {"reason": raw.get("reason", ""), "user_frame": frame, "guard_user_frame": raw.get("user_frame"),
-                "specialization": spec or None, "step": raw.get("step")}
+    evidence = SpecializationEvidence(reason=raw.get("reason") or "", user_frame=Frame.from_dict(frame),
+                                      guard_user_frame=Frame.from_dict(raw.get("user_frame")),
+                                      specialization=Specialization.of(spec or None), step=raw.get("step"))
     return Finding(K.DYNAMIC_SHAPE, fill_summary(K.DYNAMIC_SHAPE, ctx, "dynamic"), ctx, evidence)
 
 
@@ -100,9 +108,10 @@ def transform_error_finding(stage: str, raw: dict[str, Any]) -> Finding:
     """A torch.func transform that raised (stages/vmap.py: an error record with ``transform``, and ``functions``:
     the old-style autograd.Function classes the probe calls). A refusal the rules know is
     ``functorch-incompatible``; any other error is classified as usual, with the transform named."""
-    f = classify_error(stage, raw)
     transform = raw.get("transform", "vmap")
-    f.evidence["transform"] = transform
+    f = classify_error(stage, raw)
+    if isinstance(f.evidence, ExceptionEvidence):
+        f.evidence = dataclasses.replace(f.evidence, transform=transform)
     if f.kind == K.FUNCTORCH_INCOMPATIBLE:
         functions = raw.get("functions") or []
         if functions and f.context.get("function") in (None, SOME_FUNCTION):
@@ -157,19 +166,20 @@ def fallback_finding(raw: dict[str, Any]) -> Finding:
     """A custom op vmap runs through its per-sample fallback (stages/_torchfunc.fallback_ops)."""
     op = raw["op"]
     ctx = {"op": op}
-    evidence = {"dispatch_keys": "no FuncTorchBatched kernel and no CompositeImplicitAutograd kernel",
-                "confirmed": bool(raw.get("confirmed")),
-                "confirmation": "vmap stops at this op with the fallback turned off "
-                                "(torch._C._functorch._set_vmap_fallback_enabled(False))" if raw.get("confirmed")
-                else "with the fallback turned off, vmap stopped at another op first"}
+    evidence = FallbackEvidence(
+        dispatch_keys="no FuncTorchBatched kernel and no CompositeImplicitAutograd kernel",
+        confirmed=bool(raw.get("confirmed")),
+        confirmation="vmap stops at this op with the fallback turned off "
+                     "(torch._C._functorch._set_vmap_fallback_enabled(False))" if raw.get("confirmed")
+        else "with the fallback turned off, vmap stopped at another op first")
     return Finding(K.NO_BATCHING_RULE, fill_summary(K.NO_BATCHING_RULE, ctx, "vmap"), ctx, evidence)
 
 
 def opaque_finding(raw: dict[str, Any], stage: str = "inductor") -> Finding:
     """A custom op Inductor's generated code calls as an extern kernel (evidence/tracelog.OutputCodeCollector)."""
     ctx = {"op": op_name(raw["op"]), "calls": raw.get("calls", 1), "kernels": raw.get("kernels", "?")}
-    evidence = {"output_code": raw.get("lines", [])[:5], "graphs": raw.get("graphs"),
-                "generated_kernels": raw.get("kernels")}
+    evidence = OpaqueEvidence(output_code=tuple(raw.get("lines", [])[:5]), graphs=tuple(raw.get("graphs") or ()),
+                              generated_kernels=raw.get("kernels"))
     return Finding(K.OPAQUE_OP, fill_summary(K.OPAQUE_OP, ctx, stage), ctx, evidence)
 
 
@@ -187,6 +197,7 @@ def draft_finding(raw: dict[str, Any], error: dict[str, Any] | None) -> Finding:
     template = taxonomy.kinds()[kind].draft_summary or "torch.export failed; draft_export reports {type}."
     summary = template.format_map(
         {"op": ctx.get("op", "?"), "expr": ctx.get("expr", "?"), "at": at, "type": raw.get("type", "?")})
-    evidence = {"draft_export_type": raw.get("type"), "user_frame": frame, "reason": raw.get("reason") or None,
-                "exception_type": (error or {}).get("type"), "message": trim((error or {}).get("message", ""))}
+    evidence = DraftExportEvidence(draft_export_type=raw.get("type"), user_frame=fr, reason=raw.get("reason") or None,
+                                   exception_type=(error or {}).get("type"),
+                                   message=trim((error or {}).get("message") or ""))
     return Finding(kind, summary, ctx, evidence)

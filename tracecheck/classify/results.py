@@ -7,12 +7,15 @@ The one place that decides a stage's status; pure (no torch import), like pytest
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 from ..model import taxonomy
 from . import detect, measured
 from ..model.taxonomy import K
+from ..model.evidence import (Evidence, ExceptionEvidence, ProcessEvidence, RecompileEvidence,
+                              RegistrationEvidence)
 from ..model.payloads import CompiledAutogradCounts, GradcheckVerdict, StageNotes
 from ..model.records import END_TO_END, Frame, StageRecord
 from ..model.exitcodes import UsageError
@@ -118,7 +121,7 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
         registered_custom_ops=rec.registered_custom_ops or None).to_extra())
     result.extra.update(rec.extra)
     not_checked = [
-        f"the autograd of {op} ({', '.join(f.evidence.get('opcheck_test', '?') for f in not_needed if f.context['op'] == op)}"
+        f"the autograd of {op} ({', '.join(_opcheck_test(f) or '?' for f in not_needed if f.context['op'] == op)}"
         " failed), which this probe never uses: " + (
             "it calls the op only with gradients off (inside a torch.autograd.Function's forward, whose backward "
             "supplies the gradient, or under no_grad)" if op in grad_free else
@@ -130,16 +133,26 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     return result
 
 
+def _opcheck_test(f: Finding) -> str | None:
+    return f.evidence.opcheck_test if isinstance(f.evidence, ExceptionEvidence) else None
+
+
+def _with(ev: Evidence, **changes: Any) -> Evidence:
+    """An exception's evidence with ``changes`` (what classify_error made; other kinds of evidence have none of these
+    fields and are kept as they are)."""
+    return dataclasses.replace(ev, **changes) if isinstance(ev, ExceptionEvidence) else ev
+
+
 def _about_the_ops_autograd(f: Finding) -> bool:
     """An opcheck failure about the op's own autograd: its registration, or gradients through it."""
-    test = f.evidence.get("opcheck_test")
+    test = _opcheck_test(f)
     return f.kind == K.MISSING_AUTOGRAD or test == "test_autograd_registration" or (
-        test == "test_aot_dispatch_dynamic" and "Gradients of the operator are different" in str(f.evidence.get("message")))
+        test == "test_aot_dispatch_dynamic" and "Gradients of the operator are different" in f.evidence.message)
 
 
 def _attributed(f: Finding, cause: Finding, size: Any) -> Finding:
     """The compiled run's failure at a size where a fake impl disagrees with its kernel: that fake's kind."""
-    first = (f.evidence.get("message") or "").strip().splitlines()
+    first = f.evidence.message.strip().splitlines()
     what = next((ln for ln in first if ln and not ln.startswith("backend=")), f.kind)[:200]
     summary = (f"The compiled run at batch size {size} failed ({what}) (attributed: the fake impl of "
                f"{cause.context.get('op', '?')} disagrees with its kernel at that size).")
@@ -151,7 +164,7 @@ def _later_step(f: Finding, error: dict[str, Any]) -> Finding:
     step = error["step"]
     summary = (f"{f.summary.rstrip('.')}: eager {later_step(step, error)} (state the model keeps across "
                "steps, such as a buffer left attached to the previous step's graph, breaks the next one).")
-    return Finding(f.kind, summary, {**f.context, "step": step}, {**f.evidence, "step": step})
+    return Finding(f.kind, summary, {**f.context, "step": step}, _with(f.evidence, step=step))
 
 
 def _backend_checked(f: Finding, backend: str, error: dict[str, Any], other: dict[str, Any]) -> Finding:
@@ -160,7 +173,7 @@ def _backend_checked(f: Finding, backend: str, error: dict[str, Any], other: dic
     mine = headline(error, 300)
     theirs = (f"not run: {other['not_run']}" if other.get("not_run") else
               headline(other["error"], 300) if other.get("error") else "passes")
-    evidence = {**f.evidence, "backends": {backend: mine, other["backend"]: "the same" if theirs == mine else theirs}}
+    evidence = _with(f.evidence, backends={backend: mine, other["backend"]: "the same" if theirs == mine else theirs})
     if theirs == "passes" and f.kind in (K.UNKNOWN, K.BACKEND_ERROR):
         ctx = {**f.context, "cause": "backend_only", "backend": backend, "other_backend": other["backend"],
                "stage": "compiled_autograd"}
@@ -175,9 +188,9 @@ def _opcheck_findings(stage: str, results: dict[str, dict[str, Any]]) -> list[Fi
         for test, outcome in tests.items():
             if isinstance(outcome, dict):
                 f = detect.classify_error(stage, outcome, op=op)
-                f.evidence["opcheck_test"] = test
+                f.evidence = _with(f.evidence, opcheck_test=test)
                 if "batch_size" in outcome and f.kind == K.FAKE_MISMATCH:  # the dynamic stage's check at a new size
-                    f.evidence["batch_size"] = outcome["batch_size"]
+                    f.evidence = _with(f.evidence, batch_size=outcome["batch_size"])
                     f.context.update(cause="size", batch_size=outcome["batch_size"])
                     f.summary = (f"{f.summary.rstrip('.')}, at batch size {outcome['batch_size']} (the probe's own "
                                  "batch size passes opcheck).")
@@ -216,12 +229,10 @@ def recompile_findings(records: list[dict[str, Any]]) -> list[Finding]:
         what = "Dynamo recompiles" if source == "dynamo" else "Compiled autograd captures a new backward graph"
         where = f" ({fr.location})" if (fr := Frame.from_dict(frame)) else ""
         reasons = list(dict.fromkeys(r.get("reason", "") for r in rs))
-        evidence: dict[str, Any] = {"user_frame": frame, "reason": first.get("reason", ""),
-                                    "steps": sorted({r.get("step") for r in rs})}
-        if len(reasons) > 1:
-            evidence["reasons"] = reasons[:10]
-        if first.get("user_frame_from"):
-            evidence["user_frame_from"] = first["user_frame_from"]
+        evidence = RecompileEvidence(user_frame=fr, reason=first.get("reason", ""),
+                                     steps=tuple(sorted({r.get("step") for r in rs}, key=lambda s: (s is None, s))),
+                                     reasons=tuple(reasons[:10]) if len(reasons) > 1 else (),
+                                     user_frame_from=first.get("user_frame_from") or None)
         short = first.get("reason", "").split(" (HINT:", 1)[0][:300]  # the hint stays in context.reason
         findings.append(Finding(
             K.RECOMPILE, f"{what} on every step after warm-up{where}: {short}",
@@ -233,7 +244,7 @@ def died_result(stage: str, cause: str, timed_out: bool, log_tail: str, seconds:
     """A stage whose process never reported: ``timeout`` or ``crash``, with the cause and stderr tail."""
     kind = K.TIMEOUT if timed_out else K.CRASH
     finding = Finding(kind, f"The {stage} stage {cause}.", {"cause": cause},
-                      {"stderr_tail": log_tail[-3000:], "cause": cause})
+                      ProcessEvidence(stderr_tail=log_tail[-3000:], cause=cause))
     return StageResult(stage, TIMEOUT if timed_out else CRASH, failure=finding, findings=[finding], seconds=seconds)
 
 
@@ -261,8 +272,9 @@ def load_result(entry: dict[str, Any]) -> StageResult | None:
             f"Operator {ev['op']} was registered twice with different schemas; the second silently replaced "
             "the first.",
             {"op": ev["op"]},
-            {"first_schema": ev["first_schema"], "second_schema": ev["second_schema"],
-             "first_frame": ev.get("first_frame"), "user_frame": ev.get("second_frame")},
+            RegistrationEvidence(first_schema=ev["first_schema"], second_schema=ev["second_schema"],
+                                 first_frame=Frame.from_dict(ev.get("first_frame")),
+                                 user_frame=Frame.from_dict(ev.get("second_frame"))),
         ))
     if setup is not None:
         findings.append(setup)

@@ -8,6 +8,7 @@ library) is ``unknown``, not "yours": nothing says the user wrote it or can chan
 more than is known. A file-less frame is torch's when torch generated it (``<eval_with_key>.N``), else unknown."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import os
@@ -97,7 +98,7 @@ def assign(p: ProbeReport, rootdir: str) -> None:
             frame = f.user_frame
             owner = owner_of(frame.file, rootdir) if frame is not None else None
             if owner is not None:
-                f.evidence["owner"] = owner
+                f.evidence = dataclasses.replace(f.evidence, owner=Owner.of(owner))
         for b in s.breaks:
             caller = b.context.get("caller")
             file = caller.get("file") if isinstance(caller, dict) and caller.get("file") else b.file

@@ -1,20 +1,24 @@
-"""A finding's evidence read as typed fields (``Finding.ev``): what every renderer reads, so none of them knows the
-evidence dict's keys. The report's JSON keeps the dict as it is (docs/report-schema.md); this is its one reader.
-
-``what`` tags the evidence by what made it: an ``exception`` (type, chain, root cause, frames), a ``graph_break``
-(gb_type, GB code, Dynamo's reason), a ``numeric`` comparison (the worst tensor against its reference), a
-``process`` that died (its stderr tail) or a ``measurement`` (counts a stage took: opaque-op's graphs). Pure: no
-torch import.
+"""A finding's evidence, typed where it is made: a tagged union (``Evidence`` and one frozen subclass per kind of
+evidence, the tag its ``what``). classify/ builds them from a stage's records; renderers read their fields; the report's
+JSON is their ``to_json`` (with ``"what"``), read back by ``read`` (a report from before the tag is read by the keys
+its kind writes). The kinds: an ``exception`` (type, chain, root cause, frames), a ``graph_break`` (gb_type, GB code,
+Dynamo's reason), a ``numeric`` comparison (the worst tensor against its reference), a ``gradient`` check, a
+``process`` that died (its stderr tail), a ``registration`` made twice, a ``specialization``, a ``recompile``, vmap's
+per-sample ``fallback``, an ``opaque`` extern kernel, a ``draft_export`` failure, a ``message`` alone. Pure: no torch
+import.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, ClassVar, TypeVar
 
 from .records import Frame
 
-EXCEPTION, GRAPH_BREAK, NUMERIC, PROCESS, MEASUREMENT = "exception", "graph_break", "numeric", "process", "measurement"
+#: the kinds of evidence (``Evidence.what``, the JSON's ``"what"``)
+EXCEPTION, GRAPH_BREAK, NUMERIC, GRADIENT, PROCESS = "exception", "graph_break", "numeric", "gradient", "process"
+REGISTRATION, SPECIALIZATION, RECOMPILE, FALLBACK = "registration", "specialization", "recompile", "fallback"
+OPAQUE, DRAFT_EXPORT, MESSAGE = "opaque", "draft_export", "message"
 
 
 def first_line(text: Any) -> str:
@@ -79,6 +83,10 @@ class WorstTensor:
     #: torch._dynamo.utils.same's failed checks
     failed: tuple[str, ...] = ()
     detail: str | None = None
+    #: whether a float64 reference judged it, the jittered runs' worst error, and which rule decided, in words
+    fp64_used: bool | None = None
+    rmse_jittered_vs_fp64: float | None = None
+    rule: str | None = None
 
     @classmethod
     def of(cls, d: Any) -> "WorstTensor":
@@ -87,9 +95,14 @@ class WorstTensor:
         return cls(**{k: d.get(k) for k in ("what", "dtype", "reference_dtype", "rmse_compiled_vs_fp64",
                                              "rmse_eager_vs_fp64", "error_ratio", "relative_rmse_vs_eager",
                                              "relative_rmse_bound", "cos_threshold", "tol", "max_abs_diff",
-                                             "cos_similarity", "detail")},
+                                             "cos_similarity", "detail", "rmse_jittered_vs_fp64", "rule")},
                    shape=tuple(shape) if isinstance(shape, (list, tuple)) else None,
-                   failed=tuple(map(str, _seq(d.get("failed")))))
+                   failed=tuple(map(str, _seq(d.get("failed")))),
+                   fp64_used=d["fp64_used"] if isinstance(d.get("fp64_used"), bool) else None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields measured (a field left None was not: it is not written)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if not _empty(v)}
 
     @property
     def gross_error_only(self) -> bool:
@@ -155,93 +168,88 @@ class Owner:
 
 @dataclass(frozen=True)
 class Evidence:
-    """The evidence of one finding, typed (module docstring). Every field is optional: which are set depends on
-    ``what``."""
+    """What a finding's label was read from, typed where it is made (module docstring). This base is the header every
+    kind of evidence shares (the message, the line it points at, whose code that is, and the facts a one-line summary
+    of any finding reads); each subclass adds its own body and says which fields it writes (``_writes``: the JSON
+    keys, in order; ``_always``: those written even when empty). The tag is the class's ``what``."""
 
-    what: str
-    exception_type: str | None = None
-    #: the types of the exception and what it wraps, outermost first
-    exception_chain: tuple[str, ...] = ()
-    #: the outermost exception's message (trimmed), or Dynamo's reason for a break
+    what: ClassVar[str] = ""
+    _writes: ClassVar[tuple[str, ...]] = ()
+    _always: ClassVar[tuple[str, ...]] = ()
+
+    #: the outermost exception's message (trimmed), Dynamo's reason for a break, or a warning's text
     message: str = ""
-    root: RootCause | None = None
+    user_frame: Frame | None = None
+    #: whose code ``user_frame`` is (evidence/owner.py); None in a report from before owners
+    owner: Owner | None = None
     traceback: str = ""
     #: "setup" | "forward" | "backward" | an opcheck test name
     phase: str | None = None
-    user_frame: Frame | None = None
-    #: where in code torch generated (compiled autograd's graph) a finding sits with no user frame under it
-    generated_frame: Frame | None = None
+    exception_type: str | None = None
+    #: Dynamo's graph-break type, its GB code and the code's page (graph-break registry)
     gb_type: str | None = None
     gb_code: str | None = None
-    #: the gb_type's page
     doc: str | None = None
-    opcheck_test: str | None = None
-    #: compiled_autograd: what each backend did with the failing steps
-    backends: dict[str, str] = field(default_factory=dict)
-    #: op-redefined: the two schemas
-    first_schema: str | None = None
-    second_schema: str | None = None
-    #: a process that died: why, and its stderr's tail
-    cause: str | None = None
-    stderr_tail: str = ""
-    #: numeric-mismatch
-    compared: int | None = None
-    disagreeing: int | None = None
-    worst: WorstTensor = field(default_factory=WorstTensor)
-    fp64_reference: bool | None = None
-    fp64_unavailable: str | None = None
-    random_ops: tuple[str, ...] = ()
-    #: the custom ops the probe called; None where the stage did not record them
-    custom_ops: tuple[str, ...] | None = None
-    #: opaque-op: the compiled graphs that call the op
-    graphs: tuple[Any, ...] = ()
-    #: whose code ``user_frame`` is (evidence/owner.py); None in a report from before owners
-    owner: Owner | None = None
-
-    @classmethod
-    def of(cls, d: Any) -> "Evidence":
-        """Read a finding's evidence dict (any report version's: a missing key is the field's default; a value of the
-        wrong shape, from a hand-edited report, reads as missing)."""
-        d = d if isinstance(d, dict) else {}
-        root = d.get("root")
-        backends = d.get("backends")
-        custom = d.get("custom_ops")
-        return cls(
-            what=_what(d),
-            exception_type=d.get("exception_type") or None,
-            exception_chain=tuple(str(t) for t in _seq(d.get("exception_chain")) if t),
-            message=str(d.get("message") or ""),
-            root=RootCause(str(root.get("type") or ""), str(root.get("message") or ""))
-            if isinstance(root, dict) else None,
-            traceback=str(d.get("traceback") or ""),
-            phase=d.get("phase"),
-            user_frame=Frame.from_dict(d.get("user_frame")),
-            generated_frame=Frame.from_dict(d.get("generated_frame")),
-            gb_type=d.get("gb_type") or None,
-            gb_code=d.get("gb_code") or None,
-            doc=d.get("doc") or None,
-            opcheck_test=d.get("opcheck_test") or None,
-            backends={str(k): str(v) for k, v in backends.items()} if isinstance(backends, dict) else {},
-            first_schema=d.get("first_schema"),
-            second_schema=d.get("second_schema"),
-            cause=str(d["cause"]) if d.get("cause") else None,
-            stderr_tail=str(d.get("stderr_tail") or ""),
-            compared=d.get("compared"),
-            disagreeing=d.get("disagreeing"),
-            worst=WorstTensor.of(d.get("worst")),
-            fp64_reference=d.get("fp64_reference"),
-            fp64_unavailable=d.get("fp64_unavailable"),
-            random_ops=tuple(map(str, _seq(d.get("random_ops")))),
-            custom_ops=tuple(map(str, custom)) if isinstance(custom, (list, tuple)) else None,
-            graphs=_seq(d.get("graphs")),
-            owner=Owner.of(d.get("owner")),
-        )
 
     def headline(self) -> str:
-        """The message a finding shows: the root cause's first line that says something, as ``Type: line``; the
-        outermost exception's own first line when it already quotes that line (a richer form: Dynamo's
-        ``call_function aten.div(...): got TypeError('...')``) or when there is no deeper cause. ``first_line`` skips
-        wrapper headers (``backend='aot_eager' raised:``), so a wrapper's prefix alone is never shown."""
+        """The message a finding shows: its first line that says something (``first_line``: never a wrapper's
+        header alone)."""
+        return first_line(self.message)
+
+    def detail(self) -> str:
+        """The longest account there is: the traceback, else the message."""
+        return self.traceback or self.message
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's JSON of this evidence (docs/report-schema.md): ``what``, then the fields the kind writes."""
+        out: dict[str, Any] = {"what": self.what}
+        for name in self._writes:
+            value = getattr(self, name)
+            if name in self._always or not _empty(value):
+                out[name] = _json(value)
+        for name in _HEADER:  # a header field this kind does not write itself is kept where it was given
+            value = getattr(self, name)
+            if name not in out and not _empty(value):
+                out[name] = _json(value)
+        return out
+
+
+#: the fields every kind of evidence has (``Evidence``'s own)
+_HEADER = tuple(f.name for f in fields(Evidence))
+
+
+@dataclass(frozen=True)
+class ExceptionEvidence(Evidence):
+    """An exception a stage caught (classify.detect.classify_error): its type and chain, the root cause, the frames."""
+
+    what: ClassVar[str] = EXCEPTION
+    _writes: ClassVar[tuple[str, ...]] = (
+        "exception_type", "exception_chain", "gb_type", "gb_code", "user_frame", "phase", "message", "traceback", "root",
+        "torch_frame", "opcheck_test", "batch_size", "step", "backends", "rerun_of", "transform")
+    _always: ClassVar[tuple[str, ...]] = ("exception_type", "exception_chain", "gb_type", "gb_code", "user_frame",
+                                          "phase", "message", "traceback")
+
+    #: the types of the exception and what it wraps, outermost first
+    exception_chain: tuple[str, ...] = ()
+    root: RootCause | None = None
+    #: torch-internal-error: the frame of torch's own code (or graph) that raised, never the user's
+    torch_frame: Frame | None = None
+    opcheck_test: str | None = None
+    #: the dynamic stage's fake check at another batch size
+    batch_size: int | None = None
+    #: the eager stage's training step that failed (2: the first step ran)
+    step: int | None = None
+    #: compiled_autograd: what each backend did with the failing steps
+    backends: dict[str, str] = field(default_factory=dict)
+    #: the op opcheck re-ran when this is the eager stage's error again (classify/attribute.unknowns)
+    rerun_of: str | None = None
+    #: the torch.func transform the error was raised under
+    transform: str | None = None
+
+    def headline(self) -> str:
+        """The root cause's first line that says something, as ``Type: line``; the outermost exception's own first
+        line when it already quotes that line (a richer form: Dynamo's ``call_function aten.div(...): got
+        TypeError('...')``) or when there is no deeper cause."""
         outer = first_line(self.message)
         if self.root is None:
             return outer
@@ -250,9 +258,286 @@ class Evidence:
             return outer
         return headline({"type": self.root.type, "message": self.root.message}, 300) if line else outer
 
+
+@dataclass(frozen=True)
+class BreakEvidence(Evidence):
+    """A graph break from the structured trace (classify.detect.break_finding): Dynamo's gb_type, GB code, page and
+    reason; a break in code torch generated has a ``generated_frame`` and no user frame."""
+
+    what: ClassVar[str] = GRAPH_BREAK
+    _writes: ClassVar[tuple[str, ...]] = ("gb_type", "gb_code", "doc", "user_frame", "message", "generated_frame")
+    _always: ClassVar[tuple[str, ...]] = ("gb_type", "gb_code", "doc", "user_frame", "message")
+
+    #: where in code torch generated (compiled autograd's graph) the break sits, with no user frame under it
+    generated_frame: Frame | None = None
+
+
+@dataclass(frozen=True)
+class NumericEvidence(Evidence):
+    """One phase's compiled-vs-eager (or transform-vs-reference) comparison (stages/_numerics.judge): how many tensors
+    disagree of how many, the worst, the reference it was judged against, and what the probe called."""
+
+    what: ClassVar[str] = NUMERIC
+    _writes: ClassVar[tuple[str, ...]] = (
+        "phase", "disagreeing", "compared", "worst", "disagreeing_tensors", "fp64_reference", "reference_dtype",
+        "fp64_unavailable", "custom_ops", "random_ops", "transform")
+    #: custom_ops: [] is "none called", null "not recorded"
+    _always: ClassVar[tuple[str, ...]] = ("phase", "disagreeing", "compared", "worst", "custom_ops")
+
+    compared: int | None = None
+    disagreeing: int | None = None
+    worst: WorstTensor = field(default_factory=WorstTensor)
+    #: what the disagreeing tensors are (the first 20)
+    disagreeing_tensors: tuple[str, ...] = ()
+    fp64_reference: bool | None = None
+    reference_dtype: str | None = None
+    fp64_unavailable: str | None = None
+    #: the custom ops and random ops one eager forward called; None where the stage did not record them
+    custom_ops: tuple[str, ...] | None = None
+    random_ops: tuple[str, ...] = ()
+    #: the torch.func transform compared against its reference (vmap: an eager loop over the batch)
+    transform: str | None = None
+
+
+@dataclass(frozen=True)
+class GradientEvidence(Evidence):
+    """A backward that disagrees with the numerical derivative (stages/_gradients: one call's, or the probe's own
+    end to end): the input and output, both derivatives, the tolerance and step of the central difference."""
+
+    what: ClassVar[str] = GRADIENT
+    _writes: ClassVar[tuple[str, ...]] = ("method", "note", "input", "output", "ratio", "numerical", "analytical",
+                                          "relative_error", "tolerance", "atol", "step")
+    _always: ClassVar[tuple[str, ...]] = ("method", "note")
+
+    method: str | None = None
+    note: str | None = None
+    input: str | None = None
+    output: str | None = None
+    #: the probe's gradient over the numerical one (2.0: accumulated twice)
+    ratio: float | None = None
+    numerical: float | None = None
+    analytical: float | None = None
+    relative_error: float | None = None
+    tolerance: float | None = None
+    atol: float | None = None
+    step: float | None = None
+
+
+@dataclass(frozen=True)
+class ProcessEvidence(Evidence):
+    """A stage process that never reported (timeout, crash): why, and its stderr's tail (the faulthandler stack)."""
+
+    what: ClassVar[str] = PROCESS
+    _writes: ClassVar[tuple[str, ...]] = ("stderr_tail", "cause", "phase")
+    _always: ClassVar[tuple[str, ...]] = ("stderr_tail", "cause")
+
+    cause: str | None = None
+    stderr_tail: str = ""
+
     def detail(self) -> str:
-        """The longest account there is: the traceback, else the message, else a dead process's stderr."""
         return self.traceback or self.message or self.stderr_tail
+
+
+@dataclass(frozen=True)
+class RegistrationEvidence(Evidence):
+    """One op name registered twice with different schemas (op-redefined): both schemas and both frames."""
+
+    what: ClassVar[str] = REGISTRATION
+    _writes: ClassVar[tuple[str, ...]] = ("first_schema", "second_schema", "first_frame", "user_frame")
+    _always: ClassVar[tuple[str, ...]] = _writes
+
+    first_schema: str | None = None
+    second_schema: str | None = None
+    first_frame: Frame | None = None
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """A dimension the shape environment replaced by a constant (evidence/tracelog.SpecializationCollector)."""
+
+    symbol: str | None = None
+    sources: tuple[str, ...] = ()
+    value: str | None = None
+    reason: str | None = None
+    step: int | None = None
+    #: the innermost frame outside torch and tracecheck that forced it (a fake impl's line, model code)
+    frame: Frame | None = None
+    user_frame: Frame | None = None
+
+    @classmethod
+    def of(cls, d: Any) -> "Specialization | None":
+        if not isinstance(d, dict):
+            return None
+        return cls(_text(d.get("symbol")), tuple(map(str, _seq(d.get("sources")))), _text(d.get("value")),
+                   _text(d.get("reason")), _int(d.get("step")), Frame.from_dict(d.get("frame")),
+                   Frame.from_dict(d.get("user_frame")))
+
+
+@dataclass(frozen=True)
+class SpecializationEvidence(Evidence):
+    """A dynamic dimension that still recompiles at every new size (stages/dynamic.py): the guard that failed, at
+    ``guard_user_frame``, and the specialization that pinned it, when the trace saw one."""
+
+    what: ClassVar[str] = SPECIALIZATION
+    _writes: ClassVar[tuple[str, ...]] = ("reason", "user_frame", "guard_user_frame", "specialization", "step")
+    _always: ClassVar[tuple[str, ...]] = _writes
+
+    reason: str = ""
+    guard_user_frame: Frame | None = None
+    specialization: Specialization | None = None
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class RecompileEvidence(Evidence):
+    """Steady-state recompiles of one cause (classify.results.recompile_findings): the first reason, the steps, the
+    distinct reasons."""
+
+    what: ClassVar[str] = RECOMPILE
+    _writes: ClassVar[tuple[str, ...]] = ("user_frame", "reason", "steps", "reasons", "user_frame_from")
+    _always: ClassVar[tuple[str, ...]] = ("user_frame", "reason", "steps")
+
+    reason: str = ""
+    steps: tuple[int | None, ...] = ()
+    reasons: tuple[str, ...] = ()
+    #: where the user frame was read from, when not the guard's own
+    user_frame_from: str | None = None
+
+
+@dataclass(frozen=True)
+class FallbackEvidence(Evidence):
+    """A custom op vmap runs through its per-sample fallback (stages/_torchfunc.fallback_ops)."""
+
+    what: ClassVar[str] = FALLBACK
+    _writes: ClassVar[tuple[str, ...]] = ("dispatch_keys", "confirmed", "confirmation")
+    _always: ClassVar[tuple[str, ...]] = _writes
+
+    dispatch_keys: str = ""
+    confirmed: bool = False
+    confirmation: str = ""
+
+
+@dataclass(frozen=True)
+class OpaqueEvidence(Evidence):
+    """A custom op Inductor's generated code calls as an extern kernel (evidence/tracelog.OutputCodeCollector): the
+    lines that call it, the graphs, and how many kernels Inductor generated for the rest."""
+
+    what: ClassVar[str] = OPAQUE
+    _writes: ClassVar[tuple[str, ...]] = ("output_code", "graphs", "generated_kernels")
+    _always: ClassVar[tuple[str, ...]] = _writes
+
+    output_code: tuple[str, ...] = ()
+    graphs: tuple[Any, ...] = ()
+    generated_kernels: int | None = None
+
+
+@dataclass(frozen=True)
+class DraftExportEvidence(Evidence):
+    """One failure of torch.export.draft_export's report, with what torch.export.export raised."""
+
+    what: ClassVar[str] = DRAFT_EXPORT
+    _writes: ClassVar[tuple[str, ...]] = ("draft_export_type", "user_frame", "reason", "exception_type", "message")
+    _always: ClassVar[tuple[str, ...]] = _writes
+
+    draft_export_type: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class MessageEvidence(Evidence):
+    """A message alone (a warning torch printed: the autograd-not-implemented fallback)."""
+
+    what: ClassVar[str] = MESSAGE
+    _writes: ClassVar[tuple[str, ...]] = ("message",)
+    _always: ClassVar[tuple[str, ...]] = _writes
+
+
+#: every kind of evidence by its tag (the JSON's ``what``)
+KINDS: dict[str, type[Evidence]] = {c.what: c for c in (
+    ExceptionEvidence, BreakEvidence, NumericEvidence, GradientEvidence, ProcessEvidence, RegistrationEvidence,
+    SpecializationEvidence, RecompileEvidence, FallbackEvidence, OpaqueEvidence, DraftExportEvidence, MessageEvidence)}
+
+
+def read(d: Any) -> Evidence:
+    """A finding's evidence from a report's JSON (any version's: a missing key is the field's default; a value of the
+    wrong shape, from a hand-edited report, reads as missing). The tag is ``what``; a report from before it is read by
+    the keys its kind writes."""
+    d = d if isinstance(d, dict) else {}
+    return of_record(KINDS.get(str(d.get("what") or "")) or _guess(d), d)
+
+
+E = TypeVar("E", bound=Evidence)
+
+
+def of_record(cls: type[E], d: dict[str, Any]) -> E:
+    """Evidence of kind ``cls`` from a record that crossed a process boundary as a dict (a stage's numeric comparison,
+    a gradient check's mismatch) or a report's JSON: the record's keys as the kind's typed fields."""
+    common: dict[str, Any] = dict(
+        message=str(d.get("message") or ""), user_frame=Frame.from_dict(d.get("user_frame")),
+        owner=Owner.of(d.get("owner")), traceback=str(d.get("traceback") or ""), phase=_text(d.get("phase")),
+        exception_type=_text(d.get("exception_type")), gb_type=_text(d.get("gb_type")), gb_code=_text(d.get("gb_code")),
+        doc=_text(d.get("doc")))
+    return cls(**common, **_BODY[cls](d))
+
+
+def _guess(d: dict[str, Any]) -> type[Evidence]:
+    """The kind of an untagged evidence dict (a report from before ``what``), by the keys only that kind writes."""
+    for key, cls in (("stderr_tail", ProcessEvidence), ("worst", NumericEvidence), ("compared", NumericEvidence),
+                     ("dispatch_keys", FallbackEvidence), ("output_code", OpaqueEvidence),
+                     ("draft_export_type", DraftExportEvidence), ("first_schema", RegistrationEvidence),
+                     ("analytical", GradientEvidence), ("guard_user_frame", SpecializationEvidence),
+                     ("steps", RecompileEvidence)):
+        if key in d:
+            return cls
+    if d.get("cause") is not None and not d.get("exception_type"):
+        return ProcessEvidence
+    if d.get("exception_type") or d.get("exception_chain"):
+        return ExceptionEvidence
+    return BreakEvidence if d.get("gb_type") or d.get("gb_code") or d.get("doc") else MessageEvidence
+
+
+_BODY: dict[type[Evidence], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ExceptionEvidence: lambda d: dict(
+        exception_chain=tuple(str(t) for t in _seq(d.get("exception_chain")) if t),
+        root=RootCause(str(d["root"].get("type") or ""), str(d["root"].get("message") or ""))
+        if isinstance(d.get("root"), dict) else None,
+        torch_frame=Frame.from_dict(d.get("torch_frame")), opcheck_test=_text(d.get("opcheck_test")),
+        batch_size=_int(d.get("batch_size")), step=_int(d.get("step")),
+        backends={str(k): str(v) for k, v in d["backends"].items()} if isinstance(d.get("backends"), dict) else {},
+        rerun_of=_text(d.get("rerun_of")), transform=_text(d.get("transform"))),
+    BreakEvidence: lambda d: dict(generated_frame=Frame.from_dict(d.get("generated_frame"))),
+    NumericEvidence: lambda d: dict(
+        compared=_int(d.get("compared")), disagreeing=_int(d.get("disagreeing")), worst=WorstTensor.of(d.get("worst")),
+        disagreeing_tensors=tuple(map(str, _seq(d.get("disagreeing_tensors")))),
+        fp64_reference=d["fp64_reference"] if isinstance(d.get("fp64_reference"), bool) else None,
+        reference_dtype=_text(d.get("reference_dtype")), fp64_unavailable=_text(d.get("fp64_unavailable")),
+        custom_ops=tuple(map(str, d["custom_ops"])) if isinstance(d.get("custom_ops"), (list, tuple)) else None,
+        random_ops=tuple(map(str, _seq(d.get("random_ops")))), transform=_text(d.get("transform"))),
+    GradientEvidence: lambda d: dict(
+        method=_text(d.get("method")), note=_text(d.get("note")), input=_text(d.get("input")),
+        output=_text(d.get("output")),
+        **{k: _float(d.get(k)) for k in ("ratio", "numerical", "analytical", "relative_error", "tolerance", "atol",
+                                         "step")}),
+    ProcessEvidence: lambda d: dict(cause=_text(d.get("cause")), stderr_tail=str(d.get("stderr_tail") or "")),
+    RegistrationEvidence: lambda d: dict(first_schema=_text(d.get("first_schema")),
+                                         second_schema=_text(d.get("second_schema")),
+                                         first_frame=Frame.from_dict(d.get("first_frame"))),
+    SpecializationEvidence: lambda d: dict(reason=str(d.get("reason") or ""),
+                                           guard_user_frame=Frame.from_dict(d.get("guard_user_frame")),
+                                           specialization=Specialization.of(d.get("specialization")),
+                                           step=_int(d.get("step"))),
+    RecompileEvidence: lambda d: dict(reason=str(d.get("reason") or ""), steps=tuple(map(_int, _seq(d.get("steps")))),
+                                      reasons=tuple(map(str, _seq(d.get("reasons")))),
+                                      user_frame_from=_text(d.get("user_frame_from"))),
+    FallbackEvidence: lambda d: dict(dispatch_keys=str(d.get("dispatch_keys") or ""),
+                                     confirmed=d.get("confirmed") is True,
+                                     confirmation=str(d.get("confirmation") or "")),
+    OpaqueEvidence: lambda d: dict(output_code=tuple(map(str, _seq(d.get("output_code")))),
+                                   graphs=_seq(d.get("graphs")), generated_kernels=_int(d.get("generated_kernels"))),
+    DraftExportEvidence: lambda d: dict(draft_export_type=_text(d.get("draft_export_type")),
+                                        reason=_text(d.get("reason"))),
+    MessageEvidence: lambda d: {},
+}
 
 
 #: the shortest root line taken as quoted when the outer line contains it
@@ -264,63 +549,30 @@ def _seq(v: Any) -> tuple[Any, ...]:
     return tuple(v) if isinstance(v, (list, tuple)) else ()
 
 
-def _what(d: dict[str, Any]) -> str:
-    if d.get("worst") is not None or d.get("compared") is not None:
-        return NUMERIC
-    if d.get("stderr_tail") is not None or d.get("cause") is not None and not d.get("exception_type"):
-        return PROCESS
-    if d.get("exception_type") or d.get("exception_chain"):
-        return EXCEPTION
-    if d.get("gb_type"):
-        return GRAPH_BREAK
-    return MEASUREMENT
+def _text(v: Any) -> str | None:
+    return str(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "" else None
 
 
-@dataclass(frozen=True)
-class Context:
-    """What varies within a kind (``Finding.context``, kinds.json's named groups and the classifier's facts), typed:
-    what renderers and ``tracecheck fix`` read. A missing key is None; a value of another shape (a hand-edited
-    report) reads as missing."""
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
-    #: the custom op (``ns::name``) or the C++/pybind builtin the finding is about
-    op: str | None = None
-    builtin: str | None = None
-    #: which of the kind's causes the evidence names (kinds.json ``fix_by_cause``)
-    cause: str | None = None
-    #: numeric-mismatch: what was compared ("outputs", "gradients"); functorch-incompatible: what was refused
-    what: str | None = None
-    #: the torch.func transform (vmap, grad, ...) the finding was made under
-    transform: str | None = None
-    #: recompile: Dynamo's guard-failure reason
-    reason: str | None = None
-    #: an id this version does not know (a report from a newer tracecheck), read as ``unknown``
-    reported_kind: str | None = None
-    #: the stage whose finding an ``unknown`` took its kind from (classify/results.attribute_unknowns)
-    first_seen_at: str | None = None
-    #: a warning, not a failure: no failure's cause
-    warning: bool = False
-    #: pybind-builtin: the builtin is called inside a torch.autograd.Function's forward or backward
-    in_autograd_function: bool = False
-    #: the argument a refusal names (a non-tensor output, a mutated input)
-    argument: str | None = None
-    #: opaque-op: extern calls of the op and the kernels Inductor generated for the rest
-    calls: int | None = None
-    kernels: int | None = None
 
-    @classmethod
-    def of(cls, d: Any) -> "Context":
-        d = d if isinstance(d, dict) else {}
+def _float(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-        def text(key: str) -> str | None:
-            v = d.get(key)
-            return str(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "" else None
 
-        def count(key: str) -> int | None:
-            v = d.get(key)
-            return v if isinstance(v, int) and not isinstance(v, bool) else None
+def _empty(v: Any) -> bool:
+    return v is None or v == "" or v == () or v == {}
 
-        return cls(op=text("op"), builtin=text("builtin"), cause=text("cause"), what=text("what"),
-                   transform=text("transform"), reason=text("reason"), reported_kind=text("reported_kind"),
-                   first_seen_at=text("first_seen_at"), warning=d.get("warning") is True,
-                   in_autograd_function=d.get("in_autograd_function") is True, argument=text("argument"),
-                   calls=count("calls"), kernels=count("kernels"))
+
+def _json(v: Any) -> Any:
+    """A field's value as the report's JSON writes it: frames, owners and records as objects, tuples as lists."""
+    if isinstance(v, WorstTensor):
+        return v.to_json()
+    if isinstance(v, (Frame, Owner, RootCause, Specialization)):
+        return {k: _json(x) for k, x in asdict(v).items()}
+    if isinstance(v, tuple):
+        return [_json(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _json(x) for k, x in v.items()}
+    return v

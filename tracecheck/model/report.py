@@ -14,7 +14,9 @@ from . import taxonomy
 from .taxonomy import K
 from .records import Frame
 # a message's first line and an error's headline: the evidence's own spelling, used everywhere through this module
-from .evidence import Context, Evidence, Owner, first_line, headline, says_nothing  # noqa: F401 - re-exported
+from .context import Context
+from .evidence import Evidence, Owner, first_line, headline, says_nothing  # noqa: F401 - re-exported
+from . import evidence as evidence_kinds
 from .environment import Environment
 from .payloads import CompiledAutogradCounts, StageNotes
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
@@ -23,12 +25,13 @@ from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 from .verdict import (CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, STATUSES, TIMEOUT,  # noqa: F401
                       StageOutcome, Verdict, decide)
 
-#: 3: targets (``require``, each stage's ``target``, per-target verdicts; a stage of a target not required fails
-#: no probe) and the ``internal-error`` status. 2: probe ids relative to ``rootdir``, ``phases``,
+#: 4: every finding's evidence says its kind (``"what"``: model/evidence.py's tagged union), a frame is written with
+#: its four fields, a numeric record leaves out what it did not measure. 3: targets (``require``, each stage's
+#: ``target``, per-target verdicts; a stage of a target not required fails no probe) and the ``internal-error`` status. 2: probe ids relative to ``rootdir``, ``phases``,
 #: ``numeric-mismatch`` evidence per phase. Older reports still read: the fields added since are optional, and a
 #: stage without a target gates as every stage did then.
-SCHEMA_VERSION = 3
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 
 #: the probe a file's import failure is reported under (``file.py::(import)``) when a kind explains it
 IMPORT_PROBE = "(import)"
@@ -41,22 +44,25 @@ class Finding:
 
     ``kind`` is a stable id from kinds.json; ``context`` holds what varies (op name, builtin, file:line);
     ``evidence`` is the raw material the label was read from (exception type, gb_type, GB code, user
-    frame, message excerpt), so a reader can check the label.
+    frame, message excerpt), so a reader can check the label: one kind of model/evidence.py's typed union. A dict
+    given as ``evidence`` (a report's JSON, a literal in a test) is read into it once (``evidence.read``).
     """
 
     kind: str
     summary: str
     context: dict[str, Any] = field(default_factory=dict)
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: Evidence = field(default_factory=evidence_kinds.MessageEvidence)
 
     def __post_init__(self) -> None:
         if self.kind not in taxonomy.ids():
             raise ValueError(f"{self.kind!r} is not a kind of tracecheck/model/kinds.json")
+        if not isinstance(self.evidence, Evidence):  # the JSON's dict: read at the boundary, typed from here on
+            self.evidence = evidence_kinds.read(self.evidence)
 
     @property
     def user_frame(self) -> Frame | None:
-        """The line the finding points at (``evidence["user_frame"]``), None where nothing placed it."""
-        return Frame.from_dict(self.evidence.get("user_frame"))
+        """The line the finding points at, None where nothing placed it."""
+        return self.evidence.user_frame
 
     @property
     def cx(self) -> Context:
@@ -65,8 +71,12 @@ class Finding:
 
     @property
     def ev(self) -> Evidence:
-        """The evidence read as typed fields (model/evidence.py): what renderers read."""
-        return Evidence.of(self.evidence)
+        """The evidence (its short name in renderers)."""
+        return self.evidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "summary": self.summary, "context": self.context,
+                "evidence": self.evidence.to_json()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
@@ -78,7 +88,7 @@ class Finding:
         if not isinstance((d.get("evidence") or {}).get("gb_type") or "", str):
             raise ValueError(f"finding {d.get('kind')!r}: evidence.gb_type must be a string or null")
         kind, context = _known_kind(d["kind"], d.get("context") or {})
-        return cls(kind, str(d.get("summary", "")), context, d.get("evidence") or {})
+        return cls(kind, str(d.get("summary", "")), context, evidence_kinds.read(d.get("evidence")))
 
 
 @dataclass
@@ -187,6 +197,12 @@ class StageResult:
         """What the stage noted beside its payload (what was not checked, explain's reasons, ...)."""
         return StageNotes.of(self.extra) or StageNotes()
 
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["failure"] = self.failure.to_dict() if self.failure is not None else None
+        out["findings"] = [f.to_dict() for f in self.findings]
+        return out
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "StageResult":
         """Raises ValueError for a field of the wrong type (a hand-edited report), which readers turn into exit 2."""
@@ -254,7 +270,7 @@ class ProbeReport:
             "file": self.file,
             "name": self.name,
             "verdict": asdict(self.verdict),
-            "stages": {k: asdict(v) for k, v in self.stages.items()},
+            "stages": {k: v.to_dict() for k, v in self.stages.items()},
             **({"reused": self.reused} if self.reused else {}),
         }
 
@@ -401,11 +417,11 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     frame = f.user_frame
     # at one user line, one kind is one problem whichever stage saw it: fullgraph's error and explain's break of the
     # same .item() carry different gb_types (or none); only where no frame places it does the gb_type tell apart
-    key: tuple[Any, ...] = (f.kind, None if frame else f.evidence.get("gb_type"), frame and frame.file,
+    key: tuple[Any, ...] = (f.kind, None if frame else f.evidence.gb_type, frame and frame.file,
                             frame and frame.line, f.context.get("builtin"), f.context.get("what"))
-    if f.kind == K.UNKNOWN and frame is None and not f.evidence.get("gb_type"):
-        words = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", first_line(f.evidence.get("message")))[:200]
-        key += (f.evidence.get("exception_type"), words)
+    if f.kind == K.UNKNOWN and frame is None and not f.evidence.gb_type:
+        words = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", first_line(f.evidence.message))[:200]
+        key += (f.evidence.exception_type, words)
     return key
 
 

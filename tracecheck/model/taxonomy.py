@@ -18,9 +18,22 @@ import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
+from .evidence import Evidence
 from .exitcodes import UsageError
+from .records import Frame
+
+
+class FindingLike(Protocol):
+    """What the kind's facts read of a finding (model/report.Finding, which imports this module)."""
+
+    kind: str
+    context: dict[str, Any]
+    evidence: Evidence
+
+    @property
+    def user_frame(self) -> Frame | None: ...
 
 #: ``Kind.severity`` values
 ERROR, ADVICE = "error", "advice"
@@ -64,7 +77,7 @@ class K:
 MODEL_CODE_KINDS = (K.GRAPH_BREAK, K.DATA_DEPENDENT)
 
 
-def rewrites_model_code(f: Any, probe_file: str) -> bool:
+def rewrites_model_code(f: FindingLike, probe_file: str) -> bool:
     """Does ``tracecheck fix`` answer finding ``f`` with a rewrite of ``probe_file`` (fix/model_code.py): a kind of
     MODEL_CODE_KINDS whose user frame lies in that file, or a C/pybind11 function called straight from model code
     (inside an autograd.Function the Function becomes custom ops instead): from that file, or from a library's,
@@ -84,7 +97,7 @@ def rewrites_model_code(f: Any, probe_file: str) -> bool:
     # that a setting of torch's or a rewrite of the function that holds it answers (fix/library.py)
     if f.kind == K.PYBIND_BUILTIN:
         return _called_by_name(frame, str(f.context.get("builtin") or ""))
-    gb_type = str(f.context.get("gb_type") or f.evidence.get("gb_type") or "")
+    gb_type = str(f.context.get("gb_type") or f.evidence.gb_type or "")
     return frame.file.endswith(".py") and (f.kind == K.DATA_DEPENDENT or gb_type.startswith(LIBRARY_GB_TYPES) or (
         gb_type.startswith("Failed to trace builtin operator") and "print(" in (frame.code or "")))
 
@@ -112,14 +125,14 @@ def _called_by_name(frame: Any, builtin: str) -> bool:
     return m is not None and (m.group(1) or last).split(".")[0] not in ("self", "torch")
 
 
-def _stays_constant(f: Any) -> bool:
+def _stays_constant(f: FindingLike) -> bool:
     """A C builtin called with constants only (cause ``constant_args``): its cheapest fix is to keep the value a
     constant (computed outside, or torch.compiler.assume_constant_result), which the kind's fix says; a custom op
     (what ``tracecheck fix`` generates) would be the wrong change."""
     return f.kind == K.PYBIND_BUILTIN and f.context.get("cause") == "constant_args"
 
 
-def needs_registration_fix(f: Any, probe_file: str) -> bool:
+def needs_registration_fix(f: FindingLike, probe_file: str) -> bool:
     """Is finding ``f`` one ``tracecheck fix`` answers with a fixed registration (``-o fixed_ops.py``): a kind with a
     ``code_fix`` that no rewrite of the probe's file answers."""
     if f.kind == K.PYBIND_BUILTIN:  # a direct call elsewhere has no Function to convert: no fix at all
@@ -328,7 +341,7 @@ def summary(kind: str, values: dict[str, Any]) -> str:
     return _fill(k.summary_by_cause.get(str(values.get("cause")), k.summary), values)
 
 
-def fix_text(f: Any) -> str:
+def fix_text(f: FindingLike) -> str:
     """The fix for this finding (a ``report.Finding``): the kind's fix for the cause its evidence names, with the context's values
     (``{custom_ops}``, ``{random_ops}``, ``{stage}``) filled in."""
     kind = kinds().get(f.kind)
@@ -337,7 +350,7 @@ def fix_text(f: Any) -> str:
     return _fill(kind.fix_by_cause.get(str(f.context.get("cause")), kind.fix), f.context)
 
 
-def snippet_for(f: Any) -> str:
+def snippet_for(f: FindingLike) -> str:
     """The kind's example code for this finding (a ``report.Finding``): only where its fix is the kind's own, not a
     cause's (a ``.item()`` under vmap gets no autograd.Function example)."""
     kind = kinds().get(f.kind)

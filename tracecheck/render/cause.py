@@ -122,8 +122,9 @@ def evidence_line(f: Finding) -> str:
     said = ev.headline()
     if ev.exception_type:
         return _cut(f"{ev.exception_type}: {said}") if said else ev.exception_type
-    if ev.opcheck_test:
-        return f"opcheck {ev.opcheck_test}"
+    test = view.opcheck_test(ev)
+    if test:
+        return f"opcheck {test}"
     return _cut(said)
 
 

@@ -6,6 +6,7 @@ import os
 import re
 from typing import Any
 
+from ..model.evidence import NumericEvidence, OpaqueEvidence
 from ..model.report import Finding
 from ..model.taxonomy import K
 
@@ -21,11 +22,11 @@ def numeric_lines(f: Finding, where: str = "") -> list[str]:
     ev = f.ev
     if f.kind == K.OPAQUE_OP:
         cx = f.cx
-        graphs = len(ev.graphs) or "?"
+        graphs = (len(ev.graphs) if isinstance(ev, OpaqueEvidence) else 0) or "?"
         calls, kernels = _or_q(cx.calls), _or_q(cx.kernels)
         return [f"{where}{calls} extern call(s) of {cx.op or 'the op'} in {graphs} compiled "
                 f"graph(s); Inductor generated {kernels} kernel(s) for the rest"]
-    if f.kind != K.NUMERIC_MISMATCH:
+    if f.kind != K.NUMERIC_MISMATCH or not isinstance(ev, NumericEvidence):
         return []
     worst = ev.worst
     # the vmap stage compares torch.func's result, not a compiled one, with eager

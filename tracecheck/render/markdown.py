@@ -17,6 +17,7 @@ import re
 import shlex
 from typing import Any
 
+from ..model.evidence import ExceptionEvidence, ProcessEvidence, RegistrationEvidence
 from ..model.taxonomy import K, is_advice, kinds, snippet_for
 from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
 from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
@@ -347,7 +348,8 @@ class MarkdownRenderer:
         if cx.argument:
             bullets.append(f"- **Argument:** {_code(cx.argument)}")
         if ev.exception_type:
-            chain = [t for t in ev.exception_chain if t != ev.exception_type]
+            chain = [t for t in (ev.exception_chain if isinstance(ev, ExceptionEvidence) else ())
+                     if t != ev.exception_type]
             via = f" (wrapping {', '.join(_code(t) for t in chain)})" if chain else ""
             bullets.append(f"- **Exception:** {_code(ev.exception_type)}{via}")
         generated = view.generated_line(ev)
@@ -359,9 +361,10 @@ class MarkdownRenderer:
         lines.append("\n".join(bullets) + "\n\n")
         if frame is not None and frame.code:
             lines.append(f"Source line:\n\n```python\n{self.scrub(frame.code)}\n```\n\n")
-        if f.kind == K.OP_REDEFINED and ev.first_schema:
+        if f.kind == K.OP_REDEFINED and isinstance(ev, RegistrationEvidence) and ev.first_schema:
             lines.append(f"Schemas:\n\n```text\nfirst:  {ev.first_schema}\nsecond: {ev.second_schema}\n```\n\n")
-        message = ev.message or ev.cause or ""
+        died = ev if isinstance(ev, ProcessEvidence) else None  # a process that died: why, and its stderr
+        message = ev.message or (died.cause if died else None) or ""
         opening = next((ln.strip() for ln in str(message).splitlines() if ln.strip()), "")
         same = self._message_shown.get((f.kind, ev.gb_type, opening)) if ev.gb_type else None
         if message and same:  # Dynamo's template for this gb_type again; only the name differs (bullets above)
@@ -389,7 +392,7 @@ class MarkdownRenderer:
         repro = f"**Repro:**\n\n```sh\n{self.repro(p, stages[0])}\n```\n\n"
         lines.append(repro)
         # shorter forms for the size limit: the evidence bullets and the fix, then the heading and where
-        headline = self.scrub(ev.headline() or first_line(ev.cause))[:300]
+        headline = self.scrub(ev.headline() or first_line(died.cause if died else None))[:300]
         short: list[str | Details] = [lines[0], lines[1],
                                       *([f"Message (first line): {_code(headline)}\n\n"] if headline else []),
                  f"**Fix:** {fix}\n\n" if fix else "", repro]
@@ -418,7 +421,7 @@ class MarkdownRenderer:
                                          "python-traceback",
                                          "tail"))
             section.parts.append("\n")
-        tail = ev.stderr_tail
+        tail = died.stderr_tail if died else ""
         if tail:
             section.parts.append(Details("stderr tail", self.scrub(str(tail).rstrip()), "text", "tail"))
             section.parts.append("\n")

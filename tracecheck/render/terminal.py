@@ -269,8 +269,9 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
         bits.append(f"exception {ev.exception_type}")
     if ev.gb_type:
         bits.append(f"gb_type {ev.gb_type!r}" + (f" ({ev.gb_code})" if ev.gb_code else ""))
-    if ev.opcheck_test:
-        bits.append(f"opcheck {ev.opcheck_test}")
+    test = view.opcheck_test(ev)
+    if test:
+        bits.append(f"opcheck {test}")
     if ev.owner is not None:
         bits.append(f"owner: {ev.owner.label}")
     if bits:

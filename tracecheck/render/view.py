@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model.payloads import BreakCost, BreakCosts, CompiledAutogradCounts, Coverage, InductorKernels, NOISY_RULE
-from ..model.evidence import TORCH as TORCH_OWNER, Evidence
+from ..model.evidence import TORCH as TORCH_OWNER, BreakEvidence, Evidence, ExceptionEvidence
 from ..model.report import FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, Finding, ProbeReport, RootCause, RunReport, StageResult
 from ..stages import forward_only
 from ..model.targets import TARGETS, Gate
@@ -97,12 +97,19 @@ def ca_backends(rows: list[tuple[ProbeReport, StageResult, CompiledAutogradCount
 
 def backends_line(ev: Evidence) -> str | None:
     """``aot_eager: fails; inductor: passes``: what each backend did with the failing steps, when both ran."""
-    return "; ".join(f"{b}: {v}" for b, v in ev.backends.items()) if ev.backends else None
+    if not isinstance(ev, ExceptionEvidence) or not ev.backends:
+        return None
+    return "; ".join(f"{b}: {v}" for b, v in ev.backends.items())
+
+
+def opcheck_test(ev: Evidence) -> str | None:
+    """The opcheck test that raised the exception, when opcheck found it."""
+    return ev.opcheck_test if isinstance(ev, ExceptionEvidence) else None
 
 
 def generated_line(ev: Evidence) -> str | None:
     """Where a finding sits when it is in code torch generated and no user or library frame lies under it."""
-    g = ev.generated_frame
+    g = ev.generated_frame if isinstance(ev, BreakEvidence) else None
     if g is None:
         return None
     code = f" `{g.code}`" if g.code else ""
