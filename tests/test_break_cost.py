@@ -17,6 +17,7 @@ import pytest
 
 from tracecheck import compat
 from tracecheck.model.payloads import BESIDE, BreakCost, BreakCosts
+from tracecheck.model.records import BreakRecord
 from tracecheck.stages import _break_cost as bc
 
 
@@ -62,7 +63,7 @@ def model(tmp_path) -> str:
 
 def _frames(model: str) -> bc._Frames:
     """The breaks as the explain stage's trace collector records them (file and line)."""
-    return bc._Frames([{"file": model, "line": n, "gb_type": f"gb{n}"} for n in (PRINT, ITEM, BLOCK_PRINT)])
+    return bc._Frames([BreakRecord(file=model, line=n, gb_type=f"gb{n}") for n in (PRINT, ITEM, BLOCK_PRINT)])
 
 
 def _timeline() -> list[_Event]:

@@ -7,6 +7,7 @@ import pytest
 
 from tracecheck.model import taxonomy
 from tracecheck.classify import detect, measured
+from tracecheck.model.errors import ErrorRecord
 from tracecheck.model.records import Frame
 
 PYBIND_213 = (
@@ -306,7 +307,7 @@ def call(args):
 """
     c = OutputCodeCollector()
     c.codes = [code, "buf0 = torch.ops.mylib.rms_norm.default(arg0_1, arg1_1)"]
-    got = {r["op"]: (r["calls"], r["graphs"]) for r in c.extern_ops(TORCH_NAMESPACES)}
+    got = {r.op: (r.calls, list(r.graphs)) for r in c.extern_ops(TORCH_NAMESPACES)}
     assert got == {"mylib::rms_norm": (3, [0, 1]), "mylib::write_cache": (1, [0])}
 
 
@@ -330,7 +331,7 @@ def call(args):
 def test_torch_func_refusals_are_functorch_incompatible_with_their_cause(message, cause, fix_says):
     """torch 2.13.0's and 2.14.1's wording (the same on both, observed by running each refusal)."""
     raw = {"type": "RuntimeError", "message": message, "phase": "forward", "transform": "vmap", "functions": []}
-    f = measured.transform_error_finding("vmap", raw)
+    f = measured.transform_error_finding("vmap", ErrorRecord.of(raw))
     assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
     assert f.summary.startswith("torch.func.vmap refuses the probe")
     assert fix_says in taxonomy.fix_text(f)
@@ -358,8 +359,8 @@ def test_torch_func_patterns_apply_only_under_a_transform():
      "retain_grad", None, "drop it from the function you transform"),
 ])
 def test_more_torch_func_refusals(message, type_, cause, op, fix_says):
-    f = measured.transform_error_finding("vmap", {"type": type_, "message": message, "phase": "forward",
-                                                  "transform": "vmap", "functions": []})
+    f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": type_, "message": message, "phase": "forward",
+                                                  "transform": "vmap", "functions": []}))
     assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
     assert f.context.get("op") == op
     assert fix_says in taxonomy.fix_text(f)
@@ -371,8 +372,8 @@ def test_a_control_flow_op_without_a_grad_rule_is_named():
           '_cond_op_wrapper\n    return cond_op(*args, **kwargs)\n  File "/x/site-packages/torch/_functorch/'
           'pyfunctorch.py", line 200, in process\n    kernel = op.functorch_table[TransformType.Grad]\n'
           'KeyError: <TransformType.Grad: 2>\n')
-    f = measured.transform_error_finding("vmap", {"type": "KeyError", "message": "<TransformType.Grad: 2>",
-                                                  "phase": "backward", "transform": "grad", "traceback": tb})
+    f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": "KeyError", "message": "<TransformType.Grad: 2>",
+                                                  "phase": "backward", "transform": "grad", "traceback": tb}))
     assert (f.kind, f.context["cause"], f.context["hop"], f.context["transform"]) == (
         "functorch-incompatible", "hop", "torch.cond", "grad")
     assert f.summary == "torch.func.grad refuses the probe: torch.cond has no torch.func.grad rule."
@@ -382,8 +383,8 @@ def test_a_control_flow_op_without_a_grad_rule_is_named():
     # cond's own compile on the transform's wrapped tensors (its first call under grad, torch 2.13)
     message = ('Expected FakeTensor, got <class \'torch.Tensor\'>\n\nfrom user code:\n   File "/x/site-packages/torch/'
                '_higher_order_ops/cond.py", line 242, in _cond_op_wrapper\n    return cond_op(*args, **kwargs)\n')
-    f = measured.transform_error_finding("vmap", {"type": "AssertionError", "message": message, "phase": "backward",
-                                                  "transform": "grad"})
+    f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": "AssertionError", "message": message, "phase": "backward",
+                                                  "transform": "grad"}))
     assert (f.kind, f.context["cause"], f.context["hop"]) == ("functorch-incompatible", "hop", "torch.cond")
 
 
@@ -485,8 +486,8 @@ def test_a_module_backward_hook_is_named_as_such_under_a_transform():
                "override the setup_context staticmethod.")
     tb = ('  File "/x/site-packages/torch/utils/hooks.py", line 120, in setup_input_hook\n'
           '    res, input_idx = self._apply_on_tensors(fn, args)\n')
-    f = measured.transform_error_finding("vmap", {"type": "RuntimeError", "message": message, "phase": "backward",
-                                                  "transform": "grad", "traceback": tb})
+    f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": "RuntimeError", "message": message, "phase": "backward",
+                                                  "transform": "grad", "traceback": tb}))
     assert (f.kind, f.context["cause"]) == ("functorch-incompatible", "module_hook")
     assert "register_full_backward_hook" in taxonomy.fix_text(f)
 
@@ -501,7 +502,7 @@ def test_torch_func_frames_in_a_compiled_runs_traceback_are_not_a_transform():
     # type: unclassified, raw evidence kept (kinds.json "unknown"), never a torch.func refusal
     assert detect.classify_error("inductor", raw).kind == "unknown"
     assert detect.classify_error("eager", raw).kind == "functorch-incompatible"
-    assert detect.transform_in_traceback({"traceback": tb.replace("_flat_vmap", "grad_impl")}) == "grad"
+    assert detect.transform_in_traceback(tb.replace("_flat_vmap", "grad_impl")) == "grad"
 
 
 # a break Dynamo placed in compiled autograd's generated graph (bitsandbytes' Linear4bit on torch 2.13.0)
@@ -532,7 +533,7 @@ def test_a_break_in_generated_code_names_the_library_line_under_it():
     stack = ('  File "<eval_with_key>.9", line 24, in forward\n    x = call_backward(...)\n'
              f'  File "{lib}", line 88, in backward\n    return dequant(ctx.q) @ g\n')
     caller = frames.caller_outside_torch("<eval_with_key>.9", stack)
-    assert (caller["file"], caller["line"], caller["code"]) == (lib, 88, "return dequant(ctx.q) @ g")
+    assert (caller.file, caller.line, caller.code) == (lib, 88, "return dequant(ctx.q) @ g")
     f = detect.break_finding(detect.classify_break({"reason": _OBSERVED, "gb_type": "Observed exception",
                                                         "file": "<eval_with_key>.9", "line": 24, "caller": caller}))
     assert f.evidence.user_frame.line == 88 and f.evidence.generated_frame is None

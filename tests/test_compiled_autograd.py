@@ -24,6 +24,7 @@ from tracecheck import compat
 from tracecheck.classify import results
 from tracecheck.evidence import tracelog
 from tracecheck.stages import _compiled_autograd as ca_stage
+from tracecheck.model.records import Frame, RecompileRecord
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO.parent / "shared" / "cases"
@@ -588,16 +589,16 @@ def test_reason_parsing():
     assert tracelog._payload_list(json.dumps([CA_2_13, "x"])) == [CA_2_13, "x"]
     assert tracelog._clean(CA_2_13).startswith("Cache miss due to new autograd node: CompiledFunctionBackward")
     assert tracelog._clean(DYNAMO_2_13).startswith("self.step == 1  # self.step += 1")
-    frame = tracelog._guard_user_frame(DYNAMO_2_13)
+    frame = tracelog._guard_user_frame(DYNAMO_2_13).to_dict()
     assert frame == {"file": "/work/shared/cases/24_ca_step_counter_new_node.py", "line": 25,
                      "function": "forward", "code": "self.step += 1"}
     older = DYNAMO_2_13.split("\nUser stack trace:")[0]  # no user stack: the guard's own comment
-    assert tracelog._guard_user_frame(older)["line"] == 25
+    assert tracelog._guard_user_frame(older).line == 25
 
 
-def _rec(step, source="compiled_autograd", reason=None):
-    return {"reason": reason or f"Cache miss due to new autograd node: X with key size {step}", "step": step,
-            "source": source, "user_frame": None}
+def _rec(step, source="compiled_autograd", reason=None, user_frame=None):
+    return RecompileRecord(reason or f"Cache miss due to new autograd node: X with key size {step}", step, source,
+                           user_frame=Frame.from_dict(user_frame))
 
 
 def test_steady_state_needs_a_recompile_on_every_step_after_warmup():
@@ -611,12 +612,13 @@ def test_steady_state_needs_a_recompile_on_every_step_after_warmup():
 
 def test_recompile_findings_group_one_cause_over_steps():
     frame = {"file": "m.py", "line": 7, "function": "forward", "code": "self.step += 1"}
-    recs = [_rec(3), _rec(4), {**_rec(3, "dynamo", "self.step == 1"), "user_frame": frame},
-            {**_rec(4, "dynamo", "self.step == 2"), "user_frame": frame}]
+    recs = [_rec(3), _rec(4), _rec(3, "dynamo", "self.step == 1", user_frame=frame),
+            _rec(4, "dynamo", "self.step == 2", user_frame=frame)]
     found = results.recompile_findings(recs)
     assert [f.context["source"] for f in found] == ["dynamo", "compiled_autograd"]  # the user's line first
-    assert found[0].evidence == {"user_frame": frame, "reason": "self.step == 1", "steps": [3, 4],
-                                 "reasons": ["self.step == 1", "self.step == 2"]}
+    ev = found[0].evidence.to_json()  # the report's JSON of it, against the literal
+    assert (ev["what"], ev["user_frame"], ev["reason"], ev["steps"], ev["reasons"]) == (
+        "recompile", frame, "self.step == 1", [3, 4], ["self.step == 1", "self.step == 2"])
     assert found[1].evidence.steps == (3, 4)
     other_node = [_rec(3), _rec(4, reason="Cache miss due to new autograd node: Y with key size 9")]
     assert len(results.recompile_findings(other_node)) == 1  # a new node every step is one cause
@@ -628,7 +630,7 @@ def test_recompile_findings_group_one_cause_over_steps():
 def test_build_stage_result_turns_steady_state_into_findings_and_keeps_extra():
     raw = {"error": None, "breaks": [], "warnings": [], "mismatches": [], "graph_count": 2,
            "steady_state_recompiles": [_rec(3)],
-           "extra": {"captures": 3, "unique_graphs_with_ca": 3, "recompiles": [_rec(2), _rec(3)]}}
+           "extra": {"captures": 3, "unique_graphs_with_ca": 3, "recompiles": [_rec(2).to_wire(), _rec(3).to_wire()]}}
     r = results.build_stage_result("compiled_autograd", raw, 1.0)
     assert r.status == "fail" and [f.kind for f in r.findings] == ["recompile"]
     assert r.extra["captures"] == 3 and len(r.extra["recompiles"]) == 2
@@ -688,8 +690,8 @@ def test_a_failure_of_one_backend_only_is_that_backends(refusing_backend):
     torch._dynamo.reset()
 
     raw = ca_stage.stage_compiled_autograd(_linear_case, backends=(refusing_backend, "aot_eager"))
-    assert raw["extra"]["backend"] == refusing_backend
-    assert raw["extra"]["other_backend"] == {"backend": "aot_eager", "error": None}
+    assert raw.extra["backend"] == refusing_backend
+    assert raw.extra["other_backend"] == {"backend": "aot_eager", "error": None}
     s = results.build_stage_result("compiled_autograd", raw, 1.0)
     f = s.findings[0]
     assert (f.kind, f.context["cause"]) == ("backend-error", "backend_only")
@@ -701,7 +703,7 @@ def test_a_failure_of_one_backend_only_is_that_backends(refusing_backend):
 def test_a_failure_of_both_backends_stays_unclassified_and_says_so(refusing_backend):
     other = refusing_backend + "_too"
     raw = ca_stage.stage_compiled_autograd(_linear_case, backends=(refusing_backend, other))
-    assert raw["extra"]["other_backend"]["error"]["type"] == "torch._dynamo.exc.BackendCompilerFailed"
+    assert raw.extra["other_backend"]["error"]["type"] == "torch._dynamo.exc.BackendCompilerFailed"
     f = results.build_stage_result("compiled_autograd", raw, 1.0).findings[0]
     assert f.context.get("cause") != "backend_only"
     assert "cannot compile this backward graph" in f.evidence.backends[refusing_backend]
@@ -710,4 +712,4 @@ def test_a_failure_of_both_backends_stays_unclassified_and_says_so(refusing_back
 
 def test_the_default_backend_is_named_in_the_record():
     raw = ca_stage.stage_compiled_autograd(_linear_case)
-    assert raw["extra"]["backend"] == "aot_eager" and "other_backend" not in raw["extra"]
+    assert raw.extra["backend"] == "aot_eager" and "other_backend" not in raw.extra

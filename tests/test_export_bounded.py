@@ -24,12 +24,12 @@ def test_no_time_left_keeps_the_export_error_and_says_why_there_is_no_report():
     with pytest.raises(Exception):
         torch.export.export(Branchy(), (torch.ones(3),), strict=False)
     record = export.run(StageContext(make_case=_case, options=StageOptions(assured_s=0.0)))
-    assert record["error"]["type"]
-    assert "draft_export" not in record
-    (note,) = record["extra"]["not_checked"]
+    assert record.error.type
+    assert record.draft_export is None
+    (note,) = record.extra["not_checked"]
     assert "draft_export" in note and "--timeout" in note
 
 
 def test_with_time_left_the_report_comes():
     record = export.run(StageContext(make_case=_case, options=StageOptions(assured_s=300.0)))
-    assert record["error"]["type"] and "failures" in record["draft_export"]
+    assert record.error.type and "failures" in record.draft_export.to_wire()

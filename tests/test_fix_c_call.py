@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tracecheck.fix import c_call
-from tracecheck.fix.tasks import ObserveCallsTask
+from tracecheck.fix.call_facts import CallAsk, CallSite
+from tracecheck.fix.jobs import ObserveCallsTask
 from tracecheck.fix.rewrites import Source, c_call_at
 
 MODEL = '''
@@ -94,10 +95,9 @@ def _define(path, probe: str, callee: str) -> tuple[dict, object]:
     start = text.index(f"def {probe}():")
     line = text[:text.index(callee + "(", start)].count("\n") + 1
     site = c_call_at(Source(text), line, callee)
-    assert isinstance(site, dict), site
-    ask = {k: v for k, v in site.items() if k != "span"}
+    assert isinstance(site, CallSite), site
     got = ObserveCallsTask(file=str(path), probe=probe, namespace="tc_test_" + probe,
-                           sites=({"line": line, **ask},)).run()["sites"][0]
+                           sites=(CallAsk(line, site),)).run()["sites"][0]
     if "definition" not in got:
         return got, None
     from tracecheck.collect import casemaker
@@ -163,7 +163,8 @@ def test_each_site_records_its_own_call(model):
     sites = []
     for line in lines.values():
         site = c_call_at(Source(text), line, "ext.split")
-        sites.append({"line": line, **{k: v for k, v in site.items() if k != "span"}})
+        assert isinstance(site, CallSite), site
+        sites.append(CallAsk(line, site))
     got = ObserveCallsTask(file=str(model), probe="probe_two_sites", namespace="tc_test_two",
                            sites=tuple(sites)).run()["sites"]
     assert [g["line"] for g in got] == list(lines.values())
@@ -196,8 +197,9 @@ def test_the_call_is_found_on_its_line_with_its_argument_names():
     ''')
     src = Source(text)
     got = c_call_at(src, 6, "ext.pybind11_detail_function_record_v1.fused")
-    assert got["callee"] == "ext.fused" and got["params"] == ["x", "arg1", "arg2", "scale"]
-    assert got["positional"] == 3 and got["span"] == ((6, 12), (6, 21)) and got["first"] == got["last"] == 6
+    assert isinstance(got, CallSite), got
+    assert got.callee == "ext.fused" and list(got.params) == ["x", "arg1", "arg2", "scale"]
+    assert got.positional == 3 and got.span == ((6, 12), (6, 21)) and got.first == got.last == 6
     assert "unpacks *args" in c_call_at(src, 7, "ext.fused")
     assert "not a module-level name" in c_call_at(src, 8, "ext.fused")
 

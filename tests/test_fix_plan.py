@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tracecheck.fix import analysis, autograd_fn, codegen
-from tracecheck.fix.tasks import DirectionalCheckTask
+from tracecheck.fix.jobs import DirectionalCheckTask
 
 
 class SaveMix(torch.autograd.Function):

@@ -1,5 +1,6 @@
 """A location is a real file:line or says what generated the code (issue 52, item 2c); records written by hand."""
 from tracecheck.classify import detect, measured
+from tracecheck.model.records import SpecializedDimension
 from tracecheck.model.report import GraphBreak
 
 
@@ -17,7 +18,7 @@ def test_a_specialization_is_placed_at_a_file_not_at_execd_code():
            "user_frame": {"file": "/venv/site-packages/bitsandbytes/functional.py", "line": 1063, "code": "n = A.numel()"},
            "specialization": {"frame": {"file": "<string>", "line": 1, "code": None}, "sources": ["L['x'].size()[0]"],
                               "value": "4"}}
-    f = measured.specialization_finding(raw)
+    f = measured.specialization_finding(SpecializedDimension.of(raw))
     assert (f.user_frame.file, f.user_frame.line) == ("/venv/site-packages/bitsandbytes/functional.py", 1063)
     assert "None" not in f.summary and "<string>" not in f.summary
 
@@ -32,7 +33,7 @@ def test_a_subclass_metadata_guard_is_placed_at_the_guard_with_a_fix_for_the_sub
                           "code": "return torch.nn.functional.linear(input, self.qweight, bias=self.bias)"},
            "specialization": {"frame": {"file": "/w/qa.py", "line": 12, "code": "return self.b(torch.relu(self.a(x)))"},
                               "sources": ["L['input'].size()[0]"], "value": "7"}}
-    f = measured.specialization_finding(raw)
+    f = measured.specialization_finding(SpecializedDimension.of(raw))
     assert f.context["cause"] == "subclass_metadata"
     assert (f.user_frame.file, f.user_frame.line) == ("/venv/site-packages/optimum/quanto/nn/qlinear.py", 50)
     from tracecheck.model.taxonomy import fix_text

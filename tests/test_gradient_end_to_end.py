@@ -95,11 +95,12 @@ def test_two_functions_of_one_module_are_two_root_causes():
     """pytorch-wavelets' AFB2D and SFB2D (one module) both wrong: two findings, two causes in every report (their
     qualified names are no ns.op.overload spelling to fold into one)."""
     from tracecheck.classify import measured
+    from tracecheck.model.records import GradcheckOutcome
     from tracecheck.model.report import finding_key
 
     def outcome(name):
-        return {"name": name, "function": True, "mismatch": {"input": "x", "numerical": 2.0, "analytical": -1.8,
-                                                             "relative_error": 1.9, "tolerance": 0.01}}
+        return GradcheckOutcome.of({"name": name, "function": True, "mismatch": {
+            "input": "x", "numerical": 2.0, "analytical": -1.8, "relative_error": 1.9, "tolerance": 0.01}})
     a, b = (measured.gradient_finding(outcome(f"pytorch_wavelets.dwt.lowlevel.{n}")) for n in ("AFB2D", "SFB2D"))
     assert finding_key(a) != finding_key(b)
     assert a.context["op"] == "pytorch_wavelets.dwt.lowlevel.AFB2D"

@@ -236,9 +236,9 @@ def test_half_precision_without_a_reference_judges_gross_errors_only():
     for wrong, failed in ((-a, {"rmse", "cosine"}), (a * 0, {"rmse", "cosine"}), (a * 1.2, {"rmse"})):
         ref = _numerics.Reference(make=lambda: "the probe does not run in float64")
         [record] = _numerics.judge([_pair(a, wrong)], ref)
-        worst = record["worst"]
-        assert set(worst["failed"]) == failed and record["fp64_reference"] is False, worst
-        assert "gross error" in worst["rule"] and not ref.not_judged, worst
+        worst = record.worst
+        assert set(worst.failed) == failed and record.fp64_reference is False, worst
+        assert "gross error" in worst.rule and not ref.not_judged, worst
 
 
 def test_half_precision_is_decided_per_tensor_never_by_a_buffer():
@@ -263,7 +263,7 @@ def test_half_precision_is_decided_per_tensor_never_by_a_buffer():
     off = out + 3e-3  # within bf16's tol 1e-2, far outside float32's 1e-4
     eager, got = _execution.Execution(outputs=(out,)), _execution.Execution(outputs=(off,))
     [record] = _execution.compare(eager, got, fp64=lambda: "the probe does not run in float64")
-    assert record["worst"]["tol"] == 1e-4, record
+    assert record.worst.tol == 1e-4, record
     # bf16 outputs: a float32 gradient (an RMSNorm weight's) carries bf16's rounding and gets bf16's tol
     half = _execution.Execution(outputs=(out.bfloat16(),), grads={"param:norm": out}, ran_backward=True)
     half_got = _execution.Execution(outputs=(out.bfloat16(),), grads={"param:norm": off}, ran_backward=True)
@@ -299,13 +299,13 @@ def test_a_break_in_the_stdlib_is_located_at_the_library_frame_above_it():
     collector = tracelog.TraceCollector()
     collector._add_break(PAYLOAD)
     [raw] = collector.breaks
-    assert (raw["file"], raw["line"]) == ("<frozen genericpath>", 42)  # the break's own location is kept
+    assert (raw.file, raw.line) == ("<frozen genericpath>", 42)  # the break's own location is kept
     f = detect.break_finding(detect.classify_break(raw))
     frame = f.evidence.user_frame
     assert (frame.file, frame.line, frame.code) == (LIB, 107, "if os.path.isdir(build_dir):"), frame
 
     fullgraph = exceptions.user_frame(RuntimeError(FULLGRAPH))
-    assert (fullgraph["file"], fullgraph["line"]) == (LIB, 107), fullgraph
+    assert (fullgraph.file, fullgraph.line) == (LIB, 107), fullgraph
 
 
 BUILDER = """
@@ -384,17 +384,17 @@ def test_a_break_in_the_users_exec_or_notebook_code_stays_there():
     stack = (f'  File "{USER}", line 8, in run\n    return f(x)\n'
              f'  File "{cell}", line 2, in f\n    return torch.ops.mylib.op(x)\n'
              f'  File "{_TORCH_OP}", line 1158, in __call__\n    return self._op(*args, **kwargs)\n')
-    assert frames.caller_outside_torch(_TORCH_OP, stack)["file"] == cell
+    assert frames.caller_outside_torch(_TORCH_OP, stack).file == cell
 
     dataclass_init = (f'  File "{USER}", line 8, in run\n    return Box(x)\n'
                       '  File "<string>", line 3, in __init__\n'
                       f'  File "{_TORCH_OP}", line 1158, in __call__\n    return self._op(*args, **kwargs)\n')
-    assert frames.caller_outside_torch(_TORCH_OP, dataclass_init)["line"] == 8
+    assert frames.caller_outside_torch(_TORCH_OP, dataclass_init).line == 8
 
     fullgraph = exceptions.user_frame(RuntimeError(
         _BREAK + "\nfrom user code:\n " + f'  File "{USER}", line 8, in run\n    return f(x)\n'
         '  File "<string>", line 4, in f\n' + "\nSet TORCHDYNAMO_VERBOSE=1 for the internal stack trace\n"))
-    assert (fullgraph["file"], fullgraph["line"]) == ("<string>", 4), fullgraph
+    assert (fullgraph.file, fullgraph.line) == ("<string>", 4), fullgraph
 
 
 def test_an_error_raised_in_a_library_is_located_alike_from_dynamos_block_and_from_the_traceback(tmp_path):
@@ -413,18 +413,18 @@ def test_an_error_raised_in_a_library_is_located_alike_from_dynamos_block_and_fr
         mod.scale(1)
     except ValueError as e:
         eager = exceptions.user_frame(e)
-    assert (eager["file"], eager["line"]) == (str(lib / "layers.py"), 2), eager
+    assert (eager.file, eager.line) == (str(lib / "layers.py"), 2), eager
     dynamo = exceptions.user_frame(RuntimeError(
         "bad scale\n\nfrom user code:\n" f'  File "{USER}", line 8, in f\n    y = scale(x)\n'
         f'  File "{lib / "layers.py"}", line 2, in scale\n    raise ValueError(\'bad scale\')\n'))
-    assert (dynamo["file"], dynamo["line"]) == (eager["file"], eager["line"]), dynamo
+    assert (dynamo.file, dynamo.line) == (eager.file, eager.line), dynamo
 
     ns: dict = {}
     exec("def g(x):\n    return 1 / x\n", ns)
     try:
         ns["g"](0)
     except ZeroDivisionError as e:
-        assert (exceptions.user_frame(e)["file"], exceptions.user_frame(e)["line"]) == ("<string>", 2)
+        assert (exceptions.user_frame(e).file, exceptions.user_frame(e).line) == ("<string>", 2)
 
 
 EXEC_PROBE = """

@@ -97,3 +97,44 @@ def test_a_record_crosses_to_the_parent_as_its_non_default_fields_and_reads_back
     wire = json.loads(json.dumps(rec.to_wire()))  # what the protocol sends: JSON
     assert wire == {"warnings": ["w"], "graph_count": 2, "same_as_eager": True}
     assert StageRecord.from_wire(wire) == rec
+
+
+def test_every_inner_record_crosses_to_the_parent_and_reads_back_equal():
+    """Each record a stage makes (model/records.py, model/errors.py) is written to JSON by ``to_wire`` and read back
+    by ``of``: the record the classifier reads is the one the stage made."""
+    import json
+
+    from tracecheck.model.errors import ChainLink, ErrorRecord, FakeImplRaise
+    from tracecheck.model.evidence import Specialization, WorstTensor
+    from tracecheck.model.records import (BreakRecord, DraftExportReport, DraftFailure, FallbackOp, Frame,
+                                          GradcheckOutcome, GradientMismatch, MismatchRecord, OpaqueOp,
+                                          RecompileRecord, SpecializedDimension)
+
+    at = Frame("/m.py", 7, "forward", "y = f(x)")
+    chain = (ChainLink("Unsupported", "boom", at, "raised"),
+             ChainLink("ValueError", "inner", None, "cause", (Frame("/t.py", 3, "g"),)))
+    error = ErrorRecord(
+        "torch._dynamo.exc.Unsupported", "boom", chain,
+        "Attempted to call function marked as skipped", "GB0007", "forward", at, "Traceback ...",
+        FakeImplRaise("mylib.op.default", "ValueError", "bad", at), True, step=2, batch_size=5, fake_def=at,
+        transform="vmap", functions=("Old",))
+    guard = RecompileRecord("x.size()[0] == 4", 3, "dynamo", "forward", at, "the forward recompile of the same step")
+    rec = StageRecord(
+        error=error, breaks=[BreakRecord("reason", "gb", "GB1", "doc", "/m.py", 7, at, "", "ctx", "stack")],
+        mismatches=[MismatchRecord("backward", 2, 4, WorstTensor(what="grad x", dtype="torch.float32", shape=(2, 3),
+                                                                 tol=1e-4, failed=("rmse",)),
+                                   ("grad x", "grad w"), True, "float64", None, ("mylib::op",), (), "grad", 5)],
+        opcheck={"mylib::op": {"test_schema": "SUCCESS", "test_faketensor": error}},
+        gradcheck=[GradcheckOutcome("mylib.op.default", False, "central difference", ("x",),
+                                    GradientMismatch("x", 2.0, 1.0, 0.5, 0.01, 1e-6, 1e-3, "output 0", 2.0), None,
+                                    "", "note", {"w": "a second random direction agrees"}, {"x": 0.5})],
+        dynamic_specializations=[SpecializedDimension(guard, Specialization("s0", ("L['x'].size()[0]",), "4", "r", 3,
+                                                                            at, at), (4, 5, 6, 7))],
+        draft_export=DraftExportReport((DraftFailure("DATA_DEPENDENT_ERROR", "data-dependent", "mylib::op", "u0",
+                                                     "r", "y = f(x)", at),)),
+        transform_errors=[error], fallback_ops=[FallbackOp("mylib::op", True)],
+        opaque_ops=[OpaqueOp("mylib::op", 2, (0, 1), ("buf1 = torch.ops.mylib.op.default(buf0)",), 3)],
+        steady_state_recompiles=[guard])
+    wire = json.loads(json.dumps(rec.to_wire()))
+    assert StageRecord.from_wire(wire) == rec
+    assert StageRecord.from_raw(wire) == rec  # a record written by hand reads as the wire does

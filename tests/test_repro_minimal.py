@@ -317,3 +317,25 @@ def test_whose_bug_follows_the_evidence(tmp_path):
         o = owner(f, str(nofake if f.context.get("op", "").startswith("rpmin.nofake") else model))
         assert (o.party, o.where if where else "") == (party, where), (f.kind, f.evidence, o)
         assert ("for upstream" in o.line()) == (party == TORCH), o.line()
+
+
+def test_whose_bug_reads_what_the_classifier_wrote_in_the_context(tmp_path):
+    """The context's suspects, the Function named, torch's frame and its exception (Finding.cx) go into the line."""
+    model = str(write(tmp_path, "m.py", "import torch\n"))
+    suspect = owner(_finding("backend-error", context={"cause": "suspect_code", "suspect": "missing-fake of ns::op"}),
+                    model)
+    assert (suspect.party, suspect.why) == (UNPLACED, "backend-error, with other findings of the probe that can make "
+                                                      "a backend fail (missing-fake of ns::op): fix those first, then "
+                                                      "rerun")
+    raised = owner(_finding("torch-internal-error", context={"torch_frame": "torch/_ops.py:12 in __call__",
+                                                             "exception": "AssertionError: boom"}), model)
+    assert (raised.party, raised.where, raised.why) == (TORCH, "torch/_ops.py:12 in __call__",
+                                                        "torch-internal-error: AssertionError: boom")
+    vendor = {"file": "/usr/lib/python3/site-packages/flash_attn/interface.py", "line": 7}
+    classmethod_ = owner(_finding("torch-internal-error", vendor, context={"cause": "classmethod", "function": "Fn"}),
+                         model)
+    assert (classmethod_.party, classmethod_.where) == (LIBRARY, "flash_attn")
+    assert classmethod_.why.startswith("torch-internal-error: Fn is written with classmethods")
+    # not written: what it falls back to
+    bare = owner(_finding("torch-internal-error", context={"torch_frame": ""}), model)
+    assert (bare.where, bare.why) == ("", "torch-internal-error: torch raised")

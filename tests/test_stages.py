@@ -26,7 +26,7 @@ def test_compiled_run_that_loses_autograd_is_a_backward_mismatch():
     detached = execute(lambda t: torch.sin(t).detach(), Case(torch.sin, (x,)))
     assert eager.ran_backward and not detached.ran_backward
     [m] = compare(eager, detached)
-    assert m["phase"] == "backward" and m["worst"]["what"] == "backward"
+    assert m.phase == "backward" and m.worst.what == "backward"
 
 
 def test_plain_values_compared_objects_ignored():
@@ -35,7 +35,7 @@ def test_plain_values_compared_objects_ignored():
 
     assert compare(Execution(outputs=(torch.ones(1), Obj())), Execution(outputs=(torch.ones(1), Obj()))) == []
     [m] = compare(Execution(outputs=(torch.ones(1), "eager")), Execution(outputs=(torch.ones(1), "compiled")))
-    assert m["worst"]["what"] == "output[1]"
+    assert m.worst.what == "output[1]"
 
 
 # -- the backward decision -------------------------------------------------------------------------------
@@ -128,20 +128,20 @@ def test_a_wrong_compiled_result_is_flagged_with_its_errors_against_float64():
     wrong = eager * 1.01                                        # a 1% error: far beyond fp32 noise
     [m] = compare(Execution(outputs=(eager, eager)), Execution(outputs=(eager, wrong)),
                   fp64=lambda: Execution(outputs=(fp64, fp64)))
-    assert m["phase"] == "forward" and m["disagreeing"] == 1 and m["compared"] == 2
-    worst = m["worst"]
-    assert worst["what"] == "output[1]" and m["fp64_reference"] is True
+    assert m.phase == "forward" and m.disagreeing == 1 and m.compared == 2
+    worst = m.worst
+    assert worst.what == "output[1]" and m.fp64_reference is True
     expected_rmse = torch.sqrt(torch.mean((fp64 - wrong.double()) ** 2)).item()   # computed here, by hand
-    assert abs(worst["rmse_compiled_vs_fp64"] - expected_rmse) < 1e-6 * expected_rmse
-    assert worst["rmse_compiled_vs_fp64"] > 2 * worst["rmse_eager_vs_fp64"]
+    assert abs(worst.rmse_compiled_vs_fp64 - expected_rmse) < 1e-6 * expected_rmse
+    assert worst.rmse_compiled_vs_fp64 > 2 * worst.rmse_eager_vs_fp64
 
 
 def test_without_a_float64_reference_the_verdict_is_allclose_and_says_so():
     a = torch.ones(8)
     assert compare(Execution(outputs=a), Execution(outputs=a + 1e-6), fp64=lambda: "refuses float64") == []
     [m] = compare(Execution(outputs=a), Execution(outputs=a + 1e-2), fp64=lambda: "refuses float64")
-    assert m["fp64_reference"] is False and m["fp64_unavailable"] == "refuses float64"
-    assert abs(m["worst"]["max_abs_diff"] - 1e-2) < 1e-6
+    assert m.fp64_reference is False and m.fp64_unavailable == "refuses float64"
+    assert abs(m.worst.max_abs_diff - 1e-2) < 1e-6
 
 
 def test_one_record_per_phase_with_the_count_of_disagreeing_tensors():
@@ -150,9 +150,9 @@ def test_one_record_per_phase_with_the_count_of_disagreeing_tensors():
     got = Execution(outputs=x + 1, grads={"param:a": x * 2, "param:b": x * 3, "param:c": x},
                     ran_backward=True)
     records = compare(ref, got, fp64=lambda: "no reference")
-    assert [(r["phase"], r["disagreeing"], r["compared"]) for r in records] == [("forward", 1, 1),
+    assert [(r.phase, r.disagreeing, r.compared) for r in records] == [("forward", 1, 1),
                                                                                 ("backward", 2, 4)]
-    assert records[1]["worst"]["what"] == "grad param:b"      # the larger difference (2 vs 1)
+    assert records[1].worst.what == "grad param:b"      # the larger difference (2 vs 1)
 
 
 def test_float64_run_casts_the_module_and_restores_it():
@@ -246,7 +246,7 @@ def test_a_gradient_of_one_of_two_same_named_modules_is_compared():
     got = Execution(outputs=ref.outputs, ran_backward=True,
                     grads={k: (g * 2 if k == "param:a.model.weight" else g) for k, g in ref.grads.items()})
     [m] = compare(ref, got, fp64=lambda: "no reference")
-    assert m["phase"] == "backward" and m["worst"]["what"] == "grad param:a.model.weight"
+    assert m.phase == "backward" and m.worst.what == "grad param:a.model.weight"
 
 
 def test_a_dataclass_output_is_compared_field_by_field_and_trains():
@@ -263,7 +263,7 @@ def test_a_dataclass_output_is_compared_field_by_field_and_trains():
     assert ex.ran_backward and torch.equal(ex.grads["param:closure:lin.bias"], torch.ones(2))
     off = Execution(outputs=Out(ex.outputs.logits + 1.0, "ok"), grads=ex.grads, ran_backward=True)
     [m] = compare(ex, off, fp64=lambda: "no reference")
-    assert m["worst"]["what"] == "output[0]"
+    assert m.worst.what == "output[0]"
 
 
 def test_nan_in_the_same_places_is_agreement_and_in_other_places_is_not():
@@ -274,7 +274,7 @@ def test_nan_in_the_same_places_is_agreement_and_in_other_places_is_not():
                    fp64=lambda: Execution(outputs=with_nan(fp64))) == []
     moved = with_nan(reordered).roll(1)
     [m] = compare(Execution(outputs=with_nan(eager)), Execution(outputs=moved), fp64=lambda: "no reference")
-    assert "NaN or Inf" in m["worst"]["detail"]
+    assert "NaN or Inf" in m.worst.detail
 
 
 def test_complex_outputs_are_judged_against_the_complex_float64_reference():
@@ -312,7 +312,7 @@ def test_a_probe_that_adds_noise_is_judged_against_a_reference_that_drew_the_sam
     assert (reference.outputs - ref.outputs.double()).abs().max() < 1e-4   # the same draws, more precise math
     wrong = Execution(outputs=ref.outputs * 1.05, grads=ref.grads, ran_backward=True)
     [m] = compare(ref, wrong, float64_run(make))
-    assert m["phase"] == "forward" and m["worst"]["rmse_compiled_vs_fp64"] > 2 * m["worst"]["rmse_eager_vs_fp64"]
+    assert m.phase == "forward" and m.worst.rmse_compiled_vs_fp64 > 2 * m.worst.rmse_eager_vs_fp64
     noisy = Execution(outputs=ref.outputs + 1e-6 * torch.ones_like(ref.outputs), grads=ref.grads, ran_backward=True)
     assert compare(ref, noisy, float64_run(make)) == []
 
@@ -358,7 +358,7 @@ def test_the_jittered_runs_never_excuse_more_than_the_cap():
     far_jitter = eager * 1.5                          # the jittered run routed elsewhere
     grads = lambda g: Execution(grads={"input[0]": g}, ran_backward=True)  # noqa: E731
     [m] = compare(grads(eager), grads(wrong), fp64=lambda: grads(fp64), jittered=lambda: [grads(far_jitter)])
-    assert m["worst"]["what"] == "grad input[0]"
+    assert m.worst.what == "grad input[0]"
     assert 0.3 > numerics.JITTER_CAP   # the premise: 30% is beyond what the jitter may excuse
 
 
@@ -372,7 +372,7 @@ def test_the_batchnorm_floor_passes_a_tenth_of_a_percent_and_not_one_percent():
     assert compare(grads(eager), grads(noisy), fp64=lambda: grads(fp64)) != []          # no floor: flagged
     assert compare(grads(eager), grads(noisy), fp64=lambda: grads(fp64), batchnorm=True) == []
     [m] = compare(grads(eager), grads(scaled), fp64=lambda: grads(fp64), batchnorm=True)
-    assert "per-model tolerance" in m["worst"]["rule"] and "BatchNorm" in m["worst"]["rule"]
+    assert "per-model tolerance" in m.worst.rule and "BatchNorm" in m.worst.rule
 
 
 def test_jittered_runs_jitter_inputs_and_weights_and_restore_them():

@@ -1,6 +1,7 @@
 """torch's own internal errors (issue 38): ``torch-internal-error``, a compiled-autograd hard error that is no graph
 break, and two reproducer misses (gradcheck's re-raise of the eager error). Recorded wording first (torch 2.13.0,
 ../shared/torch_failure_wording.md), then the CLI on probes written here, with plain torch as the oracle."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -170,11 +171,11 @@ def test_plain_torch_fake_mode_misuse_recorded_live_is_not_torchs_bug():
     with pytest.raises(AssertionError, match="Please convert all Tensors to FakeTensors first") as info:
         mixes(torch.randn(4))
     raw = error_record(info.value, "forward")
-    assert raw["chain"][-1]["frames"][-1]["file"].replace("\\", "/").endswith("torch/_subclasses/fake_tensor.py")
+    assert raw.chain[-1].frames[-1].file.replace("\\", "/").endswith("torch/_subclasses/fake_tensor.py")
     assert detect.classify_error("eager", raw).kind == "eager-error"
     assert detect.classify_error("aot_eager", raw).kind == "unknown"
     # the frames alone tell it (a message torch may reword): the user's `mixes` called torch directly
-    reworded = {**raw, "message": "x", "chain": [{**c, "message": "x"} for c in raw["chain"]]}
+    reworded = dataclasses.replace(raw, message="x", chain=tuple(dataclasses.replace(c, message="x") for c in raw.chain))
     assert detect.classify_error("aot_eager", reworded).kind == "unknown"
 
 

@@ -18,6 +18,7 @@ from rich.console import Console
 from tracecheck.classify import attribute, detect, measured, settle
 from tracecheck.render.live import LiveProgress
 from tracecheck.model import taxonomy
+from tracecheck.model.errors import ErrorRecord
 from tracecheck.model.report import FAIL, PASS, Finding, StageResult
 from tracecheck.render import terminal, view
 
@@ -104,8 +105,8 @@ def test_a_gradient_on_another_device_than_its_parameter():
 
 @pytest.mark.parametrize("message, cause", list(VMAP_NYI.items()))
 def test_vmap_nyi_queries_are_functorch_refusals(message, cause):
-    f = measured.transform_error_finding("vmap", {"type": "RuntimeError", "message": message, "phase": "forward",
-                                                  "transform": "vmap", "functions": []})
+    f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": "RuntimeError", "message": message,
+                                                               "phase": "forward", "transform": "vmap", "functions": []}))
     assert f.kind == "functorch-incompatible"
     assert f.context["cause"] == cause
     assert "memory_format" in taxonomy.fix_text(f) or "resize_" in taxonomy.fix_text(f)

@@ -1,5 +1,5 @@
 """The typed views renderers read instead of dict keys (issue 39): a report's environment (model/environment.py),
-``tracecheck fix``'s task results (fix/records.py) and a numeric comparison's record (model/evidence.py).
+``tracecheck fix``'s task results (fix/task_results.py) and a numeric comparison's record (model/evidence.py).
 Oracles: dicts written by hand in the shape their writers give them; a missing key reads as the default and a
 value of the wrong shape as missing."""
 import dataclasses
@@ -12,7 +12,7 @@ from report_factory import small_report
 from tracecheck import machine
 from tracecheck.fix.model_code import SiteOutcome, Tried
 from tracecheck.fix.pipeline import VERIFIED, FixOutcome
-from tracecheck.fix.records import FunctionFix, GradientCheck, MutatesArgs, OpShapes
+from tracecheck.fix.task_results import FunctionFix, GradientCheck, MutatesArgs, OpShapes
 from tracecheck.model.environment import Environment
 from tracecheck.model.evidence import NumericMismatch, WorstTensor
 from tracecheck.model.report import RunReport

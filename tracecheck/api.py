@@ -6,7 +6,6 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from . import __version__, machine
 from .isolate import protocol
@@ -20,7 +19,7 @@ from .model.reportio import trace_subdir
 from .stages import STAGES, StageOptions, target_of
 from .stages._run import StageTask
 from .stages import get as get_stage
-from .collect.survey import SurveyTask
+from .collect.survey import Discovery, SurveyTask
 from .model.tasks import DEFAULT_TIMEOUT_S
 from .stages import order as stage_order
 from .isolate.deadline import Deadlines
@@ -108,7 +107,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     to_run = [f for f in files if f not in reused]
     probes = _reuse(reused)
     discovery: dict[str, _Discovered] = {}
-    env: dict[str, Any] | None = None
+    env: machine.MachineRecord | None = None
     if to_run:
         progress.discovered(len(to_run))
         probes, discovery, env = _run_files(opts, to_run, stages, device, root, named, progress, probes,
@@ -127,12 +126,10 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     if env is None and reused:  # nothing ran: the environment the reused results were made in (the same: keyed)
         env = next(iter(reused.values())).environment
     if env is None:  # the environment task died: record what the parent can
-        env = {"environment": machine.collect(device, opts.emulate_npu), "collect_env": None}
+        env = machine.MachineRecord(machine.collect(device, opts.emulate_npu))
     if store is not None:
         _keep(store, [f for f in to_run if f in discovery], probes, discovery, env, started)
-    if env.get("collect_env") is not None:
-        env["environment"]["collect_env"] = env["collect_env"]
-    return RunReport(probes=probes, environment=env["environment"], stages=stages,
+    return RunReport(probes=probes, environment=env.report_environment, stages=stages,
                      command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2),
                      strict=opts.strict, require=opts.require)
 
@@ -156,8 +153,7 @@ def _cache(opts: RunOptions, stages: list[str], device: str, named: dict[str, li
 def _reuse(reused: dict[str, cache.Reused]) -> list[ProbeReport]:
     out = []
     for r in reused.values():
-        for d in r.probes:
-            p = ProbeReport.from_dict(d)
+        for p in r.probes:
             p.reused = r.stored_at
             out.append(p)
     return out
@@ -177,7 +173,7 @@ _NOT_KEPT = (TIMEOUT, CRASH, INTERNAL)
 
 
 def _keep(store: cache.Cache, files: list[str], probes: list[ProbeReport], discovery: dict[str, _Discovered],
-          env: dict[str, Any], started: float) -> None:
+          env: machine.MachineRecord, started: float) -> None:
     """Store each file's results whose every probe and stage has a key (its recorded deps) and nothing unsure in it,
     none of whose files changed since the run ``started`` (``Cache.store``)."""
     for f in files:
@@ -188,12 +184,12 @@ def _keep(store: cache.Cache, files: list[str], probes: list[ProbeReport], disco
                 p.name == IMPORT_PROBE or _setup_failed(p) or any(s.status in _NOT_KEPT for s in p.stages.values())
                 for p in mine):
             continue
-        store.store(f, deps, [p.to_dict() for p in mine], {"custom_ops": found.custom_ops}, env, started)
+        store.store(f, deps, [p.to_dict() for p in mine], {"custom_ops": found.custom_ops}, env.to_json(), started)
 
 
 def _run_files(opts: RunOptions, files: list[str], stages: list[str], device: str, root: str,
                named: dict[str, list[str]], progress: Progress, reused: list[ProbeReport], record: bool = False
-               ) -> tuple[list[ProbeReport], dict[str, _Discovered], dict[str, Any] | None]:
+               ) -> tuple[list[ProbeReport], dict[str, _Discovered], machine.MachineRecord | None]:
     """Discover and run the stages of ``files`` (the ones not reused); the probes (``reused``'s first), what discovery
     found per file (its custom ops and the deps of its results, when ``record``: collect/cache.py) and the
     environment record."""
@@ -372,7 +368,7 @@ _ENVIRONMENT = ("environment",)
 
 def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, named: dict[str, list[str]],
               progress: Progress, env_task: Task, others: bool = False, record: bool = False
-              ) -> tuple[list[ProbeReport], dict[str, Template], dict[str, _Discovered], dict[str, Any] | None]:
+              ) -> tuple[list[ProbeReport], dict[str, Template], dict[str, _Discovered], machine.MachineRecord | None]:
     """Load each file once (in parallel) and list its probes; unless ``fresh_imports``, each loading process
     stays up as the template its stage processes fork from. ``env_task`` runs beside them. Per file loaded, what it
     found: ``custom_ops`` (registered by the file, its imports or its probes) and ``deps`` (what its import and its
@@ -392,7 +388,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
     templates: dict[str, Template] = {}
     discovery: dict[str, _Discovered] = {}
     total_candidates = 0
-    env = None
+    env: machine.MachineRecord | None = None
 
     def loading(t: Task) -> None:
         if t.key != _ENVIRONMENT:
@@ -400,8 +396,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
 
     for outcome in runner.run([*tasks, env_task], on_start=loading):
         if outcome.task.key == _ENVIRONMENT:
-            msg = outcome.message
-            env = msg.value if isinstance(msg, protocol.Result) else None
+            env = _machine_record(outcome.message)
             continue
         path = outcome.task.key
         if outcome.message is None:  # the loading process hung or died (a probe function that never returns, say)
@@ -414,33 +409,33 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             report.stages[LOAD_STAGE] = load
             found[path] = [report]
             continue
-        res = outcome.checked(f"{os.path.relpath(path)}: loading the file")
+        res = Discovery.from_json(outcome.checked(f"{os.path.relpath(path)}: loading the file"))
         if outcome.template is not None:
             templates[path] = outcome.template
         elif outcome.why_not_template and isinstance(outcome.task.work, SurveyTask) and outcome.task.work.stay:
             progress.note(f"{os.path.relpath(path)}: each stage process imports it afresh "
                           f"({outcome.why_not_template})")
-        total_candidates += res["n_candidates"]
+        total_candidates += res.n_candidates
         deps: dict[str, str | None] | None = {}
-        for entry in res["probes"]:
-            deps = None if deps is None or not isinstance(entry.get("deps"), dict) else {**deps, **entry["deps"]}
-        discovery[path] = _Discovered(res.get("custom_ops", []), deps)
+        for entry in res.probes:
+            deps = None if deps is None or not isinstance(entry.deps, dict) else {**deps, **entry.deps}
+        discovery[path] = _Discovered(res.custom_ops, deps)
         reports = []
-        for entry in res["probes"]:
-            if entry.get("bad_shape"):
-                raise UsageError(entry["bad_shape"])
-            report = ProbeReport(id=locate.probe_id(path, entry["name"], root), file=path, name=entry["name"])
-            loaded = results.load_result(entry)
+        for entry in res.probes:
+            if entry.bad_shape:
+                raise UsageError(entry.bad_shape)
+            report = ProbeReport(id=locate.probe_id(path, entry.name, root), file=path, name=entry.name)
+            loaded = results.load_result(entry.to_json())  # (classify reads the entry as it crossed)
             if loaded:
                 report.stages[LOAD_STAGE] = loaded
             reports.append(report)
         found[path] = reports
-        if not reports and not res["n_candidates"]:  # a helper module beside the probes: imported, nothing to run
+        if not reports and not res.n_candidates:  # a helper module beside the probes: imported, nothing to run
             empty.append(path)
         missing = [n for n in named.get(path, []) if n not in {r.name for r in reports}]
         imported = not any(r.name == IMPORT_PROBE for r in reports)  # else its probes could not be listed
         if missing and imported and not opts.select:  # ``file.py::name`` asked for a probe the file lacks
-            have = ", ".join(res.get("names") or []) or "none"
+            have = ", ".join(res.names) or "none"
             raise UsageError(f"{locate.probe_id(path, missing[0], root)}: no such probe in the file "
                              f"(its probes: {have})")
     probes = [p for f in files for p in found.get(f, [])]
@@ -453,6 +448,14 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             "(no probe() / probe_<name>() functions or @tracecheck.probe)"
         raise UsageError(f"{' '.join(opts.paths)}: no probes found {what}")
     return probes, templates, discovery, env
+
+
+def _machine_record(msg: protocol.Message | None) -> machine.MachineRecord | None:
+    """What the environment task sent; None when it sent none (it died), or nothing it writes."""
+    try:
+        return machine.MachineRecord.from_json(msg.value) if isinstance(msg, protocol.Result) else None
+    except ValueError:
+        return None
 
 
 def _options(opts: RunOptions, stage: str) -> StageOptions:

@@ -26,8 +26,8 @@ from .render import diff, junit, markdown
 from .render import annotations as github_annotations  # not the __future__ feature of that name
 from .render.live import LiveProgress
 from .fix.repro_script import STAGE_CALLS
-from .model.report import FAIL, RunReport
-from .model.reportio import is_baseline, load_report, read_json, write_json_atomic, write_text_atomic
+from .model.report import FAIL, RunReport, load_report
+from .model.reportio import is_baseline, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES, StageOptions
 from .model.tasks import DEFAULT_TIMEOUT_S
 from .model.targets import normalized, parse_require

@@ -16,9 +16,10 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Required, TypedDict
 
 from .model.exitcodes import UsageError
+from .model.reportio import Json
 from .model.tasks import ProcessTask
 
 
@@ -39,16 +40,30 @@ NPU_HOW = ("torch_npu needs Ascend's CANN toolkit: install it and `source <cann>
 AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
-def npu_status() -> dict[str, Any]:
-    """``{"installed", "available", "version", "cann", "error", "import_failed"}`` for torch_npu, checked in a
-    subprocess (~3 s, once per process, only when it is installed). ``error`` is one line: the exception the
-    import ended with (its first line) and what to install."""
-    return dict(_npu_status())
+class NpuStatus(TypedDict, total=False):
+    """torch_npu on this machine (``npu_status``). A TypedDict, not a dataclass: part of it is the JSON line the
+    check's subprocess prints, and callers of ``collect`` pass one as a literal."""
+
+    installed: Required[bool]
+    available: Required[bool]
+    #: torch_npu's ``__version__`` and CANN's, where it imports
+    version: str | None
+    cann: str | None
+    #: one line: why there is no NPU (the import's error and what to install)
+    error: str
+    #: installed, but ``import torch_npu`` fails (then ``import torch`` fails too, through its entry point)
+    import_failed: bool
+
+
+def npu_status() -> NpuStatus:
+    """torch_npu's status, checked in a subprocess (~3 s, once per process, only when it is installed). ``error``
+    is one line: the exception the import ended with (its first line) and what to install."""
+    return _npu_status().copy()
 
 
 @functools.lru_cache(maxsize=1)
-def _npu_status() -> dict[str, Any]:
-    status: dict[str, Any] = {"installed": importlib.util.find_spec("torch_npu") is not None, "available": False}
+def _npu_status() -> NpuStatus:
+    status = NpuStatus(installed=importlib.util.find_spec("torch_npu") is not None, available=False)
     if not status["installed"]:
         status["error"] = "torch_npu is not installed"
         return status
@@ -127,20 +142,48 @@ class EnvironmentTask(ProcessTask):
     device: str
     collect_env: bool = False
     #: the run's ``npu_status()`` (it costs a subprocess where torch_npu is installed: asked once, by the parent)
-    npu: dict[str, Any] | None = None
+    npu: NpuStatus | None = None
 
-    def run(self) -> dict[str, Any]:
-        return {"environment": collect(self.device, self.emulate_npu, self.npu),
-                "collect_env": collect_env_summary() if self.collect_env else None}
+    def run(self) -> Json:
+        return MachineRecord(collect(self.device, self.emulate_npu, self.npu),
+                             collect_env_summary() if self.collect_env else None).to_json()
+
+
+@dataclass(frozen=True)
+class MachineRecord:
+    """What the environment task recorded (``EnvironmentTask``), as the run keeps it and its cache stores it: the
+    report's environment section (``collect``) and, when asked, collect_env's summary, each the JSON the report
+    writes (model/environment.py reads them)."""
+
+    environment: Json
+    collect_env: Json | None = None
+
+    def to_json(self) -> Json:
+        return {"environment": self.environment, "collect_env": self.collect_env}
+
+    @classmethod
+    def from_json(cls, d: object) -> "MachineRecord":
+        """Raises ValueError for anything the environment task does not write (a damaged cache entry)."""
+        env = d.get("environment") if isinstance(d, dict) else None
+        summary = d.get("collect_env") if isinstance(d, dict) else None
+        if not isinstance(env, dict) or not (summary is None or isinstance(summary, dict)):
+            raise ValueError(f"not an environment record: {str(d)[:200]}")
+        return cls(env, summary)
+
+    @property
+    def report_environment(self) -> Json:
+        """The report's environment section: collect_env's summary inside it, where there is one."""
+        return self.environment if self.collect_env is None else {**self.environment, "collect_env": self.collect_env}
 
 
 #: how a report names the emulated device (devices/emulated_npu.py says what it is)
 EMULATED_NPU = "emulated NPU (PrivateUse1 on CPU memory)"
 
 
-def collect(device: str, emulated: bool = False, npu: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Environment for the report: versions, platform, device; the full collect_env is left to torch. ``npu``:
-    the run's ``npu_status()`` when the caller has it (it costs a subprocess where torch_npu is installed)."""
+def collect(device: str, emulated: bool = False, npu: NpuStatus | None = None) -> Json:
+    """Environment for the report (its JSON section, as written): versions, platform, device; the full collect_env
+    is left to torch. ``npu``: the run's ``npu_status()`` when the caller has it (it costs a subprocess where
+    torch_npu is installed)."""
     import torch
 
     npu = npu or npu_status()
@@ -182,7 +225,7 @@ COLLECT_ENV_FIELDS = (
 )
 
 
-def collect_env_summary() -> dict[str, Any]:
+def collect_env_summary() -> Json:
     """The ``COLLECT_ENV_FIELDS`` of ``torch.utils.collect_env.get_env_info()`` (runs gcc/pip; ~1 s).
 
     Never raises: a failure is recorded under ``"error"``. Environment variables (e.g. the allocator
@@ -194,7 +237,7 @@ def collect_env_summary() -> dict[str, Any]:
         info = collect_env.get_env_info()
     except Exception as e:  # collect_env shells out; a broken toolchain must not cost the report
         return {"error": f"torch.utils.collect_env failed: {type(e).__name__}: {e}".splitlines()[0]}
-    out: dict[str, Any] = {}
+    out: Json = {}  # the report's collect_env section, as written
     for _, name in COLLECT_ENV_FIELDS:
         value = getattr(info, name, None)
         if value not in (None, "", "N/A", "Could not collect"):

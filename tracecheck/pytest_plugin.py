@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import pytest
 
-from .model.reportio import BASELINE_FORMAT, write_json_atomic
+from .model.reportio import BASELINE_FORMAT, Json, write_json_atomic
 from .gate.changes import REGRESSED
 from .gate.comparison import compare_breaks
 from .gate.document import BASELINE_SCHEMA_VERSION, load_document
@@ -75,10 +75,12 @@ class _State:
     path: str | None
     update: bool
     root: str
-    recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
-    _doc: dict[str, Any] | None = None
+    #: baseline key -> the explain snapshot the tests saw, as the baseline document holds it (written at the end)
+    recorded: dict[str, Json] = field(default_factory=dict)
+    #: the baseline document as read (document.load_document); the fixture reads its breaks with BreakSnapshot
+    _doc: Json | None = None
 
-    def load(self) -> dict[str, Any] | None:
+    def load(self) -> Json | None:
         if self._doc is None and self.path and os.path.exists(self.path):
             self._doc = load_document(self.path)
         return self._doc
@@ -145,7 +147,7 @@ class TracecheckFixture:
         return sorted((BreakSnapshot(b.kind, b.gb_type, self._relative(b.file), b.line) for b in m.breaks),
                       key=BreakSnapshot.sort_key)
 
-    def _snapshot(self, m: Measurement, breaks: list[BreakSnapshot]) -> dict[str, Any]:
+    def _snapshot(self, m: Measurement, breaks: list[BreakSnapshot]) -> Json:
         """The explain snapshot the plugin records (document.py's layout, without phases and target)."""
         kinds = sorted({b.kind for b in m.breaks})
         return {"status": "fail" if breaks else "pass", "kinds": kinds, "graph_count": m.graph_count,
@@ -161,7 +163,7 @@ class TracecheckFixture:
         rel = os.path.relpath(file, self._state.root) if os.path.isabs(file) else file
         return rel.replace("\\", "/")
 
-    def allowed(self) -> dict[str, Any] | None:
+    def allowed(self) -> Json | None:
         doc = self._state.load()
         return ((doc or {}).get("probes", {}).get(self.key) or {}).get("stages", {}).get(STAGE)
 

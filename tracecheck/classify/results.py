@@ -16,15 +16,18 @@ from . import detect, measured
 from ..model.taxonomy import K
 from ..model.evidence import (Evidence, ExceptionEvidence, ProcessEvidence, RecompileEvidence,
                               RegistrationEvidence)
+from ..model.errors import ErrorRecord
 from ..model.payloads import CompiledAutogradCounts, GradcheckVerdict, StageNotes
-from ..model.records import END_TO_END, Frame, StageRecord
+from ..model.records import (COMPILED_AUTOGRAD, DYNAMO, END_TO_END, Frame, GradcheckOutcome, OpTests, RecompileRecord,
+                             StageRecord)
 from ..model.exitcodes import UsageError
+from ..model.reportio import Json
 from ..model.targets import Gate
 from ..model.report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, headline, later_step,
                             op_name)
 
 
-def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds: float) -> StageResult:
+def build_stage_result(stage: str, raw: "Json | StageRecord", seconds: float) -> StageResult:
     """Classify one stage record. Status: fail when an error-severity finding was made, skip with a reason, else
     pass (advice findings, ``no-batching-rule`` and ``opaque-op``, are kept on a passing stage; ``apply_strict``
     makes them fail it). ``raw``: the stage's record (records.StageRecord, or its dict)."""
@@ -36,19 +39,19 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     # compiled run raised there: it comes first
     fakes = [f for f in _opcheck_findings(stage, rec.fake_checks) if f.kind == K.FAKE_MISMATCH]
     findings += fakes
-    draft = [measured.draft_finding(d, rec.error) for d in rec.draft_export.get("failures", [])]
+    draft = [measured.draft_finding(d, rec.error) for d in (rec.draft_export.failures if rec.draft_export else ())]
     findings += draft
     # draft_export's report explains the export error (one finding per failure) when one of them maps to a kind
-    if rec.error and rec.error.get("phase") == "setup":  # the probe function itself, called again
+    if rec.error and rec.error.phase == "setup":  # the probe function itself, called again
         findings.append(setup_finding(rec.error, f"The probe function raises when the {stage} stage calls it "
                                                     "again (it ran when the file was loaded)."))
     elif rec.error and not any(f.kind != K.UNKNOWN for f in draft):
         findings.append(detect.classify_error(stage, rec.error))
         if fakes and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
-            findings[-1] = _attributed(findings[-1], fakes[0], rec.error.get("batch_size"))
+            findings[-1] = _attributed(findings[-1], fakes[0], rec.error.batch_size)
         if rec.same_as_eager and findings[-1].kind in (K.UNKNOWN, K.BACKEND_ERROR):
             findings[-1] = detect.classify_error("eager", rec.error)  # the probe's own failure, again
-        if stage == "eager" and (rec.error.get("step") or 1) > 1:
+        if stage == "eager" and (rec.error.step or 1) > 1:
             findings[-1] = _later_step(findings[-1], rec.error)
         ca = CompiledAutogradCounts.of(rec.extra)
         if ca is not None and ca.other_backend:  # compiled_autograd reran the failing steps with its other backend
@@ -59,7 +62,7 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     findings += measured.merge_refusals([measured.transform_error_finding(stage, e)
                                          for e in rec.transform_errors])
     for m in rec.mismatches:
-        findings.append(measured.transform_mismatch_finding(m, stage) if m.get("transform")
+        findings.append(measured.transform_mismatch_finding(m, stage) if m.transform
                         else measured.mismatch_finding(m, stage))
     for msg in dict.fromkeys(rec.warnings):
         f = detect.classify_warning(msg)
@@ -71,26 +74,24 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
     not_needed = [f for f in opchecked if f.context.get("op") in grad_free | grad_unused and _about_the_ops_autograd(f)]
     findings += [f for f in opchecked if f not in not_needed]
     gradient_notes: list[str] = []
-    calls = [o for o in rec.gradcheck if o.get("name") != END_TO_END]
-    probe = next((o for o in rec.gradcheck if o.get("name") == END_TO_END), None)
+    calls = [o for o in rec.gradcheck if o.name != END_TO_END]
+    probe = next((o for o in rec.gradcheck if o.name == END_TO_END), None)
     # the probe's gradient decides what a call's mismatch means (stages/gradcheck.py)
-    right_end_to_end = probe is not None and not any(probe.get(k) for k in ("mismatch", "error", "skip",
-                                                                             "inconclusive"))
-    if probe is not None and probe.get("mismatch") and not any(o.get("mismatch") for o in calls):
-        findings.append(measured.end_to_end_gradient_finding(probe, [o["name"] for o in calls if not o.get("skip")]))
+    right_end_to_end = probe is not None and not (probe.mismatch or probe.error or probe.skip or probe.inconclusive)
+    if probe is not None and probe.mismatch and not any(o.mismatch for o in calls):
+        findings.append(measured.end_to_end_gradient_finding(probe, [o.name for o in calls if not o.skip]))
     for outcome in calls:
         # an autograd.Function may reroute its gradient by design (an adjoint solver's events); a custom op's
         # registration is a contract of its own, whatever this probe's loss reads of it
-        if outcome.get("mismatch") and right_end_to_end and outcome.get("function"):
+        if outcome.mismatch and right_end_to_end and outcome.function:
             gradient_notes.append(
-                f"whether the backward of {outcome['name']} is wrong: alone it differs from its forward's numerical "
-                f"derivative (input {outcome['mismatch'].get('input', '?')}), but the probe's gradient matches the "
+                f"whether the backward of {outcome.name} is wrong: alone it differs from its forward's numerical "
+                f"derivative (input {outcome.mismatch.input}), but the probe's gradient matches the "
                 "numerical derivative of its loss (a gradient rerouted by design: no finding)")
-        elif outcome.get("mismatch"):
+        elif outcome.mismatch:
             findings.append(measured.gradient_finding(outcome))
-        elif outcome.get("error"):
-            findings.append(detect.classify_error(stage, outcome["error"],
-                                                    op=None if outcome.get("function") else outcome["name"]))
+        elif outcome.error:
+            findings.append(detect.classify_error(stage, outcome.error, op=None if outcome.function else outcome.name))
     findings += [measured.specialization_finding(r) for r in rec.dynamic_specializations][:1]
     findings += recompile_findings(rec.steady_state_recompiles)
     findings += [measured.fallback_finding(r) for r in rec.fallback_ops]
@@ -113,9 +114,9 @@ def build_stage_result(stage: str, raw: "dict[str, Any] | StageRecord", seconds:
         phases=rec.phases,
     )
     result.extra.update(StageNotes(
-        opcheck={op: {t: ("SUCCESS" if v == "SUCCESS" else "FAIL" if isinstance(v, dict) else v)
+        opcheck={op: {t: ("SUCCESS" if v == "SUCCESS" else "FAIL" if isinstance(v, ErrorRecord) else v)
                       for t, v in tests.items()} for op, tests in rec.opcheck.items()} or None,
-        gradcheck={o["name"]: _gradcheck_verdict(o) for o in calls} or None,
+        gradcheck={o.name: _gradcheck_verdict(o) for o in calls} or None,
         probe_gradient=_gradcheck_verdict(probe) if probe is not None else None,
         explain_reasons=rec.explain_reasons or None,
         registered_custom_ops=rec.registered_custom_ops or None).to_extra())
@@ -150,7 +151,7 @@ def _about_the_ops_autograd(f: Finding) -> bool:
         test == "test_aot_dispatch_dynamic" and "Gradients of the operator are different" in f.evidence.message)
 
 
-def _attributed(f: Finding, cause: Finding, size: Any) -> Finding:
+def _attributed(f: Finding, cause: Finding, size: int | None) -> Finding:
     """The compiled run's failure at a size where a fake impl disagrees with its kernel: that fake's kind."""
     first = f.evidence.message.strip().splitlines()
     what = next((ln for ln in first if ln and not ln.startswith("backend=")), f.kind)[:200]
@@ -159,18 +160,18 @@ def _attributed(f: Finding, cause: Finding, size: Any) -> Finding:
     return Finding(cause.kind, summary, {**cause.context, "attributed_from": f.kind}, f.evidence)
 
 
-def _later_step(f: Finding, error: dict[str, Any]) -> Finding:
+def _later_step(f: Finding, error: ErrorRecord) -> Finding:
     """The eager stage's failure at a later training step (stages/eager.py ``second_step``): step 1 ran."""
-    step = error["step"]
+    step = error.step or 1
     summary = (f"{f.summary.rstrip('.')}: eager {later_step(step, error)} (state the model keeps across "
                "steps, such as a buffer left attached to the previous step's graph, breaks the next one).")
     return Finding(f.kind, summary, {**f.context, "step": step}, _with(f.evidence, step=step))
 
 
-def _backend_checked(f: Finding, backend: str, error: dict[str, Any], other: dict[str, Any]) -> Finding:
+def _backend_checked(f: Finding, backend: str, error: ErrorRecord, other: Json) -> Finding:
     """A failure rerun with the other backend (compiled_autograd): the evidence says what each backend did; an
     ``unknown`` or ``backend-error`` that the other backend does not hit is this backend's (cause ``backend_only``)."""
-    mine = headline(error, 300)
+    mine = error.headline(300)
     theirs = (f"not run: {other['not_run']}" if other.get("not_run") else
               headline(other["error"], 300) if other.get("error") else "passes")
     evidence = _with(f.evidence, backends={backend: mine, other["backend"]: "the same" if theirs == mine else theirs})
@@ -181,35 +182,43 @@ def _backend_checked(f: Finding, backend: str, error: dict[str, Any], other: dic
     return Finding(f.kind, f.summary, {**f.context, "backend": backend}, evidence)
 
 
-def _opcheck_findings(stage: str, results: dict[str, dict[str, Any]]) -> list[Finding]:
+def _opcheck_findings(stage: str, results: dict[str, OpTests]) -> list[Finding]:
     """One finding per failed opcheck test (``{op: {test: "SUCCESS" or an error record}}``)."""
     findings = []
     for op, tests in results.items():
         for test, outcome in tests.items():
-            if isinstance(outcome, dict):
+            if isinstance(outcome, ErrorRecord):
                 f = detect.classify_error(stage, outcome, op=op)
                 f.evidence = _with(f.evidence, opcheck_test=test)
-                if "batch_size" in outcome and f.kind == K.FAKE_MISMATCH:  # the dynamic stage's check at a new size
-                    f.evidence = _with(f.evidence, batch_size=outcome["batch_size"])
-                    f.context.update(cause="size", batch_size=outcome["batch_size"])
-                    f.summary = (f"{f.summary.rstrip('.')}, at batch size {outcome['batch_size']} (the probe's own "
+                size = outcome.batch_size
+                if size is not None and f.kind == K.FAKE_MISMATCH:  # the dynamic stage's check at a new size
+                    f.evidence = _with(f.evidence, batch_size=size)
+                    f.context.update(cause="size", batch_size=size)
+                    f.summary = (f"{f.summary.rstrip('.')}, at batch size {size} (the probe's own "
                                  "batch size passes opcheck).")
                 findings.append(f)
     return findings
 
 
-def _gradcheck_verdict(o: dict[str, Any]) -> GradcheckVerdict:
+def _gradcheck_verdict(o: GradcheckOutcome) -> GradcheckVerdict:
     """What the report keeps of one call's gradient check: outcome, method, and the relative errors measured."""
-    status = "FAIL" if o.get("mismatch") or o.get("error") else "SKIP" if o.get("skip") else \
-        "INCONCLUSIVE" if o.get("inconclusive") else "SUCCESS"
+    status = "FAIL" if o.mismatch or o.error else "SKIP" if o.skip else \
+        "INCONCLUSIVE" if o.inconclusive else "SUCCESS"
     out = GradcheckVerdict(status=status)
-    for key in ("method", "skip", "note", "relative_errors", "inconclusive"):
-        if o.get(key):
-            out[key] = o[key]
+    if o.method:
+        out["method"] = o.method
+    if o.skip:
+        out["skip"] = o.skip
+    if o.note:
+        out["note"] = o.note
+    if o.relative_errors:
+        out["relative_errors"] = dict(o.relative_errors)
+    if o.inconclusive:
+        out["inconclusive"] = dict(o.inconclusive)
     return out
 
 
-def recompile_findings(records: list[dict[str, Any]]) -> list[Finding]:
+def recompile_findings(records: list[RecompileRecord]) -> list[Finding]:
     """One ``recompile`` finding per steady-state cause (compiled_autograd.steady_state picked the records).
 
     A cause is the source plus the reason with digits masked (``self.step == 2``, ``key size 142`` change
@@ -217,26 +226,25 @@ def recompile_findings(records: list[dict[str, Any]]) -> list[Finding]:
     node each step is one cause, whichever node). The finding keeps the first reason, the user frame, the
     steps and the distinct reasons. Dynamo causes come first: they carry the user's line.
     """
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[RecompileRecord]] = {}
     for r in records:
-        source, reason = r.get("source", "?"), r.get("reason", "")
-        cause = reason.split(":", 1)[0] if source == "compiled_autograd" else reason
-        groups.setdefault((source, re.sub(r"\d+", "N", cause)), []).append(r)
+        cause = r.reason.split(":", 1)[0] if r.source == COMPILED_AUTOGRAD else r.reason
+        groups.setdefault((r.source, re.sub(r"\d+", "N", cause)), []).append(r)
     findings = []
-    for (source, _), rs in sorted(groups.items(), key=lambda kv: kv[0][0] != "dynamo"):
+    for (source, _), rs in sorted(groups.items(), key=lambda kv: kv[0][0] != DYNAMO):
         first = rs[0]
-        frame = next((r.get("user_frame") for r in rs if r.get("user_frame")), None)
-        what = "Dynamo recompiles" if source == "dynamo" else "Compiled autograd captures a new backward graph"
-        where = f" ({fr.location})" if (fr := Frame.from_dict(frame)) else ""
-        reasons = list(dict.fromkeys(r.get("reason", "") for r in rs))
-        evidence = RecompileEvidence(user_frame=fr, reason=first.get("reason", ""),
-                                     steps=tuple(sorted({r.get("step") for r in rs}, key=lambda s: (s is None, s))),
+        fr = next((r.user_frame for r in rs if r.user_frame), None)
+        what = "Dynamo recompiles" if source == DYNAMO else "Compiled autograd captures a new backward graph"
+        where = f" ({fr.location})" if fr else ""
+        reasons = list(dict.fromkeys(r.reason for r in rs))
+        evidence = RecompileEvidence(user_frame=fr, reason=first.reason,
+                                     steps=tuple(sorted({r.step for r in rs})),
                                      reasons=tuple(reasons[:10]) if len(reasons) > 1 else (),
-                                     user_frame_from=first.get("user_frame_from") or None)
-        short = first.get("reason", "").split(" (HINT:", 1)[0][:300]  # the hint stays in context.reason
+                                     user_frame_from=first.user_frame_from or None)
+        short = first.reason.split(" (HINT:", 1)[0][:300]  # the hint stays in context.reason
         findings.append(Finding(
             K.RECOMPILE, f"{what} on every step after warm-up{where}: {short}",
-            {"reason": first.get("reason", ""), "source": source}, evidence))
+            {"reason": first.reason, "source": source}, evidence))
     return findings
 
 
@@ -250,21 +258,22 @@ def died_result(stage: str, cause: str, timed_out: bool, log_tail: str, seconds:
 
 
 
-def setup_finding(error: dict[str, Any], summary: str) -> Finding:
+def setup_finding(error: ErrorRecord, summary: str) -> Finding:
     """The probe function's own failure: its kind where a rule explains it, else ``eager-error`` (the probe's bug)."""
     f = detect.classify_error(LOAD_STAGE, error)
     return Finding(K.EAGER_ERROR, summary, f.context, f.evidence) if f.kind == K.UNKNOWN else f
 
 
-def load_result(entry: dict[str, Any]) -> StageResult | None:
+def load_result(entry: Json) -> StageResult | None:
     """Findings made while loading the file and calling the probe function (the ``load`` pseudo-stage). A file
     whose import raised (``import_error``) gets a result only when a kind marked ``at_import`` in kinds.json
     explains the exception (a custom op's registration or first call refused by torch); any other import error
-    is the user's input error: UsageError with the loader's message (exit code 2)."""
-    setup = setup_finding(entry["setup_error"], "The probe function itself raises.") \
-        if entry.get("setup_error") else None
+    is the user's input error: UsageError with the loader's message (exit code 2). ``entry``: the file's survey (the
+    JSON its process sent, collect/survey.py), the probe function's error in its wire form."""
+    error = ErrorRecord.of(entry.get("setup_error"))
+    setup = setup_finding(error, "The probe function itself raises.") if error else None
     if entry.get("import_error") is not None and (setup is None or setup.kind not in taxonomy.import_ids()):
-        raise UsageError(entry["import_error"], (entry.get("setup_error") or {}).get("traceback") or None)
+        raise UsageError(entry["import_error"], error.traceback or None if error else None)
     findings: list[Finding] = []
     for ev in entry.get("registrations", []):
         findings.append(Finding(

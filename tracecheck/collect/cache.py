@@ -33,7 +33,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model.reportio import write_json_atomic
+from ..machine import MachineRecord
+from ..model.report import ProbeReport
+from ..model.reportio import Json, write_json_atomic
 
 #: bumped when what an entry holds or how a key is made changes: older entries are never read
 CACHE_VERSION = 1
@@ -347,8 +349,8 @@ def _distributions() -> list[str]:
     return sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata['Name']})
 
 
-def environment_key(device: str) -> dict[str, Any]:
-    """What the machine and its installation contribute to a result."""
+def environment_key(device: str) -> Json:
+    """What the machine and its installation contribute to a result (hashed as JSON: ``digest``)."""
     return {"python": sys.version, "executable": sys.executable, "platform": platform.platform(),
             "machine": platform.machine(), "cpus": os.cpu_count(), "device": device,
             "tracecheck": _tracecheck_digest(), "torch": torch_version(), "distributions": _distributions(),
@@ -370,19 +372,18 @@ def digest(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Reused:
-    """A file's results taken from the cache: its probes' reports (as stored: ``ProbeReport.to_dict``), what
-    discovery found, and when the run that made them ended."""
+    """A file's results taken from the cache: its probes' reports, the environment they were made in, and when the
+    run that made them ended."""
 
-    probes: list[dict[str, Any]]
-    discovery: dict[str, Any]
-    environment: dict[str, Any]
+    probes: list[ProbeReport]
+    environment: MachineRecord
     stored_at: str
 
 
 class Cache:
     """One folder of entries, one JSON file per (model file, key of the run): ``<dir>/v1/<digest>.json``."""
 
-    def __init__(self, folder: str, key: dict[str, Any]) -> None:
+    def __init__(self, folder: str, key: Json) -> None:
         self.folder = os.path.join(folder, f"v{CACHE_VERSION}")
         #: the environment's and the options' part of every entry's key
         self.key = digest(key)
@@ -406,21 +407,19 @@ class Cache:
             return None
         if any(fp is None or current(dep) != fp for dep, fp in deps.items()):
             return None
-        try:
-            reused = Reused(list(entry["probes"]), dict(entry["discovery"]), dict(entry["environment"]),
-                            str(entry["stored_at"]))
-            from ..model.report import ProbeReport
-
-            for d in reused.probes:  # an entry damaged by hand or by another tool is a miss, never a crash
-                if ProbeReport.from_dict(d).file != name:
-                    return None
-            return reused
+        try:  # an entry damaged by hand or by another tool is a miss, never a crash
+            dict(entry["discovery"])  # (not read back: what discovery found is in the probes' reports)
+            probes = [ProbeReport.from_dict(d) for d in list(entry["probes"])]
+            if any(p.file != name for p in probes):
+                return None
+            return Reused(probes, MachineRecord.from_json(entry["environment"]), str(entry["stored_at"]))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
-    def store(self, file: str, deps: dict[str, str | None], probes: list[dict[str, Any]],
-              discovery: dict[str, Any], environment: dict[str, Any], started: float) -> bool:
-        """Keep ``file``'s results under its key, unless a file they depend on changed since the run ``started``
+    def store(self, file: str, deps: dict[str, str | None], probes: list[Json], discovery: Json, environment: Json,
+              started: float) -> bool:
+        """Keep ``file``'s results under its key (each part as the entry's JSON holds it: ``ProbeReport.to_dict``,
+        ``{"custom_ops"}``, ``MachineRecord.to_json``), unless a file they depend on changed since the run ``started``
         (``time.time()``): edited while the run read it, its fingerprint may be of other code than the one that ran,
         so nothing is stored (ccache's rule). Never fails the run: a cache that cannot be written is no cache."""
         name = os.path.abspath(file)

@@ -1,5 +1,5 @@
-"""Exceptions as plain data: ``error_record`` (type, message, cause chain, gb_type and GB code, user frame,
-whether a custom op's fake impl raised it), for the classifier; and the warnings a stage raised."""
+"""Exceptions as data: ``error_record`` (model/errors.ErrorRecord: type, message, cause chain, gb_type and GB code,
+user frame, whether a custom op's fake impl raised it), for the classifier; and the warnings a stage raised."""
 from __future__ import annotations
 
 import linecache
@@ -10,7 +10,8 @@ from typing import Any
 
 from .. import compat
 from .wording import TORCH_NAMESPACES
-from ..model.records import Frame
+from ..model.errors import ChainLink, ErrorRecord, FakeImplRaise
+from ..model.frame import Frame
 from .frames import FROM_USER_CODE, TORCH_DIR, from_match, from_summary, in_torch_or_stdlib
 
 
@@ -69,7 +70,7 @@ def _qualname(exc: BaseException) -> str:
     return f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__qualname__
 
 
-def user_frame(exc: BaseException) -> dict[str, Any] | None:
+def user_frame(exc: BaseException) -> Frame | None:
     """The innermost frame in the user's or a library's code (``frames.in_torch_or_stdlib``: never torch's,
     tracecheck's or the standard library's; an installed library's line is named, as the explain stage's break
     records name it, frames.caller_outside_torch): from Dynamo's ``from user code:`` block (or the ``User stack:`` of
@@ -87,7 +88,7 @@ def user_frame(exc: BaseException) -> dict[str, Any] | None:
     return frame_outside_torch(exc)
 
 
-def frame_outside_torch(exc: BaseException) -> dict[str, Any] | None:
+def frame_outside_torch(exc: BaseException) -> Frame | None:
     """The innermost traceback frame outside torch, tracecheck and the stdlib, installed packages included: where
     an error raised inside a library (``transformers``' model code, say) was last in code torch did not write."""
     for e in _chain(exc):
@@ -98,11 +99,11 @@ def frame_outside_torch(exc: BaseException) -> dict[str, Any] | None:
     return None
 
 
-def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
-    """``{"op", "exception_type", "message", "frame"}`` when an exception of the chain was raised by a custom op's own
-    fake impl: its innermost frame is user code, called from FakeTensor's dispatch of that op (whose ``func`` local
-    names it). An error torch raised inside a fake impl (a data-dependent size, say) is not the fake's own raise."""
-    found: dict[str, Any] | None = None
+def fake_impl_raised(exc: BaseException) -> FakeImplRaise | None:
+    """The raise, when an exception of the chain was raised by a custom op's own fake impl: its innermost frame is user
+    code, called from FakeTensor's dispatch of that op (whose ``func`` local names it). An error torch raised inside a
+    fake impl (a data-dependent size, say) is not the fake's own raise."""
+    found: FakeImplRaise | None = None
     for e in _chain(exc):
         frames = []
         tb = e.__traceback__
@@ -122,17 +123,16 @@ def fake_impl_raised(exc: BaseException) -> dict[str, Any] | None:
         # torch 2.14 re-raises the fake's error as a RuntimeError of its own wording over the fake's traceback: the
         # inner exception raised at the same line is the fake's own words. Any other inner one (a KeyError the
         # fake caught before raising its ValueError) is not what the fake raised.
-        if found is not None and (found["frame"]["file"], found["frame"]["line"]) != \
+        if found is not None and found.frame is not None and (found.frame.file, found.frame.line) != \
                 (last.f_code.co_filename, last.f_lineno):
             break
-        found = {"op": str(op), "exception_type": _qualname(e).rsplit(".", 1)[-1],
-                 "message": safe_str(e)[:500],
-                 "frame": Frame(last.f_code.co_filename, last.f_lineno, last.f_code.co_name,
-                                linecache.getline(last.f_code.co_filename, last.f_lineno).strip()).to_dict()}
+        found = FakeImplRaise(str(op), _qualname(e).rsplit(".", 1)[-1], safe_str(e)[:500],
+                              Frame.of(last.f_code.co_filename, last.f_lineno, last.f_code.co_name,
+                                       linecache.getline(last.f_code.co_filename, last.f_lineno).strip()))
     return found
 
 
-def raised_at(exc: BaseException) -> dict[str, Any] | None:
+def raised_at(exc: BaseException) -> Frame | None:
     """The innermost traceback frame of ``exc`` itself (where it was raised, torch's own files included), or None
     when it carries no traceback (raised in C with no Python frame under it)."""
     try:
@@ -142,19 +142,19 @@ def raised_at(exc: BaseException) -> dict[str, Any] | None:
     return from_summary(frames[-1]) if frames else None
 
 
-def tb_frames(exc: BaseException, limit: int = 300) -> list[dict[str, Any]]:
-    """The frames of ``exc``'s own traceback, outermost first (``{"file", "line", "function"}``, no source line): where
-    it went from the frame that caught it down to its raise. The innermost ``limit`` when deeper."""
+def tb_frames(exc: BaseException, limit: int = 300) -> tuple[Frame, ...]:
+    """The frames of ``exc``'s own traceback, outermost first (no source line): where it went from the frame that caught
+    it down to its raise. The innermost ``limit`` when deeper."""
     out = []
     try:
         for frame, line in traceback.walk_tb(exc.__traceback__):
-            out.append({"file": frame.f_code.co_filename, "line": line, "function": frame.f_code.co_name})
+            out.append(Frame.of(frame.f_code.co_filename, line, frame.f_code.co_name))
     except Exception:
-        return out[-limit:]
-    return out[-limit:]
+        return tuple(out[-limit:])
+    return tuple(out[-limit:])
 
 
-def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
+def error_record(exc: BaseException, phase: str) -> ErrorRecord:
     """Plain-data evidence of one exception, for ``classify.detect.classify_error``."""
     links = _links(exc)
     chain = [e for e, _ in links]
@@ -163,20 +163,20 @@ def error_record(exc: BaseException, phase: str) -> dict[str, Any]:
         tb = "".join(traceback.format_exception(exc))[-20000:]
     except Exception:
         tb = ""
-    return {
-        "type": _qualname(exc),
-        "message": safe_str(exc),
+    return ErrorRecord(
+        type=_qualname(exc),
+        message=safe_str(exc),
         # the innermost exception's whole traceback too (classify.detect: did the user's code call torch there?)
-        "chain": [{"type": _qualname(e), "message": safe_str(e), "raised_at": raised_at(e), "via": via,
-                   **({"frames": tb_frames(e)} if e is chain[-1] else {})} for e, via in links],
-        "gb_type": gb_type if isinstance(gb_type, str) else None,
-        "gb_code": compat.gb_code(gb_type) if isinstance(gb_type, str) else None,
-        "phase": phase,
-        "user_frame": user_frame(exc),
-        "traceback": tb,
-        "fake_impl": fake_impl_raised(exc),
-        "traced_in_torch": _traced_in_torch(chain),
-    }
+        chain=tuple(ChainLink(_qualname(e), safe_str(e), raised_at(e), via, tb_frames(e) if e is chain[-1] else None)
+                    for e, via in links),
+        gb_type=gb_type if isinstance(gb_type, str) else None,
+        gb_code=compat.gb_code(gb_type) if isinstance(gb_type, str) else None,
+        phase=phase,
+        user_frame=user_frame(exc),
+        traceback=tb,
+        fake_impl=fake_impl_raised(exc),
+        traced_in_torch=_traced_in_torch(chain),
+    )
 
 
 def _traced_in_torch(chain: list[BaseException]) -> bool:

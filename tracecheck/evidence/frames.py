@@ -9,7 +9,8 @@ import traceback
 from typing import Any
 
 from .. import compat
-from ..model.records import Frame
+from ..model.frame import Frame
+from ..model.reportio import Json
 from ..model.report import is_generated
 
 
@@ -26,7 +27,7 @@ _LIB_DIRS = tuple(
 TORCH_DIR = _LIB_DIRS[-1]
 
 
-def caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None:
+def caller_outside_torch(file: str | None, stack: str) -> Frame | None:
     """When Dynamo places a break inside torch (a custom op's ``__call__`` in torch/_library, say), in code torch
     generated (``<eval_with_key>.N``, an FX graph such as compiled autograd's) or in Python's standard library
     (``<frozen genericpath>``: ``os.path.isdir``'s ``os.stat``, called by a library's op builder), the innermost
@@ -45,24 +46,24 @@ def caller_outside_torch(file: str | None, stack: str) -> dict[str, Any] | None:
     return from_match(frames[-1])
 
 
-def from_match(m: re.Match[str]) -> dict[str, Any]:
+def from_match(m: re.Match[str]) -> Frame:
     """The frame of a ``FROM_USER_CODE`` match (a traceback-formatted ``File "...", line N, in f`` and its code)."""
-    return Frame(m.group("file"), int(m.group("line")), m.group("func"), (m.group("code") or "").strip()).to_dict()
+    return Frame.of(m.group("file"), int(m.group("line")), m.group("func"), (m.group("code") or "").strip())
 
 
-def from_summary(f: traceback.FrameSummary) -> dict[str, Any]:
+def from_summary(f: traceback.FrameSummary) -> Frame:
     """The frame of a ``traceback.extract_tb``/``extract_stack`` entry."""
-    return Frame(f.filename, f.lineno, f.name, (f.line or "").strip()).to_dict()
+    return Frame.of(f.filename, f.lineno, f.name, (f.line or "").strip())
 
 
-def innermost_user_frame(stack: Any, names: dict[int, str]) -> dict[str, Any] | None:
+def innermost_user_frame(stack: Any, names: dict[int, str]) -> Frame | None:
     """The innermost frame outside torch and tracecheck of a structured-trace stack (frames name files by index)."""
     for f in reversed(stack or []):
         file = names.get(f.get("filename"), f.get("filename"))
         # site-packages stays in: a fake impl of an installed extension package is the frame to name
         if isinstance(file, str) and not in_torch_or_stdlib(file, f.get("name")):
             line = int(f.get("line") or 0)
-            return Frame(file, line, f.get("name"), (f.get("loc") or linecache.getline(file, line)).strip()).to_dict()
+            return Frame.of(file, line, f.get("name"), (f.get("loc") or linecache.getline(file, line)).strip())
     return None
 
 
@@ -88,9 +89,10 @@ def in_torch_or_stdlib(path: str, func: str | None = None) -> bool:
     return full.startswith(_LIB_DIRS[1]) and not any(m in full for m in ("site-packages", "dist-packages"))
 
 
-def caller_frame() -> dict[str, Any] | None:
-    """The innermost frame of the current stack outside torch, tracecheck and the standard library."""
+def caller_frame() -> Json | None:
+    """The innermost frame of the current stack outside torch, tracecheck and the standard library, as a dict: it
+    goes into the file's survey (evidence/opwatch.py), which crosses to the parent as JSON."""
     for f in reversed(traceback.extract_stack()[:-2]):
         if not in_torch_or_stdlib(f.filename, f.name):
-            return from_summary(f)
+            return from_summary(f).to_dict()
     return None

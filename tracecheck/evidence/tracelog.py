@@ -10,6 +10,7 @@ logs the same break again.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import linecache
 import logging
@@ -19,6 +20,9 @@ import sys
 from typing import Any
 
 from .. import compat
+from ..model.evidence import Specialization
+from ..model.frame import Frame
+from ..model.records import COMPILED_AUTOGRAD, DYNAMO, BreakRecord, OpaqueOp, RecompileRecord
 from .wording import gb_code_from_text, gb_type_from_text
 from .frames import FROM_USER_CODE, caller_outside_torch, from_match, in_torch_or_stdlib, innermost_user_frame
 from .parsers import parser_failed
@@ -63,13 +67,13 @@ class StructuredTraceHandler(logging.Handler):
 class TraceCollector(StructuredTraceHandler):
     """Collects graph breaks from the structured trace while installed.
 
-    Use as a context manager. ``breaks`` holds raw break records (see ``classify.detect.classify_break``).
+    Use as a context manager. ``breaks`` holds the break records (see ``classify.detect.classify_break``).
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self.breaks: list[dict[str, Any]] = []
-        self._seen: set[tuple[Any, ...]] = set()
+        self.breaks: list[BreakRecord] = []
+        self._seen: set[tuple[str | None, str | None, int | None]] = set()
 
     def read(self, record: logging.LogRecord) -> None:
         meta = getattr(record, "metadata", {}) or {}
@@ -92,13 +96,13 @@ class TraceCollector(StructuredTraceHandler):
         ctx = _CONTEXT.search(reason)
         stack = payload.split("User code traceback:", 1)[1] if "User code traceback:" in payload else ""
         stack = stack.split("\nTraceback (most recent call last)", 1)[0]
-        self.breaks.append({
-            "gb_type": gb_type, "gb_code": code, "doc": compat.gb_doc_link(code),
-            "file": file, "line": line, "reason": reason, "caller": caller_outside_torch(file, stack),
-            "code": linecache.getline(file, line).strip() if file and line else None,
-            "debug_context": ctx.group("ctx").strip() if ctx else None,
-            "user_stack": stack[-6000:],  # tells e.g. that the break is inside an autograd.Function forward
-        })
+        self.breaks.append(BreakRecord(
+            gb_type=gb_type, gb_code=code, doc=compat.gb_doc_link(code),
+            file=file, line=line, reason=reason, caller=caller_outside_torch(file, stack),
+            code=linecache.getline(file, line).strip() if file and line else None,
+            debug_context=ctx.group("ctx").strip() if ctx else None,
+            user_stack=stack[-6000:],  # tells e.g. that the break is inside an autograd.Function forward
+        ))
 
 
 #: a call of a dispatcher op in Inductor's generated wrapper code: ``buf1 = torch.ops.ns.op.default(buf0)``
@@ -125,28 +129,25 @@ class OutputCodeCollector(StructuredTraceHandler):
         """The kernels Inductor generated, over every compiled graph (each defined once in its graph's code)."""
         return sum(len(_OUTPUT_CODE_KERNEL.findall(code)) for code in self.codes)
 
-    def extern_ops(self, torch_namespaces: set[str]) -> list[dict[str, Any]]:
-        """``{"op": "ns::op", "calls", "graphs", "lines"}`` per op outside ``torch_namespaces``, in order seen."""
-        found: dict[str, dict[str, Any]] = {}
+    def extern_ops(self, torch_namespaces: set[str], kernels: int | None = None) -> list[OpaqueOp]:
+        """One record per op outside ``torch_namespaces`` (``ns::op``), in order seen: its calls, the graphs and the
+        lines that call it; ``kernels``: what ``kernel_count`` counted, when it was."""
+        calls: dict[str, list[tuple[int, str]]] = {}  # op -> (graph, line) per call
         for g, code in enumerate(self.codes):
             for line in code.splitlines():
                 m = _OUTPUT_CODE_CALL.search(line)
                 if not m or m.group("ns") in torch_namespaces:
                     continue
-                rec = found.setdefault(f"{m.group('ns')}::{m.group('op')}", {"calls": 0, "graphs": [], "lines": []})
-                rec["calls"] += 1
-                if g not in rec["graphs"]:
-                    rec["graphs"].append(g)
-                rec["lines"].append(line.strip()[:200])
-        return [{"op": op, **rec} for op, rec in found.items()]
+                calls.setdefault(f"{m.group('ns')}::{m.group('op')}", []).append((g, line.strip()[:200]))
+        return [OpaqueOp(op, len(seen), tuple(dict.fromkeys(g for g, _ in seen)), tuple(text for _, text in seen),
+                         kernels) for op, seen in calls.items()]
 
 
 class _StepRecords(StructuredTraceHandler):
-    """A listener that keeps ``records``, each tagged with ``step``: the caller sets it before each step."""
+    """A listener whose records are tagged with ``step``: the caller sets it before each step."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.records: list[dict[str, Any]] = []
         self.step = 0
 
 
@@ -161,11 +162,14 @@ _GUARD_SITE = re.compile(r"#\s*(?P<code>.*?)\s*#\s*(?P<file>\S+\.py):(?P<line>\d
 class RecompileCollector(_StepRecords):
     """Recompile reasons from the structured trace, tagged with the step that was running.
 
-    ``records``: ``{"reason", "step", "source", "user_frame", "graph"}`` where ``source`` is
-    ``"compiled_autograd"`` (a capture, i.e. a compiled-autograd cache miss) or ``"dynamo"`` (a guard
-    failure), and ``graph`` is ``"backward"`` when the recompiled frame is a captured backward graph.
-    Use as a context manager; set ``step`` before each step.
+    ``records``: one ``RecompileRecord`` per recompile, whose ``source`` is ``COMPILED_AUTOGRAD`` (a capture, i.e. a
+    compiled-autograd cache miss) or ``DYNAMO`` (a guard failure), and ``graph`` is ``"backward"`` when the recompiled
+    frame is a captured backward graph. Use as a context manager; set ``step`` before each step.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[RecompileRecord] = []
 
     def read(self, record: logging.LogRecord) -> None:
         meta = getattr(record, "metadata", {}) or {}
@@ -178,12 +182,11 @@ class RecompileCollector(_StepRecords):
         graph = "backward" if "compiled_autograd_id" in meta else "forward"
         if art["name"] == _CA_REASONS:
             # The list grows per cache node: every capture ever made there; the newest is last.
-            self.records.append({"reason": _clean(reasons[-1]), "step": self.step,
-                                 "source": "compiled_autograd", "user_frame": None, "graph": "backward"})
+            self.records.append(RecompileRecord(_clean(reasons[-1]), self.step, COMPILED_AUTOGRAD, "backward"))
         else:
             # One reason per cache entry that failed its guards; the newest entry comes first.
-            self.records.append({"reason": _clean(reasons[0]), "step": self.step, "source": "dynamo",
-                                 "user_frame": _guard_user_frame(reasons[0]), "graph": graph})
+            self.records.append(RecompileRecord(_clean(reasons[0]), self.step, DYNAMO, graph,
+                                                _guard_user_frame(reasons[0])))
 
 
 def _payload_list(payload: Any) -> list[str]:
@@ -204,7 +207,7 @@ def _clean(reason: str) -> str:
     return re.sub(r"[ \t]{2,}", "  ", first.strip())[:1000]
 
 
-def _guard_user_frame(reason: str) -> dict[str, Any] | None:
+def _guard_user_frame(reason: str) -> Frame | None:
     """The user line a guard came from: the ``User stack trace`` (2.13), else the ``# code  # file:line``
     comment Dynamo puts after the guard."""
     if "User stack trace:" in reason:
@@ -214,11 +217,11 @@ def _guard_user_frame(reason: str) -> dict[str, Any] | None:
             return from_match(frames[-1])
     m = _GUARD_SITE.search(reason)
     frame = from_match(m) if m else None
-    if frame and frame.get("file") and not os.path.isabs(frame["file"]):
+    if frame and frame.file and not os.path.isabs(frame.file):
         # Dynamo shortens the comment's path to the part under a sys.path entry (optimum/quanto/nn/qlinear.py)
-        found = next((p for p in (os.path.join(e, frame["file"]) for e in sys.path if e) if os.path.isfile(p)), None)
+        found = next((p for p in (os.path.join(e, frame.file) for e in sys.path if e) if os.path.isfile(p)), None)
         if found:
-            frame = {**frame, "file": found}
+            frame = dataclasses.replace(frame, file=found)
     return frame
 
 
@@ -228,13 +231,17 @@ class SpecializationCollector(_StepRecords):
     frame outside torch and tracecheck of the Python stack (a fake impl's line, or model code), ``user_frame``
     the user line Dynamo was tracing. ``step`` tags each record, as in RecompileCollector."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[Specialization] = []
+
     def read(self, record: logging.LogRecord) -> None:
         event = (getattr(record, "metadata", {}) or {}).get("symbolic_shape_specialization")
         if not isinstance(event, dict):
             return
         names = compat.trace_filenames()
-        self.records.append({
-            "symbol": str(event.get("symbol")), "sources": [str(s) for s in event.get("sources") or []],
-            "value": str(event.get("value")), "reason": str(event.get("reason", "")), "step": self.step,
-            "frame": innermost_user_frame(event.get("stack"), names),
-            "user_frame": innermost_user_frame(event.get("user_stack"), names)})
+        self.records.append(Specialization(
+            symbol=str(event.get("symbol")), sources=tuple(str(s) for s in event.get("sources") or []),
+            value=str(event.get("value")), reason=str(event.get("reason", "")) or None, step=self.step,
+            frame=innermost_user_frame(event.get("stack"), names),
+            user_frame=innermost_user_frame(event.get("user_stack"), names)))

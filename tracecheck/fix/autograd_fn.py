@@ -103,21 +103,37 @@ class FunctionPlan:
                 *(param for param, _, _ in self.scalar_attrs.values())]
 
 
+@dataclass
+class _Told:
+    """What ``forward`` told its ctx: the saved tensors, other attributes, the outputs marked non-differentiable
+    and the inputs marked dirty."""
+
+    saved: tuple[Any, ...] = ()
+    #: ``ctx.<attr> = value``: the user's values, of any type
+    attrs: dict[str, object] = field(default_factory=dict)
+    nondiff: list[Any] = field(default_factory=list)
+    dirty: list[Any] = field(default_factory=list)
+
+
 class _ForwardCtx:
     """Stands in for the autograd ctx in ``forward``: records what it is told instead of doing it."""
 
+    # set through object.__setattr__: this class's own __setattr__ records the forward's ctx.<attr> = ...
+    _state: _Told
+    needs_input_grad: tuple[bool, ...]
+
     def __init__(self, needs_input_grad: tuple[bool, ...]) -> None:
-        object.__setattr__(self, "_state", {"saved": (), "attrs": {}, "nondiff": [], "dirty": []})
+        object.__setattr__(self, "_state", _Told())
         object.__setattr__(self, "needs_input_grad", needs_input_grad)
 
     def save_for_backward(self, *tensors: Any) -> None:
-        self._state["saved"] = tensors
+        self._state.saved = tensors
 
     def mark_non_differentiable(self, *tensors: Any) -> None:
-        self._state["nondiff"].extend(tensors)
+        self._state.nondiff.extend(tensors)
 
     def mark_dirty(self, *tensors: Any) -> None:
-        self._state["dirty"].extend(tensors)
+        self._state.dirty.extend(tensors)
 
     def set_materialize_grads(self, value: bool) -> None:
         pass  # custom-op autograd always materializes grads: the backward gets zeros, never None
@@ -126,13 +142,19 @@ class _ForwardCtx:
         raise Unfixable("forward calls ctx.save_for_forward (forward-mode AD), which the fix does not carry over")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self._state["attrs"][name] = value
+        self._state.attrs[name] = value
 
 
 class _BackwardCtx:
     """Stands in for the ctx in ``backward``: ``saved_tensors`` and attributes, recording which are read."""
 
-    def __init__(self, saved: tuple, attrs: dict[str, Any], needs_input_grad: tuple[bool, ...]) -> None:
+    # set through object.__setattr__, as _ForwardCtx's
+    _saved: tuple[Any, ...]
+    _attrs: dict[str, object]
+    reads: list[str]
+    needs_input_grad: tuple[bool, ...]
+
+    def __init__(self, saved: tuple, attrs: dict[str, object], needs_input_grad: tuple[bool, ...]) -> None:
         object.__setattr__(self, "_saved", saved)
         object.__setattr__(self, "_attrs", attrs)
         object.__setattr__(self, "reads", [])
@@ -184,7 +206,11 @@ def annotation(value: Any) -> str:
     raise Unfixable(f"an argument of type {type(value).__name__} has no custom-op schema type")
 
 
-def _forward_params(cls: type) -> list[inspect.Parameter]:
+#: an autograd.Function subclass (its forward, setup_context and backward are static methods)
+FunctionClass = type[torch.autograd.Function]
+
+
+def _forward_params(cls: FunctionClass) -> list[inspect.Parameter]:
     params = list(inspect.signature(cls.forward).parameters.values())
     if not compat.defines_setup_context(cls):
         params = params[1:]  # ctx
@@ -214,9 +240,8 @@ def _source_names(fn: Any, pattern: str) -> list[str] | None:
             elts = target.elts if isinstance(target, ast.Tuple) else [target]
         else:
             continue
-        if all(isinstance(e, ast.Name) for e in elts):
-            return [e.id for e in elts]
-        return None
+        names = [e.id for e in elts if isinstance(e, ast.Name)]
+        return names if len(names) == len(elts) else None
     return None
 
 
@@ -227,7 +252,8 @@ def _saved_arg_names(fn: Any) -> list[str] | None:
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(".save_for_backward"):
-            return [a.id for a in node.args] if all(isinstance(a, ast.Name) for a in node.args) else None
+            names = [a.id for a in node.args if isinstance(a, ast.Name)]
+            return names if len(names) == len(node.args) else None
     return None
 
 
@@ -261,7 +287,8 @@ def aliases(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
 
-def _run_forward(cls: type, args: dict[str, Any], needs: tuple[bool, ...]) -> tuple[_ForwardCtx, list[Any], bool]:
+def _run_forward(cls: FunctionClass, args: observe.Args,
+                 needs: tuple[bool, ...]) -> tuple[_ForwardCtx, list[Any], bool]:
     ctx = _ForwardCtx(needs)
     values = list(args.values())
     if compat.defines_setup_context(cls):
@@ -272,7 +299,7 @@ def _run_forward(cls: type, args: dict[str, Any], needs: tuple[bool, ...]) -> tu
     return ctx, list(out) if isinstance(out, tuple) else [out], isinstance(out, tuple)
 
 
-def _locate(t: Any, args: dict[str, Any], outs: list[Any], residuals: list[Any]) -> tuple[str, Any]:
+def _locate(t: Any, args: observe.Args, outs: list[Any], residuals: list[Any]) -> tuple[str, Any]:
     for name, v in args.items():
         if _same(t, v):
             return ("input", name)
@@ -286,7 +313,7 @@ def _locate(t: Any, args: dict[str, Any], outs: list[Any], residuals: list[Any])
     return ("residual", len(residuals) - 1)
 
 
-def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
+def analyse(cls: FunctionClass, example: tuple[Any, ...]) -> FunctionPlan:
     """Plan the two-op fix of ``cls`` from one eager call with ``example`` args (as passed to ``apply``).
 
     Raises Unfixable when the Function does something the fix cannot express.
@@ -295,7 +322,7 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     if len(example) > len(params):
         raise Unfixable("apply() got more arguments than forward declares")
     taken: set[str] = set()
-    args: dict[str, Any] = {}
+    args: observe.Args = {}
     inputs: list[Arg] = []
     for i, p in enumerate(params):
         value = example[i] if i < len(example) else p.default
@@ -311,19 +338,19 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     engine_runs: list[int] = []  # forward's, then backward's below
     with torch.no_grad(), compat.engine_runs_counted(engine_runs):
         fctx, outs, returns_tuple = _run_forward(cls, base, needs)
-    if fctx._state["dirty"]:
+    if fctx._state.dirty:
         raise Unfixable("forward calls ctx.mark_dirty (an in-place Function); write it as a custom op with "
                         "mutates_args by hand")
     if not all(isinstance(o, torch.Tensor) for o in outs):
         raise Unfixable("forward returns a non-tensor; a custom op returns tensors only")
     fwd_mutates = observe.mutated(before, base)
     residuals: list[Any] = []
-    saved = [_locate(t, base, outs, residuals) for t in fctx._state["saved"] if isinstance(t, torch.Tensor)]
-    if len(saved) != len(fctx._state["saved"]):
+    saved = [_locate(t, base, outs, residuals) for t in fctx._state.saved if isinstance(t, torch.Tensor)]
+    if len(saved) != len(fctx._state.saved):
         raise Unfixable("save_for_backward got a non-tensor (None?); save tensors only")
-    attrs = fctx._state["attrs"]
+    attrs = fctx._state.attrs
     tensor_attrs = {a: _locate(v, base, outs, residuals) for a, v in attrs.items() if isinstance(v, torch.Tensor)}
-    nondiff = [j for j, o in enumerate(outs) if any(o is t for t in fctx._state["nondiff"])]
+    nondiff = [j for j, o in enumerate(outs) if any(o is t for t in fctx._state.nondiff)]
 
     grads = [torch.randn_like(o) if o.is_floating_point() else torch.zeros_like(o) for o in outs]
     saved_values = tuple(_value(ref, base, outs, residuals) for ref in saved)
@@ -370,7 +397,8 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     scalar_attrs: dict[str, tuple[str, str, tuple[str, str]]] = {}
     for a in scalar_reads:
         v = attrs[a]
-        src = ("input", assigned[a]) if assigned.get(a) in args else ("const", repr(v))  # settled after the runs
+        given = assigned.get(a)
+        src = ("input", given) if given is not None and given in args else ("const", repr(v))  # settled after the runs
         scalar_attrs[a] = (ident(a, bw_taken), annotation(v), src)
 
     plan = FunctionPlan(
@@ -393,21 +421,21 @@ def analyse(cls: type, example: tuple[Any, ...]) -> FunctionPlan:
     return plan
 
 
-def _value(ref: tuple[str, Any], args: dict[str, Any], outs: list[Any], residuals: list[Any]) -> Any:
+def _value(ref: tuple[str, Any], args: observe.Args, outs: list[Any], residuals: list[Any]) -> Any:
     kind, key = ref
     return args[key] if kind == "input" else outs[key] if kind == "output" else residuals[key]
 
 
-def _observe(cls: type, plan: FunctionPlan, args: dict[str, Any], needs: tuple[bool, ...]) -> None:
+def _observe(cls: FunctionClass, plan: FunctionPlan, args: observe.Args, needs: tuple[bool, ...]) -> None:
     """Fill the plan's fake metadata: run forward+backward at perturbed inputs, in the base run's structure."""
 
-    attr_runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    attr_runs: list[tuple[observe.Args, dict[str, object]]] = []
 
-    def call(run_args: dict[str, Any]) -> list[observe.Group]:
+    def call(run_args: observe.Args) -> list[observe.Group]:
         fctx, outs, _ = _run_forward(cls, run_args, needs)
         residuals: list[Any] = []
-        saved = [_locate(t, run_args, outs, residuals) for t in fctx._state["saved"]]
-        attrs = fctx._state["attrs"]
+        saved = [_locate(t, run_args, outs, residuals) for t in fctx._state.saved]
+        attrs = fctx._state.attrs
         for v in attrs.values():
             if isinstance(v, torch.Tensor):
                 _locate(v, run_args, outs, residuals)
@@ -434,7 +462,7 @@ def _observe(cls: type, plan: FunctionPlan, args: dict[str, Any], needs: tuple[b
     _resolve_scalar_attrs(plan, attr_runs)
 
 
-def _resolve_scalar_attrs(plan: FunctionPlan, runs: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+def _resolve_scalar_attrs(plan: FunctionPlan, runs: list[tuple[observe.Args, dict[str, object]]]) -> None:
     """Where each non-tensor ctx attribute comes from, checked against every run, never by one value alone.
 
     An input the forward assigns by name (``ctx.a = a``) and that matches in every run is certain. Otherwise: the
@@ -457,10 +485,11 @@ def _resolve_scalar_attrs(plan: FunctionPlan, runs: list[tuple[dict[str, Any], d
                                                + (f" (so do {', '.join(same[1:])})" if len(same) > 1 else "")
                                                + ("" if varied else f", but {same[0]} never changed"))
             continue
-        if all(type(v) is int for v in values):
+        ints = [v for v in values if type(v) is int]
+        if len(ints) == len(values):  # an int in every run (a bool is no size)
             dim_runs = shapes.Runs()
-            for v, (r, _) in zip(values, runs):
-                dim_runs.add(observe.symbols_of(r), v)
+            for n, (r, _) in zip(ints, runs):
+                dim_runs.add(observe.symbols_of(r), n)
             expr = shapes.infer_dim(list(observe.symbols_of(runs[0][0])), dim_runs)
             if expr.code is not None and (expr.confirmed or len(set(values)) > 1):
                 plan.scalar_attrs[a] = (param, ann, ("expr", expr.code))

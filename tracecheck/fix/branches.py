@@ -52,12 +52,16 @@ class Scalar:
                     kept + src.text[src.offset(after):src.offset(edit.start)] + edit.text)
 
 
-def scope_of(tree: ast.Module, node: ast.stmt) -> ast.AST:
+#: what holds a statement's names: its function, or the module at top level
+Scope = ast.Module | ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def scope_of(tree: ast.Module, node: ast.stmt) -> Scope:
     """The innermost function holding ``node`` (the module at top level)."""
-    best: ast.AST = tree
+    best: Scope = tree
     for f in ast.walk(tree):
         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.lineno <= node.lineno <= (f.end_lineno or 0) \
-                and f is not node and (best is tree or f.lineno >= best.lineno):
+                and f is not node and (isinstance(best, ast.Module) or f.lineno >= best.lineno):
             best = f
     return best
 
@@ -78,6 +82,8 @@ def scalar_branch(src: Source, site: Site) -> Scalar | None:
     at = next((i for i, s in enumerate(body) if s is node), None)
     if at is None:
         return None
+    assign: ast.stmt
+    branch: ast.stmt
     if isinstance(node, ast.If) and node.lineno == site.line and branch_if(src, site) is not None and at > 0:
         assign, branch = body[at - 1], node
     elif isinstance(node, ast.Assign) and (site.gb_type.startswith(SCALAR_GB[0]) or site.kind == K.DATA_DEPENDENT) \
@@ -188,8 +194,9 @@ def as_tensor(src: Source, test: ast.expr) -> str | None:
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         # a scalar read with .item() compares as the 0-dim tensor it came from
         text, start = src.segment(test), src.offset(src.span(test)[0])
-        for call in sorted((c for c in ast.walk(test) if is_item(c)), key=lambda c: -src.offset(src.span(c)[0])):
-            lo, hi = src.offset(src.span(call.func.value)[1]) - start, src.offset(src.span(call)[1]) - start
+        items = [(c, r) for c in ast.walk(test) if isinstance(c, ast.expr) and (r := item_receiver(c)) is not None]
+        for call, receiver in sorted(items, key=lambda cr: -src.offset(src.span(cr[0])[0])):
+            lo, hi = src.offset(src.span(receiver)[1]) - start, src.offset(src.span(call)[1]) - start
             text = text[:lo] + text[hi:]  # (the `.item()` after its receiver)
         return f"({text})"
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and not test.keywords:
@@ -202,9 +209,12 @@ def as_tensor(src: Source, test: ast.expr) -> str | None:
     return None
 
 
-def is_item(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "item" and \
-        not node.args and not node.keywords
+def item_receiver(node: ast.AST) -> ast.expr | None:
+    """``t`` where ``node`` is ``t.item()``, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "item" and \
+            not node.args and not node.keywords:
+        return node.func.value
+    return None
 
 
 def branch_if(src: Source, site: Site, ops: bool = False) -> ast.If | None:
@@ -261,10 +271,10 @@ def differ(a: ast.AST, b: ast.AST) -> "list[tuple[ast.expr, ast.expr]] | None":
                     return None
                 out += got
             elif u != v:
-                if isinstance(a, ast.expr):
+                if isinstance(a, ast.expr) and isinstance(b, ast.expr):  # (b is: a's type)
                     return [(a, b)]  # (a constant's value, a name's id): the expression itself differs
                 return None
-    if isinstance(a, ast.expr) and not isinstance(a, ast.Constant) and \
+    if isinstance(a, ast.expr) and isinstance(b, ast.expr) and not isinstance(a, ast.Constant) and \
             any(isinstance(u, ast.Constant) for u, _ in out):
         return [(a, b)]  # two constants are no tensors to select between: the expression that holds them is
     return out

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -32,7 +32,9 @@ from ..collect import casemaker
 from ..stages import _execution as execution
 from . import observe
 from .autograd_fn import Unfixable, aliases, annotation, ident, snake
+from .call_facts import CallAsk
 from .codegen import _tuple, fake_lines
+from .task_results import CallAnswer, CallsObserved, CustomOpDef
 
 #: custom_op annotations for autograd_fn.annotation's schema types, as code in the user's file
 _PY_TYPES = {"Tensor": "torch.Tensor"}
@@ -42,7 +44,7 @@ _PY_TYPES = {"Tensor": "torch.Tensor"}
 class _Call:
     """One site's call while the probe ran: its arguments cloned before it, and what it did."""
 
-    args: dict[str, Any]
+    args: observe.Args
     outputs: list[torch.Tensor] = field(default_factory=list)
     #: it returned a bare Tensor (else a tuple or list of them: the op returns a tuple)
     returns_tensor: bool = True
@@ -57,7 +59,7 @@ class _Call:
     error: str = ""
 
 
-def _record(call: _Call, bound: dict[str, Any], run: Any) -> Any:
+def _record(call: _Call, bound: observe.Args, run: Any) -> Any:
     """Run the original (``run()``) and fill ``call`` from what it did; bookkeeping errors go to ``call.error``,
     never into the user's forward."""
     try:
@@ -83,22 +85,22 @@ def _record(call: _Call, bound: dict[str, Any], run: Any) -> Any:
     return out
 
 
-def _recorder(original: Any, sites: list[dict[str, Any]], calls: dict[int, _Call], probe_file: str) -> Any:
+def _recorder(original: Any, sites: list[CallAsk], calls: dict[int, _Call], probe_file: str) -> Any:
     """``original``, recording the first call made from each site's lines of the probe file."""
     here = os.path.realpath(probe_file)
 
     def recorder(*args: Any, **kwargs: Any) -> Any:
         caller = sys._getframe(1)
-        site = next((s for s in sites if s["first"] <= caller.f_lineno <= s["last"] and s["line"] not in calls
+        site = next((s for s in sites if s.call.first <= caller.f_lineno <= s.call.last and s.line not in calls
                      and os.path.realpath(caller.f_code.co_filename) == here), None)
-        names = site["params"] if site else []
-        if site is None or len(args) != site["positional"] or list(kwargs) != names[site["positional"]:]:
+        names = list(site.call.params) if site else []
+        if site is None or len(args) != site.call.positional or list(kwargs) != names[site.call.positional:]:
             return original(*args, **kwargs)
         bound = dict(zip(names, [*args, *kwargs.values()]))
         try:
-            call = calls[site["line"]] = _Call({n: observe.clone(v) for n, v in bound.items()})
+            call = calls[site.line] = _Call({n: observe.clone(v) for n, v in bound.items()})
         except Exception as e:  # noqa: BLE001
-            calls[site["line"]] = _Call({}, error=f"cannot copy its arguments ({type(e).__name__}: {e})")
+            calls[site.line] = _Call({}, error=f"cannot copy its arguments ({type(e).__name__}: {e})")
             return original(*args, **kwargs)
         return _record(call, bound, lambda: original(*args, **kwargs))
 
@@ -137,25 +139,24 @@ def _set(owner: Any, attr: str, value: Any) -> None:
         setattr(owner, attr, value)
 
 
-def observe_calls(task: Any) -> dict[str, Any]:  # a fix.tasks.ObserveCallsTask (that module imports this one)
-    """For each site (``line``; ``first``/``last``: the call's lines; ``callee``: a dotted name in the module's
-    globals; ``params``: one name per argument in call order; ``positional``: how many are positional), the
-    custom op's definition, or ``error``: why there is none. One eager run (forward and backward) records them
-    all."""
-    module, case = casemaker.load_case(task.file, task.probe)
+def observe_calls(file: str, probe: str, namespace: str, sites: tuple[CallAsk, ...]) -> CallsObserved:
+    """For each site (its call: ``callee``, a dotted name in the module's globals, and its lines), the custom op's
+    definition, or why there is none. One eager run (forward and backward) records them all. The arguments are
+    fix.jobs.ObserveCallsTask's fields (that module imports this one)."""
+    module, case = casemaker.load_case(file, probe)
     errors: dict[int, str] = {}
-    by_callee: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for site in task.sites:
-        by_callee.setdefault((site.get("file") or task.file, site["callee"]), []).append(site)
+    by_callee: dict[tuple[str, str], list[CallAsk]] = {}
+    for site in sites:
+        by_callee.setdefault((_file(site, file), site.call.callee), []).append(site)
     calls: dict[int, _Call] = {}
     installed: list[tuple[Any, str, Any]] = []
     originals: dict[tuple[str, str], Any] = {}
     homes: dict[str, str] = {}  # a library file -> the name of its module (the patched probe imports it)
     try:
-        for (where, callee), sites in by_callee.items():
+        for (where, callee), asks in by_callee.items():
             why = ""
             try:
-                home = module if where == task.file else module_of(where)
+                home = module if where == file else module_of(where)
                 if home is None:
                     raise LookupError(f"no imported module is {where}")
                 homes[where] = home.__name__
@@ -164,38 +165,43 @@ def observe_calls(task: Any) -> dict[str, Any]:  # a fix.tasks.ObserveCallsTask 
                 if not callable(original) or hasattr(original, "__code__"):
                     why = f"`{callee}` is Python code, not a C function"
                 else:
-                    _set(owner, attr, _recorder(original, sites, calls, where))
+                    _set(owner, attr, _recorder(original, asks, calls, where))
                     installed.append((owner, attr, original))
                     originals[(where, callee)] = original
             except Exception as e:  # noqa: BLE001 - a name that does not resolve, an object that refuses setattr
                 why = f"cannot record calls of `{callee}` ({type(e).__name__}: {e})"
-            for s in sites if why else ():
-                errors[s["line"]] = why
+            for s in asks if why else ():
+                errors[s.line] = why
         run = execution.execute(case.fn, case) if originals else None
     finally:
         for owner, attr, original in reversed(installed):
             _set(owner, attr, original)
-    out: list[dict[str, Any]] = []
+    out: list[CallAnswer] = []
     taken = set(vars(module))
-    for site in task.sites:
-        line = site["line"]
+    for site in sites:
+        line = site.line
         if line in errors:
-            out.append({"line": line, "error": errors[line]})
+            out.append(CallAnswer(line, error=errors[line]))
         elif line not in calls:
             failed = run.error if run is not None else None
-            out.append({"line": line, "error": f"the probe fails eagerly ({failed['type']})" if failed else
-                        "the probe's inputs never call it on this line with these arguments"})
+            out.append(CallAnswer(line, error=f"the probe fails eagerly ({failed.type})" if failed else
+                                  "the probe's inputs never call it on this line with these arguments"))
         else:
-            where = site.get("file") or task.file
+            where = _file(site, file)
             try:
-                rendered = _render(site, originals[(where, site["callee"])], calls[line], task.namespace, taken)
-                out.append({"line": line, **rendered, **({"module": homes[where]} if where != task.file else {})})
+                op = _render(site, originals[(where, site.call.callee)], calls[line], namespace, taken)
+                out.append(CallAnswer(line, replace(op, module=homes[where]) if where != file else op))
             except Unfixable as e:
-                out.append({"line": line, "error": str(e)})
+                out.append(CallAnswer(line, error=str(e)))
             except Exception as e:  # noqa: BLE001 - the C function refused a rerun: no fix, said why
-                out.append({"line": line, "error": f"running it again failed ({type(e).__name__}: "
-                                                   f"{str(e).splitlines()[0][:200] if str(e) else ''})"})
-    return {"sites": out}
+                out.append(CallAnswer(line, error=f"running it again failed ({type(e).__name__}: "
+                                                  f"{str(e).splitlines()[0][:200] if str(e) else ''})"))
+    return CallsObserved(tuple(out))
+
+
+def _file(site: CallAsk, probe_file: str) -> str:
+    """The file the site's call is in: a library's, else the probe's."""
+    return site.library.file if site.library is not None else probe_file
 
 
 def _invoke(callee: str, names: list[str], npos: int, value: Any = None) -> str:
@@ -207,7 +213,7 @@ def _ret(n: int, tuple_: bool) -> str:
     return "torch.Tensor" if n == 1 and not tuple_ else f"tuple[{', '.join(['torch.Tensor'] * n)}]"
 
 
-def _render(site: dict[str, Any], fn: Any, call: _Call, ns: str, taken: set[str]) -> dict[str, Any]:
+def _render(site: CallAsk, fn: Any, call: _Call, ns: str, taken: set[str]) -> CustomOpDef:
     if call.error:
         raise Unfixable(call.error)
     if any(v is None for v in call.args.values()):
@@ -216,9 +222,9 @@ def _render(site: dict[str, Any], fn: Any, call: _Call, ns: str, taken: set[str]
     if call.differentiable and call.mutated:
         raise Unfixable(f"it writes to {', '.join(call.mutated)} and eager differentiates through it; a recomputing "
                         "backward would read the written values")
-    callee, names, npos = site["callee"], list(site["params"]), site["positional"]
+    callee, names, npos = site.call.callee, list(site.call.params), site.call.positional
     # a call in a library's file: the op calls the original through the name the patched probe keeps it under
-    call_as = site.get("call_as") or callee
+    call_as = site.library.call_as if site.library is not None and site.library.call_as else callee
     types = {n: _PY_TYPES.get(annotation(v), annotation(v)) for n, v in call.args.items()}
     op = ident(f"{snake(callee.rpartition('.')[2])}_op", taken)
     nout = len(call.outputs)
@@ -258,7 +264,7 @@ def _render(site: dict[str, Any], fn: Any, call: _Call, ns: str, taken: set[str]
         " (no backward: nothing required grad at the probe's call)" if not call.inputs_need_grad else "") + (
         "; it returns a tuple where the C function returned a list" if call.returns_list else "") + (
         "; CHECK the fake: " + "; ".join(checks) if checks else "")
-    return {"definition": "\n".join(L) + "\n\n\n", "name": op, "note": note}
+    return CustomOpDef("\n".join(L) + "\n\n\n", op, note)
 
 
 def _as_list(out: Any) -> list[torch.Tensor]:
@@ -270,7 +276,8 @@ def _autograd(op: str, ns: str, callee: str, names: list[str], npos: int, types:
     """A backward op that recomputes the call with autograd on (eager's gradients, whatever the C++ does), its
     fake, and the ``register_autograd`` wiring."""
     tensors = [n for n in names if types[n] == "torch.Tensor"]
-    wrt = [n for n in tensors if call.args[n].is_floating_point() or call.args[n].is_complex()]
+    wrt = [n for n in tensors if observe.tensor(call.args, n).is_floating_point()
+           or observe.tensor(call.args, n).is_complex()]
     grads = [f"_tc_grad{i}" for i in range(len(call.outputs))]
     bwd = ident(f"{op}_backward", taken)
     result = [f"_tc_g_{n}" for n in wrt]

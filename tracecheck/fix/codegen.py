@@ -133,7 +133,7 @@ def fake_lines(names: list[str], metas: list[OutputMeta], ranks: dict[str, int],
             lines.append(f"{indent}# TODO(tracecheck): {name}: " + "; ".join(todo))
             lines.append(f"{indent}raise NotImplementedError({f'{name}: no shape expression fits the observed runs; see the TODO above'!r})")
             return lines
-        codes = [d.code for d in meta.shape or []]
+        codes = meta.codes
         for note in meta.unconfirmed:
             lines.append(f"{indent}# CHECK {name} {note}")
         same = meta.like if meta.like and codes == [f"{meta.like}.size({i})" for i in range(len(codes))] else None
@@ -225,10 +225,10 @@ def function_section(plan: FunctionPlan, ns: str) -> str:
         L.append(f"    ctx.save_for_backward({', '.join(_ref_name(plan, ref) for ref in plan.saved)})")
     for a, ref in plan.tensor_attrs.items():
         L.append(f"    ctx.{a} = {_ref_name(plan, ref)}")
-    for a, (_, _, src) in plan.scalar_attrs.items():
+    for a, (_, _, (_, code)) in plan.scalar_attrs.items():
         note = plan.attr_notes.get(a)
         tag = "" if note is None else f"  # {'CHECK' if note[0] == 'check' else 'TODO(tracecheck)'}: {note[1]}"
-        L.append(f"    ctx.{a} = {src[1]}{tag}")
+        L.append(f"    ctx.{a} = {code}{tag}")
     nondiff = [plan.outputs[j] for j in plan.nondiff_outputs] + plan.residuals
     if nondiff:
         L.append(f"    ctx.mark_non_differentiable({', '.join(nondiff)})  # saved intermediates are not results")
@@ -443,9 +443,10 @@ def mutates_edit(source: str, qualname: str, mutates: list[str]) -> str | None:
         if kw is None:
             return None
         lines = source.splitlines(keepends=True)
-        start = sum(len(x) for x in lines[:kw.value.lineno - 1]) + _col(lines[kw.value.lineno - 1], kw.value.col_offset)
-        end = sum(len(x) for x in lines[:kw.value.end_lineno - 1]) + _col(lines[kw.value.end_lineno - 1],
-                                                                          kw.value.end_col_offset)
+        value = kw.value
+        last, last_col = value.end_lineno or value.lineno, value.end_col_offset or 0  # (set by ast.parse)
+        start = sum(len(x) for x in lines[:value.lineno - 1]) + _col(lines[value.lineno - 1], value.col_offset)
+        end = sum(len(x) for x in lines[:last - 1]) + _col(lines[last - 1], last_col)
         return source[:start] + repr(tuple(mutates)) + source[end:]
     return None
 

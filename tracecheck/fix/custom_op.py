@@ -75,7 +75,7 @@ def _outputs(result: Any) -> list[torch.Tensor]:
     return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
-def _has_fake(op: Any, named: dict[str, Any]) -> str | None:
+def _has_fake(op: Any, named: observe.Args) -> str | None:
     """None when the op runs under FakeTensorMode, else the classified reason."""
     try:
         with compat.fake_tensor_mode(allow_non_fake_inputs=False) as mode:
@@ -87,7 +87,7 @@ def _has_fake(op: Any, named: dict[str, Any]) -> str | None:
     return None
 
 
-def _fake_disagrees(op: Any, named: dict[str, Any]) -> str:
+def _fake_disagrees(op: Any, named: observe.Args) -> str:
     """How the op's registered fake disagrees with its kernel ("" when shapes and dtypes agree): the fake run under
     FakeTensorMode against a real call, output by output, at the probe's inputs and then at each size changed
     alone where the kernel accepts it (a fake right at the probe's batch size only)."""
@@ -110,7 +110,7 @@ MAX_FAKE_CHECKS = 8
 _DATA_DEPENDENT = ("DynamicOutputShapeException", "DataDependentOutputException", "GuardOnDataDependentSymNode")
 
 
-def _disagreement(op: Any, named: dict[str, Any]) -> str | None:
+def _disagreement(op: Any, named: observe.Args) -> str | None:
     """How the fake disagrees with the kernel at ``named``: "" when they agree, None when the kernel refuses these
     inputs (or the fake's sizes depend on data, which no comparison here can judge)."""
     try:
@@ -143,7 +143,7 @@ def _own_fake_source(qualname: str) -> str:
         return ""
 
 
-def _mutated(op: Any, named: dict[str, Any]) -> list[str]:
+def _mutated(op: Any, named: observe.Args) -> list[str]:
     args = {n: observe.clone(v) for n, v in named.items()}
     before = observe.snapshot(args)
     with torch.no_grad():
@@ -151,8 +151,8 @@ def _mutated(op: Any, named: dict[str, Any]) -> list[str]:
     return observe.mutated(before, args)
 
 
-def _infer_fake(op: Any, named: dict[str, Any]) -> tuple[list[FakeBranch], int]:
-    def call(args: dict[str, Any]) -> list[observe.Group]:
+def _infer_fake(op: Any, named: observe.Args) -> tuple[list[FakeBranch], int]:
+    def call(args: observe.Args) -> list[observe.Group]:
         return [(args, _outputs(op(**args)))]
 
     base = _outputs(op(**{n: observe.clone(v) for n, v in named.items()}))
@@ -229,7 +229,7 @@ def _namespaces() -> list[str]:
     return sorted(seen)
 
 
-def _fill_fake(plan: OpPlan, op: Any, named: dict[str, Any], returns: Any) -> None:
+def _fill_fake(plan: OpPlan, op: Any, named: observe.Args, returns: Any) -> None:
     if any("[]" in str(r.type) for r in returns):
         plan.fake_error = "the op returns a list of tensors; the number of outputs needs a hand-written fake"
     else:

@@ -34,8 +34,12 @@ import torch
 from .. import compat
 from . import shapes
 
+#: an op's arguments by name (or an autograd.Function's forward's, or its backward's inputs), as the probe passed
+#: them: tensors, numbers, lists, None, whatever the op takes. Not JSON, and no type fits them all: a tensor's
+#: metadata is read after an isinstance check (``tensor``)
+Args = dict[str, object]
 #: (inputs by name, output tensors) for one op in one run
-Group = tuple[dict[str, Any], list[torch.Tensor]]
+Group = tuple[Args, list[torch.Tensor]]
 #: at most this many size classes are perturbed (each costs one or two real runs)
 MAX_CLASSES = 12
 
@@ -68,6 +72,11 @@ class OutputMeta:
         return out
 
     @property
+    def codes(self) -> list[str]:
+        """Each dim's code, for the fake: all of them where ``todo`` is empty."""
+        return [d.code for d in self.shape or [] if d.code is not None]
+
+    @property
     def unconfirmed(self) -> list[str]:
         return [f"dim {i} = {d.code}: {d.reason}" for i, d in enumerate(self.shape or [])
                 if d.code is not None and not d.confirmed]
@@ -82,10 +91,10 @@ class Observed:
     refused: list[str] = field(default_factory=list)
 
 
-def named_args(op: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+def named_args(op: Any, args: tuple, kwargs: dict) -> Args:
     """A recorded op call's arguments by schema name (defaults filled in): what observe and the fakes read."""
     schema = compat.op_schema(op)
-    out: dict[str, Any] = {}
+    out: Args = {}
     for i, a in enumerate(schema.arguments):
         if i < len(args):
             out[a.name] = args[i]
@@ -96,7 +105,20 @@ def named_args(op: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     return out
 
 
-def symbols_of(inputs: dict[str, Any]) -> dict[str, int]:
+def tensors(args: Args) -> dict[str, torch.Tensor]:
+    """The tensor arguments, by name, in argument order."""
+    return {n: v for n, v in args.items() if isinstance(v, torch.Tensor)}
+
+
+def tensor(args: Args, name: str) -> torch.Tensor:
+    """``args[name]``, which the caller knows is a tensor (it picked the name by isinstance, ``tensors``)."""
+    v = args[name]
+    if not isinstance(v, torch.Tensor):
+        raise TypeError(f"argument {name!r} is {type(v).__name__}, not a Tensor")
+    return v
+
+
+def symbols_of(inputs: Args) -> dict[str, int]:
     """``{"x.size(0)": 2, ..., "num_iters": 20}``: the sizes a fake impl may read, in argument order."""
     out: dict[str, int] = {}
     for name, v in inputs.items():
@@ -142,22 +164,23 @@ def clone(v: Any) -> Any:
     return v
 
 
-def snapshot(values: dict[str, Any]) -> dict[str, tuple[int, torch.Tensor]]:
+def snapshot(values: Args) -> dict[str, tuple[int, torch.Tensor]]:
     """Version counter and a copy of the data of every tensor in ``values``, for ``mutated``."""
     return {n: (compat.tensor_version(v), v.detach().clone()) for n, v in values.items() if isinstance(v, torch.Tensor)}
 
 
-def mutated(before: dict[str, tuple[int, torch.Tensor]], values: dict[str, Any]) -> list[str]:
+def mutated(before: dict[str, tuple[int, torch.Tensor]], values: Args) -> list[str]:
     """Names whose version counter moved or whose data changed since ``snapshot`` (NaN-safe)."""
+    now = {n: tensor(values, n) for n in before}
     return [n for n, (version, data) in before.items()
-            if compat.tensor_version(values[n]) != version
-            or not torch.equal(torch.nan_to_num(values[n].detach()), torch.nan_to_num(data))]
+            if compat.tensor_version(now[n]) != version
+            or not torch.equal(torch.nan_to_num(now[n].detach()), torch.nan_to_num(data))]
 
 
-def with_sizes(args: dict[str, Any], new: dict[str, int], fresh: bool = False,
-                signed: bool = False) -> dict[str, Any]:
+def with_sizes(args: Args, new: dict[str, int], fresh: bool = False,
+                signed: bool = False) -> Args:
     """``args`` with the symbols in ``new`` set to new values (tensors resampled at their new shape)."""
-    out: dict[str, Any] = {}
+    out: Args = {}
     for name, v in args.items():
         if isinstance(v, torch.Tensor):
             shape = tuple(new.get(f"{name}.size({i})", s) for i, s in enumerate(v.shape))
@@ -169,7 +192,7 @@ def with_sizes(args: dict[str, Any], new: dict[str, int], fresh: bool = False,
     return out
 
 
-def _size_classes(args: dict[str, Any]) -> dict[int, list[str]]:
+def _size_classes(args: Args) -> dict[int, list[str]]:
     classes: dict[int, list[str]] = {}
     for sym, v in symbols_of(args).items():
         if v >= 2:
@@ -177,7 +200,7 @@ def _size_classes(args: dict[str, Any]) -> dict[int, list[str]]:
     return dict(sorted(classes.items())[:MAX_CLASSES])
 
 
-def _dtype_variants(args: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _dtype_variants(args: Args) -> list[tuple[str, Args]]:
     out = []
     floats = {n: v for n, v in args.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
     for name, t in floats.items():
@@ -186,18 +209,19 @@ def _dtype_variants(args: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             if dtype == t.dtype:
                 continue
             for group in ([name], same) if len(same) > 1 else ([name],):
-                new = {n: (_resample(v, tuple(v.shape), dtype) if n in group else clone(v)) for n, v in args.items()}
+                new = {n: (_resample(floats[n], tuple(floats[n].shape), dtype) if n in group else clone(v))
+                       for n, v in args.items()}
                 out.append((f"{'+'.join(group)} as {dtype}", new))
     return out
 
 
 class _Recorder:
-    def __init__(self, call: Callable[[dict[str, Any]], list[Group]]) -> None:
+    def __init__(self, call: Callable[[Args], list[Group]]) -> None:
         self.call = call
         self.runs: list[list[Group]] = []
         self.refused: list[str] = []
 
-    def __call__(self, label: str, args: dict[str, Any], into: list[list[Group]] | None = None) -> bool:
+    def __call__(self, label: str, args: Args, into: list[list[Group]] | None = None) -> bool:
         into = self.runs if into is None else into
         try:
             with torch.no_grad():
@@ -212,7 +236,7 @@ class _Recorder:
         return True
 
 
-def observe(call: Callable[[dict[str, Any]], list[Group]], args: dict[str, Any]) -> Observed:
+def observe(call: Callable[[Args], list[Group]], args: Args) -> Observed:
     """Run ``call`` at ``args`` and at perturbations of it; infer every output's metadata.
 
     Raises whatever ``call`` raises at the unperturbed ``args`` (the op must work at the probe's inputs).
@@ -239,8 +263,8 @@ def observe(call: Callable[[dict[str, Any]], list[Group]], args: dict[str, Any])
     # must still be told from a constant: two more values each (three points pin a line)
     for name, v in args.items():
         if type(v) is int and v in (0, 1):
-            for new in (v + 1, v + 2):
-                rec(f"{name}: {v} -> {new}", with_sizes(args, {name: new}))
+            for size in (v + 1, v + 2):
+                rec(f"{name}: {v} -> {size}", with_sizes(args, {name: size}))
     for label, new in _dtype_variants(args):
         rec(label, new)
     other_ranks: list[RankRun] = []
@@ -248,7 +272,7 @@ def observe(call: Callable[[dict[str, Any]], list[Group]], args: dict[str, Any])
         into: list[list[Group]] = []
         if rec(f"{name} at rank {len(new_shape)}", new, into):
             first = name.split("+")[0]
-            other_ranks.append(RankRun(name, into[0], len(new_shape) > args[first].dim()))
+            other_ranks.append(RankRun(name, into[0], len(new_shape) > tensor(args, first).dim()))
     groups = [[_infer_output(rec.runs, other_ranks, g, k) for k in range(len(rec.runs[0][g][1]))]
               for g in range(len(rec.runs[0]))]
     return Observed(groups, len(rec.runs) + len(other_ranks), rec.refused)
@@ -270,33 +294,34 @@ class RankRun:
 MAX_RANK_INPUTS = 6
 
 
-def rank_variants(args: dict[str, Any]) -> list[tuple[str, tuple[int, ...], dict[str, Any]]]:
+def rank_variants(args: Args) -> list[tuple[str, tuple[int, ...], Args]]:
     """``(input, its new shape, args)``: per tensor input alone, one and two new leading dims (of sizes no other
     dim has, so they can be found in the outputs) and, from rank 2, the first dim dropped; then the same for the
     tensors that carry the first tensor's leading size (a batch dim every input carries), together, each at the
     position of that size (mHC's ``sum_out`` is ``(2I, B, S, n)``). ``input`` joins those names with "+"."""
     taken = set(symbols_of(args).values())
     new = [v for v in range(3, 200) if v not in taken][:2]
-    tensors = [(n, v) for n, v in args.items() if isinstance(v, torch.Tensor)]
-    out = []
+    ts = tensors(args)
+    out: list[tuple[str, tuple[int, ...], Args]] = []
 
     def variants(at: dict[str, int]) -> None:
         names = list(at)
         for change in ((new[0],), (new[1], new[0]), None):
-            if change is None and any(args[n].dim() < 2 for n in names):
+            if change is None and any(ts[n].dim() < 2 for n in names):
                 continue
             shapes_ = {}
             for n in names:
-                shape, i = tuple(args[n].shape), at[n]
+                shape, i = tuple(ts[n].shape), at[n]
                 shapes_[n] = (*shape[:i], *change, *shape[i:]) if change else (*shape[:i], *shape[i + 1:])
             out.append(("+".join(names), shapes_[names[0]],
-                        {n: (_resample(v, shapes_[n]) if n in shapes_ else clone(v)) for n, v in args.items()}))
+                        {n: (_resample(ts[n], shapes_[n]) if n in shapes_ else clone(v)) for n, v in args.items()}))
 
-    for name, _ in tensors[:MAX_RANK_INPUTS]:
+    firsts = list(ts.items())
+    for name, _ in firsts[:MAX_RANK_INPUTS]:
         variants({name: 0})
-    if tensors and tensors[0][1].dim():
-        lead = tensors[0][1].shape[0]
-        batch = {n: tuple(v.shape).index(lead) for n, v in tensors if lead in tuple(v.shape)}
+    if firsts and firsts[0][1].dim():
+        lead = firsts[0][1].shape[0]
+        batch = {n: tuple(v.shape).index(lead) for n, v in firsts if lead in tuple(v.shape)}
         if len(batch) > 1:
             variants(batch)
     return out
@@ -315,7 +340,7 @@ class _Shape:
         return len(self.shape)
 
 
-def _evaluates(expr: str, inputs: dict[str, Any], expected: tuple[int, ...]) -> bool:
+def _evaluates(expr: str, inputs: Args, expected: tuple[int, ...]) -> bool:
     """Whether the shape expression ``expr`` (code tracecheck wrote: names, ``.size(i)``, ``.shape[...]``,
     arithmetic) gives ``expected`` at ``inputs``."""
     env = {n: _Shape(tuple(v.shape)) if isinstance(v, torch.Tensor) else v for n, v in inputs.items()}
@@ -334,7 +359,7 @@ def reads_by_position(name: str, code: str) -> bool:
     return re.search(_SIZE.format(name=re.escape(name)), code) is not None
 
 
-def _changed_rank(base_in: dict[str, Any], run_in: dict[str, Any]) -> dict[str, int]:
+def _changed_rank(base_in: Args, run_in: Args) -> dict[str, int]:
     """Inputs whose shape in the run is their base shape with leading dims added (> 0) or dropped (< 0)."""
     out: dict[str, int] = {}
     for n, v in run_in.items():
@@ -347,7 +372,7 @@ def _changed_rank(base_in: dict[str, Any], run_in: dict[str, Any]) -> dict[str, 
     return out
 
 
-def _generic_candidate(codes: list[str], base_in: dict[str, Any], base_out: tuple[int, ...], run_in: dict[str, Any],
+def _generic_candidate(codes: list[str], base_in: Args, base_out: tuple[int, ...], run_in: Args,
                        run_out: tuple[int, ...]) -> tuple[str, list[str]] | None:
     """``(expression, inputs read from the end)`` for an output whose shape at the probe's ranks is ``codes``,
     from one run where some inputs gained or lost leading dims: those inputs' dims are read from the end, and
@@ -358,9 +383,12 @@ def _generic_candidate(codes: list[str], base_in: dict[str, Any], base_out: tupl
         return None
     conv = list(codes)
     for n in changed:
-        r = base_in[n].dim()
-        conv = [re.sub(_SIZE.format(name=re.escape(n)), lambda m, n=n, r=r: f"{n}.size({int(m.group(1)) - r})", c)
-                for c in conv]
+        r = tensor(base_in, n).dim()
+
+        def from_end(m: re.Match[str], n: str = n, r: int = r) -> str:
+            return f"{n}.size({int(m.group(1)) - r})"
+
+        conv = [re.sub(_SIZE.format(name=re.escape(n)), from_end, c) for c in conv]
     extra = len(run_out) - len(base_out)
     if extra == 0:
         return (tuple_expr(conv), list(changed)) if tuple(run_out) == tuple(base_out) else None
@@ -382,7 +410,7 @@ def _generic_candidate(codes: list[str], base_in: dict[str, Any], base_out: tupl
     if best is None:
         return None
     n, p, k = best
-    r = base_in[n].dim()
+    r = tensor(base_in, n).dim()
     lead = f"*{n}.shape" if r - k == 0 else f"*{n}.shape[:-{r - k}]"
     parts = [*conv[:p], lead, *conv[p + k:]]
     return (f"{n}.shape" if parts == [f"*{n}.shape"] else tuple_expr(parts)), list(changed)
@@ -398,7 +426,7 @@ def _holds(expr: str, run: RankRun, g: int, k: int) -> bool:
     return _evaluates(expr, inputs, tuple(outs[k].shape))
 
 
-def _generic(codes: list[str], samples: list[tuple[dict[str, Any], torch.Tensor]], rank_runs: list[RankRun],
+def _generic(codes: list[str], samples: list[tuple[Args, torch.Tensor]], rank_runs: list[RankRun],
              g: int, k: int) -> tuple[str | None, dict[str, tuple[str, int]]]:
     """The expression of an output's shape that holds at every rank the runs tried, and the rank check of each
     input the fake reads; ``(None, checks)`` where only the probe's ranks fit."""
@@ -424,8 +452,8 @@ def _generic(codes: list[str], samples: list[tuple[dict[str, Any], torch.Tensor]
         # each reader holds from the lowest rank it had in a run where the expression held (its own, or one that
         # changed it together with others)
         held = [r for r in rank_runs if _holds(expr, r, g, k)]
-        low = {n: min([ranks[n]] + [r.groups[g][0][n].dim() for r in held
-                                    if isinstance(r.groups[g][0].get(n), torch.Tensor)]) for n in readers}
+        low = {n: min([ranks[n]] + [t.dim() for r in held
+                                    if isinstance(t := r.groups[g][0].get(n), torch.Tensor)]) for n in readers}
         checks = {n: (">=", low[n]) for n in readers}
         for n, check in positional.items():
             checks.setdefault(n, check)  # read by position: the probe's rank only
@@ -436,7 +464,7 @@ def _generic(codes: list[str], samples: list[tuple[dict[str, Any], torch.Tensor]
             if r.input == primary or _holds(expr, r, g, k):
                 continue
             changed = [n for n, v in r.groups[g][0].items() if isinstance(v, torch.Tensor)
-                       and isinstance(base_in.get(n), torch.Tensor) and v.dim() != base_in[n].dim()]
+                       and isinstance(b := base_in.get(n), torch.Tensor) and v.dim() != b.dim()]
             if any(n in readers for n in changed):
                 ok = False
                 break
@@ -450,7 +478,7 @@ def _generic(codes: list[str], samples: list[tuple[dict[str, Any], torch.Tensor]
     for r in rank_runs:
         if not _holds(fixed, r, g, k):
             checks.update({n: ("==", ranks[n]) for n, v in r.groups[g][0].items() if isinstance(v, torch.Tensor)
-                           and isinstance(base_in.get(n), torch.Tensor) and v.dim() != base_in[n].dim()})
+                           and isinstance(b := base_in.get(n), torch.Tensor) and v.dim() != b.dim()})
     return None, checks
 
 
@@ -466,7 +494,7 @@ def _infer_output(runs: list[list[Group]], rank_runs: list[RankRun], g: int, k: 
     names = list(symbols_of(base_inputs))
     # an input with the output's shape in every run (grad_k and k) explains it best: its dims go first
     like = next((n for n, v in base_inputs.items() if isinstance(v, torch.Tensor)
-                 and all(isinstance(i.get(n), torch.Tensor) and i[n].shape == o.shape for i, o in samples)), None)
+                 and all(isinstance(t := i.get(n), torch.Tensor) and t.shape == o.shape for i, o in samples)), None)
     if like:  # same shape as that input in every run: its shape, dim for dim (grad_x is x.shape)
         dims = [shapes.DimExpr(f"{like}.size({i})", confirmed=True) for i in range(base.dim())]
     else:
@@ -478,27 +506,27 @@ def _infer_output(runs: list[list[Group]], rank_runs: list[RankRun], g: int, k: 
             dims.append(shapes.infer_dim(names, r))
     meta = OutputMeta(dims, dtype, device, like=like)
     if not meta.todo:
-        meta.generic, meta.rank_checks = _generic([d.code for d in dims], samples, rank_runs, g, k)
+        meta.generic, meta.rank_checks = _generic(meta.codes, samples, rank_runs, g, k)
     return meta
 
 
-def _promoted(inputs: dict[str, Any], names: list[str]) -> torch.dtype:
-    dtype = inputs[names[0]].dtype
+def _promoted(inputs: Args, names: list[str]) -> torch.dtype:
+    dtype = tensor(inputs, names[0]).dtype
     for n in names[1:]:
-        dtype = torch.promote_types(dtype, inputs[n].dtype)
+        dtype = torch.promote_types(dtype, tensor(inputs, n).dtype)
     return dtype
 
 
-def _infer_dtype(samples: list[tuple[dict[str, Any], torch.Tensor]]) -> str | None:
+def _infer_dtype(samples: list[tuple[Args, torch.Tensor]]) -> str | None:
     tensors = [n for n, v in samples[0][0].items() if isinstance(v, torch.Tensor)]
-    fits = [n for n in tensors if all(n in i and i[n].dtype == o.dtype for i, o in samples)]
+    fits = [n for n in tensors if all(n in i and tensor(i, n).dtype == o.dtype for i, o in samples)]
     # an input whose dtype changed between runs and that the output followed beats one that never changed
-    varied = [n for n in fits if len({i[n].dtype for i, _ in samples}) > 1]
+    varied = [n for n in fits if len({tensor(i, n).dtype for i, _ in samples}) > 1]
     if varied or fits:
         return f"{(varied or fits)[0]}.dtype"
     # type promotion (a + b): the inputs that matched at the probe's dtypes, promoted, in every run
     base_in, base_out = samples[0]
-    same = [n for n in tensors if base_in[n].dtype == base_out.dtype]
+    same = [n for n in tensors if tensor(base_in, n).dtype == base_out.dtype]
     if len(same) > 1 and all(_promoted(i, same) == o.dtype for i, o in samples):
         code = f"{same[0]}.dtype"
         for n in same[1:]:

@@ -9,7 +9,7 @@ from typing import Any
 from ..model.evidence import NumericMismatch
 from ..model.report import RunReport
 from ..model.tasks import DEFAULT_TIMEOUT_S
-from .records import FunctionFix, GradientCheck, OpShapes
+from .task_results import FunctionFix, GradientCheck, OpShapes
 
 
 @dataclass

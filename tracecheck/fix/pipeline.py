@@ -4,25 +4,23 @@ from __future__ import annotations
 import ast
 import os
 import tempfile
-from typing import Any
 
 from .. import __version__, api
 from ..evidence.wording import TORCH_NAMESPACES
-from ..model.evidence import NumericMismatch
 from ..model.exitcodes import UsageError
-from ..model.report import IMPORT_PROBE
-from ..model.reportio import write_text_atomic
+from ..model.report import IMPORT_PROBE, ProbeReport
+from ..model.reportio import Json, write_text_atomic
 from ..stages import STAGES
 from ..model.targets import TARGETS
 from ..model.taxonomy import K, kinds, needs_registration_fix, rewrites_model_code
 from ..isolate.runner import Runner, Task
 from ..model.tasks import ProcessTask
-from .tasks import AnalyzeTask, DirectionalCheckTask, EagerCompareTask, EagerDumpTask
+from .jobs import AnalyzeTask, DirectionalCheckTask, EagerCompareTask, EagerDumpTask
 from .copies import DIFF_MARK
 from .outputs import check_output  # noqa: F401 - re-exported (repro.py, tests)
 from .prelude import read_source
 from .outcome import FixOptions, FixOutcome  # noqa: F401 - FixOptions: re-exported (the CLI, tests)
-from .records import FunctionFix, GradientCheck
+from .task_results import Analysis, EagerComparison, EagerRun, GradientCheck
 from .model_code import KINDS as MODEL_CODE_KINDS
 from .model_code import fix_model_code
 from .verify_shapes import check_shapes
@@ -72,8 +70,9 @@ def split_target(target: str) -> tuple[str, str]:
     return path, names[0]
 
 
-def _one(runner: Runner, work: ProcessTask, timeout_s: float, what: str) -> dict[str, Any]:
-    """One task in a stage process (user code runs there, never here); see Outcome.checked for the errors."""
+def _one(runner: Runner, work: ProcessTask, timeout_s: float, what: str) -> Json:
+    """One task in a stage process (user code runs there, never here): what it sent back, read with its result's
+    ``of`` (fix/task_results.py); see Outcome.checked for the errors."""
     return next(runner.run([Task(what, work, timeout_s)])).checked(what + ":")
 
 
@@ -99,7 +98,7 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
                 os.environ[k] = v
 
 
-def _fix(opts: FixOptions, progress: api.Progress | None, path: str, name: str, patched: Any) -> FixOutcome:
+def _fix(opts: FixOptions, progress: api.Progress | None, path: str, name: str, patched: str) -> FixOutcome:
     diagnosis = api.run(api.RunOptions([path], stages=DIAGNOSE_STAGES, only=name, jobs=opts.jobs,
                                        timeout_s=opts.timeout_s, command=["fix", opts.target]), progress)
     if diagnosis.probes and diagnosis.probes[0].verdict.status == "pass":
@@ -128,15 +127,15 @@ def _fix(opts: FixOptions, progress: api.Progress | None, path: str, name: str, 
     check_output(opts.output, "-o", GENERATED_MARK)
     with Runner(1) as runner:
         res = _analyse(runner, opts, path, probe, patched)
-        out.functions = [FunctionFix.of(f) for f in res["functions"]]
-        if "fixed_module" not in res:
+        out.functions = list(res.functions)
+        if res.fixed_module is None:
             out.status = NO_CODE_FIX
             if not out.functions:  # (otherwise each function's action already says why)
                 out.reasons = ["tracecheck found no autograd.Function or custom op to fix: the failing call is "
                                "elsewhere (see the doc page of the kind)"]
             return out
-        write_text_atomic(opts.output, res["fixed_module"])
-        write_text_atomic(patched, res["patched_probe"])
+        write_text_atomic(opts.output, res.fixed_module)
+        write_text_atomic(patched, res.patched_probe)
         out.written = [opts.output, patched]
         out.reasons = [f"{f.function}: {t}" for f in out.functions for t in f.todo]
         if not opts.verify or out.reasons:
@@ -147,7 +146,7 @@ def _fix(opts: FixOptions, progress: api.Progress | None, path: str, name: str, 
             return out
         _compare_eager(runner, opts, path, probe.name, patched, out)
         check_shapes(lambda work, what: _one(runner, work, opts.timeout_s, what), patched, probe.name,
-                     res.get("shape_ops", []), out)
+                     list(res.shape_ops), out)
     _verify(opts, patched, probe.name, out, progress)
     out.status = NOT_VERIFIED if out.reasons else VERIFIED
     return out
@@ -193,15 +192,14 @@ def _validate(opts: FixOptions) -> tuple[str, str, str]:
     return path, name, patched
 
 
-def _analyse(runner: Runner, opts: FixOptions, path: str, probe: Any, patched: str) -> dict[str, Any]:
-    autograd_ops = sorted({f.context["op"] for s in probe.stages.values() for f in s.findings
-                           if f.kind == K.MISSING_AUTOGRAD and f.context.get("op")})
-    return _one(runner, AnalyzeTask(file=path, probe=probe.name, namespace=opts.namespace,
-                                    kinds=tuple(probe.verdict.kinds), autograd_ops=tuple(autograd_ops),
-                                    module_name=os.path.splitext(os.path.basename(opts.output))[0],
-                                    target=opts.target, patched_path=patched, fixed_path=opts.output,
-                                    versions={"tracecheck": __version__, "torch": torch_version()}),
-                opts.timeout_s, "analysing the probe")
+def _analyse(runner: Runner, opts: FixOptions, path: str, probe: ProbeReport, patched: str) -> Analysis:
+    autograd_ops = sorted({op for s in probe.stages.values() for f in s.findings
+                           if f.kind == K.MISSING_AUTOGRAD and (op := f.cx.op)})
+    task = AnalyzeTask(file=path, probe=probe.name, namespace=opts.namespace, kinds=tuple(probe.verdict.kinds),
+                       autograd_ops=tuple(autograd_ops), module_name=os.path.splitext(os.path.basename(opts.output))[0],
+                       target=opts.target, patched_path=patched, fixed_path=opts.output,
+                       versions={"tracecheck": __version__, "torch": torch_version()})
+    return Analysis.of(_one(runner, task, opts.timeout_s, "analysing the probe"))
 
 
 def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patched: str, out: FixOutcome) -> None:
@@ -209,34 +207,34 @@ def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patch
     the original has no working backward (missing-autograd). Adds a reason for each disagreement."""
     with tempfile.TemporaryDirectory(prefix="tracecheck-fix-") as tmp:
         dump = os.path.join(tmp, "eager.pt")
-        ref = _one(runner, EagerDumpTask(file=path, probe=name, dump=dump),
-                   opts.timeout_s, "running the original probe eagerly")
-        if "error" not in ref:
-            got = _one(runner, EagerCompareTask(file=os.path.abspath(patched), probe=name, dump=dump),
-                       opts.timeout_s, "running the patched probe eagerly")
-            out.eager_mismatches = [NumericMismatch.of(m) for m in got.get("mismatches", [])]
-            if "error" in got:
-                out.reasons.append(f"the patched probe fails eagerly: {got['error']['type']}: "
-                                   f"{got['error']['message'][:300]}")
+        ref = EagerRun.of(_one(runner, EagerDumpTask(file=path, probe=name, dump=dump),
+                               opts.timeout_s, "running the original probe eagerly"))
+        if ref.error is None:
+            got = EagerComparison.of(_one(runner, EagerCompareTask(file=os.path.abspath(patched), probe=name,
+                                                                   dump=dump),
+                                          opts.timeout_s, "running the patched probe eagerly"))
+            out.eager_mismatches = list(got.mismatches)
+            if got.error is not None:
+                out.reasons.append(f"the patched probe fails eagerly: {got.error.type}: {got.error.message[:300]}")
             if out.eager_mismatches:
                 out.reasons.append(f"the patched probe's eager outputs/gradients differ from the original's "
                                    f"({len(out.eager_mismatches)} mismatches)")
             return
-    if ref["error"].get("phase") != "backward":
-        out.reasons.append(f"the original probe fails eagerly ({ref['error']['type']}), so the fix cannot be "
+    if ref.error.phase != "backward":
+        out.reasons.append(f"the original probe fails eagerly ({ref.error.type}), so the fix cannot be "
                            "compared with it")
         return
-    fd = _one(runner, DirectionalCheckTask(file=os.path.abspath(patched), probe=name),
-              opts.timeout_s, "checking gradients against finite differences")
-    out.gradient_check = GradientCheck.of(fd)
-    if "error" in fd:
-        out.reasons.append(f"the patched probe's {fd['error']['phase']} fails eagerly: "
-                           f"{fd['error']['type']}: {fd['error']['message'][:300]}")
-    elif "skip" in fd:
-        out.reasons.append(f"no gradient check possible: {fd['skip']}")
-    elif not fd["ok"]:
+    fd = GradientCheck.of(_one(runner, DirectionalCheckTask(file=os.path.abspath(patched), probe=name),
+                               opts.timeout_s, "checking gradients against finite differences"))
+    out.gradient_check = fd
+    if fd.error is not None:
+        out.reasons.append(f"the patched probe's {fd.error.phase} fails eagerly: "
+                           f"{fd.error.type}: {fd.error.message[:300]}")
+    elif fd.skip is not None:
+        out.reasons.append(f"no gradient check possible: {fd.skip}")
+    elif not fd.ok:
         out.reasons.append(f"the patched probe's gradients disagree with finite differences ("
-                           f"{fd['analytic']:.6g} vs {fd['numeric']:.6g} along a random direction)")
+                           f"{fd.analytic:.6g} vs {fd.numeric:.6g} along a random direction)")
 
 
 def _verify(opts: FixOptions, patched: str, name: str, out: FixOutcome, progress: api.Progress | None) -> None:

@@ -17,10 +17,10 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 from .. import api
 from ..model import taxonomy
+from ..model.evidence import NumericEvidence
 from ..model.exitcodes import UsageError
 from ..model.report import FAILED, LOAD_STAGE, Finding, is_generated, op_name
 from ..model.reportio import write_text_atomic
@@ -28,6 +28,7 @@ from ..model.taxonomy import K
 from ..model.tasks import DEFAULT_TIMEOUT_S
 from . import repro_script as template
 from .prelude import read_source
+from .prune import op_sites
 from .pipeline import check_output, split_target, torch_version
 
 #: stages a reproducer can be written for (repro_script.py), in run order
@@ -95,12 +96,12 @@ class ReproOutcome:
     owner: Owner | None = None
 
 
-def _expected(finding: Any) -> dict[str, str]:
-    ev = finding.evidence
-    message = str(ev.get("message") or "").strip().splitlines()
-    return {"kind": finding.kind, "exception_type": ev.get("exception_type") or "", "gb_type": ev.get("gb_type") or "",
-            "message": message[0][:200] if message else "", "op": str(finding.context.get("op") or ""),
-            "phase": str(ev.get("phase") or "")}
+def _expected(finding: Finding) -> dict[str, str]:
+    ev = finding.ev
+    message = ev.message.strip().splitlines()
+    return {"kind": finding.kind, "exception_type": ev.exception_type or "", "gb_type": ev.gb_type or "",
+            "message": message[0][:200] if message else "", "op": finding.cx.op or "",
+            "phase": str(ev.phase or "")}
 
 
 #: kinds about a custom op's registration: its fix goes where the op is registered, whatever frame torch stopped in
@@ -158,52 +159,53 @@ def owner(f: Finding, probe_file: str) -> Owner:
     compiler's (backend-error, a numeric mismatch with no custom op), torch's own words (an internal error, Dynamo's
     "likely to be a Dynamo bug"), or the frame it is placed at lying inside torch. A custom op's registration
     problem is where the op is registered; other failures are where the user frame lies."""
-    ev, ctx = f.evidence, f.context
+    ev, cx = f.ev, f.cx
     title = taxonomy.kinds()[f.kind].title if f.kind in taxonomy.kinds() else f.kind
     frame = f.user_frame
     here = f"{_shown(frame.file)}:{frame.line}" if frame else ""
-    if f.kind == K.BACKEND_ERROR and ctx.get("cause") == "suspect_code":  # classify/results.advise_upstream
+    if f.kind == K.BACKEND_ERROR and cx.cause == "suspect_code":  # classify/attribute.upstream_advice
         return Owner(UNPLACED, "", f"{f.kind}, with other findings of the probe that can make a backend fail "
-                                   f"({ctx.get('suspect') or 'see the report'}): fix those first, then rerun")
+                                   f"({cx.suspect or 'see the report'}): fix those first, then rerun")
     if f.kind == K.BACKEND_ERROR:
         return Owner(TORCH, here, f"{f.kind}: the compiler backend raised on code that runs eagerly")
     if f.kind == K.COMPILE_SEMANTICS:  # the user's line raised, on a value the compiler changed: eager runs it
         return Owner(TORCH, here, f"{f.kind}: eager runs this line; under compile a value it uses has another type "
-                                  f"({ctx.get('cause') or 'see the message'})")
-    if f.kind == K.TORCH_INTERNAL_ERROR and ctx.get("cause") == "classmethod":  # torch asserts on a documented misuse
+                                  f"({cx.cause or 'see the message'})")
+    if f.kind == K.TORCH_INTERNAL_ERROR and cx.cause == "classmethod":  # torch asserts on a documented misuse
         lib = _library(frame.file) if frame is not None else None
         if lib:
-            return Owner(LIBRARY, lib, f"{f.kind}: {ctx.get('function') or 'an autograd.Function'} is written with "
+            return Owner(LIBRARY, lib, f"{f.kind}: {cx.function or 'an autograd.Function'} is written with "
                                        "classmethods where torch documents @staticmethod")
         return Owner(YOURS, here or "the autograd.Function's forward/backward",
                      f"{f.kind}: a classmethod where torch documents @staticmethod (torch should have said so clearly)")
     if f.kind == K.TORCH_INTERNAL_ERROR:  # raised in torch's own code (or a graph it generated): evidence.torch_frame
-        return Owner(TORCH, str(ctx.get("torch_frame") or here), f"{f.kind}: {ctx.get('exception') or 'torch raised'}")
-    if f.kind == K.NUMERIC_MISMATCH and ctx.get("cause") == "backend":
+        return Owner(TORCH, cx.torch_frame or here, f"{f.kind}: {cx.exception or 'torch raised'}")
+    if f.kind == K.NUMERIC_MISMATCH and cx.cause == "backend":
         return Owner(TORCH, "", f"{f.kind}: no custom op ran, and the compiled result is further from float64 than "
                                 "eager's")
-    said = next((s for s in _TORCH_SAYS if s in str(ev.get("message") or "")), None)
-    if said or str(ev.get("exception_type") or "").rsplit(".", 1)[-1] in _TORCH_INTERNAL_TYPES:
+    said = next((s for s in _TORCH_SAYS if s in ev.message), None)
+    if said or (ev.exception_type or "").rsplit(".", 1)[-1] in _TORCH_INTERNAL_TYPES:
         return Owner(TORCH, here, f"torch's own words: \"{said}\"" if said else
-                     f"torch's internal error {ev.get('exception_type')}")
-    op = op_name(str(ctx.get("op") or "")).split(".")[0] if ctx.get("op") else ""  # (an overload: its op's sites)
+                     f"torch's internal error {ev.exception_type}")
+    op = op_name(cx.op).split(".")[0] if cx.op else ""  # (an overload: its op's sites)
     if f.kind in _REGISTRATION and op:
-        if f.kind == K.FAKE_MISMATCH and ctx.get("cause") == "raises" and frame and not _in_torch(frame.file):
+        if f.kind == K.FAKE_MISMATCH and cx.cause == "raises" and frame and not _in_torch(frame.file):
             lib = _library(frame.file)  # the line the fake impl raised at
             return Owner(LIBRARY, lib, f"{title}: {op}'s fake impl raises at {here}") if lib else \
                 Owner(YOURS, here, f"{title}: {op}'s fake impl raises")
-        sites = template.op_sites(probe_file, op)
+        sites = op_sites(probe_file, op)
         site = next((s for s in sites if re.search(_SITE.get(f.kind, "$^"), s[1])), sites[0] if sites else None)
         if site is not None:
             return Owner(YOURS, f"{_shown(probe_file)}:{site[0]}", f"{title}: {op}")
-        outside = frame is not None and not _in_torch(frame.file)
-        lib = _op_library(op) or (_library(frame.file) if outside else None)
-        called = f", called at {here}" if outside else ""
+        outside = frame.file if frame is not None and not _in_torch(frame.file) else None  # the caller's file
+        lib = _op_library(op) or (_library(outside) if outside is not None else None)
+        called = f", called at {here}" if outside is not None else ""
         if lib:
             return Owner(LIBRARY, lib, f"{title}: {op}{called}")
         return Owner(YOURS, f"the registration of {op}{called}", title)
-    if f.kind == K.NUMERIC_MISMATCH and ctx.get("cause") == "custom-op":
-        return Owner(YOURS, f"the registration of {', '.join(ev.get('custom_ops') or []) or 'the custom ops'}",
+    if f.kind == K.NUMERIC_MISMATCH and cx.cause == "custom-op":
+        ops = ev.custom_ops if isinstance(ev, NumericEvidence) else None  # (a numeric mismatch's evidence lists them)
+        return Owner(YOURS, f"the registration of {', '.join(ops or []) or 'the custom ops'}",
                      f"{title}, with custom ops in the graph")
     if frame is None:
         return Owner(UNPLACED, "", f"{f.kind}: nothing in the evidence places it")
@@ -218,7 +220,7 @@ def owner(f: Finding, probe_file: str) -> Owner:
 def _sibling_imports(path: str) -> bool:
     """Does the file import a module that lives next to it (``import mhc`` beside ``mhc/``)?"""
     here = os.path.dirname(os.path.abspath(path))
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(ast.parse(read_source(path))):
         if isinstance(node, ast.Import):
             names.update(a.name.split(".")[0] for a in node.names)
@@ -251,14 +253,14 @@ def repro(opts: ReproOptions, progress: api.Progress | None = None) -> ReproOutc
     if stem.isidentifier() and importlib.util.find_spec(stem) is not None:  # `python repro.py` puts its folder first
         raise UsageError(f"-o {opts.output}: would shadow the module {stem!r} when the script runs; choose another name")
     # with --stage, opcheck beside it (it starts no process without a custom op): a backend's failure is torch's
-    # only when no custom op's fake or registration can explain it (classify/results.advise_upstream, ``owner``)
+    # only when no custom op's fake or registration can explain it (classify/attribute.upstream_advice, ``owner``)
     stages = [opts.stage, *(["opcheck"] if opts.stage != "opcheck" else [])] if opts.stage else list(STAGES)
     report = api.run(api.RunOptions([path], stages=stages, only=name, jobs=opts.jobs, timeout_s=opts.timeout_s,
                                     command=["repro", opts.target]), progress)
     probe = report.probes[0]
     out = ReproOutcome(NOTHING, probe.id)
-    failing = [r for r in probe.stages.values() if r.status == "fail" and r.failure is not None and r.stage in STAGES
-               and r.stage == (opts.stage or r.stage)]
+    failing = [(r, r.failure) for r in probe.stages.values() if r.status == "fail" and r.failure is not None
+               and r.stage in STAGES and r.stage == (opts.stage or r.stage)]
     stuck = [f"{r.stage} ({r.status})" for r in probe.stages.values() if r.status in ("timeout", "crash")]
     if not failing and stuck:  # a hang or a crash has no plain-torch call to write
         out.reason = f"{', '.join(stuck)}: no script is written for a stage that timed out or crashed; its stderr " \
@@ -268,21 +270,21 @@ def repro(opts: ReproOptions, progress: api.Progress | None = None) -> ReproOutc
         out.reason = f"the {opts.stage} stage does not fail for {probe.id}" if opts.stage else \
             f"no stage a reproducer can be written for ({', '.join(STAGES)}) fails for {probe.id}"
         return out
-    result = failing[0]
-    out.stage, out.expected = result.stage, _expected(result.failure)
+    result, failure = failing[0]
+    out.stage, out.expected = result.stage, _expected(failure)
     first = next((r.stage for r in probe.stages.values() if r.stage != LOAD_STAGE and r.status in FAILED), None)
     out.stage_note = "--stage" if opts.stage else "the first failing stage" if first == result.stage else \
         f"the first failing stage a script can be written for; {first} fails first"
-    out.owner = owner(result.failure, path)
+    out.owner = owner(failure, path)
     args = (path, name, result.stage, out.expected, torch_version(), _sibling_imports(path),
             os.path.basename(opts.output))
-    kwargs = {"stage_note": out.stage_note, "whose": out.owner.line()}
-    script = template.build(*args, minimal=True, **kwargs)
+    note, whose = out.stage_note, out.owner.line()
+    script = template.build(*args, minimal=True, stage_note=note, whose=whose)
     _check(script, out, out_abs, opts)
     if script.pruned and out.status != REPRODUCED:  # the cut missed something the call needs: the whole file
         out.fallback = f"the script cut to what {name}'s call needs did not fail the same way ({out.reason}); " \
                        f"written with the whole of {os.path.basename(path)} instead"
-        _check(template.build(*args, minimal=False, **kwargs), out, out_abs, opts)
+        _check(template.build(*args, minimal=False, stage_note=note, whose=whose), out, out_abs, opts)
     return out
 
 

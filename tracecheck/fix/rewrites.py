@@ -7,7 +7,7 @@ model_code.py applies a candidate to a copy of the file and keeps it only when t
 no new failure came, and eager outputs and gradients held. The registry ``REWRITES`` is the one list; a rewrite
 proposes edits for a site or returns None when it does not apply. Pure (ast and text): the parent process never
 runs user code (what the ``custom-op`` rewrite needs to know about a C function, c_call.py learns in a stage
-process and model_code.py hands over as ``Site.facts``).
+process and model_code.py hands over as ``Site.call``).
 """
 from __future__ import annotations
 
@@ -16,15 +16,21 @@ import keyword
 import os
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
-from ..model.taxonomy import BRANCH_GB, DYNAMIC_SHAPE_GB, LOGGING_GB, SCALAR_GB, K
+from ..model.taxonomy import BRANCH_GB, DYNAMIC_SHAPE_GB, LOGGING_GB, MODEL_CODE_KINDS, SCALAR_GB, K
+from .call_facts import CallSite, LibraryCall
+from .task_results import CustomOpDef
 from .branches import (EXITS, Changes, accesses, as_tensor, assigned_one, bound_before, branch_if, branch_site,
                        differ, dotted, harmless, local_binding, logging_call, raise_statement,
                        scalar_branch, scope_of)
 from .library import Function, function_at, why_not
 from .sourcetext import Edit, Site, Source, apply, inline, new_span, one_line, overlap, reindent  # noqa: F401 - apply,
 # new_span, overlap: the text side of the rewrites, which their tests name as rewrites.apply and so on
+
+#: the kinds whose breaks the rewrites answer (a C call only outside an autograd.Function:
+#: taxonomy.rewrites_model_code)
+KINDS = (*MODEL_CODE_KINDS, K.PYBIND_BUILTIN)
 
 _GUARD = "torch.compiler.is_compiling()"
 
@@ -42,7 +48,9 @@ class Candidate:
     function: "Function | None" = None
 
 
-Propose = Callable[["Source", Site, "Source"], "tuple[tuple[Edit, ...], str] | None"]
+#: what a rewrite proposes for a site: its edits and the line saying what they do; None where it does not apply
+Proposal = tuple[tuple[Edit, ...], str] | None
+Propose = Callable[[Source, Site, Source], Proposal]
 
 
 @dataclass(frozen=True)
@@ -150,7 +158,7 @@ _CAPTURE_SCALAR = ("torch._dynamo.config.capture_scalar_outputs = True  # tracec
 @rewrite("tensor-where", "a branch on an .item() scalar as torch.where",
          "torch.where (PyTorch docs, Common Graph Breaks, 'Data-dependent operations': keep the value a tensor "
          "instead of reading it with .item() and branching on it)", library=True)
-def _tensor_where(src: Source, site: Site, probe: Source):
+def _tensor_where(src: Source, site: Site, probe: Source) -> Proposal:
     scalar = scalar_branch(src, site)
     if scalar is None or not (scalar.dead or scalar.tensor_safe):
         return None
@@ -183,7 +191,7 @@ def _tensor_where(src: Source, site: Site, probe: Source):
 @rewrite("torch-check", "a guard that raises on an .item() scalar as torch._check",
          "torch._check_with on the captured scalar (PyTorch docs: torch._check for data-dependent values; "
          "torch._dynamo.config.capture_scalar_outputs)", library=True)
-def _torch_check(src: Source, site: Site, probe: Source):
+def _torch_check(src: Source, site: Site, probe: Source) -> Proposal:
     scalar = scalar_branch(src, site)
     if scalar is None or scalar.branch.orelse:
         return None
@@ -204,7 +212,7 @@ def _torch_check(src: Source, site: Site, probe: Source):
 @rewrite("graph-assert", "a validation guard that raises as an assert the graph keeps",
          "torch._assert_async (a check that stays in the compiled graph) under torch.compiler.is_compiling(); "
          "the gb_type 'Data-dependent branching' hint: keep the condition a tensor", library=True)
-def _graph_assert(src: Source, site: Site, probe: Source):
+def _graph_assert(src: Source, site: Site, probe: Source) -> Proposal:
     stmt = src.statement_at(site.line)
     if isinstance(stmt, ast.Assert) and stmt.lineno == site.line and src.owns_its_lines(stmt):
         return _assert_statement(src, stmt)
@@ -240,14 +248,18 @@ def _compiled_assert(src: Source, node: ast.stmt, ok: str, message: str) -> tupl
             f"{ind}{unit}torch._assert_async({ok}, {message!r})\n"), ind, unit
 
 
-def _assert_statement(src: Source, node: ast.Assert) -> "tuple[tuple[Edit, ...], str] | None":
+def _assert_statement(src: Source, node: ast.Assert) -> Proposal:
     """``assert TEST[, "message"]`` on tensor data (XLM's ``assert lengths.max().item() <= slen``): the same check as
     a graph assert while compiling, the statement itself in eager."""
     ok = as_tensor(src, node.test)
-    if ok is None or (node.msg is not None and not (isinstance(node.msg, ast.Constant) and
-                                                    isinstance(node.msg.value, str))):
+    if ok is None:
         return None
-    message = node.msg.value if node.msg is not None else f"assertion failed: {one_line(src.segment(node.test))}"
+    if node.msg is None:
+        message = f"assertion failed: {one_line(src.segment(node.test))}"
+    elif isinstance(node.msg, ast.Constant) and isinstance(node.msg.value, str):
+        message = node.msg.value
+    else:
+        return None
     head, ind, unit = _compiled_assert(src, node, ok, message)
     text = head + f"{ind}else:\n{ind}{unit}" + "".join(src.lines[node.lineno - 1:node.end_lineno]).lstrip()
     return (src.whole_lines(node, text),) + src.needs_torch_import(), \
@@ -257,7 +269,7 @@ def _assert_statement(src: Source, node: ast.Assert) -> "tuple[tuple[Edit, ...],
 @rewrite("capture-scalar-outputs", "capture .item()/.tolist() as graph values",
          "PyTorch docs, Common Graph Breaks (compile/programming_model.common_graph_breaks), 'Data-dependent operations': "
          "torch._dynamo.config.capture_scalar_outputs", setting=True)
-def _capture_scalar(src: Source, site: Site, probe: Source):
+def _capture_scalar(src: Source, site: Site, probe: Source) -> Proposal:
     if "non-integer" in site.gb_type:  # 'Tensor.tolist() with non-integer tensor': the flag does not cover it
         return None
     if not (site.gb_type.startswith(SCALAR_GB) or
@@ -271,7 +283,7 @@ def _capture_scalar(src: Source, site: Site, probe: Source):
 @rewrite("capture-dynamic-output-shape-ops", "capture ops whose output shape depends on the data",
          "PyTorch docs, Common Graph Breaks (compile/programming_model.common_graph_breaks), 'Data-dependent operations': "
          "torch._dynamo.config.capture_dynamic_output_shape_ops", setting=True)
-def _capture_dynamic(src: Source, site: Site, probe: Source):
+def _capture_dynamic(src: Source, site: Site, probe: Source) -> Proposal:
     if not site.gb_type.startswith(DYNAMIC_SHAPE_GB):
         return None
     return (probe.module_setting("torch._dynamo.config.capture_dynamic_output_shape_ops = True  # tracecheck fix: "
@@ -283,7 +295,7 @@ def _capture_dynamic(src: Source, site: Site, probe: Source):
 @rewrite("torch-cond", "a value branch as torch.cond",
          "torch.cond (PyTorch docs, Control Flow - Cond; Common Graph Breaks, 'Data-dependent operations')",
          library=True)
-def _torch_cond(src: Source, site: Site, probe: Source):
+def _torch_cond(src: Source, site: Site, probe: Source) -> Proposal:
     got = branch_site(src, site)
     if got is None:
         return None
@@ -312,7 +324,7 @@ def _torch_cond(src: Source, site: Site, probe: Source):
 @rewrite("select", "both branches run, the last statement takes torch.where",
          "torch.where (PyTorch docs, Common Graph Breaks, 'Data-dependent operations': compute both sides and "
          "select with a tensor condition)", library=True)
-def _select(src: Source, site: Site, probe: Source):
+def _select(src: Source, site: Site, probe: Source) -> Proposal:
     node = branch_if(src, site)
     if scalar_branch(src, site) is not None:  # a test on an .item() scalar: tensor-where keeps it a tensor
         return None
@@ -361,7 +373,7 @@ def _select(src: Source, site: Site, probe: Source):
 
 @rewrite("branchless", "apply the transform unconditionally",
          "the hint of gb_type 'Data-dependent branching': make `if tensor_cond: x = transform(x)` branchless")
-def _branchless(src: Source, site: Site, probe: Source):
+def _branchless(src: Source, site: Site, probe: Source) -> Proposal:
     got = branch_site(src, site)
     if got is None:
         return None
@@ -381,7 +393,7 @@ def _branchless(src: Source, site: Site, probe: Source):
 
 @rewrite("compile-guard", "skip a host-side fast path or check while compiling",
          "torch.compiler.is_compiling() (PyTorch docs: code to skip under torch.compile)")
-def _compile_guard(src: Source, site: Site, probe: Source):
+def _compile_guard(src: Source, site: Site, probe: Source) -> Proposal:
     got = branch_site(src, site)
     if got is None:
         return None
@@ -401,15 +413,15 @@ _EMITS = {"debug", "info", "warning", "warn", "error", "critical", "fatal", "exc
 @rewrite("ignore-logging", "a library's logger calls as no-ops while compiling",
          "torch._dynamo.config.ignore_logging_functions (the hint of gb_type 'logging.Logger method not supported "
          "for non-export cases')", setting=True, library_only=True)
-def _ignore_logging(src: Source, site: Site, probe: Source):
+def _ignore_logging(src: Source, site: Site, probe: Source) -> Proposal:
     if not site.gb_type.startswith(LOGGING_GB):
         return None
     node = src.statement_at(site.line)
-    calls = [c for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-             and c.lineno <= site.line <= (c.end_lineno or c.lineno)] if node is not None else []
-    if len(calls) != 1 or not (calls[0].func.attr in _EMITS or calls[0].func.attr.endswith("_once")):
+    methods = [c.func.attr for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+               and c.lineno <= site.line <= (c.end_lineno or c.lineno)] if node is not None else []
+    if len(methods) != 1 or not (methods[0] in _EMITS or methods[0].endswith("_once")):
         return None  # (isEnabledFor, getEffectiveLevel: a no-op would return None where the code reads a value)
-    method = calls[0].func.attr
+    method = methods[0]
     name = "logging" if not probe.binds("logging") else "_tc_logging"
     lines = [f"import logging{'' if name == 'logging' else ' as _tc_logging'}  # noqa: E402  (tracecheck fix)",
              f"torch._dynamo.config.ignore_logging_functions.add({name}.Logger.{method})  # tracecheck fix: "
@@ -422,11 +434,11 @@ def _ignore_logging(src: Source, site: Site, probe: Source):
 @rewrite("reorderable-logging", "print after the graph runs",
          "torch._dynamo.config.reorderable_logging_functions (the hint of gb_type 'Failed to trace builtin "
          "operator' for print)", setting=True)
-def _reorderable(src: Source, site: Site, probe: Source):
+def _reorderable(src: Source, site: Site, probe: Source) -> Proposal:
     node = logging_call(src, site)
-    if node is None or not (isinstance(node.value.func, ast.Name) and node.value.func.id == "print"):
+    call = node.value if node is not None else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print"):
         return None
-    call = node.value
     # Dynamo reorders a print of graph values only; an f-string or str() of a tensor still breaks the graph
     if call.keywords or not all(isinstance(a, (ast.Name, ast.Attribute, ast.Constant)) for a in call.args):
         return None
@@ -437,7 +449,7 @@ def _reorderable(src: Source, site: Site, probe: Source):
 
 @rewrite("compile-guard-logging", "skip logging while compiling",
          "torch.compiler.is_compiling() (PyTorch docs: code to skip under torch.compile)", library=True)
-def _guard_logging(src: Source, site: Site, probe: Source):
+def _guard_logging(src: Source, site: Site, probe: Source) -> Proposal:
     node = logging_call(src, site)
     if node is None:
         return None
@@ -449,11 +461,9 @@ def _guard_logging(src: Source, site: Site, probe: Source):
         f"the logging call at line {site.line} runs in eager only (skipped while compiling)"
 
 
-def c_call_at(src: Source, line: int, builtin: str) -> "dict[str, Any] | str":
-    """The call of the C function ``builtin`` (the finding's context) on ``line``: ``callee`` (a dotted name),
-    ``params`` (a name per argument: the argument's own name where it is a plain variable, ``argN`` else; a
-    keyword's name), ``positional``, the call's ``first`` and ``last`` lines and the callee's ``span``. A string
-    says why there is none to rewrite."""
+def c_call_at(src: Source, line: int, builtin: str) -> CallSite | str:
+    """The call of the C function ``builtin`` (the finding's context) on ``line`` (``CallSite``: its callee, a
+    parameter name per argument, ...). A string says why there is none to rewrite."""
     node = src.statement_at(line)
     if node is None:
         return "no statement on that line"
@@ -479,9 +489,11 @@ def c_call_at(src: Source, line: int, builtin: str) -> "dict[str, Any] | str":
     reserved = {"torch", root}
     params: list[str] = []
     for i, a in enumerate(call.args):
-        ok = isinstance(a, ast.Name) and not keyword.iskeyword(a.id) and a.id not in reserved \
-            and not a.id.startswith("_tc_") and a.id not in params
-        params.append(a.id if ok else f"arg{i}")
+        if isinstance(a, ast.Name) and not keyword.iskeyword(a.id) and a.id not in reserved \
+                and not a.id.startswith("_tc_") and a.id not in params:
+            params.append(a.id)
+        else:
+            params.append(f"arg{i}")
     for k in call.keywords:
         if k.arg in reserved or (k.arg or "").startswith("_tc_"):
             return f"the keyword argument {k.arg}= would hide a name the custom op reads"
@@ -489,41 +501,43 @@ def c_call_at(src: Source, line: int, builtin: str) -> "dict[str, Any] | str":
     if len(set(params)) != len(params):
         return "two arguments would share a parameter name"
     f = call.func
-    return {"callee": src.segment(f), "params": params, "positional": len(call.args),
-            "first": call.lineno, "last": call.end_lineno or call.lineno,
-            "span": (src.position(f.lineno, f.col_offset), src.position(f.end_lineno or f.lineno, f.end_col_offset or 0))}
+    return CallSite(src.segment(f), tuple(params), len(call.args), call.lineno, call.end_lineno or call.lineno,
+                    (src.position(f.lineno, f.col_offset), src.position(f.end_lineno or f.lineno, f.end_col_offset or 0)))
 
 
 @rewrite("custom-op", "a C function called from model code as a custom op",
          "torch.library.custom_op with register_fake and register_autograd (PyTorch custom-ops manual); the "
          "remedy for gb_type 'Attempted to call function marked as skipped' on a C/pybind11 function", setting=True)
-def _custom_op(src: Source, site: Site, probe: Source):
-    facts = site.facts or {}
-    if site.kind != K.PYBIND_BUILTIN or "definition" not in facts:
+def _custom_op(src: Source, site: Site, probe: Source) -> Proposal:
+    c = site.call
+    if site.kind != K.PYBIND_BUILTIN or c is None or c.op is None or c.found is None:
         return None
     if site.file:
-        return _library_custom_op(probe, site, facts)
+        return _library_custom_op(probe, site, c.op, c.found, c.library)
     top = next(n for n in src.tree.body if n.lineno <= site.line <= (n.end_lineno or n.lineno))
     at = min([top.lineno] + [d.lineno for d in getattr(top, "decorator_list", [])])
-    start, end = facts["span"]
-    return (Edit((at, 0), (at, 0), facts["definition"]), Edit(tuple(start), tuple(end), facts["name"])) \
-        + src.needs_torch_import(), facts["note"]
+    start, end = c.found.span
+    return (Edit((at, 0), (at, 0), c.op.definition), Edit(start, end, c.op.name)) + src.needs_torch_import(), \
+        c.op.note
 
 
-def _library_custom_op(src: Source, site: Site, facts: dict[str, Any]):
+def _library_custom_op(src: Source, site: Site, op: CustomOpDef, found: CallSite,
+                       library: LibraryCall | None) -> Proposal:
     """A C call in a library's file: the probe's file, at its end, imports that module, keeps the C function under
     ``call_as``, defines the custom op (which calls it through that name) and rebinds the callee there, so the
     library's own line calls the op. The library's files are not edited."""
-    alias, callee, module = facts["module_alias"], facts["callee"], facts["module"]
-    where = f"{facts.get('file_label') or os.path.basename(site.file)}:{site.line}"
+    if library is None or op.module is None:  # (c_call answers a library's call with its module; model_code asks so)
+        return None
+    alias, callee, module = library.module_alias, found.callee, op.module
+    where = f"{library.file_label or os.path.basename(site.file)}:{site.line}"
     block = ("" if src.text.endswith("\n") or not src.text else "\n") + "\n\n" + "\n".join([
         f"# ---- tracecheck fix: `{callee}`, called at {where} ({module}), as a custom op: Dynamo cannot trace a "
         "C/pybind11 function ----",
         "import importlib as _tc_importlib  # noqa: E402",
         f"{alias} = _tc_importlib.import_module({module!r})",
-        f"{facts['call_as']} = {alias}.{callee}",
-        "", "", facts["definition"].rstrip("\n"), "", "",
-        f"{alias}.{callee} = {facts['name']}  # the library's call now goes through the custom op", ""])
+        f"{library.call_as} = {alias}.{callee}",
+        "", "", op.definition.rstrip("\n"), "", "",
+        f"{alias}.{callee} = {op.name}  # the library's call now goes through the custom op", ""])
     end = (len(src.lines) + 1, 0)
     return (Edit(end, end, block),) + src.needs_torch_import(), \
-        facts["note"] + f" (installed in {module} by the probe's file: the library is not edited)"
+        op.note + f" (installed in {module} by the probe's file: the library is not edited)"

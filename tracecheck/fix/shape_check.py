@@ -12,7 +12,6 @@ listed as such.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -24,7 +23,7 @@ from ..evidence.oprecorder import OpRecorder
 from ..model.report import op_name
 from ..stages import _execution as execution
 from . import observe
-from .records import OpShapes
+from .task_results import OpShapes, ShapeCheck, TaskError
 
 #: opcheck's tests that judge a fake impl at new shapes: the fake against the kernel, and AOTAutograd's dynamic-shape
 #: compile (forward and backward) against eager
@@ -71,12 +70,12 @@ def _dim_index(sym: str, ranks: dict[str, int], from_end: bool = False) -> Any:
     argument is its own group."""
     if ".size(" not in sym:
         return sym
-    name, i = sym.split(".size(")
-    i = int(i.rstrip(")"))
+    name, index = sym.split(".size(")
+    i = int(index.rstrip(")"))
     return i - ranks.get(name, 0) if from_end else i
 
 
-def shape_variants(named: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def shape_variants(named: observe.Args) -> list[tuple[str, observe.Args]]:
     """Each size (tensor dim or int argument) changed alone to a size no other has; then sizes of equal value
     changed together where a consistent change needs that (``_class_groups``), with the sizes that are multiples
     of them (``K = n * C``); then each tensor, and the tensors sharing the first one's leading size, at other
@@ -84,7 +83,7 @@ def shape_variants(named: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     symbols = observe.symbols_of(named)
     ranks = {n: v.dim() for n, v in named.items() if isinstance(v, torch.Tensor)}
     taken = set(symbols.values())
-    out: list[tuple[str, dict[str, Any]]] = []
+    out: list[tuple[str, observe.Args]] = []
     seen: set[frozenset] = set()
     for group in [[s] for s, v in symbols.items() if v >= 1] + _class_groups(symbols, ranks):
         if frozenset(group) in seen:
@@ -106,7 +105,7 @@ def shape_variants(named: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _positional(op: Any, named: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _positional(op: Any, named: observe.Args) -> tuple[tuple[object, ...], observe.Args]:
     schema = compat.op_schema(op)
     args = tuple(named[a.name] for a in schema.arguments if a.name in named and not a.kwarg_only)
     kwargs = {a.name: named[a.name] for a in schema.arguments if a.name in named and a.kwarg_only}
@@ -159,7 +158,8 @@ def check_op(op: Any, args: tuple, kwargs: dict) -> OpShapes:
     return OpShapes(op.name(), tuple(checked), tuple(failed), tuple(refused), tuple(restricted), tuple(own_refused))
 
 
-def _first_line(err: BaseException) -> str:
+def _first_line(err: object) -> str:
+    """An exception's (or opcheck's message's) first line, after its type's name."""
     msg = str(err).strip().splitlines()
     return f"{type(err).__name__}: {msg[0] if msg else ''}"[:300]
 
@@ -190,15 +190,16 @@ def _no_grad(v: Any) -> Any:
     return v.detach() if isinstance(v, torch.Tensor) else v
 
 
-def run(task: "ShapeCheckTask") -> dict[str, Any]:
-    """Task: load the patched probe, record the ops in ``task.ops`` in one eager run, check each at new shapes."""
-    _, case = casemaker.load_case(task.file, task.probe)
+def run(file: str, probe: str, ops: tuple[str, ...]) -> ShapeCheck:
+    """Task (fix.jobs.ShapeCheckTask's fields): load the patched probe, record ``ops`` in one eager run, check
+    each at new shapes."""
+    _, case = casemaker.load_case(file, probe)
     recorder = OpRecorder()
     with recorder:
         ran = execution.execute(case.fn, case)
     if ran.error and not recorder.calls:
-        return {"error": ran.error}
-    wanted = set(task.ops)
+        return ShapeCheck(error=TaskError.of_record(ran.error))
+    wanted = set(ops)
     found = []
     for op, (a, k) in recorder.calls.items():
         if op.name() not in wanted:
@@ -208,5 +209,4 @@ def run(task: "ShapeCheckTask") -> dict[str, Any]:
         if op_name(str(op)) not in recorder.differentiated:
             a, k = pytree.tree_map(_no_grad, (a, k))
         found.append(check_op(op, a, k))
-    return {"ops": [asdict(r) for r in found],
-            "missing": sorted(wanted - {r.op for r in found})}
+    return ShapeCheck(ops=tuple(found), missing=tuple(sorted(wanted - {r.op for r in found})))

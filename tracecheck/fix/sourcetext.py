@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Any
 
+from .call_facts import CCall
 from .prelude import header_end, source_lines
 
 
@@ -18,11 +18,15 @@ class Site:
     kind: str
     gb_type: str
     code: str
-    #: a C call (``custom-op``): the call as c_call_at found it, plus what c_call.py rendered for it
-    facts: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    #: a C call (``custom-op``, a pybind-builtin site): the call as c_call_at found it, plus what c_call.py
+    #: rendered for it; None for any other site
+    call: CCall | None = field(default=None, compare=False, hash=False)
     #: the library file the line is in, for a C call a library makes ("" for the probe's own file): the probe's
     #: file then installs the custom op in that library's module rather than editing the call
     file: str = ""
+    #: whose file it is (an installed library's name and version, the finding's evidence): the upstream diff's
+    #: header names it ("" where not known)
+    owner: str = field(default="", compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class Source:
         """The index in ``text`` of an Edit position."""
         return sum(len(line) for line in self.lines[:pos[0] - 1]) + pos[1]
 
-    def span(self, node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]]:
+    def span(self, node: ast.expr | ast.stmt) -> tuple[tuple[int, int], tuple[int, int]]:
         """A node's start and end as Edit positions."""
         return (self.position(node.lineno, node.col_offset),
                 self.position(node.end_lineno or node.lineno, node.end_col_offset or 0))

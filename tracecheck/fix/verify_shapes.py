@@ -4,29 +4,29 @@ imports it)."""
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from ..model.exitcodes import UsageError
-from .records import OpShapes
-from .tasks import ShapeCheckTask
+from .outcome import FixOutcome
+from .task_results import ShapeCheck
+from .jobs import ShapeCheckTask, TaskRunner
 
 
-def check_shapes(task: Any, patched: str, name: str, ops: list[str], out: Any) -> None:
+def check_shapes(task: TaskRunner, patched: str, name: str, ops: list[str], out: FixOutcome) -> None:
     """The generated fakes at shapes the probe never used (fix.shape_check); a wrong shape there is a reason.
-    ``task(work, what)``: one task (fix/tasks.py) in a stage process."""
+    ``task(work, what)``: one task (fix/jobs.py) in a stage process."""
     if not ops:
         return
     try:
-        got = task(ShapeCheckTask(file=os.path.abspath(patched), probe=name, ops=tuple(ops)),
-                   "checking the fakes at other shapes")
+        got = ShapeCheck.of(task(ShapeCheckTask(file=os.path.abspath(patched), probe=name, ops=tuple(ops)),
+                                 "checking the fakes at other shapes"))
     except (UsageError, RuntimeError) as e:  # the process died (a kernel crashing at a new rank) or timed out
         out.reasons.append(f"the check of the fakes at other shapes did not finish ({e})")
         return
-    if "error" in got:
-        out.reasons.append(f"the patched probe fails eagerly: {got['error']['type']}: {got['error']['message'][:300]}")
+    if got.error is not None:
+        out.reasons.append(f"the patched probe fails eagerly: {got.error.type}: {got.error.message[:300]}")
         return
-    out.shapes = [OpShapes.of(d) for d in got["ops"]]
-    for name in got["missing"]:
+    out.shapes = list(got.ops)
+    for name in got.missing:
         out.reasons.append(f"{name}: the patched probe never called it, so its fake was not checked at other shapes")
     for op in out.shapes:
         for label, test, msg in op.failed:

@@ -4,8 +4,9 @@ kind, graphs, breaks, the break); the diff table, the summary line and the annot
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Iterable
 
+from ..model.reportio import Json
 from ..model.verdict import FAILED, PASS
 from ..stages import order as stage_order
 from .changes import (CAME_WITH, CAPTURED, CHANGED, COUNT_NOUNS, IMPROVED, LOWER_IS_BETTER_ASPECTS, NOT_REQUIRED,
@@ -120,7 +121,7 @@ class ChangeCause:
         code = next((c.graph_break.gb_code for c in self.changes if c.graph_break and c.graph_break.gb_code), None)
         return replace(brk, gb_code=code)
 
-    def to_dict(self, index: dict[int, int]) -> dict[str, Any]:
+    def to_dict(self, index: dict[int, int]) -> Json:
         """``index``: ``id(change)`` -> its position in ``Comparison.changes``, which ``changes`` lists."""
         return {"effect": self.effect, "aspect": self.aspect, "what": self.what, "description": self.description,
                 "location": self.location, "probes": self.probes, "stages": self.stages, "also": self.also,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
+from ..model.reportio import Json
 from ..stages import LOWER_IS_BETTER, NEUTRAL, REGISTRY
-from .snapshot import BreakSnapshot, JsonObject, Location
+from .snapshot import BreakSnapshot, Location
 
 #: a change's effect: worse (the exit code's rule), better, or neither (shown only)
 REGRESSED, IMPROVED, CHANGED = "regressed", "improved", "changed"
@@ -65,14 +65,14 @@ class Change:
     #: why a count's move is not what it seems (within the tolerance; outweighed), also said at the end of ``detail``
     why: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         return {"probe": self.probe, "stage": self.stage, "aspect": self.aspect, "before": self.before,
                 "after": self.after, "effect": self.effect, "detail": self.detail, "location": self.location,
                 "graph_break": _break_json(self.graph_break) if self.graph_break is not None else None,
                 "why": self.why}
 
 
-def _break_json(b: BreakSnapshot) -> JsonObject:
+def _break_json(b: BreakSnapshot) -> Json:
     """A change's break in the comparison's JSON: kind, gb_type, file, line and gb_code always; code and owner
     where known."""
     return {"kind": b.kind, "gb_type": b.gb_type, "file": b.file, "line": b.line, "gb_code": b.gb_code,

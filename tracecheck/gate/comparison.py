@@ -17,9 +17,10 @@ import ast
 import io
 import tokenize
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from ..model.report import IMPORT_PROBE, RunReport
+from ..model.reportio import Json
 from ..model.targets import Gate, normalized
 from ..model.verdict import FAILED, INTERNAL, PASS, decide
 from ..stages import order as stage_order
@@ -59,7 +60,7 @@ class Comparison:
         """True when anything got worse; the CLI exits 1."""
         return bool(self.regressions)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         """``changes``: one per probe x stage x aspect; ``causes``: their root causes, each listing its changes
         by index into ``changes``."""
         index = {id(c): i for i, c in enumerate(self.changes)}
@@ -379,7 +380,7 @@ class MetricCheck:
     result: str
     note: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         return dict(vars(self))
 
 

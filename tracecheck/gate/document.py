@@ -29,10 +29,10 @@ from typing import Mapping
 from ..model import taxonomy
 from ..model.exitcodes import UsageError
 from ..model.report import RunReport, upgraded_break_counts
-from ..model.reportio import BASELINE_FORMAT, is_baseline, read_json, write_json_atomic
+from ..model.reportio import BASELINE_FORMAT, Json, is_baseline, read_json, write_json_atomic
 from ..model.targets import DEFAULT_REQUIRE, TARGETS, normalized
 from ..model.verdict import STATUSES
-from .snapshot import COVERAGE_METRICS, JsonObject, ProbeSnapshot
+from .snapshot import COVERAGE_METRICS, ProbeSnapshot
 
 BASELINE_SCHEMA_VERSION = 1
 
@@ -136,9 +136,9 @@ class Baseline:
                    require=require_setting(doc), tolerance=tolerance_setting(doc), strict=bool(doc.get("strict")),
                    unread={k: v for k, v in doc.items() if k not in _KEYS})
 
-    def to_json(self) -> JsonObject:
+    def to_json(self) -> Json:
         """The document (sorted, so rewriting an unchanged baseline is a no-op diff)."""
-        doc: JsonObject = {
+        doc: Json = {
             "format": BASELINE_FORMAT,
             "schema_version": BASELINE_SCHEMA_VERSION,
             "torch": self.torch,
@@ -174,7 +174,7 @@ def as_baseline(doc: Baseline | Mapping[str, object]) -> Baseline:
 
 
 def from_report(report: RunReport, severity: Mapping[str, str] | None = None,
-                require: tuple[str, ...] | None = None, tolerance: Mapping[str, float] | None = None) -> JsonObject:
+                require: tuple[str, ...] | None = None, tolerance: Mapping[str, float] | None = None) -> Json:
     """The baseline document (JSON) of a run report: ``Baseline.of``'s, written."""
     return Baseline.of(report, severity, require, tolerance).to_json()
 
@@ -193,7 +193,7 @@ def empty() -> Baseline:
     return Baseline(probes={})
 
 
-def checked(doc: JsonObject) -> JsonObject:
+def checked(doc: Json) -> Json:
     """A baseline document as read, refused (ValueError) where it is not what tracecheck writes, and upgraded in
     place: break counts written before ``graph_break_sites`` read as a report's are (upgraded_break_counts)."""
     version = doc.get("schema_version")
@@ -215,14 +215,14 @@ def checked(doc: JsonObject) -> JsonObject:
     return doc
 
 
-def _is_report(doc: JsonObject) -> bool:
+def _is_report(doc: Json) -> bool:
     return "probes" in doc and "schema_version" in doc
 
 
 _NEITHER = "neither a tracecheck baseline nor a tracecheck JSON report"
 
 
-def to_baseline(doc: JsonObject) -> JsonObject:
+def to_baseline(doc: Json) -> Json:
     """A baseline document (JSON) from either a baseline (``checked``) or a full ``--json`` report. Raises
     ValueError."""
     if is_baseline(doc):
@@ -232,7 +232,7 @@ def to_baseline(doc: JsonObject) -> JsonObject:
     raise ValueError(_NEITHER)
 
 
-def read(doc: JsonObject) -> Baseline:
+def read(doc: Json) -> Baseline:
     """``to_baseline``'s document, typed: read once, a report's snapshots taken from it directly."""
     if is_baseline(doc):
         return Baseline.from_json(checked(doc))
@@ -256,7 +256,7 @@ def _check_probes(probes: dict[str, object]) -> None:
             _check_stage(where, snap)
 
 
-def _check_stage(where: str, snap: JsonObject) -> None:
+def _check_stage(where: str, snap: Json) -> None:
     if snap.get("status") not in STATUSES:
         raise ValueError(f"{where}: 'status' must be one of {', '.join(STATUSES)}")
     if "target" in snap and snap["target"] not in TARGETS:
@@ -317,7 +317,7 @@ def load_baseline(path: str, what: str = "baseline") -> Baseline:
         raise UsageError(f"{what} {path}: {e}") from e
 
 
-def load_document(path: str, what: str = "baseline") -> JsonObject:
+def load_document(path: str, what: str = "baseline") -> Json:
     """Read a baseline (or a full report, reduced to one) as the JSON document ``to_baseline`` gives, for a writer
     that adds to it and writes it back as it is (the pytest plugin). Raises UsageError."""
     doc = read_json(path, what)

@@ -12,17 +12,15 @@ import io
 import os
 import tokenize
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, TypedDict
+from typing import Mapping, Sequence, TypedDict
 
 from ..model.evidence import LIBRARY
 from ..model.payloads import PAYLOADS, Coverage
+from ..model.reportio import Json
 from ..model.report import Finding, ProbeReport, StageResult
 from ..model.targets import Gate
 from ..model.verdict import FAIL, PASS, StageOutcome
 from ..stages import REGISTRY, target_of
-
-#: a JSON object as a document holds it: the boundary where snapshots are read and written
-JsonObject = dict[str, Any]
 
 #: the stage that measures a probe's compile coverage (model/payloads.Coverage), and the counts a snapshot keeps:
 #: torch's own counters, the ones PyTorch's CI gates on (benchmarks/dynamo/check_graph_breaks.py TRACKED_METRICS)
@@ -124,8 +122,8 @@ class BreakSnapshot:
         return cls(_text(d.get("kind")) or "", _text(d.get("gb_type")), _text(d.get("file")), _count(d.get("line")),
                    _text(d.get("gb_code")), _text(d.get("code")), _text(d.get("owner")))
 
-    def to_json(self) -> JsonObject:
-        out: JsonObject = {"kind": self.kind, "gb_type": self.gb_type, "file": self.file, "line": self.line}
+    def to_json(self) -> Json:
+        out: Json = {"kind": self.kind, "gb_type": self.gb_type, "file": self.file, "line": self.line}
         for key, value in (("gb_code", self.gb_code), ("code", self.code), ("owner", self.owner)):
             if value is not None:
                 out[key] = value
@@ -163,7 +161,7 @@ class CoverageCounts:
         return cls(_count(d.get("calls_captured")), _count(d.get("unique_graphs")), _count(d.get("frames_eager")),
                    _count(d.get("torch_calls_eager")), {k: v for k, v in d.items() if k not in COVERAGE_METRICS})
 
-    def to_json(self) -> JsonObject:
+    def to_json(self) -> Json:
         counts = zip(COVERAGE_METRICS, (self.calls_captured, self.unique_graphs, self.frames_eager,
                                         self.torch_calls_eager))
         return {**{k: v for k, v in counts if v is not None}, **self.unread}
@@ -242,8 +240,8 @@ class StageSnapshot:
             coverage=CoverageCounts.from_json(cov) if isinstance(cov, dict) else None,
             unread={k: v for k, v in d.items() if k not in _STAGE_KEYS})
 
-    def to_json(self) -> JsonObject:
-        out: JsonObject = {
+    def to_json(self) -> Json:
+        out: Json = {
             "status": self.status,
             "kinds": list(self.kinds),
             "graph_count": self.graph_count,
@@ -327,5 +325,5 @@ class ProbeSnapshot:
         return cls({name: StageSnapshot.from_json(s) for name, s in stages.items() if isinstance(s, dict)}
                    if isinstance(stages, dict) else {})
 
-    def to_json(self) -> JsonObject:
+    def to_json(self) -> Json:
         return {"stages": {name: s.to_json() for name, s in self.stages.items()}}

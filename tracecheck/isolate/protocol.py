@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Union
 
+from ..model.reportio import Json
+
 TYPE_KEY = "$type"
 
 
@@ -17,7 +19,7 @@ TYPE_KEY = "$type"
 class Result:
     """The task ran; ``value`` is what its function returned (a stage's raw record, a discovery, ...)."""
 
-    value: dict[str, Any]
+    value: Json
 
 
 @dataclass
@@ -41,7 +43,7 @@ _TYPES: dict[str, type] = {"result": Result, "usage_error": UsageErrorMessage, "
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 
 
-def to_json(message: Message) -> dict[str, Any]:
+def to_json(message: Message) -> Json:
     return {TYPE_KEY: _NAMES[type(message)], **asdict(message)}
 
 

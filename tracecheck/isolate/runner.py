@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Protocol, Union
 from . import protocol, worker
 from .deadline import Deadline
 from .template_protocol import Exit, Fork, FromTemplate, Launch, Pid, Ready, Release, ToTemplate
+from ..model.reportio import Json
 from ..model.tasks import ProcessTask
 
 
@@ -101,7 +102,7 @@ class Outcome:
             return f"process killed by {name}"
         return f"process exited with code {code} without a result (sys.exit or os._exit in the probe?)"
 
-    def checked(self, what: str) -> dict[str, Any]:
+    def checked(self, what: str) -> Json:
         """The task's result, or the error a caller reports: the process died running user code, or the worker
         said the input was bad -> UsageError (exit 2); tracecheck's own bug inside the worker -> RuntimeError."""
         from ..model.exitcodes import UsageError

@@ -40,13 +40,14 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Callable, Literal, NoReturn
 
 from .. import machine
+from ..model.reportio import Json
 from . import protocol, worker
 from .template_protocol import Entry, Exit, Fork, FromProbe, FromTemplate, Launch, Pid, Ready, Release, ToTemplate
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    from ..collect.survey import Loaded, SurveyTask
+    from ..collect.survey import Loaded, ProbeEntry, SurveyTask
 
     #: a connection a template forks on requests from: the runner's (the file's template) or the file's template's (a
     #: probe's template)
@@ -95,10 +96,11 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int,
     worker.enter(log_path)
     loaded: list[survey.Loaded] = []
 
-    def load() -> dict[str, Any]:
+    def load() -> Json:  # the file's discovery when it did not import; else a placeholder, replaced once called
         worker.set_up(task, 1)
         loaded.append(survey.load_file(task))
-        return loaded[0].result or {}
+        result = loaded[0].result
+        return result.to_json() if result is not None else {}
 
     message = worker.perform(load)
     why_not = None
@@ -115,7 +117,7 @@ def serve(task: "SurveyTask", result_path: str, log_path: str, threads: int,
         called = None if why_not else _call_probes(loaded[0], conn, probes, most, result_path)
         if called is None:  # not forking, or out of processes or memory: called here, so this process forks none
             why_not = why_not or "the template process could not fork"
-            called = worker.perform(lambda: survey.call_probes(loaded[0]))
+            called = worker.perform(lambda: survey.call_probes(loaded[0]).to_json())
         message = called
     if not isinstance(message, protocol.Result):
         why_not = why_not or "the file did not load"  # a more specific reason (could not fork) is kept
@@ -136,7 +138,7 @@ def _call_probes(loaded: Loaded, conn: Connection[FromTemplate, ToTemplate], pro
     from ..collect import survey
     from ..evidence.oprecorder import registered_custom_ops
 
-    entries: list[dict[str, Any]] = []
+    entries: list[ProbeEntry] = []
     registered = registered_custom_ops()
     for i, (entry, fn) in enumerate(survey.selected(loaded)):
         if fn is None:
@@ -174,7 +176,7 @@ def _call_probes(loaded: Loaded, conn: Connection[FromTemplate, ToTemplate], pro
             reply = Entry(written, False)
         message = reply.message
         if reply.staying:
-            probes[entry["name"]] = _ProbeTemplate(pid, mine)
+            probes[entry.name] = _ProbeTemplate(pid, mine)
             _PROBE_ENDS.append(mine)
         else:
             mine.close()
@@ -182,9 +184,9 @@ def _call_probes(loaded: Loaded, conn: Connection[FromTemplate, ToTemplate], pro
         if not isinstance(message, protocol.Result):  # tracecheck's own error: the discovery's
             _close(probes)
             return message
-        entries.append(message.value["entry"])
+        entries.append(survey.ProbeEntry.from_json(message.value["entry"]))
         registered |= set(message.value["registered"])
-    return protocol.Result(survey.summary(loaded, entries, registered))
+    return protocol.Result(survey.summary(loaded, entries, registered).to_json())
 
 
 def _entry_of(pid: int, conn: ToProbe) -> Entry | None:
@@ -208,7 +210,7 @@ def _as_entry(msg: FromProbe) -> Entry | None:
     return msg if isinstance(msg, Entry) else None
 
 
-def _probe_child(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any],
+def _probe_child(loaded: Loaded, entry: ProbeEntry, fn: Callable[[], Any],
                  conn: Connection[FromProbe, Fork], stay: bool, fallback: str) -> None:
     """In a child of the file's template: call the probe of ``entry``, send its ``Entry`` (to the file ``fallback``
     when the connection is gone: a probe that closed every descriptor), and when ``stay`` allows and
@@ -224,7 +226,8 @@ def _probe_child(loaded: Loaded, entry: dict[str, Any], fn: Callable[[], Any],
         warmup.warm_source_names(to_case(value).fn)
 
     rss, driver = _resident_bytes(), _cuda_driver_loaded()
-    message = worker.perform(lambda: {"entry": survey.call_one(loaded, entry, fn, first if stay else None),
+    # the child's Result, to the file's template (template_protocol.Entry): its probe's entry and the ops registered
+    message = worker.perform(lambda: {"entry": survey.call_one(loaded, entry, fn, first if stay else None).to_json(),
                                       "registered": sorted(registered_custom_ops())})
     stay = stay and casemaker.first_call() is not None and isinstance(message, protocol.Result) \
         and not machine.initialised_device() and _cuda_driver_loaded() == driver \

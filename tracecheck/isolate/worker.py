@@ -1,5 +1,5 @@
 """What runs inside one isolated process: a task's ``run()`` (model/tasks.py: a ``stages.StageTask`` for one
-(probe, stage), a ``collect.survey.SurveyTask``, a ``fix.tasks`` record, ...).
+(probe, stage), a ``collect.survey.SurveyTask``, a ``fix.jobs`` record, ...).
 
 The parent (runner.py) starts ``child_main`` in a fresh process per task; the child writes one JSON
 ``protocol`` message and exits. Probe code may print, segfault, hang or call ``sys.exit``: its stdout/stderr go to a log file
@@ -12,10 +12,11 @@ import json
 import os
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Callable
 
 from . import protocol
 from ..model.exitcodes import InternalError, UsageError
+from ..model.reportio import Json
 from ..model.tasks import ProcessTask
 
 #: the variables tracecheck (runner._context), not the user, set in the fork server's environment, comma-separated:
@@ -36,7 +37,7 @@ def child_main(task: ProcessTask, result_path: str, log_path: str, threads: int)
     ``result_path`` (JSON), unless the process dies first. Returns the message."""
     enter(log_path)
 
-    def run() -> dict[str, Any]:
+    def run() -> Json:
         set_up(task, threads)
         return task.run()
 
@@ -79,7 +80,7 @@ def set_up(task: ProcessTask, threads: int) -> None:
         compat.keep_structured_trace(task.trace_dir)  # this process's TORCH_TRACE, for tlparse
 
 
-def perform(run: Callable[[], dict[str, Any]]) -> protocol.Message:
+def perform(run: Callable[[], Json]) -> protocol.Message:
     """``run()``'s value as a ``protocol`` message: a Result, the user's bad input, or tracecheck's own error."""
     message: protocol.Message
     try:

@@ -37,6 +37,16 @@ class Context:
     #: opaque-op: extern calls of the op and the kernels Inductor generated for the rest
     calls: int | None = None
     kernels: int | None = None
+    #: backend-error whose cause is ``suspect_code``: the other findings of the probe that can make a backend fail
+    #: (classify/attribute.upstream_advice)
+    suspect: str | None = None
+    #: the autograd.Function(s) the finding is about (torch-internal-error with a classmethod, setup_context,
+    #: vmap_rule), names joined by ", "
+    function: str | None = None
+    #: torch-internal-error: the frame in torch's own code that raised (``file:line in function``), and the
+    #: exception's headline (``Type: message``)
+    torch_frame: str | None = None
+    exception: str | None = None
 
     @classmethod
     def of(cls, d: Any) -> "Context":
@@ -54,4 +64,5 @@ class Context:
                    transform=text("transform"), reason=text("reason"), reported_kind=text("reported_kind"),
                    first_seen_at=text("first_seen_at"), warning=d.get("warning") is True,
                    in_autograd_function=d.get("in_autograd_function") is True, argument=text("argument"),
-                   calls=count("calls"), kernels=count("kernels"))
+                   calls=count("calls"), kernels=count("kernels"), suspect=text("suspect"), function=text("function"),
+                   torch_frame=text("torch_frame"), exception=text("exception"))

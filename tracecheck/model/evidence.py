@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar, TypeVar
 
-from .records import Frame
+from .frame import Frame
 
 #: the kinds of evidence (``Evidence.what``, the JSON's ``"what"``)
 EXCEPTION, GRAPH_BREAK, NUMERIC, GRADIENT, PROCESS = "exception", "graph_break", "numeric", "gradient", "process"

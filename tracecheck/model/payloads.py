@@ -9,6 +9,8 @@ import os
 from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, ClassVar, TypedDict, TypeGuard, TypeVar
 
+from .reportio import Json
+
 
 def _number(v: Any) -> TypeGuard[float]:
     """A finite, non-negative number (not a bool): what a hand-edited report must hold where a measure is read."""
@@ -35,13 +37,13 @@ class Payload:
     #: the fields a report held (``of``); absent on a payload its stage built, which wrote every field
     _written: frozenset[str]
 
-    def to_extra(self) -> dict[str, Any]:
+    def to_extra(self) -> Json:
         body = {f.name: getattr(self, f.name) for f in fields(self)
                 if not (f.name in self.OPTIONAL and getattr(self, f.name) is None)}
         return {self.KEY: body} if self.KEY else body
 
     @classmethod
-    def of(cls: type[_P], extra: dict[str, Any]) -> _P | None:
+    def of(cls: type[_P], extra: Json) -> _P | None:
         """The payload in a stage's ``extra`` (a report's, or a stage record's), None when the stage wrote none.
         A field a report from an older tracecheck lacks reads as its default."""
         body = extra.get(cls.KEY) if cls.KEY else extra
@@ -102,7 +104,7 @@ class CompiledAutogradCounts(Payload):
                                            "other_backend")
 
     @classmethod
-    def of(cls, extra: dict[str, Any]) -> "CompiledAutogradCounts | None":
+    def of(cls, extra: Json) -> "CompiledAutogradCounts | None":
         counts = super().of(extra)
         if counts is not None and "recompile_count" not in extra:
             # a report from before the count was written: the records' number, or the int an older one held
@@ -131,7 +133,7 @@ class InductorKernels(Payload):
     autograd_cache_miss: int | None = None
 
     @classmethod
-    def of(cls, extra: dict[str, Any]) -> "InductorKernels | None":
+    def of(cls, extra: Json) -> "InductorKernels | None":
         """The payload; a cache count that is no count (a hand-edited report) reads as not counted."""
         kernels = super().of(extra)
         if kernels is not None:
@@ -249,7 +251,7 @@ class Coverage(Payload):
     OPTIONAL: ClassVar[tuple[str, ...]] = ("lines",)
 
     @classmethod
-    def of(cls, extra: dict[str, Any]) -> "Coverage | None":
+    def of(cls, extra: Json) -> "Coverage | None":
         """The payload; a count that is no count (a hand-edited report: a string, a negative number) reads as not
         measured, and a file key that is no path is dropped, so that no reader meets odd data."""
         cov = super().of(extra)
@@ -268,7 +270,7 @@ class Coverage(Payload):
             cov.lines = None
         return cov
 
-    def to_extra(self) -> dict[str, Any]:
+    def to_extra(self) -> Json:
         out = super().to_extra()
         if self.lines:
             out[self.KEY]["lines"] = {f: {"graph": list(v.graph), "eager": list(v.eager)} for f, v in self.lines.items()}
@@ -344,7 +346,7 @@ class BreakCosts(Payload):
     breaks: "list[BreakCost]" = field(default_factory=list)
 
     @classmethod
-    def of(cls, extra: dict[str, Any]) -> "BreakCosts | None":
+    def of(cls, extra: Json) -> "BreakCosts | None":
         costs = super().of(extra)
         if costs is None:
             return None
@@ -358,7 +360,7 @@ class BreakCosts(Payload):
             return None  # no call measured: nothing to rank by
         return costs
 
-    def to_extra(self) -> dict[str, Any]:
+    def to_extra(self) -> Json:
         out = super().to_extra()
         out[self.KEY]["breaks"] = [asdict(c) for c in self.breaks]
         return out

@@ -1,30 +1,47 @@
-"""What a stage sends back to the classifier: one record, its fields declared here, the single contract between the stage processes
-(stages/) and ``classify.results.build_stage_result``. A stage function returns the record's fields as a plain dict (it
-crosses the process boundary as JSON, isolate/protocol.Result); ``StageRecord.from_raw`` is where it becomes typed, in the
-stage process, and a key no field names is refused there: nothing is written that nobody reads. The parent reads what
-arrives (``to_wire``) with ``from_wire``, unchecked: the record is checked once. Pure: no torch import.
+"""What a stage sends back to the classifier: one ``StageRecord``, its fields declared here, the single contract
+between the stage processes (stages/) and ``classify.results.build_stage_result``; and the records it holds, one
+frozen dataclass per kind, each typed where the stage makes it: an exception (model/errors.ErrorRecord), a graph
+break (``BreakRecord``), a numeric comparison (``MismatchRecord``), a gradient check (``GradcheckOutcome``), a
+recompile and a specialized dimension (``RecompileRecord``, ``SpecializedDimension``), draft_export's report
+(``DraftExportReport``), an op vmap runs per sample (``FallbackOp``), an op Inductor calls as an extern kernel
+(``OpaqueOp``).
 
-Every field says what it holds in the comment above it (``tests/test_records.py`` checks that each has one);
-what a stage keeps in ``extra`` goes into the report as it is, documented in docs/report-schema.md.
+A stage's record crosses to the parent as JSON (isolate/protocol.Result): ``StageRecord.to_wire`` writes it, the
+parent reads it with ``from_wire``; no other code reads a record's keys. ``from_raw`` reads a stage record written by
+hand (a test's literal) as the wire is read, and refuses a key no field names: nothing is written that nobody reads.
+Pure: no torch import.
+
+Every field of ``StageRecord`` says what it holds in the comment above it (``tests/test_records.py`` checks that each
+has one); what a stage keeps in ``extra`` goes into the report as it is, documented in docs/report-schema.md.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, TypeVar
+
+from .errors import ErrorRecord, frame_wire, integer, text, texts
+from .evidence import Specialization, WorstTensor
+from .frame import Frame
+from .reportio import Json
+
+__all__ = ["Frame", "StageRecord", "FIELDS", "END_TO_END"]  # Frame: read from here by most modules
+
+#: a custom op's opcheck outcomes by test (``test_faketensor``...): "SUCCESS" (or opcheck's other word), or the error
+OpTests = dict[str, str | ErrorRecord]
 
 
 @dataclass
 class StageRecord:
     #: the stage did not run, and why (every other field is then empty)
     skip_reason: str | None = None
-    #: the exception that stopped the stage (evidence/exceptions.error_record: type, message, chain, gb_type, user_frame, ...)
-    error: dict[str, Any] | None = None
-    #: graph breaks from the structured trace (evidence/tracelog.TraceCollector records); None: this stage does not count them
-    breaks: list[dict[str, Any]] | None = None
+    #: the exception that stopped the stage
+    error: ErrorRecord | None = None
+    #: graph breaks from the structured trace (evidence/tracelog.TraceCollector); None: this stage does not count them
+    breaks: list[BreakRecord] | None = None
     #: warnings raised while the stage ran (Python and C++ TORCH_WARN)
     warnings: list[str] = field(default_factory=list)
-    #: compiled-vs-eager (or transform-vs-loop) disagreements, one per phase (stages/_numerics.judge records)
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    #: compiled-vs-eager (or transform-vs-loop) disagreements, one per phase (stages/_numerics.judge)
+    mismatches: list[MismatchRecord] = field(default_factory=list)
     #: Dynamo graphs the compiled run made
     graph_count: int | None = None
     #: graph breaks as people count them, graphs - 1, where graph_count is one forward call's graphs (explain and
@@ -39,9 +56,9 @@ class StageRecord:
     #: "forward" and, where a backward ran and was compared, "backward"
     phases: list[str] | None = None
     #: the stage's own counts and notes, kept in the report as they are (StageResult.extra)
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: the opcheck stage: {op: {test: "SUCCESS" or an error record}}
-    opcheck: dict[str, dict[str, Any]] = field(default_factory=dict)
+    extra: Json = field(default_factory=dict)
+    #: the opcheck stage: {op: {test: "SUCCESS" or the error}}
+    opcheck: dict[str, OpTests] = field(default_factory=dict)
     #: the opcheck stage: ops the probe calls only with gradients off (autograd never reaches them)
     grad_free_ops: list[str] = field(default_factory=list)
     #: the opcheck stage: ops called with gradients on whose outputs no gradient reached in the probe's backward
@@ -50,88 +67,484 @@ class StageRecord:
     backward_only_ops: list[str] = field(default_factory=list)
     #: custom ops the probe's file registered (the opcheck stage is scheduled from them)
     registered_custom_ops: list[str] = field(default_factory=list)
-    #: the gradcheck stage: one outcome per custom op or autograd.Function
-    gradcheck: list[dict[str, Any]] = field(default_factory=list)
+    #: the gradcheck stage: one outcome per custom op or autograd.Function, and the probe's own (``END_TO_END``)
+    gradcheck: list[GradcheckOutcome] = field(default_factory=list)
     #: the dynamic stage: fake impls checked at other batch sizes ({op: {test: outcome}}, as opcheck)
-    fake_checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fake_checks: dict[str, OpTests] = field(default_factory=dict)
     #: the dynamic stage: dimensions marked dynamic that a guard specialized
-    dynamic_specializations: list[dict[str, Any]] = field(default_factory=list)
-    #: the export stage: torch.export.draft_export's report (failures)
-    draft_export: dict[str, Any] = field(default_factory=dict)
+    dynamic_specializations: list[SpecializedDimension] = field(default_factory=list)
+    #: the export stage: torch.export.draft_export's report; None where it did not run
+    draft_export: DraftExportReport | None = None
     #: the vmap stage: torch.func transforms that raised
-    transform_errors: list[dict[str, Any]] = field(default_factory=list)
+    transform_errors: list[ErrorRecord] = field(default_factory=list)
     #: the vmap stage: ops that ran through functorch's per-sample fallback (no batching rule)
-    fallback_ops: list[dict[str, Any]] = field(default_factory=list)
+    fallback_ops: list[FallbackOp] = field(default_factory=list)
     #: the inductor stage: custom ops Inductor called as opaque kernels
-    opaque_ops: list[dict[str, Any]] = field(default_factory=list)
-    #: compiled autograd: the recompiles that happen on every step after warm-up
-    steady_state_recompiles: list[dict[str, Any]] = field(default_factory=list)
+    opaque_ops: list[OpaqueOp] = field(default_factory=list)
+    #: compiled autograd, dynamic: the recompiles that happen on every step after warm-up
+    steady_state_recompiles: list[RecompileRecord] = field(default_factory=list)
     #: gradcheck, opcheck: the error is the eager forward's own (the probe's bug), run again
     same_as_eager: bool = False
 
     @classmethod
-    def from_raw(cls, raw: "dict[str, Any] | StageRecord") -> "StageRecord":
-        """The record of a stage's dict. A key no field names raises ValueError (a stage writing what nobody
-        reads); ``None`` for a field whose default is not None (a list, a dict, a flag) reads as that default.
-        Values are not type-checked: the field annotations say what each stage writes."""
+    def from_raw(cls, raw: "Json | StageRecord") -> "StageRecord":
+        """The record of a stage record's fields written by hand (a test's literal: each field in its wire form, or
+        typed). A key no field names raises ValueError (a stage writing what nobody reads); ``None`` for a field whose
+        default is not None (a list, a dict, a flag) reads as that default."""
         if isinstance(raw, StageRecord):
             return raw
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - names)
+        unknown = sorted(set(raw) - set(FIELDS))
         if unknown:
-            raise ValueError(f"a stage record with keys no field reads: {', '.join(unknown)} (tracecheck/model/records.py)")
-        defaults = cls()
-        return cls(**{k: (getattr(defaults, k) if v is None and getattr(defaults, k) is not None else v)
-                      for k, v in raw.items()})
+            raise ValueError(f"a stage record with keys no field reads: {', '.join(unknown)} "
+                             "(tracecheck/model/records.py)")
+        return cls._read(raw)
 
-
-    def to_wire(self) -> dict[str, Any]:
-        """The record as it crosses to the parent (JSON): the fields that differ from their defaults."""
+    def to_wire(self) -> Json:
+        """The record as it crosses to the parent (JSON): the fields that differ from their defaults, each record in
+        its wire form."""
         defaults = StageRecord()
-        return {f.name: getattr(self, f.name) for f in fields(self)
+        return {f.name: _WRITE.get(f.name, _same)(getattr(self, f.name)) for f in fields(self)
                 if getattr(self, f.name) != getattr(defaults, f.name)}
 
     @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> "StageRecord":
-        """The record ``to_wire`` sent: checked once, by ``from_raw`` in the stage process, so read as it is. A
-        field this version does not have (a stage process of another tracecheck) raises ValueError, as from_raw."""
-        try:
-            return cls(**d)
-        except TypeError as e:
-            raise ValueError(f"a stage record this tracecheck cannot read: {e}") from None
-
-
-@dataclass(frozen=True)
-class Frame:
-    """A source location: where a finding points (the user's line, a fake impl's raise, a library's call). On the
-    wire and in a report it is a plain dict (an error record's ``user_frame``, ``evidence["user_frame"]``); code
-    reads it as a ``Frame`` through ``Frame.from_dict`` or ``Finding.user_frame``, never by its keys."""
-
-    file: str
-    line: int | None = None
-    function: str | None = None
-    #: the source line, stripped
-    code: str | None = None
+    def from_wire(cls, d: Json) -> "StageRecord":
+        """The record ``to_wire`` sent. A field this version does not have (a stage process of another tracecheck)
+        raises ValueError, as from_raw."""
+        unknown = sorted(set(d) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"a stage record this tracecheck cannot read: unexpected field(s) {', '.join(unknown)}")
+        return cls._read(d)
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Frame | None":
-        """The frame of a report's or a record's dict; None for a missing one or one without a file (what any
-        version's report may hold where nothing placed the failure)."""
-        if not isinstance(d, dict) or not d.get("file"):
-            return None
-        line = d.get("line")
-        return cls(str(d["file"]), int(line) if isinstance(line, (int, str)) and str(line).isdigit() else None,
-                   d.get("function") or None, d.get("code") or None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def location(self) -> str:
-        """``file:line``."""
-        return f"{self.file}:{self.line}"
+    def _read(cls, d: Json) -> "StageRecord":
+        defaults = cls()
+        values = {k: (getattr(defaults, k) if v is None and getattr(defaults, k) is not None else v)
+                  for k, v in d.items()}
+        return cls(**{k: _READ[k](v) if k in _READ and v is not None else v for k, v in values.items()})
 
 
 FIELDS = tuple(f.name for f in fields(StageRecord))
 #: the gradcheck stage's outcome (``StageRecord.gradcheck``) for the probe's own gradient, beside one per call
 END_TO_END = "the probe's gradient"
+
+R = TypeVar("R")
+
+
+def _items(v: Any, read: Callable[[Any], "R | None"]) -> list[R]:
+    """A wire list's records (an entry of the wrong shape is dropped)."""
+    return [x for x in map(read, v) if x is not None] if isinstance(v, list) else []
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class BreakRecord:
+    """One graph break from the structured trace's ``dynamo_graph_break_reason`` (evidence/tracelog.TraceCollector),
+    for classify.detect.classify_break."""
+
+    #: Dynamo's reason, verbatim (its gb_type, explanation, hints, debug context)
+    reason: str = ""
+    #: the graph-break type read from the reason (None when unparsable: never invented), its GB code and page
+    gb_type: str | None = None
+    gb_code: str | None = None
+    doc: str | None = None
+    #: where Dynamo placed the break
+    file: str | None = None
+    line: int | None = None
+    #: the user's or a library's line that led there, when the break sits inside torch or generated code
+    caller: Frame | None = None
+    #: the source line at ``file:line`` ("" when there is none)
+    code: str | None = None
+    debug_context: str | None = None
+    #: the user code traceback Dynamo logged (its last 6,000 characters)
+    user_stack: str = ""
+
+    @property
+    def site(self) -> tuple[str | None, str | None, int | None]:
+        """What tells one break from another: Dynamo retries a frame and logs the same break again."""
+        return self.gb_type, self.file, self.line
+
+    def to_wire(self) -> Json:
+        return {"gb_type": self.gb_type, "gb_code": self.gb_code, "doc": self.doc, "file": self.file,
+                "line": self.line, "reason": self.reason, "caller": frame_wire(self.caller), "code": self.code,
+                "debug_context": self.debug_context, "user_stack": self.user_stack}
+
+    @classmethod
+    def of(cls, d: Any) -> "BreakRecord | None":
+        if isinstance(d, BreakRecord) or d is None:
+            return d
+        if not isinstance(d, dict):
+            return None
+        code = d.get("code")
+        return cls(reason=str(d.get("reason") or ""), gb_type=text(d.get("gb_type")), gb_code=text(d.get("gb_code")),
+                   doc=text(d.get("doc")), file=text(d.get("file")), line=integer(d.get("line")),
+                   caller=Frame.from_dict(d.get("caller")), code=code if isinstance(code, str) else None,
+                   debug_context=text(d.get("debug_context")), user_stack=str(d.get("user_stack") or ""))
+
+
+@dataclass(frozen=True)
+class MismatchRecord:
+    """One phase's disagreement of a compiled (or transformed) run with eager (stages/_numerics.judge): how many
+    tensors disagree of how many, the worst, the reference it was judged against; what the probe called."""
+
+    #: "forward" (outputs) or "backward" (gradients)
+    phase: str
+    disagreeing: int
+    compared: int
+    worst: WorstTensor
+    #: what the disagreeing tensors are (the first 20)
+    disagreeing_tensors: tuple[str, ...] = ()
+    #: whether a float64 (or float32, for half precision: ``reference_dtype``) run judged it, and why not
+    fp64_reference: bool | None = None
+    reference_dtype: str | None = None
+    fp64_unavailable: str | None = None
+    #: the custom ops and random ops one eager forward called (stages/_execution.with_causes); None: not recorded
+    custom_ops: tuple[str, ...] | None = None
+    random_ops: tuple[str, ...] = ()
+    #: the vmap stage: the torch.func transform compared against its reference
+    transform: str | None = None
+    #: the dynamic stage: the batch size compared at
+    batch_size: int | None = None
+
+    def to_wire(self) -> Json:
+        out: Json = {"phase": self.phase, "disagreeing": self.disagreeing, "compared": self.compared,
+                               "worst": self.worst.to_json()}
+        if self.disagreeing_tensors:
+            out["disagreeing_tensors"] = list(self.disagreeing_tensors)
+        for name, value in (("fp64_reference", self.fp64_reference), ("reference_dtype", self.reference_dtype),
+                            ("fp64_unavailable", self.fp64_unavailable), ("transform", self.transform),
+                            ("batch_size", self.batch_size)):
+            if value is not None:
+                out[name] = value
+        if self.custom_ops is not None:
+            out.update(custom_ops=list(self.custom_ops), random_ops=list(self.random_ops))
+        return out
+
+    @classmethod
+    def of(cls, d: Any) -> "MismatchRecord | None":
+        if isinstance(d, MismatchRecord) or d is None:
+            return d
+        if not isinstance(d, dict):
+            return None
+        custom, fp64 = d.get("custom_ops"), d.get("fp64_reference")
+        return cls(phase=str(d.get("phase") or "forward"), disagreeing=integer(d.get("disagreeing")) or 1,
+                   compared=integer(d.get("compared")) or 1, worst=WorstTensor.of(d.get("worst")),
+                   disagreeing_tensors=texts(d.get("disagreeing_tensors")),
+                   fp64_reference=fp64 if isinstance(fp64, bool) else None,
+                   reference_dtype=text(d.get("reference_dtype")), fp64_unavailable=text(d.get("fp64_unavailable")),
+                   custom_ops=texts(custom) if isinstance(custom, list) else None,
+                   random_ops=texts(d.get("random_ops")), transform=text(d.get("transform")),
+                   batch_size=integer(d.get("batch_size")))
+
+
+@dataclass(frozen=True)
+class GradientMismatch:
+    """A backward that disagrees with the numerical derivative along a random direction (stages/_gradients)."""
+
+    #: the input (or leaves) the derivative is taken along
+    input: str
+    numerical: float
+    analytical: float
+    #: |numerical - analytical| / max(|numerical|, |analytical|)
+    relative_error: float
+    tolerance: float
+    atol: float
+    #: the central difference's step
+    step: float
+    #: the output whose gradient is wrong, when one alone is
+    output: str | None = None
+    #: end to end: the autograd value over the numerical one (2.0: accumulated twice)
+    ratio: float | None = None
+
+    def to_wire(self) -> Json:
+        out: Json = {"input": self.input}
+        if self.output is not None:
+            out["output"] = self.output
+        if self.ratio is not None:
+            out["ratio"] = self.ratio
+        return {**out, "numerical": self.numerical, "analytical": self.analytical,
+                "relative_error": self.relative_error, "tolerance": self.tolerance, "atol": self.atol,
+                "step": self.step}
+
+    @classmethod
+    def of(cls, d: Any) -> "GradientMismatch | None":
+        if isinstance(d, GradientMismatch) or d is None:
+            return d
+        if not isinstance(d, dict):
+            return None
+        def num(key: str) -> float:
+            value = _number(d.get(key))
+            return value if value is not None else float("nan")
+
+        return cls(input=str(d.get("input") or "?"), numerical=num("numerical"), analytical=num("analytical"),
+                   relative_error=num("relative_error"), tolerance=num("tolerance"), atol=num("atol"),
+                   step=num("step"), output=text(d.get("output")), ratio=_number(d.get("ratio")))
+
+
+@dataclass(frozen=True)
+class GradcheckOutcome:
+    """The gradient check of one call (a custom op, an autograd.Function) or of the probe's own gradient
+    (``name`` ``END_TO_END``): how it was checked, the inputs checked, and at most one mismatch, or the error the
+    forward or backward raised, or why it was skipped (stages/_gradients)."""
+
+    name: str
+    #: the call is an autograd.Function's (``name`` is its class), not a custom op's
+    function: bool = False
+    method: str = ""
+    inputs: tuple[str, ...] = ()
+    mismatch: GradientMismatch | None = None
+    error: ErrorRecord | None = None
+    skip: str = ""
+    note: str = ""
+    #: per input whose check could not decide: why (no finding is made)
+    inconclusive: dict[str, str] = field(default_factory=dict)
+    #: per input checked by the directional check: |numerical - analytical| / max(|numerical|, |analytical|)
+    relative_errors: dict[str, float] = field(default_factory=dict)
+
+    def to_wire(self) -> Json:
+        """The fields that hold something."""
+        out: Json = {"name": self.name}
+        for name, value in (("function", self.function), ("method", self.method), ("inputs", list(self.inputs)),
+                            ("mismatch", self.mismatch.to_wire() if self.mismatch else None),
+                            ("error", self.error.to_wire() if self.error else None), ("skip", self.skip),
+                            ("note", self.note), ("inconclusive", dict(self.inconclusive)),
+                            ("relative_errors", dict(self.relative_errors))):
+            if value not in ("", None, [], {}, False):
+                out[name] = value
+        return out
+
+    @classmethod
+    def of(cls, d: Any) -> "GradcheckOutcome | None":
+        if isinstance(d, GradcheckOutcome) or d is None:
+            return d
+        if not isinstance(d, dict):
+            return None
+        inconclusive, errors = d.get("inconclusive"), d.get("relative_errors")
+        return cls(name=str(d.get("name") or ""), function=d.get("function") is True,
+                   method=str(d.get("method") or ""), inputs=texts(d.get("inputs")),
+                   mismatch=GradientMismatch.of(d.get("mismatch")), error=ErrorRecord.of(d.get("error")),
+                   skip=str(d.get("skip") or ""), note=str(d.get("note") or ""),
+                   inconclusive={str(k): str(v) for k, v in inconclusive.items()}
+                   if isinstance(inconclusive, dict) else {},
+                   relative_errors={str(k): float(v) for k, v in errors.items() if _number(v) is not None}
+                   if isinstance(errors, dict) else {})
+
+
+#: ``RecompileRecord.source``: a Dynamo guard failure, or a compiled-autograd capture (a cache miss)
+DYNAMO, COMPILED_AUTOGRAD = "dynamo", "compiled_autograd"
+
+
+@dataclass(frozen=True)
+class RecompileRecord:
+    """One recompile from the structured trace (evidence/tracelog.RecompileCollector), tagged with the step that
+    was running."""
+
+    #: the reason's first line, without the compile id
+    reason: str
+    step: int
+    #: ``DYNAMO`` or ``COMPILED_AUTOGRAD``
+    source: str
+    #: "backward" when the recompiled frame is a captured backward graph, else "forward"
+    graph: str = "forward"
+    #: the user line the guard came from
+    user_frame: Frame | None = None
+    #: where the user frame was read from, when not the guard's own (stages/_compiled_autograd._recompile_records)
+    user_frame_from: str | None = None
+
+    def to_wire(self) -> Json:
+        out: Json = {"reason": self.reason, "step": self.step, "source": self.source,
+                               "user_frame": frame_wire(self.user_frame), "graph": self.graph}
+        if self.user_frame_from is not None:
+            out["user_frame_from"] = self.user_frame_from
+        return out
+
+    @classmethod
+    def of(cls, d: Any) -> "RecompileRecord | None":
+        if isinstance(d, RecompileRecord) or d is None:
+            return d
+        if not isinstance(d, dict):
+            return None
+        return cls(reason=str(d.get("reason") or ""), step=integer(d.get("step")) or 0,
+                   source=str(d.get("source") or "?"), graph=str(d.get("graph") or "forward"),
+                   user_frame=Frame.from_dict(d.get("user_frame")), user_frame_from=text(d.get("user_frame_from")))
+
+
+def specialization_wire(s: Specialization) -> Json:
+    """A specialization (evidence/tracelog.SpecializationCollector) as the wire writes it."""
+    return {"symbol": s.symbol, "sources": list(s.sources), "value": s.value, "reason": s.reason, "step": s.step,
+            "frame": frame_wire(s.frame), "user_frame": frame_wire(s.user_frame)}
+
+
+@dataclass(frozen=True)
+class SpecializedDimension:
+    """A dimension marked dynamic that still recompiles at every new size (stages/dynamic.py): the guard that failed,
+    and the specialization that pinned it, when the trace saw one."""
+
+    guard: RecompileRecord
+    specialization: Specialization | None = None
+    #: the batch sizes the stage called the probe at
+    batch_sizes: tuple[int, ...] = ()
+
+    def to_wire(self) -> Json:
+        return {**self.guard.to_wire(), "batch_sizes": list(self.batch_sizes),
+                "specialization": specialization_wire(self.specialization) if self.specialization else None}
+
+    @classmethod
+    def of(cls, d: Any) -> "SpecializedDimension | None":
+        if isinstance(d, SpecializedDimension) or d is None:
+            return d
+        guard = RecompileRecord.of(d)
+        if guard is None or not isinstance(d, dict):
+            return None
+        sizes = d.get("batch_sizes")
+        return cls(guard, Specialization.of(d.get("specialization")),
+                   tuple(n for n in sizes if integer(n) is not None) if isinstance(sizes, list) else ())
+
+
+@dataclass(frozen=True)
+class DraftFailure:
+    """One failure of torch.export.draft_export's report (stages/export.py)."""
+
+    #: draft_export's FailureType name, and the kind it maps to (model/taxonomy.draft_kind)
+    type: str
+    kind: str | None = None
+    op: str | None = None
+    expr: str | None = None
+    reason: str = ""
+    #: the source line draft_export names
+    code: str | None = None
+    #: the innermost user frame of its user stack
+    user_frame: Frame | None = None
+
+    def to_wire(self) -> Json:
+        return {"type": self.type, "kind": self.kind, "op": self.op, "expr": self.expr, "reason": self.reason,
+                "code": self.code, "user_frame": frame_wire(self.user_frame)}
+
+    @classmethod
+    def of(cls, d: Any) -> "DraftFailure | None":
+        if isinstance(d, DraftFailure) or d is None:
+            return d
+        if not isinstance(d, dict):
+            return None
+        return cls(type=str(d.get("type") or "?"), kind=text(d.get("kind")), op=text(d.get("op")),
+                   expr=text(d.get("expr")), reason=str(d.get("reason") or ""), code=text(d.get("code")),
+                   user_frame=Frame.from_dict(d.get("user_frame")))
+
+
+@dataclass(frozen=True)
+class DraftExportReport:
+    """What torch.export.draft_export said after export failed: its failures, or the error it raised, or that it
+    ran past the time left (``ran_out``)."""
+
+    failures: tuple[DraftFailure, ...] = ()
+    error: ErrorRecord | None = None
+    ran_out: bool = False
+
+    def to_wire(self) -> Json:
+        if self.ran_out:
+            return {"ran_out": True}
+        if self.error is not None:
+            return {"error": self.error.to_wire()}
+        return {"failures": [f.to_wire() for f in self.failures]}
+
+    @classmethod
+    def of(cls, d: Any) -> "DraftExportReport | None":
+        if isinstance(d, DraftExportReport) or d is None:
+            return d
+        if not isinstance(d, dict) or not d:
+            return None
+        return cls(tuple(_items(d.get("failures"), DraftFailure.of)), ErrorRecord.of(d.get("error")),
+                   d.get("ran_out") is True)
+
+
+@dataclass(frozen=True)
+class FallbackOp:
+    """A custom op without a batching rule that vmap runs per sample (stages/_torchfunc.fallback_ops): ``confirmed``
+    when vmap stopped at it with the fallback turned off."""
+
+    op: str
+    confirmed: bool = False
+
+    def to_wire(self) -> Json:
+        return {"op": self.op, "confirmed": self.confirmed}
+
+    @classmethod
+    def of(cls, d: Any) -> "FallbackOp | None":
+        if isinstance(d, FallbackOp) or d is None:
+            return d
+        return cls(str(d["op"]), d.get("confirmed") is True) if isinstance(d, dict) and d.get("op") else None
+
+
+@dataclass(frozen=True)
+class OpaqueOp:
+    """A custom op Inductor's generated code calls as an extern kernel (evidence/tracelog.OutputCodeCollector)."""
+
+    #: ``ns::op``
+    op: str
+    calls: int = 0
+    #: the compiled graphs that call it, by index
+    graphs: tuple[int, ...] = ()
+    #: the wrapper code's lines that call it
+    lines: tuple[str, ...] = ()
+    #: the kernels Inductor generated over every compiled graph (None: not counted)
+    kernels: int | None = None
+
+    def to_wire(self) -> Json:
+        out: Json = {"op": self.op, "calls": self.calls, "graphs": list(self.graphs),
+                               "lines": list(self.lines)}
+        if self.kernels is not None:
+            out["kernels"] = self.kernels
+        return out
+
+    @classmethod
+    def of(cls, d: Any) -> "OpaqueOp | None":
+        if isinstance(d, OpaqueOp) or d is None:
+            return d
+        if not isinstance(d, dict) or not d.get("op"):
+            return None
+        graphs = d.get("graphs")
+        return cls(str(d["op"]), integer(d.get("calls")) or 0,
+                   tuple(g for g in graphs if integer(g) is not None) if isinstance(graphs, list) else (),
+                   texts(d.get("lines")), integer(d.get("kernels")))
+
+
+def _op_tests(v: Any) -> dict[str, OpTests]:
+    """``{op: {test: "SUCCESS" or an error record}}``."""
+    if not isinstance(v, dict):
+        return {}
+    out: dict[str, OpTests] = {}
+    for op, tests in v.items():
+        if isinstance(tests, dict):
+            out[str(op)] = {str(t): (r if isinstance(r, str) else ErrorRecord.of(r) or ErrorRecord())
+                            for t, r in tests.items()}
+    return out
+
+
+def _op_tests_wire(v: dict[str, OpTests]) -> dict[str, Json]:
+    return {op: {t: r if isinstance(r, str) else r.to_wire() for t, r in tests.items()} for op, tests in v.items()}
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _wire_list(v: list[Any]) -> list[Json]:
+    return [x.to_wire() for x in v]
+
+
+#: how each field of records reads from the wire (a typed record is read as it is), and writes to it
+_READ: dict[str, Callable[[Any], Any]] = {
+    "error": ErrorRecord.of, "breaks": lambda v: _items(v, BreakRecord.of),
+    "mismatches": lambda v: _items(v, MismatchRecord.of), "opcheck": _op_tests, "fake_checks": _op_tests,
+    "gradcheck": lambda v: _items(v, GradcheckOutcome.of),
+    "dynamic_specializations": lambda v: _items(v, SpecializedDimension.of), "draft_export": DraftExportReport.of,
+    "transform_errors": lambda v: _items(v, ErrorRecord.of), "fallback_ops": lambda v: _items(v, FallbackOp.of),
+    "opaque_ops": lambda v: _items(v, OpaqueOp.of),
+    "steady_state_recompiles": lambda v: _items(v, RecompileRecord.of)}
+_WRITE: dict[str, Callable[[Any], Any]] = {
+    "error": lambda e: e.to_wire(), "breaks": _wire_list, "mismatches": _wire_list, "opcheck": _op_tests_wire,
+    "fake_checks": _op_tests_wire, "gradcheck": _wire_list, "dynamic_specializations": _wire_list,
+    "draft_export": lambda d: d.to_wire(), "transform_errors": _wire_list, "fallback_ops": _wire_list,
+    "opaque_ops": _wire_list, "steady_state_recompiles": _wire_list}

@@ -11,7 +11,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import taxonomy
+from .exitcodes import UsageError
+from .reportio import Json, is_baseline, read_json
 from .taxonomy import K
+from .errors import ErrorRecord
 from .records import Frame
 # a message's first line and an error's headline: the evidence's own spelling, used everywhere through this module
 from .context import Context
@@ -50,6 +53,7 @@ class Finding:
 
     kind: str
     summary: str
+    #: built and read by key in classify/ (kinds.json's templates are filled from its keys): typed reader ``cx``
     context: dict[str, Any] = field(default_factory=dict)
     evidence: Evidence = field(default_factory=evidence_kinds.MessageEvidence)
 
@@ -74,12 +78,12 @@ class Finding:
         """The evidence (its short name in renderers)."""
         return self.evidence
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         return {"kind": self.kind, "summary": self.summary, "context": self.context,
                 "evidence": self.evidence.to_json()}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+    def from_dict(cls, d: Json) -> "Finding":
         """A kind this version does not know (a report from a newer tracecheck) reads as ``unknown``, its own
         id kept in ``context["reported_kind"]``."""
         for key in ("context", "evidence"):
@@ -102,6 +106,7 @@ class GraphBreak:
     line: int | None
     reason: str = ""
     doc: str | None = None
+    #: what varies (``code``: the break's source line), by key as Finding.context
     context: dict[str, Any] = field(default_factory=dict)
     #: whose code the break is (evidence/owner.py); None in a report from before owners
     owner: Owner | None = None
@@ -111,13 +116,13 @@ class GraphBreak:
             raise ValueError(f"{self.kind!r} is not a kind of tracecheck/model/kinds.json")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "GraphBreak":
+    def from_dict(cls, d: Json) -> "GraphBreak":
         kind, context = _known_kind(d["kind"], d.get("context", {}))
         return cls(kind, d.get("gb_type"), d.get("gb_code"), d.get("file"), d.get("line"),
                    d.get("reason", ""), d.get("doc"), context, Owner.of(d.get("owner")))
 
 
-def _known_kind(kind: str, context: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _known_kind(kind: str, context: Json) -> tuple[str, Json]:
     if kind in taxonomy.ids():
         return kind, context
     return K.UNKNOWN, {**context, "reported_kind": kind}
@@ -132,7 +137,7 @@ BREAK_COUNTS = ("graph_count", "graph_break_count", "graph_break_sites", "dynamo
 GRAPHS_WITH_BACKWARD = "compiled_autograd"
 
 
-def upgraded_break_counts(stage: str, d: dict[str, Any]) -> dict[str, int | None]:
+def upgraded_break_counts(stage: str, d: Json) -> dict[str, int | None]:
     """A stage's break counts from a report or a baseline snapshot. One written before ``graph_break_sites``
     counted distinct breaks in ``graph_break_count``: that number is the sites, and the count is graphs - 1 from its
     recorded ``graph_count`` (the one rule for reports and baselines, so an unchanged probe compares equal)."""
@@ -173,7 +178,8 @@ class StageResult:
     breaks: list[GraphBreak] = field(default_factory=list)
     seconds: float = 0.0
     skip_reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: the stage's payloads as the report writes them (docs/report-schema.md), read and written by model/payloads
+    extra: Json = field(default_factory=dict)
     phases: list[str] | None = None
     target: str | None = None
     internal_error: str | None = None
@@ -197,14 +203,14 @@ class StageResult:
         """What the stage noted beside its payload (what was not checked, explain's reasons, ...)."""
         return StageNotes.of(self.extra) or StageNotes()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         out = asdict(self)
         out["failure"] = self.failure.to_dict() if self.failure is not None else None
         out["findings"] = [f.to_dict() for f in self.findings]
         return out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StageResult":
+    def from_dict(cls, d: Json) -> "StageResult":
         """Raises ValueError for a field of the wrong type (a hand-edited report), which readers turn into exit 2."""
         if d.get("status") not in STATUSES:
             raise ValueError(f"stage {d.get('stage')!r}: status {d.get('status')!r} is not one of {', '.join(STATUSES)}")
@@ -264,7 +270,7 @@ class ProbeReport:
         s = self.stages.get("explain")
         return None if s is None else s.graph_break_count
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         return {
             "id": self.id,
             "file": self.file,
@@ -275,7 +281,7 @@ class ProbeReport:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ProbeReport":
+    def from_dict(cls, d: Json) -> "ProbeReport":
         if not all(isinstance(d.get(k), str) for k in ("id", "file", "name")):
             raise ValueError(f"probe {d.get('id')!r}: id, file and name must be strings")
         reused = d.get("reused")
@@ -291,7 +297,8 @@ class RunReport:
     """Top of the report tree; ``to_dict`` is the ``--json`` document."""
 
     probes: list[ProbeReport]
-    environment: dict[str, Any]
+    #: the environment task's record as the report writes it (machine.collect), read through ``env``
+    environment: Json
     stages: list[str]
     command: list[str] = field(default_factory=list)
     tracecheck_version: str = ""
@@ -318,7 +325,7 @@ class RunReport:
         each time: ``environment`` is the dict that is written, and it may change (a merge adds to it)."""
         return Environment.of(self.environment)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Json:
         return {
             "schema_version": SCHEMA_VERSION,
             "tracecheck_version": self.tracecheck_version,
@@ -333,7 +340,7 @@ class RunReport:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunReport":
+    def from_dict(cls, d: Json) -> "RunReport":
         version = d.get("schema_version")
         if version not in READABLE_SCHEMA_VERSIONS:
             raise ValueError(f"report schema_version {version!r} is not supported (this tracecheck reads "
@@ -368,6 +375,17 @@ class RunReport:
         return [(p, s) for p in self.probes for s in p.stages.values() if s.status == INTERNAL]
 
 
+def load_report(path: str, what: str = "report") -> RunReport:
+    """Read a full ``--json`` report. Raises UsageError."""
+    doc = read_json(path, what)
+    if is_baseline(doc):
+        raise UsageError(f"{what} {path}: this is a baseline, not a full report (use the --json output)")
+    try:
+        return RunReport.from_dict(doc)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"{what} {path}: not a valid tracecheck report ({type(e).__name__}: {e})") from e
+
+
 def _require(value: Any, version: Any) -> tuple[str, ...]:
     """A report's ``require``: a list of targets; absent from a report from before targets (every stage gated then)."""
     if value is None:
@@ -382,13 +400,13 @@ def is_generated(path: str) -> bool:
     return path.startswith("<eval_with_key>")
 
 
-def later_step(step: int, error: dict[str, Any] | None = None, after: str | None = None) -> str:
+def later_step(step: int, error: ErrorRecord | None = None, after: str | None = None) -> str:
     """``training step N fails in <phase> (<headline>) after step 1 ran on the same model and inputs``: a training
     step that fails only after earlier ones ran on the same model (the eager stage's second step, the eager
     reference steps of compiled_autograd and dynamic). ``after``: what ran before, when not steps 1 to N-1 on the same
     model and inputs."""
-    where = f" in {error['phase']}" if error and error.get("phase") in ("forward", "backward") else ""
-    what = f" ({headline(error)})" if error else ""
+    where = f" in {error.phase}" if error and error.phase in ("forward", "backward") else ""
+    what = f" ({error.headline()})" if error else ""
     ran = "step 1 ran" if step == 2 else f"steps 1 to {step - 1} ran"
     return f"training step {step} fails{where}{what} after {after or ran + ' on the same model and inputs'}"
 

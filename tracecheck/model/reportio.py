@@ -1,4 +1,7 @@
-"""Report files: reading JSON documents with one-line errors, and writing outputs atomically. Pure."""
+"""Report files: reading JSON documents with one-line errors, and writing outputs atomically. Pure.
+
+The bottom of model/: it imports no other module of it, so that every module may name ``Json`` (report.py reads a
+report with ``read_json``: ``load_report``)."""
 from __future__ import annotations
 
 import json
@@ -8,13 +11,16 @@ import tempfile
 from typing import Any
 
 from .exitcodes import UsageError
-from .report import RunReport
+
+#: A JSON object as a file or a task process's message holds it: the boundary where a typed record is read
+#: (``from_json``/``from_dict``/``of``) or written (``to_json``/``to_dict``). Nowhere else.
+Json = dict[str, Any]
 
 #: The ``format`` of a baseline document (gate/document.py); a full report has none.
 BASELINE_FORMAT = "tracecheck-baseline"
 
 
-def read_json(path: str, what: str) -> dict[str, Any]:
+def read_json(path: str, what: str) -> Json:
     """Load a JSON document; a missing or malformed file is a UsageError naming the path."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -28,19 +34,8 @@ def read_json(path: str, what: str) -> dict[str, Any]:
     return doc
 
 
-def is_baseline(doc: dict[str, Any]) -> bool:
+def is_baseline(doc: Json) -> bool:
     return doc.get("format") == BASELINE_FORMAT
-
-
-def load_report(path: str, what: str = "report") -> RunReport:
-    """Read a full ``--json`` report. Raises UsageError."""
-    doc = read_json(path, what)
-    if is_baseline(doc):
-        raise UsageError(f"{what} {path}: this is a baseline, not a full report (use the --json output)")
-    try:
-        return RunReport.from_dict(doc)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UsageError(f"{what} {path}: not a valid tracecheck report ({type(e).__name__}: {e})") from e
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -64,7 +59,7 @@ def write_text_atomic(path: str, text: str) -> None:
         raise
 
 
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+def write_json_atomic(path: str, data: Json) -> None:
     """``data`` as indented JSON, atomically (see write_text_atomic). Raises OSError."""
     write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 

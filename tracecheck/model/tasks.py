@@ -1,7 +1,7 @@
 """What crosses to a task process: one frozen record per kind of task, its fields the task's inputs.
 
 The parent builds a task (``api.run`` a ``stages.StageTask`` per (probe, stage), a ``collect.survey.SurveyTask`` per
-model file, ``environment.EnvironmentTask``, ``fix.tasks``' records for ``tracecheck fix``); the runner pickles it to a
+model file, ``machine.EnvironmentTask``, ``fix.jobs``' records for ``tracecheck fix``); the runner pickles it to a
 forked process (isolate/runner.py), where ``isolate.worker.child_main`` sets the process up from the fields below and
 calls ``task.run()``. Each kind's ``run`` imports the code it runs there, so the parent never imports torch for it, and
 go-to-definition leads from the record to that code. Pure: no torch import.

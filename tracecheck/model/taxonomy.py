@@ -23,12 +23,14 @@ from typing import Any, Protocol
 from .evidence import Evidence
 from .exitcodes import UsageError
 from .records import Frame
+from .reportio import Json
 
 
 class FindingLike(Protocol):
     """What the kind's facts read of a finding (model/report.Finding, which imports this module)."""
 
     kind: str
+    #: Finding.context: the classifier's facts by key, which the kind's templates are filled from
     context: dict[str, Any]
     evidence: Evidence
 
@@ -225,7 +227,8 @@ class Detect:
     raised_in_torch: "tuple[frozenset[str], frozenset[str], re.Pattern[str], re.Pattern[str] | None] | None" = None
 
 
-def _detect(d: dict[str, Any] | None, gb_types: list[str]) -> Detect | None:
+def _detect(d: Json | None, gb_types: list[str]) -> Detect | None:
+    """A kind's ``detect`` entry of kinds.json, read once into its typed rule."""
     if not d:
         return None
     only = d.get("only_with_gb_types")

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from ..evidence.frames import in_torch_or_stdlib
 from ..model.payloads import BreakCost, BreakCosts
+from ..model.records import BreakRecord
 
 #: ``record_function`` names: a measured call, and a graph (its index in compile order follows); the token keeps a
 #: probe's own ranges of a like name out
@@ -104,16 +105,16 @@ class _Frames:
     relative to a ``sys.path`` entry), so two ``forward``s of one file are two functions. A resume function
     (``torch_dynamo_resume_in_forward_at_10``) runs the rest of the function it resumes, from its line on."""
 
-    def __init__(self, breaks: list[dict[str, Any]]) -> None:
+    def __init__(self, breaks: list[BreakRecord]) -> None:
         self.by_function: dict[tuple[str, int], list[Site]] = {}
         self.names: dict[str, str] = {}  # a name the profiler may give a file (as imported, or real) -> the real path
         for b in breaks:
-            if b.get("file") and b.get("line"):
-                site = _site(b["file"], b["line"])
+            if b.file and b.line:
+                site = _site(b.file, b.line)
                 start = _function_at(*site)
                 if start is not None:
                     self.by_function.setdefault((site[0], start), []).append(site)
-                    self.names[b["file"]] = self.names[site[0]] = site[0]
+                    self.names[b.file] = self.names[site[0]] = site[0]
         for sites in self.by_function.values():
             sites.sort(key=lambda s: s[1])
 
@@ -282,7 +283,7 @@ class NotMeasured(Exception):
     """Why the breaks' cost was not measured, in words for the report's "not checked"."""
 
 
-def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]], device: str = "cpu",
+def measure(make_case: Callable[[], Any], breaks: list[BreakRecord], device: str = "cpu",
             budget_s: float = BUDGET_S) -> BreakCosts:
     """Measure the forward's breaks within about ``budget_s`` seconds after its compile. Raises NotMeasured with why
     when it cannot (any other exception is a bug of its own: the explain stage notes it and keeps its results)."""
@@ -353,8 +354,8 @@ def measure(make_case: Callable[[], Any], breaks: list[dict[str, Any]], device: 
         compat.dynamo_reset()
     if not per_call:
         raise NotMeasured("the profiler recorded no measured call")
-    given = {_site(b["file"], b["line"])[0]: b["file"] for b in breaks if b.get("file") and b.get("line")}
-    gb_types = {_site(b["file"], b["line"]): b.get("gb_type") for b in breaks if b.get("file") and b.get("line")}
+    given = {_site(b.file, b.line)[0]: b.file for b in breaks if b.file and b.line}
+    gb_types = {_site(b.file, b.line): b.gb_type for b in breaks if b.file and b.line}
     costs = []
     # every break the trace named (one of no cost too), not torch's or the standard library's own lines
     for site in {s for _, spent in per_call for s in spent if s in gb_types} | set(gb_types):

@@ -35,6 +35,7 @@ dim 0 (shape B), then the first shape again (A, B, A as in the compiled-autograd
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Any, Callable
 
@@ -43,8 +44,11 @@ from ..compat import pytree
 
 from .. import compat
 from ..evidence import exceptions, tracelog
+from ..model.errors import ErrorRecord
 from ..model.payloads import CompiledAutogradCounts, StageNotes
 from ..model.probe import Case
+from ..model.reportio import Json
+from ..model.records import COMPILED_AUTOGRAD, DYNAMO, BreakRecord, RecompileRecord, StageRecord
 from ._execution import Execution, compare, draws_from_numpy, execute, grad_targets, needs_grad, phases, references, with_causes
 from ._spec import StageOptions
 
@@ -68,7 +72,7 @@ class _BackwardGraphs:
         self.unique_graphs = 0
         self.graphs_per_capture: list[int] = []  # Dynamo graphs each captured backward graph became
         self.hooks: list[Counter[str]] = []  # per capture: call_hook nodes by hook_type
-        self.breaks: list[dict[str, Any]] = []
+        self.breaks: list[BreakRecord] = []
 
     def _backend(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         self.compiles += 1
@@ -95,8 +99,8 @@ class _BackwardGraphs:
                 made = counters["stats"]["unique_graphs"] - before
                 self.unique_graphs += made
                 self.graphs_per_capture[index] += made
-                seen = {(b["gb_type"], b["file"], b["line"]) for b in self.breaks}
-                self.breaks += [b for b in trace.breaks if (b["gb_type"], b["file"], b["line"]) not in seen]
+                seen = {b.site for b in self.breaks}
+                self.breaks += [b for b in trace.breaks if b.site not in seen]
 
         return run
 
@@ -132,20 +136,20 @@ def _hook_registrations(case: Case) -> dict[str, int]:
     return {key: sum(c[key] for c in counts) for key in ("register_hook", "register_post_accumulate_grad_hook")}
 
 
-def steady_state(records: list[dict[str, Any]], steady_steps: int) -> list[dict[str, Any]]:
+def steady_state(records: list[RecompileRecord], steady_steps: int) -> list[RecompileRecord]:
     """The records that make a ``recompile`` finding: those of steps ``WARMUP_STEPS+1 .. steady_steps``,
     and only when every one of those steps has at least one record (a recompile on every step)."""
     window = range(WARMUP_STEPS + 1, steady_steps + 1)
     if not window:
         return []
-    stepped = {r["step"] for r in records}
+    stepped = {r.step for r in records}
     if not all(s in stepped for s in window):
         return []
-    return [r for r in records if r["step"] in window]
+    return [r for r in records if r.step in window]
 
 
 def _run(fn: Callable[..., Any], cases: list[Case], schedule: list[int],
-         on_step: Callable[[int], None] = lambda s: None) -> tuple[list[Execution], dict[str, Any] | None]:
+         on_step: Callable[[int], None] = lambda s: None) -> tuple[list[Execution], ErrorRecord | None]:
     """Run the step once per schedule entry (an index into ``cases``); stop at the first error."""
     execs: list[Execution] = []
     for step, which in enumerate(schedule, start=1):
@@ -153,7 +157,7 @@ def _run(fn: Callable[..., Any], cases: list[Case], schedule: list[int],
         ex = execute(fn, cases[which], reseed=step == 1)  # one seed per run: later steps draw anew
         execs.append(ex)
         if ex.error:
-            return execs, {**ex.error, "step": step}
+            return execs, dataclasses.replace(ex.error, step=step)
     return execs, None
 
 
@@ -166,7 +170,7 @@ COUNT_BACKEND = "eager"
 
 def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = StageOptions.steps,
                             dynamic: bool = StageOptions.dynamic,
-                            backends: tuple[str, str] = BACKENDS) -> dict[str, Any]:
+                            backends: tuple[str, str] = BACKENDS) -> StageRecord:
     """Measure one probe with and without compiled autograd (see the module docstring). Never raises:
     an exception outside the measured steps (turning compiled autograd on or off, the counters) becomes
     the record's ``error`` with phase ``compiled_autograd``.
@@ -174,26 +178,26 @@ def stage_compiled_autograd(make_case: Callable[[], Case], steps: int = StageOpt
     ``steps``: steps with the probe's own inputs, at least ``WARMUP_STEPS + 1`` (3); up to
     ``CONFIRM_STEPS`` more run while the last one still recompiles, so that a model which settles on the
     third step is not reported. ``dynamic``: then one step with the second input shape and one with the
-    first again. Returns the fields of a ``records.StageRecord``: ``error``, ``breaks``, ``warnings``,
-    ``mismatches``, ``graph_count`` (Dynamo graphs of the compiled-autograd run, forward and backward),
-    ``steady_state_recompiles`` (the finding's subset of ``extra["recompiles"]``) and ``extra``; or ``{"skip_reason": ...}``
-    when nothing runs backward or eager already fails. ``backends``: the measured run's backend, and the one
+    first again. Returns a ``records.StageRecord``: ``error``, ``breaks``, ``warnings``, ``mismatches``,
+    ``graph_count`` (Dynamo graphs of the compiled-autograd run, forward and backward), ``steady_state_recompiles``
+    (the finding's subset of ``extra["recompiles"]``) and ``extra``; or a ``skip_reason`` when nothing runs backward
+    or eager already fails. ``backends``: the measured run's backend, and the one
     that reruns the steps when it fails (``extra["backend"]``, ``extra["other_backend"]``).
     """
     try:
         return _measure(make_case, steps, dynamic, backends)
     except Exception as e:
-        return {"error": exceptions.error_record(e, "compiled_autograd"), "breaks": [], "warnings": []}
+        return StageRecord(error=exceptions.error_record(e, "compiled_autograd"), breaks=[])
 
 
-def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends: tuple[str, str]) -> dict[str, Any]:
+def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends: tuple[str, str]) -> StageRecord:
     """The body of ``stage_compiled_autograd``."""
     counters = compat.counters()
     steps = max(int(steps), WARMUP_STEPS + 1)
     first = make_case()
     if not needs_grad(first):
-        return {"skip_reason": "the probe runs no backward (no floating input and no parameter of a module it "
-                               "reaches requires grad, or Case(grad=False))"}
+        return StageRecord(skip_reason="the probe runs no backward (no floating input and no parameter of a module "
+                                       "it reaches requires grad, or Case(grad=False))")
 
     def cases_for(case: Case) -> list[Case]:
         return [case, _second_shape(case)[0]] if dynamic else [case]
@@ -208,21 +212,21 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
     # 1. eager reference (again below if the compiled-autograd run takes confirmation steps)
     ref_case = make_case()
     ref_execs, ref_error = _run(ref_case.fn, cases_for(ref_case), [0] * steps + shape_phase)
-    if ref_error and ref_error["step"] > steps:  # the second shape itself fails in eager: drop it
-        dynamic_note = f"the second input shape fails in eager ({ref_error['type']}); ran the first shape only"
+    if ref_error and (ref_error.step or 0) > steps:  # the second shape itself fails in eager: drop it
+        dynamic_note = f"the second input shape fails in eager ({ref_error.type}); ran the first shape only"
         shape_phase, ref_execs, ref_error = [], ref_execs[:steps], None
     if ref_error:
-        from ..model.report import headline, later_step
+        from ..model.report import later_step
 
-        where = "forward" if ref_error["phase"] == "forward" else "backward"
-        if ref_error["step"] == 1:  # the eager stage's own run
-            return {"skip_reason": f"the eager {where} fails ({headline(ref_error)}; see the eager stage); "
-                                   "nothing to compare"}
+        where = "forward" if ref_error.phase == "forward" else "backward"
+        if ref_error.step == 1:  # the eager stage's own run
+            return StageRecord(skip_reason=f"the eager {where} fails ({ref_error.headline()}; see the eager stage); "
+                                           "nothing to compare")
         # a later step on the same model and inputs: say which run failed, not the step that ran
-        return {"skip_reason": f"eager {later_step(ref_error['step'], {**ref_error, 'phase': where})}; "
-                               "nothing to compare"}
+        step = later_step(ref_error.step or 0, dataclasses.replace(ref_error, phase=where))
+        return StageRecord(skip_reason=f"eager {step}; nothing to compare")
     if not ref_execs[-1].ran_backward:
-        return {"skip_reason": "no floating output requires grad, so no backward runs"}
+        return StageRecord(skip_reason="no floating output requires grad, so no backward runs")
 
     # 2. torch.compile with compiled autograd
     compat.dynamo_reset()  # also resets compiled autograd's cache
@@ -233,7 +237,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
     backward = _BackwardGraphs(backends[0])
     marks: list[int] = []  # the captures counter before each step, then after the last
     execs_b: list[Execution] = []
-    error_b: dict[str, Any] | None = None
+    error_b: ErrorRecord | None = None
     snap = {"unique": counters["stats"]["unique_graphs"], "captures": counters["compiled_autograd"]["captures"]}
     with tracelog.TraceCollector() as trace_b, exceptions.WarningCollector() as warn, tracelog.RecompileCollector() as rc, \
             compat.log_artifacts_enabled("compiled_autograd_verbose"), compat.compiled_autograd(backward):
@@ -245,12 +249,12 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
             rc.step = step
             execs_b.append(execute(compiled_b, cases_b[which], reseed=step == 1))
             if execs_b[-1].error:
-                error_b = {**execs_b[-1].error, "step": step}
+                error_b = dataclasses.replace(execs_b[-1].error, step=step)
             return error_b is None
 
         def recompiled(step: int) -> bool:
             return counters["compiled_autograd"]["captures"] > marks[step - 1] or \
-                any(r["step"] == step for r in rc.records)
+                any(r.step == step for r in rc.records)
 
         ok = all(step_once(0) for _ in range(steps))
         while ok and len(execs_b) < steps + CONFIRM_STEPS and recompiled(len(execs_b)):
@@ -279,7 +283,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
     breaks_without = len(trace_a.breaks)
 
     recompiles = _recompile_records(rc.records, captures_per_step)
-    clean_until = static_steps if error_b is None else min(static_steps, error_b["step"] - 1)
+    clean_until = static_steps if error_b is None else min(static_steps, (error_b.step or 1) - 1)
     steady = steady_state(recompiles, clean_until)
     in_graph = backward.hooks[-1] if backward.hooks else Counter()
     counts = CompiledAutogradCounts(
@@ -293,7 +297,7 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
         captures=captures,
         captures_per_step=captures_per_step,
         compiles=backward.compiles,
-        recompiles=recompiles,
+        recompiles=[r.to_wire() for r in recompiles],
         recompile_count=len(recompiles),
         hooks_captured=sum(in_graph.values()),
         hooks={
@@ -312,22 +316,22 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
         counts.shapes = {"A": _shapes(first), **({"B": _shapes(_second_shape(first)[0])} if 1 in schedule else {})}
         counts.dynamic_note = dynamic_note
     if error_a:
-        counts.error_without_ca = f"{error_a['type']}: {error_a['message'][:300]} (step {error_a['step']})"
+        counts.error_without_ca = f"{error_a.type}: {error_a.message[:300]} (step {error_a.step})"
 
     if error_b:  # the compiled-autograd run stopped early: its counts are partial, so not measured
-        counts.other_backend = _other_backend(make_case, cases_for, schedule[:error_b["step"]], backends[1])
+        counts.other_backend = _other_backend(make_case, cases_for, schedule[:error_b.step], backends[1])
         counts.unique_graphs_with_ca = counts.backward_graphs_per_capture = counts.unique_graphs_forward_with_ca = None
         counts.captures = counts.compiles = counts.hooks_captured = counts.recompile_count = None
         counts.backward_graph_breaks = None
     if error_a:
         counts.unique_graphs_without_ca = counts.graph_breaks_without_ca = None
     extra = counts.to_extra()
-    record: dict[str, Any] = {
-        "error": error_b, "breaks": trace_b.breaks, "warnings": warn.messages,
-        "graph_count": graphs_with_ca if error_b is None else None,
-        "steady_state_recompiles": steady, "extra": extra,  # every recompile is in counts.recompiles
-        "phases": phases(execs_b[-1]) if execs_b else None,
-    }
+    record = StageRecord(
+        error=error_b, breaks=trace_b.breaks, warnings=warn.messages,
+        graph_count=graphs_with_ca if error_b is None else None,
+        steady_state_recompiles=steady, extra=extra,  # every recompile is in counts.recompiles
+        phases=phases(execs_b[-1]) if execs_b else None,
+    )
     if error_b is None:
         ran = schedule[:len(execs_b)]
 
@@ -343,12 +347,12 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
                                     "compiled code replaces with torch's; the aot_eager and inductor stages compare "
                                     "it").to_extra())
             mismatches = []
-        record["mismatches"] = with_causes(mismatches, make_case)
+        record.mismatches = with_causes(mismatches, make_case)
     return record
 
 
 def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], list[Case]], schedule: list[int],
-                   backend: str) -> dict[str, Any]:
+                   backend: str) -> Json:
     """The failing steps again, compiled (forward and compiled autograd's backward) with ``backend``:
     ``{"backend", "error"}``, ``error`` (``type``, ``message``, ``step``) ``None`` when they pass."""
     if compat.dynamo_suppresses_errors():  # a failure would fall back to eager and read as a pass
@@ -371,10 +375,10 @@ def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], li
         compat.dynamo_reset()
     if error is None:
         return {"backend": backend, "error": None}
-    return {"backend": backend, "error": {k: error.get(k) for k in ("type", "message", "step")}}
+    return {"backend": backend, "error": {"type": error.type, "message": error.message, "step": error.step}}
 
 
-def _recompile_records(records: list[dict[str, Any]], captures_per_step: list[int]) -> list[dict[str, Any]]:
+def _recompile_records(records: list[RecompileRecord], captures_per_step: list[int]) -> list[RecompileRecord]:
     """Recompiles in step order: every Dynamo guard failure, and every compiled-autograd capture but the
     run's first (that one is the initial compile). A capture torch logged no reason for (verbose logging
     unavailable) gets a placeholder reason, so the counts stay right.
@@ -382,19 +386,18 @@ def _recompile_records(records: list[dict[str, Any]], captures_per_step: list[in
     A capture caused by a new ``CompiledFunctionBackward`` node in a step whose forward recompiled is
     credited to that forward recompile's user frame (``user_frame_from`` says so).
     """
-    out: list[dict[str, Any]] = []
+    out: list[RecompileRecord] = []
     for step, n_captures in enumerate(captures_per_step, start=1):
-        dyn = [r for r in records if r["step"] == step and r["source"] == "dynamo"]
-        ca = [r for r in records if r["step"] == step and r["source"] == "compiled_autograd"][:n_captures]
-        ca += [{"reason": "compiled-autograd capture (torch logged no reason)", "step": step,
-                "source": "compiled_autograd", "user_frame": None, "graph": "backward"}
-               for _ in range(n_captures - len(ca))]
-        forward_frame = next((r["user_frame"] for r in dyn if r["graph"] == "forward" and r["user_frame"]), None)
-        for r in ca:
-            if forward_frame and "CompiledFunctionBackward" in r["reason"]:
-                r.update(user_frame=forward_frame, user_frame_from="the forward recompile of the same step")
+        dyn = [r for r in records if r.step == step and r.source == DYNAMO]
+        ca = [r for r in records if r.step == step and r.source == COMPILED_AUTOGRAD][:n_captures]
+        ca += [RecompileRecord("compiled-autograd capture (torch logged no reason)", step, COMPILED_AUTOGRAD,
+                               "backward") for _ in range(n_captures - len(ca))]
+        forward_frame = next((r.user_frame for r in dyn if r.graph == "forward" and r.user_frame), None)
+        if forward_frame:
+            ca = [dataclasses.replace(r, user_frame=forward_frame, user_frame_from="the forward recompile of the same "
+                                      "step") if "CompiledFunctionBackward" in r.reason else r for r in ca]
         out += dyn + ca
-    firsts = [i for i, r in enumerate(out) if r["source"] == "compiled_autograd"]
-    if firsts and out[firsts[0]]["step"] == 1:
+    firsts = [i for i, r in enumerate(out) if r.source == COMPILED_AUTOGRAD]
+    if firsts and out[firsts[0]].step == 1:
         del out[firsts[0]]
     return out

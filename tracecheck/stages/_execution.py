@@ -6,8 +6,8 @@ stage builds its own fresh ``Case`` (the probe function is called again, seeded)
 compared with eager at the same step count, and no stage sees another's compile caches, counters or
 warn-once state.
 
-A stage returns the fields of ``records.StageRecord`` (the one list of them, each documented there); a key no
-field names is refused when the record is read.
+A stage returns its ``records.StageRecord`` (the one list of fields, each documented there), its records typed where
+they are made here: an exception's ``ErrorRecord``, a comparison's ``MismatchRecord``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import functools
 import operator
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 import torch
 from ..compat import pytree
@@ -25,8 +25,11 @@ from .. import compat
 from . import _numerics
 from ..evidence import exceptions, tracelog
 from ._numerics import BACKWARD, FORWARD
+from ..model.errors import ErrorRecord
+from ..model.evidence import WorstTensor
 from ..model.payloads import InductorKernels, StageNotes
 from ..model.probe import Case
+from ..model.records import MismatchRecord, StageRecord
 from ..evidence.reachable import reachable_modules, trainable_parameters
 
 
@@ -36,7 +39,7 @@ class Execution:
 
     outputs: Any = None
     grads: dict[str, torch.Tensor | None] = field(default_factory=dict)
-    error: dict[str, Any] | None = None
+    error: ErrorRecord | None = None
     ran_backward: bool = False
     #: a higher-precision reference run: its precision ("float64", or "float32" for a half-precision probe that
     #: cannot run in float64); None for any other run
@@ -86,7 +89,7 @@ def needs_grad(case: Case) -> bool:
 def phases(ran: "Execution | bool") -> list[str]:
     """What a stage ran, for ``StageResult.phases``: backward counts when it ran or was attempted and raised."""
     if isinstance(ran, Execution):
-        ran = ran.ran_backward or bool(ran.error and ran.error.get("phase") == "backward")
+        ran = ran.ran_backward or bool(ran.error and ran.error.phase == "backward")
     return [FORWARD, BACKWARD] if ran else [FORWARD]
 
 
@@ -172,14 +175,18 @@ def _grad_delta(grad: torch.Tensor | None, before: torch.Tensor | None) -> torch
     return grad if before is None else grad - before
 
 
-def pairs(ref: Execution, got: Execution) -> list[_numerics.Pair] | dict[str, Any]:
+def structural(detail: str) -> MismatchRecord:
+    """The one disagreement of outputs that cannot be paired up (their structure or number differs)."""
+    return MismatchRecord(FORWARD, 1, 1, WorstTensor(what="outputs", detail=detail))
+
+
+def pairs(ref: Execution, got: Execution) -> list[_numerics.Pair] | MismatchRecord:
     """What a compiled run is compared on: each output leaf, whether backward ran, each gradient. A
     different output structure is returned as the one disagreement (there is nothing to pair up)."""
     ref_leaves, ref_spec = pytree.tree_flatten(plain(ref.outputs))
     got_leaves, got_spec = pytree.tree_flatten(plain(got.outputs))
     if ref_spec != got_spec:
-        return {"phase": _numerics.FORWARD, "disagreeing": 1, "compared": 1, "worst": {
-            "what": "outputs", "detail": f"output structure differs: compiled {got_spec} vs eager {ref_spec}"}}
+        return structural(f"output structure differs: compiled {got_spec} vs eager {ref_spec}")
     out = [_numerics.Pair(f"output[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_leaves, got_leaves))]
     if ref.ran_backward or got.ran_backward:  # e.g. the compiled outputs lost requires_grad
         out.append(_numerics.Pair("backward", ref.ran_backward, got.ran_backward))
@@ -200,7 +207,7 @@ def values(ex: Execution, widen: bool = True) -> dict[str, Any]:
 
 def compare(ref: Execution, got: Execution, fp64: Callable[[], "Execution | str"] | None = None,
             jittered: Callable[[], "list[Execution]"] | None = None, batchnorm: bool = False,
-            notes: list[str] | None = None) -> list[dict[str, Any]]:
+            notes: list[str] | None = None) -> list[MismatchRecord]:
     """``got`` (compiled) against ``ref`` (eager), at most one record per phase (_numerics.judge).
 
     ``fp64`` makes the higher-precision reference run (float64; float32 for a half-precision probe that cannot run
@@ -213,7 +220,7 @@ def compare(ref: Execution, got: Execution, fp64: Callable[[], "Execution | str"
     gets a line saying which and why.
     """
     paired = pairs(ref, got)
-    if isinstance(paired, dict):
+    if isinstance(paired, MismatchRecord):
         return [paired]
 
     def make() -> dict[str, Any] | str:
@@ -264,10 +271,8 @@ def float64_run(make_case: Callable[[], Case], run: Callable[[Case], "Execution 
         except Exception as e:
             return f"the probe does not run in {name} ({type(e).__name__}: {exceptions.safe_str(e)[:200]})"
         if ex is None or ex.error:
-            from ..model.report import headline
-
-            err = ex.error if ex is not None else {"type": "?", "message": ""}
-            return f"the probe does not run in {name} ({headline(err)})"
+            err = ex.error if ex is not None and ex.error is not None else ErrorRecord("?")
+            return f"the probe does not run in {name} ({err.headline()})"
         ex.reference_dtype = name
         return ex
 
@@ -287,8 +292,16 @@ def float64_run(make_case: Callable[[], Case], run: Callable[[Case], "Execution 
     return thunk
 
 
+class References(TypedDict):
+    """What ``compare`` judges a compiled run against (its keyword arguments): ``references`` makes them."""
+
+    fp64: Callable[[], "Execution | str"]
+    jittered: Callable[[], "list[Execution]"]
+    batchnorm: bool
+
+
 def references(make_case: Callable[[], Case], run: Callable[[Case], "Execution | None"] | None = None,
-               case: Case | None = None) -> dict[str, Any]:
+               case: Case | None = None) -> References:
     """What ``compare`` judges a compiled run against, for one probe: the float64 run, the jittered eager runs (both
     made lazily, by ``run``), and whether the per-model tolerance of training through BatchNorm applies (read from
     ``case``, a case of the probe already built, else a fresh one)."""
@@ -335,7 +348,7 @@ def jittered_runs(make_case: Callable[[], Case],
     return thunk
 
 
-def with_causes(mismatches: list[dict[str, Any]], make_case: Callable[[], Case]) -> list[dict[str, Any]]:
+def with_causes(mismatches: list[MismatchRecord], make_case: Callable[[], Case]) -> list[MismatchRecord]:
     """Add the custom ops and random ops one eager forward calls to each mismatch record (only when there is
     one: the inventory costs a run under a dispatch mode)."""
     if not mismatches:
@@ -349,8 +362,9 @@ def with_causes(mismatches: list[dict[str, Any]], make_case: Callable[[], Case])
         seed_all()
         case.fn(*case.args, **case.kwargs)
 
-    ops = _numerics.inventory(forward).to_dict()
-    return [{**m, **ops} for m in mismatches]
+    ops = _numerics.inventory(forward)
+    return [dataclasses.replace(m, custom_ops=tuple(ops.custom_ops), random_ops=tuple(ops.random_ops))
+            for m in mismatches]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -367,11 +381,11 @@ def reference(make_case: Callable[[], Case], backward: bool = True) -> Execution
 
 def forward_fails(ref: Execution) -> bool:
     """When eager cannot even run forward, a compiled stage has nothing to diagnose that eager didn't."""
-    return bool(ref.error and ref.error["phase"] == "forward")
+    return bool(ref.error and ref.error.phase == "forward")
 
 
 def run_compiled(make_case: Callable[[], Case], backend: str | Callable[..., Any],
-                 fullgraph: bool = False) -> dict[str, Any]:
+                 fullgraph: bool = False) -> StageRecord:
     """``torch.compile(fn, backend=..., fullgraph=...)`` forward+backward, compared with eager.
 
     Random ops draw the same numbers as eager: each run is seeded alike, and inductor falls back to ATen's
@@ -390,25 +404,25 @@ def run_compiled(make_case: Callable[[], Case], backend: str | Callable[..., Any
             got = execute(compiled, case)
     ref = reference(make_case)
     if forward_fails(ref):
-        return {"skip_reason": "the eager forward fails (see the eager stage); nothing to compare"}
+        return StageRecord(skip_reason="the eager forward fails (see the eager stage); nothing to compare")
     from ..evidence.wording import TORCH_NAMESPACES
 
     counters = compat.counters()
 
-    record: dict[str, Any] = {
-        "error": got.error, "breaks": trace.breaks, "warnings": w.messages,
-        "graph_count": int(counters["stats"]["unique_graphs"]) if got.error is None else None,
+    record = StageRecord(
+        error=got.error, breaks=trace.breaks, warnings=w.messages,
+        graph_count=int(counters["stats"]["unique_graphs"]) if got.error is None else None,
         # one forward call's Dynamo graphs (the backward's are AOTAutograd's, not Dynamo's): breaks are graphs - 1
-        "graph_break_count": int(counters["stats"]["unique_graphs"]) - 1
+        graph_break_count=int(counters["stats"]["unique_graphs"]) - 1
         if got.error is None and counters["stats"]["unique_graphs"] else None,
-        "dynamo_graph_break_count": compat.graph_break_counter() - counted_before if got.error is None else None,
-        "phases": phases(got),
-    }
+        dynamo_graph_break_count=compat.graph_break_counter() - counted_before if got.error is None else None,
+        phases=phases(got),
+    )
     if code.codes and got.error is None:  # inductor: the custom ops its generated code calls as extern kernels
         kernels = code.kernel_count()
-        record["opaque_ops"] = [{**op, "kernels": kernels} for op in code.extern_ops(TORCH_NAMESPACES)]
-        record["extra"] = InductorKernels(
-            graphs=len(code.codes), generated_kernels=kernels, extern_custom_ops=len(record["opaque_ops"]),
+        record.opaque_ops = code.extern_ops(TORCH_NAMESPACES, kernels)
+        record.extra = InductorKernels(
+            graphs=len(code.codes), generated_kernels=kernels, extern_custom_ops=len(record.opaque_ops),
             **{k: int(counters[group][k]) for group, keys in (
                 ("inductor", ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")),
                 ("aot_autograd", ("autograd_cache_hit", "autograd_cache_miss"))) for k in keys}).to_extra()
@@ -419,12 +433,11 @@ def run_compiled(make_case: Callable[[], Case], backend: str | Callable[..., Any
             notes.clear()
             again = _compare_on_numpy_stream(make_case, backend, fullgraph, ref, record, notes)
             mismatches = mismatches if again is None else again
-        record["mismatches"] = with_causes(mismatches, make_case)
+        record.mismatches = with_causes(mismatches, make_case)
         if notes:
-            extra = record.setdefault("extra", {})
-            extra.update(StageNotes(not_checked=[*extra.get("not_checked", []), *notes]).to_extra())
-    elif ref.error and ref.error["type"] == got.error["type"] and ref.error["phase"] == got.error["phase"]:
-        record["same_as_eager"] = True  # the compiled run fails exactly where eager does
+            record.extra.update(StageNotes(not_checked=[*record.extra.get("not_checked", []), *notes]).to_extra())
+    elif ref.error and ref.error.type == got.error.type and ref.error.phase == got.error.phase:
+        record.same_as_eager = True  # the compiled run fails exactly where eager does
     return record
 
 
@@ -444,8 +457,8 @@ def draws_from_numpy(make_case: Callable[[], Case]) -> bool:
 
 
 def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str | Callable[..., Any], fullgraph: bool,
-                             ref: Execution, record: dict[str, Any],
-                             notes: list[str] | None = None) -> list[dict[str, Any]] | None:
+                             ref: Execution, record: StageRecord,
+                             notes: list[str] | None = None) -> list[MismatchRecord] | None:
     """Dynamo traces ``np.random`` calls onto torch's generator (``use_numpy_random_stream=False``, the
     default), so a compiled model draws other random numbers than eager by design, not by a bug. Compare
     again with ``use_numpy_random_stream=True`` (those calls run on NumPy's stream), in a fresh compile whose
@@ -456,7 +469,7 @@ def _compare_on_numpy_stream(make_case: Callable[[], Case], backend: str | Calla
         again = execute(torch.compile(case.fn, backend=backend, fullgraph=fullgraph), case)
     if again.error is not None:
         return None  # the first comparison stands
-    record.setdefault("extra", {}).update(StageNotes(numerics=(
+    record.extra.update(StageNotes(numerics=(
         "the probe draws from NumPy's random generator; compared with torch._dynamo.config."
         "use_numpy_random_stream=True so that the compiled run draws the same numbers as eager")).to_extra())
     return compare(ref, again, **references(make_case, case=case), notes=notes)

@@ -10,10 +10,10 @@ of the forward, one differentiable input at a time:
   Jacobian; on a mismatch it recomputes the full Jacobians for its report, 2 forward calls per element, hence
   the size limit);
 * otherwise (a kernel that only computes in float32, like the mHC extension, or a large input): a
-  central-difference check along one random direction per input, in float32 (or float64). See ``directional``
-  for the step and the tolerance and why.
+  central-difference check along one random direction per input, in float32 (or float64). See
+  ``_directional.directional`` for the step and the tolerance and why.
 
-A mismatch is reported only when it holds up (``confirmed``): at half the step (else the forward is not smooth
+A mismatch is reported only when it holds up (``_directional.confirmed``): at half the step (else the forward is not smooth
 along the direction: a kink or a jump), along a second random direction, and, for gradcheck, at float32 precision (a
 kernel that takes float64 but computes in float32 fails float64 gradcheck with a correct backward). Otherwise the
 input is ``inconclusive``, with the reason, and no finding is made.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -32,21 +32,20 @@ from ..compat import pytree
 from .. import compat
 from ..evidence import exceptions
 from ..evidence.oprecorder import OpRecorder
-from ..model.records import END_TO_END
+from ..model.errors import ErrorRecord
+from ..model.records import END_TO_END, GradcheckOutcome, GradientMismatch
 from ..model.report import op_name
+from ._directional import DIRECTIONAL_RTOL, Directional, confirmed
 
 #: gradcheck (float64) when the differentiable inputs hold at most this many elements; above, the directional
 #: check (gradcheck's failure report alone would cost 2 forward calls per element)
 GRADCHECK_NUMEL = 8192
-#: relative tolerance of the float32 directional check: the central difference at step eps^(1/3) is accurate
-#: to about eps^(2/3) ~ 2.4e-5 relative for a smooth function of unit scale; 1e-2 leaves 400x for curvature and
-#: rounding accumulated over large sums, and still refuses a backward off by any constant factor (>= 1.01)
-DIRECTIONAL_RTOL = {torch.float32: 1e-2, torch.float64: 1e-3}
 #: gradcheck's own defaults (torch.autograd.gradcheck: atol=1e-5, rtol=1e-3)
 GRADCHECK_ATOL, GRADCHECK_RTOL = 1e-5, 1e-3
 
 
-#: ``Outcome.skip`` of a call none of whose inputs requires grad (gradcheck.py words a stage of only these apart)
+#: ``GradcheckOutcome.skip`` of a call none of whose inputs requires grad (gradcheck.py words a stage of only these
+#: apart)
 NO_GRAD_INPUT = "no input of its recorded call requires grad"
 
 
@@ -68,27 +67,23 @@ class Call:
 
 
 @dataclass
-class Outcome:
-    """The check of one call: ``method`` ("gradcheck float64" or "directional float32"...), the inputs checked,
-    and at most one mismatch (``input``, ``output``, ``numerical``, ``analytical``, ``relative_error``,
-    ``tolerance``), or ``error`` (an error record) when the forward or backward raised, or ``skip``."""
+class _Draft:
+    """A ``GradcheckOutcome`` while its check runs (the check fills it step by step); ``record`` freezes it."""
 
     name: str
-    #: the call is an autograd.Function's (``name`` is its class), not a custom op's
     function: bool = False
     method: str = ""
     inputs: list[str] = field(default_factory=list)
-    mismatch: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    mismatch: GradientMismatch | None = None
+    error: ErrorRecord | None = None
     skip: str = ""
     note: str = ""
-    #: per input whose check could not decide: why (no finding is made)
     inconclusive: dict[str, str] = field(default_factory=dict)
-    #: per input checked by the directional check: |numerical - analytical| / max(|numerical|, |analytical|)
     relative_errors: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in ("", None, [], {}, False)}
+    def record(self) -> GradcheckOutcome:
+        return GradcheckOutcome(self.name, self.function, self.method, tuple(self.inputs), self.mismatch, self.error,
+                                self.skip, self.note, dict(self.inconclusive), dict(self.relative_errors))
 
 
 class _TopLevel(OpRecorder):
@@ -166,17 +161,17 @@ def _arg_names(call: Call, n_args: int) -> list[str]:
     return [params[i] if i < len(params) else f"arg{i}" for i in range(n_args)]
 
 
-def check_call(call: Call, seed: int = 0) -> Outcome:
+def check_call(call: Call, seed: int = 0) -> GradcheckOutcome:
     """Check one recorded call's backward against numerical derivatives (module docstring). Never raises."""
-    out = Outcome(call.name, function=call.is_function)
+    out = _Draft(call.name, function=call.is_function)
     try:
         _check(call, out, seed)
     except Exception as e:  # the checker's own failure: recorded, never a crash of the stage
         out.error = exceptions.error_record(e, "backward")
-    return out
+    return out.record()
 
 
-def _check(call: Call, out: Outcome, seed: int) -> None:
+def _check(call: Call, out: _Draft, seed: int) -> None:
     from ._execution import seed_all
 
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
@@ -223,8 +218,8 @@ def _check(call: Call, out: Outcome, seed: int) -> None:
     base, tol_dtype, gradcheck_found = as64, torch.float64, None
     if runs64 and numel <= GRADCHECK_NUMEL:
         found = _gradcheck(lambda *xs: tuple(run(_with(as64, diff, xs))), [as64[i] for i in diff])
-        if isinstance(found, dict):  # gradcheck itself raised (a backward kernel refusing float64, say)
-            out.note = f"float64 gradcheck raised {found['type'].rsplit('.', 1)[-1]}; checked in float32 instead"
+        if isinstance(found, ErrorRecord):  # gradcheck itself raised (a backward kernel refusing float64, say)
+            out.note = f"float64 gradcheck raised {found.type.rsplit('.', 1)[-1]}; checked in float32 instead"
             runs64 = False
         else:
             gradcheck_found = found or "pass"
@@ -248,27 +243,28 @@ def _check(call: Call, out: Outcome, seed: int) -> None:
             return run(_with(base, [i], (x,)))
 
         m = confirmed(f, base[i], tol_dtype, seed)
-        out.relative_errors[labels[i]] = m["relative_error"]
-        if not m["ok"] and not m.get("inconclusive") and tol_dtype == torch.float64:
+        out.relative_errors[labels[i]] = m.relative_error
+        if not m.ok and not m.inconclusive and tol_dtype == torch.float64:
             at32 = confirmed(f, base[i], torch.float32, seed)  # float64 inputs, float32 step and tolerance
-            if at32["ok"] or at32.get("inconclusive"):
-                m = {**m, "inconclusive": "the float64 check fails, but the check at float32 precision passes: "
-                                          "the call computes below float64 inside"}
-        if m.get("inconclusive"):
-            out.inconclusive[labels[i]] = m["inconclusive"]
+            if at32.ok or at32.inconclusive:
+                m = replace(m, inconclusive="the float64 check fails, but the check at float32 precision passes: "
+                                            "the call computes below float64 inside")
+        if m.inconclusive:
+            out.inconclusive[labels[i]] = m.inconclusive
             continue
-        if m["ok"]:
+        if m.ok:
             continue
+        output = None
         if len(keep) > 1:  # which output's gradient is wrong: each alone
             for k in range(len(keep)):
                 def one(x: torch.Tensor, k: int = k, f: Callable[[torch.Tensor], list[torch.Tensor]] = f) -> \
                         list[torch.Tensor]:
                     return [f(x)[k]]
                 mk = confirmed(one, base[i], tol_dtype, seed)
-                if not mk["ok"] and not mk.get("inconclusive"):
-                    m = {**mk, "output": _output_label(call, keep[k])}
+                if not mk.ok and not mk.inconclusive:
+                    m, output = mk, _output_label(call, keep[k])
                     break
-        out.mismatch = {"input": labels[i], **{k: v for k, v in m.items() if k != "ok"}}
+        out.mismatch = m.mismatch(labels[i], output)
         if gradcheck_found == "pass":
             out.note = ("float64 gradcheck (fast mode) passes: its tolerance grows with the input's size; the "
                         "central difference does not")
@@ -295,73 +291,7 @@ def _output_label(call: Call, j: int) -> str:
     return f"output {j}"
 
 
-def confirmed(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor, dtype: torch.dtype,
-              seed: int) -> dict[str, Any]:
-    """``directional``, with a mismatch kept only when it holds: the numerical derivative is finite and does not
-    change at half the step, the forward is not flat along the direction (a straight-through estimator's backward
-    is a surrogate by design), and a second random direction disagrees too. Else ``inconclusive`` says why."""
-    m = directional(f, x, dtype, seed)
-    if m["ok"]:
-        return m
-    if not math.isfinite(m["numerical"]):
-        return {**m, "inconclusive": "the numerical derivative is not finite (the step leaves the forward's domain)"}
-    half = directional(f, x, dtype, seed, scale=0.5)
-    if abs(half["numerical"] - m["numerical"]) > m["tolerance"]:
-        return {**m, "inconclusive": "the numerical derivative changes with the step: the forward is not smooth "
-                                     "along the direction (a kink or a jump)"}
-    if abs(m["numerical"]) <= m["atol"] and abs(m["analytical"]) > m["tolerance"]:
-        return {**m, "inconclusive": "the forward is flat along the direction while the backward is not: a "
-                                     "surrogate gradient by design (straight-through)"}
-    if directional(f, x, dtype, seed + 1)["ok"]:
-        return {**m, "inconclusive": "a second random direction agrees"}
-    return m
-
-
-def directional(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor, dtype: torch.dtype,
-                seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
-    """Compare d/dt L(x + t v) at t=0, numerically (central difference) and by autograd, where
-    L = sum_k <u_k, out_k> with random cotangents u_k and a random direction v (standard normal, drawn from
-    ``seed``: the same seed gives the same direction).
-
-    Step h = scale * eps^(1/3) * rms(x) (eps of ``dtype``; rms 1 for a zero tensor): the step that balances the
-    truncation error h^2/6 |L'''| against the rounding error eps |L| / h; both are then about eps^(2/3) relative.
-    Tolerance: |num - ana| <= atol + rtol * max(|num|, |ana|), with rtol = DIRECTIONAL_RTOL[dtype] and
-    atol = 8 * eps * ||u * out||_2 / h, the rounding error of the difference quotient (the rounding errors of the
-    terms L sums add like a random walk: their 2-norm). Returns both derivatives, their relative error, the
-    tolerance and ``ok``.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    eps = torch.finfo(dtype).eps
-    x = x.detach()
-    rms = float(x.double().pow(2).mean().sqrt()) if x.numel() else 0.0
-    h = scale * eps ** (1 / 3) * (rms if rms > 0 and math.isfinite(rms) else 1.0)
-    v = torch.randn(x.shape, generator=gen, dtype=torch.float64).to(device=x.device, dtype=x.dtype)  # drawn on the CPU: any device
-    x0 = x.clone().requires_grad_()
-    outs = f(x0)
-    us = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.device) for o in outs]
-
-    def loss(os: list[torch.Tensor]) -> torch.Tensor:
-        return sum(((u * o.double()).sum() for u, o in zip(us, os)), torch.zeros((), dtype=torch.float64))
-
-    (g,) = torch.autograd.grad(loss(outs), x0, allow_unused=True)
-    analytical = float((g.double() * v.double()).sum()) if g is not None else 0.0
-    with torch.no_grad():
-        plus, minus = f((x + h * v).to(x.dtype)), f((x - h * v).to(x.dtype))
-        numerical = float(loss(plus) - loss(minus)) / (2 * h)
-        size = float(sum(((u * o.double()).pow(2).sum() for u, o in zip(us, outs)),
-                         torch.zeros((), dtype=torch.float64)).sqrt())
-    atol = 8 * eps * size / h
-    rtol = DIRECTIONAL_RTOL.get(dtype, 1e-2)
-    err = abs(numerical - analytical)
-    tol = atol + rtol * max(abs(numerical), abs(analytical))
-    return {"ok": math.isfinite(err) and err <= tol, "numerical": numerical, "analytical": analytical,
-            "relative_error": err / max(abs(numerical), abs(analytical), 1e-30), "tolerance": tol, "atol": atol,
-            "step": h}
-
-
-
-
-def end_to_end(make_case: Callable[[], Any], seed: int = 0) -> Outcome:
+def end_to_end(make_case: Callable[[], Any], seed: int = 0) -> GradcheckOutcome:
     """The probe's gradient as a training step gets it, against the numerical derivative of its loss: the
     ``.grad`` its leaves (inputs that require grad, trainable parameters) hold after ``loss.backward()``, along a
     random direction, compared with a central difference of the loss in the leaves' own dtype (tolerance as
@@ -369,15 +299,15 @@ def end_to_end(make_case: Callable[[], Any], seed: int = 0) -> Outcome:
     see shows here: a backward that also writes into an input's ``.grad`` and returns it (accumulated twice), a
     gradient a library's tape adds on its own. Two backward runs that disagree are ``unstable``: no finding. A
     mismatch is confirmed as ``confirmed`` does (half the step, a second direction). Never raises."""
-    out = Outcome(END_TO_END, function=False)
+    out = _Draft(END_TO_END, function=False)
     try:
         _end_to_end(make_case, out, seed)
     except Exception as e:
         out.error = exceptions.error_record(e, "backward")
-    return out
+    return out.record()
 
 
-def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
+def _end_to_end(make_case: Callable[[], Any], out: _Draft, seed: int) -> None:
     from ._execution import grad_targets, loss_of, seed_all
 
     case = make_case()
@@ -446,7 +376,7 @@ def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
                   f"{str(tol_dtype).replace('torch.', '')}, per input and for the parameters together")
     out.inputs = list(targets)
 
-    def check(group: list[str], direction_seed: int, scale: float = 1.0) -> dict[str, Any]:
+    def check(group: list[str], direction_seed: int, scale: float = 1.0) -> Directional:
         gen = torch.Generator().manual_seed(direction_seed)
         shift = {}
         for k in group:  # each leaf moves in proportion to its own size
@@ -461,9 +391,8 @@ def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
         atol = 8 * eps * size / t
         err = abs(numerical - analytical)
         tol = atol + DIRECTIONAL_RTOL.get(tol_dtype, 1e-2) * max(abs(numerical), abs(analytical))
-        return {"ok": math.isfinite(err) and err <= tol, "numerical": numerical, "analytical": analytical,
-                "relative_error": err / max(abs(numerical), abs(analytical), 1e-30), "tolerance": tol,
-                "atol": atol, "step": t}
+        return Directional(math.isfinite(err) and err <= tol, numerical, analytical,
+                           err / max(abs(numerical), abs(analytical), 1e-30), tol, atol, t)
 
     # each input alone (a wrong gradient of one input is not drowned by the parameters'), the parameters together
     params = [k for k in targets if k.startswith("param:")]
@@ -471,22 +400,22 @@ def _end_to_end(make_case: Callable[[], Any], out: Outcome, seed: int) -> None:
     for group in groups:
         label = group[0] if len(group) == 1 else "the parameters"
         m = check(group, seed)
-        out.relative_errors[label] = m["relative_error"]
-        if m["ok"]:
+        out.relative_errors[label] = m.relative_error
+        if m.ok:
             continue
-        if not math.isfinite(m["numerical"]):
+        if not math.isfinite(m.numerical):
             out.inconclusive[label] = "the numerical derivative is not finite"
-        elif abs(check(group, seed, scale=0.5)["numerical"] - m["numerical"]) > m["tolerance"]:
+        elif abs(check(group, seed, scale=0.5).numerical - m.numerical) > m.tolerance:
             out.inconclusive[label] = ("the numerical derivative changes with the step: the loss is not smooth "
                                        "along the direction")
-        elif abs(m["numerical"]) <= m["atol"] and abs(m["analytical"]) > m["tolerance"]:
+        elif abs(m.numerical) <= m.atol and abs(m.analytical) > m.tolerance:
             out.inconclusive[label] = ("the loss is flat along the direction while its gradient is not: a surrogate "
                                        "gradient by design (straight-through)")
-        elif check(group, seed + 1)["ok"]:
+        elif check(group, seed + 1).ok:
             out.inconclusive[label] = "a second random direction agrees"
         else:
-            ratio = m["analytical"] / m["numerical"] if m["numerical"] else float("inf")
-            out.mismatch = {"input": label, "ratio": ratio, **{k: v for k, v in m.items() if k != "ok"}}
+            ratio = m.analytical / m.numerical if m.numerical else float("inf")
+            out.mismatch = m.mismatch(label, ratio=ratio)
             return
 
 
@@ -506,7 +435,7 @@ class _NoLoss(Exception):
     pass
 
 
-def _gradcheck(f: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[int, int] | dict[str, Any] | None:
+def _gradcheck(f: Callable[..., Any], xs: list[torch.Tensor]) -> tuple[int, int] | ErrorRecord | None:
     """``torch.autograd.gradcheck`` in fast mode: None when it passes, ``(output, input)`` of its mismatch, or
     the error record when it raised something else."""
     xs = [x.detach().clone().requires_grad_() for x in xs]

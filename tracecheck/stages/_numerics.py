@@ -50,12 +50,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from .. import compat
 from ..compat import pytree
+from ..model.evidence import WorstTensor
+from ..model.records import MismatchRecord
 
 #: ``tol`` of ``same`` per dtype: the benchmark runner's default for float32 (torchbench, 1e-4), its
 #: ``--float16``/``--amp`` value (1e-3) and its ``higher_bf16`` value (1e-2).
@@ -166,9 +168,9 @@ def batchnorm_training(modules: list[Any]) -> bool:
     return any(compat.is_training_batchnorm(sub) for m in modules for sub in m.modules())
 
 
-def judge(pairs: list[Pair], reference: Reference) -> list[dict[str, Any]]:
+def judge(pairs: list[Pair], reference: Reference) -> list[MismatchRecord]:
     """One record per phase in which any pair disagrees (see the module docstring)."""
-    by_phase: dict[str, list[dict[str, Any]]] = {}
+    by_phase: dict[str, list[WorstTensor]] = {}
     compared: dict[str, int] = {}
     for pair in pairs:
         phase = phase_of(pair.what)
@@ -176,48 +178,45 @@ def judge(pairs: list[Pair], reference: Reference) -> list[dict[str, Any]]:
         bad = _judge_one(pair, reference)
         if bad:
             by_phase.setdefault(phase, []).append(bad)
-    records = []
-    for phase, disagreeing in by_phase.items():
-        worst = max(disagreeing, key=_badness)
-        record: dict[str, Any] = {"phase": phase, "disagreeing": len(disagreeing), "compared": compared[phase],
-                                  "worst": worst, "disagreeing_tensors": [b["what"] for b in disagreeing][:20]}
-        if reference.values is not None:
-            record["fp64_reference"] = True
-            record["reference_dtype"] = reference.dtype
-        elif reference.unavailable:
-            record["fp64_reference"] = False
-            record["fp64_unavailable"] = reference.unavailable
-        records.append(record)
-    return records
+    judged = reference.values is not None
+    unavailable = None if judged else reference.unavailable or None
+    return [MismatchRecord(phase=phase, disagreeing=len(disagreeing), compared=compared[phase],
+                           worst=max(disagreeing, key=_badness),
+                           disagreeing_tensors=tuple(str(b.what) for b in disagreeing)[:20],
+                           fp64_reference=True if judged else False if unavailable else None,
+                           reference_dtype=reference.dtype if judged else None, fp64_unavailable=unavailable)
+            for phase, disagreeing in by_phase.items()]
 
 
-def _badness(m: dict[str, Any]) -> tuple[float, float]:
-    """Structural differences first, then how many times eager's own error the compiled error is."""
-    if "detail" in m and "max_abs_diff" not in m:
+def _badness(m: WorstTensor) -> tuple[float, float]:
+    """Structural differences first (a ``detail`` and no tolerance: nothing numeric was compared), then how many times
+    eager's own error the compiled error is."""
+    if m.detail is not None and m.tol is None:
         return (math.inf, math.inf)
-    ratio = m.get("error_ratio")
-    return (ratio if ratio is not None else 0.0, m.get("max_abs_diff") or 0.0)
+    ratio = m.error_ratio
+    return (ratio if ratio is not None else 0.0, m.max_abs_diff or 0.0)
 
 
-def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
+def _judge_one(pair: Pair, reference: Reference) -> WorstTensor | None:
     what, a, b = pair.what, pair.eager, pair.compiled
     if what == "backward":  # the "did backward run" pair: plain values
-        return None if a == b else {"what": what, "detail": f"backward ran in eager: {a}, in the compiled run: {b}"}
+        return None if a == b else \
+            WorstTensor(what=what, detail=f"backward ran in eager: {a}, in the compiled run: {b}")
     if a is None and b is None:
         return None
     if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
         # plain values only: other objects compare by identity and would always "differ"
         if not isinstance(a, _PLAIN) or not isinstance(b, _PLAIN) or a == b:
             return None
-        return {"what": what, "detail": f"eager {a!r:.80} vs compiled {b!r:.80}"}
+        return WorstTensor(what=what, detail=f"eager {a!r:.80} vs compiled {b!r:.80}")
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        return {"what": what, "detail": f"eager {type(a).__name__} vs compiled {type(b).__name__}"}
-    base = {"what": what, "dtype": str(a.dtype), "shape": list(a.shape)}
+        return WorstTensor(what=what, detail=f"eager {type(a).__name__} vs compiled {type(b).__name__}")
+    base = WorstTensor(what=what, dtype=str(a.dtype), shape=tuple(int(n) for n in a.shape))
     if a.shape != b.shape or a.dtype != b.dtype:
-        return {**base, "detail": f"eager {tuple(a.shape)} {a.dtype} vs compiled {tuple(b.shape)} {b.dtype}"}
+        return replace(base, detail=f"eager {tuple(a.shape)} {a.dtype} vs compiled {tuple(b.shape)} {b.dtype}")
     a, b = a.detach().cpu(), b.detach().cpu()
     if not a.is_floating_point() and not a.is_complex():
-        return None if torch.equal(a, b) else {**base, "detail": "integer/bool values differ"}
+        return None if torch.equal(a, b) else replace(base, detail="integer/bool values differ")
     if a.is_complex():
         a, b = torch.view_as_real(a), torch.view_as_real(b)
     half = a.dtype if a.dtype in HALF else reference.half  # per tensor: its own dtype, else the outputs' precision
@@ -228,8 +227,8 @@ def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
     a_bad, b_bad = ~torch.isfinite(a), ~torch.isfinite(b)
     if not torch.equal(a_bad, b_bad) or not torch.equal(a[a_bad].nan_to_num(), b[b_bad].nan_to_num()):
         where = int((a_bad != b_bad).sum()) or int(a_bad.sum())
-        return {**base, "tol": tol, "max_abs_diff": None,
-                "detail": f"NaN or Inf where the other side differs ({where} element(s))"}
+        return replace(base, tol=tol, max_abs_diff=None,
+                       detail=f"NaN or Inf where the other side differs ({where} element(s))")
     fp64 = reference.get(what)
     if isinstance(fp64, torch.Tensor):
         fp64 = fp64.detach().cpu()
@@ -244,7 +243,7 @@ def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
     if fp64 is None and half is not None:
         # half precision with no higher-precision reference: allclose alone would blame rounding on the backend, so
         # only a gross error against eager is judged
-        return _judge_half_without_reference(what, a, b, {**base, "tol": tol}, reference)
+        return _judge_half_without_reference(what, a, b, replace(base, tol=tol), reference)
     ok_rmse = _same(a, b, fp64, tol)
     jitter_errors: list[float] = []
     scale = float(fp64.double().pow(2).mean().sqrt()) if fp64 is not None and fp64.numel() else 0.0
@@ -279,29 +278,26 @@ def _judge_one(pair: Pair, reference: Reference) -> dict[str, Any] | None:
         return None
     diff = (a.double() - b.double()).abs()
     worst = float(diff.max()) if diff.numel() else 0.0
-    out: dict[str, Any] = {**base, "tol": tol, "max_abs_diff": worst if math.isfinite(worst) else None,
-                           "cos_similarity": _cos(a, b), "fp64_used": fp64 is not None,
-                           "failed": [n for n, ok in (("rmse", ok_rmse), ("cosine", ok_cos)) if not ok]}
+    out = replace(base, tol=tol, max_abs_diff=worst if math.isfinite(worst) else None,
+                  cos_similarity=_cos(a, b), fp64_used=fp64 is not None,
+                  failed=tuple(n for n, ok in (("rmse", ok_rmse), ("cosine", ok_cos)) if not ok))
     if fp64 is not None:
         ref_err, res_err = _rmse(fp64, a), _rmse(fp64, b)
-        out.update(rmse_eager_vs_fp64=ref_err, rmse_compiled_vs_fp64=res_err,
-                   error_ratio=(res_err / ref_err) if ref_err and res_err is not None else None)
-        if jitter_errors:
-            out["rmse_jittered_vs_fp64"] = max(jitter_errors)
-    if fp64 is not None:
-        out["reference_dtype"] = reference.dtype
-    out["rule"] = _rule(out, fp64 is not None, bool(jitter_errors),
-                        f"{reference.relative_floor:g} of the {reference.dtype} result's RMS ({reference.floor_reason})"
-                        if floor_used else "", reference.dtype)
-    return out
+        out = replace(out, rmse_eager_vs_fp64=ref_err, rmse_compiled_vs_fp64=res_err,
+                      error_ratio=(res_err / ref_err) if ref_err and res_err is not None else None,
+                      rmse_jittered_vs_fp64=max(jitter_errors) if jitter_errors else None,
+                      reference_dtype=reference.dtype)
+    return replace(out, rule=_rule(out, fp64 is not None, bool(jitter_errors),
+                                   f"{reference.relative_floor:g} of the {reference.dtype} result's RMS "
+                                   f"({reference.floor_reason})" if floor_used else "", reference.dtype))
 
 
-def _judge_half_without_reference(what: str, a: torch.Tensor, b: torch.Tensor, base: dict[str, Any],
-                                   reference: Reference) -> dict[str, Any] | None:
+def _judge_half_without_reference(what: str, a: torch.Tensor, b: torch.Tensor, base: WorstTensor,
+                                   reference: Reference) -> WorstTensor | None:
     """A half-precision tensor (``a`` eager, ``b`` compiled, finite, not allclose) with no higher-precision reference:
     a mismatch only for a gross error against eager, the cosine check (same()'s, eager as the truth) or an RMSE
-    above ``NO_REFERENCE_RMSE`` of eager's RMS; else not judged (``Reference.not_judged``)."""
-    tol = base["tol"]
+    above ``NO_REFERENCE_RMSE`` of eager's RMS; else not judged (``Reference.not_judged``). ``base`` holds ``tol``."""
+    tol = base.tol if base.tol is not None else tolerance(a.dtype)
     scale = float(a.double().pow(2).mean().sqrt()) if a.numel() else 0.0
     rmse = _rmse(a, b) if a.numel() else 0.0
     relative = (rmse / scale if scale else (0.0 if not rmse else math.inf)) if rmse is not None else math.inf
@@ -312,23 +308,20 @@ def _judge_half_without_reference(what: str, a: torch.Tensor, b: torch.Tensor, b
         return None
     diff = (a.double() - b.double()).abs()
     worst = float(diff.max()) if diff.numel() else 0.0
-    out: dict[str, Any] = {**base, "max_abs_diff": worst if math.isfinite(worst) else None,
-                           "cos_similarity": _cos(a, b), "fp64_used": False,
-                           "relative_rmse_vs_eager": relative if math.isfinite(relative) else None,
-                           "relative_rmse_bound": NO_REFERENCE_RMSE, "cos_threshold": COS_THRESHOLD,
-                           "failed": [n for n, ok in (("rmse", ok_rmse), ("cosine", ok_cos)) if not ok]}
-    out["rule"] = _rule(out, False, False)
-    return out
+    return replace(base, max_abs_diff=worst if math.isfinite(worst) else None, cos_similarity=_cos(a, b),
+                   fp64_used=False, relative_rmse_vs_eager=relative if math.isfinite(relative) else None,
+                   relative_rmse_bound=NO_REFERENCE_RMSE, cos_threshold=COS_THRESHOLD,
+                   failed=tuple(n for n, ok in (("rmse", ok_rmse), ("cosine", ok_cos)) if not ok),
+                   rule=(f"no higher-precision reference: half precision judged against eager for a gross error only, "
+                         f"cosine similarity below {COS_THRESHOLD} or an RMSE above {NO_REFERENCE_RMSE:g} of eager's "
+                         f"RMS (tol {tol:g})"))
 
 
-def _rule(m: dict[str, Any], fp64: bool, jittered: bool, floor: str = "", ref_dtype: str = "float64") -> str:
+def _rule(m: WorstTensor, fp64: bool, jittered: bool, floor: str = "", ref_dtype: str = "float64") -> str:
     """Which of torch._dynamo.utils.same's checks decided, in words (the evidence's ``rule``)."""
-    tol = m.get("tol")
-    if "relative_rmse_vs_eager" in m:  # half precision with no higher-precision reference (gross errors only)
-        return (f"no higher-precision reference: half precision judged against eager for a gross error only, cosine "
-                f"similarity below {COS_THRESHOLD} or an RMSE above {NO_REFERENCE_RMSE:g} of eager's RMS (tol {tol:g})")
-    eager = f"eager {str(m.get('dtype', '')).removeprefix('torch.')}'s".replace("eager 's", "eager's")
-    if "rmse" in m.get("failed", []):
+    tol = m.tol if m.tol is not None else 0.0
+    eager = f"eager {str(m.dtype or '').removeprefix('torch.')}'s".replace("eager 's", "eager's")
+    if "rmse" in m.failed:
         if not fp64:
             return f"not allclose at tol {tol:g} (no float64 reference: the RMSE check could not run)"
         return (f"RMSE vs {ref_dtype} above same()'s multiplier (2, or 3 under 1000 elements or in half precision) "
@@ -556,9 +549,6 @@ class OpInventory:
 
     custom_ops: list[str] = field(default_factory=list)
     random_ops: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, list[str]]:
-        return {"custom_ops": self.custom_ops, "random_ops": self.random_ops}
 
 
 def inventory(run: Callable[[], Any]) -> OpInventory:

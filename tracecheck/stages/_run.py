@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..model.reportio import Json
 from ..model.tasks import ProcessTask
 from . import get
 from ._spec import StageContext, StageOptions
@@ -20,13 +20,13 @@ class StageTask(ProcessTask):
     device: str = "cpu"
     options: StageOptions = field(default_factory=StageOptions)
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Json:
         return run_stage(self)
 
 
-def run_stage(task: StageTask) -> dict[str, Any]:
-    """The stage's ``run`` (its module's ``SPEC``), on cases built by ``collect.casemaker``; the fields of its
-    ``model.records.StageRecord``."""
+def run_stage(task: StageTask) -> Json:
+    """The stage's ``run`` (its module's ``SPEC``), on cases built by ``collect.casemaker``: its
+    ``model.records.StageRecord`` as it crosses to the parent (``to_wire``)."""
     from ..collect import casemaker
     from ..evidence import exceptions
     from ..model.records import StageRecord
@@ -34,11 +34,10 @@ def run_stage(task: StageTask) -> dict[str, Any]:
     spec = get(task.stage)  # the registry checked each module's SPEC when it was built
     make_case = casemaker.case_factory(task.file, task.probe, task.device)
     try:
-        raw = spec.run(StageContext(make_case, task.device, task.options))
+        record = spec.run(StageContext(make_case, task.device, task.options))
     except casemaker.ProbeCallError as e:  # the probe function failed when the stage called it again
-        return {"error": exceptions.error_record(e.__cause__ or e, "setup")}
-    # checked and typed once, here: a key no field reads is tracecheck's bug, this stage's internal error
-    wire = StageRecord.from_raw(raw).to_wire()
+        return StageRecord(error=exceptions.error_record(e.__cause__ or e, "setup")).to_wire()
+    wire = record.to_wire()
     from ..collect import cache
 
     loaded = cache.stage_modules()  # the stage's own imports (a helper a forward imports) key a reused result too

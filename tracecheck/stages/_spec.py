@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..model.records import StageRecord
 from ..model.targets import COMPILE, TARGETS
 from ..model.tasks import DEFAULT_TIMEOUT_S, floor_s
 
@@ -47,7 +48,7 @@ class StageContext:
 class StageSpec:
     """One stage. ``name`` equals the CLI value of ``--stages``; ``order`` sorts the run order.
 
-    ``run(ctx)`` runs in the stage process and returns the fields of a ``model.records.StageRecord``; it
+    ``run(ctx)`` runs in the stage process and returns its ``model.records.StageRecord``; it
     imports torch itself, so declaring a stage costs the CLI nothing. ``forward_only``: the stage checks the
     forward by design (no ``✓ fwd`` mark). ``needs``: what the stage needs to have work, documented and shown
     in skip reasons (``"backward"``, ``"custom ops"``). ``options``: the ``RunOptions`` fields it reads.
@@ -62,7 +63,7 @@ class StageSpec:
     name: str
     order: int
     summary: str
-    run: Callable[[StageContext], dict[str, Any]]
+    run: Callable[[StageContext], StageRecord]
     forward_only: bool = False
     needs: tuple[str, ...] = ()
     options: tuple[str, ...] = ()

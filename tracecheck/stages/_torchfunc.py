@@ -17,6 +17,7 @@ candidate vmap never reached is not reported.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -27,9 +28,11 @@ from . import _numerics
 from ..evidence import exceptions
 from ..evidence.wording import TORCH_NAMESPACES
 from ..evidence.oprecorder import OpRecorder
+from ..model.errors import ErrorRecord
 from ..model.probe import Case
+from ..model.records import FallbackOp, MismatchRecord
 from ..evidence.reachable import reachable_modules
-from ._execution import seed_all, tensor_outputs
+from ._execution import seed_all, structural, tensor_outputs
 
 #: the size of the batch vmap maps over: the probe's inputs and one perturbed copy
 BATCH = 2
@@ -94,14 +97,36 @@ class _Batched:
         return torch.func.vmap(f, randomness=randomness)
 
 
-def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
-    """``{"error"}`` (vmap refused the probe, an error record with ``transform``), or the comparison:
-    ``mismatches`` (_numerics.judge records), ``fallback_ops`` (``{"op", "confirmed"}``), ``randomness``,
-    ``compared``, ``perturbed`` (floating inputs the second copy perturbs), ``not_checked``; ``skip_reason`` when
-    there is nothing to batch."""
+@dataclass
+class TransformCheck:
+    """What one torch.func transform made of the probe (``check_vmap``, ``check_grad``): skipped (``skip_reason``),
+    refused (``error``, an error record with ``transform``), or ran and compared (``mismatches``)."""
+
+    skip_reason: str = ""
+    error: ErrorRecord | None = None
+    mismatches: list[MismatchRecord] = field(default_factory=list)
+    #: vmap: whether its values were compared with the eager loop; grad: how many gradients were (None: neither ran)
+    compared: bool | int | None = None
+    #: grad: why its values were not compared, when they were not
+    not_compared: str = ""
+    #: what was not checked, each with why
+    not_checked: list[str] = field(default_factory=list)
+    #: vmap: the ops it ran through the per-sample fallback, its ``randomness``, the inputs batched and perturbed
+    fallback_ops: list[FallbackOp] = field(default_factory=list)
+    randomness: str | None = None
+    batched_inputs: int | None = None
+    perturbed: int | None = None
+    #: grad: what the gradients were taken with respect to (``input[i]``, ``param:name``)
+    wrt: list[str] = field(default_factory=list)
+
+
+def check_vmap(make_case: Callable[[], Case]) -> TransformCheck:
+    """Refused (vmap raised: ``error``), or the comparison: ``mismatches`` (_numerics.judge records), ``fallback_ops``,
+    ``randomness``, ``compared``, ``batched_inputs``, ``perturbed`` (floating inputs the second copy perturbs),
+    ``not_checked``; a ``skip_reason`` when there is nothing to batch."""
     b = _Batched.of(make_case)
     if not b.positions:
-        return {"skip_reason": "the probe takes no tensor input to batch"}
+        return TransformCheck(skip_reason="the probe takes no tensor input to batch")
     copies = _copies(b.leaves)
     loop = []
     for i, row in enumerate(copies):
@@ -111,18 +136,17 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
                 loop.append(b.call(_clone(row)))  # a probe may write its inputs: every run gets its own
         except Exception as e:  # the perturbed copy is outside what the probe takes: nothing to compare
             what = f"on its inputs perturbed by {PERTURBATION:g}" if i else "again under torch.no_grad()"
-            return {"skip_reason": f"the probe does not run {what} "
-                                   f"({type(e).__name__}: {exceptions.safe_str(e)[:200]})"}
+            return TransformCheck(skip_reason=f"the probe does not run {what} "
+                                              f"({type(e).__name__}: {exceptions.safe_str(e)[:200]})")
     if not loop[0]:
-        return {"skip_reason": "the probe returns no tensor"}
+        return TransformCheck(skip_reason="the probe returns no tensor")
     def stacked() -> list[torch.Tensor]:
         return [torch.stack([row[i] for row in copies]) for i in b.positions]
 
     perturbed = sum(1 for i in b.positions if b.leaves[i].is_floating_point() and b.leaves[i].numel())
-    record: dict[str, Any] = {"compared": True, "randomness": "error", "batched_inputs": len(b.positions),
-                              "perturbed": perturbed, "not_checked": []}
+    record = TransformCheck(compared=True, randomness="error", batched_inputs=len(b.positions), perturbed=perturbed)
     if not perturbed:
-        record["not_checked"].append("whether vmap keeps samples apart (no floating input to perturb: the two "
+        record.not_checked.append("whether vmap keeps samples apart (no floating input to perturb: the two "
                                      "copies are equal)")
     for randomness in ("error", "different"):
         seed_all()
@@ -131,24 +155,23 @@ def check_vmap(make_case: Callable[[], Case]) -> dict[str, Any]:
             break
         except Exception as e:
             if randomness != "error" or _RANDOMNESS_ERROR not in exceptions.safe_str(e):
-                return {"error": _refused(e, "vmap", "forward")}
+                return TransformCheck(error=_refused(e, "vmap", "forward"))
         # dropout in training mode, say: per-sample draws differ from the loop's by design; check that it runs
-        record.update(compared=False, randomness="different")
-        record["not_checked"].append("torch.func.vmap's values (the probe draws random numbers: vmap ran with "
+        record.compared, record.randomness = False, "different"
+        record.not_checked.append("torch.func.vmap's values (the probe draws random numbers: vmap ran with "
                                      "randomness='different', which the eager loop cannot reproduce)")
     ragged = _ragged(loop)
     if ragged:  # the perturbed copy changed the output's shape (a threshold, a count): no batch to compare with
-        record["compared"] = False
-        record["not_checked"].append(f"torch.func.vmap's values ({ragged})")
-    if record["compared"]:
+        record.compared = False
+        record.not_checked.append(f"torch.func.vmap's values ({ragged})")
+    if record.compared:
         if len(got) != len(loop[0]):
-            record["mismatches"] = [{"phase": _numerics.FORWARD, "disagreeing": 1, "compared": 1, "worst": {
-                "what": "outputs", "detail": f"vmap returned {len(got)} tensors, the eager loop {len(loop[0])}"}}]
+            record.mismatches = [structural(f"vmap returned {len(got)} tensors, the eager loop {len(loop[0])}")]
         else:
             pairs = [_numerics.Pair(f"output[{i}]", torch.stack([o[i] for o in loop]), g) for i, g in enumerate(got)]
-            record["mismatches"] = _numerics.judge(pairs, _numerics.Reference(lambda: _float64_loop(b, copies)))
-    record["fallback_ops"] = fallback_ops(_custom_ops(b, copies[0]),
-                                          lambda: b.vmapped(record["randomness"])(*stacked()))
+            record.mismatches = _numerics.judge(pairs, _numerics.Reference(lambda: _float64_loop(b, copies)))
+    randomness = record.randomness or "error"
+    record.fallback_ops = fallback_ops(_custom_ops(b, copies[0]), lambda: b.vmapped(randomness)(*stacked()))
     return record
 
 
@@ -181,16 +204,15 @@ def _ragged(loop: list[tuple[torch.Tensor, ...]]) -> str:
     return ""
 
 
-def _refused(e: BaseException, transform: str, phase: str) -> dict[str, Any]:
+def _refused(e: BaseException, transform: str, phase: str) -> ErrorRecord:
     """The error record of a transform that raised; its frame, when no user frame is found, the innermost outside
     torch (a transformers model's line)."""
-    record = {**exceptions.error_record(e, phase), "transform": transform}
-    if not record.get("user_frame"):
-        record["user_frame"] = exceptions.frame_outside_torch(e)
-    return record
+    record = exceptions.error_record(e, phase)
+    return dataclasses.replace(record, transform=transform,
+                               user_frame=record.user_frame or exceptions.frame_outside_torch(e))
 
 
-def _float64_loop(b: _Batched, copies: list[list[Any]]) -> dict[str, Any] | str:
+def _float64_loop(b: _Batched, copies: list[list[Any]]) -> dict[str, torch.Tensor] | str:
     """The eager loop in float64, by the names ``check_vmap`` pairs (``output[i]``), or why not."""
     outs = []
     try:
@@ -239,7 +261,7 @@ def has_batching_rule(op: str) -> bool | None:
 _FALLBACK_DISABLED = " hit the vmap fallback which is currently disabled"
 
 
-def fallback_ops(custom_ops: list[str], run: Callable[[], Any]) -> list[dict[str, Any]]:
+def fallback_ops(custom_ops: list[str], run: Callable[[], Any]) -> list[FallbackOp]:
     """The custom ops (``ns::op`` or ``ns::op.overload``, as ``report.op_name`` spells them) that vmap runs
     through its per-sample fallback.
 
@@ -258,7 +280,7 @@ def fallback_ops(custom_ops: list[str], run: Callable[[], Any]) -> list[dict[str
         stopped = msg.split(_FALLBACK_DISABLED, 1)[0].strip().split()[-1] if _FALLBACK_DISABLED in msg else None
     if stopped is not None and stopped.split("::")[0] in TORCH_NAMESPACES:
         stopped = None  # torch's own op without a batching rule: not the user's to fix
-    return [{"op": op, "confirmed": stopped is not None and _same_op(op, stopped)} for op in candidates]
+    return [FallbackOp(op, stopped is not None and _same_op(op, stopped)) for op in candidates]
 
 
 def _same_op(a: str, b: str) -> bool:
@@ -270,12 +292,12 @@ def _same_op(a: str, b: str) -> bool:
 
 
 def check_grad(make_case: Callable[[], Case], reference_grads: dict[str, torch.Tensor | None],
-               loss_of: Callable[[Case, Any], Any], fp64: _numerics.Reference) -> dict[str, Any]:
+               loss_of: Callable[[Case, Any], Any], fp64: _numerics.Reference) -> TransformCheck:
     """``torch.func.grad`` of the probe's loss with respect to its inputs that require grad (or, for a module
     probe with none, its parameters through ``torch.func.functional_call``), compared with autograd's
     ``reference_grads`` (keys as ``_execution.grad_targets`` names them; ``fp64`` the float64 eager run, by
-    ``grad <key>``). ``{"error"}`` (with ``transform``), ``{"mismatches", "wrt", "compared"}`` (``compared``: the
-    gradients paired with autograd's) or ``{"skip_reason"}``."""
+    ``grad <key>``). Refused (``error``, with ``transform``), compared (``mismatches``, ``wrt``, ``compared``: the
+    gradients paired with autograd's), or a ``skip_reason``."""
     case = make_case()
     leaves, spec = pytree.tree_flatten((case.args, case.kwargs))
     wrt = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf]
@@ -311,19 +333,19 @@ def check_grad(make_case: Callable[[], Case], reference_grads: dict[str, torch.T
 
         inputs, argnums = (params,), 0
     else:
-        return {"skip_reason": "no input requires grad (the parameters of modules a function reaches are not "
-                               "passed to torch.func.grad)"}
+        return TransformCheck(skip_reason="no input requires grad (the parameters of modules a function reaches are "
+                                          "not passed to torch.func.grad)")
     seed_all()
     try:
         got = torch.func.grad(f, argnums=argnums)(*inputs)
     except _NoLoss:
-        return {"skip_reason": "no floating output requires grad"}
+        return TransformCheck(skip_reason="no floating output requires grad")
     except Exception as e:
-        return {"error": _refused(e, "grad", "backward")}
+        return TransformCheck(error=_refused(e, "grad", "backward"))
     flat_got = list(got.values()) if isinstance(got, dict) else list(got)
     pairs = [_numerics.Pair(f"grad {n}", reference_grads.get(n), g) for n, g in zip(names, flat_got)
              if reference_grads.get(n) is not None]
-    return {"mismatches": _numerics.judge(pairs, fp64), "wrt": names, "compared": len(pairs)}
+    return TransformCheck(mismatches=_numerics.judge(pairs, fp64), wrt=names, compared=len(pairs))
 
 
 #: torch's own refusal: the autograd.Function that torch.library.custom_op generates (register_autograd or not)
@@ -334,10 +356,10 @@ CUSTOM_OP_AUTOGRAD_REFUSED = ("torch refuses it for every torch.library.custom_o
                               "setup_context; pytorch/pytorch#168393)")
 
 
-def refused_by_torch(error: dict[str, Any], user_functions: list[str]) -> bool:
+def refused_by_torch(error: ErrorRecord, user_functions: tuple[str, ...]) -> bool:
     """Is this torch.func refusal torch's own (``CUSTOM_OP_AUTOGRAD_REFUSED``), not the user's code: the
     setup_context message, raised through torch/_library/autograd.py, with no old-style Function of the user's."""
-    message, tb = error.get("message", ""), error.get("traceback", "")
+    message, tb = error.message, error.traceback
     return ("must override the setup_context staticmethod" in message and not user_functions
             and "_library/autograd.py" in tb.replace("\\", "/"))
 

@@ -1,12 +1,11 @@
 """``aot_eager``: ``torch.compile(backend="aot_eager")`` forward+backward, compared with eager."""
 from __future__ import annotations
 
-from typing import Any
-
+from ..model.records import StageRecord
 from ._spec import StageContext, StageSpec
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     from ._execution import run_compiled
 
     return run_compiled(ctx.make_case, "aot_eager")

@@ -2,12 +2,11 @@
 captured, and recompiles with their reasons (the measurement is in ``_compiled_autograd``)."""
 from __future__ import annotations
 
-from typing import Any
-
+from ..model.records import StageRecord
 from ._spec import LOWER_IS_BETTER, NEUTRAL, StageContext, StageSpec
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     from ._compiled_autograd import stage_compiled_autograd
 
     return stage_compiled_autograd(ctx.make_case, steps=ctx.options.steps,

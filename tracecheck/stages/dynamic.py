@@ -23,7 +23,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..model.errors import ErrorRecord, frame_wire
+from ..model.evidence import Specialization
 from ..model.payloads import DynamicRun
+from ..model.reportio import Json
+from ..model.records import DYNAMO, BreakRecord, MismatchRecord, OpTests, SpecializedDimension, StageRecord
 from ._spec import StageContext, StageSpec
 
 #: a guard failure on a tensor's size or stride (2.13: "tensor 'x' size mismatch at index 0. expected 2, actual
@@ -31,7 +35,7 @@ from ._spec import StageContext, StageSpec
 _SIZE_GUARD = re.compile(r"size mismatch|stride mismatch|\.size\(\)\[\d+\]|\.stride\(\)\[\d+\]")
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     import dataclasses
 
     import torch
@@ -40,11 +44,11 @@ def run(ctx: StageContext) -> dict[str, Any]:
     from .. import compat
     from ..evidence import exceptions, tracelog
     from ._execution import compare, draws_from_numpy, execute, phases, reference
-    from ..model.report import headline
 
     own = reference(ctx.make_case)
     if own.error:  # the probe's own size fails in eager (forward or backward): nothing to compare with
-        return {"skip_reason": f"the eager {own.error['phase']} fails ({headline(own.error)}; see the eager stage)"}
+        return StageRecord(skip_reason=f"the eager {own.error.phase} fails ({own.error.headline()}; see the eager "
+                                       "stage)")
     case, ref_case = ctx.make_case(), ctx.make_case()
     b = _batch.batch_size(case.args, case.kwargs)
     if b is None:
@@ -65,11 +69,13 @@ def run(ctx: StageContext) -> dict[str, Any]:
             why, the_size = _eager_fails(ctx.make_case, at, plan[: len(refs)], n, ex.error)
             # a probe that does not survive repeated steps is the eager stage's finding; one whose dim 0 is no batch
             # dimension still gets dynamic=True's answer at its own inputs
-            return _at_own_inputs(ctx, own, why) if the_size else {"skip_reason": why}
+            return _at_own_inputs(ctx, own, why) if the_size else StageRecord(skip_reason=why)
         refs.append(ex)
     compiled = torch.compile(case.fn, backend="aot_eager")  # the batch dimension only is symbolic (``at``)
-    mismatches: list[dict[str, Any]] = []
-    error, ran_backward = None, False
+    mismatches: list[MismatchRecord] = []
+    error: ErrorRecord | None = None
+    failed_at: int | None = None
+    ran_backward = False
     # Dynamo moves np.random calls onto torch's generator by default: a probe that draws from NumPy (BigBird's
     # random blocks) keeps NumPy's stream, so that compiled and eager draw the same numbers (as run_compiled does)
     numpy_stream = draws_from_numpy(ctx.make_case)
@@ -81,41 +87,41 @@ def run(ctx: StageContext) -> dict[str, Any]:
             got = execute(compiled, at(case, n))
             ran_backward = ran_backward or got.ran_backward
             if got.error:
-                error = {**got.error, "batch_size": n}
+                error, failed_at = dataclasses.replace(got.error, batch_size=n), n
                 break
-            mismatches += [{**m, "batch_size": n} for m in compare(ref, got)]
+            mismatches += [dataclasses.replace(m, batch_size=n) for m in compare(ref, got)]
     breaks = list(trace.breaks)
     every_dim = None
     if error is None:
-        every_dim = _every_dimension(ctx.make_case, {(x["gb_type"], x["file"], x["line"]) for x in breaks})
-        breaks += every_dim["breaks"]
+        new, said = _every_dimension(ctx.make_case, {x.site for x in breaks})
+        breaks += new
+        every_dim = said
     fakes = _check_fakes(ref_case, b, plan[0], plan[1])
-    dynamo = [r for r in rc.records if r["source"] == "dynamo"]
+    dynamo = [r for r in rc.records if r.source == DYNAMO]
     steps = len(plan) - 1, len(plan) - 2
     # steady state: each of the last two sizes recompiled (a branch on the size, `if x.shape[0] > 3`, recompiles
     # once and then serves the larger sizes: no finding)
-    steady = [r for r in dynamo if r["step"] == steps[0]] if all(any(r["step"] == s for r in dynamo)
-                                                                for s in steps) else []
+    steady = [r for r in dynamo if r.step == steps[0]] if all(any(r.step == s for r in dynamo) for s in steps) else []
     # a specialization of the batch dimension to the size just called (a weight's in_features is specialized at
     # every compile, and says nothing about the batch)
-    specialized = [s for s in spec.records if s["step"] == steps[0] and s["value"] == str(plan[-1])
-                   and any(src.endswith(".size()[0]") for src in s["sources"])]
-    size_guards = [r for r in steady if specialized or _SIZE_GUARD.search(r["reason"])]
-    return {
-        "fake_checks": fakes, "error": error, "breaks": breaks, "warnings": w.messages,
-        "mismatches": mismatches[:3], "phases": phases(ran_backward),
-        "dynamic_specializations": [{**r, "specialization": _pick(specialized), "batch_sizes": plan}
-                                    for r in size_guards],
-        "steady_state_recompiles": [r for r in steady if r not in size_guards],
-        "extra": DynamicRun(batch_sizes=plan[: plan.index(error["batch_size"]) + 1] if error else plan,
-                            symbolic=error is None and not dynamo,
-                            recompiles=[{k: r[k] for k in ("reason", "step", "user_frame")} for r in dynamo],
-                            specializations=list({_key(b): b for b in map(_brief, spec.records)}.values())[:10],
-                            every_dimension=every_dim["said"] if every_dim else None).to_extra(),
-    }
+    specialized = [s for s in spec.records if s.step == steps[0] and s.value == str(plan[-1])
+                   and any(src.endswith(".size()[0]") for src in s.sources)]
+    size_guards = [r for r in steady if specialized or _SIZE_GUARD.search(r.reason)]
+    return StageRecord(
+        fake_checks=fakes, error=error, breaks=breaks, warnings=w.messages,
+        mismatches=mismatches[:3], phases=phases(ran_backward),
+        dynamic_specializations=[SpecializedDimension(r, _pick(specialized), tuple(plan)) for r in size_guards],
+        steady_state_recompiles=[r for r in steady if r not in size_guards],
+        extra=DynamicRun(batch_sizes=plan[: plan.index(failed_at) + 1] if failed_at is not None else plan,
+                         symbolic=error is None and not dynamo,
+                         recompiles=[{"reason": r.reason, "step": r.step, "user_frame": frame_wire(r.user_frame)}
+                                     for r in dynamo],
+                         specializations=list({_key(b): b for b in map(_brief, spec.records)}.values())[:10],
+                         every_dimension=every_dim).to_extra(),
+    )
 
 
-def _at_own_inputs(ctx: StageContext, own: Any, why: str) -> dict[str, Any]:
+def _at_own_inputs(ctx: StageContext, own: Any, why: str) -> StageRecord:
     """Where the batch cannot vary (``why``), still what ``torch.compile(dynamic=True)`` says at the probe's own
     inputs: every dimension symbolic, backend aot_eager as the batch run, forward and backward against eager. Its
     error, breaks and mismatches are this stage's, as plain dynamic=True's would be the user's."""
@@ -131,18 +137,19 @@ def _at_own_inputs(ctx: StageContext, own: Any, why: str) -> dict[str, Any]:
             tracelog.TraceCollector() as trace, exceptions.WarningCollector() as w:
         got = execute(torch.compile(case.fn, backend="aot_eager", dynamic=True), case)
     said = f"dynamic=True at the probe's own inputs only (backend aot_eager): {why}"
-    return {"error": got.error, "breaks": list(trace.breaks), "warnings": w.messages,
-            "mismatches": [] if got.error else compare(own, got)[:3], "phases": phases(got.ran_backward),
-            "extra": DynamicRun(every_dimension=said).to_extra()}
+    return StageRecord(error=got.error, breaks=list(trace.breaks), warnings=w.messages,
+                       mismatches=[] if got.error else compare(own, got)[:3], phases=phases(got.ran_backward),
+                       extra=DynamicRun(every_dimension=said).to_extra())
 
 
-def _every_dimension(make_case: Any, seen: set[tuple[Any, ...]]) -> dict[str, Any]:
+def _every_dimension(make_case: Any, seen: set[tuple[str | None, str | None, int | None]]) -> \
+        tuple[list[BreakRecord], str]:
     """What ``dynamic=True`` (every dimension of every input symbolic, and int arguments) finds that the batch alone
     did not: Dynamo's graph breaks at the probe's own inputs, forward and backward, with backend ``eager`` (what
     breaks is Dynamo's decision; AOTAutograd's symbolic trace of every dimension is the cost the batch-only run
     avoids: 7.6 s against 2.9 s on the tiny Llama). A break no other dimension causes (an f-string of a size, GB0021
-    ``BUILD_STRING type error`` in kornia's canny) is a finding of this stage. ``{"breaks": new ones, "said": a
-    line for the report}``."""
+    ``BUILD_STRING type error`` in kornia's canny) is a finding of this stage. The new breaks (``seen``: the sites of
+    the batch run's), and a line for the report."""
     from .. import compat
     from ..evidence import tracelog
     from ._execution import execute
@@ -155,21 +162,21 @@ def _every_dimension(make_case: Any, seen: set[tuple[Any, ...]]) -> dict[str, An
         with tracelog.TraceCollector() as trace:
             got = execute(torch.compile(case.fn, backend="eager", dynamic=True), case)
     except Exception as e:  # tracecheck's own trouble here must not lose the batch-only answer
-        return {"breaks": [], "said": f"not checked ({type(e).__name__})"}
-    new = [x for x in trace.breaks if (x["gb_type"], x["file"], x["line"]) not in seen]
+        return [], f"not checked ({type(e).__name__})"
+    new = [x for x in trace.breaks if x.site not in seen]
     said = (f"{len(new)} graph break(s) that the batch dimension alone does not cause" if new else
             "no graph break that the batch dimension alone does not cause")
     if got.error:  # an error there is not this pass's finding (the batch-only run compiled): said, not classified
-        said += f"; the run raised {got.error.get('type')} (backend eager, dynamic=True)"
-    return {"breaks": new, "said": f"dynamic=True at the probe's inputs (backend eager): {said}"}
+        said += f"; the run raised {got.error.type} (backend eager, dynamic=True)"
+    return new, f"dynamic=True at the probe's inputs (backend eager): {said}"
 
 
-def _eager_fails(make_case: Any, at: Any, before: list[int], n: int, error: dict[str, Any]) -> tuple[str, bool]:
+def _eager_fails(make_case: Any, at: Any, before: list[int], n: int, error: ErrorRecord) -> tuple[str, bool]:
     """Why the eager runs stop at batch size ``n``, after steps at the sizes ``before`` on the same model and inputs
     (as the compiled run takes them), and whether the size is the cause. A size that runs alone on a fresh case is
     not: the repeated step is (a buffer left attached to the previous step's graph; the eager stage's second step
     reports it)."""
-    from ..model.report import headline, later_step
+    from ..model.report import later_step
     from ._execution import execute
 
     if before:
@@ -184,21 +191,21 @@ def _eager_fails(make_case: Any, at: Any, before: list[int], n: int, error: dict
             return (f"eager {later_step(len(before) + 1, error, after=f'{sizes} on the same model')} (this step at "
                     f"batch size {n}, which runs alone on a fresh one): the probe does not survive repeated training "
                     "steps, whatever the batch size"), False
-    return (f"the eager run fails at batch size {n} ({headline(error)}): dim 0 of the inputs is not a batch "
+    return (f"the eager run fails at batch size {n} ({error.headline()}): dim 0 of the inputs is not a batch "
             "dimension this probe can vary"), True
 
 
-def _check_fakes(case: Any, b: int, own: int, n: int) -> dict[str, Any]:
+def _check_fakes(case: Any, b: int, own: int, n: int) -> dict[str, OpTests]:
     """opcheck's ``test_faketensor`` on every custom op the eager forward calls, at the probe's batch size ``own``
     and at ``n``, for the ops that pass at ``own`` and fail at ``n``: a fake impl that hard-codes a size agrees with
     its kernel at the probe's own size only (and a compiled run at ``n`` then fails somewhere downstream, in
     Inductor's size assert or a broadcast: this names the op). A fake wrong at every size is the opcheck stage's."""
     at_own, at_n = _fake_results(case, b, own), _fake_results(case, b, n)
-    return {op: r for op, r in at_n.items() if isinstance(r["test_faketensor"], dict)
+    return {op: r for op, r in at_n.items() if isinstance(r["test_faketensor"], ErrorRecord)
             and at_own.get(op, {}).get("test_faketensor") == "SUCCESS"}
 
 
-def _fake_results(case: Any, b: int, n: int) -> dict[str, Any]:
+def _fake_results(case: Any, b: int, n: int) -> dict[str, OpTests]:
     import dataclasses
 
     import torch
@@ -214,28 +221,28 @@ def _fake_results(case: Any, b: int, n: int) -> dict[str, Any]:
             dataclasses.replace(case, args=args, kwargs=kwargs).fn(*args, **kwargs)
     except Exception:
         pass  # the ops recorded before the failure are still checked
-    out: dict[str, Any] = {}
+    out: dict[str, OpTests] = {}
     for op, (a, k) in rec.calls.items():
         res = torch.library.opcheck(op, a, k, test_utils=("test_faketensor",), raise_exception=False)
         outcome = res.get("test_faketensor", "SUCCESS")
         out[str(op)] = {"test_faketensor": outcome if isinstance(outcome, str) else
-                        {**exceptions.error_record(outcome, "test_faketensor"), "batch_size": n}}
+                        dataclasses.replace(exceptions.error_record(outcome, "test_faketensor"), batch_size=n)}
     return out
 
 
-def _pick(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _pick(records: list[Specialization]) -> Specialization | None:
     """The specialization that pinned the batch dimension: the first with a frame outside torch, else the first."""
-    return next((r for r in records if r.get("frame")), records[0] if records else None)
+    return next((r for r in records if r.frame), records[0] if records else None)
 
 
-def _key(b: dict[str, Any]) -> tuple[Any, ...]:
+def _key(b: Json) -> tuple[Any, ...]:
     return tuple(b["sources"]), b["value"], b["at"]
 
 
-def _brief(r: dict[str, Any]) -> dict[str, Any]:
-    frame = r.get("frame") or {}
-    return {"symbol": r["symbol"], "sources": r["sources"], "value": r["value"], "step": r["step"],
-            "at": f"{frame.get('file')}:{frame.get('line')}" if frame else None}
+def _brief(r: Specialization) -> Json:
+    """A specialization as the report's ``DynamicRun.specializations`` keeps it."""
+    return {"symbol": r.symbol, "sources": list(r.sources), "value": r.value, "step": r.step,
+            "at": r.frame.location if r.frame else None}
 
 
 SPEC = StageSpec(

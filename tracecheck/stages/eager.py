@@ -9,13 +9,16 @@ closure holds, which a plain two-step loop trips on too) is a note (``not_checke
 ``second_step`` says how it is told apart."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
+from ..model.errors import ErrorRecord
 from ..model.payloads import StageNotes
+from ..model.records import StageRecord
 from ._spec import StageContext, StageSpec
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     from ..collect import casemaker
     from ..evidence import exceptions
     from ..evidence.oprecorder import registered_custom_ops
@@ -33,10 +36,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     warnings = list(dict.fromkeys([*(first.warnings if first else ()), *w.messages]))
     # a custom op registered only now (an extension loaded on first call): api.py runs opcheck after all
     lazy = sorted(registered_custom_ops() - before | set(first.registered if first else ()))
-    record = {"error": error, "warnings": warnings, "phases": phases(ex), "registered_custom_ops": lazy}
-    if note:
-        record["extra"] = StageNotes(not_checked=[note]).to_extra()
-    return record
+    return StageRecord(error=error, warnings=warnings, phases=phases(ex), registered_custom_ops=lazy,
+                       extra=StageNotes(not_checked=[note]).to_extra() if note else {})
 
 
 #: autograd's words for a step that runs into the previous step's graph (torch/csrc/autograd): what state kept
@@ -45,7 +46,7 @@ GRAPH_REUSE = ("Trying to backward through the graph a second time",
                "modified by an inplace operation")
 
 
-def second_step(make_case: Callable[[], Any], case: Any) -> tuple[dict[str, Any] | None, str | None]:
+def second_step(make_case: Callable[[], Any], case: Any) -> tuple[ErrorRecord | None, str | None]:
     """A second training step on ``case`` (its first ran forward and backward), as a training loop's next one:
     ``(error, None)`` when it fails from the model's own state, an error record with ``step: 2``; ``(None, note)``
     when it fails otherwise (the note says why it is not the model's failure); ``(None, None)`` when it runs.
@@ -56,24 +57,20 @@ def second_step(make_case: Callable[[], Any], case: Any) -> tuple[dict[str, Any]
     held by the model. A graph held elsewhere (a tensor the probe's closure built with an autograd history, that
     a loop reusing it would trip on too), a forward that fails on being called again for another reason (it
     registers something per call, reads ``.grad``) or a failure that does not reproduce is noted, not reported."""
-    from ..model.report import headline
-
     error = _step_two(case)
     if error is None:
         return None, None
     why = _not_the_models(make_case, error)
     if why is None:
-        return {**error, "step": 2}, None
+        return dataclasses.replace(error, step=2), None
     return None, (f"whether the model survives a second training step: that step, on the same model and inputs, "
-                  f"fails ({headline(error)}), {why}; not counted as the model's failure")
+                  f"fails ({error.headline()}), {why}; not counted as the model's failure")
 
 
-def _step_two(case: Any) -> dict[str, Any] | None:
+def _step_two(case: Any) -> ErrorRecord | None:
     """The error record of a second step on ``case``, None when it runs. An input that carries an autograd history
     of its own (a non-leaf that requires grad, built by the probe) is detached into a leaf first: that history is
     the probe's set-up, which a training loop builds anew each step, not state the model keeps."""
-    import dataclasses
-
     import torch
 
     from ..compat import pytree
@@ -89,13 +86,13 @@ def _step_two(case: Any) -> dict[str, Any] | None:
     return ex.error
 
 
-def _reuse(error: dict[str, Any]) -> str | None:
+def _reuse(error: ErrorRecord) -> str | None:
     """Which of autograd's ``GRAPH_REUSE`` messages ``error`` (or an exception it wraps) says, else None."""
-    texts = [str(error.get("message") or "")] + [str(c.get("message") or "") for c in error.get("chain") or []]
+    texts = [error.message] + [c.message for c in error.chain]
     return next((words for words in GRAPH_REUSE if any(words in t for t in texts)), None)
 
 
-def _not_the_models(make_case: Callable[[], Any], error: dict[str, Any]) -> str | None:
+def _not_the_models(make_case: Callable[[], Any], error: ErrorRecord) -> str | None:
     """Why a second step's ``error`` is not the model's own state breaking it (``second_step``), None when it is."""
     from ._execution import execute
 
@@ -111,7 +108,7 @@ def _not_the_models(make_case: Callable[[], Any], error: dict[str, Any]) -> str 
     try:
         again = first_step()
         repeated = _step_two(again) if again is not None else None
-        if repeated is None or _reuse(repeated) != words or repeated.get("type") != error.get("type"):
+        if repeated is None or _reuse(repeated) != words or repeated.type != error.type:
             return "and a fresh case does not fail the same way after its own first step"
         detached = first_step()
         if detached is None:

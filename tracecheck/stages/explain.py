@@ -9,7 +9,9 @@ import sys
 import time
 from typing import Any, Callable
 
+from ..model.errors import ErrorRecord
 from ..model.payloads import Coverage, SourceLines, StageNotes
+from ..model.records import StageRecord
 from ._spec import StageContext, StageSpec
 
 #: Tensor metadata queries Dynamo answers at trace time (static shapes) with no graph node; an eager count that kept
@@ -130,7 +132,7 @@ def _stats(counters: Any) -> tuple[int, int, int, int]:
             int(counters["frames"]["total"]), int(counters["frames"]["ok"]))
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     from .. import compat
     from ..evidence import exceptions, tracelog
     from ._execution import FORWARD, clip, forward_fails, reference
@@ -142,15 +144,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
     before = _stats(compat.counters())  # the fork server's warm-up compile counted too: the explain run's own share
     counted_before = compat.graph_break_counter()
     with tracelog.TraceCollector() as trace:
-        error: dict[str, Any] | None = None
+        error: ErrorRecord | None = None
         try:
             out = compat.explain(case.fn, *case.args, **case.kwargs)
         except Exception as e:
             error = exceptions.error_record(e, "forward")
     if error is not None:
         if forward_fails(reference(ctx.make_case, backward=False)):  # explain is forward-only: no eager backward
-            return {"skip_reason": "the eager forward fails (see the eager stage)"}
-        return {"error": error, "breaks": trace.breaks, "phases": [FORWARD]}
+            return StageRecord(skip_reason="the eager forward fails (see the eager stage)")
+        return StageRecord(error=error, breaks=trace.breaks, phases=[FORWARD])
     captured, graphs, frames, frames_ok = (a - b for a, b in zip(_stats(compat.counters()), before))
     counted = compat.graph_break_counter() - counted_before
     shown = _outside(_not_shown())
@@ -175,15 +177,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
         except Exception as e:  # the coverage and the breaks stand: only the cost is missing, and says why
             why = str(e) if isinstance(e, NotMeasured) else f"the measurement failed: {type(e).__name__}: {e}"
             extra.update(StageNotes(not_checked=[f"the cost of each graph break: {why[:300]}"]).to_extra())
-    return {
-        "breaks": trace.breaks,
-        "phases": [FORWARD],
-        "graph_count": out.graph_count,
-        "graph_break_count": out.graph_count - 1 if out.graph_count else None,  # explain's own rule, defined at 0
-        "dynamo_graph_break_count": counted,
-        "explain_reasons": [clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
-        "extra": extra,
-    }
+    return StageRecord(
+        breaks=trace.breaks,
+        phases=[FORWARD],
+        graph_count=out.graph_count,
+        graph_break_count=out.graph_count - 1 if out.graph_count else None,  # explain's own rule, defined at 0
+        dynamo_graph_break_count=counted,
+        explain_reasons=[clip(str(getattr(b, "reason", b)), 2000) for b in out.break_reasons][:20],
+        extra=extra,
+    )
 
 
 SPEC = StageSpec(

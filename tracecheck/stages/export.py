@@ -13,6 +13,7 @@ from typing import Any
 from ..model import taxonomy
 from ..model.targets import EXPORT
 from ..model.payloads import ExportGraph, StageNotes
+from ..model.records import DraftExportReport, DraftFailure, StageRecord
 from ._spec import StageContext, StageSpec
 
 # draft_export's FailureType names map to kinds in kinds.json (``draft_export.failure_types``). GUARD_ADDED: a guard
@@ -21,7 +22,7 @@ from ._spec import StageContext, StageSpec
 DRAFT_MARGIN = 3.0
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     import dataclasses
 
     import torch
@@ -32,7 +33,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
     stage_started = time.perf_counter()
     ref = reference(ctx.make_case, backward=False)
     if forward_fails(ref):
-        return {"skip_reason": "the eager forward fails (see the eager stage)"}
+        return StageRecord(skip_reason="the eager forward fails (see the eager stage)")
     case = ctx.make_case()
     module = _as_module(case.fn)
     # compared as the tensors among the outputs; the program itself returns the probe's real outputs (below)
@@ -44,19 +45,19 @@ def run(ctx: StageContext) -> dict[str, Any]:
         except Exception as e:
             took = time.perf_counter() - started
             left = ctx.options.assured_s - (time.perf_counter() - stage_started)
-            failed: dict[str, Any] = {"error": exceptions.error_record(e, "forward"), "phases": [FORWARD],
-                                      "warnings": w.messages}
+            failed = StageRecord(error=exceptions.error_record(e, "forward"), phases=[FORWARD],
+                                 warnings=w.messages)
             # draft_export traces again, and its report only explains the error above: run it within what is left
             # of the stage's time (a run that needs longer ends with a note, and the export error stands)
             if left < DRAFT_MARGIN * took:
-                failed["extra"] = StageNotes(not_checked=[
+                failed.extra = StageNotes(not_checked=[
                     f"torch.export.draft_export's report: the failed export took {took:.0f} s and draft_export "
                     f"traces again, more than the {max(left, 0):.0f} s left of the stage's time "
                     "(--timeout raises it)"]).to_extra()
             else:
-                failed["draft_export"] = _draft(module, case, left)
-                if failed["draft_export"].get("ran_out"):
-                    failed["extra"] = StageNotes(not_checked=[
+                failed.draft_export = _draft(module, case, left)
+                if failed.draft_export.ran_out:
+                    failed.extra = StageNotes(not_checked=[
                         f"torch.export.draft_export's report: it ran past the {left:.0f} s left of the stage's time "
                         "and was stopped (--timeout raises it)"]).to_extra()
             return failed
@@ -64,14 +65,14 @@ def run(ctx: StageContext) -> dict[str, Any]:
     try:
         program = ep.module()
     except Exception as e:
-        return {"error": exceptions.error_record(e, "forward"), "phases": [FORWARD], "warnings": w.messages}
+        return StageRecord(error=exceptions.error_record(e, "forward"), phases=[FORWARD], warnings=w.messages)
     got = execute(program, dataclasses.replace(case, grad=False))
     if not got.error:
         got = dataclasses.replace(got, outputs=tensor_outputs(got.outputs))
-    record: dict[str, Any] = {"phases": [FORWARD], "warnings": w.messages,
-                              "extra": ExportGraph(graph_nodes=len(ep.graph.nodes)).to_extra()}
+    record = StageRecord(phases=[FORWARD], warnings=w.messages,
+                         extra=ExportGraph(graph_nodes=len(ep.graph.nodes)).to_extra())
     if got.error:
-        record["error"] = got.error  # the exported program does not run on the probe's own inputs
+        record.error = got.error  # the exported program does not run on the probe's own inputs
     else:
         fp64 = float64_run(lambda: dataclasses.replace(ctx.make_case(), grad=False))
 
@@ -79,7 +80,7 @@ def run(ctx: StageContext) -> dict[str, Any]:
             ex = fp64()
             return ex if isinstance(ex, str) else dataclasses.replace(ex, outputs=tensor_outputs(ex.outputs))
 
-        record["mismatches"] = compare(ref, got, fp64_tensors)
+        record.mismatches = compare(ref, got, fp64_tensors)
     return record
 
 
@@ -106,10 +107,10 @@ class _RanOut(BaseException):
     """Not an Exception: code under draft_export that catches Exception must not swallow the alarm."""
 
 
-def _draft(module: Any, case: Any, budget_s: float) -> dict[str, Any]:
-    """draft_export's failures as plain data: ``type`` (FailureType name), ``kind``, ``op``, ``expr``,
-    ``user_frame`` (innermost user frame of its user stack), ``code``; or ``error`` when draft_export raised;
-    ``ran_out`` when it ran past ``budget_s`` (an alarm stops it, where the stage runs on the main thread)."""
+def _draft(module: Any, case: Any, budget_s: float) -> DraftExportReport:
+    """draft_export's failures (``DraftFailure``: its FailureType name and the kind it maps to, ``op``, ``expr``, the
+    innermost user frame of its user stack and that line's code); or the ``error`` draft_export raised; or ``ran_out``
+    when it ran past ``budget_s`` (an alarm stops it, where the stage runs on the main thread)."""
     import signal
     import threading
 
@@ -128,9 +129,9 @@ def _draft(module: Any, case: Any, budget_s: float) -> dict[str, Any]:
             signal.setitimer(signal.ITIMER_REAL, max(budget_s, 0.1), 1.0)
         ep = torch.export.draft_export(module, case.args, case.kwargs)
     except _RanOut:
-        return {"ran_out": True}
+        return DraftExportReport(ran_out=True)
     except Exception as e:
-        return {"error": exceptions.error_record(e, "forward")}
+        return DraftExportReport(error=exceptions.error_record(e, "forward"))
     finally:
         if timed:
             signal.signal(signal.SIGALRM, signal.SIG_IGN)  # an alarm now must not escape the stage
@@ -139,16 +140,21 @@ def _draft(module: Any, case: Any, budget_s: float) -> dict[str, Any]:
     report = compat.draft_export_report(ep)
     # names interned before this draft_export are in torch's table only
     names = {**compat.trace_filenames(), **(getattr(report, "str_to_filename", {}) or {})}
-    failures = []
+    failures: list[DraftFailure] = []
     for f in getattr(report, "failures", []) or []:
         name = getattr(f.failure_type, "name", str(f.failure_type))
         data = f.data if isinstance(f.data, dict) else {}
         frame = frames.innermost_user_frame(data.get("user_stack"), names)
         locals_ = data.get("frame_locals") or {}
-        failures.append({"type": name, "kind": taxonomy.draft_kind(name), "op": data.get("op"),
-                         "expr": data.get("expr"), "reason": str(data.get("reason", ""))[:500],
-                         "code": locals_.get("loc") if isinstance(locals_, dict) else None, "user_frame": frame})
-    return {"failures": failures}
+        code = locals_.get("loc") if isinstance(locals_, dict) else None
+        failures.append(DraftFailure(name, taxonomy.draft_kind(name), _text(data.get("op")), _text(data.get("expr")),
+                                     str(data.get("reason", ""))[:500], _text(code), frame))
+    return DraftExportReport(tuple(failures))
+
+
+def _text(v: Any) -> str | None:
+    """A value of draft_export's data as text (the op, a sympy expression), as JSON would have written it."""
+    return str(v) if v is not None else None
 
 
 SPEC = StageSpec(

@@ -8,12 +8,11 @@ costs the time of one more AOTAutograd trace of the forward and backward (benchm
 """
 from __future__ import annotations
 
-from typing import Any
-
+from ..model.records import StageRecord
 from ._spec import StageContext, StageSpec
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     from ._execution import run_compiled
 
     return run_compiled(ctx.make_case, "aot_eager", fullgraph=True)

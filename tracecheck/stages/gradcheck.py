@@ -9,12 +9,11 @@ written besides autograd (a finding).
 """
 from __future__ import annotations
 
-from typing import Any
-
+from ..model.records import StageRecord
 from ._spec import StageContext, StageSpec
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     from ._gradients import NO_GRAD_INPUT, check_call, end_to_end, record_calls
     from ._execution import backward_of, phases, seed_all
 
@@ -27,16 +26,15 @@ def run(ctx: StageContext) -> dict[str, Any]:
         why = ("the eager forward under tracecheck's op recorder fails before any custom op ran "
                f"({headline(error)})") if error else \
             "the probe calls no custom op or autograd.Function"
-        return {"skip_reason": why}
-    outcomes = [check_call(c).to_dict() for c in calls]
-    if all(o.get("skip") for o in outcomes):
-        reasons = sorted({o["skip"] for o in outcomes})
-        return {"skip_reason": "no input of any custom op or autograd.Function call requires grad" if
-                reasons == [NO_GRAD_INPUT] else
-                "; ".join(f"{o['name']}: {o['skip']}" for o in outcomes)}
+        return StageRecord(skip_reason=why)
+    outcomes = [check_call(c) for c in calls]
+    if all(o.skip for o in outcomes):
+        reasons = sorted({o.skip for o in outcomes})
+        return StageRecord(skip_reason="no input of any custom op or autograd.Function call requires grad" if
+                           reasons == [NO_GRAD_INPUT] else "; ".join(f"{o.name}: {o.skip}" for o in outcomes))
     # each call's own check, then the probe's gradient as training gets it: a side effect no call's check sees
     # (2x), or a call's gradient rerouted by design (wrong alone, right end to end)
-    return {"gradcheck": outcomes + [end_to_end(ctx.make_case).to_dict()], "phases": phases(True)}
+    return StageRecord(gradcheck=[*outcomes, end_to_end(ctx.make_case)], phases=phases(True))
 
 
 SPEC = StageSpec(

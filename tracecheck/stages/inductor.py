@@ -4,19 +4,19 @@ On a device Inductor has no code generator for (the emulated NPU; a real NPU has
 the stage says why under "not checked" rather than failing the probe for the device."""
 from __future__ import annotations
 
-from typing import Any
-
+from ..model.records import StageRecord
 from ._spec import StageContext, StageSpec
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     from .. import compat
     from ._execution import run_compiled
 
     lacking = compat.devices_without_inductor([ctx.device])
     if lacking:
-        return {"skip_reason": f"Inductor has no code generator for device {lacking[0]} (a real NPU gets torch_npu's; "
-                               "compile with backend=\"aot_eager\" or torchair's there): nothing was compiled"}
+        return StageRecord(skip_reason=f"Inductor has no code generator for device {lacking[0]} (a real NPU gets "
+                                       "torch_npu's; compile with backend=\"aot_eager\" or torchair's there): nothing "
+                                       "was compiled")
     return run_compiled(ctx.make_case, "inductor")
 
 

@@ -2,8 +2,11 @@
 with (recorded by a dispatch mode during one eager forward)."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from ..model.frame import Frame
+from ..model.records import OpTests, StageRecord
 from ._spec import StageContext, StageSpec
 
 
@@ -13,7 +16,7 @@ def opcheck_utils(device: str) -> list[str]:
     return utils if device.split(":")[0] in ("cpu", "cuda", "xpu") else [u for u in utils if "autograd" not in u]
 
 
-def run(ctx: StageContext) -> dict[str, Any]:
+def run(ctx: StageContext) -> StageRecord:
     import torch
     from ..compat import pytree
 
@@ -33,27 +36,27 @@ def run(ctx: StageContext) -> dict[str, Any]:
         if not rec.calls:
             from ..model.report import headline
 
-            return {"skip_reason": f"the eager forward under tracecheck's op recorder fails before any custom op "
-                                   f"ran ({headline(e)})"}
+            return StageRecord(skip_reason=f"the eager forward under tracecheck's op recorder fails before any "
+                                           f"custom op ran ({headline(e)})")
     # ops the backward calls (a register_autograd backward, an autograd.Function's backward that calls a custom
     # op): opcheck them too, with the inputs the backward gave them; a fresh case, so the forward's analysis below
     # keeps its own graph
     in_backward = _backward_calls(ctx, rec.calls)
     if not rec.calls and not in_backward:
-        return {"skip_reason": "the probe calls no custom op"}
-    results: dict[str, dict[str, Any]] = {}
+        return StageRecord(skip_reason="the probe calls no custom op")
+    results: dict[str, OpTests] = {}
     for op, (args, kwargs) in {**rec.calls, **in_backward}.items():
         res = torch.library.opcheck(op, args, kwargs, test_utils=opcheck_utils(ctx.device), raise_exception=False)
-        results[str(op)] = {
-            test: (v if isinstance(v, str) else exceptions.error_record(v, test)) for test, v in res.items()
-        }
-        fake_def = None
-        for test, record in results[str(op)].items():
-            if isinstance(record, dict) and test in ("test_faketensor", "test_aot_dispatch_dynamic"):
+        tests: OpTests = {test: (v if isinstance(v, str) else exceptions.error_record(v, test))
+                          for test, v in res.items()}
+        fake_def: Frame | None = None
+        for test, outcome in tests.items():
+            if not isinstance(outcome, str) and test in ("test_faketensor", "test_aot_dispatch_dynamic"):
                 # where a fake-mismatch's fix goes: the fake impl's own def (classify/detect.py places it there)
-                fake_def = fake_def or compat.fake_impl_location(op_name(str(op)))
+                fake_def = fake_def or Frame.from_dict(compat.fake_impl_location(op_name(str(op))))
                 if fake_def:
-                    record["fake_def"] = fake_def
+                    tests[test] = dataclasses.replace(outcome, fake_def=fake_def)
+        results[str(op)] = tests
     # opcheck's autograd tests (test_autograd_registration, test_aot_dispatch_dynamic) run backward only when
     # an input of the recorded call requires grad
     differentiable = any(isinstance(t, torch.Tensor) and t.requires_grad
@@ -69,8 +72,8 @@ def run(ctx: StageContext) -> dict[str, Any]:
     unused = rec.never_differentiated(lambda: backward_of(case, out)) if out is not None and rec.differentiated \
         else set()
     grad_unused = [str(op) for op in rec.calls if op_name(str(op)) in unused]
-    return {"opcheck": results, "phases": phases(differentiable or bool(in_backward)), "grad_free_ops": grad_free,
-            "grad_unused_ops": grad_unused, "backward_only_ops": [str(op) for op in in_backward]}
+    return StageRecord(opcheck=results, phases=phases(differentiable or bool(in_backward)), grad_free_ops=grad_free,
+                       grad_unused_ops=grad_unused, backward_only_ops=[str(op) for op in in_backward])
 
 
 def _backward_calls(ctx: StageContext, seen: dict[Any, Any]) -> dict[Any, Any]:

@@ -8,14 +8,19 @@ without a batching rule runs once per sample (``no-batching-rule``, advice). The
 """
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from ..model.targets import FUNC
 from ..model.payloads import StageNotes, VmapRun
+from ..model.records import StageRecord
 from ._spec import StageContext, StageSpec
 
+if TYPE_CHECKING:  # imports torch: the registry reads this module without it
+    from ._torchfunc import TransformCheck
 
-def run(ctx: StageContext) -> dict[str, Any]:
+
+def run(ctx: StageContext) -> StageRecord:
     from . import _numerics
     from ._gradients import old_style_functions
     from . import _torchfunc as transforms
@@ -24,11 +29,10 @@ def run(ctx: StageContext) -> dict[str, Any]:
     case = ctx.make_case()
     ref = execute(case.fn, case)  # one eager run: the forward must work, and its gradients are grad's reference
     if forward_fails(ref):
-        return {"skip_reason": "the eager forward fails (see the eager stage)"}
-    record: dict[str, Any] = {"phases": [FORWARD], "transform_errors": [], "mismatches": [], "extra": {}}
+        return StageRecord(skip_reason="the eager forward fails (see the eager stage)")
     v = transforms.check_vmap(ctx.make_case)
     trains = ref.ran_backward
-    g: dict[str, Any] = {"skip_reason": "the probe does not train (nothing requires grad)"}
+    g = transforms.TransformCheck(skip_reason="the probe does not train (nothing requires grad)")
     hooks = transforms.gradient_hooks(case) if trains else []
     if trains:
         fp64 = float64_run(ctx.make_case)
@@ -38,55 +42,54 @@ def run(ctx: StageContext) -> dict[str, Any]:
             return ex if isinstance(ex, str) else values(ex)
 
         g = transforms.check_grad(ctx.make_case, ref.grads, loss_of, _numerics.Reference(fp64_values))
-    not_checked = list(v.get("not_checked") or [])
-    if hooks and not g.get("error"):  # autograd runs them and torch.func.grad does not: not meant to agree
-        g.pop("mismatches", None)
-        g["compared"], g["not_compared"] = 0, "the probe has gradient hooks torch.func.grad does not run"
+    not_checked = list(v.not_checked)
+    if hooks and not g.error:  # autograd runs them and torch.func.grad does not: not meant to agree
+        g.mismatches = []
+        g.compared, g.not_compared = 0, "the probe has gradient hooks torch.func.grad does not run"
         not_checked.append(f"torch.func.grad's values (the probe has gradient hooks torch.func.grad does not run: "
                            f"{'; '.join(hooks[:4])}; it ran, and its gradients and autograd's are not meant to agree)")
     for name, r in (("vmap", v), ("grad", g)):
-        err = r.get("error")
-        if err:
-            err["functions"] = old_style_functions(ctx.make_case) if "setup_context" in err.get("message", "") else []
-            if transforms.refused_by_torch(err, err["functions"]):  # torch's limitation, not the probe's
-                r.pop("error")
-                r["skip_reason"] = transforms.CUSTOM_OP_AUTOGRAD_REFUSED
+        if r.error:
+            functions = old_style_functions(ctx.make_case) if "setup_context" in r.error.message else []
+            r.error = dataclasses.replace(r.error, functions=tuple(functions))
+            if transforms.refused_by_torch(r.error, r.error.functions):  # torch's limitation, not the probe's
+                r.error = None
+                r.skip_reason = transforms.CUSTOM_OP_AUTOGRAD_REFUSED
                 not_checked.append(f"torch.func.{name}: {transforms.CUSTOM_OP_AUTOGRAD_REFUSED}")
-    if v.get("skip_reason") and g.get("skip_reason"):
-        return {"skip_reason": f"vmap: {v['skip_reason']}; grad: {g['skip_reason']}"}
+    if v.skip_reason and g.skip_reason:
+        return StageRecord(skip_reason=f"vmap: {v.skip_reason}; grad: {g.skip_reason}")
     # one transform ran and the other did not: a pass must not hide that (a probe that does not train is "✓ fwd")
-    if v.get("skip_reason") and v["skip_reason"] != transforms.CUSTOM_OP_AUTOGRAD_REFUSED:
-        not_checked.append(f"torch.func.vmap: {v['skip_reason']}")
-    if trains and g.get("skip_reason") and g["skip_reason"] != transforms.CUSTOM_OP_AUTOGRAD_REFUSED:
-        not_checked.append(f"torch.func.grad: {g['skip_reason']}")
-    record["extra"].update(StageNotes(not_checked=not_checked or None).to_extra())
+    if v.skip_reason and v.skip_reason != transforms.CUSTOM_OP_AUTOGRAD_REFUSED:
+        not_checked.append(f"torch.func.vmap: {v.skip_reason}")
+    if trains and g.skip_reason and g.skip_reason != transforms.CUSTOM_OP_AUTOGRAD_REFUSED:
+        not_checked.append(f"torch.func.grad: {g.skip_reason}")
+    record = StageRecord(extra=StageNotes(not_checked=not_checked or None).to_extra())
     for name, r in (("vmap", v), ("grad", g)):
-        if r.get("error"):
-            record["transform_errors"].append(r["error"])
-        for m in r.get("mismatches") or []:
-            record["mismatches"].append({**m, "transform": name})
+        if r.error:
+            record.transform_errors.append(r.error)
+        record.mismatches += [dataclasses.replace(m, transform=name) for m in r.mismatches]
     # backward counts only where gradients were compared: a refusal checked none (and a baseline would otherwise
     # call the move to a torch-refused custom op "backward no longer runs")
-    record["phases"] = [FORWARD, BACKWARD] if g.get("compared") else [FORWARD]
-    record["fallback_ops"] = v.get("fallback_ops") or []
-    record["extra"].update(VmapRun(
-        batch=transforms.BATCH, vmap=_summary(v), grad=_summary(g),
-        **{k: v[k] for k in ("randomness", "compared", "batched_inputs", "perturbed") if k in v},
-        **({"grad_wrt": g["wrt"], "grads_compared": g["compared"]} if g.get("wrt") else {})).to_extra())
+    record.phases = [FORWARD, BACKWARD] if g.compared else [FORWARD]
+    record.fallback_ops = v.fallback_ops
+    record.extra.update(VmapRun(
+        batch=transforms.BATCH, vmap=_summary(v), grad=_summary(g), randomness=v.randomness, compared=v.compared,
+        batched_inputs=v.batched_inputs, perturbed=v.perturbed,
+        **({"grad_wrt": g.wrt, "grads_compared": g.compared} if g.wrt else {})).to_extra())
     return record
 
 
-def _summary(r: dict[str, Any]) -> str:
+def _summary(r: "TransformCheck") -> str:
     """One word per transform for the report: what came of it."""
-    if r.get("skip_reason"):
-        return f"skipped: {r['skip_reason']}"
-    if r.get("error"):
+    if r.skip_reason:
+        return f"skipped: {r.skip_reason}"
+    if r.error:
         return "refused"
-    if r.get("mismatches"):
+    if r.mismatches:
         return "differs"
-    if r.get("not_compared"):
-        return f"ran (not compared: {r['not_compared']})"
-    if r.get("compared") is False:
+    if r.not_compared:
+        return f"ran (not compared: {r.not_compared})"
+    if r.compared is False:
         return "ran (not compared: the probe draws random numbers)"
     return "matches"
 

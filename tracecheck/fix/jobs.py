@@ -1,11 +1,19 @@
 """The tasks ``tracecheck fix`` runs in task processes (the probe's code never runs in the CLI process): one frozen
-record per kind (model/tasks.py), each ``run`` importing the code it calls there. Pure: no torch import."""
+record per kind (model/tasks.py), each ``run`` importing the code it calls there. That code returns its task's typed
+result (fix/task_results.py); ``run`` writes it as JSON, the one place it crosses to the parent, which reads it back
+with the record's ``of``. Pure: no torch import."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Callable
 
+from ..model.reportio import Json
 from ..model.tasks import ProcessTask
+from .call_facts import CallAsk
+
+#: one task in a stage process, with a line saying what it does; what its ``run`` returned, as it came back over
+#: the pipe (pipeline._one): read it with its result's ``of``
+TaskRunner = Callable[[ProcessTask, str], Json]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,10 +40,13 @@ class AnalyzeTask(ProbeTask):
     #: ``{"tracecheck": ..., "torch": ...}``: written into the generated file's header
     versions: dict[str, str]
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Json:
         from .analysis import analyze
 
-        return analyze(self)
+        return analyze(self.file, self.probe, namespace=self.namespace, kinds=self.kinds,
+                       autograd_ops=self.autograd_ops, module_name=self.module_name, target=self.target,
+                       patched_path=self.patched_path, fixed_path=self.fixed_path,
+                       versions=self.versions).to_json()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,10 +57,10 @@ class EagerDumpTask(ProbeTask):
     #: a file whose lines that ran are reported (``lines``): do the probe's inputs reach a rewritten line
     lines_of: str | None = None
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Json:
         from .analysis import eager_dump
 
-        return eager_dump(self)
+        return eager_dump(self.file, self.probe, self.dump, self.lines_of).to_json()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,20 +69,20 @@ class EagerCompareTask(ProbeTask):
 
     dump: str
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Json:
         from .analysis import eager_compare
 
-        return eager_compare(self)
+        return eager_compare(self.file, self.probe, self.dump).to_json()
 
 
 @dataclass(frozen=True, kw_only=True)
 class DirectionalCheckTask(ProbeTask):
     """The patched probe's gradients against finite differences (``fix.analysis.directional_check``)."""
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Json:
         from .analysis import directional_check
 
-        return directional_check(self)
+        return directional_check(self.file, self.probe).to_json()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,13 +90,13 @@ class ObserveCallsTask(ProbeTask):
     """Record the C calls at ``sites`` in one eager run, at the probe's and perturbed inputs (``fix.c_call``)."""
 
     namespace: str
-    #: the call sites to observe (fix/model_code.py: line, callee, file, ...)
-    sites: tuple[dict[str, Any], ...]
+    #: the call sites to observe (fix/model_code.py)
+    sites: tuple[CallAsk, ...]
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Json:
         from .c_call import observe_calls
 
-        return observe_calls(self)
+        return observe_calls(self.file, self.probe, self.namespace, self.sites).to_json()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +105,7 @@ class ShapeCheckTask(ProbeTask):
 
     ops: tuple[str, ...]
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Json:
         from .shape_check import run
 
-        return run(self)
+        return run(self.file, self.probe, self.ops).to_json()
