@@ -27,7 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from tracecheck import api  # noqa: E402
-from tracecheck.fix.model_code import VERIFY_PHASES  # noqa: E402
+from tracecheck.fix.trial import VERIFY_PHASES  # noqa: E402
 from tracecheck.fix.pipeline import FixOptions, fix  # noqa: E402
 
 TINY_LM = '''import torch

@@ -730,3 +730,26 @@ def test_a_baseline_from_another_tracecheck_says_so_in_a_note():
         "tracecheck 0.1.0 -> 0.2.0 since the baseline: a stage may check more than it did (its release notes say "
         "what); rewrite the baseline with --update-baseline once reviewed"]
     assert comparison.compare(base, copy.deepcopy(base)).notes == []
+
+
+def test_update_baseline_from_a_baseline_keeps_what_it_does_not_read(tmp_path):
+    """``compare BASE NEW --update-baseline`` with a baseline as NEW writes NEW's probes as they are (a key a newer
+    tracecheck wrote in a break or a probe survives) and BASE's settings."""
+    from click.testing import CliRunner
+    from tracecheck.cli import cli
+
+    new = document.from_report(small_report())
+    pid = next(iter(new["probes"]))
+    new["probes"][pid]["from_a_newer_version"] = {"kept": True}
+    for st in new["probes"][pid]["stages"].values():
+        for b in st.get("breaks") or []:
+            b["newer_key"] = 7
+    base = {**document.empty().to_json(), "severity": {"opaque-op": "error"}}
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    res = CliRunner().invoke(cli, ["compare", str(tmp_path / "base.json"), str(tmp_path / "new.json"),
+                                   "--update-baseline"])
+    assert res.exit_code == 0, res.output
+    written = json.loads((tmp_path / "base.json").read_text())
+    assert written["probes"][pid]["from_a_newer_version"] == {"kept": True}
+    assert written["probes"] == new["probes"] and written["severity"] == {"opaque-op": "error"}

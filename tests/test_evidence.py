@@ -6,8 +6,8 @@ import json
 from tracecheck.model import evidence
 from tracecheck.model.evidence import (BreakEvidence, ExceptionEvidence, FallbackEvidence, GradientEvidence,
                                        MessageEvidence, NumericEvidence, OpaqueEvidence, ProcessEvidence,
-                                       RecompileEvidence, RegistrationEvidence, RootCause, SpecializationEvidence,
-                                       WorstTensor)
+                                       RecompileEvidence, RegistrationEvidence, RootCause, Specialization,
+                                       SpecializationEvidence, DraftExportEvidence, WorstTensor)
 from tracecheck.model.records import Frame
 from tracecheck.model.report import Finding
 
@@ -67,8 +67,22 @@ def test_the_tag_is_written_and_decides_the_kind_read_back():
                         worst=WorstTensor(what="out", shape=(2, 3), max_abs_diff=0.5, failed=("rmse",))),
         GradientEvidence(method="central difference", input="x", numerical=1.0, analytical=2.0, ratio=2.0),
         ProcessEvidence(cause="killed", stderr_tail="tail", phase="setup"),
-        RecompileEvidence(reason="r", steps=(3, 4), reasons=("a", "b")),
+        RecompileEvidence(reason="r", steps=(3, 4), reasons=("a", "b"), user_frame_from="guard"),
+        RegistrationEvidence(first_schema="ns::f(Tensor x) -> Tensor", second_schema="ns::f(Tensor(a!) x) -> ()",
+                             first_frame=Frame("/a.py", 1, None, None), user_frame=Frame("/b.py", 2, None, None)),
+        SpecializationEvidence(reason="L['x'].size()[0] == 4", guard_user_frame=Frame("/m.py", 5, "f", "y"), step=3,
+                               specialization=Specialization("s0", ("L['x'].size()[0]",), "4", "r", 3,
+                                                             Frame("/m.py", 6, None, "int(x.shape[0])"), None)),
+        FallbackEvidence(dispatch_keys="no FuncTorchBatched kernel", confirmed=True, confirmation="c"),
+        OpaqueEvidence(output_code=("extern_kernels.x(buf0)",), graphs=(0, 1), generated_kernels=3),
+        DraftExportEvidence(draft_export_type="data_dependent_error", reason="u0 > 0", exception_type="E",
+                            message="m", user_frame=Frame("/m.py", 9, None, "if x.sum() > 0:")),
+        MessageEvidence(message="Warning: an autograd kernel was not registered"),
+        NumericEvidence(phase="backward", compared=3, disagreeing=1, batch_size=7, custom_ops=None,
+                        random_ops=("aten::bernoulli_",), transform="vmap",
+                        worst=WorstTensor(what="g", fp64_used=True, rule="rmse", rmse_jittered_vs_fp64=0.1)),
     ]
+    assert {ev.what for ev in made} == set(evidence.KINDS)  # every kind, each with fields beyond the defaults
     for ev in made:
         doc = json.loads(json.dumps(ev.to_json()))  # the report's JSON
         assert doc["what"] == ev.what

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tracecheck.fix import library, rewrites
-from tracecheck.fix.rewrites import Site, Source
+from tracecheck.fix import library, rewrites, sourcetext
+from tracecheck.fix.sourcetext import Site, Source
 
 TESTS = Path(__file__).resolve().parent
 LIBRARY = TESTS / "models" / "breakylib"
@@ -199,7 +199,7 @@ def test_a_library_site_gets_settings_in_the_probe_and_code_in_a_function_of_its
                 file="/x/site-packages/breakylib/layers.py")
     (cand, *_) = rewrites.candidates(probe, site, Source(LAYERS))
     assert cand.rewrite == "ignore-logging" and not cand.library
-    assert rewrites.apply(probe.text, cand.edits).endswith(
+    assert sourcetext.apply(probe.text, cand.edits).endswith(
         "\n\nimport logging  # noqa: E402  (tracecheck fix)\ntorch._dynamo.config.ignore_logging_functions.add("
         "logging.Logger.warning_once)  # tracecheck fix: `.warning_once(...)` of a logging.Logger is a no-op while "
         "compiling (it logs in eager)\n")
@@ -218,7 +218,7 @@ def test_a_library_site_gets_settings_in_the_probe_and_code_in_a_function_of_its
     select = cands["select"]
     assert select.function.name == "longrope_frequency_update" and not [e for e in select.edits
                                                                          if "import torch" not in e.text]
-    assert rewrites.apply(ROPE, select.library) == ROPE.replace(
+    assert sourcetext.apply(ROPE, select.library) == ROPE.replace(
         "        if seq_len > self.original_max_position_embeddings:\n"
         "            if not hasattr(self, \"long_inv_freq\"):\n"
         "                self.long_inv_freq = self.original_inv_freq / self.long_factor\n"
@@ -272,7 +272,7 @@ def test_select_runs_the_other_side_only_where_nothing_can_see_it():
              "    return y\n"
     cand = next(c for c in rewrites.candidates(Source(shapes), site_of(shapes)) if c.rewrite == "select")
     namespace: dict = {}
-    exec(rewrites.apply(shapes, cand.edits), namespace)
+    exec(sourcetext.apply(shapes, cand.edits), namespace)
     import torch
 
     with pytest.raises(RuntimeError, match="differ in shape or dtype"):
@@ -426,7 +426,7 @@ def test_the_copy_maps_a_library_line_to_its_rewritten_line_whatever_the_signatu
     patch = Patch().with_(cand, site.file)
     runnable, _, lib_line = copies.runnable(patch, str(tmp_path / "model_fixed.py"))
     lines = runnable.splitlines()
-    at = lib_line(site.file, rewrites.new_span(patch.lib_edits(site.file), 10, 10)[0])
+    at = lib_line(site.file, sourcetext.new_span(patch.lib_edits(site.file), 10, 10)[0])
     assert lines[at - 1].strip() == "if torch.compiler.is_compiling():  # tracecheck fix: the check stays in the graph " \
                                     "as an assert"
     assert "    def check(mask, strict=None):" in lines  # (Optional is the library's name, not the probe's)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tracecheck.fix import rewrites
-from tracecheck.fix.rewrites import Site, Source
+from tracecheck.fix import rewrites, sourcetext
+from tracecheck.fix.sourcetext import Site, Source
 
 TESTS = Path(__file__).resolve().parent
 PROBES = TESTS / "models" / "graph_breaks.py"
@@ -25,7 +25,7 @@ def _only(src_text: str, site: Site, rewrite: str) -> str:
     src = Source(src_text)
     cands = {c.rewrite: c for c in rewrites.candidates(src, site)}
     assert rewrite in cands, sorted(cands)
-    return rewrites.apply(src_text, cands[rewrite].edits)
+    return sourcetext.apply(src_text, cands[rewrite].edits)
 
 
 MODEL = '''import torch
@@ -118,11 +118,11 @@ def test_edits_stay_valid_python_around_decorators_elif_and_non_ascii_text():
 
 
 def test_overlapping_edits_are_refused():
-    inner = rewrites.Edit((5, 8), (5, 15), "pass")
-    outer = rewrites.Edit((4, 0), (6, 0), "x = 1\n")
-    assert rewrites.overlap([outer], [inner]) and not rewrites.overlap([inner], [rewrites.Edit((7, 0), (7, 0), "y\n")])
+    inner = sourcetext.Edit((5, 8), (5, 15), "pass")
+    outer = sourcetext.Edit((4, 0), (6, 0), "x = 1\n")
+    assert sourcetext.overlap([outer], [inner]) and not sourcetext.overlap([inner], [sourcetext.Edit((7, 0), (7, 0), "y\n")])
     with pytest.raises(ValueError):
-        rewrites.apply("a\nb\nc\nd\ne = 12345678901\nf\ng\n", [outer, inner])
+        sourcetext.apply("a\nb\nc\nd\ne = 12345678901\nf\ng\n", [outer, inner])
 
 
 def test_the_diff_applies_to_a_file_without_a_last_newline(tmp_path):
@@ -168,10 +168,10 @@ def test_own_files_only_are_overwritten_and_only_utf8_is_rewritten(tmp_path):
 
 
 def test_new_span_follows_lines_added_above():
-    edits = [rewrites.Edit((2, 0), (2, 0), "a\nb\n")]  # two lines inserted before line 2
-    assert rewrites.new_span(edits, 5, 5) == (7, 7)
-    guard = rewrites.Edit((5, 0), (5, 9), "if c:\n    print()")  # one line becomes two
-    assert rewrites.new_span(edits + [guard], 5, 5) == (7, 8)
+    edits = [sourcetext.Edit((2, 0), (2, 0), "a\nb\n")]  # two lines inserted before line 2
+    assert sourcetext.new_span(edits, 5, 5) == (7, 7)
+    guard = sourcetext.Edit((5, 0), (5, 9), "if c:\n    print()")  # one line becomes two
+    assert sourcetext.new_span(edits + [guard], 5, 5) == (7, 8)
 
 
 LM = '''import torch
@@ -202,7 +202,7 @@ def test_a_branch_on_an_item_scalar_becomes_torch_where_without_the_item():
     assert cands.index("tensor-where") < cands.index("branchless") and cands[0] == "tensor-where", cands
     # one edit over both statements: the lines below it move up by two (the print: line 11 -> 9)
     cand = next(c for c in rewrites.candidates(Source(LM), ITEM) if c.rewrite == "tensor-where")
-    assert rewrites.new_span(cand.edits, 11, 11) == (9, 9) and rewrites.new_span(cand.edits, 8, 8) == (8, 8)
+    assert sourcetext.new_span(cand.edits, 11, 11) == (9, 9) and sourcetext.new_span(cand.edits, 8, 8) == (8, 8)
 
 
 def test_the_other_branch_rewrites_drop_the_dead_item_too():
@@ -279,7 +279,7 @@ def test_a_scalar_read_later_is_kept_by_the_branch_rewrites():
 
 
 def test_a_candidate_runs_the_stages_it_changes_first():
-    from tracecheck.fix.model_code import VERIFY_PHASES, VERIFY_STAGES
+    from tracecheck.fix.trial import VERIFY_PHASES, VERIFY_STAGES
 
     assert sorted(s for phase in VERIFY_PHASES for s in phase) == sorted(VERIFY_STAGES)
     assert {"explain", "fullgraph"} <= set(VERIFY_PHASES[0]) and "compiled_autograd" in VERIFY_PHASES[-1]

@@ -85,7 +85,7 @@ def test_case_vmap_verdict(cases_report, case):
                                                                                   VMAP_REFUSED[case.stem])
     elif case.stem.startswith("14_"):
         # the redefined op's stale handle raises (eager fails, so vmap is skipped) or, run to run, segfaults (pytorch
-        # PR #122344); a process that died calling it is labelled op-redefined (results.attribute_crashes)
+        # PR #122344); a process that died calling it is labelled op-redefined (classify/attribute.crashes)
         assert vmap["status"] == "skip" or (vmap["status"], vmap["failure"]["kind"]) == ("crash", "op-redefined"), vmap
     else:
         assert vmap["status"] == "pass", vmap["findings"]

@@ -28,8 +28,7 @@ from .isolate.runner import Outcome, Runner, Task, Template
 from .model.targets import DEFAULT_REQUIRE, Gate
 from .model.taxonomy import K
 from .model.payloads import StageNotes
-# the callbacks ``run`` makes for a live display, defined beside the board that draws them; ``api.Progress`` to callers
-from .render.live import Progress as Progress
+from .model.progress import Progress
 
 
 @dataclass
@@ -302,7 +301,7 @@ def _add_stage_modules(outcome: Outcome, file: str, discovery: dict[str, _Discov
     discovery[file].deps = None if deps is None or not isinstance(loaded, dict) else {**deps, **loaded}
 
 
-#: kinds the final report may still re-attribute once the probe's other stages end (classify/results.attribute_unknowns)
+#: kinds the final report may still re-attribute once the probe's other stages end (classify/attribute.unknowns)
 _PENDING_KINDS = (K.UNKNOWN, K.BACKEND_ERROR)
 
 

@@ -419,8 +419,10 @@ def compare(base_json: str, new_json: str, junit_path: str | None, update_baseli
                 raise UsageError(f"--update-baseline: {new_json} is one shard; merge the shards first "
                                  "(tracecheck merge ... -o all.json)")
             # the user's settings are the old baseline's (a run's --require is its CI command's, not recorded)
-            doc = (document.Baseline.of(report) if report is not None
-                   else document.load_baseline(new_json, "NEW")).keeping(base).to_json()
+            if report is not None:
+                doc = document.Baseline.of(report).keeping(base).to_json()
+            else:  # a baseline as NEW: its probes as written (keys a newer tracecheck wrote survive), base's settings
+                doc = {**document.load_baseline(new_json, "NEW").keeping(base).to_json(), "probes": new_doc["probes"]}
             write_json_atomic(base_json, doc)
     _report_comparison(out, report, comparison, base_json, detail=verbose)
     if update_baseline:

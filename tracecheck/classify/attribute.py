@@ -12,7 +12,7 @@ import re
 from typing import Any, Mapping
 
 from ..model import taxonomy
-from ..model.evidence import ExceptionEvidence, ProcessEvidence
+from ..model.evidence import ExceptionEvidence, ProcessEvidence, opcheck_test
 from ..model.report import CRASH, LOAD_STAGE, PASS, Finding, StageResult, op_name
 from ..model.taxonomy import K
 
@@ -183,7 +183,7 @@ def _about_shape(f: Finding) -> bool:
 
 def _found_by(stage: str, f: Finding) -> str:
     """Who found a fake-mismatch, in words: opcheck's test, else the stage that did."""
-    test = f.evidence.opcheck_test if isinstance(f.evidence, ExceptionEvidence) else None
+    test = opcheck_test(f.evidence)
     return f"opcheck's {test}" if test else f"the {stage} stage"
 
 

@@ -50,7 +50,7 @@ def mismatch_finding(raw: MismatchRecord, stage: str = "compile") -> Finding:
         phase=phase or None, compared=raw.compared, disagreeing=raw.disagreeing, worst=worst,
         disagreeing_tensors=raw.disagreeing_tensors, fp64_reference=raw.fp64_reference,
         reference_dtype=raw.reference_dtype, fp64_unavailable=raw.fp64_unavailable, custom_ops=raw.custom_ops,
-        random_ops=raw.random_ops, transform=raw.transform)
+        random_ops=raw.random_ops, transform=raw.transform, batch_size=raw.batch_size)
     return Finding(K.NUMERIC_MISMATCH, summary, ctx, evidence)
 
 

@@ -15,7 +15,7 @@ from ..model import taxonomy
 from . import detect, measured
 from ..model.taxonomy import K
 from ..model.evidence import (Evidence, ExceptionEvidence, ProcessEvidence, RecompileEvidence,
-                              RegistrationEvidence)
+                              RegistrationEvidence, opcheck_test)
 from ..model.errors import ErrorRecord
 from ..model.payloads import CompiledAutogradCounts, GradcheckVerdict, StageNotes
 from ..model.records import (COMPILED_AUTOGRAD, DYNAMO, END_TO_END, Frame, GradcheckOutcome, OpTests, RecompileRecord,
@@ -29,7 +29,7 @@ from ..model.report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Findin
 
 def build_stage_result(stage: str, raw: "Json | StageRecord", seconds: float) -> StageResult:
     """Classify one stage record. Status: fail when an error-severity finding was made, skip with a reason, else
-    pass (advice findings, ``no-batching-rule`` and ``opaque-op``, are kept on a passing stage; ``apply_strict``
+    pass (advice findings, ``no-batching-rule`` and ``opaque-op``, are kept on a passing stage; ``settle.under_strict``
     makes them fail it). ``raw``: the stage's record (records.StageRecord, or its dict)."""
     rec = StageRecord.from_raw(raw)
     if rec.skip_reason:
@@ -99,7 +99,7 @@ def build_stage_result(stage: str, raw: "Json | StageRecord", seconds: float) ->
     graph_count = rec.graph_count
     # a stage that raised counted the breaks up to the exception only: not a measurement of the probe
     measured_breaks = rec.breaks is not None and not rec.error
-    errors = [f for f in findings if Gate().fails_on(f.kind)]  # a plain run's decision; apply_strict adds advice
+    errors = [f for f in findings if Gate().fails_on(f.kind)]  # a plain run's decision; settle.under_strict adds advice
     result = StageResult(
         stage=stage,
         status=FAIL if errors else PASS,
@@ -122,7 +122,7 @@ def build_stage_result(stage: str, raw: "Json | StageRecord", seconds: float) ->
         registered_custom_ops=rec.registered_custom_ops or None).to_extra())
     result.extra.update(rec.extra)
     not_checked = [
-        f"the autograd of {op} ({', '.join(_opcheck_test(f) or '?' for f in not_needed if f.context['op'] == op)}"
+        f"the autograd of {op} ({', '.join(opcheck_test(f.evidence) or '?' for f in not_needed if f.context['op'] == op)}"
         " failed), which this probe never uses: " + (
             "it calls the op only with gradients off (inside a torch.autograd.Function's forward, whose backward "
             "supplies the gradient, or under no_grad)" if op in grad_free else
@@ -134,10 +134,6 @@ def build_stage_result(stage: str, raw: "Json | StageRecord", seconds: float) ->
     return result
 
 
-def _opcheck_test(f: Finding) -> str | None:
-    return f.evidence.opcheck_test if isinstance(f.evidence, ExceptionEvidence) else None
-
-
 def _with(ev: Evidence, **changes: Any) -> Evidence:
     """An exception's evidence with ``changes`` (what classify_error made; other kinds of evidence have none of these
     fields and are kept as they are)."""
@@ -146,7 +142,7 @@ def _with(ev: Evidence, **changes: Any) -> Evidence:
 
 def _about_the_ops_autograd(f: Finding) -> bool:
     """An opcheck failure about the op's own autograd: its registration, or gradients through it."""
-    test = _opcheck_test(f)
+    test = opcheck_test(f.evidence)
     return f.kind == K.MISSING_AUTOGRAD or test == "test_autograd_registration" or (
         test == "test_aot_dispatch_dynamic" and "Gradients of the operator are different" in f.evidence.message)
 

@@ -3,8 +3,9 @@ stages (classify/attribute.py's passes, in order), ``--strict``, run order, each
 from them by one rule (model/verdict.decide). ``api.run`` settles every probe once its stages have run; the live
 display settles a copy (``settled_copy``) with the same rule, so no live line says what the report will not.
 
-Nothing here changes a finding or a stage result: each step makes new ones (``dataclasses.replace``), so a result the
-live display already showed, or a test holds, keeps what it said.
+No step here changes a finding or a stage result it was given: each makes new ones (``dataclasses.replace``, shallow:
+an unchanged finding and ``extra`` are shared with the input), so a result a test holds keeps what it said; the live
+display's copy is a deep one, as it annotates it.
 """
 from __future__ import annotations
 

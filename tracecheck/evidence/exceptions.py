@@ -75,7 +75,7 @@ def user_frame(exc: BaseException) -> Frame | None:
     tracecheck's or the standard library's; an installed library's line is named, as the explain stage's break
     records name it, frames.caller_outside_torch): from Dynamo's ``from user code:`` block (or the ``User stack:`` of
     a constraint violation), else the traceback. One rule in both, so that the same problem is placed at the same
-    frame by every stage (``finding_key``, ``attribute_unknowns``)."""
+    frame by every stage (``finding_key``, ``attribute.unknowns``)."""
     for e in _chain(exc):
         msg = safe_str(e)
         # Dynamo's "from user code:" block; the shape environment's "User stack:" (ConstraintViolationError)

@@ -16,7 +16,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field, replace
 
-from .. import api
+from ..model.progress import Progress
 from ..model.exitcodes import UsageError
 from ..model.report import ProbeReport, RunReport
 from ..model.reportio import write_text_atomic
@@ -34,7 +34,6 @@ from .sourcetext import Edit, Site, Source
 from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
 from .jobs import EagerDumpTask, ObserveCallsTask, TaskRunner
 from .trial import NOT_FEWER, VERIFY_STAGES, Lines, Stages, gone, other_sites, run_stages, try_candidate
-from .trial import VERIFY_PHASES  # noqa: F401 - re-exported (tests, benchmarks)
 from .verify_shapes import check_shapes
 
 
@@ -222,7 +221,7 @@ def _vacuous(src: Source, site: Site, rewrite: str, lines_run: set[int] | None) 
 
 
 def fix_model_code(opts: FixOptions, path: str, name: str, patched: str, probe: ProbeReport, out: FixOutcome,
-                   progress: api.Progress | None, task: TaskRunner) -> None:
+                   progress: Progress | None, task: TaskRunner) -> None:
     """Fill ``out`` (a pipeline.FixOutcome): sites, kept rewrites, the diff, the written files and the status.
     ``probe``: the diagnosis (a few stages); the other stages of the compile target run once on the original, so
     that a candidate is judged stage by stage against the same stages. ``task(work, what)``: one task (fix/jobs.py) in a
@@ -288,7 +287,7 @@ def fix_model_code(opts: FixOptions, path: str, name: str, patched: str, probe: 
 
 def _search(opts: FixOptions, path: str, name: str, patched: str, probe: ProbeReport,
             plans: "list[tuple[Site, list[Candidate]]]", found: list[Site], out: FixOutcome, copies: Copies,
-            progress: api.Progress | None, task: TaskRunner) -> "tuple[Patch, RunReport | None, set[int] | None]":
+            progress: Progress | None, task: TaskRunner) -> "tuple[Patch, RunReport | None, set[int] | None]":
     """Try each site's candidates on the patched copy, on top of the ones kept so far: (what is kept, the last kept
     candidate's report, the probe file's lines the original ran). Fills each site's outcome."""
     kept = Patch()

@@ -7,6 +7,7 @@ import tempfile
 
 from .. import __version__, api
 from ..evidence.wording import TORCH_NAMESPACES
+from ..model.progress import Progress
 from ..model.exitcodes import UsageError
 from ..model.report import IMPORT_PROBE, ProbeReport
 from ..model.reportio import Json, write_text_atomic
@@ -83,7 +84,7 @@ def _one(runner: Runner, work: ProcessTask, timeout_s: float, what: str) -> Json
 _NO_CACHES = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
 
 
-def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
+def fix(opts: FixOptions, progress: Progress | None = None) -> FixOutcome:
     """Diagnose ``opts.target``, generate the fix for the kinds that have one, verify it. Raises UsageError."""
     path, name, patched = _validate(opts)
     saved = {k: os.environ.get(k) for k in _NO_CACHES}
@@ -98,7 +99,7 @@ def fix(opts: FixOptions, progress: api.Progress | None = None) -> FixOutcome:
                 os.environ[k] = v
 
 
-def _fix(opts: FixOptions, progress: api.Progress | None, path: str, name: str, patched: str) -> FixOutcome:
+def _fix(opts: FixOptions, progress: Progress | None, path: str, name: str, patched: str) -> FixOutcome:
     diagnosis = api.run(api.RunOptions([path], stages=DIAGNOSE_STAGES, only=name, jobs=opts.jobs,
                                        timeout_s=opts.timeout_s, command=["fix", opts.target]), progress)
     if diagnosis.probes and diagnosis.probes[0].verdict.status == "pass":
@@ -237,7 +238,7 @@ def _compare_eager(runner: Runner, opts: FixOptions, path: str, name: str, patch
                            f"{fd.analytic:.6g} vs {fd.numeric:.6g} along a random direction)")
 
 
-def _verify(opts: FixOptions, patched: str, name: str, out: FixOutcome, progress: api.Progress | None) -> None:
+def _verify(opts: FixOptions, patched: str, name: str, out: FixOutcome, progress: Progress | None) -> None:
     """Every stage on the patched probe. A patched probe that does not even load is a reason, not exit 2: the
     user's input was fine, the fix is what failed."""
     try:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .. import api
+from ..model.progress import Progress
 from ..model import taxonomy
 from ..model.evidence import NumericEvidence
 from ..model.exitcodes import UsageError
@@ -241,7 +242,7 @@ def reproduced(expected: dict[str, str], stderr: str) -> bool:
     return any(line.split(":", 1)[0] in names for line in lines) and (not gb or gb in stderr)
 
 
-def repro(opts: ReproOptions, progress: api.Progress | None = None) -> ReproOutcome:
+def repro(opts: ReproOptions, progress: Progress | None = None) -> ReproOutcome:
     path, name = split_target(opts.target)
     if opts.stage is not None and opts.stage not in STAGES:
         raise UsageError(f"--stage {opts.stage}: a reproducer can be written for {', '.join(STAGES)}")

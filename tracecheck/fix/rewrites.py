@@ -25,8 +25,7 @@ from .branches import (EXITS, Changes, accesses, as_tensor, assigned_one, bound_
                        differ, dotted, harmless, local_binding, logging_call, raise_statement,
                        scalar_branch, scope_of)
 from .library import Function, function_at, why_not
-from .sourcetext import Edit, Site, Source, apply, inline, new_span, one_line, overlap, reindent  # noqa: F401 - apply,
-# new_span, overlap: the text side of the rewrites, which their tests name as rewrites.apply and so on
+from .sourcetext import Edit, Site, Source, inline, one_line, reindent
 
 #: the kinds whose breaks the rewrites answer (a C call only outside an autograd.Function:
 #: taxonomy.rewrites_model_code)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from .. import api
+from ..model.progress import Progress
 from ..model.exitcodes import UsageError
 from ..model.records import Frame
 from ..model.report import CRASH, INTERNAL, LOAD_STAGE, SKIP, ProbeReport, RunReport, StageResult
@@ -56,7 +57,7 @@ def _breaks(stages: Stages) -> int:
     return explain.graph_break_sites if explain is not None and explain.graph_break_sites is not None else 0
 
 
-def run_stages(path: str, name: str, stages: list[str], opts: FixOptions, progress: api.Progress | None,
+def run_stages(path: str, name: str, stages: list[str], opts: FixOptions, progress: Progress | None,
                tag: str) -> RunReport:
     """``stages`` of the probe ``name`` in ``path``; raises RuntimeError where tracecheck itself failed."""
     report = api.run(api.RunOptions([path], stages=stages, only=name, jobs=opts.jobs, timeout_s=opts.timeout_s,
@@ -162,12 +163,12 @@ class _Refused(Exception):
     """A finished stage refused the candidate: the rest of its run is not needed."""
 
 
-class _Watch(api.Progress):
+class _Watch(Progress):
     """The live display's progress, and the candidate judged as each stage finishes: ``judge(stages)`` says why
     not, and ``_Refused`` then leaves ``api.run`` (its Runner kills the stage processes still running)."""
 
-    def __init__(self, inner: api.Progress | None, judge: Callable[[Stages], str | None]) -> None:
-        self.inner, self.judge = inner or api.Progress(), judge
+    def __init__(self, inner: Progress | None, judge: Callable[[Stages], str | None]) -> None:
+        self.inner, self.judge = inner or Progress(), judge
         self.stages: Stages = {}
         self.running: list[tuple[str, str]] = []
 
@@ -211,13 +212,13 @@ class _Watch(api.Progress):
 
 
 def _final(result: StageResult) -> bool:
-    """Settling the run leaves this result's findings as they are (classify.results: attribute_crashes renames a
-    crash's, attribute_unknowns an ``unknown``)."""
+    """Settling the run leaves this result's findings as they are (classify/attribute: crashes renames a
+    crash's, unknowns an ``unknown``)."""
     return result.status != CRASH and all(f.kind != K.UNKNOWN for f in result.findings)
 
 
 def try_candidate(lines: Lines, patched: str, name: str, before: Stages, others: Places, opts: FixOptions,
-                  progress: api.Progress | None, task: TaskRunner, dump: str) -> str | RunReport:
+                  progress: Progress | None, task: TaskRunner, dump: str) -> str | RunReport:
     """Run a written candidate group by group (``VERIFY_PHASES``), the eager comparison after the first, and stop
     at the first refusal: why it is not kept, or one report of every stage."""
     runs: list[RunReport] = []

@@ -26,7 +26,7 @@ class Context:
     reason: str | None = None
     #: an id this version does not know (a report from a newer tracecheck), read as ``unknown``
     reported_kind: str | None = None
-    #: the stage whose finding an ``unknown`` took its kind from (classify/results.attribute_unknowns)
+    #: the stage whose finding an ``unknown`` took its kind from (classify/attribute.unknowns)
     first_seen_at: str | None = None
     #: a warning, not a failure: no failure's cause
     warning: bool = False

@@ -9,6 +9,7 @@ import.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar, TypeVar
@@ -280,7 +281,7 @@ class NumericEvidence(Evidence):
     what: ClassVar[str] = NUMERIC
     _writes: ClassVar[tuple[str, ...]] = (
         "phase", "disagreeing", "compared", "worst", "disagreeing_tensors", "fp64_reference", "reference_dtype",
-        "fp64_unavailable", "custom_ops", "random_ops", "transform")
+        "fp64_unavailable", "custom_ops", "random_ops", "transform", "batch_size")
     #: custom_ops: [] is "none called", null "not recorded"
     _always: ClassVar[tuple[str, ...]] = ("phase", "disagreeing", "compared", "worst", "custom_ops")
 
@@ -297,6 +298,8 @@ class NumericEvidence(Evidence):
     random_ops: tuple[str, ...] = ()
     #: the torch.func transform compared against its reference (vmap: an eager loop over the batch)
     transform: str | None = None
+    #: the dynamic stage: the batch size the comparison was made at
+    batch_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -458,6 +461,11 @@ KINDS: dict[str, type[Evidence]] = {c.what: c for c in (
     SpecializationEvidence, RecompileEvidence, FallbackEvidence, OpaqueEvidence, DraftExportEvidence, MessageEvidence)}
 
 
+def opcheck_test(ev: Evidence) -> str | None:
+    """The opcheck test that raised, when opcheck found it (an exception's evidence)."""
+    return ev.opcheck_test if isinstance(ev, ExceptionEvidence) else None
+
+
 def read(d: Any) -> Evidence:
     """A finding's evidence from a report's JSON (any version's: a missing key is the field's default; a value of the
     wrong shape, from a hand-edited report, reads as missing). The tag is ``what``; a report from before it is read by
@@ -482,7 +490,7 @@ def of_record(cls: type[E], d: dict[str, Any]) -> E:
 
 def _guess(d: dict[str, Any]) -> type[Evidence]:
     """The kind of an untagged evidence dict (a report from before ``what``), by the keys only that kind writes."""
-    for key, cls in (("stderr_tail", ProcessEvidence), ("worst", NumericEvidence), ("compared", NumericEvidence),
+    for key, cls in (("stderr_tail", ProcessEvidence), ("generated_frame", BreakEvidence), ("worst", NumericEvidence), ("compared", NumericEvidence),
                      ("dispatch_keys", FallbackEvidence), ("output_code", OpaqueEvidence),
                      ("draft_export_type", DraftExportEvidence), ("first_schema", RegistrationEvidence),
                      ("analytical", GradientEvidence), ("guard_user_frame", SpecializationEvidence),
@@ -512,7 +520,8 @@ _BODY: dict[type[Evidence], Callable[[dict[str, Any]], dict[str, Any]]] = {
         fp64_reference=d["fp64_reference"] if isinstance(d.get("fp64_reference"), bool) else None,
         reference_dtype=_text(d.get("reference_dtype")), fp64_unavailable=_text(d.get("fp64_unavailable")),
         custom_ops=tuple(map(str, d["custom_ops"])) if isinstance(d.get("custom_ops"), (list, tuple)) else None,
-        random_ops=tuple(map(str, _seq(d.get("random_ops")))), transform=_text(d.get("transform"))),
+        random_ops=tuple(map(str, _seq(d.get("random_ops")))), transform=_text(d.get("transform")),
+        batch_size=_int(d.get("batch_size"))),
     GradientEvidence: lambda d: dict(
         method=_text(d.get("method")), note=_text(d.get("note")), input=_text(d.get("input")),
         output=_text(d.get("output")),
@@ -558,7 +567,8 @@ def _int(v: Any) -> int | None:
 
 
 def _float(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A number the report can hold: the JSON never holds NaN or Infinity (a missing measurement reads as None)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def _empty(v: Any) -> bool:

@@ -406,7 +406,7 @@ class StageNotes(Payload):
     #: the gradcheck stage: the probe's own gradient end to end (stages/_gradients.end_to_end)
     probe_gradient: GradcheckVerdict | None = None
     #: the live progress line only (api._as_settled, never in a report): a stage still running may re-attribute the
-    #: failure's kind (classify/results.attribute_unknowns)
+    #: failure's kind (classify/attribute.unknowns)
     kind_pending: bool | None = None
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("not_checked", "numerics", "explain_reasons", "registered_custom_ops",

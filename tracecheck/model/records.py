@@ -132,7 +132,7 @@ R = TypeVar("R")
 
 def _items(v: Any, read: Callable[[Any], "R | None"]) -> list[R]:
     """A wire list's records (an entry of the wrong shape is dropped)."""
-    return [x for x in map(read, v) if x is not None] if isinstance(v, list) else []
+    return [x for x in map(read, v) if x is not None] if isinstance(v, (list, tuple)) else []
 
 
 def _number(v: Any) -> float | None:
@@ -218,8 +218,10 @@ class MismatchRecord:
                             ("batch_size", self.batch_size)):
             if value is not None:
                 out[name] = value
-        if self.custom_ops is not None:
-            out.update(custom_ops=list(self.custom_ops), random_ops=list(self.random_ops))
+        if self.custom_ops is not None:  # [] is "none called"; absent: not recorded
+            out["custom_ops"] = list(self.custom_ops)
+        if self.random_ops:
+            out["random_ops"] = list(self.random_ops)
         return out
 
     @classmethod
@@ -229,8 +231,9 @@ class MismatchRecord:
         if not isinstance(d, dict):
             return None
         custom, fp64 = d.get("custom_ops"), d.get("fp64_reference")
-        return cls(phase=str(d.get("phase") or "forward"), disagreeing=integer(d.get("disagreeing")) or 1,
-                   compared=integer(d.get("compared")) or 1, worst=WorstTensor.of(d.get("worst")),
+        disagreeing, compared = integer(d.get("disagreeing")), integer(d.get("compared"))
+        return cls(phase=str(d.get("phase") or "forward"), disagreeing=1 if disagreeing is None else disagreeing,
+                   compared=1 if compared is None else compared, worst=WorstTensor.of(d.get("worst")),
                    disagreeing_tensors=texts(d.get("disagreeing_tensors")),
                    fp64_reference=fp64 if isinstance(fp64, bool) else None,
                    reference_dtype=text(d.get("reference_dtype")), fp64_unavailable=text(d.get("fp64_unavailable")),

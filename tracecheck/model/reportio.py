@@ -1,6 +1,6 @@
 """Report files: reading JSON documents with one-line errors, and writing outputs atomically. Pure.
 
-The bottom of model/: it imports no other module of it, so that every module may name ``Json`` (report.py reads a
+Near the bottom of model/: it imports only exitcodes, so that every module may name ``Json`` (report.py reads a
 report with ``read_json``: ``load_report``)."""
 from __future__ import annotations
 

@@ -159,7 +159,7 @@ class Kind:
     code_fix: str = ""
     #: how evidence is recognised as this kind (``Detect``); None: only code makes it (timeout, crash, ...)
     detect: "Detect | None" = None
-    #: a finding of this kind can explain another stage's bare failure of the same op or line (attribute_unknowns)
+    #: a finding of this kind can explain another stage's bare failure of the same op or line (classify/attribute.unknowns)
     root_cause: bool = False
     #: an import error this kind explains is the file's load finding, not a failed import (classify/results.load_result)
     at_import: bool = False

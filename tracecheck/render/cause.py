@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..model.evidence import opcheck_test
 from ..model.report import Finding, RootCause, RunReport, root_causes
 from ..model.targets import Gate
 from ..model.taxonomy import fix_text, kinds
@@ -122,7 +123,7 @@ def evidence_line(f: Finding) -> str:
     said = ev.headline()
     if ev.exception_type:
         return _cut(f"{ev.exception_type}: {said}") if said else ev.exception_type
-    test = view.opcheck_test(ev)
+    test = opcheck_test(ev)
     if test:
         return f"opcheck {test}"
     return _cut(said)

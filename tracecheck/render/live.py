@@ -1,5 +1,5 @@
-"""What a run shows while it runs: the callbacks a live display gets (``Progress``, which ``api.run`` calls), and
-the board that draws them (``LiveProgress``): on a terminal the probes x stages table filling in above a progress
+"""What a run shows while it runs: the board that draws the callbacks a live display gets (``LiveProgress``, a
+model/progress.Progress): on a terminal the probes x stages table filling in above a progress
 bar, elsewhere (a CI log) a plain line per finished stage and per settled verdict."""
 from __future__ import annotations
 
@@ -14,30 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model.report import PASS, ProbeReport, StageResult
+from ..model.progress import Progress
 from ..model.targets import Gate
 from ..stages import STAGES
-
-
-class Progress:
-    """Callbacks for a live display; the default does nothing. Here, not in api.py, so that the display (render/)
-    can implement them: api.py calls them and names this class ``api.Progress``."""
-
-    def discovered(self, n_files: int) -> None: ...
-    def loading(self, path: str) -> None: ...
-    def note(self, line: str) -> None: ...
-    def planned(self, n_tasks: int) -> None: ...
-    def started(self, probe_id: str, stage: str) -> None: ...
-    def finished(self, probe_id: str, result: StageResult) -> None: ...
-    def layout(self, stages: list[str], gate: Gate) -> None:
-        """The run's stages and how it is gated, before its stages start."""
-
-    def revised(self, probe_id: str, result: StageResult) -> None:
-        """A stage shown earlier with its kind pending (``notes.kind_pending``), as the final report will say it now
-        that the probe's other stages have ended."""
-
-    def verdict(self, probe: ProbeReport, running: list[str]) -> None:
-        """Every stage of ``probe``'s required targets has finished: ``probe`` (a settled copy) has its verdict,
-        before the stages of targets not required (``running``) and the rest of the run end."""
 
 
 class Board(RichProgress):

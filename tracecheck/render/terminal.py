@@ -16,6 +16,7 @@ from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SK
 from ..model.targets import Gate
 from . import view
 from .cause import gates_nothing
+from ..model.evidence import opcheck_test
 from .excerpts import numeric_lines
 
 
@@ -269,7 +270,7 @@ def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, 
         bits.append(f"exception {ev.exception_type}")
     if ev.gb_type:
         bits.append(f"gb_type {ev.gb_type!r}" + (f" ({ev.gb_code})" if ev.gb_code else ""))
-    test = view.opcheck_test(ev)
+    test = opcheck_test(ev)
     if test:
         bits.append(f"opcheck {test}")
     if ev.owner is not None:

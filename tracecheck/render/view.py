@@ -102,11 +102,6 @@ def backends_line(ev: Evidence) -> str | None:
     return "; ".join(f"{b}: {v}" for b, v in ev.backends.items())
 
 
-def opcheck_test(ev: Evidence) -> str | None:
-    """The opcheck test that raised the exception, when opcheck found it."""
-    return ev.opcheck_test if isinstance(ev, ExceptionEvidence) else None
-
-
 def generated_line(ev: Evidence) -> str | None:
     """Where a finding sits when it is in code torch generated and no user or library frame lies under it."""
     g = ev.generated_frame if isinstance(ev, BreakEvidence) else None
