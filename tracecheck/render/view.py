@@ -134,7 +134,7 @@ def not_required_targets(p: ProbeReport, stages: list[str]) -> list[str]:
 #: the one definition of the graph-break count, said once in each report's legend
 BREAKS_DEFINED = ("graph breaks: the forward's Dynamo graphs - 1 under explain(), as explain() and most users count "
                   "them (a break inside a called function splits both frames); sites: distinct breaks by gb_type and "
-                  "user line, where fewer")
+                  "user line, where they differ (more sites than breaks: Dynamo gave up on frames, which ran eagerly)")
 
 
 def _n(count: int, noun: str) -> str:
