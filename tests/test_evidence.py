@@ -6,7 +6,7 @@ import json
 from tracecheck.model import evidence
 from tracecheck.model.evidence import (BreakEvidence, ExceptionEvidence, FallbackEvidence, GradientEvidence,
                                        MessageEvidence, NumericEvidence, OpaqueEvidence, ProcessEvidence,
-                                       RecompileEvidence, RegistrationEvidence, RootCause, Specialization,
+                                       RecompileEvidence, RegistrationEvidence, InnerException, Specialization,
                                        SpecializationEvidence, DraftExportEvidence, WorstTensor)
 from tracecheck.model.records import Frame
 from tracecheck.model.report import Finding
@@ -58,7 +58,7 @@ def test_each_kind_of_an_untagged_report_is_read_by_its_own_keys():
 def test_the_tag_is_written_and_decides_the_kind_read_back():
     made = [
         ExceptionEvidence(exception_type="RuntimeError", exception_chain=("RuntimeError",), message="boom",
-                          root=RootCause("KeyError", "k"), opcheck_test="test_faketensor", batch_size=5,
+                          root=InnerException("KeyError", "k"), opcheck_test="test_faketensor", batch_size=5,
                           backends={"aot_eager": "fails", "inductor": "passes"},
                           user_frame=Frame("/m.py", 3, "f", "y = g(x)")),
         BreakEvidence(gb_type="Unsupported", gb_code="GB0001", doc="https://x", message="r",
@@ -98,7 +98,7 @@ def test_an_exception_writes_the_keys_every_report_had():
 
 
 def test_a_report_from_before_a_key_existed_reads_with_defaults():
-    ev = Finding("unknown", "x", {}, {"message": "boom", "exception_type": "E"}).ev
+    ev = Finding("unknown", "x", {}, {"message": "boom", "exception_type": "E"}).evidence
     assert isinstance(ev, ExceptionEvidence)
     assert (ev.root, ev.backends, ev.traceback, ev.torch_frame) == (None, {}, "", None)
     assert ev.headline() == "boom"

@@ -274,8 +274,8 @@ def test_facts_about_kinds_are_in_their_registry_entries():
     from tracecheck.model.taxonomy import K
 
     # hand-written: what the pipeline asks of the registry
-    assert {K.MISSING_FAKE, K.FAKE_MISMATCH, K.OP_REDEFINED, K.PYBIND_BUILTIN} <= taxonomy.root_cause_ids()
-    assert K.RECOMPILE not in taxonomy.root_cause_ids()
+    assert {K.MISSING_FAKE, K.FAKE_MISMATCH, K.OP_REDEFINED, K.PYBIND_BUILTIN} <= taxonomy.explaining_ids()
+    assert K.RECOMPILE not in taxonomy.explaining_ids()
     assert K.OP_REDEFINED in taxonomy.import_ids() and K.GRAPH_BREAK not in taxonomy.import_ids()
     assert taxonomy.draft_kind("MISSING_FAKE_KERNEL") == K.MISSING_FAKE
     assert taxonomy.draft_kind("GUARD_ADDED") == K.DYNAMIC_SHAPE
@@ -419,13 +419,13 @@ _EVIDENCE_BY_KEY = re.compile(r"""\b(?:evidence|ev|context|ctx)(?:\.get\(|\[)\s*
 def test_renderers_read_a_findings_evidence_and_context_as_fields():
     readers = [f"{p.relative_to(PKG)}:{n}: {line.strip()}" for p in sorted((PKG / "render").rglob("*.py"))
                for n, line in enumerate(p.read_text().splitlines(), 1) if _EVIDENCE_BY_KEY.search(line)]
-    assert readers == [], "read Finding.ev and Finding.cx (model/evidence.py), not the dicts' keys"
+    assert readers == [], "read Finding.evidence and Finding.cx (model/evidence.py), not the dicts' keys"
 
 
 def test_the_evidence_key_reader_finder_finds_one():
     assert _EVIDENCE_BY_KEY.search('x = f.evidence.get("message")') and _EVIDENCE_BY_KEY.search("ev['gb_type']")
     assert _EVIDENCE_BY_KEY.search('f.context.get("op")') and _EVIDENCE_BY_KEY.search("ctx['cause']")
-    assert not _EVIDENCE_BY_KEY.search("ev.gb_type") and not _EVIDENCE_BY_KEY.search("f.ev.headline()")
+    assert not _EVIDENCE_BY_KEY.search("ev.gb_type") and not _EVIDENCE_BY_KEY.search("f.evidence.headline()")
     assert not _EVIDENCE_BY_KEY.search("f.cx.op")
 
 
@@ -451,7 +451,7 @@ def key_reads(root: Path = PKG / "render") -> list[tuple[str, str, str]]:
 
 
 def test_renderers_read_typed_records_not_dict_keys():
-    """Issue 39: a renderer reads a record's fields (``report.env``, ``Finding.ev``, fix/task_results.py), never a
+    """Issue 39: a renderer reads a record's fields (``report.env``, ``Finding.evidence``, fix/task_results.py), never a
     record dict's keys: the one reader of each dict is its typed view's ``of``."""
     found = key_reads()
     bad = [f"{where}: {line}" for where, receiver, line in found

@@ -86,7 +86,7 @@ def test_a_break_and_a_finding_keep_their_owner_through_json():
     back = RunReport.from_dict(json.loads(json.dumps(report.to_dict())))
     s2 = back.probes[0].stages["explain"]
     assert s2.breaks[0].owner == Owner("library", "transformers", "5.24.0")
-    assert s2.findings[0].ev.owner.label == "transformers 5.24.0"
+    assert s2.findings[0].evidence.owner.label == "transformers 5.24.0"
 
 
 def _cause(owner: dict | None, line: int) -> Finding:
@@ -167,8 +167,8 @@ def test_a_break_in_a_local_helper_is_yours_and_names_the_helper(tmp_path, trace
     b = s.breaks[0]
     assert os.path.realpath(b.file) == os.path.realpath(torch_file)
     assert b.owner == Owner("yours")
-    finding = next(f for f in s.findings if f.ev.gb_type)
-    assert finding.ev.owner == Owner("yours")
+    finding = next(f for f in s.findings if f.evidence.gb_type)
+    assert finding.evidence.owner == Owner("yours")
     md = render_markdown(report)
     assert "- **Owner:** `yours`" in md
     assert "Breaks by owner: yours 1, torch 0" in md

@@ -191,7 +191,7 @@ def _shown(f):
 
 def test_the_message_shown_is_the_root_cause_not_the_wrapper_header():
     f = detect.classify_error("aot_eager", backend_failed(BWD_SHAPE_AUTOGRAD))
-    assert f.ev.headline().startswith("RuntimeError: Mismatch in shape: grad_output[0]")
+    assert f.evidence.headline().startswith("RuntimeError: Mismatch in shape: grad_output[0]")
     lines = [ln.strip() for ln in _shown(f).splitlines()]
     assert any(ln.startswith("message: RuntimeError: Mismatch in shape") for ln in lines), lines
     assert "message: backend='aot_eager' raised:" not in lines
@@ -488,8 +488,8 @@ def test_a_backends_own_error_is_shown_by_its_root_not_the_wrapper():
     exc = _raised(lambda: torch.compile(lambda x: x.sin() + 1, backend=bad_backend)(torch.randn(3)))
     inner = exc.inner_exception  # the oracle: torch's own exception object
     f = _finding_for(exc)
-    assert f.ev.headline() == f"{type(inner).__name__}: {str(inner).splitlines()[0]}"
-    assert "backend=" not in f.ev.headline()
+    assert f.evidence.headline() == f"{type(inner).__name__}: {str(inner).splitlines()[0]}"
+    assert "backend=" not in f.evidence.headline()
 
 
 def test_raise_from_out_of_torchs_wrapper_shows_the_cause_and_a_handled_context_does_not_replace_the_error():
@@ -507,8 +507,8 @@ def test_raise_from_out_of_torchs_wrapper_shows_the_cause_and_a_handled_context_
         except KeyError:
             raise ValueError("shape [4, 16] does not match [4, 32]")
 
-    assert _finding_for(_raised(wrapped)).ev.headline() == "KeyError: 'the real reason'"
-    assert _finding_for(_raised(handled)).ev.headline() == "shape [4, 16] does not match [4, 32]"
+    assert _finding_for(_raised(wrapped)).evidence.headline() == "KeyError: 'the real reason'"
+    assert _finding_for(_raised(handled)).evidence.headline() == "shape [4, 16] does not match [4, 32]"
 
 
 def test_an_exception_that_says_more_than_its_cause_keeps_its_own_words():
@@ -532,8 +532,8 @@ def test_an_exception_that_says_more_than_its_cause_keeps_its_own_words():
 
     exc = _raised(compile_failed)
     own_first = next(ln.strip() for ln in str(exc).splitlines() if ln.strip())  # the oracle: torch's own words
-    assert _finding_for(exc, "inductor").ev.headline() == own_first and "CalledProcessError" not in own_first
-    assert _finding_for(_raised(users_own)).ev.headline() == "input must be 4-D"
+    assert _finding_for(exc, "inductor").evidence.headline() == own_first and "CalledProcessError" not in own_first
+    assert _finding_for(_raised(users_own)).evidence.headline() == "input must be 4-D"
 
 
 def test_a_graph_break_keeps_dynamos_own_account_of_why():
@@ -547,7 +547,7 @@ def test_a_graph_break_keeps_dynamos_own_account_of_why():
     exc = _raised(lambda: torch.compile(branchy, backend="eager", fullgraph=True)(torch.randn(3)))
     f = _finding_for(exc, "fullgraph")
     plain_first = next(ln.strip() for ln in str(exc).splitlines() if ln.strip())
-    assert f.ev.headline() == plain_first
+    assert f.evidence.headline() == plain_first
 
 
 # --- "register a backward" only where a gradient flows through the op ---------------------------------------------

@@ -92,7 +92,7 @@ def unknowns(stages: Stages) -> Replacements:
     order) whose finding it took, and the summary says it. ``stages`` is in stage order."""
     out: Replacements = {}
     causes = [(s.stage, f) for s in stages.values() for f in s.findings
-              if f.kind in taxonomy.root_cause_ids() and not f.context.get("warning")]  # a warning is no failure's cause
+              if f.kind in taxonomy.explaining_ids() and not f.context.get("warning")]  # a warning is no failure's cause
     eager = stages.get("eager")
     eager_error = next((f for f in (eager.findings if eager else []) if f.kind == K.EAGER_ERROR), None)
     # a graph break names no op, but an error at its line (export tracing into data_ptr, say) is that break's cause

@@ -24,7 +24,7 @@ from ..model.evidence import BreakEvidence, ExceptionEvidence, MessageEvidence
 from ..model.records import BreakRecord, Frame
 from ..model.reportio import Json
 from ..model.report import Finding, GraphBreak, headline, is_generated, op_name
-from .facts import (Facts, called_from_user_code, generated_frame, raising_frame, root_cause, short_type,
+from .facts import (Facts, called_from_user_code, generated_frame, raising_frame, innermost, short_type,
                     transform_in_traceback, trim)
 
 
@@ -363,7 +363,7 @@ def classify_error(stage: str, error: "ErrorRecord | Json", op: str | None = Non
         phase=rec.phase,
         message=trim(rec.message),
         traceback=rec.traceback,
-        root=root_cause(rec.chain),
+        root=innermost(rec.chain),
         # torch-internal-error: the frame of torch's own code (or graph) that raised, never the user's
         torch_frame=torch_frame if isinstance(torch_frame, Frame) else None)
     return Finding(kind, fill_summary(kind, ctx, stage), ctx, evidence)

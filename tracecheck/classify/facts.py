@@ -1,5 +1,5 @@
 """What the classifier's rules read of a stage's evidence (``Facts``: an error record's or a graph break's), and what
-an error's chain says of itself: the exception it comes down to (``root_cause``), where that was raised
+an error's chain says of itself: the exception it comes down to (``innermost``), where that was raised
 (``raising_frame``, ``root_frames``), whether the user's code called torch there (``called_from_user_code``), the
 torch.func transform it was raised under (``transform_in_traceback``). Pure: no torch import (files are told apart by
 their paths)."""
@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from ..model.errors import ChainLink, ErrorRecord, FakeImplRaise
-from ..model.evidence import RootCause
+from ..model.evidence import InnerException
 from ..model.records import BreakRecord, Frame
 from ..model.report import is_generated, says_nothing
 
@@ -77,7 +77,7 @@ _DYNAMO_VERDICT = re.compile(r"^\s*Explanation:", re.M)
 _TORCH_WRAPPERS = frozenset({"BackendCompilerFailed", "TorchRuntimeError", "InternalTorchDynamoError", "InductorError"})
 
 
-def root_cause(chain: tuple[ChainLink, ...]) -> RootCause | None:
+def innermost(chain: tuple[ChainLink, ...]) -> InnerException | None:
     """The exception an error (its ``chain``) comes down to, when that is not the outermost one: down
     BackendCompilerFailed's ``inner_exception``, down ``raise ... from`` out of torch's own wrappers
     (``_TORCH_WRAPPERS``), and past any exception whose own first line says nothing; stopping at Dynamo's own
@@ -97,7 +97,7 @@ def root_cause(chain: tuple[ChainLink, ...]) -> RootCause | None:
             break
     if at == 0:
         return None
-    return RootCause(short_type(chain[at].type), trim(chain[at].message, 2000))
+    return InnerException(short_type(chain[at].type), trim(chain[at].message, 2000))
 
 
 def raising_frame(raw: Facts) -> Frame | None:

@@ -81,10 +81,10 @@ def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str], list[st
                     outside.append(frame.location)
                 continue
             call = CCall(f.cx.builtin or "") if f.kind == K.PYBIND_BUILTIN else None
-            owner = f.ev.owner
+            owner = f.evidence.owner
             # whose file it is: the upstream diff's header names it
             whose = f"{owner.name} {owner.version or ''}".strip() if owner is not None and owner.name else ""
-            site = Site(frame.line, f.kind, f.ev.gb_type or "", frame.code or "", call, owner=whose)
+            site = Site(frame.line, f.kind, f.evidence.gb_type or "", frame.code or "", call, owner=whose)
             if os.path.realpath(frame.file) == here:
                 found.setdefault(frame.line, site)
             else:

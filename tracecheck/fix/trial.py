@@ -73,7 +73,7 @@ def _first(result: StageResult) -> str:
     f = result.failure
     if f is None:
         return result.status
-    what = f.ev.gb_type or f.ev.exception_type or ""
+    what = f.evidence.gb_type or f.evidence.exception_type or ""
     return f"{f.kind}{': ' + what if what else ''}"
 
 
@@ -82,7 +82,7 @@ def _signatures(result: StageResult, skip: Places = frozenset()) -> set[tuple[st
     ``skip``: (real path, line) of the other known break sites, in the copy or a library (once one break is gone,
     fullgraph reaches the next one: that is no new failure)."""
     # fullgraph stops at the first break left: which one that is says nothing new (explain counts them all)
-    out = {(f.kind, f.ev.gb_type or f.ev.exception_type or "") for f in result.findings
+    out = {(f.kind, f.evidence.gb_type or f.evidence.exception_type or "") for f in result.findings
            if not (f.kind in KINDS and (result.stage == "fullgraph" or f.user_frame is not None and
                                         f.user_frame.line is not None and
                                         (os.path.realpath(f.user_frame.file), f.user_frame.line) in skip))}
@@ -148,7 +148,7 @@ def _judge(lines: Lines, copy: str, before: Stages, after: Stages, others: Place
     for r in after.values():
         for f in r.findings:
             if f.kind in KINDS and lines.hold(f.user_frame):
-                return f"Dynamo still stops at the rewritten lines ({r.stage}: {f.ev.gb_type or f.kind})"
+                return f"Dynamo still stops at the rewritten lines ({r.stage}: {f.evidence.gb_type or f.kind})"
     worse = [f"{name}: {_first(r)}" for name, r in after.items() if r.status not in ("pass", "skip") and (
              name not in before or before[name].status in ("pass", "skip")
              or (settled or _final(r)) and _signatures(r, others) - _signatures(before[name]))]

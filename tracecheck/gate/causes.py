@@ -1,6 +1,6 @@
 """Root causes of a comparison's changes: one new graph break shows up as ~5 changes per probe and stage (status,
 kind, graphs, breaks, the break); the diff table, the summary line and the annotations count causes
-(``root_causes``), the JSON keeps both. Pure: no torch import."""
+(``group_changes``), the JSON keeps both. Pure: no torch import."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -18,7 +18,7 @@ _WORSE, _BETTER = "worse", "better"
 
 @dataclass(frozen=True)
 class ChangeCause:
-    """One root cause of a comparison's changes, with every per-stage change it accounts for (``root_causes``).
+    """One root cause of a comparison's changes, with every per-stage change it accounts for (``group_changes``).
 
     A new (gone, moved) graph break at one place, a new (gone) failure or advice kind, or a change nothing else
     explains (more graphs with no new break or kind). ``what`` says it without where, ``new graph break at
@@ -138,7 +138,7 @@ def _kind_of(c: Change) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def root_causes(changes: Iterable[Change]) -> list[ChangeCause]:
+def group_changes(changes: Iterable[Change]) -> list[ChangeCause]:
     """Group per-stage changes by root cause, in the order each cause first appears.
 
     In each probe and stage, a new failure kind folds into a new break of that kind there; the status going

@@ -34,7 +34,7 @@ LOWER_IS_BETTER_ASPECTS = ("graph_count", "graph_break_count", "recompiles", EAG
 _NOT_REQUIRED_WHY = r"target [\w-]+ not required; .* gates on it"
 NOT_REQUIRED = re.compile(rf" \({_NOT_REQUIRED_WHY}\)$")
 SOFTENED_SUFFIX = re.compile(rf" \(({_NOT_REQUIRED_WHY}|outweighed: [^()]*)\)$")
-#: how ops captured that rose together with a new break says so (``root_causes`` folds such a change into it)
+#: how ops captured that rose together with a new break says so (``group_changes`` folds such a change into it)
 CAME_WITH = "came with"
 
 
@@ -50,7 +50,7 @@ class Change:
     ``before`` and ``after`` are the aspect's values on each side: a status, a kind, a count, phases, a break's
     description (None where a side has none). ``location`` is ``{"file", "line"}`` (relative) for a graph break or
     a kind's findings, so CI can annotate the user's line; ``graph_break`` the break itself (its GB code taken from
-    the baseline's side where the new one has none), which ``root_causes`` groups on.
+    the baseline's side where the new one has none), which ``group_changes`` groups on.
     """
 
     probe: str

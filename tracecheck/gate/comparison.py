@@ -24,7 +24,7 @@ from ..model.reportio import Json
 from ..model.targets import Gate, normalized
 from ..model.verdict import FAILED, INTERNAL, PASS, decide
 from ..stages import order as stage_order
-from .causes import ChangeCause, root_causes
+from .causes import ChangeCause, group_changes
 from .changes import (CAME_WITH, CAPTURED, CHANGED, COUNT_NOUNS, COUNTS_LOWER_IS_BETTER, COUNTS_NEUTRAL,
                       EAGER_FRAMES, IMPROVED, REGRESSED, Change, not_required_detail)
 from .document import TOLERANCES, Baseline, as_baseline, gated_advice
@@ -44,8 +44,8 @@ class Comparison:
 
     @property
     def causes(self) -> list[ChangeCause]:
-        """The changes grouped by root cause (``root_causes``): what the diff table and annotations show."""
-        return root_causes(self.changes)
+        """The changes grouped by root cause (``group_changes``): what the diff table and annotations show."""
+        return group_changes(self.changes)
 
     @property
     def regressions(self) -> list[Change]:
@@ -353,7 +353,7 @@ def _at(c: Change) -> tuple[str, int]:
 def _with_new_breaks(changes: list[Change]) -> list[Change]:
     """One probe's changes, where ops captured rose together with a new break that regresses: the line that added the
     break brought its ops along (``if h.mean().item() > 10``: one op more, one graph more), so the rise is no
-    improvement; it is shown as a change that came with the break (and ``root_causes`` folds it into it)."""
+    improvement; it is shown as a change that came with the break (and ``group_changes`` folds it into it)."""
     new = sorted((c for c in changes if c.stage == COVERAGE_STAGE and c.aspect == "break" and c.effect == REGRESSED),
                  key=_at)
     if not new:

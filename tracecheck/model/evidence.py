@@ -55,8 +55,8 @@ def headline(error: Any, limit: int = 200) -> str:
 
 
 @dataclass(frozen=True)
-class RootCause:
-    """The exception an error comes down to (classify.detect.root_cause), when it is not the outermost one."""
+class InnerException:
+    """The exception an error comes down to (classify.facts.innermost), when it is not the outermost one."""
 
     type: str
     message: str
@@ -232,7 +232,7 @@ class ExceptionEvidence(Evidence):
 
     #: the types of the exception and what it wraps, outermost first
     exception_chain: tuple[str, ...] = ()
-    root: RootCause | None = None
+    root: InnerException | None = None
     #: torch-internal-error: the frame of torch's own code (or graph) that raised, never the user's
     torch_frame: Frame | None = None
     opcheck_test: str | None = None
@@ -507,7 +507,7 @@ def _guess(d: dict[str, Any]) -> type[Evidence]:
 _BODY: dict[type[Evidence], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ExceptionEvidence: lambda d: dict(
         exception_chain=tuple(str(t) for t in _seq(d.get("exception_chain")) if t),
-        root=RootCause(str(d["root"].get("type") or ""), str(d["root"].get("message") or ""))
+        root=InnerException(str(d["root"].get("type") or ""), str(d["root"].get("message") or ""))
         if isinstance(d.get("root"), dict) else None,
         torch_frame=Frame.from_dict(d.get("torch_frame")), opcheck_test=_text(d.get("opcheck_test")),
         batch_size=_int(d.get("batch_size")), step=_int(d.get("step")),
@@ -579,7 +579,7 @@ def _json(v: Any) -> Any:
     """A field's value as the report's JSON writes it: frames, owners and records as objects, tuples as lists."""
     if isinstance(v, WorstTensor):
         return v.to_json()
-    if isinstance(v, (Frame, Owner, RootCause, Specialization)):
+    if isinstance(v, (Frame, Owner, InnerException, Specialization)):
         return {k: _json(x) for k, x in asdict(v).items()}
     if isinstance(v, tuple):
         return [_json(x) for x in v]

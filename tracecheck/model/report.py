@@ -73,11 +73,6 @@ class Finding:
         """The context read as typed fields (model/evidence.Context): what renderers read."""
         return Context.of(self.context)
 
-    @property
-    def ev(self) -> Evidence:
-        """The evidence (its short name in renderers)."""
-        return self.evidence
-
     def to_dict(self) -> Json:
         return {"kind": self.kind, "summary": self.summary, "context": self.context,
                 "evidence": self.evidence.to_json()}

@@ -160,7 +160,7 @@ class Kind:
     #: how evidence is recognised as this kind (``Detect``); None: only code makes it (timeout, crash, ...)
     detect: "Detect | None" = None
     #: a finding of this kind can explain another stage's bare failure of the same op or line (classify/attribute.unknowns)
-    root_cause: bool = False
+    explains_others: bool = False
     #: an import error this kind explains is the file's load finding, not a failed import (classify/results.load_result)
     at_import: bool = False
     #: ``torch.export.draft_export`` failure types this kind labels, and the summary it gets then
@@ -272,14 +272,14 @@ def kinds() -> dict[str, Kind]:
         draft = k.get("draft_export") or {}
         out[k["id"]] = Kind(k["id"], k["title"], k["summary"], k["fix"], k["severity"], k.get("snippet", ""),
                             k.get("fix_by_cause", {}), k.get("summary_by_cause", {}), k.get("code_fix", ""),
-                            _detect(k.get("detect"), table.get(k["id"], [])), bool(k.get("root_cause")),
+                            _detect(k.get("detect"), table.get(k["id"], [])), bool(k.get("explains_others")),
                             bool(k.get("at_import")), tuple(draft.get("failure_types", ())), draft.get("summary", ""),
                             k.get("refused_by_cause", {}))
     return out
 
 
-def root_cause_ids() -> frozenset[str]:
-    return frozenset(k.id for k in kinds().values() if k.root_cause)
+def explaining_ids() -> frozenset[str]:
+    return frozenset(k.id for k in kinds().values() if k.explains_others)
 
 
 def import_ids() -> frozenset[str]:

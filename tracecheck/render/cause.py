@@ -117,7 +117,7 @@ def where_of(f: Finding) -> str:
 def evidence_line(f: Finding) -> str:
     """One line: Dynamo's gb_type and GB code, else the exception and its root cause's first line, else opcheck's
     test."""
-    ev = f.ev
+    ev = f.evidence
     if ev.gb_type:
         return f"gb_type {ev.gb_type!r}" + (f" ({ev.gb_code})" if ev.gb_code else "")
     said = ev.headline()

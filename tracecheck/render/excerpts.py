@@ -19,7 +19,7 @@ def numeric_lines(f: Finding, where: str = "") -> list[str]:
     """What a ``numeric-mismatch`` finding measured: the worst tensor against the float64 reference, how
     many tensors disagreed, and the ops that ran; what an ``opaque-op`` finding counted (plain text, one fact per
     line). ``where``: the probe the numbers are from, when the finding stands for several."""
-    ev = f.ev
+    ev = f.evidence
     if f.kind == K.OPAQUE_OP:
         cx = f.cx
         graphs = (len(ev.graphs) if isinstance(ev, OpaqueEvidence) else 0) or "?"

@@ -85,7 +85,7 @@ def _kind_label(v: cause.CauseView, long: bool) -> str:
 
 
 def _finding_view(v: cause.CauseView, labels: dict[str, str]) -> dict[str, str]:
-    ev = v.finding.ev
+    ev = v.finding.evidence
     return {"kind": _kind_label(v, True), "code": ev.gb_code or "", "doc": ev.doc or "", "headline": ev.headline(),
             "summary": v.summary, "fix": v.fix or "", "more": v.more or "",
             "owner": view.owner_label(v.finding) or "not known",
@@ -190,7 +190,7 @@ def write(directory: str, report: RunReport) -> list[str]:
     for v in causes:
         f, frame = v.finding, v.finding.user_frame
         n_probes, n_stages = _reach(v.cause)
-        rows.append({"id": f.kind, "kind": _kind_label(v, False), "code": f.ev.gb_code or "",
+        rows.append({"id": f.kind, "kind": _kind_label(v, False), "code": f.evidence.gb_code or "",
                      "where": f"{_label(frame.file, rootdir)}:{frame.line}" if frame else (f.cx.op or "-"),
                      "href": f"{href[frame.file]}#L{frame.line}" if frame and frame.file in href else "",
                      "owner": view.owner_label(f) or (YOURS if frame and _under(

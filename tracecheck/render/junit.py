@@ -62,7 +62,7 @@ def _where(f: Finding, p: ProbeReport) -> tuple[str | None, int | None]:
 def _evidence_text(s: StageResult, p: ProbeReport, findings: list[Finding] | None = None) -> str:
     out = []
     for f in findings if findings is not None else s.findings or ([s.failure] if s.failure else []):
-        ev = f.ev
+        ev = f.evidence
         out.append(f"[{f.kind}] {f.summary}")
         frame = f.user_frame
         if frame is not None:

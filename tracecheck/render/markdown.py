@@ -312,7 +312,7 @@ class MarkdownRenderer:
         v = cause_view(self.report, cause, {q.id: self.probe_label(q.id) for q in self.report.probes})
         f = cause.finding
         p, stages = cause.seen[0]
-        ev, cx = f.ev, f.cx
+        ev, cx = f.evidence, f.cx
         kind = kinds().get(f.kind)
         lines = [f"#### {prefix}{index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
         bullets = []
@@ -538,8 +538,8 @@ def _traceback_from_other_stages(p: ProbeReport, f: Finding) -> str | None:
     key = finding_key(f)
     for s in p.stages.values():
         for other in s.findings:
-            if other.ev.traceback and finding_key(other) == key:
-                return other.ev.traceback
+            if other.evidence.traceback and finding_key(other) == key:
+                return other.evidence.traceback
     return None
 
 

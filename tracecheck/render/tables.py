@@ -50,7 +50,7 @@ def findings_frame(report: RunReport) -> pd.DataFrame:
                 frame = f.user_frame
                 rows.append({
                     "probe": p.id, "stage": stage, "kind": f.kind, "summary": f.summary,
-                    "gb_type": f.ev.gb_type, "gb_code": f.ev.gb_code,
+                    "gb_type": f.evidence.gb_type, "gb_code": f.evidence.gb_code,
                     "user_file": frame and frame.file, "user_line": frame and frame.line,
                     "op": f.cx.op, "builtin": f.cx.builtin,
                 })

@@ -257,7 +257,7 @@ def internal_text(stage: str, s: StageResult, verbose: bool) -> Text:
 
 def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, not_required: Sequence[str] = (),
                   gate: Gate = Gate(), cost: "view.Cost | None" = None) -> Text:
-    ev = f.ev
+    ev = f.evidence
     t = Text(f"  [{stage}] ", style="cyan")
     advice = is_advice(f.kind)
     label = " (advice)" if advice else f" ({', '.join(not_required)}: not required)" if not_required else ""

@@ -154,7 +154,7 @@ def breaks_cell(s: StageResult | None) -> str:
 def owner_label(f: Finding) -> str | None:
     """Whose code the finding's line is, as renderers show it; for a kind whose line is right and whose cause the
     compiler is (compile-semantics: eager runs the line), said so."""
-    owner = f.ev.owner
+    owner = f.evidence.owner
     if owner is None:
         return None
     if f.kind == K.COMPILE_SEMANTICS:
@@ -341,7 +341,7 @@ def breaks_by_owner(causes: list[RootCause]) -> str | None:
     """``yours 2, transformers 5.24.0 1, torch 0``: the graph-break root causes (``model/report.root_causes``) counted
     by their owner's label (``Owner.label``); yours and torch always named, a library or ``unknown`` once it has
     one. None when no break cause has an owner (none is a break, or a report from before owners)."""
-    owners = [c.finding.ev.owner for c in causes if c.finding.ev.gb_type]
+    owners = [c.finding.evidence.owner for c in causes if c.finding.evidence.gb_type]
     owned = [o for o in owners if o is not None]
     if not owned:
         return None
