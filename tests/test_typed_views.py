@@ -10,7 +10,7 @@ from rich.console import Console
 
 from report_factory import small_report
 from tracecheck import machine
-from tracecheck.fix.model_code import SiteOutcome, Tried
+from tracecheck.fix.outcome import SiteOutcome, Tried
 from tracecheck.fix.pipeline import VERIFIED, FixOutcome
 from tracecheck.fix.task_results import FunctionFix, GradientCheck, MutatesArgs, OpShapes
 from tracecheck.model.environment import Environment

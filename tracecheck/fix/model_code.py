@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ..model.progress import Progress
 from ..model.exitcodes import UsageError
@@ -23,7 +23,7 @@ from ..model.reportio import write_text_atomic
 from .copies import Copies, Patch, how_to_apply
 from .library import UPSTREAM_MARK
 from .call_facts import CallAsk, CallSite, CCall, LibraryCall
-from .outcome import FixOptions, FixOutcome
+from .outcome import FixOptions, FixOutcome, SiteOutcome, Tried
 from .outputs import check_output
 from .prelude import read_source
 from .task_results import CallAnswer, CallsObserved, EagerRun
@@ -35,32 +35,6 @@ from .status import NO_CODE_FIX, NOT_VERIFIED, VERIFIED
 from .jobs import EagerDumpTask, ObserveCallsTask, TaskRunner
 from .trial import NOT_FEWER, VERIFY_STAGES, Lines, Stages, gone, other_sites, run_stages, try_candidate
 from .verify_shapes import check_shapes
-
-
-@dataclass(frozen=True)
-class Tried:
-    """One candidate rewrite tried at a site, and what came of it: ``kept``, or why it was not."""
-
-    rewrite: str
-    result: str
-
-
-@dataclass
-class SiteOutcome:
-    """What happened to one break site: the rewrite kept (if any), and every candidate tried with why it failed."""
-
-    line: int
-    kind: str
-    gb_type: str
-    code: str
-    rewrite: str | None = None
-    note: str = ""
-    doc: str = ""
-    tried: list[Tried] = field(default_factory=list)
-    #: the rewrite kept for an earlier site took this one in (its lines were rewritten with that site's)
-    covered: bool = False
-    #: the library file the line is in ("" for the probe's own file)
-    file: str = ""
 
 
 def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str], list[str]]:

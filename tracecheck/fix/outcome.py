@@ -4,12 +4,37 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..model.evidence import NumericMismatch
 from ..model.report import RunReport
 from ..model.tasks import DEFAULT_TIMEOUT_S
 from .task_results import FunctionFix, GradientCheck, OpShapes
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One candidate rewrite tried at a site, and what came of it: ``kept``, or why it was not."""
+
+    rewrite: str
+    result: str
+
+
+@dataclass
+class SiteOutcome:
+    """What happened to one break site: the rewrite kept (if any), and every candidate tried with why it failed."""
+
+    line: int
+    kind: str
+    gb_type: str
+    code: str
+    rewrite: str | None = None
+    note: str = ""
+    doc: str = ""
+    tried: list[Tried] = field(default_factory=list)
+    #: the rewrite kept for an earlier site took this one in (its lines were rewritten with that site's)
+    covered: bool = False
+    #: the library file the line is in ("" for the probe's own file)
+    file: str = ""
 
 
 @dataclass
@@ -47,7 +72,7 @@ class FixOutcome:
     gradient_check: GradientCheck | None = None
     reasons: list[str] = field(default_factory=list)
     #: model-code rewrites (model_code.py): one SiteOutcome per break site in the probe's file, and the diff
-    sites: list[Any] = field(default_factory=list)
+    sites: list[SiteOutcome] = field(default_factory=list)
     diff: str = ""
     #: per op whose fake tracecheck wrote: the shapes beyond the probe's it was checked at
     shapes: list[OpShapes] = field(default_factory=list)
