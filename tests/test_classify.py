@@ -84,16 +84,16 @@ def err(message, type_="torch._dynamo.exc.Unsupported", gb_type=None, chain=None
 def test_pybind_builtin_names_the_builtin(message, gb_type, builtin):
     f = detect.classify_error("fullgraph", err(message, gb_type=gb_type))
     assert f.kind == "pybind-builtin"
-    assert f.context["builtin"] == builtin
-    assert f.context.get("pybind11") is True
+    assert f.context.builtin == builtin
+    assert f.context.pybind11 is True
 
 
 def test_pybind_inside_autograd_function_is_said():
     f = detect.classify_error("fullgraph", err(PYBIND_213, gb_type="Attempted to call function marked as skipped"))
-    assert f.context["in_autograd_function"] is True
+    assert f.context.in_autograd_function is True
     assert "autograd.Function" in f.summary
     plain = detect.classify_error("fullgraph", err(PYBIND_28_CAPSULE))
-    assert "in_autograd_function" not in plain.context
+    assert plain.context.in_autograd_function is False
 
 
 def test_gb_type_skips_hop_line_and_code_from_link():
@@ -109,13 +109,13 @@ def test_gb_type_skips_hop_line_and_code_from_link():
 def test_missing_fake_custom_op(message, type_):
     f = detect.classify_error("aot_eager", err(message, type_))
     assert f.kind == "missing-fake"
-    assert f.context["op"] == "tc::myop"
+    assert f.context.op == "tc::myop"
 
 
 def test_missing_meta_kernel_graph_break():
     b = detect.classify_break({"reason": NO_META_BREAK, "file": "m.py", "line": 3})
     assert b.kind == "missing-fake"
-    assert b.context["op"] == "tclib::cpu_only"  # one spelling: ns::name
+    assert b.context.op == "tclib::cpu_only"  # one spelling: ns::name
     assert b.gb_type == "Operator does not support running with fake tensors"
 
 
@@ -126,7 +126,7 @@ def test_missing_autograd_unwraps_backend_compiler_failed():
                      {"type": "RuntimeError", "message": NO_AUTOGRAD}])
     f = detect.classify_error("aot_eager", raw)
     assert f.kind == "missing-autograd"
-    assert f.context["op"] == "tc::myop2"
+    assert f.context.op == "tc::myop2"
 
 
 def test_missing_autograd_at_eager_backward():
@@ -135,13 +135,13 @@ def test_missing_autograd_at_eager_backward():
 
 def test_cpp_autograd_fallback_warning_is_a_finding():
     f = detect.classify_warning(CPP_AUTOGRAD_WARN)
-    assert f is not None and f.kind == "missing-autograd" and f.context["op"] == "tclib::cpu_only"
+    assert f is not None and f.kind == "missing-autograd" and f.context.op == "tclib::cpu_only"
     assert detect.classify_warning("some unrelated UserWarning") is None
 
 
 def test_mutates_args_lie():
     f = detect.classify_error("opcheck", err(MUTATES, "RuntimeError"))
-    assert f.kind == "mutates-args-mismatch" and f.context["argument"] == "buf"
+    assert f.kind == "mutates-args-mismatch" and f.context.argument == "buf"
 
 
 @pytest.mark.parametrize("message, type_", [(FAKE_META, "MetadataMismatchError"), (FAKE_INDUCTOR, "AssertionError")])
@@ -223,8 +223,8 @@ def test_break_inside_autograd_function_seen_from_user_stack():
     reason = PYBIND_28_CAPSULE
     stack = ('  File "/x/torch/_functorch/autograd_function.py", line 890, in inner\n    outs = orig_fwd(*args)\n'
              '  File "/m/broken.py", line 53, in forward\n    y = ext.fwd(x)\n')
-    assert detect.classify_break({"reason": reason, "user_stack": stack}).context["in_autograd_function"] is True
-    assert "in_autograd_function" not in detect.classify_break({"reason": reason, "user_stack": ""}).context
+    assert detect.classify_break({"reason": reason, "user_stack": stack}).context.in_autograd_function is True
+    assert detect.classify_break({"reason": reason, "user_stack": ""}).context.in_autograd_function is False
 
 
 # --- issue 13's classes, on torch 2.13.0's wording (recorded from the reproducers of tests/test_classifier_classes.py)
@@ -251,7 +251,7 @@ def _method_call(variable: str) -> str:
 
 def test_c_method_of_a_user_object_is_pybind_builtin_and_other_method_calls_are_not():
     b = detect.classify_break({"reason": _method_call("UserDefinedObjectVariable(Scaler)")})
-    assert (b.kind, b.context["builtin"]) == ("pybind-builtin", "Scaler.__call__")
+    assert (b.kind, b.context.builtin) == ("pybind-builtin", "Scaler.__call__")
     assert detect.classify_break({"reason": _method_call("ListVariable(length=2)")}).kind == "graph-break"
 
 
@@ -260,11 +260,11 @@ def test_fake_that_cannot_run():
                 "to run FX node with fake tensors: call_function tc13a.nf.default(*(FakeTensor(..., size=(4,)),), "
                 "**{}): got NotImplementedError('fake not written yet')\n")
     b = detect.classify_break({"reason": not_impl})
-    assert (b.kind, b.context["op"]) == ("missing-fake", "tc13a::nf")
+    assert (b.kind, b.context.op) == ("missing-fake", "tc13a::nf")
     signature = ("TypeError when making fake tensor call\n  Explanation: \n\n  Developer debug context: TypeError "
                  "tc13b.scale.default: _() takes 1 positional argument but 2 were given\n")
     b = detect.classify_break({"reason": signature})
-    assert (b.kind, b.context["op"]) == ("fake-mismatch", "tc13b::scale")
+    assert (b.kind, b.context.op) == ("fake-mismatch", "tc13b::scale")
 
 
 def test_undeclared_alias_and_double_definition():
@@ -276,7 +276,7 @@ def test_undeclared_alias_and_double_definition():
                 "name multiple times. Each overload's schema should only be registered with a single call to def().",
                 "RuntimeError")
     f = detect.classify_error("load", twice)
-    assert (f.kind, f.context["op"]) == ("op-redefined", "tc13c::twice")
+    assert (f.kind, f.context.op) == ("op-redefined", "tc13c::twice")
 
 
 def test_reading_values_into_python_gets_the_read_fix():
@@ -332,7 +332,7 @@ def test_torch_func_refusals_are_functorch_incompatible_with_their_cause(message
     """torch 2.13.0's and 2.14.1's wording (the same on both, observed by running each refusal)."""
     raw = {"type": "RuntimeError", "message": message, "phase": "forward", "transform": "vmap", "functions": []}
     f = measured.transform_error_finding("vmap", ErrorRecord.of(raw))
-    assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
+    assert f.kind == "functorch-incompatible" and f.context.cause == cause
     assert f.summary.startswith("torch.func.vmap refuses the probe")
     assert fix_says in taxonomy.fix_text(f)
 
@@ -361,8 +361,8 @@ def test_torch_func_patterns_apply_only_under_a_transform():
 def test_more_torch_func_refusals(message, type_, cause, op, fix_says):
     f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": type_, "message": message, "phase": "forward",
                                                   "transform": "vmap", "functions": []}))
-    assert f.kind == "functorch-incompatible" and f.context["cause"] == cause
-    assert f.context.get("op") == op
+    assert f.kind == "functorch-incompatible" and f.context.cause == cause
+    assert f.context.op == op
     assert fix_says in taxonomy.fix_text(f)
 
 
@@ -374,7 +374,7 @@ def test_a_control_flow_op_without_a_grad_rule_is_named():
           'KeyError: <TransformType.Grad: 2>\n')
     f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": "KeyError", "message": "<TransformType.Grad: 2>",
                                                   "phase": "backward", "transform": "grad", "traceback": tb}))
-    assert (f.kind, f.context["cause"], f.context["hop"], f.context["transform"]) == (
+    assert (f.kind, f.context.cause, f.context.hop, f.context.transform) == (
         "functorch-incompatible", "hop", "torch.cond", "grad")
     assert f.summary == "torch.func.grad refuses the probe: torch.cond has no torch.func.grad rule."
     # a KeyError of the user's own is not that
@@ -385,7 +385,7 @@ def test_a_control_flow_op_without_a_grad_rule_is_named():
                '_higher_order_ops/cond.py", line 242, in _cond_op_wrapper\n    return cond_op(*args, **kwargs)\n')
     f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": "AssertionError", "message": message, "phase": "backward",
                                                   "transform": "grad"}))
-    assert (f.kind, f.context["cause"], f.context["hop"]) == ("functorch-incompatible", "hop", "torch.cond")
+    assert (f.kind, f.context.cause, f.context.hop) == ("functorch-incompatible", "hop", "torch.cond")
 
 
 def test_a_probe_that_calls_torch_func_itself_is_refused_at_eager():
@@ -399,7 +399,7 @@ def test_a_probe_that_calls_torch_func_itself_is_refused_at_eager():
                "https://pytorch.org/docs/main/notes/extending.func.html")
     f = detect.classify_error("eager", {"type": "RuntimeError", "message": message, "phase": "forward",
                                           "traceback": tb})
-    assert (f.kind, f.context["cause"], f.context["transform"]) == ("functorch-incompatible", "setup_context", "vmap")
+    assert (f.kind, f.context.cause, f.context.transform) == ("functorch-incompatible", "setup_context", "vmap")
     assert "?" not in taxonomy.fix_text(f)
     no_tb = detect.classify_error("eager", {"type": "RuntimeError", "message": message, "phase": "forward"})
     assert no_tb.kind == "eager-error"  # the same words with no transform in sight: not claimed
@@ -417,7 +417,7 @@ def test_a_dimension_marked_dynamic_and_specialized_is_dynamic_shape(stage):
     frame = {"file": "/p/model.py", "line": 21, "code": "if x.shape[0] == 4:"}
     f = detect.classify_error(stage, {"type": "torch.fx.experimental.symbolic_shapes.ConstraintViolationError",
                                         "message": CONSTRAINT, "phase": "forward", "user_frame": frame})
-    assert (f.kind, f.context["cause"], f.context["source"], f.context["value"]) == (
+    assert (f.kind, f.context.cause, f.context.source, f.context.value) == (
         "dynamic-shape", "marked", "L['x'].size()[0]", "4")
     assert "at `if x.shape[0] == 4:` (/p/model.py:21)" in f.summary and "maybe_mark_dynamic" in taxonomy.fix_text(f)
 
@@ -428,7 +428,7 @@ def test_opchecks_aot_dispatch_output_mismatch_is_the_fakes():
                "implementation not traceable.")
     f = detect.classify_error("opcheck", {"type": "AssertionError", "message": message,
                                             "phase": "test_aot_dispatch_dynamic"}, op="gap2::scalar_out")
-    assert (f.kind, f.context["cause"], f.context["op"]) == ("fake-mismatch", "aot_outputs", "gap2::scalar_out")
+    assert (f.kind, f.context.cause, f.context.op) == ("fake-mismatch", "aot_outputs", "gap2::scalar_out")
     assert "0-dim tensor instead of a float" in taxonomy.fix_text(f)
     user = detect.classify_error("eager", {"type": "AssertionError", "message": message, "phase": "forward"})
     assert user.kind == "eager-error"  # the words in a user's own assert: not trusted
@@ -441,7 +441,7 @@ def test_an_exception_raised_by_the_ops_own_fake_names_the_op(type_, kind, cause
     fake = {"op": "lib.quant.default", "exception_type": type_, "message": "",
             "frame": {"file": "/site-packages/lib/ops.py", "line": 30, "code": "assert x.dim() == 2"}}
     f = detect.classify_error("export", {"type": type_, "message": "", "phase": "forward", "fake_impl": fake})
-    assert (f.kind, f.context["cause"], f.context["op"]) == (kind, cause, "lib::quant")
+    assert (f.kind, f.context.cause, f.context.op) == (kind, cause, "lib::quant")
     assert f.evidence.user_frame.line == 30  # the fake's own line, where the fix goes
 
 
@@ -477,7 +477,7 @@ def test_a_range_constraint_violation_is_not_called_a_specialization():
                "L['x'].size()[0] <= 8.\n")
     f = detect.classify_error("export", {"type": "torch.fx.experimental.symbolic_shapes.ConstraintViolationError",
                                            "message": message, "phase": "forward"})
-    assert (f.kind, f.context["cause"], f.context["source"]) == ("dynamic-shape", "constraint", "batch")
+    assert (f.kind, f.context.cause, f.context.source) == ("dynamic-shape", "constraint", "batch")
     assert "?" not in f.summary and "Dim(min=" in taxonomy.fix_text(f)
 
 
@@ -488,7 +488,7 @@ def test_a_module_backward_hook_is_named_as_such_under_a_transform():
           '    res, input_idx = self._apply_on_tensors(fn, args)\n')
     f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": "RuntimeError", "message": message, "phase": "backward",
                                                   "transform": "grad", "traceback": tb}))
-    assert (f.kind, f.context["cause"]) == ("functorch-incompatible", "module_hook")
+    assert (f.kind, f.context.cause) == ("functorch-incompatible", "module_hook")
     assert "register_full_backward_hook" in taxonomy.fix_text(f)
 
 
@@ -550,7 +550,7 @@ def _gb4315(got: str) -> str:
 def test_a_graph_break_on_a_fake_that_raised_is_the_fakes_fault():
     b = detect.classify_break({"reason": _gb4315("AssertionError('quant expects (B, S, C)')"),
                                  "gb_type": "RuntimeError when making fake tensor call", "file": "m.py", "line": 17})
-    assert (b.kind, b.context["cause"], b.context["op"]) == ("fake-mismatch", "raises", "lib27::quant")
+    assert (b.kind, b.context.cause, b.context.op) == ("fake-mismatch", "raises", "lib27::quant")
     assert "quant expects (B, S, C)" in detect.break_finding(b).summary
 
 
@@ -582,7 +582,7 @@ def test_a_graph_break_on_torchs_own_op_is_not_a_custom_fake():
 def test_a_custom_op_without_a_kernel_for_the_device_is_missing_device_kernel(message):
     f = detect.classify_error("eager", {"type": "NotImplementedError", "message": message})
     assert f.kind == "missing-device-kernel"
-    assert (f.context["op"], f.context["key"]) == ("mylib::scale", "PrivateUse1")
+    assert (f.context.op, f.context.key) == ("mylib::scale", "PrivateUse1")
     assert 'torch.library.impl("mylib::scale", "PrivateUse1", kernel)' in taxonomy.fix_text(f)
 
 
@@ -660,8 +660,8 @@ def test_a_c_method_called_with_constants_only_is_told_to_stay_a_constant():
         torch.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
     reason = str(raised.value)
     f = detect.classify_error("fullgraph", err(reason, "torch._dynamo.exc.Unsupported", gb_type="Unsupported method call"))
-    assert f.kind == "pybind-builtin" and f.context.get("cause") == "constant_args", f
-    assert f.context["args"] == "3" and "constant" in f.summary
+    assert f.kind == "pybind-builtin" and f.context.cause == "constant_args", f
+    assert f.context.args == "3" and "constant" in f.summary
     fix = taxonomy.fix_text(f)
     assert "assume_constant_result" in fix and "custom_op" not in fix
 
@@ -679,4 +679,4 @@ def test_a_c_method_called_with_constants_only_is_told_to_stay_a_constant():
     tensor_arg = reason.replace("[ConstantVariable(int: 3)]", "[TensorVariable()]")
     assert "TensorVariable()" in tensor_arg
     g = detect.classify_error("fullgraph", err(tensor_arg, "torch._dynamo.exc.Unsupported", gb_type="Unsupported method call"))
-    assert g.kind == "pybind-builtin" and g.context.get("cause") is None, g
+    assert g.kind == "pybind-builtin" and g.context.cause is None, g

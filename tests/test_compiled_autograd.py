@@ -615,7 +615,7 @@ def test_recompile_findings_group_one_cause_over_steps():
     recs = [_rec(3), _rec(4), _rec(3, "dynamo", "self.step == 1", user_frame=frame),
             _rec(4, "dynamo", "self.step == 2", user_frame=frame)]
     found = results.recompile_findings(recs)
-    assert [f.context["source"] for f in found] == ["dynamo", "compiled_autograd"]  # the user's line first
+    assert [f.context.source for f in found] == ["dynamo", "compiled_autograd"]  # the user's line first
     ev = found[0].evidence.to_json()  # the report's JSON of it, against the literal
     assert (ev["what"], ev["user_frame"], ev["reason"], ev["steps"], ev["reasons"]) == (
         "recompile", frame, "self.step == 1", [3, 4], ["self.step == 1", "self.step == 2"])
@@ -624,7 +624,7 @@ def test_recompile_findings_group_one_cause_over_steps():
     assert len(results.recompile_findings(other_node)) == 1  # a new node every step is one cause
     shapes = [_rec(3), _rec(4, reason="Cache miss due to 2 changed tensor shapes (total of 2): sizes[0]")]
     assert len(results.recompile_findings(shapes)) == 2
-    assert all(f.kind == "recompile" and f.context["reason"] in f.summary for f in found)
+    assert all(f.kind == "recompile" and f.context.reason in f.summary for f in found)
 
 
 def test_build_stage_result_turns_steady_state_into_findings_and_keeps_extra():
@@ -694,7 +694,7 @@ def test_a_failure_of_one_backend_only_is_that_backends(refusing_backend):
     assert raw.extra["other_backend"] == {"backend": "aot_eager", "error": None}
     s = results.build_stage_result("compiled_autograd", raw, 1.0)
     f = s.findings[0]
-    assert (f.kind, f.context["cause"]) == ("backend-error", "backend_only")
+    assert (f.kind, f.context.cause) == ("backend-error", "backend_only")
     assert "fails with backend tc_refuses_backward and passes with aot_eager" in f.summary
     assert f.evidence.backends["aot_eager"] == "passes"
     assert "cannot compile this backward graph" in f.evidence.backends[refusing_backend]
@@ -705,7 +705,7 @@ def test_a_failure_of_both_backends_stays_unclassified_and_says_so(refusing_back
     raw = ca_stage.stage_compiled_autograd(_linear_case, backends=(refusing_backend, other))
     assert raw.extra["other_backend"]["error"]["type"] == "torch._dynamo.exc.BackendCompilerFailed"
     f = results.build_stage_result("compiled_autograd", raw, 1.0).findings[0]
-    assert f.context.get("cause") != "backend_only"
+    assert f.context.cause != "backend_only"
     assert "cannot compile this backward graph" in f.evidence.backends[refusing_backend]
     assert f.evidence.backends[other] == "the same"
 

@@ -199,7 +199,7 @@ def test_torchs_refusal_of_an_output_is_classified_with_the_class_it_names(cls, 
     from tracecheck.classify import detect
 
     f = detect.classify_error("export", {"type": "RuntimeError", "message": _REFUSED.format(cls), "phase": "forward"})
-    assert (f.kind, f.context["type"], f.context.get("cause")) == ("non-pytree-output", cls, cause)
+    assert (f.kind, f.context.type, f.context.cause) == ("non-pytree-output", cls, cause)
     assert cls in f.summary and f.evidence.message.startswith("Found <class")
     assert ("use_cache=False" in taxonomy.fix_text(f)) == (cause == "cache")
 

@@ -34,7 +34,7 @@ def test_a_subclass_metadata_guard_is_placed_at_the_guard_with_a_fix_for_the_sub
            "specialization": {"frame": {"file": "/w/qa.py", "line": 12, "code": "return self.b(torch.relu(self.a(x)))"},
                               "sources": ["L['input'].size()[0]"], "value": "7"}}
     f = measured.specialization_finding(SpecializedDimension.of(raw))
-    assert f.context["cause"] == "subclass_metadata"
+    assert f.context.cause == "subclass_metadata"
     assert (f.user_frame.file, f.user_frame.line) == ("/venv/site-packages/optimum/quanto/nn/qlinear.py", 50)
     from tracecheck.model.taxonomy import fix_text
     assert "__tensor_flatten__" in fix_text(f) and "mark_static" not in fix_text(f)

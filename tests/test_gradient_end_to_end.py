@@ -103,7 +103,7 @@ def test_two_functions_of_one_module_are_two_root_causes():
             "input": "x", "numerical": 2.0, "analytical": -1.8, "relative_error": 1.9, "tolerance": 0.01}})
     a, b = (measured.gradient_finding(outcome(f"pytorch_wavelets.dwt.lowlevel.{n}")) for n in ("AFB2D", "SFB2D"))
     assert finding_key(a) != finding_key(b)
-    assert a.context["op"] == "pytorch_wavelets.dwt.lowlevel.AFB2D"
+    assert a.context.op == "pytorch_wavelets.dwt.lowlevel.AFB2D"
 
 
 FLOAT64_UNSUPPORTED = '''

@@ -381,11 +381,8 @@ def test_a_stage_payload_is_read_through_its_type():
 #: the dict[str, Any] fields of model/'s dataclasses today, each a debt to pay with a typed record (as
 #: model/evidence.Evidence pays Finding.evidence's for every renderer): a new one fails the test below
 UNTYPED_MODEL_FIELDS = {
-    "payloads.CompiledAutogradCounts.recompiles", "payloads.CompiledAutogradCounts.hooks",
-    "payloads.CompiledAutogradCounts.shapes", "payloads.CompiledAutogradCounts.other_backend",
-    "payloads.DynamicRun.recompiles", "payloads.DynamicRun.specializations", "probe.Case.kwargs",
-    "records.StageRecord.extra", "report.Finding.context", "taxonomy.FindingLike.context",
-    "report.GraphBreak.context", "report.StageResult.extra", "report.RunReport.environment",
+    # a stage's payloads as the report keeps them (model/payloads.py reads each one typed), and the machine record
+    "records.StageRecord.extra", "report.StageResult.extra", "report.RunReport.environment",
 }
 
 
@@ -505,9 +502,10 @@ def test_the_length_check_counts_lines(tmp_path):
     assert module_lengths(tmp_path) == {"a.py": 601, "b.py": 1}
 
 
-#: ``dict[str, Any]`` annotations in tracecheck/: a dict belongs at a process or JSON boundary only (issue 54's goal:
-#: at most 60; what crosses a JSON or process boundary is written `reportio.Json`). This ceiling only goes down.
-UNTYPED_DICTS_CEILING = 60
+#: ``dict[str, Any]`` annotations in tracecheck/: a dict belongs at a process or JSON boundary only, and there it is
+#: written ``reportio.Json``, whose definition is the one left (issue 54: 367, then 60, now 1). A heterogeneous runtime
+#: bag (a call's kwargs, values by name) is ``dict[str, object]``, which makes its reader narrow each value.
+UNTYPED_DICTS_CEILING = 1
 
 
 def untyped_dicts(root: Path = PKG) -> int:
@@ -515,8 +513,9 @@ def untyped_dicts(root: Path = PKG) -> int:
 
 
 #: uses of ``reportio.Json`` (a dict at a JSON or process boundary): counted too, so that the alias is no way around
-#: the ceiling above; this one only goes down as well
-JSON_USES_CEILING = 172
+#: the ceiling above; this one only goes down as well (issue 54 rose it from 172 to 192 once, when the last 58
+#: ``dict[str, Any]`` at a boundary were spelled ``Json``: the two together went from 232 to 193)
+JSON_USES_CEILING = 192
 
 
 def json_uses(root: Path = PKG) -> int:
@@ -525,6 +524,7 @@ def json_uses(root: Path = PKG) -> int:
 
 def test_no_new_untyped_dict():
     n = untyped_dicts()
+    assert "Json = dict[str, Any]" in (PKG / "model" / "reportio.py").read_text()
     assert n <= UNTYPED_DICTS_CEILING, f"{n} dict[str, Any] (ceiling {UNTYPED_DICTS_CEILING}): type the new one"
     j = json_uses()
     assert j <= JSON_USES_CEILING, f"{j} uses of Json (ceiling {JSON_USES_CEILING}): a dict only at a boundary"
@@ -533,8 +533,7 @@ def test_no_new_untyped_dict():
 #: the gate's questions (does a kind fail the run, is it advice, is a target required): render/view.py and
 #: render/cause.py ask them; every other renderer lays out their answers. (file, count) still asking (this only shrinks)
 _OUTCOME_QUESTION = re.compile(r"\.fails_on\(|\bis_advice\(|\.requires\(")
-OUTCOME_QUESTIONS_LEFT = {"annotations.py": 1, "junit.py": 2, "live.py": 1, "markdown.py": 3, "tables.py": 3,
-                          "terminal.py": 3}
+OUTCOME_QUESTIONS_LEFT: dict[str, int] = {}  # issue 54: 13, now 0
 
 
 def outcome_questions(root: Path = PKG / "render") -> dict[str, int]:

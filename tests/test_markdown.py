@@ -319,7 +319,7 @@ def many_probes_report(n: int = 36):
         gf, gb = break_finding(file, 10 + i, gb_type=f"Unsupported thing {i}", traceback=tb)
         gf.evidence = dataclasses.replace(gf.evidence, message=gf.evidence.message + "\n" + "long explanation line\n" * 40)
         mf = missing_fake(file, 50 + i, traceback=tb)
-        mf.context["op"] = f"lib{i}::op"
+        mf.context = dataclasses.replace(mf.context, op=f"lib{i}::op")
         ex = _unknown("torch._subclasses.fake_tensor.DataDependentOutputException", f"export-only error {i}")
         ca = _unknown("IndexError", f"list index out of range {i}")
         adv = Finding("opaque-op", f"lib{i}::op is opaque to Inductor.", {"op": f"lib{i}::op"}, {})

@@ -174,4 +174,4 @@ def test_a_break_in_a_local_helper_is_yours_and_names_the_helper(tmp_path, trace
     assert "Breaks by owner: yours 1, torch 0" in md
     long_form = io.StringIO()
     terminal.render(report, Console(file=long_form, width=200, color_system=None), verbose=True)
-    assert "owner: yours" in long_form.getvalue()
+    assert "whose code: yours" in long_form.getvalue()

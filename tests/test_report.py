@@ -179,7 +179,7 @@ def test_a_report_with_a_kind_this_version_does_not_know_still_reads():
     d["probes"][0]["stages"]["explain"]["breaks"][0]["kind"] = "from-the-future"
     r = RunReport.from_dict(d)
     f = r.probes[0].stages["explain"].findings[0]
-    assert (f.kind, f.context["reported_kind"]) == ("unknown", "from-the-future")
+    assert (f.kind, f.context.reported_kind) == ("unknown", "from-the-future")
     assert r.probes[0].stages["explain"].breaks[0].kind == "unknown"
 
 
@@ -228,7 +228,7 @@ def test_an_unknown_takes_the_root_cause_of_the_same_op_before_one_of_the_same_l
               "opcheck": StageResult("opcheck", FAIL, failure=bare, findings=[bare])}
     stages = settle.attributed(stages)
     got = stages["opcheck"].failure
-    assert (got.kind, got.context["first_seen_at"]) == ("missing-fake", "fullgraph")
+    assert (got.kind, got.context.first_seen_at) == ("missing-fake", "fullgraph")
     assert got.summary.endswith("(attributed: the same op failed at fullgraph)")
     assert got.evidence.phase == "test_faketensor"  # its own evidence stays
     lone = Finding("unknown", "Unclassified.", {}, dict(frame))

@@ -314,7 +314,7 @@ def test_whose_bug_follows_the_evidence(tmp_path):
         (_finding("unknown"), UNPLACED, ""),
     ]
     for f, party, where in cases:
-        o = owner(f, str(nofake if f.context.get("op", "").startswith("rpmin.nofake") else model))
+        o = owner(f, str(nofake if (f.context.op or "").startswith("rpmin.nofake") else model))
         assert (o.party, o.where if where else "") == (party, where), (f.kind, f.evidence, o)
         assert ("for upstream" in o.line()) == (party == TORCH), o.line()
 

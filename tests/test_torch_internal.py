@@ -52,8 +52,8 @@ def test_an_assert_raised_in_dynamo_is_torchs_internal_error():
     f = detect.classify_error("compiled_autograd", {"type": "AssertionError", "message": ASSERT_MSG,
                                                     "phase": "backward", "traceback": ASSERT_TB})
     assert f.kind == "torch-internal-error"
-    assert f.context["exception"] == "AssertionError: Expected FunctionType, got <class 'method'>"
-    assert f.context["torch_frame"] == "torch/_dynamo/variables/misc.py:1095 in call_backward"
+    assert f.context.exception == "AssertionError: Expected FunctionType, got <class 'method'>"
+    assert f.context.torch_frame == "torch/_dynamo/variables/misc.py:1095 in call_backward"
     assert f.evidence.torch_frame.line == 1095
     assert "torch failed in its own code" in f.summary and "@staticmethod" in f.summary  # cause classmethod
     # any other assert at the same torch frame: torch's bug, nothing of the user's to change
@@ -61,7 +61,7 @@ def test_an_assert_raised_in_dynamo_is_torchs_internal_error():
                "message": ASSERT_MSG.replace("Expected FunctionType, got <class 'method'>", "boom"),
                "traceback": ASSERT_TB.replace("Expected FunctionType, got <class 'method'>", "boom")}
     f = detect.classify_error("compiled_autograd", generic)
-    assert f.kind == "torch-internal-error" and f.context.get("cause") is None
+    assert f.kind == "torch-internal-error" and f.context.cause is None
     assert "torch bug, not your code" in f.summary
     fix = taxonomy.fix_text(f)
     assert "tracecheck repro MODEL.py::PROBE --stage compiled_autograd" in fix and "pytorch/pytorch/issues" in fix
@@ -74,7 +74,7 @@ def test_the_structured_raising_frame_wins_over_the_traceback_text():
                                                                   "line": 7, "function": "f"}}]
     f = detect.classify_error("aot_eager", {"type": chain[0]["type"], "message": chain[0]["message"],
                                             "chain": chain, "phase": "forward"})
-    assert (f.kind, f.context["torch_frame"]) == ("torch-internal-error", "torch/_functorch/_aot_autograd/x.py:7 in f")
+    assert (f.kind, f.context.torch_frame) == ("torch-internal-error", "torch/_functorch/_aot_autograd/x.py:7 in f")
 
 
 @pytest.mark.parametrize("frame", [
@@ -182,7 +182,7 @@ def test_plain_torch_fake_mode_misuse_recorded_live_is_not_torchs_bug():
 def test_a_classmethod_backward_says_the_cheapest_fix_is_staticmethod():
     f = detect.classify_error("compiled_autograd", {"type": "AssertionError", "message": ASSERT_MSG,
                                                     "phase": "backward", "traceback": ASSERT_TB})
-    assert (f.kind, f.context["cause"]) == ("torch-internal-error", "classmethod")
+    assert (f.kind, f.context.cause) == ("torch-internal-error", "classmethod")
     fix = taxonomy.fix_text(f)
     assert "@staticmethod" in fix and "Nothing in your code needs to change" not in fix
     assert "torch should have raised a clear error" in fix
@@ -194,8 +194,8 @@ def test_a_compiled_autograd_fake_run_error_is_no_graph_break():
     raw = {"type": NONE_DIV_CHAIN[0]["type"], "message": NONE_DIV_MSG, "chain": NONE_DIV_CHAIN, "phase": "backward",
            "gb_type": "RuntimeError when making fake tensor call", "gb_code": "GB4315"}
     f = detect.classify_error("compiled_autograd", raw)
-    assert (f.kind, f.context["cause"]) == ("torch-internal-error", "generated")
-    assert f.context["exception"].startswith("aten.div.Tensor(*(None, 127), **{}): RuntimeError: Expected a proper")
+    assert (f.kind, f.context.cause) == ("torch-internal-error", "generated")
+    assert f.context.exception.startswith("aten.div.Tensor(*(None, 127), **{}): RuntimeError: Expected a proper")
     assert f.evidence.torch_frame.file == "<eval_with_key>.9"
     assert f.evidence.gb_code == "GB4315"  # kept as evidence
     # the same hard error in the forward (an FX graph could be the user's): the error it is, unplaced, never a break
@@ -223,7 +223,7 @@ def test_gradchecks_unplaced_rerun_of_the_eager_error_is_that_error():
               "gradcheck": StageResult("gradcheck", FAIL, failure=rerun, findings=[rerun])}
     stages = settle.attributed(stages)
     assert stages["gradcheck"].failure.kind == "eager-error"
-    assert stages["gradcheck"].failure.context["first_seen_at"] == "eager"
+    assert stages["gradcheck"].failure.context.first_seen_at == "eager"
     # unplaced words that say nothing (a bare type, an empty first line): never matched on them alone
     for vague in ("", "RuntimeError: ", "boom"):
         e2 = _finding("eager-error", vague, {"file": "/p/model.py", "line": 7}, "eager")

@@ -67,7 +67,7 @@ def backend_failed(message):
 def test_a_subclass_attribute_read_under_fake_tensors(stage, raw):
     f = detect.classify_error(stage, raw)
     assert f.kind == "untraceable-tensor-state"
-    assert (f.context["cause"], f.context["attribute"]) == ("attribute", "CB")
+    assert (f.context.cause, f.context.attribute) == ("attribute", "CB")
     assert "self.register_buffer(\"CB\"" in taxonomy.fix_text(f)
 
 
@@ -79,7 +79,7 @@ def test_an_attribute_of_a_plain_parameter_is_not_called_a_subclass():
     read under non-strict export raises the same AttributeError as a quantized subclass's ``CB``. The finding says
     neither, and its fix fits both."""
     f = detect.classify_error("export", err(PARAM_ATTR, "AttributeError"))
-    assert f.kind == "untraceable-tensor-state" and f.context["attribute"] == "scale"
+    assert f.kind == "untraceable-tensor-state" and f.context.attribute == "scale"
     assert "a plain tensor, a parameter or a tensor subclass" in f.summary
     assert "subclass keeps" not in f.summary and "subclass's" not in f.summary
     fix = taxonomy.fix_text(f)
@@ -91,7 +91,7 @@ def test_an_attribute_of_a_plain_parameter_is_not_called_a_subclass():
 def test_a_subclass_made_from_a_fake_tensor():
     f = detect.classify_error("export", err(MAKE_SUBCLASS))
     assert f.kind == "untraceable-tensor-state"
-    assert (f.context["cause"], f.context["subclass"], f.context["wrapper"]) == ("make_subclass", "Int8Params", "FakeTensor")
+    assert (f.context.cause, f.context.subclass, f.context.wrapper) == ("make_subclass", "Int8Params", "FakeTensor")
     assert "Int8Params" in f.summary and "Int8Params" in taxonomy.fix_text(f)
 
 
@@ -99,7 +99,7 @@ def test_a_gradient_on_another_device_than_its_parameter():
     for stage in ("eager", "aot_eager", "compiled_autograd"):
         f = detect.classify_error(stage, err(GRAD_DEVICE))
         assert f.kind == "device-mismatch", stage
-        assert (f.context["grad_device"], f.context["param_device"]) == ("cpu", "meta")
+        assert (f.context.grad_device, f.context.param_device) == ("cpu", "meta")
         assert "`cpu`" in f.summary and "`meta`" in f.summary
 
 
@@ -108,7 +108,7 @@ def test_vmap_nyi_queries_are_functorch_refusals(message, cause):
     f = measured.transform_error_finding("vmap", ErrorRecord.of({"type": "RuntimeError", "message": message,
                                                                "phase": "forward", "transform": "vmap", "functions": []}))
     assert f.kind == "functorch-incompatible"
-    assert f.context["cause"] == cause
+    assert f.context.cause == cause
     assert "memory_format" in taxonomy.fix_text(f) or "resize_" in taxonomy.fix_text(f)
     # the probe's own torch.vmap, raised in eager: the traceback names the transform
     tb = 'File "/x/torch/_functorch/vmap.py", line 1, in _flat_vmap\n'
@@ -134,8 +134,8 @@ def test_a_backward_shape_mismatch_is_the_fake_mismatch_opcheck_found(message, g
     stages = _bwd_stages(message)
     stages = settle.attributed(stages)
     f = stages["aot_eager"].failure
-    assert f.kind == "fake-mismatch" and f.context["cause"] == "backward_shape"
-    assert f.context["op"] == "tk_bs::widen"
+    assert f.kind == "fake-mismatch" and f.context.cause == "backward_shape"
+    assert f.context.op == "tk_bs::widen"
     assert grad in f.summary and out in f.summary and "tk_bs::widen" in f.summary
     fix = taxonomy.fix_text(f)
     assert "fake impl of tk_bs::widen" in fix and "upstream" not in fix and "Not a torch bug" in fix
@@ -156,7 +156,7 @@ def test_a_backward_shape_mismatch_is_the_fake_mismatch_opcheck_found(message, g
 def test_a_fake_mismatch_not_about_shapes_is_not_linked(message, cause):
     stages = _bwd_stages(BWD_SHAPE_AUTOGRAD)
     fake = stages["opcheck"].failure
-    other = Finding("fake-mismatch", fake.summary, {**fake.context, **({"cause": cause} if cause else {})},
+    other = Finding("fake-mismatch", fake.summary, dataclasses.replace(fake.context, cause=cause) if cause else fake.context,
                     dataclasses.replace(fake.evidence, message=message))
     stages["opcheck"] = StageResult("opcheck", FAIL, failure=other, findings=[other])
     stages = settle.attributed(stages)
@@ -186,7 +186,14 @@ def test_a_backward_shape_links_only_the_op_it_can_be():
 
 # --- the message shown -------------------------------------------------------------------------------------------
 def _shown(f):
-    return terminal._finding_text("aot_eager", f, verbose=False).plain
+    """The terminal's short block of one finding (render/cause.sighting laid out by terminal.finding_text)."""
+    from tracecheck.model.report import ProbeReport
+    from tracecheck.render import cause
+
+    p = ProbeReport("m.py::probe", "/m/m.py", "probe", {"aot_eager": StageResult("aot_eager", FAIL, failure=f, findings=[f])})
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(terminal.finding_text(cause.sighting(p, ["aot_eager"], f), verbose=False))
+    return console.file.getvalue()
 
 
 def test_the_message_shown_is_the_root_cause_not_the_wrapper_header():
@@ -227,7 +234,7 @@ def test_report_upstream_only_when_no_finding_points_at_the_probes_code():
     suspect, before = _upstream_stages(fake)
     fix = taxonomy.fix_text(suspect.failure)
     assert "upstream" not in fix and "fake-mismatch of tk::f" in fix
-    assert suspect.failure is not before and before.context.get("cause") is None  # a new finding, the old one unchanged
+    assert suspect.failure is not before and before.context.cause is None  # a new finding, the old one unchanged
     owner = repro.owner(suspect.failure, "m.py")
     assert owner.party == repro.UNPLACED and "fake-mismatch of tk::f" in owner.why  # never "torch's, for upstream"
     # the probe's own eager failure, placed: named by its line
@@ -244,7 +251,7 @@ def test_a_graph_break_or_torchs_own_error_does_not_silence_report_upstream():
                        {"user_frame": {"file": "/m/model.py", "line": 9, "code": "y = f(x)"}})
     advice = Finding("opaque-op", "opaque", {"op": "tk::g"}, {"user_frame": {"file": "/m/model.py", "line": 3}})
     f = _upstream_stages(brk, internal, advice)[0].failure
-    assert f.context.get("cause") is None and "report upstream" in taxonomy.fix_text(f)
+    assert f.context.cause is None and "report upstream" in taxonomy.fix_text(f)
 
 
 # --- the live progress line --------------------------------------------------------------------------------------
@@ -663,13 +670,13 @@ def test_a_break_elsewhere_or_with_its_own_hints_keeps_its_advice():
     stages = {"vmap": StageResult("vmap", FAIL, failure=vmap, findings=[vmap]),
               "explain": StageResult("explain", FAIL, failure=other_line, findings=[other_line, hinted])}
     stages = settle.applied(stages, attribute.named_by_transform(stages))
-    assert [f.context.get("cause") for f in stages["explain"].findings] == [None, "hints"]
+    assert [f.context.cause for f in stages["explain"].findings] == [None, "hints"]
     # the same line, no cause of its own: named, and the stage's failure is the new finding
     same = Finding("graph-break", "b", {"gb_type": "Observed exception"}, {"user_frame": frame})
     stages["fullgraph"] = StageResult("fullgraph", FAIL, failure=same, findings=[same])
     stages = settle.applied(stages, attribute.named_by_transform(stages))
     named = stages["fullgraph"].failure
-    assert named is stages["fullgraph"].findings[0] and named.context["cause"] == "named_by_transform"
+    assert named is stages["fullgraph"].findings[0] and named.context.cause == "named_by_transform"
     assert "data pointer" in named.summary and "torch.library.custom_op" in taxonomy.fix_text(named)
 
 

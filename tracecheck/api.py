@@ -424,7 +424,7 @@ def _discover(runner: Runner, files: list[str], opts: RunOptions, root: str, nam
             if entry.bad_shape:
                 raise UsageError(entry.bad_shape)
             report = ProbeReport(id=locate.probe_id(path, entry.name, root), file=path, name=entry.name)
-            loaded = results.load_result(entry.to_json())  # (classify reads the entry as it crossed)
+            loaded = results.load_result(entry)
             if loaded:
                 report.stages[LOAD_STAGE] = loaded
             reports.append(report)

@@ -15,6 +15,8 @@ import torch
 from torch.utils import _pytree as pytree  # noqa: F401  (re-exported: torch's pytree, private by name)
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported: the dispatch-mode base class)
 
+from .model.frame import Frame
+
 if TYPE_CHECKING:
     from torch._library.custom_ops import CustomOpDef
 
@@ -367,9 +369,8 @@ def custom_op_fake_impl(qualname: str) -> Any:
     return getattr(custom_op_defs().get(qualname), "_abstract_fn", None)
 
 
-def fake_impl_location(qualname: str) -> dict[str, Any] | None:
-    """Where the fake impl of a custom op is defined (``{"file", "line", "function", "code"}``: the def line of the
-    function ``register_fake`` got), for a ``torch.library.custom_op`` (``_abstract_fn``) or an op defined with
+def fake_impl_location(qualname: str) -> Frame | None:
+    """Where the fake impl of a custom op is defined (the def line of the function ``register_fake`` got), for a ``torch.library.custom_op`` (``_abstract_fn``) or an op defined with
     ``Library.define`` (``torch._library.simple_registry``'s ``fake_impl.kernel``); None when it has none or it is not
     Python (a Meta kernel in C++)."""
     import inspect
@@ -398,8 +399,7 @@ def fake_impl_location(qualname: str) -> dict[str, Any] | None:
             line += 1
         if line > len(lines) or line >= first + 50:
             line = first
-        return {"file": file, "line": line, "function": code.co_name,
-                "code": linecache.getline(file, line).strip() or None}
+        return Frame.of(file, line, code.co_name, linecache.getline(file, line).strip())
     except Exception:
         return None
 

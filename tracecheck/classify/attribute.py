@@ -9,9 +9,11 @@ import dataclasses
 import linecache
 import os
 import re
+from dataclasses import replace
 from typing import Any, Mapping
 
 from ..model import taxonomy
+from ..model.context import Context
 from ..model.evidence import ExceptionEvidence, ProcessEvidence, opcheck_test
 from ..model.report import CRASH, LOAD_STAGE, PASS, Finding, StageResult, op_name
 from ..model.taxonomy import K
@@ -66,12 +68,12 @@ def crashes(stages: Stages) -> Replacements:
         ev = s.failure.evidence
         tail = ev.stderr_tail if isinstance(ev, ProcessEvidence) else ""
         for r in redefined:
-            op = r.context.get("op", "")
+            op = r.context.op or ""
             if op and _crashed_calling(tail, op):
                 f = Finding(K.OP_REDEFINED,
-                            f"The {s.stage} stage died ({s.failure.context.get('cause')}) calling {op}, which was "
+                            f"The {s.stage} stage died ({s.failure.context.cause}) calling {op}, which was "
                             "redefined: the earlier handle points at a destroyed registration.",
-                            {"op": op, "cause": s.failure.context.get("cause")}, s.failure.evidence)
+                            Context(op=op, cause=s.failure.context.cause), s.failure.evidence)
                 out[name, i] = f
                 break
     return out
@@ -88,11 +90,11 @@ def unknowns(stages: Stages) -> Replacements:
     eager finding's context (the op it re-ran is kept as ``evidence.rerun_of``). Otherwise, an ``unknown`` finding
     whose op, else user frame, is that of a root-cause finding of the same probe carries that finding's kind: opcheck's tests often fail with a bare message (``fake not written yet``) that the compile
     stages already explained. By line, a graph break counts as such a cause too (export failing where Dynamo broke
-    the graph, at ``x.data_ptr()`` say). A heuristic, so it says so: ``context["first_seen_at"]`` names the stage (in stage
+    the graph, at ``x.data_ptr()`` say). A heuristic, so it says so: ``context.first_seen_at`` names the stage (in stage
     order) whose finding it took, and the summary says it. ``stages`` is in stage order."""
     out: Replacements = {}
     causes = [(s.stage, f) for s in stages.values() for f in s.findings
-              if f.kind in taxonomy.explaining_ids() and not f.context.get("warning")]  # a warning is no failure's cause
+              if f.kind in taxonomy.explaining_ids() and not f.context.warning]  # a warning is no failure's cause
     eager = stages.get("eager")
     eager_error = next((f for f in (eager.findings if eager else []) if f.kind == K.EAGER_ERROR), None)
     # a graph break names no op, but an error at its line (export tracing into data_ptr, say) is that break's cause
@@ -104,20 +106,20 @@ def unknowns(stages: Stages) -> Replacements:
             if eager_error is not None and _same_error(f, eager_error):
                 # opcheck re-running the op, gradcheck re-running the Function: the eager failure again
                 new = Finding(K.EAGER_ERROR, f"{eager_error.summary} (attributed: the {s.stage} stage ran the same "
-                              "code again and hit the same error)", {**eager_error.context, "first_seen_at": "eager"},
-                              dataclasses.replace(f.evidence, rerun_of=str(f.context["op"]))
-                              if f.context.get("op") and isinstance(f.evidence, ExceptionEvidence) else f.evidence)
+                              "code again and hit the same error)", replace(eager_error.context, first_seen_at="eager"),
+                              dataclasses.replace(f.evidence, rerun_of=f.context.op)
+                              if f.context.op and isinstance(f.evidence, ExceptionEvidence) else f.evidence)
                 out[name, i] = new
                 continue
-            op, frame = f.context.get("op"), _frame(f)
-            by_op = next(((st, c) for st, c in causes if op and c.context.get("op") == op), None)
+            op, frame = f.context.op, _frame(f)
+            by_op = next(((st, c) for st, c in causes if op and c.context.op == op), None)
             root = by_op or next(((st, c) for st, c in causes + breaks if frame and _frame(c) == frame), None)
             if root is None:
                 continue
             stage, c = root
             where = "while loading the file" if stage == LOAD_STAGE else f"at {stage}"
             new = Finding(c.kind, f"{c.summary} (attributed: the same {'op' if by_op else 'line'} failed {where})",
-                          {**c.context, **f.context, "first_seen_at": stage}, f.evidence)
+                          replace(c.context.merged(f.context), first_seen_at=stage), f.evidence)
             out[name, i] = new
     return out
 
@@ -133,24 +135,24 @@ def named_by_transform(stages: Stages) -> Replacements:
     ``.item()``, a branch on a value: ``_SAME_OBSTACLE``) gets that construct and its fix for Dynamo (cause
     ``named_by_transform``): the same line stops both for the same reason, and the transform's words say which."""
     named = [(s.stage, f) for s in stages.values() for f in s.findings
-             if f.kind == K.FUNCTORCH_INCOMPATIBLE and f.context.get("cause") in _SAME_OBSTACLE and _frame(f)]
+             if f.kind == K.FUNCTORCH_INCOMPATIBLE and f.context.cause in _SAME_OBSTACLE and _frame(f)]
     out: Replacements = {}
     if not named:
         return out
     for name, s in stages.items():
         for i, f in enumerate(s.findings):
-            if f.kind != K.GRAPH_BREAK or f.context.get("cause") is not None or _frame(f) is None:
+            if f.kind != K.GRAPH_BREAK or f.context.cause is not None or _frame(f) is None:
                 continue
             found = next(((st, c) for st, c in named if _frame(c) == _frame(f)), None)
             if found is None:
                 continue
             stage, c = found
-            construct = c.context["cause"]
+            construct = c.context.cause or ""
             refused = taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause.get(construct, "")
             # the construct in torch.func's words; the fix in Dynamo's terms (kinds.json, graph-break's construct/*)
-            ctx = {**f.context, "cause": "named_by_transform", "named_by": stage,
-                   "construct": refused.lstrip(": ").replace("{", "(").replace("}", ")"),
-                   "dynamo_fix": taxonomy.kinds()[K.GRAPH_BREAK].fix_by_cause[f"construct/{construct}"]}
+            ctx = replace(f.context, cause="named_by_transform", named_by=stage,
+                          construct=refused.lstrip(": ").replace("{", "(").replace("}", ")"),
+                          dynamo_fix=taxonomy.kinds()[K.GRAPH_BREAK].fix_by_cause[f"construct/{construct}"])
             new = Finding(K.GRAPH_BREAK, taxonomy.summary(K.GRAPH_BREAK, ctx), ctx, f.evidence)
             out[name, i] = new
     return out
@@ -176,7 +178,7 @@ _SHAPE_EVIDENCE = re.compile(r"Shapes torch\.Size\(\[[\d, ]*\]\) and torch\.Size
 def _about_shape(f: Finding) -> bool:
     """A fake-mismatch finding whose own evidence says the fake's output shape is not the kernel's (at the probe's
     own sizes: the dynamic stage's other batch size, cause ``size``, says nothing of the probe's)."""
-    if f.context.get("cause") in ("raises", "aot_outputs", "size", "backward_shape") or "attributed_from" in f.context:
+    if f.context.cause in ("raises", "aot_outputs", "size", "backward_shape") or f.context.attributed_from is not None:
         return False
     return bool(_SHAPE_EVIDENCE.search(f.evidence.message))
 
@@ -202,8 +204,8 @@ def _shape_fakes(stages: Stages) -> tuple[list[tuple[str, Finding]], set[str]]:
     """The fake-mismatch findings about a shape (``_about_shape``) with their stage, and every custom op the probe is
     recorded to call."""
     fakes = [(s.stage, f) for s in stages.values() for f in s.findings
-             if f.kind == K.FAKE_MISMATCH and f.context.get("op") and _about_shape(f)]
-    return fakes, _custom_ops_recorded(stages) | {op_name(c.context["op"]) for _, c in fakes}
+             if f.kind == K.FAKE_MISMATCH and f.context.op and _about_shape(f)]
+    return fakes, _custom_ops_recorded(stages) | {op_name(c.context.op or "") for _, c in fakes}
 
 
 def backward_shapes(stages: Stages) -> Replacements:
@@ -228,15 +230,15 @@ def backward_shapes(stages: Stages) -> Replacements:
                 continue
             node = m.groupdict().get("node") or ""
             named = [(st, c) for st, c in fakes
-                     if node and f"For_{re.sub(r'[^A-Za-z0-9]+', '_', c.context['op'])}_" in node]
-            only = [(st, c) for st, c in fakes if len(recorded) == 1 and op_name(c.context["op"]) in recorded]
+                     if node and f"For_{re.sub(r'[^A-Za-z0-9]+', '_', c.context.op or '')}_" in node]
+            only = [(st, c) for st, c in fakes if len(recorded) == 1 and op_name(c.context.op or "") in recorded]
             found = named[0] if named else only[0] if only and not node else None
             if found is None:
                 continue
             stage, cause = found
-            ctx = {"op": cause.context["op"], "cause": "backward_shape", "attributed_from": f.kind,
-                   "mismatch": f"gradient {m.group('grad')}, output {m.group('out')}",
-                   "found_by": _found_by(stage, cause), "first_seen_at": stage}
+            ctx = Context(op=cause.context.op, cause="backward_shape", attributed_from=f.kind,
+                          mismatch=f"gradient {m.group('grad')}, output {m.group('out')}",
+                          found_by=_found_by(stage, cause), first_seen_at=stage)
             new = Finding(K.FAKE_MISMATCH, taxonomy.summary(K.FAKE_MISMATCH, ctx), ctx, f.evidence)
             out[name, i] = new
     return out
@@ -290,7 +292,7 @@ def downstream_shapes(stages: Stages) -> Replacements:
     out: Replacements = {}
     fakes, recorded = _shape_fakes(stages)
     eager = stages.get("eager")
-    only = [(st, c) for st, c in fakes if len(recorded) == 1 and op_name(c.context["op"]) in recorded]
+    only = [(st, c) for st, c in fakes if len(recorded) == 1 and op_name(c.context.op or "") in recorded]
     if not only or eager is None or eager.status != PASS:
         return out
     stage, cause = only[0]
@@ -311,9 +313,9 @@ def downstream_shapes(stages: Stages) -> Replacements:
             frame = f.user_frame
             tripped = (f"{os.path.relpath(frame.file) if os.path.isabs(frame.file) else frame.file}:{frame.line}"
                        if frame is not None else "the traced graph")
-            ctx = {"op": cause.context["op"], "cause": "downstream_shape", "attributed_from": f.kind,
-                   "mismatch": mismatch, "tripped_at": tripped, "found_by": _found_by(stage, cause),
-                   "first_seen_at": stage}
+            ctx = Context(op=cause.context.op, cause="downstream_shape", attributed_from=f.kind,
+                          mismatch=mismatch, tripped_at=tripped, found_by=_found_by(stage, cause),
+                          first_seen_at=stage)
             # at the fake's def; a fake with no Python def (a C++ Meta kernel) places nothing: the finding is the op's,
             # never at the line that tripped (that code is right)
             evidence = dataclasses.replace(f.evidence, user_frame=cause.evidence.user_frame)
@@ -340,15 +342,15 @@ def _suspect_of(b: Finding, c: Finding) -> bool:
     if c.kind in _BACKEND_SUSPECTS:
         return True
     same_frame = _frame(b) is not None and _frame(c) == _frame(b)
-    op = b.context.get("op")
-    return same_frame or bool(op and c.context.get("op") == op)
+    op = b.context.op
+    return same_frame or bool(op and c.context.op == op)
 
 
 def _suspect_where(c: Finding) -> str:
     """Where a suspect finding points: its frame, else the op it names, else its kind."""
     if c.user_frame is not None and c.user_frame.file:
         return c.user_frame.location
-    return f"{c.kind} of {c.context['op']}" if c.context.get("op") else c.kind
+    return f"{c.kind} of {c.context.op}" if c.context.op else c.kind
 
 
 def upstream_advice(stages: Stages) -> Replacements:
@@ -361,12 +363,12 @@ def upstream_advice(stages: Stages) -> Replacements:
     every = [f for s in stages.values() for f in s.findings]
     for name, s in stages.items():
         for i, f in enumerate(s.findings):
-            if f.kind != K.BACKEND_ERROR or f.context.get("cause") is not None:
+            if f.kind != K.BACKEND_ERROR or f.context.cause is not None:
                 continue
             where = ", ".join(dict.fromkeys(_suspect_where(c) for c in every if _suspect_of(f, c)))[:300]
             if not where:
                 continue
-            new = Finding(f.kind, f.summary, {**f.context, "cause": "suspect_code", "suspect": where}, f.evidence)
+            new = Finding(f.kind, f.summary, replace(f.context, cause="suspect_code", suspect=where), f.evidence)
             out[name, i] = new
     return out
 
@@ -393,7 +395,7 @@ def _same_error(f: Finding, other: Finding) -> bool:
     placed = _frame(f) is not None
     if not placed:
         words = line(f)
-        same_op = bool(f.context.get("op")) and f.context.get("op") == other.context.get("op")
+        same_op = bool(f.context.op) and f.context.op == other.context.op
         specific = len(words) >= _SPECIFIC[0] and len(re.findall(r"[A-Za-z]{2,}", words)) >= _SPECIFIC[1]
         if not (specific or same_op):
             return False

@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
 
 from ..model import taxonomy
 from ..model.taxonomy import K
 from ..evidence.source import classmethod_function, in_autograd_function
 from ..evidence.wording import EMULATOR_GAP, TORCH_NAMESPACES, gb_code_from_text, gb_type_from_text
+from ..model.context import Context
 from ..model.errors import ErrorRecord
 from ..model.evidence import BreakEvidence, ExceptionEvidence, MessageEvidence
 from ..model.records import BreakRecord, Frame
@@ -55,9 +57,24 @@ def _from_torch(types: set[str], raw: Facts) -> bool:
     return bool(types & _TORCH_TYPES) or raw.is_break or str(raw.phase or "").startswith("test_")
 
 
+#: named groups of kinds.json's patterns that only the classifier reads (``_stub``, ``_functorch``), never the report
+_SCRATCH_GROUPS = ("stub", "transform_key")
+
+
+@dataclass(frozen=True)
+class _Match:
+    """A rule's match: the context it names, and what the classifier alone reads of it."""
+
+    context: Context
+    #: the named groups of the pattern that matched (``_SCRATCH_GROUPS`` among them)
+    groups: Mapping[str, str] = field(default_factory=dict)
+    #: a fake impl that raised: its own line, where the fix goes (the finding's user frame)
+    fake_frame: Frame | None = None
+
+
 def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | None,
-             raw: Facts) -> dict[str, Any] | None:
-    """The context when the evidence matches the rule (named groups of the pattern that matched), else None."""
+             raw: Facts) -> _Match | None:
+    """The match when the evidence matches the rule (named groups of the pattern that matched), else None."""
     if types & rule.not_with_types:
         return None
     if rule.only_with_gb_types is not None and (gb_type or "") not in rule.only_with_gb_types:
@@ -68,9 +85,9 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
     if rule.fake_impl_raised and fake is not None:
         raised, cause = rule.fake_impl_raised
         if "*" in raised or fake.exception_type in raised:
-            return {"op": fake.op, "cause": cause, **({"fake_frame": fake.frame} if fake.frame else {})}
+            return _Match(Context(op=fake.op, cause=cause), fake_frame=fake.frame)
     if rule.raised_in_torch and _raised_in_torch(rule.raised_in_torch, types, raw):
-        return {}
+        return _Match(Context())
     trusted = _from_torch(types, raw)
     for p in rule.patterns:
         if p.torch_only and not trusted:
@@ -79,18 +96,18 @@ def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | N
             continue  # a graph torch generated while the backward ran: compiled autograd's, not an FX graph of the user's
         m = p.regex.search(text)
         if m:
-            ctx = {k: v for k, v in m.groupdict().items() if v}
-            if p.cause == "raises" and re.split(r"::|\.", ctx.get("op", ""))[0] in TORCH_NAMESPACES:
+            groups = {k: v for k, v in m.groupdict().items() if v}
+            if p.cause == "raises" and re.split(r"::|\.", groups.get("op", ""))[0] in TORCH_NAMESPACES:
                 continue  # torch's own op: its meta kernel raised, not a custom op's fake
-            if any(rx.search(ctx.get(k, "")) for k, rx in rule.exclude.items()):
+            if any(rx.search(groups.get(k, "")) for k, rx in rule.exclude.items()):
                 return None  # e.g. a builtin of torch's own: not this kind
-            if p.cause:
-                ctx["cause"] = p.cause
-            return ctx
+            # the groups are text a pattern named: read as a report's context is (a group with no field kept as such)
+            cx = Context.of({k: v for k, v in groups.items() if k not in _SCRATCH_GROUPS})
+            return _Match(replace(cx, cause=p.cause) if p.cause else cx, groups)
     if (gb_type and gb_type in rule.gb_types) or types & rule.exception_types:
-        return {}
+        return _Match(Context())
     if rule.any_gb_type and gb_type and ("Unsupported" in types or raw.is_break):
-        return {}
+        return _Match(Context())
     return None
 
 
@@ -126,27 +143,34 @@ _FAKE_RUN_GOT = re.compile(r"call_function (?P<op>[\w.]+\(\*\([^\n]{0,200}?\), \
 _CLASSMETHOD_FN = re.compile(r"Expected FunctionType, got <class 'method'>")
 
 
-def _torch_internal(ctx: dict[str, Any], text: str, raw: Facts, gb_type: str) -> None:
+def _torch_internal(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_type: str) -> Context:
     """The innermost exception (``Type: first line``) and the torch frame it was raised at, or the generated graph's line."""
     root = raw.root
-    ctx["exception"] = headline({"type": short_type(root.type), "message": root.message})
-    if _CLASSMETHOD_FN.search(ctx["exception"]):  # a classmethod where torch documents @staticmethod: cheapest fixed in user code
-        ctx["cause"] = "classmethod"
+    exception = headline({"type": short_type(root.type), "message": root.message})
+    cause, function = cx.cause, cx.function
+    if _CLASSMETHOD_FN.search(exception):  # a classmethod where torch documents @staticmethod: cheapest fixed in user code
+        cause = "classmethod"
     got = _FAKE_RUN_GOT.search(text)
     frame_at = raw.user_frame
     named = classmethod_function(frame_at.file, frame_at.line) if frame_at is not None else None
-    if named and ctx.get("cause") != "generated":  # the same assert from Dynamo on a classmethod Function (entmax)
-        ctx["cause"], ctx["function"] = "classmethod", named
-    if ctx.get("cause") == "generated" and got:  # the fake run's own error, as Dynamo quotes it
-        ctx["exception"] = f"{got.group('op')}: {got.group('type')}: {got.group('message')[:200]}"
-    frame = generated_frame(text) if ctx.get("cause") == "generated" else raising_frame(raw)
+    if named and cause != "generated":  # the same assert from Dynamo on a classmethod Function (entmax)
+        cause, function = "classmethod", named
+    if cause == "generated" and got:  # the fake run's own error, as Dynamo quotes it
+        exception = f"{got.group('op')}: {got.group('type')}: {got.group('message')[:200]}"
+    frame = _torch_frame(cause, text, raw)
     if frame:
         file = frame.file.replace("\\", "/")
         file = file[file.rindex("/torch/") + 1:] if "/torch/" in file and not is_generated(file) else file
-        ctx["torch_frame"] = f"{file}:{frame.line}" + (f" in {frame.function}" if frame.function else "")
-        ctx["torch_frame_record"] = frame
+        torch_frame = f"{file}:{frame.line}" + (f" in {frame.function}" if frame.function else "")
     else:
-        ctx["torch_frame"] = "a frame the evidence does not name"
+        torch_frame = "a frame the evidence does not name"
+    return replace(cx, exception=exception, cause=cause, function=function, torch_frame=torch_frame)
+
+
+def _torch_frame(cause: str | None, text: str, raw: Facts) -> Frame | None:
+    """torch-internal-error: the frame of torch's own code that raised, or the generated graph's line (cause
+    ``generated``): the context's ``torch_frame`` in words, the evidence's as a frame."""
+    return generated_frame(text) if cause == "generated" else raising_frame(raw)
 
 
 _UNKNOWN_MODULE = "<unknown module>."
@@ -186,23 +210,25 @@ def _stdlib_builtin(builtin: str) -> bool:
     return module in sys.stdlib_module_names and module != "sys"
 
 
-def _pybind_flags(ctx: dict[str, Any], text: str, raw: Facts, gb_type: str) -> None:
-    name = ctx.get("builtin", "")
+def _pybind_flags(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_type: str) -> Context:
+    name = cx.builtin or ""
     if gb_type == "call to a callable object with no traceable __call__":  # 2.14: the object's class is named
-        ctx["builtin"] = name = f"{name}.__call__"
+        cx = replace(cx, builtin=f"{name}.__call__")
+        name = cx.builtin or ""
     if any(mark in name for mark in ("pybind11_detail_function_record", ".PyCapsule.", "pybind11_")):
-        ctx["pybind11"] = True
+        cx = replace(cx, pybind11=True)
     # an error's frame, or a structured-trace break's own location
     frame = raw.user_frame or (Frame(raw.file, raw.line) if raw.file else None)
     if _AUTOGRAD_FN.search(text + "\n" + raw.traceback) or \
             (frame is not None and in_autograd_function(frame.file, frame.line)):
-        ctx["in_autograd_function"] = True
+        cx = replace(cx, in_autograd_function=True)
     args = _CONSTANT_CALL.search(text)
     listed = args.group("args") + ", " + args.group("kwargs") if args else ""
     if args and not _SEPARATORS.sub("", _CONSTANT_ARG.sub("", listed)):
         # Dynamo's debug context lists the call's arguments: constants only (a mode string turned into an int, as
         # pywt's Modes.from_object does) make a constant result, which no custom op is needed for
-        ctx.update(cause="constant_args", args=", ".join(_CONSTANT_ARG.findall(listed)) or "no arguments")
+        cx = replace(cx, cause="constant_args", args=", ".join(_CONSTANT_ARG.findall(listed)) or "no arguments")
+    return cx
 
 
 _HINT = re.compile(r"^\s*Hint: (?P<hint>.+)$", re.M)
@@ -214,24 +240,26 @@ _STOCK_HINTS = re.compile(r"^(It may be possible to write Dynamo tracing rules|Y
                           r"been caused by an earlier graph break)")
 
 
-def _hints(ctx: dict[str, Any], text: str, raw: Facts, gb_type: str) -> None:
+def _hints(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_type: str) -> Context:
     """Dynamo's hints for the gb_type (the ``Hint:`` lines of its message, less the stock ones) become the fix."""
     found = (m.group("hint").strip() for m in _HINT.finditer(text))
     hints = list(dict.fromkeys(h for h in found if not _STOCK_HINTS.match(h)))[:3]
     if hints:
-        ctx["hints"], ctx["cause"] = " ".join(h if h.endswith(".") else h + "." for h in hints), "hints"
+        return replace(cx, hints=" ".join(h if h.endswith(".") else h + "." for h in hints), cause="hints")
+    return cx
 
 
-def _read_values(ctx: dict[str, Any], text: str, raw: Facts, gb_type: str) -> None:
+def _read_values(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_type: str) -> Context:
     """A data-dependent break that reads values into Python (.item(), .tolist()) gets that fix, not the branch's."""
     if ".item()" in gb_type or ".tolist()" in gb_type:
-        ctx["cause"], ctx["gb_type"] = "read", gb_type
+        return replace(cx, cause="read", gb_type=gb_type)
+    return cx
 
 
-def _stub(ctx: dict[str, Any], text: str, raw: Facts, gb_type: str) -> None:
-    """A fake impl that exists but raises NotImplementedError: the fix is to write it, not to register one."""
-    if ctx.pop("stub", None):
-        ctx["cause"] = "stub"
+def _stub(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_type: str) -> Context:
+    """A fake impl that exists but raises NotImplementedError (the pattern's ``stub`` group): the fix is to write it,
+    not to register one."""
+    return replace(cx, cause="stub") if groups.get("stub") else cx
 
 
 #: higher-order ops by module, as users call them (their files name them in a traceback)
@@ -245,44 +273,50 @@ _HOP_FILE = re.compile(rf"torch/_higher_order_ops/(?P<hop>{'|'.join(_HOP_NAMES)}
 SOME_FUNCTION = "The autograd.Function"
 
 
-def _functorch(ctx: dict[str, Any], text: str, raw: Facts, gb_type: str) -> None:
+def _functorch(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_type: str) -> Context:
     """The transform that refused (the vmap stage says; else the traceback), and for a higher-order op without a
     rule for it, which op."""
-    ctx.setdefault("transform", raw.transform or "vmap")
-    key = ctx.pop("transform_key", None)
+    transform = cx.transform if cx.transform is not None else raw.transform or "vmap"
+    key = groups.get("transform_key")
     if key:  # KeyError: <TransformType.Grad: 2>: the transform the HOP has no rule for
-        ctx["transform"] = {"Grad": "grad", "Vmap": "vmap", "Jvp": "jvp", "Functionalize": "functionalize"}.get(
-            key, ctx["transform"])
-    if ctx.get("cause") in ("setup_context", "vmap_rule") and not ctx.get("function"):
-        ctx["function"] = SOME_FUNCTION  # the fix text names it; the vmap stage names the class when it finds it
+        transform = {"Grad": "grad", "Vmap": "vmap", "Jvp": "jvp", "Functionalize": "functionalize"}.get(
+            key, transform)
+    cause, function, hop = cx.cause, cx.function, cx.hop
+    if cause in ("setup_context", "vmap_rule") and not function:
+        function = SOME_FUNCTION  # the fix text names it; the vmap stage names the class when it finds it
     hops = _HOP_FILE.findall((raw.traceback + "\n" + text).replace("\\", "/"))
-    if ctx.get("cause") == "storage" and hops:  # a higher-order op without a rule compiles itself under the transform
-        ctx["cause"] = "hop"
+    if cause == "storage" and hops:  # a higher-order op without a rule compiles itself under the transform
+        cause = "hop"
     frame = raw.user_frame
-    if ctx.get("cause") == "storage" and frame is not None and ".numpy()" in (frame.code or ""):  # the user's line hands the tensor to NumPy
-        ctx["cause"] = "numpy"
-    if ctx.get("cause") == "hop":
-        ctx["hop"] = _HOP_NAMES[hops[-1]] if hops else "a higher-order op"
+    if cause == "storage" and frame is not None and ".numpy()" in (frame.code or ""):  # the user's line hands the tensor to NumPy
+        cause = "numpy"
+    if cause == "hop":
+        hop = _HOP_NAMES[hops[-1]] if hops else "a higher-order op"
+    return replace(cx, transform=transform, cause=cause, function=function, hop=hop)
 
 
-def _fake_raises(ctx: dict[str, Any], text: str, raw: Facts, gb_type: str) -> None:
+def _fake_raises(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_type: str) -> Context:
     """A fake impl that raised: what it raised, and its line (the finding's frame: where the fix goes)."""
     fake = raw.fake_impl
-    if ctx.get("cause") == "raises" and fake is not None:
+    if cx.cause == "raises" and fake is not None:
         first = next((ln.strip() for ln in fake.message.splitlines() if ln.strip()), "")
-        ctx["exception"] = f"{fake.exception_type}: {first[:160]}" if first else fake.exception_type
+        return replace(cx, exception=f"{fake.exception_type}: {first[:160]}" if first else fake.exception_type)
+    return cx
 
 
-def _where(ctx: dict[str, Any], text: str, raw: Facts, gb_type: str) -> None:
+def _where(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_type: str) -> Context:
     """The user line a dimension marked dynamic was specialized at (the summary's ``{by}``)."""
     frame = raw.user_frame
-    if ctx.get("cause") in ("marked", "constraint"):
-        ctx["by"] = (f" at `{frame.code}` ({frame.location})" if frame.code else f" at {frame.location}") \
-            if frame else ""
+    if cx.cause in ("marked", "constraint"):
+        return replace(cx, by=(f" at `{frame.code}` ({frame.location})" if frame.code else f" at {frame.location}")
+                       if frame else "")
+    return cx
 
 
-#: what code adds to a kind's context after its rule matched
-_ENRICH = {K.PYBIND_BUILTIN: _pybind_flags, K.GRAPH_BREAK: _hints, K.DATA_DEPENDENT: _read_values,
+#: what code adds to a kind's context after its rule matched: (its context, the pattern's named groups, the message
+#: text, the facts, the gb_type) -> the context
+_Enrich = Callable[[Context, Mapping[str, str], str, Facts, str], Context]
+_ENRICH: dict[str, _Enrich] = {K.PYBIND_BUILTIN: _pybind_flags, K.GRAPH_BREAK: _hints, K.DATA_DEPENDENT: _read_values,
            K.MISSING_FAKE: _stub, K.FUNCTORCH_INCOMPATIBLE: _functorch, K.FAKE_MISMATCH: _fake_raises,
            K.DYNAMIC_SHAPE: _where, K.TORCH_INTERNAL_ERROR: _torch_internal}
 
@@ -303,22 +337,22 @@ def short_builtin(name: str) -> str:
     return ".".join(parts)
 
 
-def fill_summary(kind: str, ctx: dict[str, Any], stage: str) -> str:
+def fill_summary(kind: str, cx: Context, stage: str) -> str:
     """The kind's summary template (kinds.json) filled from the context and a few derived values."""
     derived = {
         "stage": stage,
-        "builtin_short": short_builtin(ctx.get("builtin", "?")),
-        "where": " inside a torch.autograd.Function" if ctx.get("in_autograd_function") else "",
-        "argument_note": f": it mutates input `{ctx['argument']}`, which the schema does not declare"
-        if ctx.get("argument") else "",
-        "op": ctx.get("op") or "(unnamed)",
-        "has_fake": "has a fake impl that raises NotImplementedError" if ctx.get("cause") == "stub"
+        "builtin_short": short_builtin(cx.builtin if cx.builtin is not None else "?"),
+        "where": " inside a torch.autograd.Function" if cx.in_autograd_function else "",
+        "argument_note": f": it mutates input `{cx.argument}`, which the schema does not declare"
+        if cx.argument else "",
+        "op": cx.op or "(unnamed)",
+        "has_fake": "has a fake impl that raises NotImplementedError" if cx.cause == "stub"
         else "has no fake impl",
-        "gb_type": ctx.get("gb_type") or "unspecified",
+        "gb_type": cx.gb_type or "unspecified",
     }
-    if kind == K.FUNCTORCH_INCOMPATIBLE and "what" not in ctx:
-        derived["what"] = refused_what(ctx)
-    return taxonomy.summary(kind, {**ctx, **derived})
+    if kind == K.FUNCTORCH_INCOMPATIBLE and cx.what is None:
+        derived["what"] = refused_what(cx)
+    return taxonomy.summary(kind, cx, derived)
 
 
 #: stages that run no compiler: compile-semantics cannot be theirs
@@ -340,17 +374,16 @@ def classify_error(stage: str, error: "ErrorRecord | Json", op: str | None = Non
     types = {short_type(c.type) for c in chain}
     text = "\n".join(_head_tail(c.message) for c in chain)
     gb_type = rec.gb_type or gb_type_from_text(text)
-    kind, ctx = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types, text), {})
+    kind, ctx, fake_frame = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types, text), Context(), None)
     if kind == K.COMPILE_SEMANTICS and stage in _NO_COMPILER:  # no compiler ran: not the compiler's doing
-        kind, ctx = _fallback(stage, types, text), {}
-    if op and not ctx.get("op"):
-        ctx["op"] = op_name(op)
-    if gb_type:
-        ctx.setdefault("gb_type", gb_type)
-    torch_frame = ctx.pop("torch_frame_record", None)
-    if kind == K.TORCH_INTERNAL_ERROR:
-        ctx.setdefault("stage", stage)  # the fix's ``tracecheck repro ... --stage``
-    fake_frame = ctx.pop("fake_frame", None)
+        kind, ctx, fake_frame = _fallback(stage, types, text), Context(), None
+    if op and not ctx.op:
+        ctx = replace(ctx, op=op_name(op))
+    if gb_type and ctx.gb_type is None:
+        ctx = replace(ctx, gb_type=gb_type)
+    torch_frame = _torch_frame(ctx.cause, text, raw) if kind == K.TORCH_INTERNAL_ERROR else None
+    if kind == K.TORCH_INTERNAL_ERROR and ctx.stage is None:
+        ctx = replace(ctx, stage=stage)  # the fix's ``tracecheck repro ... --stage``
     evidence = ExceptionEvidence(
         exception_type=rec.type or None,
         exception_chain=tuple(c.type for c in chain if c.type),
@@ -358,14 +391,14 @@ def classify_error(stage: str, error: "ErrorRecord | Json", op: str | None = Non
         gb_code=rec.gb_code or gb_code_from_text(text),
         # a fake impl that raised: its own line is where the fix goes; a fake that returns wrong metadata: its def
         # (opcheck records it)
-        user_frame=(fake_frame if isinstance(fake_frame, Frame) else None) or rec.user_frame
+        user_frame=fake_frame or rec.user_frame
         or (rec.fake_def if kind == K.FAKE_MISMATCH else None),
         phase=rec.phase,
         message=trim(rec.message),
         traceback=rec.traceback,
         root=innermost(rec.chain),
         # torch-internal-error: the frame of torch's own code (or graph) that raised, never the user's
-        torch_frame=torch_frame if isinstance(torch_frame, Frame) else None)
+        torch_frame=torch_frame)
     return Finding(kind, fill_summary(kind, ctx, stage), ctx, evidence)
 
 
@@ -376,17 +409,16 @@ def classify_break(brk: "BreakRecord | Json") -> GraphBreak:
     text = rec.reason
     gb_type = rec.gb_type or gb_type_from_text(text)
     found = _apply_rules(text, {"Unsupported"}, gb_type, Facts.of_break(rec))
-    kind, ctx = found if found else (K.GRAPH_BREAK if gb_type else K.UNKNOWN, {})
-    ctx.pop("torch_frame_record", None)
+    kind, ctx = (found[0], found[1]) if found else (K.GRAPH_BREAK if gb_type else K.UNKNOWN, Context())
     if rec.code:
-        ctx["code"] = rec.code
+        ctx = replace(ctx, code=rec.code)
     if rec.caller is not None:  # the break sits inside torch: the user's line that led there (caller_outside_torch)
-        ctx["caller"] = rec.caller.to_dict()
+        ctx = replace(ctx, caller=rec.caller)
     # a break inside torch's Function machinery: the user's .apply line
     at_file, at_line = (rec.caller.file, rec.caller.line) if rec.caller is not None else (rec.file, rec.line)
     named = classmethod_function(at_file, at_line) if kind == K.GRAPH_BREAK else None
     if named:  # Dynamo cannot inline a classmethod forward/backward (GB7312): @staticmethod, as torch documents
-        ctx["cause"], ctx["function"] = "classmethod", named
+        ctx = replace(ctx, cause="classmethod", function=named)
     return GraphBreak(
         kind=kind, gb_type=gb_type, gb_code=rec.gb_code or gb_code_from_text(text),
         file=rec.file, line=rec.line, reason=trim(text, 1500), doc=rec.doc,
@@ -397,15 +429,15 @@ def classify_break(brk: "BreakRecord | Json") -> GraphBreak:
 def break_finding(b: GraphBreak, generated_strings: bool = False) -> Finding:
     """``generated_strings``: the stage's ``<string>`` code is torch's (compiled autograd execs its backward graph's
     code), not the user's exec'd code."""
-    ctx = {**{k: v for k, v in b.context.items() if k != "caller"}, "gb_type": b.gb_type}
-    frame = Frame.from_dict(b.context.get("caller") or {"file": b.file, "line": b.line, "code": b.context.get("code")})
+    ctx = replace(b.context, caller=None, gb_type=b.gb_type)
+    frame = b.context.caller or (Frame.of(b.file, b.line, code=b.context.code) if b.file else None)
     evidence = BreakEvidence(gb_type=b.gb_type, gb_code=b.gb_code, doc=b.doc, user_frame=frame, message=b.reason)
     generated = b.file is not None and (is_generated(b.file) or (generated_strings and b.file == "<string>"))
-    if generated and not b.context.get("caller"):
+    if generated and b.context.caller is None:
         # a break in code torch generated (compiled autograd's graph), with no user or library line under it:
         # said as such, never as the user's frame
         evidence = dataclasses.replace(evidence, user_frame=None, generated_frame=frame)
-        ctx["generated"] = f"{b.file}:{b.line}"
+        ctx = replace(ctx, generated=f"{b.file}:{b.line}")
     return Finding(b.kind, fill_summary(b.kind, ctx, "compile"), ctx, evidence)
 
 
@@ -414,39 +446,41 @@ def classify_warning(message: str) -> Finding | None:
     m = _AUTOGRAD_FALLBACK.search(message)
     if not m:
         return None
-    ctx = {"op": m.group("op"), "warning": True}
+    ctx = Context(op=m.group("op"), warning=True)
     return Finding(K.MISSING_AUTOGRAD,
-                   f"Op {ctx['op']} has no autograd kernel; backward ran through the deprecated fallback and "
+                   f"Op {ctx.op} has no autograd kernel; backward ran through the deprecated fallback and "
                    "gradients may be silently wrong.", ctx, MessageEvidence(message=trim(message)))
 
 
-def refused_what(ctx: dict[str, Any]) -> str:
+def refused_what(cx: Context) -> str:
     """The functorch-incompatible summary's ``{what}``: the cause in words, with the Function(s) or op named."""
-    functions = [x for x in str(ctx.get("function") or "").split(", ") if x and x != SOME_FUNCTION]
+    functions = [x for x in (cx.function or "").split(", ") if x and x != SOME_FUNCTION]
     many = len(functions) > 1
     named = f"autograd.Function{'s' if many else ''} {', '.join(functions)}" if functions else "an autograd.Function"
-    return taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause.get(str(ctx.get("cause")), "").format(function=named, op=ctx.get("op", "?"),
-                                                          defines="define" if many else "defines",
-                                                          hop=ctx.get("hop", "a higher-order op"),
-                                                          transform=ctx.get("transform", "vmap"))
+    return taxonomy.kinds()[K.FUNCTORCH_INCOMPATIBLE].refused_by_cause.get(str(cx.cause), "").format(
+        function=named, op=cx.op if cx.op is not None else "?", defines="define" if many else "defines",
+        hop=cx.hop if cx.hop is not None else "a higher-order op",
+        transform=cx.transform if cx.transform is not None else "vmap")
 
 
 def _apply_rules(text: str, types: set[str], gb_type: str | None,
-                 raw: Facts) -> tuple[str, dict[str, Any]] | None:
+                 raw: Facts) -> tuple[str, Context, Frame | None] | None:
+    """The first kind whose rule matches: its id, the context (enriched, ``_ENRICH``) and a raising fake impl's
+    frame."""
     for kind in taxonomy.rules():
         if kind.detect is None:  # rules() returns only kinds with one
             continue
-        ctx = _matches(kind.detect, text, types, gb_type, raw)
-        if ctx is None:
+        m = _matches(kind.detect, text, types, gb_type, raw)
+        if m is None:
             continue
-        if kind.id == K.PYBIND_BUILTIN and (_torch_builtin(ctx.get("builtin", ""), raw)
-                                            or _stdlib_builtin(ctx.get("builtin", ""))):
+        cx = m.context
+        if kind.id == K.PYBIND_BUILTIN and (_torch_builtin(cx.builtin or "", raw) or _stdlib_builtin(cx.builtin or "")):
             continue  # torch's or Python's own C function, not the user's extension: graph-break says what it is
         if kind.id in _ENRICH:
-            _ENRICH[kind.id](ctx, text, raw, gb_type or "")
-        if ctx.get("op"):
-            ctx["op"] = op_name(ctx["op"])
-        return kind.id, ctx
+            cx = _ENRICH[kind.id](cx, m.groups, text, raw, gb_type or "")
+        if cx.op:
+            cx = replace(cx, op=op_name(cx.op))
+        return kind.id, cx, m.fake_frame
     return None
 
 

@@ -4,9 +4,10 @@ draft_export failures. Pure: no torch import."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import replace
 
 from ..model import taxonomy
+from ..model.context import Context
 from ..model.taxonomy import K
 from ..model.errors import ErrorRecord
 from ..model.evidence import (DraftExportEvidence, ExceptionEvidence, FallbackEvidence, GradientEvidence,
@@ -38,12 +39,9 @@ def mismatch_finding(raw: MismatchRecord, stage: str = "compile") -> Finding:
     n, total = raw.disagreeing, raw.compared
     tensors = "outputs" if phase == "forward" else "gradients"
     custom, random_ops = list(raw.custom_ops or ()), list(raw.random_ops)
-    ctx: dict[str, Any] = {"what": f"{phase} {tensors}", "phase": phase, "tensor": what, "stage": stage,
-                           "cause": "custom-op" if custom else "random" if random_ops else "backend"}
-    if custom:
-        ctx["custom_ops"] = custom
-    if random_ops:
-        ctx["random_ops"] = random_ops
+    ctx = Context(what=f"{phase} {tensors}", phase=phase, tensor=what, stage=stage,
+                  cause="custom-op" if custom else "random" if random_ops else "backend",
+                  custom_ops=tuple(custom), random_ops=tuple(random_ops))
     summary = (f"Compiled {tensors} differ from eager: {n} of {total} disagree; worst {what} ({how})."
                if n > 1 or total > 1 else f"Compiled {what} differs from eager ({how}).")
     evidence = NumericEvidence(
@@ -58,12 +56,12 @@ def gradient_finding(outcome: GradcheckOutcome) -> Finding:
     """One call whose backward disagrees with numerical derivatives (stages/_gradients: an outcome with a
     ``mismatch``)."""
     m = _mismatch(outcome)
-    ctx = {"op": outcome.name if outcome.function else op_name(outcome.name), "input": m.input,
-           "output": m.output or "its outputs",
-           # an autograd.Function's qualified name, which is no op spelling (model/report.finding_key)
-           **({"op_is_label": True} if outcome.function else {}),
-           "numerical": f"{m.numerical:.6g}", "analytical": f"{m.analytical:.6g}",
-           "relative_error": f"{m.relative_error:.3g}"}
+    ctx = Context(op=outcome.name if outcome.function else op_name(outcome.name), input=m.input,
+                  output=m.output or "its outputs",
+                  # an autograd.Function's qualified name, which is no op spelling (model/report.finding_key)
+                  op_is_label=bool(outcome.function),
+                  numerical=f"{m.numerical:.6g}", analytical=f"{m.analytical:.6g}",
+                  relative_error=f"{m.relative_error:.3g}")
     return Finding(K.WRONG_GRADIENT, fill_summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, _gradient(outcome, m))
 
 
@@ -85,10 +83,10 @@ def end_to_end_gradient_finding(outcome: GradcheckOutcome, calls: list[str]) -> 
     while each call's own backward agrees with its forward (stages/_gradients.end_to_end): a gradient written
     besides autograd. ``ratio``: the autograd value over the numerical one (2.0: accumulated twice)."""
     m = _mismatch(outcome)
-    ctx = {"op": ", ".join(calls) or "the probe", "op_is_label": True, "input": m.input, "output": "the loss",
-           "numerical": f"{m.numerical:.6g}", "analytical": f"{m.analytical:.6g}",
-           "relative_error": f"{m.relative_error:.3g}", "cause": "end_to_end",
-           "ratio": f"{m.ratio:.3g}" if m.ratio is not None else "?"}
+    ctx = Context(op=", ".join(calls) or "the probe", op_is_label=True, input=m.input, output="the loss",
+                  numerical=f"{m.numerical:.6g}", analytical=f"{m.analytical:.6g}",
+                  relative_error=f"{m.relative_error:.3g}", cause="end_to_end",
+                  ratio=f"{m.ratio:.3g}" if m.ratio is not None else "?")
     return Finding(K.WRONG_GRADIENT, fill_summary(K.WRONG_GRADIENT, ctx, "gradcheck"), ctx, _gradient(outcome, m))
 
 
@@ -102,15 +100,15 @@ def specialization_finding(raw: SpecializedDimension) -> Finding:
     frame = next((f for f in frames if f is not None and f.file and not f.file.startswith("<")), None) \
         or frames[0] or frames[1]
     source = (spec.sources[0] if spec and spec.sources else None) or "a dimension"
-    ctx: dict[str, Any] = {"source": source, "value": (spec.value or "") if spec else "a constant",
-                           "reason": guard.reason, "guard": guard.reason.split("  #", 1)[0].strip()[:160] or "?",
-                           "sizes": ", ".join(map(str, raw.batch_sizes)) or "?",
-                           "by": (f" by `{frame.code}` ({frame.location})" if frame.code and frame.code != "None" else
-                                  f" at {frame.location}") if frame else ""}
-    if ctx["guard"].startswith("___check_metadata"):
+    guarded = guard.reason.split("  #", 1)[0].strip()[:160] or "?"
+    ctx = Context(source=source, value=(spec.value or "") if spec else "a constant", reason=guard.reason,
+                  guard=guarded, sizes=", ".join(map(str, raw.batch_sizes)) or "?",
+                  by=(f" by `{frame.code}` ({frame.location})" if frame.code and frame.code != "None" else
+                      f" at {frame.location}") if frame else "")
+    if guarded.startswith("___check_metadata"):
         # Dynamo guards a tensor subclass's flatten context: the fix is in the subclass, at the guard's line
-        ctx["cause"] = "subclass_metadata"
-        ctx["guard_at"] = guard.user_frame.location if guard.user_frame else "the guarded call"
+        ctx = replace(ctx, cause="subclass_metadata",
+                      guard_at=guard.user_frame.location if guard.user_frame else "the guarded call")
         frame = guard.user_frame or frame
     evidence = SpecializationEvidence(reason=guard.reason, user_frame=frame, guard_user_frame=guard.user_frame,
                                       specialization=spec, step=guard.step)
@@ -127,19 +125,18 @@ def transform_error_finding(stage: str, raw: ErrorRecord) -> Finding:
         f.evidence = dataclasses.replace(f.evidence, transform=transform)
     if f.kind == K.FUNCTORCH_INCOMPATIBLE:
         functions = list(raw.functions)
-        if functions and f.context.get("function") in (None, SOME_FUNCTION):
-            f.context["function"] = ", ".join(functions)
+        if functions and f.context.function in (None, SOME_FUNCTION):
+            f.context = replace(f.context, function=", ".join(functions))
         tb = raw.traceback.replace("\\", "/")
-        if f.context.get("cause") == "setup_context" and not functions:
+        if f.context.cause == "setup_context" and not functions:
             # torch's own old-style Functions: checkpoint(use_reentrant=True), a module's backward hooks
             for file, cause in (("torch/utils/checkpoint.py", "checkpoint"), ("torch/utils/hooks.py", "module_hook")):
                 if file in tb:
-                    f.context["cause"] = cause
-                    f.context.pop("function", None)
+                    f.context = replace(f.context, cause=cause, function=None)
                     break
         f.summary = fill_summary(f.kind, f.context, stage)
     else:
-        f.context["transform"] = transform
+        f.context = replace(f.context, transform=transform)
         f.summary = f"Under torch.func.{transform}: {f.summary}"
     return f
 
@@ -150,13 +147,13 @@ def merge_refusals(findings: list[Finding]) -> list[Finding]:
     out: list[Finding] = []
     for f in findings:
         same = next((o for o in out if f.kind == o.kind == K.FUNCTORCH_INCOMPATIBLE
-                     and o.context.get("cause") == f.context.get("cause")
+                     and o.context.cause == f.context.cause
                      and o.user_frame == f.user_frame), None)
         if same is None:
             out.append(f)
             continue
-        first, second = same.context["transform"], f.context["transform"]
-        same.context["transforms"] = [first, second]
+        first, second = same.context.transform, f.context.transform
+        same.context = replace(same.context, transforms=(first or "", second or ""))
         same.summary = same.summary.replace(f"torch.func.{first} refuses",
                                             f"torch.func.{first} and torch.func.{second} refuse", 1)
     return out
@@ -169,15 +166,15 @@ def transform_mismatch_finding(raw: MismatchRecord, stage: str) -> Finding:
     transform = raw.transform or "vmap"
     against = "an eager loop over the batch" if transform == "vmap" else "autograd's"
     worst = raw.worst.what or "?"
-    f.context.update(cause="transform", transform=transform)
-    f.summary = (f"torch.func.{transform} gives other {f.context['what']} than {against}: {raw.disagreeing} "
+    f.context = replace(f.context, cause="transform", transform=transform)
+    f.summary = (f"torch.func.{transform} gives other {f.context.what} than {against}: {raw.disagreeing} "
                  f"of {raw.compared} disagree; worst {worst}.")
     return f
 
 
 def fallback_finding(raw: FallbackOp) -> Finding:
     """A custom op vmap runs through its per-sample fallback (stages/_torchfunc.fallback_ops)."""
-    ctx = {"op": raw.op}
+    ctx = Context(op=raw.op)
     evidence = FallbackEvidence(
         dispatch_keys="no FuncTorchBatched kernel and no CompositeImplicitAutograd kernel",
         confirmed=raw.confirmed,
@@ -189,8 +186,8 @@ def fallback_finding(raw: FallbackOp) -> Finding:
 
 def opaque_finding(raw: OpaqueOp, stage: str = "inductor") -> Finding:
     """A custom op Inductor's generated code calls as an extern kernel (evidence/tracelog.OutputCodeCollector)."""
-    ctx: dict[str, Any] = {"op": op_name(raw.op), "calls": raw.calls,
-                           "kernels": raw.kernels if raw.kernels is not None else "?"}
+    # kernels not counted: no key (the summary's placeholder reads "?")
+    ctx = Context(op=op_name(raw.op), calls=raw.calls, kernels=raw.kernels)
     evidence = OpaqueEvidence(output_code=raw.lines[:5], graphs=raw.graphs, generated_kernels=raw.kernels)
     return Finding(K.OPAQUE_OP, fill_summary(K.OPAQUE_OP, ctx, stage), ctx, evidence)
 
@@ -201,14 +198,13 @@ def draft_finding(raw: DraftFailure, error: ErrorRecord | None) -> Finding:
     mapped = raw.kind
     kind = mapped if mapped is not None and mapped in taxonomy.ids() and taxonomy.kinds()[mapped].draft_summary \
         else K.UNKNOWN
-    ctx: dict[str, Any] = {k: v for k, v in (("op", raw.op), ("expr", raw.expr)) if v}
-    if ctx.get("op"):
-        ctx["op"] = op_name(ctx["op"])
+    ctx = Context(op=op_name(raw.op) if raw.op else None, expr=raw.expr or None)
     fr = raw.user_frame
     at = f" at `{raw.code or fr.code}` ({fr.location})" if fr else ""
     template = taxonomy.kinds()[kind].draft_summary or "torch.export failed; draft_export reports {type}."
     summary = template.format_map(
-        {"op": ctx.get("op", "?"), "expr": ctx.get("expr", "?"), "at": at, "type": raw.type})
+        {"op": ctx.op if ctx.op is not None else "?", "expr": ctx.expr if ctx.expr is not None else "?", "at": at,
+         "type": raw.type})
     evidence = DraftExportEvidence(draft_export_type=raw.type or None, user_frame=fr, reason=raw.reason or None,
                                    exception_type=error.type or None if error else None,
                                    message=trim(error.message if error else ""))

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 from ..model import taxonomy
+from ..model.context import Context
 from . import detect, measured
 from ..model.taxonomy import K
 from ..model.evidence import (Evidence, ExceptionEvidence, ProcessEvidence, RecompileEvidence,
                               RegistrationEvidence, opcheck_test)
 from ..model.errors import ErrorRecord
-from ..model.payloads import CompiledAutogradCounts, GradcheckVerdict, StageNotes
+from ..model.payloads import CompiledAutogradCounts, GradcheckVerdict, OtherBackend, StageNotes
 from ..model.records import (COMPILED_AUTOGRAD, DYNAMO, END_TO_END, Frame, GradcheckOutcome, OpTests, RecompileRecord,
                              StageRecord)
 from ..model.exitcodes import UsageError
 from ..model.reportio import Json
 from ..model.targets import Gate
-from ..model.report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, headline, later_step,
+from ..model.report import (CRASH, FAIL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, StageResult, later_step,
                             op_name)
 
 
@@ -71,7 +73,7 @@ def build_stage_result(stage: str, raw: "Json | StageRecord", seconds: float) ->
     opchecked = _opcheck_findings(stage, rec.opcheck)
     grad_free = {op_name(op) for op in rec.grad_free_ops}
     grad_unused = {op_name(op) for op in rec.grad_unused_ops}
-    not_needed = [f for f in opchecked if f.context.get("op") in grad_free | grad_unused and _about_the_ops_autograd(f)]
+    not_needed = [f for f in opchecked if f.context.op in grad_free | grad_unused and _about_the_ops_autograd(f)]
     findings += [f for f in opchecked if f not in not_needed]
     gradient_notes: list[str] = []
     calls = [o for o in rec.gradcheck if o.name != END_TO_END]
@@ -122,13 +124,13 @@ def build_stage_result(stage: str, raw: "Json | StageRecord", seconds: float) ->
         registered_custom_ops=rec.registered_custom_ops or None).to_extra())
     result.extra.update(rec.extra)
     not_checked = [
-        f"the autograd of {op} ({', '.join(opcheck_test(f.evidence) or '?' for f in not_needed if f.context['op'] == op)}"
+        f"the autograd of {op} ({', '.join(opcheck_test(f.evidence) or '?' for f in not_needed if f.context.op == op)}"
         " failed), which this probe never uses: " + (
             "it calls the op only with gradients off (inside a torch.autograd.Function's forward, whose backward "
             "supplies the gradient, or under no_grad)" if op in grad_free else
             "no gradient reaches the op's outputs in the probe's backward (its loss does not depend on them: "
             "indices used to gather, say); register_autograd only matters once a gradient flows through the op")
-        for op in dict.fromkeys(f.context["op"] for f in not_needed)] + gradient_notes
+        for op in dict.fromkeys(f.context.op for f in not_needed)] + gradient_notes
     if not_checked:
         result.extra.update(StageNotes(not_checked=(result.notes.not_checked or []) + not_checked).to_extra())
     return result
@@ -152,8 +154,8 @@ def _attributed(f: Finding, cause: Finding, size: int | None) -> Finding:
     first = f.evidence.message.strip().splitlines()
     what = next((ln for ln in first if ln and not ln.startswith("backend=")), f.kind)[:200]
     summary = (f"The compiled run at batch size {size} failed ({what}) (attributed: the fake impl of "
-               f"{cause.context.get('op', '?')} disagrees with its kernel at that size).")
-    return Finding(cause.kind, summary, {**cause.context, "attributed_from": f.kind}, f.evidence)
+               f"{cause.context.op if cause.context.op is not None else '?'} disagrees with its kernel at that size).")
+    return Finding(cause.kind, summary, replace(cause.context, attributed_from=f.kind), f.evidence)
 
 
 def _later_step(f: Finding, error: ErrorRecord) -> Finding:
@@ -161,21 +163,21 @@ def _later_step(f: Finding, error: ErrorRecord) -> Finding:
     step = error.step or 1
     summary = (f"{f.summary.rstrip('.')}: eager {later_step(step, error)} (state the model keeps across "
                "steps, such as a buffer left attached to the previous step's graph, breaks the next one).")
-    return Finding(f.kind, summary, {**f.context, "step": step}, _with(f.evidence, step=step))
+    return Finding(f.kind, summary, replace(f.context, step=step), _with(f.evidence, step=step))
 
 
-def _backend_checked(f: Finding, backend: str, error: ErrorRecord, other: Json) -> Finding:
+def _backend_checked(f: Finding, backend: str, error: ErrorRecord, other: OtherBackend) -> Finding:
     """A failure rerun with the other backend (compiled_autograd): the evidence says what each backend did; an
     ``unknown`` or ``backend-error`` that the other backend does not hit is this backend's (cause ``backend_only``)."""
     mine = error.headline(300)
-    theirs = (f"not run: {other['not_run']}" if other.get("not_run") else
-              headline(other["error"], 300) if other.get("error") else "passes")
-    evidence = _with(f.evidence, backends={backend: mine, other["backend"]: "the same" if theirs == mine else theirs})
+    theirs = (f"not run: {other.not_run}" if other.not_run else
+              other.error.headline(300) if other.error else "passes")
+    evidence = _with(f.evidence, backends={backend: mine, other.backend: "the same" if theirs == mine else theirs})
     if theirs == "passes" and f.kind in (K.UNKNOWN, K.BACKEND_ERROR):
-        ctx = {**f.context, "cause": "backend_only", "backend": backend, "other_backend": other["backend"],
-               "stage": "compiled_autograd"}
+        ctx = replace(f.context, cause="backend_only", backend=backend, other_backend=other.backend,
+                      stage="compiled_autograd")
         return Finding(K.BACKEND_ERROR, taxonomy.summary(K.BACKEND_ERROR, ctx), ctx, evidence)
-    return Finding(f.kind, f.summary, {**f.context, "backend": backend}, evidence)
+    return Finding(f.kind, f.summary, replace(f.context, backend=backend), evidence)
 
 
 def _opcheck_findings(stage: str, results: dict[str, OpTests]) -> list[Finding]:
@@ -189,7 +191,7 @@ def _opcheck_findings(stage: str, results: dict[str, OpTests]) -> list[Finding]:
                 size = outcome.batch_size
                 if size is not None and f.kind == K.FAKE_MISMATCH:  # the dynamic stage's check at a new size
                     f.evidence = _with(f.evidence, batch_size=size)
-                    f.context.update(cause="size", batch_size=size)
+                    f.context = replace(f.context, cause="size", batch_size=size)
                     f.summary = (f"{f.summary.rstrip('.')}, at batch size {size} (the probe's own "
                                  "batch size passes opcheck).")
                 findings.append(f)
@@ -240,14 +242,14 @@ def recompile_findings(records: list[RecompileRecord]) -> list[Finding]:
         short = first.reason.split(" (HINT:", 1)[0][:300]  # the hint stays in context.reason
         findings.append(Finding(
             K.RECOMPILE, f"{what} on every step after warm-up{where}: {short}",
-            {"reason": first.reason, "source": source}, evidence))
+            Context(reason=first.reason, source=source), evidence))
     return findings
 
 
 def died_result(stage: str, cause: str, timed_out: bool, log_tail: str, seconds: float) -> StageResult:
     """A stage whose process never reported: ``timeout`` or ``crash``, with the cause and stderr tail."""
     kind = K.TIMEOUT if timed_out else K.CRASH
-    finding = Finding(kind, f"The {stage} stage {cause}.", {"cause": cause},
+    finding = Finding(kind, f"The {stage} stage {cause}.", Context(cause=cause),
                       ProcessEvidence(stderr_tail=log_tail[-3000:], cause=cause))
     return StageResult(stage, TIMEOUT if timed_out else CRASH, failure=finding, findings=[finding], seconds=seconds)
 
@@ -260,23 +262,36 @@ def setup_finding(error: ErrorRecord, summary: str) -> Finding:
     return Finding(K.EAGER_ERROR, summary, f.context, f.evidence) if f.kind == K.UNKNOWN else f
 
 
-def load_result(entry: Json) -> StageResult | None:
+class Surveyed(Protocol):
+    """What discovery found of one probe (collect/survey.ProbeEntry, which classify does not import): the probe
+    function's error and the file's import error, and the op registrations they made, as they crossed from its
+    process."""
+
+    @property
+    def setup_error(self) -> Json | None: ...
+    @property
+    def registrations(self) -> list[Json] | None: ...
+    @property
+    def import_error(self) -> str | None: ...
+
+
+def load_result(entry: Surveyed) -> StageResult | None:
     """Findings made while loading the file and calling the probe function (the ``load`` pseudo-stage). A file
     whose import raised (``import_error``) gets a result only when a kind marked ``at_import`` in kinds.json
     explains the exception (a custom op's registration or first call refused by torch); any other import error
-    is the user's input error: UsageError with the loader's message (exit code 2). ``entry``: the file's survey (the
-    JSON its process sent, collect/survey.py), the probe function's error in its wire form."""
-    error = ErrorRecord.of(entry.get("setup_error"))
+    is the user's input error: UsageError with the loader's message (exit code 2). ``entry``: the file's survey
+    (collect/survey.py), the probe function's error in its wire form."""
+    error = ErrorRecord.of(entry.setup_error)
     setup = setup_finding(error, "The probe function itself raises.") if error else None
-    if entry.get("import_error") is not None and (setup is None or setup.kind not in taxonomy.import_ids()):
-        raise UsageError(entry["import_error"], error.traceback or None if error else None)
+    if entry.import_error is not None and (setup is None or setup.kind not in taxonomy.import_ids()):
+        raise UsageError(entry.import_error, error.traceback or None if error else None)
     findings: list[Finding] = []
-    for ev in entry.get("registrations", []):
+    for ev in entry.registrations or []:
         findings.append(Finding(
             K.OP_REDEFINED,
             f"Operator {ev['op']} was registered twice with different schemas; the second silently replaced "
             "the first.",
-            {"op": ev["op"]},
+            Context(op=ev["op"]),
             RegistrationEvidence(first_schema=ev["first_schema"], second_schema=ev["second_schema"],
                                  first_frame=Frame.from_dict(ev.get("first_frame")),
                                  user_frame=Frame.from_dict(ev.get("second_frame"))),

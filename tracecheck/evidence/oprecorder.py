@@ -44,7 +44,7 @@ class OpRecorder(compat.TorchDispatchMode):
         #: hook grad-on custom-op outputs to learn which a backward reaches (``never_differentiated``); off unless
         #: asked: a hook is one more thing on the probe's tensors
         self.track_reached = track_reached
-        self.calls: dict[Any, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self.calls: dict[Any, tuple[tuple[Any, ...], dict[str, object]]] = {}
         self.custom_ops: list[str] = []
         self.random_ops: list[str] = []
         #: custom ops called at least once with grad mode on and an input that requires grad: the ones autograd
@@ -127,7 +127,7 @@ class OpRecorder(compat.TorchDispatchMode):
             return NotImplemented  # the subclass's __torch_dispatch__ next, under this mode (module docstring)
         return func(*args, **kwargs)
 
-    def _run_hop(self, hop: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+    def _run_hop(self, hop: Any, args: Any, kwargs: dict[str, object]) -> Any:
         """Run a higher-order op (the mode is off here); for ``torch.cond``, whose eager kernel only calls the
         branch it takes, that branch runs with this mode back on so that the ops it calls are recorded. Other
         HOPs (while_loop, map, scan, invoke_subgraph) run, but unseen inside: their kernels may inspect their

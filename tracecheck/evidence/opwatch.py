@@ -1,10 +1,39 @@
 """Op registrations seen while a file loads and its probes run (``Library.define``)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from ..model.errors import frame_wire
+from ..model.frame import Frame
+from ..model.reportio import Json
 from .frames import caller_frame
 from .parsers import parser_failed
+
+
+@dataclass(frozen=True)
+class Redefinition:
+    """An op name defined again with a different schema (an ``op-redefined`` event): both schemas, both frames."""
+
+    #: ``ns::name``
+    op: str
+    first_schema: str
+    second_schema: str
+    first_frame: Frame | None = None
+    second_frame: Frame | None = None
+
+    def to_json(self) -> Json:
+        """The event as the file's survey sends it to the parent (collect/survey.ProbeEntry.registrations)."""
+        return {"op": self.op, "first_schema": self.first_schema, "second_schema": self.second_schema,
+                "first_frame": frame_wire(self.first_frame), "second_frame": frame_wire(self.second_frame)}
+
+
+@dataclass(frozen=True)
+class Definition:
+    """The schema an op name was last defined with, and where."""
+
+    schema: str
+    frame: Frame | None = None
 
 
 class OpRegistrationWatch:
@@ -15,8 +44,13 @@ class OpRegistrationWatch:
     """
 
     def __init__(self) -> None:
-        self.schemas: dict[str, tuple[str, dict[str, Any] | None]] = {}
-        self.events: list[dict[str, Any]] = []
+        self.schemas: dict[str, Definition] = {}
+        self.redefinitions: list[Redefinition] = []
+
+    @property
+    def events(self) -> list[Json]:
+        """The redefinitions so far, as they cross to the parent (JSON)."""
+        return [r.to_json() for r in self.redefinitions]
 
     def __enter__(self) -> "OpRegistrationWatch":
         import torch.library
@@ -44,9 +78,8 @@ class OpRegistrationWatch:
         name = schema.split("(", 1)[0].strip()
         qualname = name if "::" in name else f"{ns}::{name}"
         full = f"{qualname}{schema[len(name):].strip()}" if "::" not in name else schema
-        frame = caller_frame()
-        if qualname in self.schemas and self.schemas[qualname][0] != full:
-            first, first_frame = self.schemas[qualname]
-            self.events.append({"op": qualname, "first_schema": first, "second_schema": full,
-                                "first_frame": first_frame, "second_frame": frame})
-        self.schemas[qualname] = (full, frame)
+        frame = Frame.from_dict(caller_frame())
+        first = self.schemas.get(qualname)
+        if first is not None and first.schema != full:
+            self.redefinitions.append(Redefinition(qualname, first.schema, full, first.frame, frame))
+        self.schemas[qualname] = Definition(full, frame)

@@ -13,7 +13,6 @@ import functools
 import importlib.metadata
 import os
 import sys
-from typing import Any
 
 from ..model.evidence import LIBRARY, TORCH, UNKNOWN, YOURS, Owner
 from ..model.report import ProbeReport, is_generated
@@ -21,36 +20,31 @@ from ..model.report import ProbeReport, is_generated
 _SITE = ("site-packages", "dist-packages")
 
 
-def owner_of(file: str | None, rootdir: str) -> dict[str, Any] | None:
-    """The owner record of ``file`` (``{"who", "name", "version"}``, read as model/evidence.Owner); None for no
-    file. Cached per (file, rootdir)."""
+def owner_of(file: str | None, rootdir: str) -> Owner | None:
+    """Whose code ``file`` is; None for no file. Cached per (file, rootdir)."""
     if not file:
         return None
-    return dict(_owner(str(file), os.path.realpath(rootdir) if rootdir else ""))
+    return _owner(str(file), os.path.realpath(rootdir) if rootdir else "")
 
 
 @functools.lru_cache(maxsize=4096)
-def _owner(file: str, root: str) -> tuple[tuple[str, Any], ...]:
+def _owner(file: str, root: str) -> Owner:
     if file.startswith("<"):
-        return _record(TORCH, "torch", _version("torch")) if is_generated(file) else _record(UNKNOWN)
+        return Owner(TORCH, "torch", _version("torch")) if is_generated(file) else Owner(UNKNOWN)
     full = os.path.realpath(file)
     if f"{os.sep}torchinductor_" in full:  # Inductor's output code
-        return _record(TORCH, "torch", _version("torch"))
+        return Owner(TORCH, "torch", _version("torch"))
     in_site = any(f"{os.sep}{s}{os.sep}" in full for s in _SITE)
     if root and not in_site and (full == root or full.startswith(root.rstrip(os.sep) + os.sep)):
-        return _record(YOURS)
+        return Owner(YOURS)
     top = _top_level(full)
     dists = _distributions().get(top, []) if top else []
     if dists:
         dist = dists[0]
-        return _record(TORCH if dist.lower() == "torch" else LIBRARY, dist, _version(dist))
+        return Owner(TORCH if dist.lower() == "torch" else LIBRARY, dist, _version(dist))
     if in_site and top:  # installed without metadata (a copied folder): the package's own name, no version
-        return _record(LIBRARY, top)
-    return _record(UNKNOWN)
-
-
-def _record(who: str, name: str | None = None, version: str | None = None) -> tuple[tuple[str, Any], ...]:
-    return (("who", who), ("name", name), ("version", version))
+        return Owner(LIBRARY, top)
+    return Owner(UNKNOWN)
 
 
 def _top_level(full: str) -> str | None:
@@ -98,9 +92,7 @@ def assign(p: ProbeReport, rootdir: str) -> None:
             frame = f.user_frame
             owner = owner_of(frame.file, rootdir) if frame is not None else None
             if owner is not None:
-                f.evidence = dataclasses.replace(f.evidence, owner=Owner.of(owner))
+                f.evidence = dataclasses.replace(f.evidence, owner=owner)
         for b in s.breaks:
-            caller = b.context.get("caller")
-            file = caller.get("file") if isinstance(caller, dict) and caller.get("file") else b.file
-            owner = owner_of(file, rootdir)
-            b.owner = Owner.of(owner)
+            caller = b.context.caller
+            b.owner = owner_of(caller.file if caller is not None and caller.file else b.file, rootdir)

@@ -201,7 +201,7 @@ class StageSnapshot:
         kinds = tuple(sorted(k for k in {f.kind for f in found} if plain.fails_on(k)))
         advice = tuple(sorted(k for k in {f.kind for f in found} if not plain.fails_on(k)))
         breaks = sorted((BreakSnapshot(b.kind, b.gb_type, relative_location(b.file, probe), b.line,
-                                       b.gb_code or None, _break_code(b.context.get("code")),
+                                       b.gb_code or None, _break_code(b.context.code),
                                        b.owner.label if b.owner is not None and b.owner.who == LIBRARY else None)
                          for b in s.breaks), key=BreakSnapshot.sort_key)
         spec, payload_type = REGISTRY.get(s.stage), PAYLOADS.get(s.stage)
@@ -283,9 +283,9 @@ _STAGE_KEYS = frozenset(("status", "kinds", "graph_count", "graph_break_count", 
                          "recompiles", "phases", "target", "advice", "sites", "compiled_autograd", "coverage"))
 
 
-def _break_code(code: object) -> str | None:
-    """A report break's ``context["code"]`` as the snapshot keeps it (``source_text``), None where there is none."""
-    return (source_text(code) or None) if isinstance(code, str) else None
+def _break_code(code: str | None) -> str | None:
+    """A report break's ``context.code`` as the snapshot keeps it (``source_text``), None where there is none."""
+    return (source_text(code) or None) if code is not None else None
 
 
 def _sites(found: list[Finding], kinds: tuple[str, ...], probe: ProbeReport) -> dict[str, tuple[Location, ...]]:

@@ -1,68 +1,253 @@
-"""A finding's context read as typed fields (``Finding.cx``): what varies within a kind, which renderers and ``tracecheck
-fix`` read. The report's JSON keeps the context as a dict (kinds.json's summaries and fixes are templates over its
-keys); this is its one reader. Pure: no torch import."""
+"""A finding's context (``Finding.context``, ``GraphBreak.context``): what varies within a kind, typed where the
+classifier makes it (classify/), read as fields by renderers and ``tracecheck fix``. The report's JSON keeps it as an
+object whose keys are the fields set (``to_json``; kinds.json's summaries and fixes are templates over those keys);
+``of`` is its one reader, for a report of any schema version. Pure: no torch import."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Mapping
+from .frame import Frame
+from .reportio import Json
 
 
 @dataclass(frozen=True)
 class Context:
-    """What varies within a kind (``Finding.context``, kinds.json's named groups and the classifier's facts), typed:
-    what renderers and ``tracecheck fix`` read. A missing key is None; a value of another shape (a hand-edited
-    report) reads as missing."""
+    """What varies within a kind: kinds.json's named groups and the classifier's facts, one optional field per key
+    the report writes. Unset is None (False for a flag, ``()`` for a list), and an unset field is no key of the JSON,
+    as the dict it replaces had none. Text is kept as it was made (``""`` included: ``by`` fills a summary with
+    nothing)."""
 
-    #: the custom op (``ns::name``) or the C++/pybind builtin the finding is about
+    # --- what the finding is about
+    #: the custom op (``ns::name``) the finding is about; wrong-gradient: the Function(s) or calls it names
     op: str | None = None
+    #: ``op`` is a label (an autograd.Function's qualified name, the probe's calls), not an op spelling
+    #: (model/report.finding_key takes it as it is)
+    op_is_label: bool = False
+    #: pybind-builtin: the C++/pybind11 builtin as Dynamo names it
     builtin: str | None = None
-    #: which of the kind's causes the evidence names (kinds.json ``fix_by_cause``)
-    cause: str | None = None
-    #: numeric-mismatch: what was compared ("outputs", "gradients"); functorch-incompatible: what was refused
-    what: str | None = None
-    #: the torch.func transform (vmap, grad, ...) the finding was made under
-    transform: str | None = None
-    #: recompile: Dynamo's guard-failure reason
-    reason: str | None = None
-    #: an id this version does not know (a report from a newer tracecheck), read as ``unknown``
-    reported_kind: str | None = None
-    #: the stage whose finding an ``unknown`` took its kind from (classify/attribute.unknowns)
-    first_seen_at: str | None = None
-    #: a warning, not a failure: no failure's cause
-    warning: bool = False
+    #: pybind-builtin: the builtin is a pybind11 function record
+    pybind11: bool = False
     #: pybind-builtin: the builtin is called inside a torch.autograd.Function's forward or backward
     in_autograd_function: bool = False
-    #: the argument a refusal names (a non-tensor output, a mutated input)
+    #: pybind-builtin, cause ``constant_args``: the constant arguments the builtin was called with
+    args: str | None = None
+    #: the argument a refusal names (mutates-args-mismatch: a mutated input the schema does not declare)
     argument: str | None = None
-    #: opaque-op: extern calls of the op and the kernels Inductor generated for the rest
-    calls: int | None = None
-    kernels: int | None = None
+    #: the autograd.Function(s) the finding is about (torch-internal-error with a classmethod, setup_context,
+    #: vmap_rule, a classmethod forward a graph break names), names joined by ", "
+    function: str | None = None
+    #: functorch-incompatible, cause ``hop``: the higher-order op without a rule for the transform
+    hop: str | None = None
+    #: the torch.func transform (vmap, grad, ...) the finding was made under
+    transform: str | None = None
+    #: functorch-incompatible: both transforms that refused for one cause at one frame
+    #: (classify/measured.merge_refusals)
+    transforms: tuple[str, ...] = ()
+    #: the graph break's gb_type (Dynamo's registry), where the finding has one
+    gb_type: str | None = None
+    #: graph-break, cause ``hints``: Dynamo's own hints for the gb_type, less its stock ones
+    hints: str | None = None
+    #: a graph break's source line
+    code: str | None = None
+    #: a graph break inside torch: the user's line that led there (evidence/tracelog's caller_outside_torch)
+    caller: Frame | None = None
+    #: a break in code torch generated (compiled autograd's graph): its ``file:line``
+    generated: str | None = None
+
+    # --- which cause, where
+    #: which of the kind's causes the evidence names (kinds.json ``fix_by_cause``, ``summary_by_cause``)
+    cause: str | None = None
+    #: numeric-mismatch: what was compared ("forward outputs", "backward gradients"); functorch-incompatible: what
+    #: was refused
+    what: str | None = None
+    #: the stage the fix names (``tracecheck repro ... --stage``)
+    stage: str | None = None
+    #: a warning, not a failure: no failure's cause
+    warning: bool = False
+
+    # --- attributed across stages (classify/attribute.py, classify/results.py)
+    #: an id this version does not know (a report from a newer tracecheck), read as ``unknown``
+    reported_kind: str | None = None
+    #: the stage whose finding an attributed one took its kind from
+    first_seen_at: str | None = None
+    #: the kind the finding had before it was attributed
+    attributed_from: str | None = None
     #: backend-error whose cause is ``suspect_code``: the other findings of the probe that can make a backend fail
     #: (classify/attribute.upstream_advice)
     suspect: str | None = None
-    #: the autograd.Function(s) the finding is about (torch-internal-error with a classmethod, setup_context,
-    #: vmap_rule), names joined by ", "
-    function: str | None = None
-    #: torch-internal-error: the frame in torch's own code that raised (``file:line in function``), and the
-    #: exception's headline (``Type: message``)
-    torch_frame: str | None = None
+    #: graph-break, cause ``named_by_transform``: the torch.func stage that named the construct, the construct in its
+    #: words and the fix for Dynamo (classify/attribute.named_by_transform)
+    named_by: str | None = None
+    construct: str | None = None
+    dynamo_fix: str | None = None
+    #: fake-mismatch attributed to a shape (classify/attribute.backward_shapes, downstream_shapes): the shapes that
+    #: disagree, who found the fake's mismatch, and the line that tripped on the made-up shape
+    mismatch: str | None = None
+    found_by: str | None = None
+    tripped_at: str | None = None
+
+    # --- torch-internal-error, fake-mismatch
+    #: the exception's headline (``Type: message``): torch's own, or what a fake impl raised
     exception: str | None = None
+    #: torch-internal-error: the frame in torch's own code that raised (``file:line in function``)
+    torch_frame: str | None = None
+
+    # --- numeric-mismatch
+    #: the phase compared (forward, backward) and its worst tensor
+    phase: str | None = None
+    tensor: str | None = None
+    #: the custom ops and the random ATen ops one eager forward called
+    custom_ops: tuple[str, ...] = ()
+    random_ops: tuple[str, ...] = ()
+
+    # --- wrong-gradient: numbers as the summary writes them
+    input: str | None = None
+    output: str | None = None
+    numerical: str | None = None
+    analytical: str | None = None
+    relative_error: str | None = None
+    #: cause ``end_to_end``: autograd's value over the numerical one ("?" when not measured)
+    ratio: str | None = None
+
+    # --- dynamic-shape and recompile
+    #: dynamic-shape: the dimension specialized; recompile: who recompiled (Dynamo, compiled autograd)
+    source: str | None = None
+    #: dynamic-shape: the constant the dimension became
+    value: str | None = None
+    #: Dynamo's guard-failure reason
+    reason: str | None = None
+    #: dynamic-shape: the guard (less its comment), where a subclass's guard sits, the sizes tried, and the user's
+    #: line that forced the constant (`` by `code` (file:line)``; "" where none)
+    guard: str | None = None
+    guard_at: str | None = None
+    sizes: str | None = None
+    by: str | None = None
+    #: the symbolic expression a data-dependent or dynamic-shape failure names
+    expr: str | None = None
+    #: compile-semantics: the symbol Dynamo could not resolve
+    symbol: str | None = None
+
+    # --- named by the message (kinds.json's patterns)
+    #: the type the message names (a non-pytree output's, a data-dependent or fake failure's exception type)
+    type: str | None = None
+    #: missing-device-kernel: the dispatch key without a kernel
+    key: str | None = None
+    #: untraceable-tensor-state: the attribute, the tensor subclass and its wrapper
+    attribute: str | None = None
+    subclass: str | None = None
+    wrapper: str | None = None
+    #: device-mismatch: the gradient's and the parameter's devices
+    grad_device: str | None = None
+    param_device: str | None = None
+
+    # --- opaque-op
+    #: extern calls of the op, and the kernels Inductor generated for the rest (None: not counted)
+    calls: int | None = None
+    kernels: int | None = None
+
+    # --- the run
+    #: the training step (eager's later step) and the batch size (the dynamic stage's other size) it failed at
+    step: int | None = None
+    batch_size: int | None = None
+    #: compiled_autograd: the backend that failed, and the other one the failing steps were rerun with
+    backend: str | None = None
+    other_backend: str | None = None
+
+    #: keys this version does not know (a report from a newer tracecheck, a named group kinds.json added) and values
+    #: of another shape than their field's (a hand-edited report), as read: written back as they were, so a report
+    #: read and written again keeps them; no code reads them (nor compares or hashes them). JSON values, read-only
+    other: Mapping[str, object] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> Json:
+        """The report's ``context`` object: the fields set (module docstring), lists for tuples, a frame as its dict;
+        then ``other``."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "other" or not _set(v):
+                continue
+            out[f.name] = v.to_dict() if isinstance(v, Frame) else list(v) if isinstance(v, tuple) else v
+        for k, v in self.other.items():
+            out.setdefault(k, v)
+        return out
+
+    def merged(self, over: "Context") -> "Context":
+        """This context with the fields ``over`` sets put over its own (a report's keys over another's)."""
+        changes = {f.name: getattr(over, f.name) for f in fields(over)
+                   if f.name != "other" and _set(getattr(over, f.name))}
+        return replace(self, **changes, other={**self.other, **over.other})
 
     @classmethod
-    def of(cls, d: Any) -> "Context":
-        d = d if isinstance(d, dict) else {}
+    def of(cls, d: object) -> "Context":
+        """A report's ``context`` object (any schema version); anything but an object reads as empty. A value of
+        another shape than its field's reads as unset (kept in ``other``)."""
+        r = _Reader(d if isinstance(d, dict) else {})
+        return cls(
+            op=r.text("op"), op_is_label=r.flag("op_is_label"), builtin=r.text("builtin"), pybind11=r.flag("pybind11"),
+            in_autograd_function=r.flag("in_autograd_function"), args=r.text("args"), argument=r.text("argument"),
+            function=r.text("function"), hop=r.text("hop"), transform=r.text("transform"),
+            transforms=r.texts("transforms"), gb_type=r.text("gb_type"), hints=r.text("hints"), code=r.text("code"),
+            caller=r.frame("caller"), generated=r.text("generated"),
+            cause=r.text("cause"), what=r.text("what"), stage=r.text("stage"), warning=r.flag("warning"),
+            reported_kind=r.text("reported_kind"), first_seen_at=r.text("first_seen_at"),
+            attributed_from=r.text("attributed_from"), suspect=r.text("suspect"), named_by=r.text("named_by"),
+            construct=r.text("construct"), dynamo_fix=r.text("dynamo_fix"), mismatch=r.text("mismatch"),
+            found_by=r.text("found_by"), tripped_at=r.text("tripped_at"),
+            exception=r.text("exception"), torch_frame=r.text("torch_frame"),
+            phase=r.text("phase"), tensor=r.text("tensor"), custom_ops=r.texts("custom_ops"),
+            random_ops=r.texts("random_ops"),
+            input=r.text("input"), output=r.text("output"), numerical=r.text("numerical"),
+            analytical=r.text("analytical"), relative_error=r.text("relative_error"), ratio=r.text("ratio"),
+            source=r.text("source"), value=r.text("value"), reason=r.text("reason"), guard=r.text("guard"),
+            guard_at=r.text("guard_at"), sizes=r.text("sizes"), by=r.text("by"), expr=r.text("expr"),
+            symbol=r.text("symbol"),
+            type=r.text("type"), key=r.text("key"), attribute=r.text("attribute"), subclass=r.text("subclass"),
+            wrapper=r.text("wrapper"), grad_device=r.text("grad_device"), param_device=r.text("param_device"),
+            calls=r.count("calls"), kernels=r.count("kernels"),
+            step=r.count("step"), batch_size=r.count("batch_size"), backend=r.text("backend"),
+            other_backend=r.text("other_backend"),
+            other=r.rest())  # last: keyword arguments are evaluated in order, so it holds what none above took
 
-        def text(key: str) -> str | None:
-            v = d.get(key)
-            return str(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "" else None
 
-        def count(key: str) -> int | None:
-            v = d.get(key)
-            return v if isinstance(v, int) and not isinstance(v, bool) else None
+def _set(value: object) -> bool:
+    """A field's value the JSON writes: not None, False or ``()`` (the defaults)."""
+    return value is not None and value is not False and value != ()
 
-        return cls(op=text("op"), builtin=text("builtin"), cause=text("cause"), what=text("what"),
-                   transform=text("transform"), reason=text("reason"), reported_kind=text("reported_kind"),
-                   first_seen_at=text("first_seen_at"), warning=d.get("warning") is True,
-                   in_autograd_function=d.get("in_autograd_function") is True, argument=text("argument"),
-                   calls=count("calls"), kernels=count("kernels"), suspect=text("suspect"), function=text("function"),
-                   torch_frame=text("torch_frame"), exception=text("exception"))
+
+class _Reader:
+    """Reads a JSON object's keys as the fields' types, remembering which it took: the rest is ``other``."""
+
+    def __init__(self, d: Json) -> None:
+        self.d = d
+        self.used: set[str] = set()
+
+    def _take(self, key: str, ok: bool) -> bool:
+        if ok:
+            self.used.add(key)
+        return ok
+
+    def text(self, key: str) -> str | None:
+        v = self.d.get(key)
+        return v if self._take(key, isinstance(v, str)) else None
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        v = self.d.get(key)
+        ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+        return tuple(v) if self._take(key, ok) and isinstance(v, list) else ()
+
+    def count(self, key: str) -> int | None:
+        v = self.d.get(key)
+        return v if self._take(key, isinstance(v, int) and not isinstance(v, bool)) else None
+
+    def flag(self, key: str) -> bool:
+        v = self.d.get(key)
+        return v is True if self._take(key, isinstance(v, bool)) else False
+
+    def frame(self, key: str) -> Frame | None:
+        v = Frame.from_dict(self.d.get(key))
+        return v if self._take(key, v is not None) else None
+
+    def rest(self) -> dict[str, object]:
+        # a null is an absent key (the old dict's ``"cause": None``): nothing to keep
+        return {str(k): v for k, v in self.d.items() if k not in self.used and v is not None}
+

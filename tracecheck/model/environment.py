@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .reportio import flag, text, texts
+
 
 @dataclass(frozen=True)
 class Environment:
@@ -42,28 +44,17 @@ class Environment:
     def of(cls, d: Any) -> "Environment":
         d = d if isinstance(d, dict) else {}
 
-        def text(v: Any) -> str | None:
-            return str(v) if v not in (None, "") and not isinstance(v, (dict, list, bool)) else None
-
-        def flag(key: str) -> bool | None:
-            v = d.get(key)
-            return v if isinstance(v, bool) else None
-
-        def texts(key: str) -> tuple[str, ...]:
-            v = d.get(key)
-            return tuple(str(x) for x in v) if isinstance(v, (list, tuple)) else ()
-
         ce = d.get("collect_env")
         ce = ce if isinstance(ce, dict) else {}
         return cls(torch=text(d.get("torch")), python=text(d.get("python")), platform=text(d.get("platform")),
-                   machine=text(d.get("machine")), device=text(d.get("device")), emulated=flag("emulated") is True,
-                   device_label=text(d.get("device_label")), cuda_available=flag("cuda_available"),
-                   cuda=text(d.get("cuda")), torch_npu=text(d.get("torch_npu")), npu_available=flag("npu_available"),
+                   machine=text(d.get("machine")), device=text(d.get("device")), emulated=d.get("emulated") is True,
+                   device_label=text(d.get("device_label")), cuda_available=flag(d.get("cuda_available")),
+                   cuda=text(d.get("cuda")), torch_npu=text(d.get("torch_npu")), npu_available=flag(d.get("npu_available")),
                    cann=text(d.get("cann")), npu_note=text(d.get("npu_note")),
                    # a field's value is text or a flag (is_cuda_available); an error leaves only itself
                    collect_env={str(k): str(v) for k, v in ce.items() if k != "error" and v is not None},
                    collect_env_error=text(ce.get("error")),
-                   merged_torch_versions=texts("merged_torch_versions"), merged_rootdirs=texts("merged_rootdirs"))
+                   merged_torch_versions=texts(d.get("merged_torch_versions")), merged_rootdirs=texts(d.get("merged_rootdirs")))
 
     @property
     def device_text(self) -> str:

@@ -10,26 +10,12 @@ from typing import Any
 
 from .evidence import headline
 from .frame import Frame
-from .reportio import Json
+from .reportio import Json, integer, text, texts
 
 
 def frame_wire(frame: Frame | None) -> Json | None:
     """A frame as the wire writes it (a dict, or null)."""
     return frame.to_dict() if frame is not None else None
-
-
-def text(v: Any) -> str | None:
-    """A text field of a wire record: None for a missing or empty one."""
-    return str(v) if v is not None and v != "" else None
-
-
-def integer(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def texts(v: Any) -> tuple[str, ...]:
-    """A list of text as a tuple; anything else (a string, a number) as none: never a string's characters."""
-    return tuple(str(x) for x in v) if isinstance(v, (list, tuple)) else ()
 
 
 @dataclass(frozen=True)

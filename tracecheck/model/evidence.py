@@ -9,12 +9,12 @@ import.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar, TypeVar
 
 from .frame import Frame
+from .reportio import Json, finite, flag, integer, items, text, texts
 
 #: the kinds of evidence (``Evidence.what``, the JSON's ``"what"``)
 EXCEPTION, GRAPH_BREAK, NUMERIC, GRADIENT, PROCESS = "exception", "graph_break", "numeric", "gradient", "process"
@@ -98,10 +98,9 @@ class WorstTensor:
                                              "relative_rmse_bound", "cos_threshold", "tol", "max_abs_diff",
                                              "cos_similarity", "detail", "rmse_jittered_vs_fp64", "rule")},
                    shape=tuple(shape) if isinstance(shape, (list, tuple)) else None,
-                   failed=tuple(map(str, _seq(d.get("failed")))),
-                   fp64_used=d["fp64_used"] if isinstance(d.get("fp64_used"), bool) else None)
+                   failed=texts(d.get("failed")), fp64_used=flag(d.get("fp64_used")))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         """The fields measured (a field left None was not: it is not written)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if not _empty(v)}
 
@@ -126,13 +125,9 @@ class NumericMismatch:
     @classmethod
     def of(cls, d: Any) -> "NumericMismatch":
         d = d if isinstance(d, dict) else {}
-        compared, disagreeing = d.get("compared"), d.get("disagreeing")
-        return cls(phase=str(d.get("phase") or ""),
-                   compared=compared if isinstance(compared, int) and not isinstance(compared, bool) else None,
-                   disagreeing=disagreeing if isinstance(disagreeing, int) and not isinstance(disagreeing, bool)
-                   else None,
-                   worst=WorstTensor.of(d.get("worst")),
-                   disagreeing_tensors=tuple(map(str, _seq(d.get("disagreeing_tensors")))))
+        return cls(phase=str(d.get("phase") or ""), compared=integer(d.get("compared")),
+                   disagreeing=integer(d.get("disagreeing")), worst=WorstTensor.of(d.get("worst")),
+                   disagreeing_tensors=texts(d.get("disagreeing_tensors")))
 
 
 #: whose code a frame is (evidence/owner.py): the user's, an installed library's, torch's, or not known
@@ -201,9 +196,9 @@ class Evidence:
         """The longest account there is: the traceback, else the message."""
         return self.traceback or self.message
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         """The report's JSON of this evidence (docs/report-schema.md): ``what``, then the fields the kind writes."""
-        out: dict[str, Any] = {"what": self.what}
+        out: Json = {"what": self.what}
         for name in self._writes:
             value = getattr(self, name)
             if name in self._always or not _empty(value):
@@ -274,32 +269,60 @@ class BreakEvidence(Evidence):
 
 
 @dataclass(frozen=True)
-class NumericEvidence(Evidence):
+class Comparison:
     """One phase's compiled-vs-eager (or transform-vs-reference) comparison (stages/_numerics.judge): how many tensors
-    disagree of how many, the worst, the reference it was judged against, and what the probe called."""
+    disagree of how many, the worst, the reference it was judged against, and what the probe called. Declared once:
+    the stage's record (model/records.MismatchRecord) and the finding's evidence (``NumericEvidence``) are this."""
 
-    what: ClassVar[str] = NUMERIC
-    _writes: ClassVar[tuple[str, ...]] = (
-        "phase", "disagreeing", "compared", "worst", "disagreeing_tensors", "fp64_reference", "reference_dtype",
-        "fp64_unavailable", "custom_ops", "random_ops", "transform", "batch_size")
-    #: custom_ops: [] is "none called", null "not recorded"
-    _always: ClassVar[tuple[str, ...]] = ("phase", "disagreeing", "compared", "worst", "custom_ops")
-
-    compared: int | None = None
     disagreeing: int | None = None
+    compared: int | None = None
     worst: WorstTensor = field(default_factory=WorstTensor)
     #: what the disagreeing tensors are (the first 20)
     disagreeing_tensors: tuple[str, ...] = ()
+    #: whether a float64 (or float32, for half precision: ``reference_dtype``) run judged it, and why not
     fp64_reference: bool | None = None
     reference_dtype: str | None = None
     fp64_unavailable: str | None = None
-    #: the custom ops and random ops one eager forward called; None where the stage did not record them
+    #: the custom ops and random ops one eager forward called (stages/_execution.with_causes); None: not recorded
     custom_ops: tuple[str, ...] | None = None
     random_ops: tuple[str, ...] = ()
     #: the torch.func transform compared against its reference (vmap: an eager loop over the batch)
     transform: str | None = None
     #: the dynamic stage: the batch size the comparison was made at
     batch_size: int | None = None
+
+    def comparison_json(self) -> Json:
+        """The comparison's fields as JSON writes them: those that hold something, and ``COMPARISON_ALWAYS``."""
+        return {name: _json(getattr(self, name)) for name in COMPARISON_FIELDS
+                if name in COMPARISON_ALWAYS or not _empty(getattr(self, name))}
+
+
+#: the fields of a comparison, in the order JSON writes them
+COMPARISON_FIELDS = tuple(f.name for f in fields(Comparison))
+#: written even when empty; custom_ops: [] is "none called", null "not recorded"
+COMPARISON_ALWAYS = ("disagreeing", "compared", "worst", "custom_ops")
+
+
+def comparison_fields(d: Json) -> Json:
+    """A ``Comparison``'s fields (keyword arguments) read from a record's or a report's JSON: a missing key is the
+    field's default, a value of the wrong shape reads as missing."""
+    custom = d.get("custom_ops")
+    return dict(disagreeing=integer(d.get("disagreeing")), compared=integer(d.get("compared")),
+                worst=WorstTensor.of(d.get("worst")), disagreeing_tensors=texts(d.get("disagreeing_tensors")),
+                fp64_reference=flag(d.get("fp64_reference")), reference_dtype=text(d.get("reference_dtype")),
+                fp64_unavailable=text(d.get("fp64_unavailable")),
+                custom_ops=texts(custom) if isinstance(custom, (list, tuple)) else None,
+                random_ops=texts(d.get("random_ops")), transform=text(d.get("transform")),
+                batch_size=integer(d.get("batch_size")))
+
+
+@dataclass(frozen=True)
+class NumericEvidence(Evidence, Comparison):
+    """A numeric comparison's evidence: the stage's comparison (``Comparison``) with the header every evidence has."""
+
+    what: ClassVar[str] = NUMERIC
+    _writes: ClassVar[tuple[str, ...]] = ("phase", *COMPARISON_FIELDS)
+    _always: ClassVar[tuple[str, ...]] = ("phase", *COMPARISON_ALWAYS)
 
 
 @dataclass(frozen=True)
@@ -371,9 +394,8 @@ class Specialization:
     def of(cls, d: Any) -> "Specialization | None":
         if not isinstance(d, dict):
             return None
-        return cls(_text(d.get("symbol")), tuple(map(str, _seq(d.get("sources")))), _text(d.get("value")),
-                   _text(d.get("reason")), _int(d.get("step")), Frame.from_dict(d.get("frame")),
-                   Frame.from_dict(d.get("user_frame")))
+        return cls(text(d.get("symbol")), texts(d.get("sources")), text(d.get("value")), text(d.get("reason")),
+                   integer(d.get("step")), Frame.from_dict(d.get("frame")), Frame.from_dict(d.get("user_frame")))
 
 
 @dataclass(frozen=True)
@@ -477,18 +499,18 @@ def read(d: Any) -> Evidence:
 E = TypeVar("E", bound=Evidence)
 
 
-def of_record(cls: type[E], d: dict[str, Any]) -> E:
+def of_record(cls: type[E], d: Json) -> E:
     """Evidence of kind ``cls`` from a record that crossed a process boundary as a dict (a stage's numeric comparison,
     a gradient check's mismatch) or a report's JSON: the record's keys as the kind's typed fields."""
-    common: dict[str, Any] = dict(
+    common: Json = dict(
         message=str(d.get("message") or ""), user_frame=Frame.from_dict(d.get("user_frame")),
-        owner=Owner.of(d.get("owner")), traceback=str(d.get("traceback") or ""), phase=_text(d.get("phase")),
-        exception_type=_text(d.get("exception_type")), gb_type=_text(d.get("gb_type")), gb_code=_text(d.get("gb_code")),
-        doc=_text(d.get("doc")))
+        owner=Owner.of(d.get("owner")), traceback=str(d.get("traceback") or ""), phase=text(d.get("phase")),
+        exception_type=text(d.get("exception_type")), gb_type=text(d.get("gb_type")), gb_code=text(d.get("gb_code")),
+        doc=text(d.get("doc")))
     return cls(**common, **_BODY[cls](d))
 
 
-def _guess(d: dict[str, Any]) -> type[Evidence]:
+def _guess(d: Json) -> type[Evidence]:
     """The kind of an untagged evidence dict (a report from before ``what``), by the keys only that kind writes."""
     for key, cls in (("stderr_tail", ProcessEvidence), ("generated_frame", BreakEvidence), ("worst", NumericEvidence), ("compared", NumericEvidence),
                      ("dispatch_keys", FallbackEvidence), ("output_code", OpaqueEvidence),
@@ -504,71 +526,46 @@ def _guess(d: dict[str, Any]) -> type[Evidence]:
     return BreakEvidence if d.get("gb_type") or d.get("gb_code") or d.get("doc") else MessageEvidence
 
 
-_BODY: dict[type[Evidence], Callable[[dict[str, Any]], dict[str, Any]]] = {
+#: each kind's own fields (keyword arguments) read from its JSON
+_BODY: dict[type[Evidence], Callable[[Json], Json]] = {
     ExceptionEvidence: lambda d: dict(
-        exception_chain=tuple(str(t) for t in _seq(d.get("exception_chain")) if t),
+        exception_chain=tuple(str(t) for t in items(d.get("exception_chain")) if t),
         root=InnerException(str(d["root"].get("type") or ""), str(d["root"].get("message") or ""))
         if isinstance(d.get("root"), dict) else None,
-        torch_frame=Frame.from_dict(d.get("torch_frame")), opcheck_test=_text(d.get("opcheck_test")),
-        batch_size=_int(d.get("batch_size")), step=_int(d.get("step")),
+        torch_frame=Frame.from_dict(d.get("torch_frame")), opcheck_test=text(d.get("opcheck_test")),
+        batch_size=integer(d.get("batch_size")), step=integer(d.get("step")),
         backends={str(k): str(v) for k, v in d["backends"].items()} if isinstance(d.get("backends"), dict) else {},
-        rerun_of=_text(d.get("rerun_of")), transform=_text(d.get("transform"))),
+        rerun_of=text(d.get("rerun_of")), transform=text(d.get("transform"))),
     BreakEvidence: lambda d: dict(generated_frame=Frame.from_dict(d.get("generated_frame"))),
-    NumericEvidence: lambda d: dict(
-        compared=_int(d.get("compared")), disagreeing=_int(d.get("disagreeing")), worst=WorstTensor.of(d.get("worst")),
-        disagreeing_tensors=tuple(map(str, _seq(d.get("disagreeing_tensors")))),
-        fp64_reference=d["fp64_reference"] if isinstance(d.get("fp64_reference"), bool) else None,
-        reference_dtype=_text(d.get("reference_dtype")), fp64_unavailable=_text(d.get("fp64_unavailable")),
-        custom_ops=tuple(map(str, d["custom_ops"])) if isinstance(d.get("custom_ops"), (list, tuple)) else None,
-        random_ops=tuple(map(str, _seq(d.get("random_ops")))), transform=_text(d.get("transform")),
-        batch_size=_int(d.get("batch_size"))),
+    NumericEvidence: comparison_fields,
     GradientEvidence: lambda d: dict(
-        method=_text(d.get("method")), note=_text(d.get("note")), input=_text(d.get("input")),
-        output=_text(d.get("output")),
-        **{k: _float(d.get(k)) for k in ("ratio", "numerical", "analytical", "relative_error", "tolerance", "atol",
+        method=text(d.get("method")), note=text(d.get("note")), input=text(d.get("input")),
+        output=text(d.get("output")),
+        **{k: finite(d.get(k)) for k in ("ratio", "numerical", "analytical", "relative_error", "tolerance", "atol",
                                          "step")}),
-    ProcessEvidence: lambda d: dict(cause=_text(d.get("cause")), stderr_tail=str(d.get("stderr_tail") or "")),
-    RegistrationEvidence: lambda d: dict(first_schema=_text(d.get("first_schema")),
-                                         second_schema=_text(d.get("second_schema")),
+    ProcessEvidence: lambda d: dict(cause=text(d.get("cause")), stderr_tail=str(d.get("stderr_tail") or "")),
+    RegistrationEvidence: lambda d: dict(first_schema=text(d.get("first_schema")),
+                                         second_schema=text(d.get("second_schema")),
                                          first_frame=Frame.from_dict(d.get("first_frame"))),
     SpecializationEvidence: lambda d: dict(reason=str(d.get("reason") or ""),
                                            guard_user_frame=Frame.from_dict(d.get("guard_user_frame")),
                                            specialization=Specialization.of(d.get("specialization")),
-                                           step=_int(d.get("step"))),
-    RecompileEvidence: lambda d: dict(reason=str(d.get("reason") or ""), steps=tuple(map(_int, _seq(d.get("steps")))),
-                                      reasons=tuple(map(str, _seq(d.get("reasons")))),
-                                      user_frame_from=_text(d.get("user_frame_from"))),
+                                           step=integer(d.get("step"))),
+    RecompileEvidence: lambda d: dict(reason=str(d.get("reason") or ""), steps=tuple(map(integer, items(d.get("steps")))),
+                                      reasons=texts(d.get("reasons")), user_frame_from=text(d.get("user_frame_from"))),
     FallbackEvidence: lambda d: dict(dispatch_keys=str(d.get("dispatch_keys") or ""),
                                      confirmed=d.get("confirmed") is True,
                                      confirmation=str(d.get("confirmation") or "")),
-    OpaqueEvidence: lambda d: dict(output_code=tuple(map(str, _seq(d.get("output_code")))),
-                                   graphs=_seq(d.get("graphs")), generated_kernels=_int(d.get("generated_kernels"))),
-    DraftExportEvidence: lambda d: dict(draft_export_type=_text(d.get("draft_export_type")),
-                                        reason=_text(d.get("reason"))),
+    OpaqueEvidence: lambda d: dict(output_code=texts(d.get("output_code")), graphs=items(d.get("graphs")),
+                                   generated_kernels=integer(d.get("generated_kernels"))),
+    DraftExportEvidence: lambda d: dict(draft_export_type=text(d.get("draft_export_type")),
+                                        reason=text(d.get("reason"))),
     MessageEvidence: lambda d: {},
 }
 
 
 #: the shortest root line taken as quoted when the outer line contains it
 _QUOTED_MIN = 12
-
-
-def _seq(v: Any) -> tuple[Any, ...]:
-    """A list in the report as a tuple; anything else (a string, a number) as none: never a string's characters."""
-    return tuple(v) if isinstance(v, (list, tuple)) else ()
-
-
-def _text(v: Any) -> str | None:
-    return str(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "" else None
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _float(v: Any) -> float | None:
-    """A number the report can hold: the JSON never holds NaN or Infinity (a missing measurement reads as None)."""
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def _empty(v: Any) -> bool:

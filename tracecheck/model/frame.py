@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .reportio import Json
+from .reportio import Json, text
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Frame:
             return None
         line = d.get("line")
         return cls(str(d["file"]), int(line) if isinstance(line, (int, str)) and str(line).isdigit() else None,
-                   d.get("function") or None, d.get("code") or None)
+                   text(d.get("function")), text(d.get("code")))
 
     def to_dict(self) -> Json:
         return asdict(self)

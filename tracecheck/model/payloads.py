@@ -4,21 +4,14 @@ wire a payload is the plain dict it always was (docs/report-schema.md, tested ag
 baseline compares are named by the stage's ``StageSpec.counts``. Pure: no torch import."""
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import Field, asdict, dataclass, field, fields
-from typing import Any, ClassVar, TypedDict, TypeGuard, TypeVar
+from dataclasses import Field, asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar, TypedDict, TypeVar
 
-from .reportio import Json
-
-
-def _number(v: Any) -> TypeGuard[float]:
-    """A finite, non-negative number (not a bool): what a hand-edited report must hold where a measure is read."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-
-
-def _count(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+from .errors import ErrorRecord, frame_wire
+from .evidence import Specialization
+from .records import DYNAMO, RecompileRecord, read_list
+from .reportio import Json, count, integer, measure, text, texts
 
 
 #: a payload type (``Payload.of`` returns the subclass it is called on)
@@ -62,6 +55,82 @@ class Payload:
         return name in getattr(self, "_written", {f.name for f in fields(self)})
 
 
+@dataclass(frozen=True)
+class HookCounts:
+    """Hooks compiled autograd should capture, and those it did (``CompiledAutogradCounts.hooks``)."""
+
+    #: hooks registered on the inputs and parameters before the step, by how (``register_hook``,
+    #: ``register_post_accumulate_grad_hook``)
+    registered: dict[str, int] = field(default_factory=dict)
+    #: call_hook nodes by hook_type in the last captured graph (``tensor_pre_hook``, ``post_acc_grad_hook``)
+    in_graph: dict[str, int] = field(default_factory=dict)
+    #: where ``in_graph`` was read, in words
+    evidence: str = ""
+
+    def to_json(self) -> Json:
+        return {"registered": dict(self.registered), "in_graph": dict(self.in_graph), "evidence": self.evidence}
+
+    @classmethod
+    def of(cls, d: object) -> "HookCounts":
+        if isinstance(d, HookCounts):
+            return d
+        d = d if isinstance(d, dict) else {}
+
+        def counts(v: object) -> dict[str, int]:
+            return {str(k): c for k, x in v.items() if (c := count(x)) is not None} if isinstance(v, dict) else {}
+        return cls(counts(d.get("registered")), counts(d.get("in_graph")), str(d.get("evidence") or ""))
+
+
+@dataclass(frozen=True)
+class InputShapes:
+    """--dynamic: the shapes of the tensor inputs at each input shape the steps ran (A, the probe's; B, dim 0 tiled)."""
+
+    a: tuple[tuple[int, ...], ...] = ()
+    #: None: the second shape did not run
+    b: tuple[tuple[int, ...], ...] | None = None
+
+    def to_json(self) -> Json:
+        def lists(shapes: tuple[tuple[int, ...], ...]) -> list[list[int]]:
+            return [list(s) for s in shapes]
+        return {"A": lists(self.a), **({"B": lists(self.b)} if self.b is not None else {})}
+
+    @classmethod
+    def of(cls, d: object) -> "InputShapes | None":
+        if isinstance(d, InputShapes):
+            return d
+        if not isinstance(d, dict):
+            return None
+
+        def shapes(v: object) -> tuple[tuple[int, ...], ...]:
+            return tuple(tuple(n for n in s if count(n) is not None) for s in v if isinstance(s, list)) \
+                if isinstance(v, list) else ()
+        return cls(shapes(d.get("A")), shapes(d.get("B")) if "B" in d else None)
+
+
+@dataclass(frozen=True)
+class OtherBackend:
+    """The failing compiled-autograd steps rerun with the other backend (``_compiled_autograd._other_backend``): its
+    error, None when they pass, or why they were not run."""
+
+    backend: str
+    #: what the rerun raised: its type, message and step (the JSON keeps these three)
+    error: ErrorRecord | None = None
+    not_run: str | None = None
+
+    def to_json(self) -> Json:
+        error = None if self.error is None else \
+            {"type": self.error.type, "message": self.error.message, "step": self.error.step}
+        return {"backend": self.backend, "error": error, **({"not_run": self.not_run} if self.not_run else {})}
+
+    @classmethod
+    def of(cls, d: object) -> "OtherBackend | None":
+        if isinstance(d, OtherBackend):
+            return d
+        if not isinstance(d, dict):
+            return None
+        return cls(str(d.get("backend") or "?"), ErrorRecord.of(d.get("error")), text(d.get("not_run")))
+
+
 @dataclass
 class CompiledAutogradCounts(Payload):
     """The compiled_autograd stage: the same steps with and without compiled autograd (docs/compiled-autograd.md).
@@ -86,19 +155,19 @@ class CompiledAutogradCounts(Payload):
     captures_per_step: list[int] = field(default_factory=list)
     compiles: int | None = None
     #: every recompile (reason, step, user frame); their number (None: not measured)
-    recompiles: list[dict[str, Any]] = field(default_factory=list)
+    recompiles: list[RecompileRecord] = field(default_factory=list)
     recompile_count: int | None = None
     #: hooks inside the last captured backward graph, and the registrations they came from
     hooks_captured: int | None = None
-    hooks: dict[str, Any] = field(default_factory=dict)
+    hooks: HookCounts = field(default_factory=HookCounts)
     #: --dynamic: the input shape per step (A, B), the shapes, and why the second shape was not run
     schedule: list[str] | None = None
-    shapes: dict[str, Any] | None = None
+    shapes: InputShapes | None = None
     dynamic_note: str | None = None
     #: the plain torch.compile run's own error (backend "eager": Dynamo's), when it has one
     error_without_ca: str | None = None
     #: the failing steps rerun with the other backend (``_compiled_autograd._other_backend``)
-    other_backend: dict[str, Any] | None = None
+    other_backend: OtherBackend | None = None
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("schedule", "shapes", "dynamic_note", "error_without_ca",
                                            "other_backend")
@@ -106,12 +175,27 @@ class CompiledAutogradCounts(Payload):
     @classmethod
     def of(cls, extra: Json) -> "CompiledAutogradCounts | None":
         counts = super().of(extra)
-        if counts is not None and "recompile_count" not in extra:
+        if counts is None:
+            return None
+        r: object = counts.recompiles
+        if "recompile_count" not in extra:
             # a report from before the count was written: the records' number, or the int an older one held
             # (then in any stage's ``extra``)
-            r = counts.recompiles
-            counts.recompile_count = len(r) if isinstance(r, list) else r if isinstance(r, int) else None
+            counts.recompile_count = len(r) if isinstance(r, list) else integer(r)
+        counts.recompiles = read_list(r, RecompileRecord.of)
+        counts.hooks = HookCounts.of(counts.hooks)
+        counts.shapes = InputShapes.of(counts.shapes)
+        counts.other_backend = OtherBackend.of(counts.other_backend)
         return counts
+
+    def to_extra(self) -> Json:
+        out = super().to_extra()
+        out.update(recompiles=[r.to_wire() for r in self.recompiles], hooks=self.hooks.to_json())
+        if self.shapes is not None:
+            out["shapes"] = self.shapes.to_json()
+        if self.other_backend is not None:
+            out["other_backend"] = self.other_backend.to_json()
+        return out
 
 
 @dataclass
@@ -139,7 +223,7 @@ class InductorKernels(Payload):
         if kernels is not None:
             for name in ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass", "autograd_cache_hit",
                          "autograd_cache_miss"):
-                if not _count(getattr(kernels, name)):
+                if count(getattr(kernels, name)) is None:
                     setattr(kernels, name, None)
         return kernels
 
@@ -156,6 +240,33 @@ class InductorKernels(Payload):
         return f"{fx}; {aot}"
 
 
+@dataclass(frozen=True)
+class SpecializationSite:
+    """A specialization the shape environment made, as the report keeps it (``DynamicRun.specializations``): the
+    symbol, the sources it stood for, the constant, the step, and ``file:line`` of the code that forced it."""
+
+    symbol: str | None = None
+    sources: tuple[str, ...] = ()
+    value: str | None = None
+    step: int | None = None
+    at: str | None = None
+
+    @classmethod
+    def of_specialization(cls, s: Specialization) -> "SpecializationSite":
+        return cls(s.symbol, s.sources, s.value, s.step, s.frame.location if s.frame else None)
+
+    def to_json(self) -> Json:
+        return {"symbol": self.symbol, "sources": list(self.sources), "value": self.value, "step": self.step,
+                "at": self.at}
+
+    @classmethod
+    def of(cls, d: object) -> "SpecializationSite | None":
+        if not isinstance(d, dict):
+            return None
+        return cls(text(d.get("symbol")), texts(d.get("sources")), text(d.get("value")), integer(d.get("step")),
+                   text(d.get("at")))
+
+
 @dataclass
 class DynamicRun(Payload):
     """The dynamic stage: the batch sizes run with the batch dimension marked dynamic."""
@@ -165,11 +276,28 @@ class DynamicRun(Payload):
     batch_sizes: list[int] = field(default_factory=list)
     #: one graph served every size
     symbolic: bool = False
-    #: Dynamo's recompiles (reason, step, user frame), and the specializations the shape environment made
-    recompiles: list[dict[str, Any]] = field(default_factory=list)
-    specializations: list[dict[str, Any]] = field(default_factory=list)
+    #: Dynamo's recompiles (the report keeps their reason, step and user frame), and the specializations the shape
+    #: environment made
+    recompiles: list[RecompileRecord] = field(default_factory=list)
+    specializations: list[SpecializationSite] = field(default_factory=list)
     #: what dynamic=True (every dimension symbolic) found besides, once the batch alone passed (stages/dynamic.py)
     every_dimension: str | None = None
+
+    @classmethod
+    def of(cls, extra: Json) -> "DynamicRun | None":
+        run = super().of(extra)
+        if run is not None:  # the report keeps no source: every recompile here is Dynamo's
+            run.recompiles = [replace(r, source=DYNAMO) for r in read_list(run.recompiles, RecompileRecord.of)]
+            run.specializations = read_list(run.specializations, SpecializationSite.of)
+        return run
+
+    def to_extra(self) -> Json:
+        out = super().to_extra()
+        out[self.KEY].update(
+            recompiles=[{"reason": r.reason, "step": r.step, "user_frame": frame_wire(r.user_frame)}
+                        for r in self.recompiles],
+            specializations=[s.to_json() for s in self.specializations])
+        return out
 
 
 @dataclass
@@ -258,11 +386,10 @@ class Coverage(Payload):
         if cov is None:
             return None
         for name in ("calls_captured", "unique_graphs", "frames_eager", "torch_calls_eager"):
-            v = getattr(cov, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            if count(getattr(cov, name)) is None:
                 setattr(cov, name, None)
-        share = cov.captured_share
-        if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share <= 1:
+        share = measure(cov.captured_share)
+        if share is None or share > 1:
             cov.captured_share = None
         if isinstance(cov.lines, dict):  # from a report (plain dicts) or the stage (typed)
             cov.lines = {f: SourceLines.of(v) for f, v in cov.lines.items() if isinstance(f, str) and f}
@@ -308,10 +435,10 @@ class BreakCost:
     @classmethod
     def of(cls, body: Any) -> "BreakCost | None":
         """One entry of a report; None for one a hand edit made odd (a share outside 0-1, low above high, NaN)."""
-        if not isinstance(body, dict) or not isinstance(body.get("file"), str) or not _count(body.get("line")):
+        if not isinstance(body, dict) or not isinstance(body.get("file"), str) or count(body.get("line")) is None:
             return None
         raw = [body.get(k) for k in ("ms", "share", "low", "high")]
-        nums = [float(v) for v in raw if _number(v)]
+        nums = [n for n in map(measure, raw) if n is not None]
         if len(nums) != len(raw):
             return None
         ms, share, low, high = nums
@@ -354,9 +481,10 @@ class BreakCosts(Payload):
         costs.breaks = [c for c in (x if isinstance(x, BreakCost) else BreakCost.of(x) for x in items) if c]
         for name in ("compiled_ms", "eager_ms", "compiled_spread", "unattributed"):
             v = getattr(costs, name)
-            if not _number(v) or v > 1e9 or (name == "unattributed" and v > 1):
+            n = measure(v)
+            if n is None or n > 1e9 or (name == "unattributed" and n > 1):
                 setattr(costs, name, None)
-        if not _count(costs.calls) or not costs.calls:
+        if not count(costs.calls):
             return None  # no call measured: nothing to rank by
         return costs
 

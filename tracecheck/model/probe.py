@@ -24,7 +24,8 @@ class Case:
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: keyword arguments by name: whatever the probe passes (tensors, flags, modules)
+    kwargs: dict[str, object] = field(default_factory=dict)
     grad: bool | Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:

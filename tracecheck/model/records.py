@@ -16,13 +16,13 @@ has one); what a stage keeps in ``extra`` goes into the report as it is, documen
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import Any, Callable, TypeVar
 
-from .errors import ErrorRecord, frame_wire, integer, text, texts
-from .evidence import Specialization, WorstTensor
+from .errors import ErrorRecord, frame_wire
+from .evidence import Comparison, Specialization, comparison_fields
 from .frame import Frame
-from .reportio import Json
+from .reportio import Json, integer, number, text, texts
 
 __all__ = ["Frame", "StageRecord", "FIELDS", "END_TO_END"]  # Frame: read from here by most modules
 
@@ -130,13 +130,9 @@ END_TO_END = "the probe's gradient"
 R = TypeVar("R")
 
 
-def _items(v: Any, read: Callable[[Any], "R | None"]) -> list[R]:
-    """A wire list's records (an entry of the wrong shape is dropped)."""
+def read_list(v: object, read: Callable[[Any], "R | None"]) -> list[R]:
+    """A JSON list's records (an entry of the wrong shape is dropped); anything else as none."""
     return [x for x in map(read, v) if x is not None] if isinstance(v, (list, tuple)) else []
-
-
-def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 @dataclass(frozen=True)
@@ -185,44 +181,18 @@ class BreakRecord:
 
 
 @dataclass(frozen=True)
-class MismatchRecord:
-    """One phase's disagreement of a compiled (or transformed) run with eager (stages/_numerics.judge): how many
-    tensors disagree of how many, the worst, the reference it was judged against; what the probe called."""
+class MismatchRecord(Comparison):
+    """One phase's disagreement of a compiled (or transformed) run with eager, as the stage made it
+    (stages/_numerics.judge): the comparison (model/evidence.Comparison), its phase, and its counts, which a stage
+    always has."""
 
+    disagreeing: int = 1
+    compared: int = 1
     #: "forward" (outputs) or "backward" (gradients)
-    phase: str
-    disagreeing: int
-    compared: int
-    worst: WorstTensor
-    #: what the disagreeing tensors are (the first 20)
-    disagreeing_tensors: tuple[str, ...] = ()
-    #: whether a float64 (or float32, for half precision: ``reference_dtype``) run judged it, and why not
-    fp64_reference: bool | None = None
-    reference_dtype: str | None = None
-    fp64_unavailable: str | None = None
-    #: the custom ops and random ops one eager forward called (stages/_execution.with_causes); None: not recorded
-    custom_ops: tuple[str, ...] | None = None
-    random_ops: tuple[str, ...] = ()
-    #: the vmap stage: the torch.func transform compared against its reference
-    transform: str | None = None
-    #: the dynamic stage: the batch size compared at
-    batch_size: int | None = None
+    phase: str = "forward"
 
     def to_wire(self) -> Json:
-        out: Json = {"phase": self.phase, "disagreeing": self.disagreeing, "compared": self.compared,
-                               "worst": self.worst.to_json()}
-        if self.disagreeing_tensors:
-            out["disagreeing_tensors"] = list(self.disagreeing_tensors)
-        for name, value in (("fp64_reference", self.fp64_reference), ("reference_dtype", self.reference_dtype),
-                            ("fp64_unavailable", self.fp64_unavailable), ("transform", self.transform),
-                            ("batch_size", self.batch_size)):
-            if value is not None:
-                out[name] = value
-        if self.custom_ops is not None:  # [] is "none called"; absent: not recorded
-            out["custom_ops"] = list(self.custom_ops)
-        if self.random_ops:
-            out["random_ops"] = list(self.random_ops)
-        return out
+        return {"phase": self.phase, **self.comparison_json()}
 
     @classmethod
     def of(cls, d: Any) -> "MismatchRecord | None":
@@ -230,36 +200,48 @@ class MismatchRecord:
             return d
         if not isinstance(d, dict):
             return None
-        custom, fp64 = d.get("custom_ops"), d.get("fp64_reference")
-        disagreeing, compared = integer(d.get("disagreeing")), integer(d.get("compared"))
-        return cls(phase=str(d.get("phase") or "forward"), disagreeing=1 if disagreeing is None else disagreeing,
-                   compared=1 if compared is None else compared, worst=WorstTensor.of(d.get("worst")),
-                   disagreeing_tensors=texts(d.get("disagreeing_tensors")),
-                   fp64_reference=fp64 if isinstance(fp64, bool) else None,
-                   reference_dtype=text(d.get("reference_dtype")), fp64_unavailable=text(d.get("fp64_unavailable")),
-                   custom_ops=texts(custom) if isinstance(custom, list) else None,
-                   random_ops=texts(d.get("random_ops")), transform=text(d.get("transform")),
-                   batch_size=integer(d.get("batch_size")))
+        body = comparison_fields(d)
+        for count in ("disagreeing", "compared"):  # a record without its counts: one tensor, compared
+            if body[count] is None:
+                body[count] = 1
+        return cls(phase=str(d.get("phase") or "forward"), **body)
 
 
 @dataclass(frozen=True)
-class GradientMismatch:
-    """A backward that disagrees with the numerical derivative along a random direction (stages/_gradients)."""
+class Derivative:
+    """A derivative along one random direction, numerically (a central difference) and by autograd
+    (stages/_directional.directional), and the tolerance they are held to."""
 
-    #: the input (or leaves) the derivative is taken along
-    input: str
     numerical: float
     analytical: float
     #: |numerical - analytical| / max(|numerical|, |analytical|)
     relative_error: float
+    #: atol + rtol * max(|numerical|, |analytical|), and its rounding part
     tolerance: float
     atol: float
     #: the central difference's step
     step: float
+
+
+@dataclass(frozen=True)
+class GradientMismatch(Derivative):
+    """A backward that disagrees with the numerical derivative along a random direction (stages/_gradients): the
+    derivative, and where it was taken."""
+
+    _: KW_ONLY
+    #: the input (or leaves) the derivative is taken along
+    input: str
     #: the output whose gradient is wrong, when one alone is
     output: str | None = None
     #: end to end: the autograd value over the numerical one (2.0: accumulated twice)
     ratio: float | None = None
+
+    @classmethod
+    def along(cls, d: Derivative, input: str, output: str | None = None,
+              ratio: float | None = None) -> "GradientMismatch":
+        """The mismatch of a measured derivative (a stage's ``Directional``): its measures as they are."""
+        return cls(**{f.name: getattr(d, f.name) for f in fields(Derivative)}, input=input, output=output,
+                   ratio=ratio)
 
     def to_wire(self) -> Json:
         out: Json = {"input": self.input}
@@ -267,9 +249,7 @@ class GradientMismatch:
             out["output"] = self.output
         if self.ratio is not None:
             out["ratio"] = self.ratio
-        return {**out, "numerical": self.numerical, "analytical": self.analytical,
-                "relative_error": self.relative_error, "tolerance": self.tolerance, "atol": self.atol,
-                "step": self.step}
+        return {**out, **{f.name: getattr(self, f.name) for f in fields(Derivative)}}
 
     @classmethod
     def of(cls, d: Any) -> "GradientMismatch | None":
@@ -277,13 +257,12 @@ class GradientMismatch:
             return d
         if not isinstance(d, dict):
             return None
-        def num(key: str) -> float:
-            value = _number(d.get(key))
+        def measure(key: str) -> float:  # a measure the wire lost reads as NaN, never as 0
+            value = number(d.get(key))
             return value if value is not None else float("nan")
 
-        return cls(input=str(d.get("input") or "?"), numerical=num("numerical"), analytical=num("analytical"),
-                   relative_error=num("relative_error"), tolerance=num("tolerance"), atol=num("atol"),
-                   step=num("step"), output=text(d.get("output")), ratio=_number(d.get("ratio")))
+        return cls(**{f.name: measure(f.name) for f in fields(Derivative)},
+                   input=str(d.get("input") or "?"), output=text(d.get("output")), ratio=number(d.get("ratio")))
 
 
 @dataclass(frozen=True)
@@ -331,7 +310,7 @@ class GradcheckOutcome:
                    skip=str(d.get("skip") or ""), note=str(d.get("note") or ""),
                    inconclusive={str(k): str(v) for k, v in inconclusive.items()}
                    if isinstance(inconclusive, dict) else {},
-                   relative_errors={str(k): float(v) for k, v in errors.items() if _number(v) is not None}
+                   relative_errors={str(k): float(v) for k, v in errors.items() if number(v) is not None}
                    if isinstance(errors, dict) else {})
 
 
@@ -458,7 +437,7 @@ class DraftExportReport:
             return d
         if not isinstance(d, dict) or not d:
             return None
-        return cls(tuple(_items(d.get("failures"), DraftFailure.of)), ErrorRecord.of(d.get("error")),
+        return cls(tuple(read_list(d.get("failures"), DraftFailure.of)), ErrorRecord.of(d.get("error")),
                    d.get("ran_out") is True)
 
 
@@ -539,13 +518,13 @@ def _wire_list(v: list[Any]) -> list[Json]:
 
 #: how each field of records reads from the wire (a typed record is read as it is), and writes to it
 _READ: dict[str, Callable[[Any], Any]] = {
-    "error": ErrorRecord.of, "breaks": lambda v: _items(v, BreakRecord.of),
-    "mismatches": lambda v: _items(v, MismatchRecord.of), "opcheck": _op_tests, "fake_checks": _op_tests,
-    "gradcheck": lambda v: _items(v, GradcheckOutcome.of),
-    "dynamic_specializations": lambda v: _items(v, SpecializedDimension.of), "draft_export": DraftExportReport.of,
-    "transform_errors": lambda v: _items(v, ErrorRecord.of), "fallback_ops": lambda v: _items(v, FallbackOp.of),
-    "opaque_ops": lambda v: _items(v, OpaqueOp.of),
-    "steady_state_recompiles": lambda v: _items(v, RecompileRecord.of)}
+    "error": ErrorRecord.of, "breaks": lambda v: read_list(v, BreakRecord.of),
+    "mismatches": lambda v: read_list(v, MismatchRecord.of), "opcheck": _op_tests, "fake_checks": _op_tests,
+    "gradcheck": lambda v: read_list(v, GradcheckOutcome.of),
+    "dynamic_specializations": lambda v: read_list(v, SpecializedDimension.of), "draft_export": DraftExportReport.of,
+    "transform_errors": lambda v: read_list(v, ErrorRecord.of), "fallback_ops": lambda v: read_list(v, FallbackOp.of),
+    "opaque_ops": lambda v: read_list(v, OpaqueOp.of),
+    "steady_state_recompiles": lambda v: read_list(v, RecompileRecord.of)}
 _WRITE: dict[str, Callable[[Any], Any]] = {
     "error": lambda e: e.to_wire(), "breaks": _wire_list, "mismatches": _wire_list, "opcheck": _op_tests_wire,
     "fake_checks": _op_tests_wire, "gradcheck": _wire_list, "dynamic_specializations": _wire_list,

@@ -5,6 +5,7 @@ The JSON layout is documented in docs/report-schema.md; bump SCHEMA_VERSION on a
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from dataclasses import asdict, dataclass, field
@@ -45,21 +46,24 @@ IMPORT_PROBE = "(import)"
 class Finding:
     """One classified failure or graph break.
 
-    ``kind`` is a stable id from kinds.json; ``context`` holds what varies (op name, builtin, file:line);
-    ``evidence`` is the raw material the label was read from (exception type, gb_type, GB code, user
-    frame, message excerpt), so a reader can check the label: one kind of model/evidence.py's typed union. A dict
-    given as ``evidence`` (a report's JSON, a literal in a test) is read into it once (``evidence.read``).
+    ``kind`` is a stable id from kinds.json; ``context`` holds what varies (op name, builtin, file:line: typed,
+    model/context.py); ``evidence`` is the raw material the label was read from (exception type, gb_type, GB code,
+    user frame, message excerpt), so a reader can check the label: one kind of model/evidence.py's typed union. A
+    dict given as ``context`` or ``evidence`` (a report's JSON, a literal in a test) is read into it once
+    (``Context.of``, ``evidence.read``).
     """
 
     kind: str
     summary: str
-    #: built and read by key in classify/ (kinds.json's templates are filled from its keys): typed reader ``cx``
-    context: dict[str, Any] = field(default_factory=dict)
+    #: made by classify/; kinds.json's templates are filled from its JSON (``Context.to_json``)
+    context: Context = field(default_factory=Context)
     evidence: Evidence = field(default_factory=evidence_kinds.MessageEvidence)
 
     def __post_init__(self) -> None:
         if self.kind not in taxonomy.ids():
             raise ValueError(f"{self.kind!r} is not a kind of tracecheck/model/kinds.json")
+        if not isinstance(self.context, Context):  # the JSON's dict: read at the boundary, typed from here on
+            self.context = Context.of(self.context)
         if not isinstance(self.evidence, Evidence):  # the JSON's dict: read at the boundary, typed from here on
             self.evidence = evidence_kinds.read(self.evidence)
 
@@ -70,23 +74,23 @@ class Finding:
 
     @property
     def cx(self) -> Context:
-        """The context read as typed fields (model/evidence.Context): what renderers read."""
-        return Context.of(self.context)
+        """The context (an alias of ``context``, which renderers still name)."""
+        return self.context
 
     def to_dict(self) -> Json:
-        return {"kind": self.kind, "summary": self.summary, "context": self.context,
+        return {"kind": self.kind, "summary": self.summary, "context": self.context.to_json(),
                 "evidence": self.evidence.to_json()}
 
     @classmethod
     def from_dict(cls, d: Json) -> "Finding":
         """A kind this version does not know (a report from a newer tracecheck) reads as ``unknown``, its own
-        id kept in ``context["reported_kind"]``."""
+        id kept in ``context.reported_kind``."""
         for key in ("context", "evidence"):
             if not isinstance(d.get(key) or {}, dict):
                 raise ValueError(f"finding {d.get('kind')!r}: {key} must be an object")
         if not isinstance((d.get("evidence") or {}).get("gb_type") or "", str):
             raise ValueError(f"finding {d.get('kind')!r}: evidence.gb_type must be a string or null")
-        kind, context = _known_kind(d["kind"], d.get("context") or {})
+        kind, context = _known_kind(d["kind"], Context.of(d.get("context")))
         return cls(kind, str(d.get("summary", "")), context, evidence_kinds.read(d.get("evidence")))
 
 
@@ -101,26 +105,31 @@ class GraphBreak:
     line: int | None
     reason: str = ""
     doc: str | None = None
-    #: what varies (``code``: the break's source line), by key as Finding.context
-    context: dict[str, Any] = field(default_factory=dict)
+    #: what varies (``code``: the break's source line; ``caller``), as Finding.context; a dict is read once
+    context: Context = field(default_factory=Context)
     #: whose code the break is (evidence/owner.py); None in a report from before owners
     owner: Owner | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in taxonomy.ids():
             raise ValueError(f"{self.kind!r} is not a kind of tracecheck/model/kinds.json")
+        if not isinstance(self.context, Context):  # a literal in a test: read as a report's would be
+            self.context = Context.of(self.context)
+
+    def to_dict(self) -> Json:
+        return {**asdict(self), "context": self.context.to_json()}
 
     @classmethod
     def from_dict(cls, d: Json) -> "GraphBreak":
-        kind, context = _known_kind(d["kind"], d.get("context", {}))
+        kind, context = _known_kind(d["kind"], Context.of(d.get("context")))
         return cls(kind, d.get("gb_type"), d.get("gb_code"), d.get("file"), d.get("line"),
                    d.get("reason", ""), d.get("doc"), context, Owner.of(d.get("owner")))
 
 
-def _known_kind(kind: str, context: Json) -> tuple[str, Json]:
+def _known_kind(kind: str, context: Context) -> tuple[str, Context]:
     if kind in taxonomy.ids():
         return kind, context
-    return K.UNKNOWN, {**context, "reported_kind": kind}
+    return K.UNKNOWN, dataclasses.replace(context, reported_kind=kind)
 
 
 #: a stage's counts of graphs and graph breaks, in the JSON report
@@ -202,6 +211,7 @@ class StageResult:
         out = asdict(self)
         out["failure"] = self.failure.to_dict() if self.failure is not None else None
         out["findings"] = [f.to_dict() for f in self.findings]
+        out["breaks"] = [b.to_dict() for b in self.breaks]
         return out
 
     @classmethod
@@ -425,13 +435,14 @@ def finding_key(f: Finding) -> tuple[Any, ...]:
     in torch) is also told apart by its exception type and first message line (numbers masked): two different
     errors that only share "no location" are two problems.
     """
-    if f.context.get("op"):  # a label (an autograd.Function's qualified name) as it is: op_name would read ns.op.overload
-        return (f.kind, str(f.context["op"]) if f.context.get("op_is_label") else op_name(str(f.context["op"])))
+    op = f.context.op
+    if op:  # a label (an autograd.Function's qualified name) as it is: op_name would read ns.op.overload
+        return (f.kind, op if f.context.op_is_label else op_name(op))
     frame = f.user_frame
     # at one user line, one kind is one problem whichever stage saw it: fullgraph's error and explain's break of the
     # same .item() carry different gb_types (or none); only where no frame places it does the gb_type tell apart
     key: tuple[Any, ...] = (f.kind, None if frame else f.evidence.gb_type, frame and frame.file,
-                            frame and frame.line, f.context.get("builtin"), f.context.get("what"))
+                            frame and frame.line, f.context.builtin, f.context.what)
     if f.kind == K.UNKNOWN and frame is None and not f.evidence.gb_type:
         words = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", first_line(f.evidence.message))[:200]
         key += (f.evidence.exception_type, words)
@@ -464,7 +475,7 @@ def root_causes(probes: list[ProbeReport]) -> list[RootCause]:
     for p in probes:
         for stages, f in group_findings(p):
             key = finding_key(f)
-            if not f.context.get("op") and f.user_frame is None:
+            if not f.context.op and f.user_frame is None:
                 key += (p.id,)  # nothing places it (a crash, a timeout): the same kind elsewhere is another cause
             cause = causes.setdefault(key, RootCause(f, []))
             cause.seen.append((p, stages))

@@ -5,6 +5,7 @@ report with ``read_json``: ``load_report``)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -15,6 +16,59 @@ from .exitcodes import UsageError
 #: A JSON object as a file or a task process's message holds it: the boundary where a typed record is read
 #: (``from_json``/``from_dict``/``of``) or written (``to_json``/``to_dict``). Nowhere else.
 Json = dict[str, Any]
+
+# --- one JSON value read as what a typed field holds, or None (a missing key, or a value of the wrong shape: a
+# hand-edited report, an older tracecheck's record): the one spelling of each meaning for model/'s readers.
+
+def text(v: object) -> str | None:
+    """A text field: a string, or a number as its text; None for a missing or empty one, a flag, a list or an
+    object (never ``"True"`` or a dict's repr)."""
+    return str(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "" else None
+
+
+def texts(v: object) -> tuple[str, ...]:
+    """A list's items as text; anything else (a string, a number) as none: never a string's characters."""
+    return tuple(str(x) for x in v) if isinstance(v, (list, tuple)) else ()
+
+
+def items(v: object) -> tuple[object, ...]:
+    """A list as a tuple of its values, unread; anything else as none."""
+    return tuple(v) if isinstance(v, (list, tuple)) else ()
+
+
+def integer(v: object) -> int | None:
+    """A whole number (not a flag), of any sign."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def count(v: object) -> int | None:
+    """A count: a whole number (not a flag), zero or more."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def number(v: object) -> float | None:
+    """Any number (not a flag) as a float, NaN and infinities included: what a stage measured, as it measured it."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def finite(v: object) -> float | None:
+    """A finite number as a float: the report's JSON never holds NaN or Infinity (a missing measurement reads as
+    None)."""
+    n = number(v)
+    return n if n is not None and math.isfinite(n) else None
+
+
+def measure(v: object) -> float | None:
+    """A finite number, zero or more, as a float: what a hand-edited report must hold where a time, a share or a
+    size is read."""
+    n = finite(v)
+    return n if n is not None and n >= 0 else None
+
+
+def flag(v: object) -> bool | None:
+    """``true`` or ``false``; None for anything else."""
+    return v if isinstance(v, bool) else None
+
 
 #: The ``format`` of a baseline document (gate/document.py); a full report has none.
 BASELINE_FORMAT = "tracecheck-baseline"

@@ -9,7 +9,8 @@ go-to-definition leads from the record to that code. Pure: no torch import.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from .reportio import Json
 
 #: seconds one task process may run (``--timeout``'s default: a cold C++ extension build takes ~30 s, the slowest
 #: stage on a large model ~250 s on a loaded 2-core machine)
@@ -35,6 +36,6 @@ class ProcessTask:
     #: keep this process's structured trace (TORCH_TRACE) here, for tlparse
     trace_dir: str | None = None
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Json:
         """The task's work, in the task process; returns plain data (it goes back as JSON)."""
         raise NotImplementedError(type(self).__name__)

@@ -18,8 +18,9 @@ import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
+from .context import Context
 from .evidence import Evidence
 from .exitcodes import UsageError
 from .records import Frame
@@ -30,8 +31,8 @@ class FindingLike(Protocol):
     """What the kind's facts read of a finding (model/report.Finding, which imports this module)."""
 
     kind: str
-    #: Finding.context: the classifier's facts by key, which the kind's templates are filled from
-    context: dict[str, Any]
+    #: Finding.context: the classifier's facts, which the kind's templates are filled from (``to_json``)
+    context: Context
     evidence: Evidence
 
     @property
@@ -84,7 +85,7 @@ def rewrites_model_code(f: FindingLike, probe_file: str) -> bool:
     MODEL_CODE_KINDS whose user frame lies in that file, or a C/pybind11 function called straight from model code
     (inside an autograd.Function the Function becomes custom ops instead): from that file, or from a library's,
     where the probe's file installs the custom op in the library's module."""
-    if f.kind not in MODEL_CODE_KINDS and (f.kind != K.PYBIND_BUILTIN or f.context.get("in_autograd_function")):
+    if f.kind not in MODEL_CODE_KINDS and (f.kind != K.PYBIND_BUILTIN or f.context.in_autograd_function):
         return False
     if _stays_constant(f):
         return False
@@ -98,8 +99,8 @@ def rewrites_model_code(f: FindingLike, probe_file: str) -> bool:
     # another file's break (a user frame is never torch's own: evidence/frames.py): a library's C call, or a break
     # that a setting of torch's or a rewrite of the function that holds it answers (fix/library.py)
     if f.kind == K.PYBIND_BUILTIN:
-        return _called_by_name(frame, str(f.context.get("builtin") or ""))
-    gb_type = str(f.context.get("gb_type") or f.evidence.gb_type or "")
+        return _called_by_name(frame, f.context.builtin or "")
+    gb_type = f.context.gb_type or f.evidence.gb_type or ""
     return frame.file.endswith(".py") and (f.kind == K.DATA_DEPENDENT or gb_type.startswith(LIBRARY_GB_TYPES) or (
         gb_type.startswith("Failed to trace builtin operator") and "print(" in (frame.code or "")))
 
@@ -131,14 +132,14 @@ def _stays_constant(f: FindingLike) -> bool:
     """A C builtin called with constants only (cause ``constant_args``): its cheapest fix is to keep the value a
     constant (computed outside, or torch.compiler.assume_constant_result), which the kind's fix says; a custom op
     (what ``tracecheck fix`` generates) would be the wrong change."""
-    return f.kind == K.PYBIND_BUILTIN and f.context.get("cause") == "constant_args"
+    return f.kind == K.PYBIND_BUILTIN and f.context.cause == "constant_args"
 
 
 def needs_registration_fix(f: FindingLike, probe_file: str) -> bool:
     """Is finding ``f`` one ``tracecheck fix`` answers with a fixed registration (``-o fixed_ops.py``): a kind with a
     ``code_fix`` that no rewrite of the probe's file answers."""
     if f.kind == K.PYBIND_BUILTIN:  # a direct call elsewhere has no Function to convert: no fix at all
-        return bool(f.context.get("in_autograd_function")) and not _stays_constant(f)
+        return f.context.in_autograd_function and not _stays_constant(f)
     return f.kind in kinds() and bool(kinds()[f.kind].code_fix) and f.kind not in MODEL_CODE_KINDS
 
 
@@ -151,7 +152,7 @@ class Kind:
     #: ERROR or ADVICE (module docstring)
     severity: str = ERROR
     snippet: str = ""
-    #: a fix per cause the evidence supports (``Finding.context["cause"]``); ``fix`` when none is named
+    #: a fix per cause the evidence supports (``Finding.context.cause``); ``fix`` when none is named
     fix_by_cause: dict[str, str] = field(default_factory=dict)
     #: a summary per cause, where a cause's evidence reads otherwise (``summary`` for the rest)
     summary_by_cause: dict[str, str] = field(default_factory=dict)
@@ -193,7 +194,7 @@ class Pattern:
     regex: re.Pattern[str]
     #: trusted only when a torch exception or a graph break carries the text (user code could write it)
     torch_only: bool = False
-    #: the cause a match names (``Finding.context["cause"]``, which picks the kind's ``fix_by_cause``)
+    #: the cause a match names (``Finding.context.cause``, which picks the kind's ``fix_by_cause``)
     cause: str = ""
     #: counts only where the innermost frame of Dynamo's ``from user code:`` block is code torch generated
     #: (``<eval_with_key>``: compiled autograd's backward graph), no line of the user's
@@ -329,7 +330,9 @@ class _Blank(dict):
         return "?"
 
 
-def _fill(template: str, values: dict[str, Any]) -> str:
+def _fill(template: str, context: Context, derived: Mapping[str, object] | None = None) -> str:
+    """``template`` filled from the context's JSON (a list joined by ", "), then ``derived`` values over it."""
+    values = {**context.to_json(), **(derived or {})}
     flat = {k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in values.items()}
     try:
         return string.Formatter().vformat(template, (), _Blank(flat))
@@ -337,11 +340,11 @@ def _fill(template: str, values: dict[str, Any]) -> str:
         return template
 
 
-def summary(kind: str, values: dict[str, Any]) -> str:
-    """The kind's one-sentence summary (its cause's, where it has one) with ``values`` (the finding's context and
-    derived fields) filled in."""
+def summary(kind: str, context: Context, derived: Mapping[str, object] | None = None) -> str:
+    """The kind's one-sentence summary (its cause's, where it has one) filled from the finding's context and the
+    ``derived`` values (classify/detect.fill_summary's: the stage, a short builtin name, ...), which win."""
     k = kinds()[kind]
-    return _fill(k.summary_by_cause.get(str(values.get("cause")), k.summary), values)
+    return _fill(k.summary_by_cause.get(str(context.cause), k.summary), context, derived)
 
 
 def fix_text(f: FindingLike) -> str:
@@ -350,14 +353,14 @@ def fix_text(f: FindingLike) -> str:
     kind = kinds().get(f.kind)
     if kind is None:
         return ""
-    return _fill(kind.fix_by_cause.get(str(f.context.get("cause")), kind.fix), f.context)
+    return _fill(kind.fix_by_cause.get(str(f.context.cause), kind.fix), f.context)
 
 
 def snippet_for(f: FindingLike) -> str:
     """The kind's example code for this finding (a ``report.Finding``): only where its fix is the kind's own, not a
     cause's (a ``.item()`` under vmap gets no autograd.Function example)."""
     kind = kinds().get(f.kind)
-    if kind is None or str(f.context.get("cause")) in kind.fix_by_cause:
+    if kind is None or str(f.context.cause) in kind.fix_by_cause:
         return ""
     return kind.snippet
 

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from ..gate.changes import REGRESSED
 from ..model.report import RunReport
+from . import view
 
 #: probe ids (stage names) a root cause's annotation lists before counting the rest
 _LISTED = 10
@@ -86,7 +87,7 @@ def lines(report: RunReport | None, comparison: Any = None, environ: Mapping[str
         for stage, s in p.stages.items():
             if comparison is not None and (p.id, None) not in everything_new and (p.id, stage) not in everything_new:
                 continue
-            if not p.gate.requires(s.target):  # a target the run does not require gates nothing: no ::error
+            if not view.cell(s, p.gate).required:  # a target the run does not require gates nothing: no ::error
                 continue
             for b in s.breaks:
                 file = _workspace_relative(b.file, env) if b.file else None

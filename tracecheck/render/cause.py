@@ -1,16 +1,18 @@
 """One root cause as every renderer shows it, decided once (``CauseView``): its kind and whether it gates the run, where
-it is and whose code that is, one line of evidence, what it costs, the fix, and which probes and stages saw it. The
-brief, the Markdown report and the source view lay these fields out; none composes them again."""
+it is and whose code that is, one line of evidence (and its long form), what it costs, the fix, and which probes and
+stages saw it. The brief, the Markdown report, the source view, the terminal's long form (``-v``) and JUnit lay these
+fields out; none composes them again."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..gate.snapshot import relative_location
 from ..model.evidence import opcheck_test
-from ..model.report import Finding, RootCause, RunReport, root_causes
+from ..model.report import Finding, ProbeReport, RootCause, RunReport, root_causes
 from ..model.targets import Gate
-from ..model.taxonomy import fix_text, kinds
+from ..model.taxonomy import K, fix_text, kinds
 from ..stages import order as stage_order
 from . import view
 from .excerpts import numeric_lines
@@ -46,6 +48,18 @@ class Reach:
 
 
 @dataclass(frozen=True)
+class Site:
+    """The user's line a cause points at, as each output names it."""
+
+    #: ``file:line`` relative to the working directory when under it (``where_of``): the terminal's
+    here: str
+    #: ``file:line`` relative to the rootdir, as probe ids name files: every CI output's (gate/snapshot.relative_location)
+    rootdir: str
+    #: the line's source, stripped; None where it was not read
+    code: str | None
+
+
+@dataclass(frozen=True)
 class CauseView:
     """One root cause (model/report.root_causes), every field a renderer shows (module docstring)."""
 
@@ -66,6 +80,17 @@ class CauseView:
     evidence: str
     #: what a numeric comparison measured (its evidence, in place of ``evidence``)
     numeric: tuple[str, ...]
+    #: the evidence line's long form, each fact whole: the exception's type, Dynamo's gb_type and GB code, opcheck's test
+    facts: tuple[str, ...]
+    #: the root cause's words (``Evidence.headline``) where an exception made the finding, else ""
+    message: str
+    #: what else the evidence says, one labelled line each: what each backend did, the generated code it sits in, the
+    #: gb_type's page
+    notes: tuple[str, ...]
+    #: the longest account of it (``Evidence.detail``: the traceback, else the message)
+    detail: str
+    #: the user's line, None where no frame places it
+    site: Site | None
     #: the fix and the command that prints the kind's page; None for a kind this version does not know
     fix: str | None
     more: str | None
@@ -79,17 +104,31 @@ class CauseView:
 
 def of(report: RunReport, c: RootCause, labels: dict[str, str]) -> CauseView:
     """The view of one root cause of ``report`` (``labels``: each probe's label, terminal.probe_labels)."""
+    return _of(report.gate, c, labels)
+
+
+def sighting(p: ProbeReport, stages: Sequence[str], f: Finding) -> CauseView:
+    """One probe's finding at ``stages``, as the per-probe long forms (the terminal's ``-v``, JUnit's testcases) lay it
+    out, gated by the probe's gate (``ProbeReport.gate``: the run's)."""
+    return _of(p.gate, RootCause(f, [(p, list(stages))]), {p.id: p.name})
+
+
+def _of(gate: Gate, c: RootCause, labels: dict[str, str]) -> CauseView:
     f = c.finding
+    ev = f.evidence
     targets = tuple(sorted({t for p, stages in c.seen for t in view.not_required_targets(p, stages)}))
-    standing = ADVICE if not report.gate.fails_on(f.kind) else GATES if view.gating(report, c) else NOT_REQUIRED
+    standing = ADVICE if not gate.fails_on(f.kind) else GATES if view.gates(gate, c) else NOT_REQUIRED
     kind = kinds().get(f.kind)
     # a cause keyed by its op (model/report.finding_key) is the op's in every probe: its line only when one probe saw it
     where = f.cx.op if f.cx.op and len({p.id for p, _ in c.seen}) > 1 else where_of(f)
     return CauseView(
         cause=c, kind=f.kind, summary=f.summary, standing=standing, targets=targets,
-        gates_nothing=gates_nothing(targets, report.gate) if standing == NOT_REQUIRED and targets else None,
+        gates_nothing=gates_nothing(targets, gate) if standing == NOT_REQUIRED and targets else None,
         where=where, whose=view.owner_label(f) if f.user_frame is not None else None,
-        evidence=evidence_line(f), numeric=tuple(numeric_lines(f)),
+        evidence=evidence_line(f), numeric=tuple(numeric_lines(f)), facts=evidence_facts(f),
+        # an exception's words (a data-dependent TypeError from NumPy as much as an unknown), past a wrapper's header
+        message=ev.headline() if ev.exception_type or f.kind in (K.EAGER_ERROR, K.BACKEND_ERROR, K.UNKNOWN) else "",
+        notes=_notes(f), detail=ev.detail().strip(), site=_site(f, c.seen[0][0]) if c.seen else None,
         fix=fix_text(f) if kind else None, more=kind.explain_command if kind else None,
         reach=Reach(tuple(dict.fromkeys(labels.get(p.id, p.id) for p, _ in c.seen)),
                     tuple(sorted({s for _, st in c.seen for s in st}, key=stage_order))),
@@ -112,6 +151,30 @@ def where_of(f: Finding) -> str:
         rel = os.path.relpath(frame.file) if os.path.isabs(frame.file) else frame.file
         return f"{frame.file if rel.startswith('..') else rel}:{frame.line}"
     return f.cx.op or f.cx.builtin or ""
+
+
+def _site(f: Finding, p: ProbeReport) -> Site | None:
+    frame = f.user_frame
+    if frame is None:
+        return None
+    return Site(where_of(f), f"{relative_location(frame.file, p)}:{frame.line}", frame.code or None)
+
+
+def _notes(f: Finding) -> tuple[str, ...]:
+    ev = f.evidence
+    backends, generated = view.backends_line(ev), view.generated_line(ev)
+    return tuple(x for x in (f"backends: {backends}" if backends else "", generated or "",
+                             f"gb_type doc: {ev.doc}" if ev.doc else "") if x)
+
+
+def evidence_facts(f: Finding) -> tuple[str, ...]:
+    """The evidence line's long form, each fact whole: ``exception T``, ``gb_type '...' (GBxxxx)``, ``opcheck
+    test_faketensor`` (``evidence_line`` keeps the one that says most)."""
+    ev = f.evidence
+    test = opcheck_test(ev)
+    return tuple(x for x in (f"exception {ev.exception_type}" if ev.exception_type else "",
+                             f"gb_type {ev.gb_type!r}" + (f" ({ev.gb_code})" if ev.gb_code else "") if ev.gb_type else "",
+                             f"opcheck {test}" if test else "") if x)
 
 
 def evidence_line(f: Finding) -> str:

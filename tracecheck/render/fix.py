@@ -20,8 +20,8 @@ def render(o: FixOutcome, out: Console, verbose: bool = False) -> None:
             # as lists, as this line has always shown them
             p(f"    mutates_args observed: forward {list(f.mutates_args.forward)}, backward "
               f"{list(f.mutates_args.backward)}")
-        for t in f.todo:
-            p(f"    TODO: {t}")
+        for todo in f.todo:
+            p(f"    TODO: {todo}")
         for c in f.check:
             p(f"    CHECK: {c}")
         if verbose:

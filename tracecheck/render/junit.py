@@ -7,7 +7,7 @@ Shape (the common JUnit schema that those tools read)::
         <properties><property name="torch" value="2.13.0+cpu"/>...</properties>
         <testcase classname="<probe file, dotted>" name="<probe>[<stage>]" file="<probe file>" time="1.2">
           <properties><property name="calls_captured" value="8"/>...</properties>   explain: compile coverage
-          <failure type="<kind>" message="<summary>">evidence</failure>   a failing stage
+          <failure type="<kind>" message="<summary>">findings</failure>   a failing stage
           <error type="timeout|crash" message="...">stderr tail</error>   a stage whose process died
           <skipped message="reason"/>                                     a skipped stage
           <error type="internal-error" message="...">traceback</error>    tracecheck's own failure in the stage
@@ -21,6 +21,10 @@ file:line, GB code and gb_type), and the body labels the stage's findings the ba
 failure the baseline already has is ``<skipped>`` ("known failure"), so the job's test view shows only
 regressions as failures; a probe that went missing gets a failing ``<probe>[missing]`` testcase. Files are
 relative to the rootdir, as probe ids are.
+
+Each finding in a body is laid out from its view (render/cause.sighting), as the terminal's ``-v`` lays it out:
+``[kind] summary``, ``at file:line  source``, the evidence, whose code, notes, cost, fix and ``more:``, the
+traceback.
 """
 from __future__ import annotations
 
@@ -36,8 +40,7 @@ from ..gate.comparison import Comparison
 from ..gate.snapshot import relative_location
 from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
 from ..model.reportio import write_text_atomic
-from ..model.taxonomy import kinds
-from . import view
+from . import cause, view
 
 _XML_ILLEGAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _MAX_TEXT = 20000
@@ -60,24 +63,30 @@ def _where(f: Finding, p: ProbeReport) -> tuple[str | None, int | None]:
 
 
 def _evidence_text(s: StageResult, p: ProbeReport, findings: list[Finding] | None = None) -> str:
-    out = []
+    """The stage's findings (or ``findings``), each laid out from its view (render/cause.sighting)."""
+    out: list[str] = []
+    fixes: set[str] = set()  # a fix is said once a body: a stage's findings of one kind often share it
     for f in findings if findings is not None else s.findings or ([s.failure] if s.failure else []):
-        ev = f.evidence
-        out.append(f"[{f.kind}] {f.summary}")
-        frame = f.user_frame
-        if frame is not None:
-            code = f"  {frame.code}" if frame.code else ""
-            file, line = _where(f, p)
-            out.append(f"  at {file}:{line}{code}")
-        if ev.gb_type:
-            out.append(f"  gb_type: {ev.gb_type} ({ev.gb_code or 'no GB code'})")
-        if f.kind in kinds():  # the kind's page: a command a CI log's reader can run wherever tracecheck installs
-            out.append(f"  more: {kinds()[f.kind].explain_command}")
-        detail = ev.detail()
-        if detail:
-            out.append(str(detail).rstrip())
-        out.append("")
+        v = cause.sighting(p, [s.stage], f)
+        out += [*_finding_lines(v, show_fix=v.fix not in fixes), ""]
+        fixes.add(v.fix or "")
     return "\n".join(out)
+
+
+def _finding_lines(v: cause.CauseView, show_fix: bool = True) -> list[str]:
+    """One finding in a testcase's body: kind and summary; its line (relative to the rootdir), evidence, cost and fix
+    (``show_fix``), and the command that prints the kind's page, which a CI log's reader can run wherever tracecheck
+    installs; then its whole account (the traceback)."""
+    out = [f"[{v.kind}] {v.summary}"]
+    if v.site is not None:
+        out.append(f"  at {v.site.rootdir}" + (f"  {v.site.code}" if v.site.code else ""))
+    out += [f"  {'; '.join(v.facts)}"] if v.facts else []
+    out += [f"  whose code: {v.whose}"] if v.whose is not None else []
+    out += [f"  {line}" for line in (*v.notes, *v.numeric)]
+    out += [f"  costs: {v.cost.text()}"] if v.cost is not None else []
+    out += [f"  fix: {v.fix}"] if v.fix is not None and show_fix else []
+    out += [f"  more: {v.more}"] if v.more is not None else []
+    return out + ([v.detail] if v.detail else [])
 
 
 def _regressions(causes: list[ChangeCause], probe_id: str, stage: str) -> list[ChangeCause]:
@@ -131,6 +140,8 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Comparison 
             ET.SubElement(props, "property", {"name": f"break_cost {relative_location(c.file, p)}:{c.line}",
                                               "value": f"{c.share:.4f}"})
     failed = s.status in FAILED
+    shown = view.cell(s, p.gate)  # a failure of a target the run does not require gates nothing
+    not_required = shown is not None and shown.shown == view.NOT_REQUIRED
     if comparison is not None:
         # against a baseline the comparison decides (its required targets and advice severity included)
         regressed = _regressions(causes if causes is not None else comparison.causes, p.id, stage)
@@ -138,12 +149,12 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Comparison 
             _regression_failure(case, p, s, regressed)
             return case
         if failed and not regressed:
-            why = "known failure in the baseline" if p.gate.requires(s.target) else \
-                f"target {s.target} not required, no regression"
+            why = f"target {s.target} not required, no regression" if not_required else \
+                "known failure in the baseline"
             kinds = ", ".join(dict.fromkeys(f.kind for f in s.findings)) or s.status
             ET.SubElement(case, "skipped", {"message": _clean(f"{why}: {kinds}", 500)})
             return case
-    elif failed and not p.gate.requires(s.target):  # shown with its evidence, failing nothing
+    elif not_required:  # shown with its evidence, failing nothing
         ET.SubElement(case, "system-out").text = _clean(
             f"target {s.target} not required ({p.gate.how_to_require(str(s.target))} gates on it); the stage "
             f"failed:\n" + _evidence_text(s, p))
@@ -154,14 +165,13 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Comparison 
             f"tracecheck's own code failed in this stage (not the probe's): {lines[-1]}", 1000)})
         el.text = _clean(s.internal_error or "")
         return case
+    v = cause.sighting(p, [stage], s.failure) if s.failure is not None else None
     if s.status == FAIL:
-        f = s.failure
-        el = ET.SubElement(case, "failure", {"type": f.kind if f else "fail",
-                                             "message": _clean(f.summary if f else "failed", 1000)})
+        el = ET.SubElement(case, "failure", {"type": v.kind if v else "fail",
+                                             "message": _clean(v.summary if v else "failed", 1000)})
         el.text = _clean(_evidence_text(s, p))
     elif s.status in (TIMEOUT, CRASH):
-        f = s.failure
-        el = ET.SubElement(case, "error", {"type": s.status, "message": _clean(f.summary if f else s.status, 1000)})
+        el = ET.SubElement(case, "error", {"type": s.status, "message": _clean(v.summary if v else s.status, 1000)})
         el.text = _clean(_evidence_text(s, p))
     elif s.status == SKIP:
         ET.SubElement(case, "skipped", {"message": _clean(s.skip_reason or "skipped", 1000)})

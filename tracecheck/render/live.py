@@ -136,7 +136,7 @@ class LiveProgress(Progress):
         self.bar.update(self.task, description=", ".join(self.running[-2:]))
 
     def finished(self, probe_id: str, result: StageResult) -> None:
-        from . import terminal
+        from . import terminal, view
 
         key = f"{probe_id.split('::')[-1]}:{result.stage}"
         if key in self.running:
@@ -144,7 +144,7 @@ class LiveProgress(Progress):
         pending = bool(result.notes.kind_pending)  # api._as_settled: a stage still running may explain it
         # a kind pending is not stated (✗ and a pending mark); a target not required is ○ (the run's gate)
         self.bar.cells.setdefault(probe_id, {})[result.stage] = \
-            Text("✗ …", style="red") if pending and self.gate.requires(result.target) else \
+            Text("✗ …", style="red") if pending and view.cell(result, self.gate).required else \
             Text("○ …", style="dim") if pending else terminal.cell(result, self.gate)
         self.bar.update(self.task, advance=1, description=", ".join(self.running[-2:]) or "running stages")
         status = result.status if result.status == PASS or not result.failure else \

@@ -18,13 +18,13 @@ import shlex
 from typing import Any
 
 from ..model.evidence import ExceptionEvidence, ProcessEvidence, RegistrationEvidence
-from ..model.taxonomy import K, is_advice, kinds, snippet_for
+from ..model.taxonomy import K, kinds, snippet_for
 from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
 from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
 from ..model.targets import COMPILE, TARGETS, Gate
 from ..stages import REGISTRY as STAGE_REGISTRY
 from . import diff, view
-from .cause import of as cause_view
+from .cause import ADVICE, of as cause_view
 from ..machine import COLLECT_ENV_FIELDS
 from .excerpts import TRIMMED, condense_traceback, drop_noise, named_in_message, numeric_lines, trim_message
 from .fit import Details, Section, fence, fit
@@ -438,7 +438,7 @@ class MarkdownRenderer:
         gate = self.report.gate
         s = p.stages.get(stage)
         # a finding of a target not required reproduces (fails the run) only when that target is required
-        extra = (s.target,) if s is not None and s.target and not gate.requires(s.target) else ()
+        extra = (s.target,) if s is not None and s.target and not view.cell(s, gate).required else ()
         # compile is always required, and a run with none of its stages is refused: eager runs beside the others
         spec = STAGE_REGISTRY.get(stage)
         stages = stage if spec is None or spec.target == COMPILE else f"eager,{stage}"
@@ -459,8 +459,10 @@ class MarkdownRenderer:
         failing = [p for p in self.report.probes if p.verdict.status == FAIL]
         # advice, and whatever only targets not required found, fail nothing: their own sections below
         quiet = [c for c in root_causes(self.report.probes) if not self.gating(c)]
-        advice = [c for c in quiet if is_advice(c.finding.kind)]
-        others = [c for c in quiet if not is_advice(c.finding.kind)]
+        # as each cause stands (render/cause.py): advice apart from what fails only where its target is not required
+        advice_ids = {id(c) for c in quiet if cause_view(self.report, c, {}).standing == ADVICE}
+        advice = [c for c in quiet if id(c) in advice_ids]
+        others = [c for c in quiet if id(c) not in advice_ids]
         if failing:
             causes = view.by_cost([c for c in root_causes(failing) if self.gating(c)])  # the costliest breaks first
             by_owner = view.breaks_by_owner(causes)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pandas as pd
 
 from ..model.report import INTERNAL, RunReport
-from ..model.taxonomy import is_advice
 from . import view
 
 #: columns added since the first layout come last, so a script reading the CSV by position keeps working
@@ -25,12 +24,11 @@ def stages_frame(report: RunReport) -> pd.DataFrame:
     rows = []
     for p in report.probes:
         for stage, s in p.stages.items():
-            found = view.stage_kinds(s)
-            advice = [k for k in found if is_advice(k)]
-            found = [k for k in found if report.gate.fails_on(k)]
+            found = view.gated_kinds(s, report.gate)
+            advice = s.outcome.advice
             rows.append({
                 "probe": p.id, "file": p.id.split("::", 1)[0], "name": p.name, "stage": stage,
-                "target": s.target or "", "required": report.gate.requires(s.target), "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "advice": ";".join(advice), "first_kind": s.failure.kind if s.failure else "",
+                "target": s.target or "", "required": view.cell(s, report.gate).required, "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "advice": ";".join(advice), "first_kind": s.failure.kind if s.failure else "",
                 "graph_count": s.graph_count, "graph_break_count": s.graph_break_count,
                 "graph_break_sites": s.graph_break_sites, "dynamo_graph_break_count": s.dynamo_graph_break_count,
                 "gb_types": ";".join(dict.fromkeys(b.gb_type or "" for b in s.breaks)),

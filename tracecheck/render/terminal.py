@@ -2,22 +2,20 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from dataclasses import dataclass
 
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from ..model.taxonomy import MODEL_CODE_KINDS, K, fix_text, is_advice, kinds, needs_registration_fix, rewrites_model_code
-from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RootCause, RunReport, StageResult, finding_key, group_findings
+from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, needs_registration_fix, rewrites_model_code
+from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult, finding_key, group_findings
 from ..model.targets import Gate
-from . import view
-from .cause import gates_nothing
-from ..model.evidence import opcheck_test
-from .excerpts import numeric_lines
+from . import cause, view
 
 
 _ICON = {PASS: "✓", SKIP: "–", FAIL: "✗", TIMEOUT: "⏱", CRASH: "✗", INTERNAL: "!", view.NOT_REQUIRED: "○"}
@@ -165,14 +163,6 @@ def stage_heading(stage: str) -> str:
     return (spec.heading or spec.name) if spec else stage
 
 
-def _frame(f: Finding) -> str:
-    fr = f.user_frame
-    if fr is None:
-        return ""
-    code = f"  `{fr.code}`" if fr.code else ""
-    return f"{fr.location}{code}"
-
-
 def findings(report: RunReport, verbose: bool = False) -> Group:
     parts: list = []
     for p in report.probes:
@@ -215,28 +205,26 @@ def findings(report: RunReport, verbose: bool = False) -> Group:
     return Group(*parts)
 
 
-def _coverage_of(p: ProbeReport, verbose: bool) -> list[Text]:
+def _coverage_of(p: ProbeReport, verbose: bool) -> list[RenderableType]:
     """The long form's line under a probe's header: its forward's compile coverage (the explain stage's)."""
     cov = view.coverage(p) if verbose else None
     return [Text("    " + view.coverage_text(cov), style="dim")] if cov is not None else []
 
 
-def _findings_of(p: ProbeReport, verbose: bool) -> list[Text]:
-    """Each distinct finding of the probe once, with its stages; an advice kind's fix once per probe; tracecheck's
-    own failures (internal errors) last."""
-    out, shown = [], set()
-    costs = view.break_costs(p)
+def _findings_of(p: ProbeReport, verbose: bool) -> list[RenderableType]:
+    """Each distinct finding of the probe once, with its stages (render/cause.sighting); an advice kind's fix once per
+    probe; tracecheck's own failures (internal errors) last."""
+    out: list[RenderableType] = []
+    shown = set()
+    views = [cause.sighting(p, stages, f) for stages, f in group_findings(p)]
 
-    def cost(f: Finding) -> float:  # the costliest breaks first, the rest as found
-        c = costs.of_site(f.user_frame.file, f.user_frame.line) if costs is not None and f.user_frame else None
-        return -c.ms if c is not None and not c.noisy else 1.0
-    for stages, f in sorted(group_findings(p), key=lambda sf: cost(sf[1])):
+    def cost(v: cause.CauseView) -> float:  # the costliest breaks first, the rest as found
+        return -v.cost.cost.ms if v.cost is not None and not v.cost.cost.noisy else 1.0
+    for v in sorted(views, key=cost):
         # advice of one kind has one fix: it is printed once per probe
-        out.append(_finding_text(", ".join(stages), f, verbose, show_fix=f.kind not in shown,
-                                 not_required=view.not_required_targets(p, stages), gate=p.gate,
-                                 cost=view.cost_of(RootCause(f, [(p, stages)]))))
-        if is_advice(f.kind):
-            shown.add(f.kind)
+        out.append(finding_text(v, verbose, show_fix=v.kind not in shown))
+        if v.standing == cause.ADVICE:
+            shown.add(v.kind)
     for stage, s in p.stages.items():
         if s.status == INTERNAL:
             out.append(internal_text(stage, s, verbose))
@@ -255,57 +243,47 @@ def internal_text(stage: str, s: StageResult, verbose: bool) -> Text:
     return t
 
 
-def _finding_text(stage: str, f: Finding, verbose: bool, show_fix: bool = True, not_required: Sequence[str] = (),
-                  gate: Gate = Gate(), cost: "view.Cost | None" = None) -> Text:
-    ev = f.evidence
-    t = Text(f"  [{stage}] ", style="cyan")
-    advice = is_advice(f.kind)
-    label = " (advice)" if advice else f" ({', '.join(not_required)}: not required)" if not_required else ""
-    t.append(f"{f.kind}{label}", style="yellow" if advice or not_required else "red")
-    t.append(f": {f.summary}\n")
-    if not_required and not advice:
-        t.append(f"    gates nothing: {gates_nothing(not_required, gate)}\n", style="dim")
-    bits = []
-    if ev.exception_type:
-        bits.append(f"exception {ev.exception_type}")
-    if ev.gb_type:
-        bits.append(f"gb_type {ev.gb_type!r}" + (f" ({ev.gb_code})" if ev.gb_code else ""))
-    test = opcheck_test(ev)
-    if test:
-        bits.append(f"opcheck {test}")
-    if ev.owner is not None:
-        bits.append(f"owner: {ev.owner.label}")
-    if bits:
-        t.append("    " + "; ".join(bits) + "\n", style="dim")
-    # the root cause's words, past a wrapper's header (BackendCompilerFailed's ``backend='...' raised:``), for every
-    # finding an exception made (a data-dependent TypeError from NumPy as much as an unknown)
-    said = ev.headline()
-    if said and not verbose and (ev.exception_type or f.kind in (K.EAGER_ERROR, K.BACKEND_ERROR, K.UNKNOWN)):
-        t.append(f"    message: {said[:200]}\n", style="dim")
-    backends = view.backends_line(ev)
-    if backends:
-        t.append(f"    backends: {backends}\n", style="dim")
-    frame = _frame(f)
-    if frame:
-        t.append(f"    at {frame}\n", style="dim")
-    generated = view.generated_line(ev)
-    if generated:
-        t.append(f"    {generated}\n", style="dim")
-    if ev.doc:
-        t.append(f"    gb_type doc: {ev.doc}\n", style="dim")
-    for line in numeric_lines(f):
-        t.append(f"    {line}\n", style="dim")
-    if cost is not None:
-        t.append(f"    costs: {cost.text()}\n", style="dim")
-    kind = kinds().get(f.kind)
-    if kind and show_fix:
-        t.append(f"    fix: {fix_text(f)}\n")
-        t.append(f"    more: {kind.explain_command}\n")  # a line of its own: copied whole, never wrapped mid-command
-    if verbose:
-        detail = ev.detail()
-        if detail:
-            t.append("    " + detail.strip().replace("\n", "\n    ") + "\n", style="dim")
-    return t
+@dataclass(frozen=True)
+class Indented:
+    """``text`` ``indent`` columns in, its wrapped lines too; unlike rich's ``Padding``, no line is padded out to the
+    width (a CI log of ``-v`` keeps no trailing blanks)."""
+
+    text: Text
+    indent: int
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        pad = Segment(" " * self.indent)
+        for line in self.text.wrap(console, max(1, options.max_width - self.indent)):
+            if line.plain:  # a blank line stays blank
+                yield pad
+            yield from line.render(console)
+            yield Segment.line()
+
+
+def finding_text(v: cause.CauseView, verbose: bool, show_fix: bool = True) -> Group:
+    """One finding of one probe (``cause.sighting``): its stages, kind and summary, then, indented, its evidence, line,
+    cost and fix; ``verbose``: its whole account (the traceback), else the root cause's words."""
+    label = " (advice)" if v.standing == cause.ADVICE else \
+        f" ({', '.join(v.targets)}: not required)" if v.standing == cause.NOT_REQUIRED else ""
+    head = Text(f"[{', '.join(v.reach.stages)}] ", style="cyan")
+    head.append(f"{v.kind}{label}", style="red" if v.standing == cause.GATES else "yellow")
+    head.append(f": {v.summary}")
+    body = Text()
+    dim: list[str] = [f"gates nothing: {v.gates_nothing}"] if v.gates_nothing else []
+    dim += ["; ".join(v.facts)] if v.facts else []
+    dim += [f"whose code: {v.whose}"] if v.whose is not None else []
+    dim += [f"message: {v.message[:200]}"] if v.message and not verbose else []
+    dim += [f"at {v.site.here}" + (f"  `{v.site.code}`" if v.site.code else "")] if v.site is not None else []
+    dim += [*v.notes, *v.numeric] + ([f"costs: {v.cost.text()}"] if v.cost is not None else [])
+    for line in dim:
+        body.append(f"{line}\n", style="dim")
+    if v.fix is not None and show_fix:
+        body.append(f"fix: {v.fix}\n")
+        body.append(f"more: {v.more}\n")  # a line of its own: copied whole, never wrapped mid-command
+    if verbose and v.detail:
+        body.append(v.detail + "\n", style="dim")
+    # indented, wrapped lines too: a block reads as one finding at any width
+    return Group(Indented(head, 2), Indented(body, 4))
 
 
 def environment_line(report: RunReport) -> Text:
@@ -430,7 +408,7 @@ def next_steps(report: RunReport, attachment: str | None = None, source: str | N
             lines.append(f"tracecheck fix {node} {output}   ({', '.join(fixable)}{also})")
         elif v.kinds and v.kinds[0] in kinds():
             node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else node
-            first = next((k for k in v.kinds if not is_advice(k)), v.kinds[0])  # --strict: the error first
+            first = next((k for k in v.kinds if k not in v.advice), v.kinds[0])  # --strict: the error first
             lines.append(f"{kinds()[first].explain_command}   ({node})")
     if lines:
         if attachment:

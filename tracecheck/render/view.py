@@ -4,6 +4,7 @@ disagree (rich's ``Traceback.extract`` → ``Trace``, then drawing, is the model
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 from ..model.payloads import BreakCost, BreakCosts, CompiledAutogradCounts, Coverage, InductorKernels, NOISY_RULE
 from ..model.evidence import TORCH as TORCH_OWNER, BreakEvidence, Evidence, ExceptionEvidence
@@ -56,13 +57,28 @@ class Cell:
         return ", ".join(self.kinds) or self.status
 
 
+@overload
+def cell(s: StageResult, gate: Gate = ...) -> Cell: ...
+@overload
+def cell(s: None, gate: Gate = ...) -> None: ...
+@overload
+def cell(s: StageResult | None, gate: Gate = ...) -> Cell | None: ...
+
+
 def cell(s: StageResult | None, gate: Gate = Gate()) -> Cell | None:
-    """``gate``: the run's (``RunReport.gate``): with ``strict``, advice kinds are failures too."""
+    """``gate``: the run's (``RunReport.gate``): with ``strict``, advice kinds are failures too. A stage's cell says
+    whether its target gates (``Cell.required``): the renderers read that, none asks the gate."""
     if s is None:
         return None
     o = s.outcome  # the verdict's own reading of the stage (model/verdict.py)
     return Cell(o.status, o.failing(gate), o.status == PASS and forward_only(s), o.advice if o.status == PASS else (),
                 gate.requires(o.target))
+
+
+def gated_kinds(s: StageResult, gate: Gate) -> list[str]:
+    """The kinds a stage found that fail where found, in the order found: its errors, and its advice under
+    ``--strict`` (whatever the stage's status; ``StageOutcome.advice`` lists the advice)."""
+    return [k for k in stage_kinds(s) if gate.fails_on(k)]
 
 
 def not_checked(p: ProbeReport) -> list[str]:
@@ -358,5 +374,9 @@ def breaks_by_owner(causes: list[RootCause]) -> str | None:
 def gating(report: RunReport, cause: RootCause) -> bool:
     """Does a root cause fail a probe: an error (or advice under ``--strict``) seen at a stage of a required
     target? Every renderer asks this, so none calls a failure advice or the other way round."""
-    return report.gate.fails_on(cause.finding.kind) and \
-        any(not not_required_targets(q, stages) for q, stages in cause.seen)
+    return gates(report.gate, cause)
+
+
+def gates(gate: Gate, cause: RootCause) -> bool:
+    """``gating`` under ``gate`` (the run's; a probe's ``ProbeReport.gate`` is the same)."""
+    return gate.fails_on(cause.finding.kind) and any(not not_required_targets(q, stages) for q, stages in cause.seen)

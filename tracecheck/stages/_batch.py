@@ -21,7 +21,7 @@ from .. import compat
 from ..compat import pytree
 
 
-def batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+def batch_size(args: tuple[Any, ...], kwargs: dict[str, object]) -> int | None:
     """Dim 0 of the first tensor input with a dimension; None when there is none (nothing can vary)."""
     for t in pytree.tree_leaves((args, kwargs)):
         if isinstance(t, torch.Tensor) and t.dim() >= 1 and t.size(0) >= 1:
@@ -34,8 +34,8 @@ def sizes(batch: int) -> list[int]:
     return [batch, batch + 1, batch + 2, batch + 3]
 
 
-def resize(args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, n: int,
-           mark_dynamic: bool = False) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def resize(args: tuple[Any, ...], kwargs: dict[str, object], batch: int, n: int,
+           mark_dynamic: bool = False) -> tuple[tuple[Any, ...], dict[str, object]]:
     """``(args, kwargs)`` with every tensor whose dim 0 is ``batch`` grown or cut to ``n`` rows (``i % batch``).
     ``mark_dynamic``: each of them with its dim 0 marked ``torch._dynamo.maybe_mark_dynamic`` (symbolic from the first
     compile, and specialized without an error where code forces a constant)."""

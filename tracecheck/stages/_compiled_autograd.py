@@ -45,9 +45,8 @@ from ..compat import pytree
 from .. import compat
 from ..evidence import exceptions, tracelog
 from ..model.errors import ErrorRecord
-from ..model.payloads import CompiledAutogradCounts, StageNotes
+from ..model.payloads import CompiledAutogradCounts, HookCounts, InputShapes, OtherBackend, StageNotes
 from ..model.probe import Case
-from ..model.reportio import Json
 from ..model.records import COMPILED_AUTOGRAD, DYNAMO, BreakRecord, RecompileRecord, StageRecord
 from ._execution import Execution, compare, draws_from_numpy, execute, grad_targets, needs_grad, phases, references, with_causes
 from ._spec import StageOptions
@@ -126,8 +125,8 @@ def _second_shape(case: Case) -> tuple[Case, str | None]:
     return Case(case.fn, pytree.tree_map(tile, case.args), pytree.tree_map(tile, case.kwargs), case.grad), None
 
 
-def _shapes(case: Case) -> list[list[int]]:
-    return [list(t.shape) for t in pytree.tree_leaves((case.args, case.kwargs)) if isinstance(t, torch.Tensor)]
+def _shapes(case: Case) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(t.shape) for t in pytree.tree_leaves((case.args, case.kwargs)) if isinstance(t, torch.Tensor))
 
 
 def _hook_registrations(case: Case) -> dict[str, int]:
@@ -297,23 +296,20 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
         captures=captures,
         captures_per_step=captures_per_step,
         compiles=backward.compiles,
-        recompiles=[r.to_wire() for r in recompiles],
+        recompiles=recompiles,
         recompile_count=len(recompiles),
         hooks_captured=sum(in_graph.values()),
-        hooks={
-            "registered": hooks_registered,
-            "in_graph": dict(in_graph),
-            "evidence": "call_hook nodes by hook_type in the last captured compiled-autograd graph "
-                        "(register_hook -> tensor_pre_hook, register_post_accumulate_grad_hook -> "
-                        "post_acc_grad_hook)",
-        },
+        hooks=HookCounts(
+            registered=hooks_registered, in_graph=dict(in_graph),
+            evidence="call_hook nodes by hook_type in the last captured compiled-autograd graph "
+                     "(register_hook -> tensor_pre_hook, register_post_accumulate_grad_hook -> post_acc_grad_hook)"),
         steps=len(execs_b),
         steady_shape_steps=static_steps,
         warmup_steps=WARMUP_STEPS,
     )
     if dynamic:
         counts.schedule = ["AB"[i] for i in schedule]
-        counts.shapes = {"A": _shapes(first), **({"B": _shapes(_second_shape(first)[0])} if 1 in schedule else {})}
+        counts.shapes = InputShapes(_shapes(first), _shapes(_second_shape(first)[0]) if 1 in schedule else None)
         counts.dynamic_note = dynamic_note
     if error_a:
         counts.error_without_ca = f"{error_a.type}: {error_a.message[:300]} (step {error_a.step})"
@@ -352,18 +348,17 @@ def _measure(make_case: Callable[[], Case], steps: int, dynamic: bool, backends:
 
 
 def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], list[Case]], schedule: list[int],
-                   backend: str) -> Json:
-    """The failing steps again, compiled (forward and compiled autograd's backward) with ``backend``:
-    ``{"backend", "error"}``, ``error`` (``type``, ``message``, ``step``) ``None`` when they pass."""
+                   backend: str) -> OtherBackend:
+    """The failing steps again, compiled (forward and compiled autograd's backward) with ``backend``: their error,
+    None when they pass, or why they were not run."""
     if compat.dynamo_suppresses_errors():  # a failure would fall back to eager and read as a pass
-        return {"backend": backend, "error": None, "not_run": "torch._dynamo.config.suppress_errors is set"}
+        return OtherBackend(backend, not_run="torch._dynamo.config.suppress_errors is set")
     if backend == "inductor":  # a device Inductor cannot compile for (the emulated NPU) answers nothing about the model
         case = make_case()
         lacking = compat.devices_without_inductor({t.device.type for t in pytree.tree_leaves((case.args, case.kwargs))
                                                    if isinstance(t, torch.Tensor)})
         if lacking:
-            return {"backend": backend, "error": None,
-                    "not_run": f"Inductor has no code generator for device {', '.join(lacking)}"}
+            return OtherBackend(backend, not_run=f"Inductor has no code generator for device {', '.join(lacking)}")
     compat.dynamo_reset()
     try:
         case = make_case()
@@ -373,9 +368,7 @@ def _other_backend(make_case: Callable[[], Case], cases_for: Callable[[Case], li
         error = exceptions.error_record(e, "compiled_autograd")
     finally:
         compat.dynamo_reset()
-    if error is None:
-        return {"backend": backend, "error": None}
-    return {"backend": backend, "error": {"type": error.type, "message": error.message, "step": error.step}}
+    return OtherBackend(backend, error)
 
 
 def _recompile_records(records: list[RecompileRecord], captures_per_step: list[int]) -> list[RecompileRecord]:

@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from ..model.records import GradientMismatch
+from ..model.records import Derivative, GradientMismatch
 
 #: relative tolerance of the float32 directional check: the central difference at step eps^(1/3) is accurate
 #: to about eps^(2/3) ~ 2.4e-5 relative for a smooth function of unit scale; 1e-2 leaves 400x for curvature and
@@ -18,25 +18,27 @@ DIRECTIONAL_RTOL = {torch.float32: 1e-2, torch.float64: 1e-3}
 
 
 @dataclass(frozen=True)
-class Directional:
+class Directional(Derivative):
     """A derivative along one direction, numerically (central difference) and by autograd (``directional``): ``ok``
     when they agree within ``tolerance``; ``inconclusive`` says why a disagreement proves nothing (``confirmed``)."""
 
-    ok: bool
-    numerical: float
-    analytical: float
-    #: |numerical - analytical| / max(|numerical|, |analytical|)
-    relative_error: float
-    #: atol + rtol * max(|numerical|, |analytical|), and its rounding part
-    tolerance: float
-    atol: float
-    #: the central difference's step
-    step: float
     inconclusive: str = ""
 
+    @classmethod
+    def measured(cls, numerical: float, analytical: float, atol: float, rtol: float, step: float) -> "Directional":
+        """Both values, held to ``atol + rtol * max(|numerical|, |analytical|)``."""
+        largest = max(abs(numerical), abs(analytical))
+        return cls(numerical, analytical, abs(numerical - analytical) / max(largest, 1e-30), atol + rtol * largest,
+                   atol, step)
+
+    @property
+    def ok(self) -> bool:
+        """They agree within the tolerance."""
+        err = abs(self.numerical - self.analytical)
+        return math.isfinite(err) and err <= self.tolerance
+
     def mismatch(self, input: str, output: str | None = None, ratio: float | None = None) -> GradientMismatch:
-        return GradientMismatch(input, self.numerical, self.analytical, self.relative_error, self.tolerance,
-                                self.atol, self.step, output=output, ratio=ratio)
+        return GradientMismatch.along(self, input, output, ratio)
 
 
 def confirmed(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor, dtype: torch.dtype,
@@ -94,9 +96,4 @@ def directional(f: Callable[[torch.Tensor], list[torch.Tensor]], x: torch.Tensor
         numerical = float(loss(plus) - loss(minus)) / (2 * h)
         size = float(sum(((u * o.double()).pow(2).sum() for u, o in zip(us, outs)),
                          torch.zeros((), dtype=torch.float64)).sqrt())
-    atol = 8 * eps * size / h
-    rtol = DIRECTIONAL_RTOL.get(dtype, 1e-2)
-    err = abs(numerical - analytical)
-    tol = atol + rtol * max(abs(numerical), abs(analytical))
-    return Directional(math.isfinite(err) and err <= tol, numerical, analytical,
-                       err / max(abs(numerical), abs(analytical), 1e-30), tol, atol, h)
+    return Directional.measured(numerical, analytical, 8 * eps * size / h, DIRECTIONAL_RTOL.get(dtype, 1e-2), h)

@@ -177,7 +177,7 @@ def _grad_delta(grad: torch.Tensor | None, before: torch.Tensor | None) -> torch
 
 def structural(detail: str) -> MismatchRecord:
     """The one disagreement of outputs that cannot be paired up (their structure or number differs)."""
-    return MismatchRecord(FORWARD, 1, 1, WorstTensor(what="outputs", detail=detail))
+    return MismatchRecord(phase=FORWARD, disagreeing=1, compared=1, worst=WorstTensor(what="outputs", detail=detail))
 
 
 def pairs(ref: Execution, got: Execution) -> list[_numerics.Pair] | MismatchRecord:
@@ -195,12 +195,12 @@ def pairs(ref: Execution, got: Execution) -> list[_numerics.Pair] | MismatchReco
     return out
 
 
-def values(ex: Execution, widen: bool = True) -> dict[str, Any]:
+def values(ex: Execution, widen: bool = True) -> dict[str, object]:
     """An execution's outputs and gradients by the names ``pairs`` gives them (the fp64 reference; ``widen``:
     floating values as float64)."""
     outputs = plain(ex.outputs)
     leaves = pytree.tree_leaves(_numerics.as_float64_values(outputs) if widen else outputs)
-    out: dict[str, Any] = {f"output[{i}]": v for i, v in enumerate(leaves)}
+    out: dict[str, object] = {f"output[{i}]": v for i, v in enumerate(leaves)}
     out.update({f"grad {k}": (g.double() if g is not None and widen else g) for k, g in ex.grads.items()})
     return out
 
@@ -223,14 +223,14 @@ def compare(ref: Execution, got: Execution, fp64: Callable[[], "Execution | str"
     if isinstance(paired, MismatchRecord):
         return [paired]
 
-    def make() -> dict[str, Any] | str:
+    def make() -> dict[str, object] | str:
         ex = fp64() if fp64 is not None else "no float64 run was possible for this comparison"
         if isinstance(ex, str):
             return ex
         numeric_ref.dtype = ex.reference_dtype or "float64"
         return values(ex)
 
-    def make_jittered() -> list[dict[str, Any]]:
+    def make_jittered() -> list[dict[str, object]]:
         return [values(ex, widen=False) for ex in (jittered() if jittered is not None else [])]
 
     # not named ``reference``: ``make`` above would read as this module's ``reference()`` to a type checker

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import torch
@@ -33,7 +33,7 @@ from .. import compat
 from ..evidence import exceptions
 from ..evidence.oprecorder import OpRecorder
 from ..model.errors import ErrorRecord
-from ..model.records import END_TO_END, GradcheckOutcome, GradientMismatch
+from ..model.records import END_TO_END, GradcheckOutcome
 from ..model.report import op_name
 from ._directional import DIRECTIONAL_RTOL, Directional, confirmed
 
@@ -56,34 +56,30 @@ class Call:
     name: str
     target: Any
     args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    kwargs: dict[str, object]
     is_function: bool = False
     #: a custom op called with grad on whose outputs no gradient reached in the probe's backward: autograd never
     #: runs through it in this probe, so its backward (or its lack of one) is not the probe's
     unused: bool = False
 
-    def invoke(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def invoke(self, args: tuple[Any, ...], kwargs: dict[str, object]) -> Any:
         return self.target.apply(*args, **kwargs) if self.is_function else self.target(*args, **kwargs)
 
 
 @dataclass
-class _Draft:
-    """A ``GradcheckOutcome`` while its check runs (the check fills it step by step); ``record`` freezes it."""
+class _Found:
+    """What a check has found so far: each step replaces the outcome (a frozen ``GradcheckOutcome``) with one that
+    says more, so that a check that raises keeps what it had found beside the error."""
 
-    name: str
-    function: bool = False
-    method: str = ""
-    inputs: list[str] = field(default_factory=list)
-    mismatch: GradientMismatch | None = None
-    error: ErrorRecord | None = None
-    skip: str = ""
-    note: str = ""
-    inconclusive: dict[str, str] = field(default_factory=dict)
-    relative_errors: dict[str, float] = field(default_factory=dict)
+    now: GradcheckOutcome
 
-    def record(self) -> GradcheckOutcome:
-        return GradcheckOutcome(self.name, self.function, self.method, tuple(self.inputs), self.mismatch, self.error,
-                                self.skip, self.note, dict(self.inconclusive), dict(self.relative_errors))
+    def per_input(self, label: str, relative_error: float | None = None, inconclusive: str | None = None) -> None:
+        """One input's relative error, or why its check could not decide."""
+        o = self.now
+        if relative_error is not None:
+            self.now = replace(o, relative_errors={**o.relative_errors, label: relative_error})
+        if inconclusive is not None:
+            self.now = replace(self.now, inconclusive={**self.now.inconclusive, label: inconclusive})
 
 
 class _TopLevel(OpRecorder):
@@ -105,13 +101,13 @@ def _is_user_function(cls: type) -> bool:
     return not cls.__module__.startswith("torch.")
 
 
-def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+def record_calls(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, object],
                  backward: Callable[[Any], None] | None = None) -> tuple[list[Call], Any]:
     """Run ``fn`` once in eager; the first call of each custom op and each autograd.Function class made outside
     any user Function, inputs cloned. Returns the calls and the exception the forward raised (None when it ran).
     ``backward``: runs the probe's backward of the outputs (``_execution.backward_of``), which marks the ops no gradient
     reached (``Call.unused``)."""
-    functions: dict[type, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+    functions: dict[type, tuple[tuple[Any, ...], dict[str, object]]] = {}
     rec = _TopLevel()
 
     def hook(cls: type, apply: Callable[..., Any], *a: Any, **k: Any) -> Any:
@@ -163,25 +159,26 @@ def _arg_names(call: Call, n_args: int) -> list[str]:
 
 def check_call(call: Call, seed: int = 0) -> GradcheckOutcome:
     """Check one recorded call's backward against numerical derivatives (module docstring). Never raises."""
-    out = _Draft(call.name, function=call.is_function)
+    out = _Found(GradcheckOutcome(call.name, function=call.is_function))
     try:
         _check(call, out, seed)
     except Exception as e:  # the checker's own failure: recorded, never a crash of the stage
-        out.error = exceptions.error_record(e, "backward")
-    return out.record()
+        out.now = replace(out.now, error=exceptions.error_record(e, "backward"))
+    return out.now
 
 
-def _check(call: Call, out: _Draft, seed: int) -> None:
+def _check(call: Call, out: _Found, seed: int) -> None:
     from ._execution import seed_all
 
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
     diff = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.requires_grad
             and t.is_floating_point() and not _wrapped(t)]
     if not diff:
-        out.skip = NO_GRAD_INPUT
+        out.now = replace(out.now, skip=NO_GRAD_INPUT)
         return
     if call.unused:
-        out.skip = "no gradient reaches its outputs in the probe's backward (the loss does not depend on them)"
+        out.now = replace(out.now, skip=(
+            "no gradient reaches its outputs in the probe's backward (the loss does not depend on them)"))
         return
     names = _arg_names(call, len(call.args))
     labels = {i: _label(i, leaves, spec, names) for i in diff}
@@ -196,61 +193,68 @@ def _check(call: Call, out: _Draft, seed: int) -> None:
     try:
         first = run(leaves)
     except Exception as e:
-        out.error = exceptions.error_record(e, "forward")
+        out.now = replace(out.now, error=exceptions.error_record(e, "forward"))
         return
     keep[:] = [j for j, o in enumerate(first) if isinstance(o, torch.Tensor) and o.is_floating_point()
                and o.requires_grad]
     if not keep:
-        out.skip = "no floating output of its recorded call requires grad"
+        out.now = replace(out.now, skip="no floating output of its recorded call requires grad")
         return
     if not _same([first[j] for j in keep], run(leaves)):  # run() returns the kept outputs from here on
-        out.skip = ("unstable: two identical calls give different outputs (a result that changes from run to run is "
-                    "no derivative to compare, and no finding)")
+        out.now = replace(out.now, skip=(
+            "unstable: two identical calls give different outputs (a result that changes from run to run is "
+            "no derivative to compare, and no finding)"))
         return
-    out.inputs = [labels[i] for i in diff]
+    out.now = replace(out.now, inputs=tuple(labels[i] for i in diff))
     as64 = _cast(leaves, torch.float64)
     runs64 = _runs(run, as64)
     if runs64 and not _float64_agrees(run, as64, leaves, keep):
         runs64 = False  # checked in the dtype it runs in: a derivative of another function proves nothing
-        out.note = ("its float64 outputs change from call to call or differ from its own dtype's beyond that dtype's "
-                    "rounding (the op does not compute in float64): checked in its own dtype")
+        out.now = replace(out.now, note=(
+            "its float64 outputs change from call to call or differ from its own dtype's beyond that dtype's "
+            "rounding (the op does not compute in float64): checked in its own dtype"))
     numel = sum(leaves[i].numel() for i in diff)
     base, tol_dtype, gradcheck_found = as64, torch.float64, None
     if runs64 and numel <= GRADCHECK_NUMEL:
         found = _gradcheck(lambda *xs: tuple(run(_with(as64, diff, xs))), [as64[i] for i in diff])
         if isinstance(found, ErrorRecord):  # gradcheck itself raised (a backward kernel refusing float64, say)
-            out.note = f"float64 gradcheck raised {found.type.rsplit('.', 1)[-1]}; checked in float32 instead"
+            out.now = replace(out.now, note=(
+                f"float64 gradcheck raised {found.type.rsplit('.', 1)[-1]}; checked in float32 instead"))
             runs64 = False
         else:
             gradcheck_found = found or "pass"
-            out.method = ("torch.autograd.gradcheck, float64 (fast mode), and a central difference along random "
-                          "directions, float64")
+            out.now = replace(out.now, method=(
+                "torch.autograd.gradcheck, float64 (fast mode), and a central difference along random "
+                "directions, float64"))
     elif runs64:
-        out.note = f"{numel} differentiable elements: above gradcheck's report limit ({GRADCHECK_NUMEL})"
+        out.now = replace(out.now, note=(
+            f"{numel} differentiable elements: above gradcheck's report limit ({GRADCHECK_NUMEL})"))
     if not runs64:
         base = leaves if all(leaves[i].dtype == torch.float32 for i in diff) else _cast(leaves, torch.float32)
         if not _runs(run, base):
             low = min((leaves[i].dtype for i in diff), key=lambda d: torch.finfo(d).bits)
-            out.skip = (f"the call runs in {str(low).replace('torch.', '')} only: numerical derivatives are not "
-                        "reliable below float32")
+            out.now = replace(out.now, skip=(
+                f"the call runs in {str(low).replace('torch.', '')} only: numerical derivatives are not "
+                "reliable below float32"))
             return
         tol_dtype = torch.float32
-        out.note = out.note or "the call does not run with float64 inputs"
+        out.now = replace(out.now, note=out.now.note or "the call does not run with float64 inputs")
     if gradcheck_found is None:
-        out.method = f"central difference along a random direction, {str(tol_dtype).replace('torch.', '')}"
+        out.now = replace(out.now, method=(
+            f"central difference along a random direction, {str(tol_dtype).replace('torch.', '')}"))
     for i in diff:
         def f(x: torch.Tensor, i: int = i) -> list[torch.Tensor]:
             return run(_with(base, [i], (x,)))
 
         m = confirmed(f, base[i], tol_dtype, seed)
-        out.relative_errors[labels[i]] = m.relative_error
+        out.per_input(labels[i], relative_error=m.relative_error)
         if not m.ok and not m.inconclusive and tol_dtype == torch.float64:
             at32 = confirmed(f, base[i], torch.float32, seed)  # float64 inputs, float32 step and tolerance
             if at32.ok or at32.inconclusive:
                 m = replace(m, inconclusive="the float64 check fails, but the check at float32 precision passes: "
                                             "the call computes below float64 inside")
         if m.inconclusive:
-            out.inconclusive[labels[i]] = m.inconclusive
+            out.per_input(labels[i], inconclusive=m.inconclusive)
             continue
         if m.ok:
             continue
@@ -264,14 +268,16 @@ def _check(call: Call, out: _Draft, seed: int) -> None:
                 if not mk.ok and not mk.inconclusive:
                     m, output = mk, _output_label(call, keep[k])
                     break
-        out.mismatch = m.mismatch(labels[i], output)
+        out.now = replace(out.now, mismatch=m.mismatch(labels[i], output))
         if gradcheck_found == "pass":
-            out.note = ("float64 gradcheck (fast mode) passes: its tolerance grows with the input's size; the "
-                        "central difference does not")
+            out.now = replace(out.now, note=(
+                "float64 gradcheck (fast mode) passes: its tolerance grows with the input's size; the "
+                "central difference does not"))
         return
     if isinstance(gradcheck_found, tuple):
-        out.note = (f"float64 gradcheck (fast mode) reports a mismatch for input {labels[diff[gradcheck_found[1]]]} "
-                    "that the central-difference checks do not confirm")
+        out.now = replace(out.now, note=(
+            f"float64 gradcheck (fast mode) reports a mismatch for input {labels[diff[gradcheck_found[1]]]} "
+            "that the central-difference checks do not confirm"))
 
 
 def _with(values: list[Any], idx: list[int], xs: tuple[torch.Tensor, ...]) -> list[Any]:
@@ -299,15 +305,15 @@ def end_to_end(make_case: Callable[[], Any], seed: int = 0) -> GradcheckOutcome:
     see shows here: a backward that also writes into an input's ``.grad`` and returns it (accumulated twice), a
     gradient a library's tape adds on its own. Two backward runs that disagree are ``unstable``: no finding. A
     mismatch is confirmed as ``confirmed`` does (half the step, a second direction). Never raises."""
-    out = _Draft(END_TO_END, function=False)
+    out = _Found(GradcheckOutcome(END_TO_END, function=False))
     try:
         _end_to_end(make_case, out, seed)
     except Exception as e:
-        out.error = exceptions.error_record(e, "backward")
-    return out.record()
+        out.now = replace(out.now, error=exceptions.error_record(e, "backward"))
+    return out.now
 
 
-def _end_to_end(make_case: Callable[[], Any], out: _Draft, seed: int) -> None:
+def _end_to_end(make_case: Callable[[], Any], out: _Found, seed: int) -> None:
     from ._execution import grad_targets, loss_of, seed_all
 
     case = make_case()
@@ -316,11 +322,12 @@ def _end_to_end(make_case: Callable[[], Any], out: _Draft, seed: int) -> None:
         if t.is_floating_point() and all(t is not u for u in targets.values()):
             targets[k] = t
     if not targets:
-        out.skip = "nothing in the probe requires grad"
+        out.now = replace(out.now, skip="nothing in the probe requires grad")
         return
     dtype = min((t.dtype for t in targets.values()), key=lambda d: torch.finfo(d).bits)
     if torch.finfo(dtype).bits < 32:
-        out.skip = f"its leaves are {str(dtype).replace('torch.', '')}: numerical derivatives are not reliable below float32"
+        out.now = replace(out.now, skip=(
+            f"its leaves are {str(dtype).replace('torch.', '')}: numerical derivatives are not reliable below float32"))
         return
     base = {k: t.detach().clone() for k, t in targets.items()}
     loss_dtype: list[torch.dtype] = []
@@ -359,22 +366,24 @@ def _end_to_end(make_case: Callable[[], Any], out: _Draft, seed: int) -> None:
         first = grads()
         again = grads()
     except _NoLoss:
-        out.skip = "the probe's outputs give no differentiable loss"
+        out.now = replace(out.now, skip="the probe's outputs give no differentiable loss")
         return
     except Exception as e:  # the probe's own forward or backward: its failure is the other checks' to report
-        out.skip = f"the probe's training step raised {type(e).__name__} (see its findings)"
+        out.now = replace(out.now, skip=f"the probe's training step raised {type(e).__name__} (see its findings)")
         return
     unstable = [k for k in first if not _equal(first[k], again[k])]
     if unstable:
-        out.skip = (f"unstable: two identical backward runs give different gradients ({', '.join(unstable[:3])}): "
-                    "no derivative to compare (a result that changes from run to run is not a finding)")
+        out.now = replace(out.now, skip=(
+            f"unstable: two identical backward runs give different gradients ({', '.join(unstable[:3])}): "
+            "no derivative to compare (a result that changes from run to run is not a finding)"))
         return
     # the loss's own precision bounds the difference quotient (loss_of sums in float32 for a float64 probe)
     tol_dtype = min(dtype, *loss_dtype, key=lambda d: torch.finfo(d).bits)
     eps = torch.finfo(tol_dtype).eps
-    out.method = (f"the leaves' .grad after loss.backward(), against a central difference of the loss, "
-                  f"{str(tol_dtype).replace('torch.', '')}, per input and for the parameters together")
-    out.inputs = list(targets)
+    out.now = replace(out.now, method=(
+        f"the leaves' .grad after loss.backward(), against a central difference of the loss, "
+        f"{str(tol_dtype).replace('torch.', '')}, per input and for the parameters together"))
+    out.now = replace(out.now, inputs=tuple(targets))
 
     def check(group: list[str], direction_seed: int, scale: float = 1.0) -> Directional:
         gen = torch.Generator().manual_seed(direction_seed)
@@ -388,11 +397,8 @@ def _end_to_end(make_case: Callable[[], Any], out: _Draft, seed: int) -> None:
         (plus, size), (minus, _) = loss_at(shift, t), loss_at(shift, -t)
         numerical = (plus - minus) / (2 * t)
         analytical = float(sum((first[k].double() * shift[k]).sum() for k in group))
-        atol = 8 * eps * size / t
-        err = abs(numerical - analytical)
-        tol = atol + DIRECTIONAL_RTOL.get(tol_dtype, 1e-2) * max(abs(numerical), abs(analytical))
-        return Directional(math.isfinite(err) and err <= tol, numerical, analytical,
-                           err / max(abs(numerical), abs(analytical), 1e-30), tol, atol, t)
+        return Directional.measured(numerical, analytical, 8 * eps * size / t, DIRECTIONAL_RTOL.get(tol_dtype, 1e-2),
+                                    t)
 
     # each input alone (a wrong gradient of one input is not drowned by the parameters'), the parameters together
     params = [k for k in targets if k.startswith("param:")]
@@ -400,22 +406,23 @@ def _end_to_end(make_case: Callable[[], Any], out: _Draft, seed: int) -> None:
     for group in groups:
         label = group[0] if len(group) == 1 else "the parameters"
         m = check(group, seed)
-        out.relative_errors[label] = m.relative_error
+        out.per_input(label, relative_error=m.relative_error)
         if m.ok:
             continue
         if not math.isfinite(m.numerical):
-            out.inconclusive[label] = "the numerical derivative is not finite"
+            out.per_input(label, inconclusive="the numerical derivative is not finite")
         elif abs(check(group, seed, scale=0.5).numerical - m.numerical) > m.tolerance:
-            out.inconclusive[label] = ("the numerical derivative changes with the step: the loss is not smooth "
-                                       "along the direction")
+            out.per_input(label, inconclusive=("the numerical derivative changes with the step: the loss is not smooth "
+                                       "along the direction"))
         elif abs(m.numerical) <= m.atol and abs(m.analytical) > m.tolerance:
-            out.inconclusive[label] = ("the loss is flat along the direction while its gradient is not: a surrogate "
-                                       "gradient by design (straight-through)")
+            out.per_input(label, inconclusive=(
+                "the loss is flat along the direction while its gradient is not: a surrogate "
+                "gradient by design (straight-through)"))
         elif check(group, seed + 1).ok:
-            out.inconclusive[label] = "a second random direction agrees"
+            out.per_input(label, inconclusive="a second random direction agrees")
         else:
             ratio = m.analytical / m.numerical if m.numerical else float("inf")
-            out.mismatch = m.mismatch(label, ratio=ratio)
+            out.now = replace(out.now, mismatch=m.mismatch(label, ratio=ratio))
             return
 
 

@@ -51,7 +51,7 @@ import contextlib
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from .. import compat
@@ -118,12 +118,13 @@ class Reference:
     makes the eager fp32 runs on jittered inputs and weights (``JITTER``), lazily too, by ``what``: fp32's own noise
     where ReLU and max-pool decisions flip (see ``_judge_one``)."""
 
-    make: Callable[[], "dict[str, Any] | str"] | None = None
-    values: dict[str, Any] | None = None
+    #: the reference run's values by ``what`` (tensors, or what else the probe returned), or why there is none
+    make: Callable[[], "Mapping[str, object] | str"] | None = None
+    values: Mapping[str, object] | None = None
     unavailable: str | None = None
     _tried: bool = False
-    make_jittered: Callable[[], "list[dict[str, Any]]"] | None = None
-    _jittered: list[dict[str, Any]] | None = None
+    make_jittered: Callable[[], "Sequence[Mapping[str, object]]"] | None = None
+    _jittered: Sequence[Mapping[str, object]] | None = None
     #: the per-model tolerance: RMSE allowed beyond same()'s, as a fraction of the float64 result's RMS
     #: (``BATCHNORM_FLOOR`` for a probe that trains through BatchNorm), and why
     relative_floor: float = 0.0
@@ -497,7 +498,7 @@ class Float32Draws(compat.TorchDispatchMode):
 
     # func is an OpOverload, a type private by name (tests/test_house.py: such names live in compat.py only)
     def __torch_dispatch__(self, func: Any, types: Sequence[type], args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
+                           kwargs: dict[str, object] | None = None) -> Any:
         from ..model.report import op_name
 
         kwargs = kwargs or {}

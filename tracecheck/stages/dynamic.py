@@ -23,10 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..model.errors import ErrorRecord, frame_wire
+from ..model.errors import ErrorRecord
 from ..model.evidence import Specialization
-from ..model.payloads import DynamicRun
-from ..model.reportio import Json
+from ..model.payloads import DynamicRun, SpecializationSite
 from ..model.records import DYNAMO, BreakRecord, MismatchRecord, OpTests, SpecializedDimension, StageRecord
 from ._spec import StageContext, StageSpec
 
@@ -114,9 +113,9 @@ def run(ctx: StageContext) -> StageRecord:
         steady_state_recompiles=[r for r in steady if r not in size_guards],
         extra=DynamicRun(batch_sizes=plan[: plan.index(failed_at) + 1] if failed_at is not None else plan,
                          symbolic=error is None and not dynamo,
-                         recompiles=[{"reason": r.reason, "step": r.step, "user_frame": frame_wire(r.user_frame)}
-                                     for r in dynamo],
-                         specializations=list({_key(b): b for b in map(_brief, spec.records)}.values())[:10],
+                         recompiles=dynamo,
+                         specializations=list({(b.sources, b.value, b.at): b for b in
+                                               map(SpecializationSite.of_specialization, spec.records)}.values())[:10],
                          every_dimension=every_dim).to_extra(),
     )
 
@@ -233,16 +232,6 @@ def _fake_results(case: Any, b: int, n: int) -> dict[str, OpTests]:
 def _pick(records: list[Specialization]) -> Specialization | None:
     """The specialization that pinned the batch dimension: the first with a frame outside torch, else the first."""
     return next((r for r in records if r.frame), records[0] if records else None)
-
-
-def _key(b: Json) -> tuple[Any, ...]:
-    return tuple(b["sources"]), b["value"], b["at"]
-
-
-def _brief(r: Specialization) -> Json:
-    """A specialization as the report's ``DynamicRun.specializations`` keeps it."""
-    return {"symbol": r.symbol, "sources": list(r.sources), "value": r.value, "step": r.step,
-            "at": r.frame.location if r.frame else None}
 
 
 SPEC = StageSpec(
