@@ -43,7 +43,7 @@ def test_merged_puts_the_set_fields_of_one_over_another():
 
 def test_a_findings_and_a_breaks_context_given_as_a_dict_is_read_once():
     f = Finding("missing-fake", "s", {"op": "ns::op", "cause": "stub"})
-    assert isinstance(f.context, Context) and f.context.cause == "stub" and f.cx is f.context
+    assert isinstance(f.context, Context) and f.context.cause == "stub"
     assert Finding.from_dict(f.to_dict()).context == f.context
     b = GraphBreak("graph-break", "t", None, "m.py", 3, context={"code": "x.item()",
                                                                  "caller": {"file": "u.py", "line": 9}})
@@ -73,3 +73,16 @@ def test_the_templates_fill_from_the_contexts_json():
     fix = taxonomy.fix_text(Finding("numeric-mismatch", "s", cx))
     assert "a::x, b::y" in fix
     assert taxonomy.summary("missing-device-kernel", Context(op="a::x")).count("?") >= 1  # {key} not set
+
+
+def test_its_repr_shows_the_fields_set():
+    assert repr(Context()) == "Context()"
+    assert repr(Context(op="a::x", calls=0, other={"new": 1})) == "Context(op='a::x', calls=0, other={'new': 1})"
+
+
+def test_it_reads_its_values_with_reportios_readers_as_the_report_holds_them():
+    """A string as written (a number is no text here), any whole number, a list only when all strings, a flag only a
+    JSON true or false: anything else is kept in ``other``."""
+    cx = Context.of({"op": "", "by": 3, "calls": -1, "transforms": ["vmap", 1], "custom_ops": [], "warning": 1})
+    assert (cx.op, cx.by, cx.calls, cx.transforms, cx.custom_ops, cx.warning) == ("", None, -1, (), (), False)
+    assert cx.other == {"by": 3, "transforms": ["vmap", 1], "warning": 1}

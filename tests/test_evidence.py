@@ -112,3 +112,21 @@ def test_odd_report_data_reads_as_missing_never_as_characters():
     assert ev.headline() == "E: 0"  # "0" is in "x: 0" only by chance: the root is shown, not taken as quoted
     num = evidence.read({"worst": {"failed": "fp64"}, "random_ops": "aten::rand", "custom_ops": "ns::op"})
     assert isinstance(num, NumericEvidence) and (num.random_ops, num.worst.failed, num.custom_ops) == ((), (), None)
+
+
+def test_a_numeric_finding_carries_the_stages_comparison_as_it_is():
+    """NumericEvidence and MismatchRecord are one NumericComparison: the evidence is built from the record's fields
+    (``carrying``), ``worst`` the same object, never a dict's copy; the report's JSON reads back to it."""
+    from tracecheck.model.evidence import NumericComparison, numeric_comparison
+    from tracecheck.model.records import MismatchRecord
+
+    worst = WorstTensor(what="out 0", max_abs_diff=0.5)
+    raw = MismatchRecord(phase="backward", disagreeing=2, compared=3, worst=worst, random_ops=("aten::rand",),
+                         custom_ops=None, batch_size=7)
+    ev = NumericEvidence.carrying(raw, phase="backward")
+    assert ev.worst is worst and (ev.disagreeing, ev.compared, ev.random_ops, ev.batch_size, ev.phase) == \
+        (2, 3, ("aten::rand",), 7, "backward")
+    assert evidence.read(json.loads(json.dumps(ev.to_json()))) == ev
+    read = numeric_comparison({"compared": 4, "worst": {"what": "out 1"}, "custom_ops": "x", "batch_size": "8"})
+    assert type(read) is NumericComparison and (read.compared, read.disagreeing, read.worst.what, read.custom_ops) == \
+        (4, None, "out 1", None)

@@ -97,3 +97,39 @@ def test_a_pass_with_advice_is_a_passing_testcase_that_says_so():
     case = next(c for c in parse(junit.render(r)).iter("testcase") if c.get("name") == "probe_ok[aot_eager]")
     assert outcome(case) == "passed"
     assert "[opaque-op] Inductor calls mylib::op" in case.find("system-out").text
+
+
+def test_a_failing_stage_body_lays_out_each_finding_and_says_a_shared_fix_once():
+    """The body of a failure (render/cause.lines): the facts line, whose code, the line relative to the rootdir, the
+    notes, then ``fix:`` and ``more:`` once for the two breaks that share them, each traceback after its finding.
+    Oracle: lines written by hand from this report."""
+    from report_factory import probe
+    from tracecheck.model.report import FAIL, Finding, RunReport, StageResult
+
+    def brk(line: int, code: str) -> Finding:
+        return Finding("graph-break", "Graph break: Failed to trace builtin operator.", {},
+                       {"exception_type": "torch._dynamo.exc.Unsupported", "gb_type": "Failed to trace builtin operator",
+                        "gb_code": "GB0059", "owner": {"who": "yours"},
+                        "user_frame": {"file": "/w/sub/m.py", "line": line, "code": code},
+                        "message": "Failed to trace builtin operator", "traceback": f"Traceback at {line}"})
+    a, b = brk(3, 'print("a")'), brk(7, 'print("b")')
+    p = probe("sub/m.py", "probe", "/w/sub/m.py", {"explain": StageResult("explain", FAIL, failure=a, findings=[a, b])})
+    report = RunReport([p], {"torch": "2.13.0"}, ["explain"])
+    body = parse(junit.render(report)).find(".//testcase/failure").text.splitlines()
+    fix = [line for line in body if line.startswith("  fix: ")]
+    assert len(fix) == 1
+    assert body == [
+        "[graph-break] Graph break: Failed to trace builtin operator.",
+        "  exception torch._dynamo.exc.Unsupported; gb_type 'Failed to trace builtin operator' (GB0059)",
+        "  whose code: yours",
+        '  at sub/m.py:3  `print("a")`',
+        fix[0],
+        "  more: tracecheck explain graph-break",
+        "Traceback at 3",
+        "",
+        "[graph-break] Graph break: Failed to trace builtin operator.",
+        "  exception torch._dynamo.exc.Unsupported; gb_type 'Failed to trace builtin operator' (GB0059)",
+        "  whose code: yours",
+        '  at sub/m.py:7  `print("b")`',
+        "Traceback at 7",
+    ]

@@ -141,3 +141,74 @@ def test_every_inner_record_crosses_to_the_parent_and_reads_back_equal():
     wire = json.loads(json.dumps(rec.to_wire()))
     assert StageRecord.from_wire(wire) == rec
     assert StageRecord.from_raw(wire) == rec  # a record written by hand reads as the wire does
+
+
+def test_a_mismatch_record_is_made_with_its_phase_and_counts_and_only_an_old_one_reads_them_as_one():
+    """A stage that forgets a count fails (model/records.MismatchRecord: keyword-only, required); a record read from
+    the wire without its counts (an old report's) is one tensor, compared."""
+    from tracecheck.model.records import MismatchRecord
+
+    with pytest.raises(TypeError):
+        MismatchRecord(phase="forward", compared=3)  # a count forgotten (mypy says so too)
+    with pytest.raises(TypeError):
+        MismatchRecord(disagreeing=1, compared=1)  # the phase forgotten
+    old = MismatchRecord.of({"phase": "backward", "worst": {"what": "grad x"}})
+    assert old is not None and (old.phase, old.disagreeing, old.compared, old.worst.what) == \
+        ("backward", 1, 1, "grad x")
+    assert MismatchRecord.of({"disagreeing": 2, "compared": 5}) == \
+        MismatchRecord(disagreeing=2, compared=5, phase="forward")
+
+
+def test_a_redefinition_crosses_to_the_parent_and_a_malformed_one_is_dropped():
+    """An op defined twice (evidence/opwatch's event, model/records.Redefinition) read back typed by the load stage
+    (classify/results.load_result): an entry without its op or a schema makes no finding, never a KeyError."""
+    import json
+
+    from tracecheck.collect.survey import ProbeEntry
+    from tracecheck.model.records import Frame, Redefinition
+
+    at, again = Frame("/m.py", 3, code="@custom_op('mylib::f', mutates_args=())"), Frame("/m.py", 9)
+    r = Redefinition("mylib::f", "mylib::f(Tensor x) -> Tensor", "mylib::f(Tensor x, int n) -> Tensor", at, again)
+    wire = json.loads(json.dumps(r.to_wire()))
+    assert Redefinition.of(wire) == r
+    assert Redefinition.of({"first_schema": "a", "second_schema": "b"}) is None
+    assert Redefinition.of({"op": "mylib::f", "first_schema": "a"}) is None
+    entry = ProbeEntry(name="p", registrations=[{"op": "mylib::g"}, wire])
+    result = results.load_result(entry)
+    assert result is not None and [f.context.op for f in result.findings] == ["mylib::f"]
+    ev = result.findings[0].evidence
+    assert (ev.first_frame, ev.user_frame) == (at, again)
+
+
+def test_input_shapes_drop_a_shape_with_a_bad_dimension_whole():
+    """``[2, "x", 3]`` is no shape: read as ``(2, 3)`` it would be a wrong one (model/payloads.InputShapes.of)."""
+    from tracecheck.model.payloads import InputShapes
+
+    got = InputShapes.of({"A": [[2, "x", 3], [4, 5], [], [1, -1]], "B": [[8, 5], "x"]})
+    assert got == InputShapes(a=((4, 5), ()), b=((8, 5),))
+    assert InputShapes.of({"A": [[4, 5]]}) == InputShapes(a=((4, 5),), b=None)
+    assert InputShapes.of(InputShapes(a=((2, 3),)).to_json()) == InputShapes(a=((2, 3),))
+
+
+def test_the_dynamic_payload_reads_back_as_its_stage_wrote_it():
+    """The dynamic stage's payload (model/payloads.DynamicRun), written by hand in the report's shape and read back:
+    recompiles and specializations typed (``PAYLOADS`` registers it for ``Payload.of``'s readers)."""
+    import json
+
+    from tracecheck.model.payloads import DynamicRun, SpecializationSite
+    from tracecheck.model.records import DYNAMO, Frame, RecompileRecord
+
+    extra = {"dynamic": {"batch_sizes": [4, 5, 6], "symbolic": False,
+                         "recompiles": [{"reason": "x.size()[0] == 4", "step": 2,
+                                         "user_frame": {"file": "/m.py", "line": 7, "function": "forward",
+                                                        "code": "y = f(x)"}}],
+                         "specializations": [{"symbol": "s0", "sources": ["L['x'].size()[0]"], "value": "4",
+                                              "step": 2, "at": "m.py:7"}],
+                         "every_dimension": None}}
+    run = DynamicRun.of(extra)
+    assert run == DynamicRun(batch_sizes=[4, 5, 6], symbolic=False,
+                             recompiles=[RecompileRecord("x.size()[0] == 4", 2, DYNAMO,
+                                                         user_frame=Frame("/m.py", 7, "forward", "y = f(x)"))],
+                             specializations=[SpecializationSite("s0", ("L['x'].size()[0]",), "4", 2, "m.py:7")])
+    assert json.loads(json.dumps(run.to_extra())) == extra
+    assert DynamicRun.of(run.to_extra()) == run

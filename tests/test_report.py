@@ -343,10 +343,10 @@ def test_a_findings_context_reads_as_typed_fields_and_a_wrong_shape_as_missing()
     from tracecheck.model.report import Finding
 
     cx = Finding("opaque-op", "s", {"op": "mylib::op", "calls": 3, "kernels": "2", "warning": True,
-                                    "argument": ["x"], "builtin": True}).cx
+                                    "argument": ["x"], "builtin": True}).context
     assert (cx.op, cx.calls, cx.kernels, cx.warning, cx.argument, cx.builtin) == ("mylib::op", 3, None, True,
                                                                                    None, None)
-    assert Finding("opaque-op", "s", {"warning": "false"}).cx.warning is False  # only a JSON true is a warning
+    assert Finding("opaque-op", "s", {"warning": "false"}).context.warning is False  # only a JSON true is a warning
 
 
 def test_one_kind_at_one_user_line_is_one_root_cause_whatever_gb_type_each_stage_saw():

@@ -320,7 +320,7 @@ def test_whose_bug_follows_the_evidence(tmp_path):
 
 
 def test_whose_bug_reads_what_the_classifier_wrote_in_the_context(tmp_path):
-    """The context's suspects, the Function named, torch's frame and its exception (Finding.cx) go into the line."""
+    """The context's suspects, the Function named, torch's frame and its exception (Finding.context) go into the line."""
     model = str(write(tmp_path, "m.py", "import torch\n"))
     suspect = owner(_finding("backend-error", context={"cause": "suspect_code", "suspect": "missing-fake of ns::op"}),
                     model)

@@ -70,6 +70,8 @@ class _Match:
     groups: Mapping[str, str] = field(default_factory=dict)
     #: a fake impl that raised: its own line, where the fix goes (the finding's user frame)
     fake_frame: Frame | None = None
+    #: torch-internal-error: the frame of torch's own code (or the generated graph's line) that raised
+    torch_frame: Frame | None = None
 
 
 def _matches(rule: taxonomy.Detect, text: str, types: set[str], gb_type: str | None,
@@ -143,8 +145,9 @@ _FAKE_RUN_GOT = re.compile(r"call_function (?P<op>[\w.]+\(\*\([^\n]{0,200}?\), \
 _CLASSMETHOD_FN = re.compile(r"Expected FunctionType, got <class 'method'>")
 
 
-def _torch_internal(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_type: str) -> Context:
-    """The innermost exception (``Type: first line``) and the torch frame it was raised at, or the generated graph's line."""
+def _torch_internal(cx: Context, text: str, raw: Facts) -> tuple[Context, Frame | None]:
+    """The innermost exception (``Type: first line``) and the torch frame it was raised at, or the generated graph's
+    line: in words in the context, and as the frame (the evidence's ``torch_frame``)."""
     root = raw.root
     exception = headline({"type": short_type(root.type), "message": root.message})
     cause, function = cx.cause, cx.function
@@ -157,20 +160,14 @@ def _torch_internal(cx: Context, groups: Mapping[str, str], text: str, raw: Fact
         cause, function = "classmethod", named
     if cause == "generated" and got:  # the fake run's own error, as Dynamo quotes it
         exception = f"{got.group('op')}: {got.group('type')}: {got.group('message')[:200]}"
-    frame = _torch_frame(cause, text, raw)
+    frame = generated_frame(text) if cause == "generated" else raising_frame(raw)
     if frame:
         file = frame.file.replace("\\", "/")
         file = file[file.rindex("/torch/") + 1:] if "/torch/" in file and not is_generated(file) else file
         torch_frame = f"{file}:{frame.line}" + (f" in {frame.function}" if frame.function else "")
     else:
         torch_frame = "a frame the evidence does not name"
-    return replace(cx, exception=exception, cause=cause, function=function, torch_frame=torch_frame)
-
-
-def _torch_frame(cause: str | None, text: str, raw: Facts) -> Frame | None:
-    """torch-internal-error: the frame of torch's own code that raised, or the generated graph's line (cause
-    ``generated``): the context's ``torch_frame`` in words, the evidence's as a frame."""
-    return generated_frame(text) if cause == "generated" else raising_frame(raw)
+    return replace(cx, exception=exception, cause=cause, function=function, torch_frame=torch_frame), frame
 
 
 _UNKNOWN_MODULE = "<unknown module>."
@@ -318,7 +315,7 @@ def _where(cx: Context, groups: Mapping[str, str], text: str, raw: Facts, gb_typ
 _Enrich = Callable[[Context, Mapping[str, str], str, Facts, str], Context]
 _ENRICH: dict[str, _Enrich] = {K.PYBIND_BUILTIN: _pybind_flags, K.GRAPH_BREAK: _hints, K.DATA_DEPENDENT: _read_values,
            K.MISSING_FAKE: _stub, K.FUNCTORCH_INCOMPATIBLE: _functorch, K.FAKE_MISMATCH: _fake_raises,
-           K.DYNAMIC_SHAPE: _where, K.TORCH_INTERNAL_ERROR: _torch_internal}
+           K.DYNAMIC_SHAPE: _where}
 
 
 def _fallback(stage: str, types: set[str], text: str) -> str:
@@ -374,14 +371,14 @@ def classify_error(stage: str, error: "ErrorRecord | Json", op: str | None = Non
     types = {short_type(c.type) for c in chain}
     text = "\n".join(_head_tail(c.message) for c in chain)
     gb_type = rec.gb_type or gb_type_from_text(text)
-    kind, ctx, fake_frame = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types, text), Context(), None)
+    kind, match = _apply_rules(text, types, gb_type, raw) or (_fallback(stage, types, text), _Match(Context()))
     if kind == K.COMPILE_SEMANTICS and stage in _NO_COMPILER:  # no compiler ran: not the compiler's doing
-        kind, ctx, fake_frame = _fallback(stage, types, text), Context(), None
+        kind, match = _fallback(stage, types, text), _Match(Context())
+    ctx = match.context
     if op and not ctx.op:
         ctx = replace(ctx, op=op_name(op))
     if gb_type and ctx.gb_type is None:
         ctx = replace(ctx, gb_type=gb_type)
-    torch_frame = _torch_frame(ctx.cause, text, raw) if kind == K.TORCH_INTERNAL_ERROR else None
     if kind == K.TORCH_INTERNAL_ERROR and ctx.stage is None:
         ctx = replace(ctx, stage=stage)  # the fix's ``tracecheck repro ... --stage``
     evidence = ExceptionEvidence(
@@ -391,14 +388,14 @@ def classify_error(stage: str, error: "ErrorRecord | Json", op: str | None = Non
         gb_code=rec.gb_code or gb_code_from_text(text),
         # a fake impl that raised: its own line is where the fix goes; a fake that returns wrong metadata: its def
         # (opcheck records it)
-        user_frame=fake_frame or rec.user_frame
+        user_frame=match.fake_frame or rec.user_frame
         or (rec.fake_def if kind == K.FAKE_MISMATCH else None),
         phase=rec.phase,
         message=trim(rec.message),
         traceback=rec.traceback,
         root=innermost(rec.chain),
         # torch-internal-error: the frame of torch's own code (or graph) that raised, never the user's
-        torch_frame=torch_frame)
+        torch_frame=match.torch_frame)
     return Finding(kind, fill_summary(kind, ctx, stage), ctx, evidence)
 
 
@@ -409,7 +406,7 @@ def classify_break(brk: "BreakRecord | Json") -> GraphBreak:
     text = rec.reason
     gb_type = rec.gb_type or gb_type_from_text(text)
     found = _apply_rules(text, {"Unsupported"}, gb_type, Facts.of_break(rec))
-    kind, ctx = (found[0], found[1]) if found else (K.GRAPH_BREAK if gb_type else K.UNKNOWN, Context())
+    kind, ctx = (found[0], found[1].context) if found else (K.GRAPH_BREAK if gb_type else K.UNKNOWN, Context())
     if rec.code:
         ctx = replace(ctx, code=rec.code)
     if rec.caller is not None:  # the break sits inside torch: the user's line that led there (caller_outside_torch)
@@ -464,9 +461,9 @@ def refused_what(cx: Context) -> str:
 
 
 def _apply_rules(text: str, types: set[str], gb_type: str | None,
-                 raw: Facts) -> tuple[str, Context, Frame | None] | None:
-    """The first kind whose rule matches: its id, the context (enriched, ``_ENRICH``) and a raising fake impl's
-    frame."""
+                 raw: Facts) -> tuple[str, _Match] | None:
+    """The first kind whose rule matches: its id and its match, the context enriched (``_ENRICH``; a torch-internal
+    error's with the frame that raised, which the match carries)."""
     for kind in taxonomy.rules():
         if kind.detect is None:  # rules() returns only kinds with one
             continue
@@ -478,9 +475,12 @@ def _apply_rules(text: str, types: set[str], gb_type: str | None,
             continue  # torch's or Python's own C function, not the user's extension: graph-break says what it is
         if kind.id in _ENRICH:
             cx = _ENRICH[kind.id](cx, m.groups, text, raw, gb_type or "")
+        elif kind.id == K.TORCH_INTERNAL_ERROR:
+            cx, frame = _torch_internal(cx, text, raw)
+            m = replace(m, torch_frame=frame)
         if cx.op:
             cx = replace(cx, op=op_name(cx.op))
-        return kind.id, cx, m.fake_frame
+        return kind.id, replace(m, context=cx)
     return None
 
 

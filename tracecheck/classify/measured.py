@@ -44,11 +44,7 @@ def mismatch_finding(raw: MismatchRecord, stage: str = "compile") -> Finding:
                   custom_ops=tuple(custom), random_ops=tuple(random_ops))
     summary = (f"Compiled {tensors} differ from eager: {n} of {total} disagree; worst {what} ({how})."
                if n > 1 or total > 1 else f"Compiled {what} differs from eager ({how}).")
-    evidence = NumericEvidence(
-        phase=phase or None, compared=raw.compared, disagreeing=raw.disagreeing, worst=worst,
-        disagreeing_tensors=raw.disagreeing_tensors, fp64_reference=raw.fp64_reference,
-        reference_dtype=raw.reference_dtype, fp64_unavailable=raw.fp64_unavailable, custom_ops=raw.custom_ops,
-        random_ops=raw.random_ops, transform=raw.transform, batch_size=raw.batch_size)
+    evidence = NumericEvidence.carrying(raw, phase=phase or None)
     return Finding(K.NUMERIC_MISMATCH, summary, ctx, evidence)
 
 

@@ -20,8 +20,8 @@ from ..model.evidence import (Evidence, ExceptionEvidence, ProcessEvidence, Reco
                               RegistrationEvidence, opcheck_test)
 from ..model.errors import ErrorRecord
 from ..model.payloads import CompiledAutogradCounts, GradcheckVerdict, OtherBackend, StageNotes
-from ..model.records import (COMPILED_AUTOGRAD, DYNAMO, END_TO_END, Frame, GradcheckOutcome, OpTests, RecompileRecord,
-                             StageRecord)
+from ..model.records import (COMPILED_AUTOGRAD, DYNAMO, END_TO_END, GradcheckOutcome, OpTests, RecompileRecord,
+                             Redefinition, StageRecord, read_list)
 from ..model.exitcodes import UsageError
 from ..model.reportio import Json
 from ..model.targets import Gate
@@ -286,15 +286,14 @@ def load_result(entry: Surveyed) -> StageResult | None:
     if entry.import_error is not None and (setup is None or setup.kind not in taxonomy.import_ids()):
         raise UsageError(entry.import_error, error.traceback or None if error else None)
     findings: list[Finding] = []
-    for ev in entry.registrations or []:
+    for r in read_list(entry.registrations, Redefinition.of):
         findings.append(Finding(
             K.OP_REDEFINED,
-            f"Operator {ev['op']} was registered twice with different schemas; the second silently replaced "
+            f"Operator {r.op} was registered twice with different schemas; the second silently replaced "
             "the first.",
-            Context(op=ev["op"]),
-            RegistrationEvidence(first_schema=ev["first_schema"], second_schema=ev["second_schema"],
-                                 first_frame=Frame.from_dict(ev.get("first_frame")),
-                                 user_frame=Frame.from_dict(ev.get("second_frame"))),
+            Context(op=r.op),
+            RegistrationEvidence(first_schema=r.first_schema, second_schema=r.second_schema,
+                                 first_frame=r.first_frame, user_frame=r.second_frame),
         ))
     if setup is not None:
         findings.append(setup)

@@ -10,7 +10,6 @@ from typing import Any
 
 from .. import compat
 from ..model.frame import Frame
-from ..model.reportio import Json
 from ..model.report import is_generated
 
 
@@ -89,10 +88,10 @@ def in_torch_or_stdlib(path: str, func: str | None = None) -> bool:
     return full.startswith(_LIB_DIRS[1]) and not any(m in full for m in ("site-packages", "dist-packages"))
 
 
-def caller_frame() -> Json | None:
-    """The innermost frame of the current stack outside torch, tracecheck and the standard library, as a dict: it
-    goes into the file's survey (evidence/opwatch.py), which crosses to the parent as JSON."""
+def caller_frame() -> Frame | None:
+    """The innermost frame of the current stack outside torch, tracecheck and the standard library: where an op was
+    defined (evidence/opwatch.py; its records write it when they cross to the parent)."""
     for f in reversed(traceback.extract_stack()[:-2]):
         if not in_torch_or_stdlib(f.filename, f.name):
-            return from_summary(f).to_dict()
+            return from_summary(f)
     return None

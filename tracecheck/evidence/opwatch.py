@@ -4,28 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.errors import frame_wire
 from ..model.frame import Frame
+from ..model.records import Redefinition
 from ..model.reportio import Json
 from .frames import caller_frame
 from .parsers import parser_failed
-
-
-@dataclass(frozen=True)
-class Redefinition:
-    """An op name defined again with a different schema (an ``op-redefined`` event): both schemas, both frames."""
-
-    #: ``ns::name``
-    op: str
-    first_schema: str
-    second_schema: str
-    first_frame: Frame | None = None
-    second_frame: Frame | None = None
-
-    def to_json(self) -> Json:
-        """The event as the file's survey sends it to the parent (collect/survey.ProbeEntry.registrations)."""
-        return {"op": self.op, "first_schema": self.first_schema, "second_schema": self.second_schema,
-                "first_frame": frame_wire(self.first_frame), "second_frame": frame_wire(self.second_frame)}
 
 
 @dataclass(frozen=True)
@@ -50,7 +33,7 @@ class OpRegistrationWatch:
     @property
     def events(self) -> list[Json]:
         """The redefinitions so far, as they cross to the parent (JSON)."""
-        return [r.to_json() for r in self.redefinitions]
+        return [r.to_wire() for r in self.redefinitions]
 
     def __enter__(self) -> "OpRegistrationWatch":
         import torch.library
@@ -78,7 +61,7 @@ class OpRegistrationWatch:
         name = schema.split("(", 1)[0].strip()
         qualname = name if "::" in name else f"{ns}::{name}"
         full = f"{qualname}{schema[len(name):].strip()}" if "::" not in name else schema
-        frame = Frame.from_dict(caller_frame())
+        frame = caller_frame()
         first = self.schemas.get(qualname)
         if first is not None and first.schema != full:
             self.redefinitions.append(Redefinition(qualname, first.schema, full, first.frame, frame))

@@ -54,7 +54,7 @@ def sites(path: str, probe: ProbeReport) -> tuple[list[Site], list[str], list[st
                 if frame.location not in outside and f.kind in MODEL_CODE_KINDS:
                     outside.append(frame.location)
                 continue
-            call = CCall(f.cx.builtin or "") if f.kind == K.PYBIND_BUILTIN else None
+            call = CCall(f.context.builtin or "") if f.kind == K.PYBIND_BUILTIN else None
             owner = f.evidence.owner
             # whose file it is: the upstream diff's header names it
             whose = f"{owner.name} {owner.version or ''}".strip() if owner is not None and owner.name else ""

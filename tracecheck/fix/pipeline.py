@@ -195,7 +195,7 @@ def _validate(opts: FixOptions) -> tuple[str, str, str]:
 
 def _analyse(runner: Runner, opts: FixOptions, path: str, probe: ProbeReport, patched: str) -> Analysis:
     autograd_ops = sorted({op for s in probe.stages.values() for f in s.findings
-                           if f.kind == K.MISSING_AUTOGRAD and (op := f.cx.op)})
+                           if f.kind == K.MISSING_AUTOGRAD and (op := f.context.op)})
     task = AnalyzeTask(file=path, probe=probe.name, namespace=opts.namespace, kinds=tuple(probe.verdict.kinds),
                        autograd_ops=tuple(autograd_ops), module_name=os.path.splitext(os.path.basename(opts.output))[0],
                        target=opts.target, patched_path=patched, fixed_path=opts.output,

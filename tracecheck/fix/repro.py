@@ -101,7 +101,7 @@ def _expected(finding: Finding) -> dict[str, str]:
     ev = finding.evidence
     message = ev.message.strip().splitlines()
     return {"kind": finding.kind, "exception_type": ev.exception_type or "", "gb_type": ev.gb_type or "",
-            "message": message[0][:200] if message else "", "op": finding.cx.op or "",
+            "message": message[0][:200] if message else "", "op": finding.context.op or "",
             "phase": str(ev.phase or "")}
 
 
@@ -160,7 +160,7 @@ def owner(f: Finding, probe_file: str) -> Owner:
     compiler's (backend-error, a numeric mismatch with no custom op), torch's own words (an internal error, Dynamo's
     "likely to be a Dynamo bug"), or the frame it is placed at lying inside torch. A custom op's registration
     problem is where the op is registered; other failures are where the user frame lies."""
-    ev, cx = f.evidence, f.cx
+    ev, cx = f.evidence, f.context
     title = taxonomy.kinds()[f.kind].title if f.kind in taxonomy.kinds() else f.kind
     frame = f.user_frame
     here = f"{_shown(frame.file)}:{frame.line}" if frame else ""

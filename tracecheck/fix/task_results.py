@@ -10,25 +10,7 @@ from typing import Any
 
 from ..model.errors import ErrorRecord
 from ..model.evidence import NumericMismatch
-from ..model.reportio import Json
-
-
-def _texts(v: Any) -> tuple[str, ...]:
-    """A list of text as a tuple; anything else (a string, a number) as none: never a string's characters."""
-    return tuple(str(x) for x in v) if isinstance(v, (list, tuple)) else ()
-
-
-def _dict(v: Any) -> Json:
-    """A task's answer as the parent reads it: a JSON object, or none."""
-    return v if isinstance(v, dict) else {}
-
-
-def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _text(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
+from ..model.reportio import Json, integer, number, obj, string, texts
 
 
 @dataclass(frozen=True)
@@ -67,7 +49,7 @@ class EagerRun:
 
     @classmethod
     def of(cls, d: Any) -> "EagerRun":
-        d = _dict(d)
+        d = obj(d)
         lines = d.get("lines")
         return cls(error=TaskError.of(d.get("error")),
                    lines=tuple(n for n in lines if isinstance(n, int)) if isinstance(lines, list) else ())
@@ -86,7 +68,7 @@ class EagerComparison:
 
     @classmethod
     def of(cls, d: Any) -> "EagerComparison":
-        d = _dict(d)
+        d = obj(d)
         found = d.get("mismatches")
         return cls(error=TaskError.of(d.get("error")),
                    mismatches=tuple(NumericMismatch.of(m) for m in found) if isinstance(found, list) else ())
@@ -113,11 +95,11 @@ class Analysis:
 
     @classmethod
     def of(cls, d: Any) -> "Analysis":
-        d = _dict(d)
+        d = obj(d)
         found = d.get("functions")
         return cls(functions=tuple(FunctionFix.of(f) for f in found) if isinstance(found, list) else (),
-                   fixed_module=_text(d.get("fixed_module")), patched_probe=_text(d.get("patched_probe")) or "",
-                   shape_ops=_texts(d.get("shape_ops")))
+                   fixed_module=string(d.get("fixed_module")), patched_probe=string(d.get("patched_probe")) or "",
+                   shape_ops=texts(d.get("shape_ops")))
 
     def to_json(self) -> Json:
         out: Json = {"functions": [f.to_json() for f in self.functions]}
@@ -138,11 +120,11 @@ class ShapeCheck:
 
     @classmethod
     def of(cls, d: Any) -> "ShapeCheck":
-        d = _dict(d)
+        d = obj(d)
         ops = d.get("ops")
         return cls(error=TaskError.of(d.get("error")),
                    ops=tuple(OpShapes.of(o) for o in ops) if isinstance(ops, list) else (),
-                   missing=_texts(d.get("missing")))
+                   missing=texts(d.get("missing")))
 
     def to_json(self) -> Json:
         if self.error is not None:
@@ -183,15 +165,14 @@ class FunctionFix:
 
     @classmethod
     def of(cls, d: Any) -> "FunctionFix":
-        d = _dict(d)
+        d = obj(d)
         mutates = d.get("mutates_args")
-        runs = d.get("runs")
         return cls(function=str(d.get("function") or "?"), module=str(d.get("module") or ""),
-                   action=str(d.get("action") or ""), todo=_texts(d.get("todo")), check=_texts(d.get("check")),
-                   mutates_args=MutatesArgs(_texts(mutates.get("forward")), _texts(mutates.get("backward")))
+                   action=str(d.get("action") or ""), todo=texts(d.get("todo")), check=texts(d.get("check")),
+                   mutates_args=MutatesArgs(texts(mutates.get("forward")), texts(mutates.get("backward")))
                    if isinstance(mutates, dict) else None,
-                   runs=runs if isinstance(runs, int) and not isinstance(runs, bool) else None,
-                   refused=_texts(d.get("refused")))
+                   runs=integer(d.get("runs")),
+                   refused=texts(d.get("refused")))
 
     def to_json(self) -> Json:
         out: Json = {"function": self.function, "module": self.module, "action": self.action,
@@ -223,13 +204,13 @@ class OpShapes:
 
     @classmethod
     def of(cls, d: Any) -> "OpShapes":
-        d = _dict(d)
+        d = obj(d)
         failed = d.get("failed") if isinstance(d.get("failed"), (list, tuple)) else ()
         own = d.get("own_refused") if isinstance(d.get("own_refused"), (list, tuple)) else ()
-        return cls(op=str(d.get("op") or "?"), checked=_texts(d.get("checked")),
+        return cls(op=str(d.get("op") or "?"), checked=texts(d.get("checked")),
                    failed=tuple((str(f[0]), str(f[1]), str(f[2])) for f in failed
                                 if isinstance(f, (list, tuple)) and len(f) == 3),
-                   refused=_texts(d.get("refused")), restricted=_texts(d.get("restricted")),
+                   refused=texts(d.get("refused")), restricted=texts(d.get("restricted")),
                    own_refused=tuple((str(f[0]), str(f[1])) for f in own if isinstance(f, (list, tuple)) and len(f) == 2))
 
     def to_json(self) -> Json:
@@ -254,9 +235,9 @@ class GradientCheck:
 
     @classmethod
     def of(cls, d: Any) -> "GradientCheck":
-        d = _dict(d)
+        d = obj(d)
         skip = d.get("skip")
-        return cls(analytic=_number(d.get("analytic")), numeric=_number(d.get("numeric")), ok=d.get("ok") is True,
+        return cls(analytic=number(d.get("analytic")), numeric=number(d.get("numeric")), ok=d.get("ok") is True,
                    skip=str(skip) if skip else None, error=TaskError.of(d.get("error")))
 
     def to_json(self) -> Json:
@@ -294,13 +275,13 @@ class CallAnswer:
     @classmethod
     def of(cls, d: Any) -> "CallAnswer | None":
         """None for an answer without a line (no site to give it to)."""
-        d = _dict(d)
-        line, definition, name = d.get("line"), _text(d.get("definition")), _text(d.get("name"))
-        if not isinstance(line, int) or isinstance(line, bool):
+        d = obj(d)
+        line, definition, name = integer(d.get("line")), string(d.get("definition")), string(d.get("name"))
+        if line is None:
             return None
-        op = CustomOpDef(definition, name, _text(d.get("note")) or "", _text(d.get("module"))) \
+        op = CustomOpDef(definition, name, string(d.get("note")) or "", string(d.get("module"))) \
             if definition is not None and name is not None else None
-        return cls(line, op, _text(d.get("error")))
+        return cls(line, op, string(d.get("error")))
 
     def to_json(self) -> Json:
         """One site's answer on the wire: ``line``, then ``error`` or the op's ``definition``, ``name``, ``note``
@@ -323,7 +304,7 @@ class CallsObserved:
 
     @classmethod
     def of(cls, d: Any) -> "CallsObserved":
-        found = _dict(d).get("sites")
+        found = obj(d).get("sites")
         answers = (CallAnswer.of(a) for a in found) if isinstance(found, list) else ()
         return cls(tuple(a for a in answers if a is not None))
 

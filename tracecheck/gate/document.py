@@ -29,7 +29,8 @@ from typing import Mapping
 from ..model import taxonomy
 from ..model.exitcodes import UsageError
 from ..model.report import RunReport, upgraded_break_counts
-from ..model.reportio import BASELINE_FORMAT, Json, is_baseline, read_json, write_json_atomic
+from ..model.reportio import (BASELINE_FORMAT, Json, is_baseline, number, read_json, string, string_items, strings,
+                               write_json_atomic)
 from ..model.targets import DEFAULT_REQUIRE, TARGETS, normalized
 from ..model.verdict import STATUSES
 from .snapshot import COVERAGE_METRICS, ProbeSnapshot
@@ -65,8 +66,8 @@ def severity_setting(doc: Mapping[str, object]) -> dict[str, str]:
 
 def require_setting(doc: Mapping[str, object]) -> tuple[str, ...]:
     """A baseline's (or a reduced report's) ``require`` list: the targets it gates on. Raises ValueError."""
-    value = doc.get("require", [])
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+    value = strings(doc.get("require", []))
+    if value is None:
         raise ValueError("'require' must be a list of targets such as [\"compile\", \"func\"]")
     unknown = [t for t in value if t not in TARGETS]
     if unknown:
@@ -83,7 +84,7 @@ def tolerance_setting(doc: Mapping[str, object]) -> dict[str, float]:
     for key, value in setting.items():
         if key not in TOLERANCES:
             raise ValueError(f"tolerance: {key!r} has no tolerance (only {', '.join(TOLERANCES)})")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+        if (n := number(value)) is None or not 0 <= n < 1:
             raise ValueError(f"tolerance: {key!r} is {value!r}; expected a fraction from 0 to below 1, such as 0.05")
     return {k: float(v) for k, v in setting.items()}
 
@@ -130,9 +131,9 @@ class Baseline:
         probes, stages = doc.get("probes"), doc.get("stages")
         return cls(probes={pid: ProbeSnapshot.from_json(p) for pid, p in probes.items()}
                    if isinstance(probes, dict) else {},
-                   torch=_text(doc.get("torch")),
-                   stages=tuple(s for s in stages if isinstance(s, str)) if isinstance(stages, list) else (),
-                   tracecheck=_text(doc.get("tracecheck")), severity=severity_setting(doc),
+                   torch=string(doc.get("torch")),
+                   stages=string_items(stages),
+                   tracecheck=string(doc.get("tracecheck")), severity=severity_setting(doc),
                    require=require_setting(doc), tolerance=tolerance_setting(doc), strict=bool(doc.get("strict")),
                    unread={k: v for k, v in doc.items() if k not in _KEYS})
 
@@ -162,10 +163,6 @@ class Baseline:
         return replace(self, severity=settings.severity if settings else {},
                        require=settings.require if settings else DEFAULT_REQUIRE,
                        tolerance=settings.tolerance if settings else {})
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def as_baseline(doc: Baseline | Mapping[str, object]) -> Baseline:
@@ -263,7 +260,7 @@ def _check_stage(where: str, snap: Json) -> None:
         raise ValueError(f"{where}: 'target' must be one of {', '.join(TARGETS)}")
     for key in ("kinds", "advice"):
         value = snap.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        if strings(value) is None:
             raise ValueError(f"{where}: '{key}' must be a list of kind names")
     sites = snap.get("sites", {})
     if not isinstance(sites, dict) or not all(
@@ -282,7 +279,7 @@ def _check_stage(where: str, snap: Json) -> None:
         if not _is(snap.get(key), int):
             raise ValueError(f"{where}: '{key}' must be a count or null")
     phases = snap.get("phases")
-    if phases is not None and (not isinstance(phases, list) or not all(isinstance(x, str) for x in phases)):
+    if phases is not None and strings(phases) is None:
         raise ValueError(f"{where}: 'phases' must be a list such as [\"forward\", \"backward\"] or null")
     ca = snap.get("compiled_autograd")
     if ca is not None and (not isinstance(ca, dict) or not all(_is(v, (int, list)) for v in ca.values())):

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence, TypedDict
 
 from ..model.evidence import LIBRARY
 from ..model.payloads import PAYLOADS, Coverage
-from ..model.reportio import Json
+from ..model.reportio import Json, integer, string, string_items
 from ..model.report import Finding, ProbeReport, StageResult
 from ..model.targets import Gate
 from ..model.verdict import FAIL, PASS, StageOutcome
@@ -90,19 +90,6 @@ def stage_status(status: str, kinds: Sequence[str], advice: Sequence[str], gated
     return status
 
 
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _count(value: object) -> int | None:
-    """A count as a snapshot holds it: an int (a bool is no count), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _texts(value: object) -> tuple[str, ...]:
-    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
-
-
 @dataclass(frozen=True)
 class BreakSnapshot:
     """One graph break as a baseline keeps it. Its identity is kind, gb_type, file and the line's source text
@@ -119,8 +106,8 @@ class BreakSnapshot:
 
     @classmethod
     def from_json(cls, d: Mapping[str, object]) -> BreakSnapshot:
-        return cls(_text(d.get("kind")) or "", _text(d.get("gb_type")), _text(d.get("file")), _count(d.get("line")),
-                   _text(d.get("gb_code")), _text(d.get("code")), _text(d.get("owner")))
+        return cls(string(d.get("kind")) or "", string(d.get("gb_type")), string(d.get("file")), integer(d.get("line")),
+                   string(d.get("gb_code")), string(d.get("code")), string(d.get("owner")))
 
     def to_json(self) -> Json:
         out: Json = {"kind": self.kind, "gb_type": self.gb_type, "file": self.file, "line": self.line}
@@ -158,8 +145,8 @@ class CoverageCounts:
 
     @classmethod
     def from_json(cls, d: Mapping[str, object]) -> CoverageCounts:
-        return cls(_count(d.get("calls_captured")), _count(d.get("unique_graphs")), _count(d.get("frames_eager")),
-                   _count(d.get("torch_calls_eager")), {k: v for k, v in d.items() if k not in COVERAGE_METRICS})
+        return cls(integer(d.get("calls_captured")), integer(d.get("unique_graphs")), integer(d.get("frames_eager")),
+                   integer(d.get("torch_calls_eager")), {k: v for k, v in d.items() if k not in COVERAGE_METRICS})
 
     def to_json(self) -> Json:
         counts = zip(COVERAGE_METRICS, (self.calls_captured, self.unique_graphs, self.frames_eager,
@@ -226,14 +213,14 @@ class StageSnapshot:
         ca, cov, breaks = d.get("compiled_autograd"), d.get("coverage"), d.get("breaks")
         phases = d.get("phases")
         return cls(
-            status=_text(d.get("status")) or "", kinds=_texts(d.get("kinds")),
-            graph_count=_count(d.get("graph_count")), graph_break_count=_count(d.get("graph_break_count")),
-            graph_break_sites=_count(d.get("graph_break_sites")),
+            status=string(d.get("status")) or "", kinds=string_items(d.get("kinds")),
+            graph_count=integer(d.get("graph_count")), graph_break_count=integer(d.get("graph_break_count")),
+            graph_break_sites=integer(d.get("graph_break_sites")),
             breaks=tuple(BreakSnapshot.from_json(b) for b in breaks if isinstance(b, dict))
             if isinstance(breaks, list) else (),
-            recompiles=_count(d.get("recompiles")), phases=_texts(phases) if isinstance(phases, list) else None,
-            target=_text(d.get("target")), advice=_texts(d.get("advice")),
-            sites={k: tuple(Location(file=_text(x.get("file")), line=_count(x.get("line")))
+            recompiles=integer(d.get("recompiles")), phases=string_items(phases) if isinstance(phases, list) else None,
+            target=string(d.get("target")), advice=string_items(d.get("advice")),
+            sites={k: tuple(Location(file=string(x.get("file")), line=integer(x.get("line")))
                             for x in v if isinstance(x, dict))
                    for k, v in sites.items() if isinstance(v, list)} if isinstance(sites, dict) else {},
             compiled_autograd=dict(ca) if isinstance(ca, dict) else {},

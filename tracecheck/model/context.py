@@ -1,21 +1,26 @@
 """A finding's context (``Finding.context``, ``GraphBreak.context``): what varies within a kind, typed where the
 classifier makes it (classify/), read as fields by renderers and ``tracecheck fix``. The report's JSON keeps it as an
 object whose keys are the fields set (``to_json``; kinds.json's summaries and fixes are templates over those keys);
-``of`` is its one reader, for a report of any schema version. Pure: no torch import."""
+``of`` is its one reader: of a report's object, of any schema version, and of the named groups of the pattern a
+classifier rule matched (classify/detect._matches), read alike. Pure: no torch import."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Mapping
+from typing import Callable, Mapping, TypeVar
+
 from .frame import Frame
-from .reportio import Json
+from .reportio import Json, flag, integer, string, strings
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Context:
     """What varies within a kind: kinds.json's named groups and the classifier's facts, one optional field per key
-    the report writes. Unset is None (False for a flag, ``()`` for a list), and an unset field is no key of the JSON,
-    as the dict it replaces had none. Text is kept as it was made (``""`` included: ``by`` fills a summary with
-    nothing)."""
+    the report writes. Unset is None (False for a flag, ``()`` for a list), and an unset field is no key of the JSON
+    (docs/report-schema.md, "context"): as the dict it replaced had none, but for two keys that dict wrote unset, an
+    uncounted ``kernels`` (``"?"``) and a break finding's missing ``gb_type`` (``null``). Text is kept as it was made
+    (``""`` included: ``by`` fills a summary with nothing)."""
 
     # --- what the finding is about
     #: the custom op (``ns::name``) the finding is about; wrong-gradient: the Function(s) or calls it names
@@ -155,7 +160,8 @@ class Context:
 
     #: keys this version does not know (a report from a newer tracecheck, a named group kinds.json added) and values
     #: of another shape than their field's (a hand-edited report), as read: written back as they were, so a report
-    #: read and written again keeps them; no code reads them (nor compares or hashes them). JSON values, read-only
+    #: read and written again keeps them. No code reads them by name, compares or hashes them; through ``to_json``
+    #: they fill kinds.json's templates (model/taxonomy._fill: a named group with no field). JSON values, read-only
     other: Mapping[str, object] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> Json:
@@ -171,6 +177,11 @@ class Context:
             out.setdefault(k, v)
         return out
 
+    def __repr__(self) -> str:
+        """The fields set (as ``to_json`` writes them) and ``other``: not every field, most of them unset."""
+        shown = [f"{f.name}={v!r}" for f in fields(self) if f.name != "other" and _set(v := getattr(self, f.name))]
+        return f"Context({', '.join(shown + ([f'other={dict(self.other)!r}'] if self.other else []))})"
+
     def merged(self, over: "Context") -> "Context":
         """This context with the fields ``over`` sets put over its own (a report's keys over another's)."""
         changes = {f.name: getattr(over, f.name) for f in fields(over)
@@ -183,29 +194,33 @@ class Context:
         another shape than its field's reads as unset (kept in ``other``)."""
         r = _Reader(d if isinstance(d, dict) else {})
         return cls(
-            op=r.text("op"), op_is_label=r.flag("op_is_label"), builtin=r.text("builtin"), pybind11=r.flag("pybind11"),
-            in_autograd_function=r.flag("in_autograd_function"), args=r.text("args"), argument=r.text("argument"),
-            function=r.text("function"), hop=r.text("hop"), transform=r.text("transform"),
-            transforms=r.texts("transforms"), gb_type=r.text("gb_type"), hints=r.text("hints"), code=r.text("code"),
-            caller=r.frame("caller"), generated=r.text("generated"),
-            cause=r.text("cause"), what=r.text("what"), stage=r.text("stage"), warning=r.flag("warning"),
-            reported_kind=r.text("reported_kind"), first_seen_at=r.text("first_seen_at"),
-            attributed_from=r.text("attributed_from"), suspect=r.text("suspect"), named_by=r.text("named_by"),
-            construct=r.text("construct"), dynamo_fix=r.text("dynamo_fix"), mismatch=r.text("mismatch"),
-            found_by=r.text("found_by"), tripped_at=r.text("tripped_at"),
-            exception=r.text("exception"), torch_frame=r.text("torch_frame"),
-            phase=r.text("phase"), tensor=r.text("tensor"), custom_ops=r.texts("custom_ops"),
-            random_ops=r.texts("random_ops"),
-            input=r.text("input"), output=r.text("output"), numerical=r.text("numerical"),
-            analytical=r.text("analytical"), relative_error=r.text("relative_error"), ratio=r.text("ratio"),
-            source=r.text("source"), value=r.text("value"), reason=r.text("reason"), guard=r.text("guard"),
-            guard_at=r.text("guard_at"), sizes=r.text("sizes"), by=r.text("by"), expr=r.text("expr"),
-            symbol=r.text("symbol"),
-            type=r.text("type"), key=r.text("key"), attribute=r.text("attribute"), subclass=r.text("subclass"),
-            wrapper=r.text("wrapper"), grad_device=r.text("grad_device"), param_device=r.text("param_device"),
-            calls=r.count("calls"), kernels=r.count("kernels"),
-            step=r.count("step"), batch_size=r.count("batch_size"), backend=r.text("backend"),
-            other_backend=r.text("other_backend"),
+            op=r("op", string), op_is_label=r("op_is_label", flag) is True, builtin=r("builtin", string),
+            pybind11=r("pybind11", flag) is True, in_autograd_function=r("in_autograd_function", flag) is True,
+            args=r("args", string), argument=r("argument", string), function=r("function", string),
+            hop=r("hop", string), transform=r("transform", string), transforms=r("transforms", strings) or (),
+            gb_type=r("gb_type", string), hints=r("hints", string), code=r("code", string),
+            caller=r("caller", Frame.from_dict), generated=r("generated", string),
+            cause=r("cause", string), what=r("what", string), stage=r("stage", string),
+            warning=r("warning", flag) is True,
+            reported_kind=r("reported_kind", string), first_seen_at=r("first_seen_at", string),
+            attributed_from=r("attributed_from", string), suspect=r("suspect", string),
+            named_by=r("named_by", string), construct=r("construct", string), dynamo_fix=r("dynamo_fix", string),
+            mismatch=r("mismatch", string), found_by=r("found_by", string), tripped_at=r("tripped_at", string),
+            exception=r("exception", string), torch_frame=r("torch_frame", string),
+            phase=r("phase", string), tensor=r("tensor", string), custom_ops=r("custom_ops", strings) or (),
+            random_ops=r("random_ops", strings) or (),
+            input=r("input", string), output=r("output", string), numerical=r("numerical", string),
+            analytical=r("analytical", string), relative_error=r("relative_error", string), ratio=r("ratio", string),
+            source=r("source", string), value=r("value", string), reason=r("reason", string),
+            guard=r("guard", string), guard_at=r("guard_at", string), sizes=r("sizes", string), by=r("by", string),
+            expr=r("expr", string), symbol=r("symbol", string),
+            type=r("type", string), key=r("key", string), attribute=r("attribute", string),
+            subclass=r("subclass", string), wrapper=r("wrapper", string), grad_device=r("grad_device", string),
+            param_device=r("param_device", string),
+            # any whole number, a negative one too: read as the report holds it
+            calls=r("calls", integer), kernels=r("kernels", integer),
+            step=r("step", integer), batch_size=r("batch_size", integer),
+            backend=r("backend", string), other_backend=r("other_backend", string),
             other=r.rest())  # last: keyword arguments are evaluated in order, so it holds what none above took
 
 
@@ -215,39 +230,19 @@ def _set(value: object) -> bool:
 
 
 class _Reader:
-    """Reads a JSON object's keys as the fields' types, remembering which it took: the rest is ``other``."""
+    """Reads a JSON object's keys with reportio's readers, remembering which it took: the rest is ``other``."""
 
     def __init__(self, d: Json) -> None:
         self.d = d
         self.used: set[str] = set()
 
-    def _take(self, key: str, ok: bool) -> bool:
-        if ok:
+    def __call__(self, key: str, read: Callable[[object], T | None]) -> T | None:
+        """``read``'s value of ``key``; a key it reads as None (missing, or of another shape) is not taken."""
+        v = read(self.d.get(key))
+        if v is not None:
             self.used.add(key)
-        return ok
-
-    def text(self, key: str) -> str | None:
-        v = self.d.get(key)
-        return v if self._take(key, isinstance(v, str)) else None
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        v = self.d.get(key)
-        ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
-        return tuple(v) if self._take(key, ok) and isinstance(v, list) else ()
-
-    def count(self, key: str) -> int | None:
-        v = self.d.get(key)
-        return v if self._take(key, isinstance(v, int) and not isinstance(v, bool)) else None
-
-    def flag(self, key: str) -> bool:
-        v = self.d.get(key)
-        return v is True if self._take(key, isinstance(v, bool)) else False
-
-    def frame(self, key: str) -> Frame | None:
-        v = Frame.from_dict(self.d.get(key))
-        return v if self._take(key, v is not None) else None
+        return v
 
     def rest(self) -> dict[str, object]:
         # a null is an absent key (the old dict's ``"cause": None``): nothing to keep
         return {str(k): v for k, v in self.d.items() if k not in self.used and v is not None}
-

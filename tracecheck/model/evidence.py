@@ -268,11 +268,15 @@ class BreakEvidence(Evidence):
     generated_frame: Frame | None = None
 
 
+C = TypeVar("C", bound="NumericComparison")
+
+
 @dataclass(frozen=True)
-class Comparison:
+class NumericComparison:
     """One phase's compiled-vs-eager (or transform-vs-reference) comparison (stages/_numerics.judge): how many tensors
     disagree of how many, the worst, the reference it was judged against, and what the probe called. Declared once:
-    the stage's record (model/records.MismatchRecord) and the finding's evidence (``NumericEvidence``) are this."""
+    the stage's record (model/records.MismatchRecord) and the finding's evidence (``NumericEvidence``) are this, each
+    built from one by ``carrying``. (Not gate/comparison.Comparison, a report against its baseline.)"""
 
     disagreeing: int | None = None
     compared: int | None = None
@@ -291,6 +295,12 @@ class Comparison:
     #: the dynamic stage: the batch size the comparison was made at
     batch_size: int | None = None
 
+    @classmethod
+    def carrying(cls: type[C], comparison: NumericComparison, **own: Any) -> C:
+        """A ``cls`` (the stage's record, the finding's evidence) holding ``comparison``'s fields as they are
+        (``asdict`` would copy ``worst`` into a dict), and its own fields ``own`` (a phase, an evidence's header)."""
+        return cls(**{f.name: getattr(comparison, f.name) for f in fields(NumericComparison)}, **own)
+
     def comparison_json(self) -> Json:
         """The comparison's fields as JSON writes them: those that hold something, and ``COMPARISON_ALWAYS``."""
         return {name: _json(getattr(self, name)) for name in COMPARISON_FIELDS
@@ -298,27 +308,29 @@ class Comparison:
 
 
 #: the fields of a comparison, in the order JSON writes them
-COMPARISON_FIELDS = tuple(f.name for f in fields(Comparison))
+COMPARISON_FIELDS = tuple(f.name for f in fields(NumericComparison))
 #: written even when empty; custom_ops: [] is "none called", null "not recorded"
 COMPARISON_ALWAYS = ("disagreeing", "compared", "worst", "custom_ops")
 
 
-def comparison_fields(d: Json) -> Json:
-    """A ``Comparison``'s fields (keyword arguments) read from a record's or a report's JSON: a missing key is the
-    field's default, a value of the wrong shape reads as missing."""
+def numeric_comparison(d: Json) -> NumericComparison:
+    """A comparison read from a record's or a report's JSON: a missing key is the field's default, a value of the
+    wrong shape reads as missing."""
     custom = d.get("custom_ops")
-    return dict(disagreeing=integer(d.get("disagreeing")), compared=integer(d.get("compared")),
-                worst=WorstTensor.of(d.get("worst")), disagreeing_tensors=texts(d.get("disagreeing_tensors")),
-                fp64_reference=flag(d.get("fp64_reference")), reference_dtype=text(d.get("reference_dtype")),
-                fp64_unavailable=text(d.get("fp64_unavailable")),
-                custom_ops=texts(custom) if isinstance(custom, (list, tuple)) else None,
-                random_ops=texts(d.get("random_ops")), transform=text(d.get("transform")),
-                batch_size=integer(d.get("batch_size")))
+    return NumericComparison(
+        disagreeing=integer(d.get("disagreeing")), compared=integer(d.get("compared")),
+        worst=WorstTensor.of(d.get("worst")), disagreeing_tensors=texts(d.get("disagreeing_tensors")),
+        fp64_reference=flag(d.get("fp64_reference")), reference_dtype=text(d.get("reference_dtype")),
+        fp64_unavailable=text(d.get("fp64_unavailable")),
+        custom_ops=texts(custom) if isinstance(custom, (list, tuple)) else None,
+        random_ops=texts(d.get("random_ops")), transform=text(d.get("transform")),
+        batch_size=integer(d.get("batch_size")))
 
 
 @dataclass(frozen=True)
-class NumericEvidence(Evidence, Comparison):
-    """A numeric comparison's evidence: the stage's comparison (``Comparison``) with the header every evidence has."""
+class NumericEvidence(Evidence, NumericComparison):
+    """A numeric comparison's evidence: the stage's comparison (``NumericComparison``) with the header every evidence
+    has."""
 
     what: ClassVar[str] = NUMERIC
     _writes: ClassVar[tuple[str, ...]] = ("phase", *COMPARISON_FIELDS)
@@ -507,6 +519,8 @@ def of_record(cls: type[E], d: Json) -> E:
         owner=Owner.of(d.get("owner")), traceback=str(d.get("traceback") or ""), phase=text(d.get("phase")),
         exception_type=text(d.get("exception_type")), gb_type=text(d.get("gb_type")), gb_code=text(d.get("gb_code")),
         doc=text(d.get("doc")))
+    if issubclass(cls, NumericComparison):
+        return cls.carrying(numeric_comparison(d), **common)
     return cls(**common, **_BODY[cls](d))
 
 
@@ -526,7 +540,7 @@ def _guess(d: Json) -> type[Evidence]:
     return BreakEvidence if d.get("gb_type") or d.get("gb_code") or d.get("doc") else MessageEvidence
 
 
-#: each kind's own fields (keyword arguments) read from its JSON
+#: each kind's own fields (keyword arguments) read from its JSON; a numeric comparison's: ``numeric_comparison``
 _BODY: dict[type[Evidence], Callable[[Json], Json]] = {
     ExceptionEvidence: lambda d: dict(
         exception_chain=tuple(str(t) for t in items(d.get("exception_chain")) if t),
@@ -537,7 +551,6 @@ _BODY: dict[type[Evidence], Callable[[Json], Json]] = {
         backends={str(k): str(v) for k, v in d["backends"].items()} if isinstance(d.get("backends"), dict) else {},
         rerun_of=text(d.get("rerun_of")), transform=text(d.get("transform"))),
     BreakEvidence: lambda d: dict(generated_frame=Frame.from_dict(d.get("generated_frame"))),
-    NumericEvidence: comparison_fields,
     GradientEvidence: lambda d: dict(
         method=text(d.get("method")), note=text(d.get("note")), input=text(d.get("input")),
         output=text(d.get("output")),

@@ -101,8 +101,12 @@ class InputShapes:
         if not isinstance(d, dict):
             return None
 
+        def shape(s: list[object]) -> tuple[int, ...] | None:  # a shape with a bad dimension is no shape
+            dims = tuple(c for n in s if (c := count(n)) is not None)
+            return dims if len(dims) == len(s) else None
+
         def shapes(v: object) -> tuple[tuple[int, ...], ...]:
-            return tuple(tuple(n for n in s if count(n) is not None) for s in v if isinstance(s, list)) \
+            return tuple(got for s in v if isinstance(s, list) and (got := shape(s)) is not None) \
                 if isinstance(v, list) else ()
         return cls(shapes(d.get("A")), shapes(d.get("B")) if "B" in d else None)
 

@@ -4,7 +4,7 @@ frozen dataclass per kind, each typed where the stage makes it: an exception (mo
 break (``BreakRecord``), a numeric comparison (``MismatchRecord``), a gradient check (``GradcheckOutcome``), a
 recompile and a specialized dimension (``RecompileRecord``, ``SpecializedDimension``), draft_export's report
 (``DraftExportReport``), an op vmap runs per sample (``FallbackOp``), an op Inductor calls as an extern kernel
-(``OpaqueOp``).
+(``OpaqueOp``); and one the file's survey sends, an op defined twice (``Redefinition``).
 
 A stage's record crosses to the parent as JSON (isolate/protocol.Result): ``StageRecord.to_wire`` writes it, the
 parent reads it with ``from_wire``; no other code reads a record's keys. ``from_raw`` reads a stage record written by
@@ -16,11 +16,11 @@ has one); what a stage keeps in ``extra`` goes into the report as it is, documen
 """
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields, replace
 from typing import Any, Callable, TypeVar
 
 from .errors import ErrorRecord, frame_wire
-from .evidence import Comparison, Specialization, comparison_fields
+from .evidence import NumericComparison, Specialization, numeric_comparison
 from .frame import Frame
 from .reportio import Json, integer, number, text, texts
 
@@ -181,15 +181,17 @@ class BreakRecord:
 
 
 @dataclass(frozen=True)
-class MismatchRecord(Comparison):
+class MismatchRecord(NumericComparison):
     """One phase's disagreement of a compiled (or transformed) run with eager, as the stage made it
-    (stages/_numerics.judge): the comparison (model/evidence.Comparison), its phase, and its counts, which a stage
-    always has."""
+    (stages/_numerics.judge): the comparison (model/evidence.NumericComparison), its phase, and its counts, which a
+    stage always gives (a record read from the wire without them: ``of``)."""
 
-    disagreeing: int = 1
-    compared: int = 1
+    _: KW_ONLY
+    # field(): required here too, where a bare annotation would inherit the base's default, None
+    disagreeing: int = field()
+    compared: int = field()
     #: "forward" (outputs) or "backward" (gradients)
-    phase: str = "forward"
+    phase: str
 
     def to_wire(self) -> Json:
         return {"phase": self.phase, **self.comparison_json()}
@@ -200,11 +202,11 @@ class MismatchRecord(Comparison):
             return d
         if not isinstance(d, dict):
             return None
-        body = comparison_fields(d)
-        for count in ("disagreeing", "compared"):  # a record without its counts: one tensor, compared
-            if body[count] is None:
-                body[count] = 1
-        return cls(phase=str(d.get("phase") or "forward"), **body)
+        read = numeric_comparison(d)
+        # a record written without its counts (an old report's): one tensor, compared
+        counted = replace(read, disagreeing=1 if read.disagreeing is None else read.disagreeing,
+                          compared=1 if read.compared is None else read.compared)
+        return cls.carrying(counted, phase=str(d.get("phase") or "forward"))
 
 
 @dataclass(frozen=True)
@@ -490,6 +492,35 @@ class OpaqueOp:
         return cls(str(d["op"]), integer(d.get("calls")) or 0,
                    tuple(g for g in graphs if integer(g) is not None) if isinstance(graphs, list) else (),
                    texts(d.get("lines")), integer(d.get("kernels")))
+
+
+@dataclass(frozen=True)
+class Redefinition:
+    """An op name defined again with a different schema (evidence/opwatch: an ``op-redefined`` event), as the file's
+    survey sends it to the parent (collect/survey.ProbeEntry.registrations): both schemas, both frames."""
+
+    #: ``ns::name``
+    op: str
+    first_schema: str
+    second_schema: str
+    first_frame: Frame | None = None
+    second_frame: Frame | None = None
+
+    def to_wire(self) -> Json:
+        return {"op": self.op, "first_schema": self.first_schema, "second_schema": self.second_schema,
+                "first_frame": frame_wire(self.first_frame), "second_frame": frame_wire(self.second_frame)}
+
+    @classmethod
+    def of(cls, d: Any) -> "Redefinition | None":
+        """The event read back; one without its op or either schema is dropped."""
+        if isinstance(d, Redefinition) or d is None:
+            return d
+        if not isinstance(d, dict):
+            return None
+        op, first, second = text(d.get("op")), text(d.get("first_schema")), text(d.get("second_schema"))
+        if op is None or first is None or second is None:
+            return None
+        return cls(op, first, second, Frame.from_dict(d.get("first_frame")), Frame.from_dict(d.get("second_frame")))
 
 
 def _op_tests(v: Any) -> dict[str, OpTests]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import taxonomy
 from .exitcodes import UsageError
-from .reportio import Json, is_baseline, read_json
+from .reportio import Json, integer, is_baseline, number, read_json, string
 from .taxonomy import K
 from .errors import ErrorRecord
 from .records import Frame
@@ -71,11 +71,6 @@ class Finding:
     def user_frame(self) -> Frame | None:
         """The line the finding points at, None where nothing placed it."""
         return self.evidence.user_frame
-
-    @property
-    def cx(self) -> Context:
-        """The context (an alias of ``context``, which renderers still name)."""
-        return self.context
 
     def to_dict(self) -> Json:
         return {"kind": self.kind, "summary": self.summary, "context": self.context.to_json(),
@@ -193,8 +188,7 @@ class StageResult:
         """Recompiles the stage measured (compiled autograd's count); None when the stage counts none or stopped
         early, so its records are partial."""
         counts = CompiledAutogradCounts.of(self.extra)
-        value = counts.recompile_count if counts is not None else None
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return integer(counts.recompile_count) if counts is not None else None
 
     @property
     def outcome(self) -> StageOutcome:
@@ -221,7 +215,7 @@ class StageResult:
             raise ValueError(f"stage {d.get('stage')!r}: status {d.get('status')!r} is not one of {', '.join(STATUSES)}")
         for key in BREAK_COUNTS:
             value = d.get(key)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            if value is not None and integer(value) is None:
                 raise ValueError(f"stage {d.get('stage')!r}: {key} must be a count or null, not {value!r}")
         if not isinstance(d.get("extra", {}), dict):
             raise ValueError(f"stage {d.get('stage')!r}: extra must be an object")
@@ -289,11 +283,10 @@ class ProbeReport:
     def from_dict(cls, d: Json) -> "ProbeReport":
         if not all(isinstance(d.get(k), str) for k in ("id", "file", "name")):
             raise ValueError(f"probe {d.get('id')!r}: id, file and name must be strings")
-        reused = d.get("reused")
         return cls(
             id=d["id"], file=d["file"], name=d["name"],
             stages={k: StageResult.from_dict(v) for k, v in d.get("stages", {}).items()},
-            reused=reused if isinstance(reused, str) else None,
+            reused=string(d.get("reused")),
         )
 
 
@@ -355,7 +348,7 @@ class RunReport:
         if not isinstance(d.get("command", []), list) or not isinstance(d.get("stages", []), list):
             raise ValueError("command and stages must be lists")
         seconds = d.get("seconds", 0.0)
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        if number(seconds) is None:
             raise ValueError(f"seconds must be a number, not {seconds!r}")
         return cls(
             probes=[ProbeReport.from_dict(p) for p in d["probes"]],

@@ -26,14 +26,35 @@ def text(v: object) -> str | None:
     return str(v) if isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != "" else None
 
 
+def string(v: object) -> str | None:
+    """A string as written, ``""`` included; None for anything else (a number too: compare ``text``)."""
+    return v if isinstance(v, str) else None
+
+
 def texts(v: object) -> tuple[str, ...]:
     """A list's items as text; anything else (a string, a number) as none: never a string's characters."""
     return tuple(str(x) for x in v) if isinstance(v, (list, tuple)) else ()
 
 
+def strings(v: object) -> tuple[str, ...] | None:
+    """A list of strings as a tuple; None for anything else, a list holding another value included (read whole or
+    not at all: compare ``texts``, ``string_items``)."""
+    return tuple(v) if isinstance(v, list) and all(isinstance(x, str) for x in v) else None
+
+
+def string_items(v: object) -> tuple[str, ...]:
+    """A list's strings, its other values dropped; anything else (a tuple too) as none."""
+    return tuple(x for x in v if isinstance(x, str)) if isinstance(v, list) else ()
+
+
 def items(v: object) -> tuple[object, ...]:
     """A list as a tuple of its values, unread; anything else as none."""
     return tuple(v) if isinstance(v, (list, tuple)) else ()
+
+
+def obj(v: object) -> Json:
+    """A JSON object as it is; anything else as an empty one."""
+    return v if isinstance(v, dict) else {}
 
 
 def integer(v: object) -> int | None:

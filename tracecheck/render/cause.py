@@ -1,7 +1,8 @@
 """One root cause as every renderer shows it, decided once (``CauseView``): its kind and whether it gates the run, where
 it is and whose code that is, one line of evidence (and its long form), what it costs, the fix, and which probes and
 stages saw it. The brief, the Markdown report, the source view, the terminal's long form (``-v``) and JUnit lay these
-fields out; none composes them again."""
+fields out; none composes them again. The two per-finding long forms (``-v`` and JUnit's bodies) take their lines
+from ``lines``, in one order, and only indent and style them."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,7 @@ from ..gate.snapshot import relative_location
 from ..model.evidence import opcheck_test
 from ..model.report import Finding, ProbeReport, RootCause, RunReport, root_causes
 from ..model.targets import Gate
-from ..model.taxonomy import K, fix_text, kinds
+from ..model.taxonomy import K, fix_text, is_advice, kinds
 from ..stages import order as stage_order
 from . import view
 from .excerpts import numeric_lines
@@ -53,10 +54,17 @@ class Site:
 
     #: ``file:line`` relative to the working directory when under it (``where_of``): the terminal's
     here: str
-    #: ``file:line`` relative to the rootdir, as probe ids name files: every CI output's (gate/snapshot.relative_location)
-    rootdir: str
+    #: the file relative to the rootdir, as probe ids name files: every CI output's (gate/snapshot.relative_location);
+    #: None, as the line, where the frame lacks it
+    ci_file: str | None
+    line: int | None
     #: the line's source, stripped; None where it was not read
     code: str | None
+
+    @property
+    def ci_location(self) -> str:
+        """``file:line`` as every CI output names it (``ci_file``)."""
+        return f"{self.ci_file}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -66,8 +74,11 @@ class CauseView:
     cause: RootCause
     kind: str
     summary: str
-    #: GATES, NOT_REQUIRED or ADVICE
+    #: GATES, NOT_REQUIRED or ADVICE (``standing``)
     standing: str
+    #: the kind's severity is advice (taxonomy.is_advice), whatever the gate: under ``--strict`` such a cause gates,
+    #: and its fix is still the kind's one fix
+    advice: bool
     #: NOT_REQUIRED: the targets it failed, none of them required
     targets: tuple[str, ...]
     #: NOT_REQUIRED: why it gates nothing (``gates_nothing``)
@@ -117,22 +128,65 @@ def _of(gate: Gate, c: RootCause, labels: dict[str, str]) -> CauseView:
     f = c.finding
     ev = f.evidence
     targets = tuple(sorted({t for p, stages in c.seen for t in view.not_required_targets(p, stages)}))
-    standing = ADVICE if not gate.fails_on(f.kind) else GATES if view.gates(gate, c) else NOT_REQUIRED
+    stands = standing(gate, c)
     kind = kinds().get(f.kind)
     # a cause keyed by its op (model/report.finding_key) is the op's in every probe: its line only when one probe saw it
-    where = f.cx.op if f.cx.op and len({p.id for p, _ in c.seen}) > 1 else where_of(f)
+    where = f.context.op if f.context.op and len({p.id for p, _ in c.seen}) > 1 else where_of(f)
     return CauseView(
-        cause=c, kind=f.kind, summary=f.summary, standing=standing, targets=targets,
-        gates_nothing=gates_nothing(targets, gate) if standing == NOT_REQUIRED and targets else None,
+        cause=c, kind=f.kind, summary=f.summary, standing=stands, advice=is_advice(f.kind), targets=targets,
+        gates_nothing=gates_nothing(targets, gate) if stands == NOT_REQUIRED and targets else None,
         where=where, whose=view.owner_label(f) if f.user_frame is not None else None,
         evidence=evidence_line(f), numeric=tuple(numeric_lines(f)), facts=evidence_facts(f),
         # an exception's words (a data-dependent TypeError from NumPy as much as an unknown), past a wrapper's header
         message=ev.headline() if ev.exception_type or f.kind in (K.EAGER_ERROR, K.BACKEND_ERROR, K.UNKNOWN) else "",
-        notes=_notes(f), detail=ev.detail().strip(), site=_site(f, c.seen[0][0]) if c.seen else None,
+        notes=_notes(f), detail=ev.detail().strip(), site=site(f, c.seen[0][0]) if c.seen else None,
         fix=fix_text(f) if kind else None, more=kind.explain_command if kind else None,
         reach=Reach(tuple(dict.fromkeys(labels.get(p.id, p.id) for p, _ in c.seen)),
                     tuple(sorted({s for _, st in c.seen for s in st}, key=stage_order))),
         cost=view.cost_of(c, labels))
+
+
+def standing(gate: Gate, c: RootCause) -> str:
+    """How a root cause stands against ``gate`` (the run's; a probe's ``ProbeReport.gate`` is the same): GATES where
+    it fails a probe (view.gates), NOT_REQUIRED where it fails only stages of targets not required, ADVICE where its
+    kind fails nothing (advice without ``--strict``)."""
+    return ADVICE if not gate.fails_on(c.finding.kind) else GATES if view.gates(gate, c) else NOT_REQUIRED
+
+
+def label(v: CauseView) -> str:
+    """What the kind is said with where it gates nothing: `` (advice)``, `` (vmap: not required)``; "" where it
+    gates (an advice kind under ``--strict`` too, as the brief says it)."""
+    return " (advice)" if v.standing == ADVICE else \
+        f" ({', '.join(v.targets)}: not required)" if v.standing == NOT_REQUIRED else ""
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a finding's long form (``lines``)."""
+
+    text: str
+    #: what to do (``fix:``, ``more:``), shown plain; every other line is a fact, shown dim
+    action: bool = False
+
+
+def lines(v: CauseView, location: str, message: bool, fix: bool = True) -> list[Line]:
+    """A finding's long form under its head line, in the one order both long forms use (the terminal's ``-v``,
+    JUnit's bodies): ``gates nothing:``, the evidence's facts, ``whose code:``, ``message:`` (``message``: where no
+    traceback follows, which holds it), ``at <location>  `source```, the notes (backends, generated code, gb_type
+    doc), what a numeric comparison measured, ``costs:``, ``fix:`` and ``more:`` (``fix``: said here; each renderer
+    says a fix once). ``location``: the site as the output names files (``Site.here`` or ``Site.ci_location``). The
+    whole account (``detail``) is the renderer's to add after them."""
+    out = [f"gates nothing: {v.gates_nothing}"] if v.gates_nothing else []
+    out += ["; ".join(v.facts)] if v.facts else []
+    out += [f"whose code: {v.whose}"] if v.whose is not None else []
+    out += [f"message: {v.message[:200]}"] if v.message and message else []
+    out += [f"at {location}" + (f"  `{v.site.code}`" if v.site.code else "")] if v.site is not None else []
+    out += [*v.notes, *v.numeric] + ([f"costs: {v.cost.text()}"] if v.cost is not None else [])
+    said = [Line(x) for x in out]
+    if v.fix is not None and fix:
+        # ``more:`` a line of its own: copied whole, never wrapped mid-command
+        said += [Line(f"fix: {v.fix}", action=True)] + ([Line(f"more: {v.more}", action=True)] if v.more else [])
+    return said
 
 
 def views(report: RunReport, labels: dict[str, str]) -> list[CauseView]:
@@ -150,14 +204,15 @@ def where_of(f: Finding) -> str:
     if frame is not None:
         rel = os.path.relpath(frame.file) if os.path.isabs(frame.file) else frame.file
         return f"{frame.file if rel.startswith('..') else rel}:{frame.line}"
-    return f.cx.op or f.cx.builtin or ""
+    return f.context.op or f.context.builtin or ""
 
 
-def _site(f: Finding, p: ProbeReport) -> Site | None:
+def site(f: Finding, p: ProbeReport) -> Site | None:
+    """The user's line of ``p``'s finding ``f``, None where no frame places it."""
     frame = f.user_frame
     if frame is None:
         return None
-    return Site(where_of(f), f"{relative_location(frame.file, p)}:{frame.line}", frame.code or None)
+    return Site(where_of(f), relative_location(frame.file, p), frame.line, frame.code or None)
 
 
 def _notes(f: Finding) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ def numeric_lines(f: Finding, where: str = "") -> list[str]:
     line). ``where``: the probe the numbers are from, when the finding stands for several."""
     ev = f.evidence
     if f.kind == K.OPAQUE_OP:
-        cx = f.cx
+        cx = f.context
         graphs = (len(ev.graphs) if isinstance(ev, OpaqueEvidence) else 0) or "?"
         calls, kernels = _or_q(cx.calls), _or_q(cx.kernels)
         return [f"{where}{calls} extern call(s) of {cx.op or 'the op'} in {graphs} compiled "
@@ -30,8 +30,8 @@ def numeric_lines(f: Finding, where: str = "") -> list[str]:
         return []
     worst = ev.worst
     # the vmap stage compares torch.func's result, not a compiled one, with eager
-    transform = f.cx.transform
-    lines = [f"{_or_q(ev.disagreeing)} of {_or_q(ev.compared)} {f.cx.what or 'tensors'} "
+    transform = f.context.transform
+    lines = [f"{_or_q(ev.disagreeing)} of {_or_q(ev.compared)} {f.context.what or 'tensors'} "
              f"disagree; worst: {worst.what or '?'}"
              + (f" {worst.dtype} {worst.shape}" if worst.shape is not None else "")]
     if worst.rmse_compiled_vs_fp64 is not None:

@@ -191,7 +191,7 @@ def write(directory: str, report: RunReport) -> list[str]:
         f, frame = v.finding, v.finding.user_frame
         n_probes, n_stages = _reach(v.cause)
         rows.append({"id": f.kind, "kind": _kind_label(v, False), "code": f.evidence.gb_code or "",
-                     "where": f"{_label(frame.file, rootdir)}:{frame.line}" if frame else (f.cx.op or "-"),
+                     "where": f"{_label(frame.file, rootdir)}:{frame.line}" if frame else (f.context.op or "-"),
                      "href": f"{href[frame.file]}#L{frame.line}" if frame and frame.file in href else "",
                      "owner": view.owner_label(f) or (YOURS if frame and _under(
                          frame.file, rootdir) else "not known"),

@@ -22,9 +22,9 @@ failure the baseline already has is ``<skipped>`` ("known failure"), so the job'
 regressions as failures; a probe that went missing gets a failing ``<probe>[missing]`` testcase. Files are
 relative to the rootdir, as probe ids are.
 
-Each finding in a body is laid out from its view (render/cause.sighting), as the terminal's ``-v`` lays it out:
-``[kind] summary``, ``at file:line  source``, the evidence, whose code, notes, cost, fix and ``more:``, the
-traceback.
+Each finding in a body is ``[kind] summary``, then the lines of its view (render/cause.sighting) in the terminal's
+``-v`` order (render/cause.lines: its line relative to the rootdir, no ``message:``; a fix once a body), then its
+traceback (docs/ci.md says the whole layout).
 """
 from __future__ import annotations
 
@@ -56,37 +56,25 @@ def _classname(file_part: str) -> str:
     return re.sub(r"[\\/]+", ".", stem) or "tracecheck"
 
 
-def _where(f: Finding, p: ProbeReport) -> tuple[str | None, int | None]:
-    """A finding's user frame as CI outputs name it: relative to the rootdir as the probe id is (baseline's rule)."""
-    frame = f.user_frame
-    return (relative_location(frame.file, p), frame.line) if frame is not None else (None, None)
-
-
 def _evidence_text(s: StageResult, p: ProbeReport, findings: list[Finding] | None = None) -> str:
     """The stage's findings (or ``findings``), each laid out from its view (render/cause.sighting)."""
     out: list[str] = []
-    fixes: set[str] = set()  # a fix is said once a body: a stage's findings of one kind often share it
+    # a fix is said once a body: a stage's findings of one kind often share it (its kind's page, ``more:``, with it)
+    fixes: set[tuple[str | None, str | None]] = set()
     for f in findings if findings is not None else s.findings or ([s.failure] if s.failure else []):
         v = cause.sighting(p, [s.stage], f)
-        out += [*_finding_lines(v, show_fix=v.fix not in fixes), ""]
-        fixes.add(v.fix or "")
+        out += [*_finding_lines(v, show_fix=(v.fix, v.more) not in fixes), ""]
+        fixes.add((v.fix, v.more))
     return "\n".join(out)
 
 
 def _finding_lines(v: cause.CauseView, show_fix: bool = True) -> list[str]:
-    """One finding in a testcase's body: kind and summary; its line (relative to the rootdir), evidence, cost and fix
-    (``show_fix``), and the command that prints the kind's page, which a CI log's reader can run wherever tracecheck
-    installs; then its whole account (the traceback)."""
-    out = [f"[{v.kind}] {v.summary}"]
-    if v.site is not None:
-        out.append(f"  at {v.site.rootdir}" + (f"  {v.site.code}" if v.site.code else ""))
-    out += [f"  {'; '.join(v.facts)}"] if v.facts else []
-    out += [f"  whose code: {v.whose}"] if v.whose is not None else []
-    out += [f"  {line}" for line in (*v.notes, *v.numeric)]
-    out += [f"  costs: {v.cost.text()}"] if v.cost is not None else []
-    out += [f"  fix: {v.fix}"] if v.fix is not None and show_fix else []
-    out += [f"  more: {v.more}"] if v.more is not None else []
-    return out + ([v.detail] if v.detail else [])
+    """One finding in a testcase's body: ``[kind] summary``, then, indented, its long form (``cause.lines``, in the
+    terminal's ``-v`` order, the line relative to the rootdir, the fix where ``show_fix``; ``more:`` is a command a
+    CI log's reader can run wherever tracecheck installs), then its whole account (the traceback) unindented."""
+    # no ``message:``: the traceback below holds it
+    said = cause.lines(v, v.site.ci_location if v.site is not None else "", message=False, fix=show_fix)
+    return [f"[{v.kind}] {v.summary}", *(f"  {line.text}" for line in said)] + ([v.detail] if v.detail else [])
 
 
 def _regressions(causes: list[ChangeCause], probe_id: str, stage: str) -> list[ChangeCause]:
@@ -97,9 +85,11 @@ def _regressions(causes: list[ChangeCause], probe_id: str, stage: str) -> list[C
 
 
 def _is_new(f: Finding, p: ProbeReport, causes: list[ChangeCause]) -> bool:
-    """Is the finding one of ``causes`` (at its break's line, or its kind's where the kind is the cause)."""
-    file, line = _where(f, p)
-    return any((c.file, c.line) == (file, line) if c.file else f.kind == c.failure_kind for c in causes)
+    """Is the finding one of ``causes`` (at its break's line, as CI outputs name it, or its kind's where the kind is
+    the cause)."""
+    site = cause.site(f, p)
+    at = (site.ci_file, site.line) if site is not None else (None, None)
+    return any((c.file, c.line) == at if c.file else f.kind == c.failure_kind for c in causes)
 
 
 def _regression_failure(case: ET.Element, p: ProbeReport, s: StageResult, causes: list[ChangeCause]) -> None:
@@ -165,13 +155,13 @@ def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Comparison 
             f"tracecheck's own code failed in this stage (not the probe's): {lines[-1]}", 1000)})
         el.text = _clean(s.internal_error or "")
         return case
-    v = cause.sighting(p, [stage], s.failure) if s.failure is not None else None
+    f = s.failure
     if s.status == FAIL:
-        el = ET.SubElement(case, "failure", {"type": v.kind if v else "fail",
-                                             "message": _clean(v.summary if v else "failed", 1000)})
+        el = ET.SubElement(case, "failure", {"type": f.kind if f else "fail",
+                                             "message": _clean(f.summary if f else "failed", 1000)})
         el.text = _clean(_evidence_text(s, p))
     elif s.status in (TIMEOUT, CRASH):
-        el = ET.SubElement(case, "error", {"type": s.status, "message": _clean(v.summary if v else s.status, 1000)})
+        el = ET.SubElement(case, "error", {"type": s.status, "message": _clean(f.summary if f else s.status, 1000)})
         el.text = _clean(_evidence_text(s, p))
     elif s.status == SKIP:
         ET.SubElement(case, "skipped", {"message": _clean(s.skip_reason or "skipped", 1000)})

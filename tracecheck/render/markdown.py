@@ -24,7 +24,7 @@ from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, fi
 from ..model.targets import COMPILE, TARGETS, Gate
 from ..stages import REGISTRY as STAGE_REGISTRY
 from . import diff, view
-from .cause import ADVICE, of as cause_view
+from .cause import ADVICE, of as cause_view, standing
 from ..machine import COLLECT_ENV_FIELDS
 from .excerpts import TRIMMED, condense_traceback, drop_noise, named_in_message, numeric_lines, trim_message
 from .fit import Details, Section, fence, fit
@@ -98,7 +98,7 @@ class MarkdownRenderer:
 
     # -- sections -------------------------------------------------------------------------------------
     def gating(self, cause: RootCause) -> bool:
-        return view.gating(self.report, cause)
+        return view.gates(self.report.gate, cause)
 
     def header(self) -> str:
         r = self.report
@@ -312,7 +312,7 @@ class MarkdownRenderer:
         v = cause_view(self.report, cause, {q.id: self.probe_label(q.id) for q in self.report.probes})
         f = cause.finding
         p, stages = cause.seen[0]
-        ev, cx = f.evidence, f.cx
+        ev, cx = f.evidence, f.context
         kind = kinds().get(f.kind)
         lines = [f"#### {prefix}{index}. {_code(f.kind)}: {self.scrub(f.summary)}\n\n"]
         bullets = []
@@ -460,9 +460,8 @@ class MarkdownRenderer:
         # advice, and whatever only targets not required found, fail nothing: their own sections below
         quiet = [c for c in root_causes(self.report.probes) if not self.gating(c)]
         # as each cause stands (render/cause.py): advice apart from what fails only where its target is not required
-        advice_ids = {id(c) for c in quiet if cause_view(self.report, c, {}).standing == ADVICE}
-        advice = [c for c in quiet if id(c) in advice_ids]
-        others = [c for c in quiet if id(c) not in advice_ids]
+        advice = [c for c in quiet if standing(self.report.gate, c) == ADVICE]
+        others = [c for c in quiet if standing(self.report.gate, c) != ADVICE]
         if failing:
             causes = view.by_cost([c for c in root_causes(failing) if self.gating(c)])  # the costliest breaks first
             by_owner = view.breaks_by_owner(causes)

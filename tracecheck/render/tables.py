@@ -50,7 +50,7 @@ def findings_frame(report: RunReport) -> pd.DataFrame:
                     "probe": p.id, "stage": stage, "kind": f.kind, "summary": f.summary,
                     "gb_type": f.evidence.gb_type, "gb_code": f.evidence.gb_code,
                     "user_file": frame and frame.file, "user_line": frame and frame.line,
-                    "op": f.cx.op, "builtin": f.cx.builtin,
+                    "op": f.context.op, "builtin": f.context.builtin,
                 })
     df = pd.DataFrame(rows, columns=FINDING_COLUMNS)
     df["user_line"] = df["user_line"].astype("Int64")

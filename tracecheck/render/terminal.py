@@ -215,15 +215,15 @@ def _findings_of(p: ProbeReport, verbose: bool) -> list[RenderableType]:
     """Each distinct finding of the probe once, with its stages (render/cause.sighting); an advice kind's fix once per
     probe; tracecheck's own failures (internal errors) last."""
     out: list[RenderableType] = []
-    shown = set()
+    shown: set[str] = set()
     views = [cause.sighting(p, stages, f) for stages, f in group_findings(p)]
 
     def cost(v: cause.CauseView) -> float:  # the costliest breaks first, the rest as found
         return -v.cost.cost.ms if v.cost is not None and not v.cost.cost.noisy else 1.0
     for v in sorted(views, key=cost):
-        # advice of one kind has one fix: it is printed once per probe
+        # advice of one kind has one fix: it is printed once per probe (under --strict too, where it gates)
         out.append(finding_text(v, verbose, show_fix=v.kind not in shown))
-        if v.standing == cause.ADVICE:
+        if v.advice:
             shown.add(v.kind)
     for stage, s in p.stages.items():
         if s.status == INTERNAL:
@@ -261,25 +261,15 @@ class Indented:
 
 
 def finding_text(v: cause.CauseView, verbose: bool, show_fix: bool = True) -> Group:
-    """One finding of one probe (``cause.sighting``): its stages, kind and summary, then, indented, its evidence, line,
-    cost and fix; ``verbose``: its whole account (the traceback), else the root cause's words."""
-    label = " (advice)" if v.standing == cause.ADVICE else \
-        f" ({', '.join(v.targets)}: not required)" if v.standing == cause.NOT_REQUIRED else ""
+    """One finding of one probe (``cause.sighting``): its stages, kind (``cause.label``) and summary, then, indented,
+    its long form (``cause.lines``, the line relative to the working directory); ``verbose``: its whole account (the
+    traceback), else the root cause's words."""
     head = Text(f"[{', '.join(v.reach.stages)}] ", style="cyan")
-    head.append(f"{v.kind}{label}", style="red" if v.standing == cause.GATES else "yellow")
+    head.append(f"{v.kind}{cause.label(v)}", style="red" if v.standing == cause.GATES else "yellow")
     head.append(f": {v.summary}")
     body = Text()
-    dim: list[str] = [f"gates nothing: {v.gates_nothing}"] if v.gates_nothing else []
-    dim += ["; ".join(v.facts)] if v.facts else []
-    dim += [f"whose code: {v.whose}"] if v.whose is not None else []
-    dim += [f"message: {v.message[:200]}"] if v.message and not verbose else []
-    dim += [f"at {v.site.here}" + (f"  `{v.site.code}`" if v.site.code else "")] if v.site is not None else []
-    dim += [*v.notes, *v.numeric] + ([f"costs: {v.cost.text()}"] if v.cost is not None else [])
-    for line in dim:
-        body.append(f"{line}\n", style="dim")
-    if v.fix is not None and show_fix:
-        body.append(f"fix: {v.fix}\n")
-        body.append(f"more: {v.more}\n")  # a line of its own: copied whole, never wrapped mid-command
+    for line in cause.lines(v, v.site.here if v.site is not None else "", message=not verbose, fix=show_fix):
+        body.append(f"{line.text}\n", style="" if line.action else "dim")
     if verbose and v.detail:
         body.append(v.detail + "\n", style="dim")
     # indented, wrapped lines too: a block reads as one finding at any width
@@ -305,7 +295,7 @@ def compiled_autograd_table(report: RunReport) -> Table | None:
         table.add_column(col, overflow="fold")
     labels = probe_labels(report)
     for p, s, ca in rows:
-        steady = [(f.cx.reason or "")[:80] for f in s.findings if f.kind == K.RECOMPILE]
+        steady = [(f.context.reason or "")[:80] for f in s.findings if f.kind == K.RECOMPILE]
         count = s.recompile_count
         why = _dash(count) + (f" (every step: {'; '.join(steady)})" if steady else " (warm-up only)"
                               if count else "")
@@ -335,9 +325,9 @@ def _generated(f: Finding, probe_file: str) -> bool:
     """Does ``tracecheck fix`` generate code for this finding: not for a stub it names as the user's to write; a
     rewrite of the probe's own file for a graph break or a C function called from it; custom ops for a C/pybind11
     builtin inside an autograd.Function."""
-    if f.cx.cause in _NOT_GENERATED:
+    if f.context.cause in _NOT_GENERATED:
         return False
-    if f.kind == K.FAKE_MISMATCH and f.cx.cause == "aot_outputs":
+    if f.kind == K.FAKE_MISMATCH and f.context.cause == "aot_outputs":
         return False  # a fake that returns values, not metadata: regenerating shapes does not answer it
     if f.kind in MODEL_CODE_KINDS or f.kind == K.PYBIND_BUILTIN:
         return rewrites_model_code(f, probe_file) or needs_registration_fix(f, probe_file)
@@ -349,7 +339,7 @@ def _fix_keys(p: ProbeReport, fixable: list[str]) -> set[tuple]:
     keys = set()
     for f in (f for s in p.stages.values() for f in s.findings if f.kind in fixable and _generated(f, p.file)):
         key = finding_key(f)
-        keys.add(key if f.cx.op or f.user_frame is not None else key + (p.id,))
+        keys.add(key if f.context.op or f.user_frame is not None else key + (p.id,))
     return keys
 
 

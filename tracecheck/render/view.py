@@ -282,9 +282,9 @@ def pct(v: float | None) -> str:
 
 
 def rank(report: RunReport, causes: list[RootCause]) -> list[RootCause]:
-    """"Fix these first": what fails the run first (``gating``), then the costliest breaks as measured, then as they
+    """"Fix these first": what fails the run first (``gates``), then the costliest breaks as measured, then as they
     were (first seen). The terminal's root causes and the source view's index read this order."""
-    return sorted(by_cost(causes), key=lambda c: not gating(report, c))
+    return sorted(by_cost(causes), key=lambda c: not gates(report.gate, c))
 
 
 def by_cost(causes: list[RootCause]) -> list[RootCause]:
@@ -371,12 +371,8 @@ def breaks_by_owner(causes: list[RootCause]) -> str | None:
     return ", ".join(f"{k} {counts[k]}" for k in ordered)
 
 
-def gating(report: RunReport, cause: RootCause) -> bool:
-    """Does a root cause fail a probe: an error (or advice under ``--strict``) seen at a stage of a required
-    target? Every renderer asks this, so none calls a failure advice or the other way round."""
-    return gates(report.gate, cause)
-
-
 def gates(gate: Gate, cause: RootCause) -> bool:
-    """``gating`` under ``gate`` (the run's; a probe's ``ProbeReport.gate`` is the same)."""
+    """Does a root cause fail a probe under ``gate`` (the run's, ``RunReport.gate``; a probe's ``ProbeReport.gate``
+    is the same): an error (or advice under ``--strict``) seen at a stage of a required target? Every renderer asks
+    this (or ``cause.standing``), so none calls a failure advice or the other way round."""
     return gate.fails_on(cause.finding.kind) and any(not not_required_targets(q, stages) for q, stages in cause.seen)

@@ -33,7 +33,7 @@ from .. import compat
 from ..evidence import exceptions
 from ..evidence.oprecorder import OpRecorder
 from ..model.errors import ErrorRecord
-from ..model.records import END_TO_END, GradcheckOutcome
+from ..model.records import END_TO_END, GradcheckOutcome, GradientMismatch
 from ..model.report import op_name
 from ._directional import DIRECTIONAL_RTOL, Directional, confirmed
 
@@ -69,9 +69,19 @@ class Call:
 @dataclass
 class _Found:
     """What a check has found so far: each step replaces the outcome (a frozen ``GradcheckOutcome``) with one that
-    says more, so that a check that raises keeps what it had found beside the error."""
+    says more (``set``, ``per_input``), so that a check that raises keeps what it had found beside the error."""
 
     now: GradcheckOutcome
+
+    def set(self, *, skip: str | None = None, note: str | None = None, method: str | None = None,
+            inputs: tuple[str, ...] | None = None, mismatch: GradientMismatch | None = None,
+            error: ErrorRecord | None = None) -> None:
+        """Say more: the outcome with the fields given (not None) replaced."""
+        o = self.now
+        self.now = replace(o, skip=o.skip if skip is None else skip, note=o.note if note is None else note,
+                           method=o.method if method is None else method,
+                           inputs=o.inputs if inputs is None else inputs, mismatch=mismatch or o.mismatch,
+                           error=error or o.error)
 
     def per_input(self, label: str, relative_error: float | None = None, inconclusive: str | None = None) -> None:
         """One input's relative error, or why its check could not decide."""
@@ -163,7 +173,7 @@ def check_call(call: Call, seed: int = 0) -> GradcheckOutcome:
     try:
         _check(call, out, seed)
     except Exception as e:  # the checker's own failure: recorded, never a crash of the stage
-        out.now = replace(out.now, error=exceptions.error_record(e, "backward"))
+        out.set(error=exceptions.error_record(e, "backward"))
     return out.now
 
 
@@ -174,10 +184,10 @@ def _check(call: Call, out: _Found, seed: int) -> None:
     diff = [i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.requires_grad
             and t.is_floating_point() and not _wrapped(t)]
     if not diff:
-        out.now = replace(out.now, skip=NO_GRAD_INPUT)
+        out.set(skip=NO_GRAD_INPUT)
         return
     if call.unused:
-        out.now = replace(out.now, skip=(
+        out.set(skip=(
             "no gradient reaches its outputs in the probe's backward (the loss does not depend on them)"))
         return
     names = _arg_names(call, len(call.args))
@@ -193,24 +203,24 @@ def _check(call: Call, out: _Found, seed: int) -> None:
     try:
         first = run(leaves)
     except Exception as e:
-        out.now = replace(out.now, error=exceptions.error_record(e, "forward"))
+        out.set(error=exceptions.error_record(e, "forward"))
         return
     keep[:] = [j for j, o in enumerate(first) if isinstance(o, torch.Tensor) and o.is_floating_point()
                and o.requires_grad]
     if not keep:
-        out.now = replace(out.now, skip="no floating output of its recorded call requires grad")
+        out.set(skip="no floating output of its recorded call requires grad")
         return
     if not _same([first[j] for j in keep], run(leaves)):  # run() returns the kept outputs from here on
-        out.now = replace(out.now, skip=(
+        out.set(skip=(
             "unstable: two identical calls give different outputs (a result that changes from run to run is "
             "no derivative to compare, and no finding)"))
         return
-    out.now = replace(out.now, inputs=tuple(labels[i] for i in diff))
+    out.set(inputs=tuple(labels[i] for i in diff))
     as64 = _cast(leaves, torch.float64)
     runs64 = _runs(run, as64)
     if runs64 and not _float64_agrees(run, as64, leaves, keep):
         runs64 = False  # checked in the dtype it runs in: a derivative of another function proves nothing
-        out.now = replace(out.now, note=(
+        out.set(note=(
             "its float64 outputs change from call to call or differ from its own dtype's beyond that dtype's "
             "rounding (the op does not compute in float64): checked in its own dtype"))
     numel = sum(leaves[i].numel() for i in diff)
@@ -218,29 +228,29 @@ def _check(call: Call, out: _Found, seed: int) -> None:
     if runs64 and numel <= GRADCHECK_NUMEL:
         found = _gradcheck(lambda *xs: tuple(run(_with(as64, diff, xs))), [as64[i] for i in diff])
         if isinstance(found, ErrorRecord):  # gradcheck itself raised (a backward kernel refusing float64, say)
-            out.now = replace(out.now, note=(
+            out.set(note=(
                 f"float64 gradcheck raised {found.type.rsplit('.', 1)[-1]}; checked in float32 instead"))
             runs64 = False
         else:
             gradcheck_found = found or "pass"
-            out.now = replace(out.now, method=(
+            out.set(method=(
                 "torch.autograd.gradcheck, float64 (fast mode), and a central difference along random "
                 "directions, float64"))
     elif runs64:
-        out.now = replace(out.now, note=(
+        out.set(note=(
             f"{numel} differentiable elements: above gradcheck's report limit ({GRADCHECK_NUMEL})"))
     if not runs64:
         base = leaves if all(leaves[i].dtype == torch.float32 for i in diff) else _cast(leaves, torch.float32)
         if not _runs(run, base):
             low = min((leaves[i].dtype for i in diff), key=lambda d: torch.finfo(d).bits)
-            out.now = replace(out.now, skip=(
+            out.set(skip=(
                 f"the call runs in {str(low).replace('torch.', '')} only: numerical derivatives are not "
                 "reliable below float32"))
             return
         tol_dtype = torch.float32
-        out.now = replace(out.now, note=out.now.note or "the call does not run with float64 inputs")
+        out.set(note=out.now.note or "the call does not run with float64 inputs")
     if gradcheck_found is None:
-        out.now = replace(out.now, method=(
+        out.set(method=(
             f"central difference along a random direction, {str(tol_dtype).replace('torch.', '')}"))
     for i in diff:
         def f(x: torch.Tensor, i: int = i) -> list[torch.Tensor]:
@@ -268,14 +278,14 @@ def _check(call: Call, out: _Found, seed: int) -> None:
                 if not mk.ok and not mk.inconclusive:
                     m, output = mk, _output_label(call, keep[k])
                     break
-        out.now = replace(out.now, mismatch=m.mismatch(labels[i], output))
+        out.set(mismatch=m.mismatch(labels[i], output))
         if gradcheck_found == "pass":
-            out.now = replace(out.now, note=(
+            out.set(note=(
                 "float64 gradcheck (fast mode) passes: its tolerance grows with the input's size; the "
                 "central difference does not"))
         return
     if isinstance(gradcheck_found, tuple):
-        out.now = replace(out.now, note=(
+        out.set(note=(
             f"float64 gradcheck (fast mode) reports a mismatch for input {labels[diff[gradcheck_found[1]]]} "
             "that the central-difference checks do not confirm"))
 
@@ -309,7 +319,7 @@ def end_to_end(make_case: Callable[[], Any], seed: int = 0) -> GradcheckOutcome:
     try:
         _end_to_end(make_case, out, seed)
     except Exception as e:
-        out.now = replace(out.now, error=exceptions.error_record(e, "backward"))
+        out.set(error=exceptions.error_record(e, "backward"))
     return out.now
 
 
@@ -322,11 +332,11 @@ def _end_to_end(make_case: Callable[[], Any], out: _Found, seed: int) -> None:
         if t.is_floating_point() and all(t is not u for u in targets.values()):
             targets[k] = t
     if not targets:
-        out.now = replace(out.now, skip="nothing in the probe requires grad")
+        out.set(skip="nothing in the probe requires grad")
         return
     dtype = min((t.dtype for t in targets.values()), key=lambda d: torch.finfo(d).bits)
     if torch.finfo(dtype).bits < 32:
-        out.now = replace(out.now, skip=(
+        out.set(skip=(
             f"its leaves are {str(dtype).replace('torch.', '')}: numerical derivatives are not reliable below float32"))
         return
     base = {k: t.detach().clone() for k, t in targets.items()}
@@ -366,24 +376,24 @@ def _end_to_end(make_case: Callable[[], Any], out: _Found, seed: int) -> None:
         first = grads()
         again = grads()
     except _NoLoss:
-        out.now = replace(out.now, skip="the probe's outputs give no differentiable loss")
+        out.set(skip="the probe's outputs give no differentiable loss")
         return
     except Exception as e:  # the probe's own forward or backward: its failure is the other checks' to report
-        out.now = replace(out.now, skip=f"the probe's training step raised {type(e).__name__} (see its findings)")
+        out.set(skip=f"the probe's training step raised {type(e).__name__} (see its findings)")
         return
     unstable = [k for k in first if not _equal(first[k], again[k])]
     if unstable:
-        out.now = replace(out.now, skip=(
+        out.set(skip=(
             f"unstable: two identical backward runs give different gradients ({', '.join(unstable[:3])}): "
             "no derivative to compare (a result that changes from run to run is not a finding)"))
         return
     # the loss's own precision bounds the difference quotient (loss_of sums in float32 for a float64 probe)
     tol_dtype = min(dtype, *loss_dtype, key=lambda d: torch.finfo(d).bits)
     eps = torch.finfo(tol_dtype).eps
-    out.now = replace(out.now, method=(
+    out.set(method=(
         f"the leaves' .grad after loss.backward(), against a central difference of the loss, "
         f"{str(tol_dtype).replace('torch.', '')}, per input and for the parameters together"))
-    out.now = replace(out.now, inputs=tuple(targets))
+    out.set(inputs=tuple(targets))
 
     def check(group: list[str], direction_seed: int, scale: float = 1.0) -> Directional:
         gen = torch.Generator().manual_seed(direction_seed)
@@ -422,7 +432,7 @@ def _end_to_end(make_case: Callable[[], Any], out: _Found, seed: int) -> None:
             out.per_input(label, inconclusive="a second random direction agrees")
         else:
             ratio = m.analytical / m.numerical if m.numerical else float("inf")
-            out.now = replace(out.now, mismatch=m.mismatch(label, ratio=ratio))
+            out.set(mismatch=m.mismatch(label, ratio=ratio))
             return
 
 
