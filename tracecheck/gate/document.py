@@ -30,7 +30,7 @@ from ..model import taxonomy
 from ..model.exitcodes import UsageError
 from ..model.report import RunReport, upgraded_break_counts
 from ..model.reportio import (BASELINE_FORMAT, Json, is_baseline, number, read_json, string, string_items, strings,
-                               write_json_atomic)
+                              write_json_atomic)
 from ..model.targets import DEFAULT_REQUIRE, TARGETS, normalized
 from ..model.verdict import STATUSES
 from .snapshot import COVERAGE_METRICS, ProbeSnapshot

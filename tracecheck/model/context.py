@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Mapping, TypeVar
 
 from .frame import Frame
-from .reportio import Json, flag, integer, string, strings
+from .reportio import Json, flag, integer, obj, string, strings
 
 T = TypeVar("T")
 
@@ -192,7 +192,7 @@ class Context:
     def of(cls, d: object) -> "Context":
         """A report's ``context`` object (any schema version); anything but an object reads as empty. A value of
         another shape than its field's reads as unset (kept in ``other``)."""
-        r = _Reader(d if isinstance(d, dict) else {})
+        r = _Reader(obj(d))
         return cls(
             op=r("op", string), op_is_label=r("op_is_label", flag) is True, builtin=r("builtin", string),
             pybind11=r("pybind11", flag) is True, in_autograd_function=r("in_autograd_function", flag) is True,

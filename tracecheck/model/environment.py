@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .reportio import flag, text, texts
+from .reportio import flag, obj, text, texts
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,9 @@ class Environment:
 
     @classmethod
     def of(cls, d: Any) -> "Environment":
-        d = d if isinstance(d, dict) else {}
+        d = obj(d)
 
-        ce = d.get("collect_env")
-        ce = ce if isinstance(ce, dict) else {}
+        ce = obj(d.get("collect_env"))
         return cls(torch=text(d.get("torch")), python=text(d.get("python")), platform=text(d.get("platform")),
                    machine=text(d.get("machine")), device=text(d.get("device")), emulated=d.get("emulated") is True,
                    device_label=text(d.get("device_label")), cuda_available=flag(d.get("cuda_available")),

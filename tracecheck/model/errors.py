@@ -10,7 +10,7 @@ from typing import Any
 
 from .evidence import headline
 from .frame import Frame
-from .reportio import Json, integer, text, texts
+from .reportio import Json, integer, obj, text, texts
 
 
 def frame_wire(frame: Frame | None) -> Json | None:
@@ -36,7 +36,7 @@ class ChainLink:
 
     def to_wire(self) -> Json:
         out: Json = {"type": self.type, "message": self.message, "raised_at": frame_wire(self.raised_at),
-                               "via": self.via}
+                     "via": self.via}
         if self.frames is not None:
             out["frames"] = [{"file": f.file, "line": f.line, "function": f.function} for f in self.frames]
         return out
@@ -45,7 +45,7 @@ class ChainLink:
     def of(cls, d: Any) -> "ChainLink":
         if isinstance(d, ChainLink):
             return d
-        d = d if isinstance(d, dict) else {}
+        d = obj(d)
         frames = d.get("frames")
         return cls(str(d.get("type") or ""), str(d.get("message") or ""), Frame.from_dict(d.get("raised_at")),
                    str(d.get("via") or "raised"),

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar, TypeVar
 
 from .frame import Frame
-from .reportio import Json, finite, flag, integer, items, text, texts
+from .reportio import Json, finite, flag, integer, items, obj, text, texts
 
 #: the kinds of evidence (``Evidence.what``, the JSON's ``"what"``)
 EXCEPTION, GRAPH_BREAK, NUMERIC, GRADIENT, PROCESS = "exception", "graph_break", "numeric", "gradient", "process"
@@ -91,7 +91,7 @@ class WorstTensor:
 
     @classmethod
     def of(cls, d: Any) -> "WorstTensor":
-        d = d if isinstance(d, dict) else {}
+        d = obj(d)
         shape = d.get("shape")
         return cls(**{k: d.get(k) for k in ("what", "dtype", "reference_dtype", "rmse_compiled_vs_fp64",
                                              "rmse_eager_vs_fp64", "error_ratio", "relative_rmse_vs_eager",
@@ -124,7 +124,7 @@ class NumericMismatch:
 
     @classmethod
     def of(cls, d: Any) -> "NumericMismatch":
-        d = d if isinstance(d, dict) else {}
+        d = obj(d)
         return cls(phase=str(d.get("phase") or ""), compared=integer(d.get("compared")),
                    disagreeing=integer(d.get("disagreeing")), worst=WorstTensor.of(d.get("worst")),
                    disagreeing_tensors=texts(d.get("disagreeing_tensors")))
@@ -504,7 +504,7 @@ def read(d: Any) -> Evidence:
     """A finding's evidence from a report's JSON (any version's: a missing key is the field's default; a value of the
     wrong shape, from a hand-edited report, reads as missing). The tag is ``what``; a report from before it is read by
     the keys its kind writes."""
-    d = d if isinstance(d, dict) else {}
+    d = obj(d)
     return of_record(KINDS.get(str(d.get("what") or "")) or _guess(d), d)
 
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypedDict, TypeVar
 from .errors import ErrorRecord, frame_wire
 from .evidence import Specialization
 from .records import DYNAMO, RecompileRecord, read_list
-from .reportio import Json, count, integer, measure, text, texts
+from .reportio import Json, count, integer, measure, obj, text, texts
 
 
 #: a payload type (``Payload.of`` returns the subclass it is called on)
@@ -74,7 +74,7 @@ class HookCounts:
     def of(cls, d: object) -> "HookCounts":
         if isinstance(d, HookCounts):
             return d
-        d = d if isinstance(d, dict) else {}
+        d = obj(d)
 
         def counts(v: object) -> dict[str, int]:
             return {str(k): c for k, x in v.items() if (c := count(x)) is not None} if isinstance(v, dict) else {}
@@ -348,7 +348,7 @@ class SourceLines:
         """Read one file's lines; anything but a list of positive line numbers reads as none (a hand-edited report)."""
         if isinstance(d, SourceLines):
             return d
-        d = d if isinstance(d, dict) else {}
+        d = obj(d)
 
         def numbers(v: Any) -> tuple[int, ...]:
             return tuple(x for x in v if isinstance(x, int) and not isinstance(x, bool) and x > 0) \

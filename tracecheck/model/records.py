@@ -339,7 +339,7 @@ class RecompileRecord:
 
     def to_wire(self) -> Json:
         out: Json = {"reason": self.reason, "step": self.step, "source": self.source,
-                               "user_frame": frame_wire(self.user_frame), "graph": self.graph}
+                     "user_frame": frame_wire(self.user_frame), "graph": self.graph}
         if self.user_frame_from is not None:
             out["user_frame_from"] = self.user_frame_from
         return out
@@ -477,7 +477,7 @@ class OpaqueOp:
 
     def to_wire(self) -> Json:
         out: Json = {"op": self.op, "calls": self.calls, "graphs": list(self.graphs),
-                               "lines": list(self.lines)}
+                     "lines": list(self.lines)}
         if self.kernels is not None:
             out["kernels"] = self.kernels
         return out
