@@ -9,7 +9,8 @@ the file, build the case, ``torch.compile(fn)``, one forward, a backward of the 
 need grad) and ``tracecheck run PATH`` with every default stage. Both start with an empty Inductor cache directory
 (cold: what a first run costs), or with ``--warm`` one that the same side filled on an unmeasured run before.
 Prints each pair's seconds and ratio tracecheck / plain, the median ratio, and where tracecheck's stage seconds go
-(the sum over the probes of each stage's seconds, from the report).
+(the sum over the probes of each stage's seconds, from the report), and the floor no schedule beats: those seconds spread
+evenly over the cores tracecheck runs on (its default -j), before its start-up.
 """
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ def main() -> None:
         script = os.path.join(tmp, "plain.py")
         open(script, "w").write(PLAIN)
         for path in args.paths:
-            ratios, stage_sums = [], []
+            ratios, stage_sums, plains = [], [], []
             for i in range(args.pairs):
                 times = {}
                 for side in ("plain", "tracecheck"):
@@ -90,6 +91,7 @@ def main() -> None:
                         _timed(cmd, env)
                     times[side] = _timed(cmd, env)
                 stage_sums.append(_stage_seconds(report))
+                plains.append(times["plain"])
                 ratios.append(times["tracecheck"] / times["plain"])
                 print(f"{os.path.relpath(path, REPO)} pair {i + 1}: plain torch.compile {times['plain']:.1f} s, "
                       f"tracecheck {times['tracecheck']:.1f} s, ratio {ratios[-1]:.2f}x", flush=True)
@@ -101,6 +103,11 @@ def main() -> None:
             print("  stage seconds summed over the probes (median over the pairs): " + ", ".join(
                 f"{s} {statistics.median(d.get(s, 0) for d in stage_sums):.1f}" for s in stages)
                   + f"; {total:.1f} in all", flush=True)
+            # no schedule on `jobs` cores beats the stage work spread evenly over them, before start-up costs
+            jobs = os.cpu_count() or 1  # tracecheck run's default -j
+            print(f"  floor: {total:.1f} stage-seconds / {jobs} cores = {total / jobs:.1f} s, "
+                  f"{total / jobs / statistics.median(plains):.2f}x the median plain compile, before tracecheck's "
+                  "start-up (the fork server, the file's import, the probes' first calls)", flush=True)
 
 
 if __name__ == "__main__":
