@@ -15,7 +15,7 @@ SHARED = REPO.parent / "shared"
 #: pytest-xdist's own order (files with more tests first) put test_real_models.py, the longest, late. From CI's
 #: --durations, torch 2.13.0; a file not listed runs after these, in collection order
 LONGEST_FIRST = ("test_real_models.py", "test_mhc_probes_e2e.py", "test_convnets.py", "test_fix_model_code.py",
-                 "test_shared_cases.py", "test_fix_e2e.py", "test_fix_library.py", "test_trust.py",
+                 "test_shared_cases.py", "test_fix_e2e.py", "test_ops_audit.py", "test_fix_library.py", "test_trust.py",
                  "test_compiled_autograd.py",
                  "test_ci_roundtrip.py", "test_cache.py", "test_torchfunc_stage.py", "test_repro.py", "test_readiness_stages.py",
                  "test_repro_minimal.py", "test_fix_generic_ops.py")

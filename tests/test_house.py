@@ -524,8 +524,9 @@ def untyped_dicts(root: Path = PKG) -> int:
 
 #: uses of ``reportio.Json`` (a dict at a JSON or process boundary): counted too, so that the alias is no way around
 #: the ceiling above; this one only goes down as well (issue 54 rose it from 172 to 189 once, when the last 58
-#: ``dict[str, Any]`` at a boundary were spelled ``Json``: the two together went from 232 to 190)
-JSON_USES_CEILING = 189
+#: ``dict[str, Any]`` at a boundary were spelled ``Json``: the two together went from 232 to 190; issue 56 to 198:
+#: the ``to_json``/``to_wire`` of model/ops.py's records, which cross the test command's process boundary)
+JSON_USES_CEILING = 198
 
 
 def json_uses(root: Path = PKG) -> int:

@@ -6,6 +6,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 from . import __version__, machine
 from .isolate import protocol
@@ -81,14 +82,7 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     """Diagnose every selected probe. Raises UsageError for bad input (exit 2)."""
     progress = progress or Progress()
     t0, started = time.monotonic(), time.time()
-    if not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
-        raise UsageError(f"--timeout {opts.timeout_s}: must be a positive number of seconds")
-    stages = validate_stages(opts.stages)
-    unchecked = [t for t in opts.require if not any(target_of(s) == t for s in stages)]
-    if unchecked:  # a required target none of whose stages runs would pass unchecked
-        theirs = [s for s in STAGES if target_of(s) in unchecked]
-        raise UsageError(f"--require {','.join(unchecked)}: no stage of {'that target' if len(unchecked) == 1 else 'those targets'} "
-                         f"is in --stages (add {', '.join(theirs)})")
+    stages = _checked_stages(opts)
     paths, named = locate.split_node_ids(opts.paths)  # ``file.py::probe`` names one probe, as in pytest
     files = locate.find_files(paths)
     if not files:
@@ -131,6 +125,108 @@ def run(opts: RunOptions, progress: Progress | None = None) -> RunReport:
     return RunReport(probes=probes, environment=env.report_environment, stages=stages,
                      command=opts.command, rootdir=root, tracecheck_version=__version__, seconds=round(time.monotonic() - t0, 2),
                      strict=opts.strict, require=opts.require)
+
+
+def _checked_stages(opts: RunOptions) -> list[str]:
+    """The stages to run, in run order, once the options that choose them are known to make sense."""
+    if not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
+        raise UsageError(f"--timeout {opts.timeout_s}: must be a positive number of seconds")
+    stages = validate_stages(opts.stages)
+    unchecked = [t for t in opts.require if not any(target_of(s) == t for s in stages)]
+    if unchecked:  # a required target none of whose stages runs would pass unchecked
+        theirs = [s for s in STAGES if target_of(s) in unchecked]
+        raise UsageError(f"--require {','.join(unchecked)}: no stage of {'that target' if len(unchecked) == 1 else 'those targets'} "
+                         f"is in --stages (add {', '.join(theirs)})")
+    return stages
+
+
+#: where ``tracecheck ops`` keeps what it records and generates, under the current directory, per package
+OPS_WORK_DIR = ".tracecheck-ops"
+#: what a work dir of ``tracecheck ops`` is known by (collect/opsaudit.py): another folder is not written into
+_OPS_WORK_MARKS = {"command.log", "ops_probes.py"}
+
+
+def run_ops(opts: RunOptions, argv: Sequence[str], package: str, namespaces: Sequence[str] = (),
+            work_dir: str | None = None, progress: Progress | None = None) -> RunReport:
+    """``tracecheck ops``: run the test command ``argv`` with tracecheck's recorder on (collect/opsaudit.py), then the
+    stages on the probe module it wrote (one probe per distinct call of the package's ops and autograd.Functions),
+    as ``run`` does (``opts.paths`` is ignored). Each probe's id is its entry's (``ops::ns::name``), its file and name
+    the generated module's (``tracecheck fix MODULE::PROBE`` works on it); ``report.ops`` holds the test command's
+    own result and what no probe covers. Raises UsageError for bad input (exit 2)."""
+    from .collect import opsaudit  # the recorder's machinery: only for ``tracecheck ops``
+    from .model.ops import OpsAudit
+
+    progress = progress or Progress()
+    opsaudit.check_names(argv, package, namespaces)
+    t0 = time.monotonic()
+    stages = _checked_stages(opts)  # before the test command runs, which can take long
+    work = work_dir or os.path.join(OPS_WORK_DIR, package)
+    _check_work_dir(work)
+    recorded = opsaudit.record(list(argv), package, tuple(namespaces), work, progress)
+    ids = {e.probe: e.probe_id for e in recorded.entries}
+    if ids:
+        report = run(replace(opts, paths=[recorded.probe_module], only=None), _OpsIds(progress, ids))
+    else:  # the tests called nothing of the package: no probe to run; the report lists what went uncovered
+        device = machine.resolve_device(opts.device, opts.emulate_npu)
+        report = RunReport(probes=[], environment=machine.MachineRecord(
+            machine.collect(device, opts.emulate_npu)).report_environment, stages=stages, command=opts.command,
+            rootdir=locate.rootdir([work]), tracecheck_version=__version__, strict=opts.strict, require=opts.require)
+    report.seconds = round(time.monotonic() - t0, 2)  # the test command's time too
+    module = os.path.realpath(recorded.probe_module)
+    for p in report.probes:
+        if os.path.realpath(p.file) == module and p.name in ids:
+            p.id = ids[p.name]
+    report.ops = OpsAudit(package, recorded.namespaces, recorded.command, recorded.probe_module, recorded.entries,
+                          recorded.not_covered, recorded.processes, recorded.redefinitions)
+    return report
+
+
+def _check_work_dir(path: str) -> None:
+    """``tracecheck ops`` clears folders of its work dir (``site``, ``record``): never in a folder of the user's."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"--work-dir {path}: exists and is not a folder")
+    held = set(os.listdir(path)) if os.path.isdir(path) else set()
+    if held and not held & _OPS_WORK_MARKS:
+        raise UsageError(f"--work-dir {path}: a folder tracecheck ops did not make (it holds {sorted(held)[0]!r}), "
+                         "whose site/ and record/ it would clear; give a new or empty folder")
+
+
+class _OpsIds(Progress):
+    """The live lines of ``tracecheck ops`` name each probe by its entry's id (``ops::ns::name``), as the report
+    does: ``ids`` maps the generated module's probe names to them."""
+
+    def __init__(self, inner: Progress, ids: dict[str, str]) -> None:
+        self.inner, self.ids = inner, ids
+
+    def _id(self, probe_id: str) -> str:
+        return self.ids.get(probe_id.rpartition("::")[2], probe_id)
+
+    def discovered(self, n_files: int) -> None:
+        self.inner.discovered(n_files)
+
+    def loading(self, path: str) -> None:
+        self.inner.loading(path)
+
+    def note(self, line: str) -> None:
+        self.inner.note(line)
+
+    def planned(self, n_tasks: int) -> None:
+        self.inner.planned(n_tasks)
+
+    def layout(self, stages: list[str], gate: Gate) -> None:
+        self.inner.layout(stages, gate)
+
+    def started(self, probe_id: str, stage: str) -> None:
+        self.inner.started(self._id(probe_id), stage)
+
+    def finished(self, probe_id: str, result: StageResult) -> None:
+        self.inner.finished(self._id(probe_id), result)
+
+    def revised(self, probe_id: str, result: StageResult) -> None:
+        self.inner.revised(self._id(probe_id), result)
+
+    def verdict(self, probe: ProbeReport, running: list[str]) -> None:
+        self.inner.verdict(replace(probe, id=self._id(probe.id)), running)
 
 
 def _cache(opts: RunOptions, stages: list[str], device: str, named: dict[str, list[str]],

@@ -6,10 +6,10 @@ import io
 import os
 import signal
 import sys
-import tempfile
 import traceback
+from dataclasses import dataclass
 from types import FrameType
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import click
 from rich.console import Console
@@ -22,10 +22,11 @@ from .gate import document, shards
 from .gate.comparison import Comparison, compare_report
 from .gate.comparison import compare as compare_baselines  # cli.compare is the command
 from .model.exitcodes import ExitCode, UsageError
-from .render import diff, junit, markdown
+from .render import diff, junit, markdown, outputs
 from .render import annotations as github_annotations  # not the __future__ feature of that name
 from .render.live import LiveProgress
 from .fix.repro_script import STAGE_CALLS
+from .model.progress import Progress
 from .model.report import FAIL, RunReport, load_report
 from .model.reportio import is_baseline, read_json, write_json_atomic, write_text_atomic
 from .stages import STAGES, StageOptions
@@ -51,52 +52,6 @@ Exit codes:
   3  internal error in tracecheck"""
 
 
-def _check_writable(path: str | None, option: str) -> None:
-    """Fail before the run, not after it. Outputs are regular files: never a device, FIFO or directory."""
-    if path is None:
-        return
-    if path == "":
-        raise UsageError(f"{option}: empty path")
-    real = os.path.realpath(path)
-    directory = os.path.dirname(real) or "."
-    if os.path.exists(real) and not os.path.isfile(real):
-        raise UsageError(f"{option} {path}: exists and is not a regular file")
-    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-        raise UsageError(f"{option} {path}: cannot write there")
-    try:  # what the atomic write will do: a temporary file beside it (/proc passes os.access, refuses this)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".tracecheck-check-"):
-            pass
-    except OSError as e:
-        raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e})") from None
-
-
-def _check_distinct(*outputs: tuple[str, str | None]) -> None:
-    """Two outputs at one path would overwrite each other after the run: refused before it."""
-    seen: dict[str, str] = {}
-    for option, path in outputs:
-        if path:
-            real = os.path.realpath(path)
-            if real in seen:
-                raise UsageError(f"{seen[real]} and {option} name the same path {path}: give each its own")
-            seen[real] = option
-
-
-def _check_directory(path: str | None, option: str) -> None:
-    """An output folder: made now (before the run), and writable."""
-    if path is None:
-        return
-    if path == "":
-        raise UsageError(f"{option}: empty path")
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise UsageError(f"{option} {path}: exists and is not a folder")
-    try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".tracecheck-check-"):
-            pass
-    except OSError as e:
-        raise UsageError(f"{option} {path}: cannot write there ({e.strerror or e})") from None
-
-
 def _write_html(directory: str, report: RunReport, out: Console) -> None:
     from .render import html
 
@@ -110,65 +65,106 @@ def cli() -> None:
     """tracecheck: why does torch.compile refuse this model or custom operator?"""
 
 
+#: the options of ``run``, which ``ops`` takes too (``run_options``), each read into ``RunArgs``
+_RUN_OPTIONS = (
+    click.option("-k", "select", metavar="EXPR", help="Only probes whose id matches EXPR (pytest -k syntax)."),
+    click.option("--stages", default=",".join(STAGES), show_default=True,
+                  help="Comma-separated stages to run, from: " + ", ".join(STAGES) + "."),
+    click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="cores",
+                  help="Stage processes run in parallel."),
+    click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
+                  help="The most CPU seconds a (probe, stage) process may use (a busy machine does not fail a stage; "
+                       "one that waits is stopped at 3x this on the clock); less (10x its probe's longest comparable "
+                       "stage that passed, at least half this and 120 s) once such a stage has passed."),
+    click.option("--device", default="auto", show_default=True,
+                  help="auto (npu if torch_npu works, else cpu), cpu, cuda or npu."),
+    click.option("--emulate-npu", is_flag=True,
+                  help="Run on an emulated NPU (PrivateUse1 renamed npu, on CPU memory; no CANN kernel runs): checks "
+                       "ops registered for PrivateUse1, their fakes and autograd without Ascend hardware."),
+    click.option("--json", "json_path", metavar="PATH", help="Write the full report as JSON (atomically)."),
+    click.option("--report", "report_path", metavar="PATH",
+                  help="Write a Markdown triage report to paste into an issue (< 65,536 characters)."),
+    click.option("--redact", is_flag=True, help="Remove all paths from the --report (home is always shortened to ~)."),
+    click.option("--html", "html_dir", metavar="DIR",
+                  help="Write the source view: a static page per model file, each line marked inside a graph, run in "
+                       "eager or a graph break (open DIR/index.html; nothing is fetched)."),
+    click.option("--trace-dir", metavar="DIR",
+                  help="Keep each stage's structured trace (TORCH_TRACE) under DIR/<probe>/<stage>/ for tlparse."),
+    click.option("--baseline", "baseline_path", metavar="PATH",
+                  help="Compare with this baseline (or saved --json report); exit 1 on regression, 0 otherwise."),
+    click.option("--update-baseline", is_flag=True, help="Rewrite the --baseline file from this run, on purpose."),
+    click.option("--junit-xml", "junit_path", metavar="PATH", help="Write JUnit XML: one testcase per probe x stage."),
+    click.option("--shard", metavar="K/N", help="Run every N-th probe (sorted ids), starting at the K-th (1-based)."),
+    click.option("--steps", type=click.IntRange(min=3), default=StageOptions.steps, show_default=True,
+                  help="compiled_autograd stage: training steps per run (warm-up is 2)."),
+    click.option("--dynamic", is_flag=True,
+                  help="compiled_autograd stage: add steps with a second input shape (batch dim x10)."),
+    click.option("--fresh-imports", is_flag=True,
+                  help="Import each model file afresh in every stage process, not once per file (slower)."),
+    click.option("--no-cache", is_flag=True,
+                  help="Run every probe; by default a file's results are reused while nothing they depend on changed "
+                       "(its content, the modules and files it loaded, torch, the options, TORCH_* variables; "
+                       f"also {cache.NO_CACHE_ENV}=1)."),
+    click.option("--cache-dir", metavar="DIR", default=cache.DEFAULT_DIR, show_default=True,
+                  help="Where reused results are kept (a CI cache action can keep the folder)."),
+    click.option("--strict", is_flag=True,
+                  help="Advice (no-batching-rule, opaque-op) fails its stage, the probe, the exit code and --baseline "
+                       "where the stage's target is required (no-batching-rule: vmap, so also --require func)."),
+    click.option("--require", "require", metavar="TARGETS", default="",
+                  help="Targets that gate the exit code and --baseline besides compile (always): export (the export "
+                       "stage), func (torch.func: the vmap stage). Their stages run either way; a failure of a target "
+                       "not required is shown and fails nothing."),
+    click.option("-v", "--verbose", is_flag=True, help="The long report: every finding of every probe with its full "
+                                                           "evidence (tracebacks, messages, stderr tails) and the "
+                                                           "compiled-autograd counts; with --baseline, every per-stage "
+                                                           "change. By default: the verdicts, one block per root cause, "
+                                                           "next steps."),
+)
+
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def run_options(command: F) -> F:
+    """Give ``command`` every option of ``run`` (``_RUN_OPTIONS``): it reads them as ``RunArgs(**options)``."""
+    for option in reversed(_RUN_OPTIONS):
+        command = option(command)
+    return command
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """What ``run_options`` parsed, one field per option (its click name)."""
+
+    select: str | None
+    stages: str
+    jobs: int
+    timeout_s: float
+    device: str
+    emulate_npu: bool
+    json_path: str | None
+    report_path: str | None
+    redact: bool
+    html_dir: str | None
+    trace_dir: str | None
+    baseline_path: str | None
+    update_baseline: bool
+    junit_path: str | None
+    shard: str | None
+    steps: int
+    dynamic: bool
+    fresh_imports: bool
+    no_cache: bool
+    cache_dir: str
+    strict: bool
+    require: str
+    verbose: bool
+
+
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("paths", nargs=-1, required=True)
-@click.option("-k", "select", metavar="EXPR", help="Only probes whose id matches EXPR (pytest -k syntax).")
-@click.option("--stages", default=",".join(STAGES), show_default=True,
-              help="Comma-separated stages to run, from: " + ", ".join(STAGES) + ".")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default="cores",
-              help="Stage processes run in parallel.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True,
-              help="The most CPU seconds a (probe, stage) process may use (a busy machine does not fail a stage; "
-                   "one that waits is stopped at 3x this on the clock); less (10x its probe's longest comparable "
-                   "stage that passed, at least half this and 120 s) once such a stage has passed.")
-@click.option("--device", default="auto", show_default=True,
-              help="auto (npu if torch_npu works, else cpu), cpu, cuda or npu.")
-@click.option("--emulate-npu", is_flag=True,
-              help="Run on an emulated NPU (PrivateUse1 renamed npu, on CPU memory; no CANN kernel runs): checks "
-                   "ops registered for PrivateUse1, their fakes and autograd without Ascend hardware.")
-@click.option("--json", "json_path", metavar="PATH", help="Write the full report as JSON (atomically).")
-@click.option("--report", "report_path", metavar="PATH",
-              help="Write a Markdown triage report to paste into an issue (< 65,536 characters).")
-@click.option("--redact", is_flag=True, help="Remove all paths from the --report (home is always shortened to ~).")
-@click.option("--html", "html_dir", metavar="DIR",
-              help="Write the source view: a static page per model file, each line marked inside a graph, run in "
-                   "eager or a graph break (open DIR/index.html; nothing is fetched).")
-@click.option("--trace-dir", metavar="DIR",
-              help="Keep each stage's structured trace (TORCH_TRACE) under DIR/<probe>/<stage>/ for tlparse.")
-@click.option("--baseline", "baseline_path", metavar="PATH",
-              help="Compare with this baseline (or saved --json report); exit 1 on regression, 0 otherwise.")
-@click.option("--update-baseline", is_flag=True, help="Rewrite the --baseline file from this run, on purpose.")
-@click.option("--junit-xml", "junit_path", metavar="PATH", help="Write JUnit XML: one testcase per probe x stage.")
-@click.option("--shard", metavar="K/N", help="Run every N-th probe (sorted ids), starting at the K-th (1-based).")
-@click.option("--steps", type=click.IntRange(min=3), default=StageOptions.steps, show_default=True,
-              help="compiled_autograd stage: training steps per run (warm-up is 2).")
-@click.option("--dynamic", is_flag=True,
-              help="compiled_autograd stage: add steps with a second input shape (batch dim x10).")
-@click.option("--fresh-imports", is_flag=True,
-              help="Import each model file afresh in every stage process, not once per file (slower).")
-@click.option("--no-cache", is_flag=True,
-              help="Run every probe; by default a file's results are reused while nothing they depend on changed "
-                   "(its content, the modules and files it loaded, torch, the options, TORCH_* variables; "
-                   f"also {cache.NO_CACHE_ENV}=1).")
-@click.option("--cache-dir", metavar="DIR", default=cache.DEFAULT_DIR, show_default=True,
-              help="Where reused results are kept (a CI cache action can keep the folder).")
-@click.option("--strict", is_flag=True,
-              help="Advice (no-batching-rule, opaque-op) fails its stage, the probe, the exit code and --baseline "
-                   "where the stage's target is required (no-batching-rule: vmap, so also --require func).")
-@click.option("--require", "require", metavar="TARGETS", default="",
-              help="Targets that gate the exit code and --baseline besides compile (always): export (the export "
-                   "stage), func (torch.func: the vmap stage). Their stages run either way; a failure of a target "
-                   "not required is shown and fails nothing.")
-@click.option("-v", "--verbose", is_flag=True, help="The long report: every finding of every probe with its full "
-                                                       "evidence (tracebacks, messages, stderr tails) and the "
-                                                       "compiled-autograd counts; with --baseline, every per-stage "
-                                                       "change. By default: the verdicts, one block per root cause, "
-                                                       "next steps.")
-def run(paths: tuple[str, ...], select: str | None, stages: str, jobs: int, timeout_s: float, device: str,
-        emulate_npu: bool, json_path: str | None, report_path: str | None, redact: bool, html_dir: str | None,
-        trace_dir: str | None, baseline_path: str | None, update_baseline: bool, junit_path: str | None,
-        shard: str | None, steps: int, dynamic: bool, fresh_imports: bool, no_cache: bool, cache_dir: str,
-        strict: bool, require: str, verbose: bool) -> None:
+@run_options
+def run(paths: tuple[str, ...], **options: Any) -> None:
     """Diagnose the probes in PATHS (model files, folders, or file.py::probe) under every stage.
 
     \b
@@ -179,65 +175,99 @@ def run(paths: tuple[str, ...], select: str | None, stages: str, jobs: int, time
     @tracecheck.probe, a tracecheck.Case(fn, args). The backward runs too when
     an input or a parameter requires grad.
     """
+    _diagnose(RunArgs(**options), list(paths), api.run)
+
+
+def _diagnose(a: RunArgs, paths: list[str], diagnose: Callable[[api.RunOptions, Progress], RunReport]) -> None:
+    """Check the outputs, ``diagnose`` (``api.run``, or ``api.run_ops`` bound to its command), print the brief,
+    write the outputs and the baseline, and exit with the run's code: ``run``'s body, ``ops``'s too."""
     console = Console(stderr=True)
     out = _stdout()
-    with _errors(console, verbose):
-        _check_distinct(("--json", json_path), ("--report", report_path), ("--junit-xml", junit_path),
-                        ("--html", html_dir), ("--baseline", baseline_path if update_baseline else None))
-        for path, option in ((json_path, "--json"), (report_path, "--report"), (junit_path, "--junit-xml")):
-            _check_writable(path, option)
-        _check_directory(html_dir, "--html")
-        shard_kn = shards.parse_shard(shard) if shard else None
-        if trace_dir:
+    with _errors(console, a.verbose):
+        outputs.check_distinct(("--json", a.json_path), ("--report", a.report_path), ("--junit-xml", a.junit_path),
+                        ("--html", a.html_dir), ("--baseline", a.baseline_path if a.update_baseline else None))
+        for path, option in ((a.json_path, "--json"), (a.report_path, "--report"), (a.junit_path, "--junit-xml")):
+            outputs.check_writable(path, option)
+        outputs.check_directory(a.html_dir, "--html")
+        shard_kn = shards.parse_shard(a.shard) if a.shard else None
+        if a.trace_dir:
             try:
-                os.makedirs(trace_dir, exist_ok=True)
+                os.makedirs(a.trace_dir, exist_ok=True)
             except OSError as e:
-                raise UsageError(f"--trace-dir {trace_dir}: cannot create it ({e.strerror})") from e
+                raise UsageError(f"--trace-dir {a.trace_dir}: cannot create it ({e.strerror})") from e
         base = None
-        if update_baseline:
-            if not baseline_path:
+        if a.update_baseline:
+            if not a.baseline_path:
                 raise UsageError("--update-baseline needs --baseline PATH (the file to rewrite)")
             if shard_kn:
                 raise UsageError("--update-baseline with --shard would drop the other shards' probes; "
                                  "merge the shard reports, then: tracecheck compare BASE MERGED --update-baseline")
-            _check_writable(baseline_path, "--baseline")
-        if baseline_path and not (update_baseline and not os.path.exists(baseline_path)):
-            base = document.load_baseline(baseline_path, "--baseline")  # before the run: fail fast
-        required = normalized([*parse_require(require), *(base.require if base else ())])
-        opts = api.RunOptions(paths=list(paths), stages=[s.strip() for s in stages.split(",") if s.strip()],
-                              select=select, jobs=jobs, timeout_s=timeout_s, device=device,
-                              command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=trace_dir,
-                              steps=steps, dynamic=dynamic, fresh_imports=fresh_imports,
-                              collect_env=bool(json_path or report_path), strict=strict, require=required,
-                              emulate_npu=emulate_npu, cache_dir=None if no_cache else cache_dir)
+            outputs.check_writable(a.baseline_path, "--baseline")
+        if a.baseline_path and not (a.update_baseline and not os.path.exists(a.baseline_path)):
+            base = document.load_baseline(a.baseline_path, "--baseline")  # before the run: fail fast
+        required = normalized([*parse_require(a.require), *(base.require if base else ())])
+        opts = api.RunOptions(paths=paths, stages=[s.strip() for s in a.stages.split(",") if s.strip()],
+                              select=a.select, jobs=a.jobs, timeout_s=a.timeout_s, device=a.device,
+                              command=["tracecheck", *sys.argv[1:]], shard=shard_kn, trace_dir=a.trace_dir,
+                              steps=a.steps, dynamic=a.dynamic, fresh_imports=a.fresh_imports,
+                              collect_env=bool(a.json_path or a.report_path), strict=a.strict, require=required,
+                              emulate_npu=a.emulate_npu, cache_dir=None if a.no_cache else a.cache_dir)
         live = LiveProgress(console)
         with live.bar:
-            report = api.run(opts, live)
+            report = diagnose(opts, live)
         comparison = compare_report(base, report) if base is not None else None
     from .render import brief
 
     # first: a failed write below must not hide the results
-    brief.render(report, out, verbose=verbose, attachment=report_path)
-    with _errors(console, verbose):
+    brief.render(report, out, verbose=a.verbose, attachment=a.report_path)
+    json_path, report_path, junit_path, html_dir, baseline = a.json_path, a.report_path, a.junit_path, a.html_dir, \
+        a.baseline_path
+    with _errors(console, a.verbose):
         # every output is tried: one that cannot be written (a full disk) loses only itself, and is named
         failed = [e for e in (
-            json_path and _try_output("--json", json_path, lambda: write_json_atomic(json_path, report.to_dict())),
-            report_path and _try_output("--report", report_path, lambda: write_text_atomic(report_path, markdown.render(
-                report, redact=redact, trace_dir=trace_dir, comparison=comparison, json_path=json_path))),
-            junit_path and _try_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison)),
-            html_dir and _try_output("--html", html_dir, lambda: _write_html(html_dir, report, out)),
+            json_path and outputs.try_output("--json", json_path, lambda: write_json_atomic(json_path, report.to_dict())),
+            report_path and outputs.try_output("--report", report_path, lambda: write_text_atomic(report_path, markdown.render(
+                report, redact=a.redact, trace_dir=a.trace_dir, comparison=comparison, json_path=json_path))),
+            junit_path and outputs.try_output("--junit-xml", junit_path, lambda: junit.write(junit_path, report, comparison)),
+            html_dir and outputs.try_output("--html", html_dir, lambda: _write_html(html_dir, report, out)),
         ) if e]
         for message in failed[:-1]:
             console.print(f"tracecheck: error: {message}", highlight=False, markup=False, soft_wrap=True)
         if failed:
             raise UsageError(failed[-1])
-        if update_baseline and baseline_path:  # (given with it: checked before the run)
+        if a.update_baseline and baseline:  # (given with it: checked before the run)
             _refuse_partial_baseline(report)
-            _write_output("--baseline", baseline_path, lambda: document.write_baseline(baseline_path, report, base))
-    _report_comparison(out, report, comparison, baseline_path, detail=verbose)
-    if update_baseline:
-        out.print(f"baseline {baseline_path} rewritten from this run ({len(report.probes)} probes)", highlight=False)
-    sys.exit(_exit_code(report, comparison, update_baseline))
+            outputs.write_output("--baseline", baseline, lambda: document.write_baseline(baseline, report, base))
+    _report_comparison(out, report, comparison, a.baseline_path, detail=a.verbose)
+    if a.update_baseline:
+        out.print(f"baseline {a.baseline_path} rewritten from this run ({len(report.probes)} probes)", highlight=False)
+    sys.exit(_exit_code(report, comparison, a.update_baseline))
+
+
+@cli.command(epilog=EXIT_CODES_HELP, context_settings={"allow_interspersed_args": False})
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND...")
+@click.option("--package", metavar="PKG", help="The library to audit, by its import name: its custom ops (the "
+              "namespaces it registers) and its torch.autograd.Function classes.  [required]")
+@click.option("--namespace", "namespaces", metavar="NS", multiple=True,
+              help="Also an op namespace of the library's (one it registers from C++, say); repeatable.")
+@click.option("--work-dir", metavar="DIR", help="Where the recorded calls, their inputs, the command's output and "
+              f"the generated probe module go, cleared first [default: {api.OPS_WORK_DIR}/PKG].")
+@run_options
+def ops(command: tuple[str, ...], package: str | None, namespaces: tuple[str, ...], work_dir: str | None,
+        **options: Any) -> None:
+    """Audit an operator library from its own tests: run COMMAND with tracecheck's recorder on,
+    check each distinct call it made of PKG's custom ops and autograd.Functions, on the recorded
+    inputs, as a probe under every stage (as `run`), and list those no test called as not covered.
+    COMMAND's own result is shown beside, never mixed into the verdicts or the exit code.
+
+    \b
+      tracecheck ops --package my_ops -- python -m pytest -q tests/
+    """
+    a = RunArgs(**options)
+    if not package:  # click's own message is four lines; a missing option is one here
+        with _errors(Console(stderr=True), a.verbose):
+            raise UsageError("--package PKG is required: the import name of the library to audit")
+    _diagnose(a, [], lambda opts, live: api.run_ops(opts, command, str(package), namespaces, work_dir, live))
 
 
 FIX_EXIT_CODES_HELP = """\b
@@ -352,10 +382,10 @@ def show(report_json: str, fmt: str, output: str | None, redact: bool, trace_dir
         if fmt == "html":  # a folder of pages, not one text
             if output is None:
                 raise UsageError("--format html writes a folder: give it with -o DIR")
-            _check_directory(output, "-o")
+            outputs.check_directory(output, "-o")
             _write_html(output, load_report(report_json), _stdout())
             sys.exit(ExitCode.OK)
-        _check_writable(output, "-o")
+        outputs.check_writable(output, "-o")
         report = load_report(report_json)
         if fmt == "terminal":
             from .render import brief
@@ -396,7 +426,7 @@ def compare(base_json: str, new_json: str, junit_path: str | None, update_baseli
     console = Console(stderr=True)
     out = _stdout()
     with _errors(console, verbose):
-        _check_writable(junit_path, "--junit-xml")
+        outputs.check_writable(junit_path, "--junit-xml")
         if update_baseline and not os.path.exists(base_json):
             base = document.empty()  # the first run on main: nothing to compare with yet
         else:
@@ -412,7 +442,7 @@ def compare(base_json: str, new_json: str, junit_path: str | None, update_baseli
                 raise UsageError(f"--junit-xml: {new_json} is a baseline; JUnit needs a full --json report")
             junit.write(junit_path, report, comparison)
         if update_baseline:
-            _check_writable(base_json, "BASE")
+            outputs.check_writable(base_json, "BASE")
             if report is not None:
                 _refuse_partial_baseline(report)
             if report is not None and shards.shard_from_command(report.command):
@@ -438,7 +468,7 @@ def merge(reports: tuple[str, ...], output: str, verbose: bool) -> None:
     """Join shard reports (run --shard K/N --json) into one report."""
     console = Console(stderr=True)
     with _errors(console, verbose):
-        _check_writable(output, "-o")
+        outputs.check_writable(output, "-o")
         merged = shards.merge([load_report(p) for p in reports], list(reports))
         write_json_atomic(output, merged.to_dict())
     n_fail = sum(1 for p in merged.probes if p.verdict.status == FAIL)
@@ -523,22 +553,6 @@ def _refuse_partial_baseline(report: RunReport) -> None:
                            "the baseline is not rewritten from a run that checked less")
 
 
-def _try_output(option: str, path: str, write: Callable[[], None]) -> str | None:
-    """Write one output; the error message when it could not be written, else None."""
-    try:
-        _write_output(option, path, write)
-    except UsageError as e:
-        return str(e)
-    return None
-
-
-def _write_output(option: str, path: str, write: Callable[[], None]) -> None:
-    try:
-        write()
-    except OSError as e:
-        raise UsageError(f"{option} {path}: could not write it ({e.strerror or e})") from e
-
-
 def _option_from_command(command: list[str], option: str) -> str | None:
     for i, arg in enumerate(command):
         if arg == option and i + 1 < len(command):
@@ -567,6 +581,8 @@ def _exit_code(report: RunReport | None, comparison: Comparison | None, updated_
         return ExitCode.INTERNAL_ERROR  # the run went on, but a stage hit a tracecheck bug: say so
     if comparison is not None:
         return ExitCode.FINDINGS if comparison.regressed else ExitCode.OK
+    if report is not None and report.ops is not None and not report.ops.entries:
+        return ExitCode.FINDINGS  # ``tracecheck ops`` whose tests called none of the package's ops: nothing passed
     return ExitCode.OK if report is not None and report.passed else ExitCode.FINDINGS
 
 

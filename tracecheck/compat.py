@@ -553,3 +553,38 @@ def extensions_root() -> str:
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR")
     return root or os.path.dirname(cpp_extension._get_build_directory("tracecheck", verbose=False))
+
+
+def op_call_types() -> tuple[type, type]:
+    """``OpOverload`` (``torch.ops.ns.op.default``, a ``custom_op`` object's call) and ``OpOverloadPacket``
+    (``torch.ops.ns.op``): their ``__call__`` runs a dispatcher op called from Python (2.13, 2.14)."""
+    return torch._ops.OpOverload, torch._ops.OpOverloadPacket
+
+
+def packet_overload(qualname: str, args: Any, kwargs: Any) -> str | None:
+    """The overload the dispatcher picks for ``torch.ops.ns.op(*args, **kwargs)``, or None where none fits."""
+    try:
+        return str(torch._C._jit_resolve_packet(qualname, *args, **kwargs)) or "default"
+    except RuntimeError:
+        return None
+
+
+def functorch_transforms_active() -> bool:
+    """Is a torch.func transform (vmap, grad, jvp) running: its tensors are functorch's wrappers."""
+    return bool(torch._C._are_functorch_transforms_active())
+
+
+@contextlib.contextmanager
+def user_modes_off() -> Iterator[None]:
+    """The dispatch modes popped and ``__torch_function__`` off inside the block: the user's modes do not see it."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch._C.DisableTorchFunction():
+        yield
+
+
+def dtype_abbr(dtype: Any) -> str:
+    """``f32``, ``bf16``, ``i64``, ``b8``: the short dtype names torch prints in graphs."""
+    from torch.utils._dtype_abbrs import dtype_abbrs
+
+    return str(dtype_abbrs.get(dtype) or str(dtype).removeprefix("torch."))

@@ -6,6 +6,7 @@ The JSON layout is documented in docs/report-schema.md; bump SCHEMA_VERSION on a
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ from .context import Context
 from .evidence import Evidence, Owner, first_line, headline, says_nothing  # noqa: F401 - re-exported
 from . import evidence as evidence_kinds
 from .environment import Environment
+from .ops import ID_PREFIX, OpsAudit
 from .payloads import CompiledAutogradCounts, StageNotes
 from .targets import DEFAULT_REQUIRE, TARGETS, Gate
 # the statuses, the load pseudo-stage and the verdict decided from them (model/verdict.py), re-exported: the report's
@@ -255,6 +257,12 @@ class ProbeReport:
     _decided: tuple[Gate, tuple[StageOutcome, ...], Verdict] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
+    def id_file(self) -> str:
+        """The file part of the id, relative to the rootdir; an ``ops::`` id names an op, not a file: its probe
+        module's name (``tracecheck ops`` runs with the module's folder as the rootdir)."""
+        return os.path.basename(self.file) if self.id.startswith(ID_PREFIX) else self.id.split("::", 1)[0]
+
+    @property
     def verdict(self) -> Verdict:
         """The probe's verdict (model/verdict.decide), decided once and kept; decided again only when the stages'
         outcomes or the gate changed since (``classify.settle`` changes them, and so may a test)."""
@@ -307,6 +315,8 @@ class RunReport:
     strict: bool = False
     #: the targets that gate (``--require``; ``compile`` always): a failed stage of another target fails nothing
     require: tuple[str, ...] = DEFAULT_REQUIRE
+    #: ``tracecheck ops``: the test command's own result, what was recorded and what no probe covers; None for a run
+    ops: OpsAudit | None = None
 
     def __post_init__(self) -> None:
         self.require = self.gate.require
@@ -335,6 +345,7 @@ class RunReport:
             "seconds": self.seconds,
             "environment": self.environment,
             "probes": [p.to_dict() for p in self.probes],
+            **({"ops": self.ops.to_json()} if self.ops is not None else {}),
         }
 
     @classmethod
@@ -361,6 +372,7 @@ class RunReport:
             strict=bool(d.get("strict", False)),
             # before targets, every stage gated: an old report keeps its meaning
             require=_require(d.get("require"), version),
+            ops=OpsAudit.of(d.get("ops")),
         )
 
     @property

@@ -24,6 +24,9 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
     console.print(terminal.environment_line(report))
     console.print(terminal.verdict_view(report, console.width))
     console.print(causes(report))
+    ops = terminal.ops_block(report)
+    if ops is not None:
+        console.print(ops)
     terminal.print_next_steps(console, terminal.next_steps(report, attachment, source) if advise else [])
     console.print(Text("(-v: every finding of every probe, with its traceback and the compiled-autograd counts)",
                        style="dim"))

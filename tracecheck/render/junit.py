@@ -22,6 +22,10 @@ failure the baseline already has is ``<skipped>`` ("known failure"), so the job'
 regressions as failures; a probe that went missing gets a failing ``<probe>[missing]`` testcase. Files are
 relative to the rootdir, as probe ids are.
 
+``tracecheck ops``: its probes' testcases are ``classname="tracecheck.ops" name="<ns>::<op>[<stage>]"`` in a suite
+``tracecheck.ops``, where each op or Function no probe covered is a ``<testcase classname="tracecheck.ops.not_covered"
+name="<target>">`` with ``<skipped message="not covered: <why>"/>``: never a pass, never a failure.
+
 Each finding in a body is ``[kind] summary``, then the lines of its view (render/cause.sighting) in the terminal's
 ``-v`` order (render/cause.lines: its line relative to the rootdir, no ``message:``; a fix once a body), then its
 traceback (docs/ci.md says the whole layout).
@@ -39,6 +43,7 @@ from ..gate.changes import REGRESSED
 from ..gate.comparison import Comparison
 from ..gate.snapshot import relative_location
 from ..model.report import CRASH, FAILED, FAIL, INTERNAL, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult
+from ..model.ops import ID_PREFIX
 from ..model.reportio import write_text_atomic
 from . import cause, view
 
@@ -54,6 +59,21 @@ def _clean(text: Any, limit: int = _MAX_TEXT) -> str:
 def _classname(file_part: str) -> str:
     stem = os.path.splitext(file_part)[0].lstrip("./")
     return re.sub(r"[\\/]+", ".", stem) or "tracecheck"
+
+
+#: the classname of ``tracecheck ops``' testcases (its probe ids, ``ops::ns::name``, name no file), and of the ops
+#: and Functions no probe covered (one skipped testcase each)
+OPS_CLASS = "tracecheck.ops"
+NOT_COVERED_CLASS = "tracecheck.ops.not_covered"
+
+
+def _place(probe_id: str) -> tuple[str, str, str | None]:
+    """A probe's (suite, classname, its name in its testcases' names): its id's file, dotted, and its name; a
+    ``tracecheck ops`` id: the ops suite and the id without its prefix (``tcops::my_op``)."""
+    file_part, _, name = probe_id.partition("::")
+    if probe_id.startswith(ID_PREFIX):
+        return OPS_CLASS, OPS_CLASS, probe_id.removeprefix(ID_PREFIX)
+    return file_part, _classname(file_part), name or None
 
 
 def _evidence_text(s: StageResult, p: ProbeReport, findings: list[Finding] | None = None) -> str:
@@ -115,9 +135,9 @@ def _regression_failure(case: ET.Element, p: ProbeReport, s: StageResult, causes
 def testcase(p: ProbeReport, stage: str, s: StageResult, comparison: Comparison | None = None,
              causes: list[ChangeCause] | None = None) -> ET.Element:
     """``causes``: ``comparison.causes``, computed once for every testcase (grouping is not free)."""
-    file_part = p.id.split("::", 1)[0]
-    case = ET.Element("testcase", {"classname": _classname(file_part), "name": f"{p.name}[{stage}]",
-                                   "file": file_part, "time": f"{s.seconds:.3f}"})
+    file_part, classname, name = _place(p.id)
+    case = ET.Element("testcase", {"classname": classname, "name": f"{name or p.name}[{stage}]",
+                                   **({"file": file_part} if classname != OPS_CLASS else {}), "time": f"{s.seconds:.3f}"})
     cov = view.coverage(p) if stage == "explain" else None
     if cov is not None:  # the forward's compile coverage, as pytest's record_property writes a testcase's own
         props = ET.SubElement(case, "properties")
@@ -177,7 +197,7 @@ def to_element(report: RunReport, comparison: Comparison | None = None) -> ET.El
     suites: dict[str, ET.Element] = {}
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     for p in report.probes:
-        file_part = p.id.split("::", 1)[0]
+        file_part = _place(p.id)[0]
         suite = suites.get(file_part)
         if suite is None:
             suite = ET.SubElement(root, "testsuite", {"name": file_part, "timestamp": stamp})
@@ -192,16 +212,22 @@ def to_element(report: RunReport, comparison: Comparison | None = None) -> ET.El
             suites[file_part] = suite
         for stage, s in p.stages.items():
             suite.append(testcase(p, stage, s, comparison, causes))
+    for u in report.ops.not_covered if report.ops is not None else ():  # never a pass: skipped, with why
+        suite = suites.get(OPS_CLASS)
+        if suite is None:
+            suite = suites[OPS_CLASS] = ET.SubElement(root, "testsuite", {"name": OPS_CLASS, "timestamp": stamp})
+        case = ET.SubElement(suite, "testcase", {"classname": NOT_COVERED_CLASS, "name": u.target, "time": "0"})
+        ET.SubElement(case, "skipped", {"message": _clean(f"not covered: {u.why}", 1000)})
     if comparison is not None:
         for c in comparison.regressions:
             if c.aspect == "probe" and c.after == "missing":
-                file_part, _, name = c.probe.partition("::")
+                file_part, classname, name = _place(c.probe)
                 suite = suites.get(file_part)
                 if suite is None:
                     suite = suites[file_part] = ET.SubElement(root, "testsuite", {"name": file_part,
                                                                                   "timestamp": stamp})
-                case = ET.SubElement(suite, "testcase", {"classname": _classname(file_part),
-                                                         "name": f"{name}[missing]", "file": file_part,
+                case = ET.SubElement(suite, "testcase", {"classname": classname, "name": f"{name}[missing]",
+                                                         **({"file": file_part} if classname != OPS_CLASS else {}),
                                                          "time": "0"})
                 el = ET.SubElement(case, "failure", {"type": "missing", "message": c.detail})
                 el.text = c.detail

@@ -21,9 +21,10 @@ from ..model.evidence import ExceptionEvidence, ProcessEvidence, RegistrationEvi
 from ..model.taxonomy import K, kinds, snippet_for
 from ..model.report import CRASH, FAIL, FAILED, INTERNAL, LOAD_STAGE, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport
 from ..model.report import IMPORT_PROBE, RootCause, StageResult, finding_key, first_line, root_causes
+from ..model.ops import ID_PREFIX, OP
 from ..model.targets import COMPILE, TARGETS, Gate
 from ..stages import REGISTRY as STAGE_REGISTRY
-from . import diff, view
+from . import diff, terminal, view
 from .cause import ADVICE, of as cause_view, standing
 from ..machine import COLLECT_ENV_FIELDS
 from .excerpts import TRIMMED, condense_traceback, drop_noise, named_in_message, numeric_lines, trim_message
@@ -87,7 +88,8 @@ class MarkdownRenderer:
         self.limit = limit
         self.comparison = comparison
         self.json_path = json_path  # where the full report is, for what the size limit cut
-        files = {p.id.partition("::")[0] for p in report.probes}
+        # (``tracecheck ops``' ids name no file: ``ops::ns::name``)
+        files = {p.id.partition("::")[0] for p in report.probes} if report.ops is None else set()
         #: the model file when every probe comes from it: probes are then named without it, the header names it
         self.one_file = files.pop() if len(files) == 1 else None
 
@@ -108,9 +110,12 @@ class MarkdownRenderer:
         if self.one_file:
             file = os.path.basename(self.one_file) if self.redact else self.scrub(self.one_file)
             where = f" of {_code(file)}"
+        elif r.ops is not None:
+            where = f" of the ops of {_code(r.ops.package)}"
         internal = len(r.internal_errors)
         return (f"# tracecheck report: {len(r.probes)} probe(s){where}, {len(failing)} failing, "
                 f"{n_findings} finding(s)" + (f", {internal} tracecheck internal error(s)" if internal else "")
+                + (f", {len(r.ops.not_covered)} not covered" if r.ops and r.ops.not_covered else "")
                 + f"\n\nStages run: {', '.join(_code(s) for s in r.stages) or '(none)'}. Required targets (they "
                 f"gate the verdicts and the exit code): {', '.join(_code(t) for t in r.gate.require)}"
                 + (f"; not required: {', '.join(_code(t) for t in TARGETS if t not in r.gate.require)}"
@@ -183,6 +188,37 @@ class MarkdownRenderer:
                      for p in probes if view.not_checked(p)]
         not_checked = ("\n**Not checked**\n\n" + "\n".join(unchecked) + "\n") if unchecked else ""
         return f"## Verdicts\n\n{legend}\n\n{head}" + "\n".join(rows) + f"\n{more}{not_checked}\n"
+
+    def ops(self) -> str:
+        """``tracecheck ops``: the test command's own result, what was checked, each probe's call, and what no probe
+        covers (never a pass)."""
+        ops = self.report.ops
+        if ops is None:
+            return ""
+        c, checked = ops.command, terminal.checked_said(ops)
+        said = terminal.command_said(c, quote=lambda s: _code(self.scrub(s)))
+        module = os.path.basename(ops.probe_module) if self.redact else self.scrub(ops.probe_module)
+        head = (f"## Ops of {_code(ops.package)}, called by its tests\n\n- {said[0].upper()}{said[1:]}"
+                + (f"; its whole output: {_code(self.scrub(c.log))}" if c.log and not self.redact else "")
+                + f"\n- {checked[0].upper()}{checked[1:]}\n- Op namespaces: "
+                + (", ".join(_code(n) for n in ops.namespaces) or "none")
+                + f"; probe module: {_code(module)} (`tracecheck fix MODULE::PROBE` fixes an entry)\n\n")
+        tail = Details("The end of the test command's output", self.scrub(c.tail.rstrip()), "text", "tail").render() \
+            + "\n" if c.tail.strip() else ""
+        rows = [f"| {_cell(_code(e.probe_id))} | {_cell(_code(e.probe))} | {_cell(_code(e.call.signature))} | "
+                f"{e.call.calls} | {_cell(_code(e.call.test)) if e.call.test else '–'} |" for e in ops.entries]
+        more = len(rows) - _MAX_VERDICT_ROWS
+        table = ("| probe | probe function | input signature | calls | first test |\n|---|---|---|---:|---|\n"
+                 + "\n".join(rows[:_MAX_VERDICT_ROWS]) + (f"\n\n_{more} more in the JSON report._" if more > 0 else "")
+                 + "\n\n") if rows else ""
+        missing = [f"| {_cell(_code(u.target))} | {'op' if u.what == OP else 'Function'} | {_cell(u.why)} |"
+                   for u in ops.not_covered]
+        uncovered = ("**Not covered** (no probe checked them: never a pass, and never a failure of the run):\n\n"
+                     "| op or Function | what | why |\n|---|---|---|\n" + "\n".join(missing) + "\n\n") if missing \
+            else "Not covered: none (every op and Function of the package that the recorder saw was called).\n\n"
+        twice = "".join(f"- Registered twice: {_code(r.op)}, as {_code(r.first_schema)}, then as "
+                        f"{_code(r.second_schema)}\n" for r in ops.redefinitions)
+        return head + tail + table + uncovered + (twice + "\n" if twice else "")
 
     def compiled_autograd(self) -> str:
         rows = []
@@ -431,7 +467,7 @@ class MarkdownRenderer:
         return section
 
     def repro(self, p: ProbeReport, stage: str) -> str:
-        file = p.id.split("::", 1)[0]
+        file = p.file if p.id.startswith(ID_PREFIX) else p.id_file  # an ops id names no file: its probe module
         file = os.path.basename(file) if self.redact else self.scrub(file)
         stage = "eager" if stage == LOAD_STAGE else stage  # load findings come back on any run
         target = file if p.name == IMPORT_PROBE else f"{file}::{p.name}"  # the import fails: the file alone
@@ -453,7 +489,7 @@ class MarkdownRenderer:
     def sections(self) -> list[Section]:
         self._fix_shown, self._traceback_shown, self._message_shown = {}, {}, {}
         out = [Section([self.header()]), Section([self.environment()]), Section([self.verdicts()])]
-        for extra in (self.baseline(), self.compiled_autograd(), self.structured_trace()):
+        for extra in (self.ops(), self.baseline(), self.compiled_autograd(), self.structured_trace()):
             if extra:
                 out.append(Section([extra]))
         failing = [p for p in self.report.probes if p.verdict.status == FAIL]

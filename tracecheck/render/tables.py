@@ -27,7 +27,7 @@ def stages_frame(report: RunReport) -> pd.DataFrame:
             found = view.gated_kinds(s, report.gate)
             advice = s.outcome.advice
             rows.append({
-                "probe": p.id, "file": p.id.split("::", 1)[0], "name": p.name, "stage": stage,
+                "probe": p.id, "file": p.id_file, "name": p.name, "stage": stage,
                 "target": s.target or "", "required": view.cell(s, report.gate).required, "status": s.status, "phases": ";".join(s.phases or []), "kinds": ";".join(found), "advice": ";".join(advice), "first_kind": s.failure.kind if s.failure else "",
                 "graph_count": s.graph_count, "graph_break_count": s.graph_break_count,
                 "graph_break_sites": s.graph_break_sites, "dynamo_graph_break_count": s.dynamo_graph_break_count,

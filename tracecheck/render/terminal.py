@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
+from typing import Callable
 
 from rich import box
 from rich.cells import cell_len
@@ -14,6 +16,7 @@ from rich.text import Text
 
 from ..model.taxonomy import MODEL_CODE_KINDS, K, kinds, needs_registration_fix, rewrites_model_code
 from ..model.report import CRASH, FAIL, FAILED, IMPORT_PROBE, INTERNAL, PASS, SKIP, TIMEOUT, Finding, ProbeReport, RunReport, StageResult, finding_key, group_findings
+from ..model.ops import OP, CommandResult, OpsAudit, Uncovered
 from ..model.targets import Gate
 from . import cause, view
 
@@ -37,8 +40,11 @@ def status_text(status: str) -> Text:
 
 
 def probe_labels(report: RunReport) -> dict[str, str]:
-    """How a probe is named in a table or list: its name when every probe is of one file (named in the title),
-    else ``short_labels``."""
+    """How a probe is named in a table or list: its id in a ``tracecheck ops`` report (``ops::ns::name``: the
+    generated module's probe names say less), its name when every probe is of one file (named in the title), else
+    ``short_labels``."""
+    if report.ops is not None:
+        return {p.id: p.id for p in report.probes}
     if len({p.file for p in report.probes}) == 1:
         return {p.id: p.name for p in report.probes}
     return short_labels(report)
@@ -73,9 +79,8 @@ def verdict_list(report: RunReport) -> Group:
     """Per probe: its verdict and id, then one line per outcome with the stages that had it (``✗ missing-fake
     explain, aot_eager, ...``): the kind in a column of its own, never wrapped, as wide in every probe; the stage
     names wrap. A one-line legend ends it."""
-    one_file = len({p.file for p in report.probes}) == 1
     labels = probe_labels(report)
-    title = "tracecheck verdicts" + (f": {report.probes[0].id.rsplit('::', 1)[0]}" if one_file else "")
+    title = _title(report, len({p.file for p in report.probes}) == 1)
     parts: list[RenderableType] = [Text(title, style="italic")]
     blocks = [(p, _outcome_groups(p, report.gate)) for p in report.probes]
     widest = max((cell_len(label) for _, groups in blocks for label in groups), default=1)
@@ -124,14 +129,15 @@ def _verdict_table(report: RunReport, short: bool) -> tuple[Table, str]:
     notes = [f"{h} = {c}" for c, h in headings.items() if h != c]
     files = {p.file for p in report.probes}
     one_file = len(files) == 1 and report.probes[0].id.endswith("::" + report.probes[0].name)
-    labels = {p.id: p.name for p in report.probes} if one_file else short_labels(report)
+    labels = {p.id: p.name for p in report.probes} if one_file else probe_labels(report) if report.ops is not None \
+        else short_labels(report)
     marks = {c.shown for p in report.probes for c in map(lambda x: view.cell(x, report.gate), p.stages.values()) if c}
     if view.NOT_REQUIRED in marks:
         notes.insert(0, "○ kind: a stage of a target not required failed (" + view.not_required_note(report.gate, report.probes) + ")")
     if INTERNAL in marks:
         notes.insert(0, "! internal error: tracecheck's own bug, not the probe's (exit 3; the traceback is below)")
     caption = _CAPTION + (". " + "; ".join(notes) if notes else "")
-    title = "tracecheck verdicts" + (f": {report.probes[0].id.rsplit('::', 1)[0]}" if one_file else "")
+    title = _title(report, one_file)
     table = Table(title=title, title_justify="left",
                   box=box.SIMPLE_HEAD if short else box.HEAVY_HEAD, pad_edge=not short, show_edge=not short,
                   padding=(0, 1, 0, 0) if short else (0, 1))
@@ -146,6 +152,13 @@ def _verdict_table(report: RunReport, short: bool) -> tuple[Table, str]:
     for label, row in zip(first, rows):
         table.add_row(label, *row)
     return table, caption
+
+
+def _title(report: RunReport, one_file: bool) -> str:
+    """``tracecheck verdicts``, with the one file of every probe, or the package ``tracecheck ops`` audited."""
+    if report.ops is not None:
+        return f"tracecheck verdicts: the ops of {report.ops.package}, called by its tests"
+    return "tracecheck verdicts" + (f": {report.probes[0].id.rsplit('::', 1)[0]}" if one_file and report.probes else "")
 
 
 def _min_width(table: Table) -> int:
@@ -276,6 +289,55 @@ def finding_text(v: cause.CauseView, verbose: bool, show_fix: bool = True) -> Gr
     return Group(Indented(head, 2), Indented(body, 4))
 
 
+def command_said(c: CommandResult, quote: Callable[[str], str] = lambda s: f"`{s}`") -> str:
+    """``tests: `python -m pytest -q tests` exited 1 in 12.3 s (...)``: the test command ``tracecheck ops`` ran,
+    ``quote`` quoting it."""
+    how = f"exited {c.exit_code}" if c.exit_code is not None else \
+        f"was killed by signal {c.signal}" if c.signal is not None else "did not finish"
+    return f"tests: {quote(shlex.join(c.argv))} {how} in {c.seconds:.1f} s (their own result; not tracecheck's verdict)"
+
+
+def checked_said(ops: OpsAudit) -> str:
+    """``checked: 5 calls of 4 ops and Functions (...)``: the distinct calls ``tracecheck ops`` made probes of."""
+    if not ops.entries:
+        return (f"checked: nothing: the tests called no op or Function of {ops.package} (in {ops.processes} "
+                f"process{'es' if ops.processes != 1 else ''} with the recorder)")
+    targets = {e.call.target: e.call.what for e in ops.entries}
+    n_ops = sum(1 for what in targets.values() if what == OP)
+    calls = sum(e.call.calls for e in ops.entries)
+    return (f"checked: {len(ops.entries)} call{_s(len(ops.entries))} of {len(targets)} ops and Functions ({n_ops} op"
+            f"{_s(n_ops)}, {len(targets) - n_ops} Function{_s(len(targets) - n_ops)}; one call per input signature, "
+            f"of the {calls} the tests made in {ops.processes} process{'es' if ops.processes != 1 else ''})")
+
+
+def not_covered_said(u: Uncovered) -> str:
+    """``tcops::unused (op): no test calls it``."""
+    return f"{u.target} ({'op' if u.what == OP else 'Function'}): {u.why}"
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
+def ops_block(report: RunReport, verbose: bool = False) -> Group | None:
+    """``tracecheck ops``: the test command's own result (``verbose``: the tail of its output), what was checked,
+    each op and Function no probe covers with why, and names registered twice; nothing for a ``run``."""
+    ops = report.ops
+    if ops is None:
+        return None
+    c = ops.command
+    parts: list[RenderableType] = [Text(""), Text(command_said(c), style="" if c.exit_code == 0 else "yellow")]
+    if verbose and c.tail.strip():
+        parts.append(Indented(Text(c.tail.rstrip(), style="dim"), 4))
+    if c.log and (verbose or c.exit_code != 0):
+        parts.append(Indented(Text(f"its whole output: {os.path.relpath(c.log)}", style="dim"), 2))
+    parts.append(Text(checked_said(ops)))
+    parts += [Text(f"not covered: {not_covered_said(u)}", style="yellow") for u in ops.not_covered]
+    parts += [Text(f"registered twice: {r.op}, as {r.first_schema}, then as {r.second_schema}", style="yellow")
+              for r in ops.redefinitions]
+    return Group(*parts)
+
+
 def environment_line(report: RunReport) -> Text:
     env = report.env
     npu = f"torch_npu {env.torch_npu}" if env.torch_npu else (env.npu_note or "no torch_npu")
@@ -361,7 +423,8 @@ def _fix_commands(report: RunReport) -> dict[str, list[str]]:
         else:  # every cause it has is fixed by an earlier command: named there (by name in the same file)
             first = done[next(iter(sorted(keys, key=repr)))]
             same_file = next(q.file for q in report.probes if q.id == first) == p.file
-            commands[first].append(p.name if same_file else f"{os.path.relpath(p.file)}::{p.name}")
+            commands[first].append(p.id if report.ops is not None else p.name if same_file
+                                   else f"{os.path.relpath(p.file)}::{p.name}")
     return commands
 
 
@@ -395,9 +458,10 @@ def next_steps(report: RunReport, attachment: str | None = None, source: str | N
                 output = (f"-o fixed_ops_{p.name}.py" if registration else f"--diff {stem}_{p.name}.diff") + \
                     f" --patched {stem}_{p.name}_fixed.py"
             also = f"; also fixes {', '.join(commands[p.id])}" if commands[p.id] else ""
-            lines.append(f"tracecheck fix {node} {output}   ({', '.join(fixable)}{also})")
+            which = f"{p.id}: " if report.ops is not None else ""  # the generated probe's name says less
+            lines.append(f"tracecheck fix {node} {output}   ({which}{', '.join(fixable)}{also})")
         elif v.kinds and v.kinds[0] in kinds():
-            node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else node
+            node = os.path.relpath(p.file) if p.name == IMPORT_PROBE else p.id if report.ops is not None else node
             first = next((k for k in v.kinds if k not in v.advice), v.kinds[0])  # --strict: the error first
             lines.append(f"{kinds()[first].explain_command}   ({node})")
     if lines:
@@ -421,6 +485,9 @@ def render(report: RunReport, console: Console, verbose: bool = False, attachmen
     if ca is not None:
         console.print(ca)
     console.print(findings(report, verbose))
+    ops = ops_block(report, verbose)
+    if ops is not None:
+        console.print(ops)
     print_next_steps(console, next_steps(report, attachment, source) if advise else [])
     console.print(summary_line(report))
 
@@ -452,5 +519,6 @@ def summary_line(report: RunReport) -> str:
             + (f" ({len(reused)} reused{when}: nothing they depend on changed; --no-cache re-runs them)"
                if reused else "")
             + f", {n_fail} failing ({required})"
+            + (f", {len(report.ops.not_covered)} not covered" if report.ops and report.ops.not_covered else "")
             + (f", {n_internal} stage(s) with a tracecheck internal error (exit 3)" if n_internal else "")
             + f", {report.seconds:.1f} s")

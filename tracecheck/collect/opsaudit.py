@@ -1,0 +1,450 @@
+"""The parent side of ``tracecheck ops``: run the library's test command with tracecheck's recorder in its Python
+processes (collect/opsrecord.py), merge the records they write, and write the generated probe module, one probe per
+distinct call, that ``tracecheck run`` then checks as any model file.
+
+Work folder (``record``'s ``work_dir``)::
+
+    site/sitecustomize.py      the recorder, first on the command's PYTHONPATH
+    record/process-<pid>.json  one ProcessRecord per Python process of the command
+    record/inputs/<sha1>.pt    the first call's inputs per (target, signature)
+    command.log                the command's output, stdout and stderr together
+    ops_probes.py              the generated probe module
+
+No torch import: the generated module imports torch, this module only writes its text.
+"""
+from __future__ import annotations
+
+import json
+import keyword
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..model.exitcodes import UsageError
+from ..model.ops import (FUNCTION, ID_PREFIX, OP, AuditEntry, CommandResult, DefinedFunction, DefinedOp,
+                         ProcessRecord, RecordedCall, Uncovered)
+from ..model.progress import Progress
+from ..model.records import Redefinition
+
+#: lines of the command's output a report shows (CommandResult.tail)
+TAIL_LINES = 40
+#: distinct input sizes kept per (target, signature), across processes
+MAX_SHAPES = 3
+SITE, RECORD, INPUTS, LOG, MODULE = "site", "record", "inputs", "command.log", "ops_probes.py"
+
+NOT_CALLED = "no test calls it"
+NOT_SAVED = "its inputs could not be saved"
+LOCAL_CLASS = "it is defined inside a function: the probe module cannot import it"
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The records of all the command's processes as one."""
+
+    #: one per (target, signature), in the order first seen (records in the order given)
+    calls: tuple[RecordedCall, ...]
+    #: by name
+    ops: tuple[DefinedOp, ...]
+    #: by target
+    functions: tuple[DefinedFunction, ...]
+    #: sorted
+    modules: tuple[str, ...]
+    #: one per (op, first schema, second schema), first seen first
+    redefinitions: tuple[Redefinition, ...]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What ``record`` learnt from the test command: api.run_ops checks ``probe_module`` and reports the rest."""
+
+    command: CommandResult
+    entries: tuple[AuditEntry, ...]
+    not_covered: tuple[Uncovered, ...]
+    #: the op namespaces audited: those of the package's ops and calls, and those given with --namespace
+    namespaces: tuple[str, ...]
+    probe_module: str
+    #: processes of the command whose recorder wrote a record
+    processes: int
+    redefinitions: tuple[Redefinition, ...]
+
+
+# -- the command ------------------------------------------------------------------------------------------------------
+
+def run_command(argv: Sequence[str], env: Mapping[str, str], log_path: str,
+                progress: Progress | None = None) -> CommandResult:
+    """Run the test command to its end with ``env``, its output (stdout and stderr) in ``log_path``. Its failure is a
+    result (``exit_code``), never an error here. Raises UsageError when it cannot start; on KeyboardInterrupt (Ctrl-C,
+    or SIGTERM as the CLI turns it) kills the command's process group (pytest-xdist workers included) and re-raises."""
+    if not argv:
+        raise UsageError("tracecheck ops: no test command: give it after --, e.g. -- python -m pytest -q tests/")
+    progress = progress or Progress()
+    shown = shlex.join(argv)
+    progress.note(f"running the test command: {shown}")
+    start = time.monotonic()
+    with open(log_path, "wb") as log:
+        try:
+            # a session of its own: Ctrl-C reaches tracecheck alone, which kills the whole group (pgid == pid)
+            proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=dict(env), start_new_session=True)
+        except FileNotFoundError:
+            raise UsageError(f"{argv[0]}: not found") from None
+        except OSError as e:
+            raise UsageError(f"{argv[0]}: cannot be run: {e.strerror or e}") from None
+        try:
+            code = proc.wait()
+        except BaseException:
+            _kill_group(proc)
+            raise
+    seconds = time.monotonic() - start
+    result = CommandResult(tuple(argv), code if code >= 0 else None, seconds, _tail(log_path), log_path,
+                           -code if code < 0 else None)
+    ended = f"exited {code}" if code >= 0 else f"was killed by signal {-code}"
+    progress.note(f"the test command {ended} in {seconds:.1f} s")
+    return result
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:  # ended already
+        pass
+    proc.wait()
+
+
+def _tail(path: str, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log that may be large: read from its last 64 KiB."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 65536))
+        data = f.read()
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+
+# -- the records ------------------------------------------------------------------------------------------------------
+
+def read_records(record_dir: str, package: str) -> tuple[ProcessRecord, ...]:
+    """The ``process-<pid>.json`` records of ``package`` in ``record_dir``, by pid. One that cannot be read is left
+    out: a record is written whole (atomically) or not at all."""
+    found: list[ProcessRecord] = []
+    for name in os.listdir(record_dir) if os.path.isdir(record_dir) else ():
+        if not (name.startswith("process-") and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(record_dir, name), encoding="utf-8") as f:
+                rec = ProcessRecord.of(json.load(f))
+        except (OSError, ValueError):
+            continue
+        if rec is not None and rec.package == package:
+            found.append(rec)
+    return tuple(sorted(found, key=lambda r: r.pid))
+
+
+def merge(records: Iterable[ProcessRecord]) -> Merged:
+    """The processes' records as one: a (target, signature) seen in several processes counts all their calls, keeps
+    the first inputs saved (and that call's test), and up to MAX_SHAPES distinct sizes; ops, Functions and modules
+    united, a redefinition said once."""
+    calls: dict[tuple[str, str], RecordedCall] = {}
+    ops: dict[str, DefinedOp] = {}
+    functions: dict[str, DefinedFunction] = {}
+    modules: set[str] = set()
+    redefinitions: dict[tuple[str, str, str], Redefinition] = {}
+    for rec in records:
+        for call in rec.calls:
+            key = (call.target, call.signature)
+            had_call = calls.get(key)
+            calls[key] = _merge_call(had_call, call) if had_call else replace(call, shapes=call.shapes[:MAX_SHAPES])
+        for op in rec.ops:
+            had = ops.get(op.name)
+            ops[op.name] = replace(had, schema=had.schema or op.schema, frame=had.frame or op.frame) if had else op
+        for fn in rec.functions:
+            was = functions.get(fn.target)
+            functions[fn.target] = replace(was, frame=was.frame or fn.frame) if was else fn
+        modules.update(rec.modules)
+        for r in rec.redefinitions:
+            redefinitions.setdefault((r.op, r.first_schema, r.second_schema), r)
+    return Merged(tuple(calls.values()), tuple(ops[k] for k in sorted(ops)),
+                  tuple(functions[k] for k in sorted(functions)), tuple(sorted(modules)),
+                  tuple(redefinitions.values()))
+
+
+def _merge_call(first: RecordedCall, later: RecordedCall) -> RecordedCall:
+    shapes = first.shapes + tuple(s for s in later.shapes if s not in first.shapes)
+    took = first.inputs is None and later.inputs is not None  # the first process could not save them, a later did
+    source = later if took else first
+    return replace(first, shapes=shapes[:MAX_SHAPES], calls=first.calls + later.calls, inputs=source.inputs,
+                   why_not=source.why_not, test=source.test if took else first.test or later.test)
+
+
+# -- entries and what is not covered ----------------------------------------------------------------------------------
+
+def _split_op(target: str) -> tuple[str, str, str]:
+    """``ns::name.overload`` -> (ns, name, overload); no overload is ``default``."""
+    ns, _, rest = target.partition("::")
+    name, _, overload = rest.partition(".")
+    return ns, name, overload or "default"
+
+
+def _split_function(target: str) -> tuple[str, str]:
+    """``module:Qualname`` -> (module, Qualname)."""
+    module, _, qualname = target.partition(":")
+    return module, qualname
+
+
+def _unreachable(call: RecordedCall) -> str | None:
+    """Why the probe module cannot make this call, or None."""
+    if call.inputs is None:
+        return f"{NOT_SAVED}: {call.why_not}" if call.why_not else NOT_SAVED
+    if call.what == FUNCTION and "<locals>" in _split_function(call.target)[1]:
+        return LOCAL_CLASS
+    return None
+
+
+def _base_names(call: RecordedCall) -> tuple[str, str]:
+    """(probe id, probe function name) of a target's first signature."""
+    if call.what == OP:
+        ns, name, overload = _split_op(call.target)
+        op = f"{ns}::{name}" if overload == "default" else f"{ns}::{name}.{overload}"
+        fn = f"probe_{ns}__{name}" if overload == "default" else f"probe_{ns}__{name}__{overload}"
+        return ID_PREFIX + op, re.sub(r"\W", "_", fn)
+    module, qualname = _split_function(call.target)
+    return f"{ID_PREFIX}{module}.{qualname}", re.sub(r"\W", "_", f"probe_{module}__{qualname}")
+
+
+def entries(calls: Sequence[RecordedCall]) -> tuple[AuditEntry, ...]:
+    """One entry per call the probe module can make (its inputs saved), sorted by target, a target's signatures in
+    the order first seen: ``ops::ns::name`` / ``probe_ns__name``, then ``ops::ns::name[2]`` / ``probe_ns__name_2``..."""
+    out: list[AuditEntry] = []
+    seen: dict[str, int] = {}
+    used: set[str] = set()
+    for call in sorted((c for c in calls if _unreachable(c) is None), key=lambda c: c.target):
+        n = seen[call.target] = seen.get(call.target, 0) + 1
+        probe_id, name = _base_names(call)
+        if n > 1:
+            probe_id, name = f"{probe_id}[{n}]", f"{name}_{n}"
+        while name in used:  # two targets that read alike once made names (a.b::c and a_b::c)
+            name += "_"
+        used.add(name)
+        out.append(AuditEntry(probe_id, name, call))
+    return tuple(out)
+
+
+def not_covered(merged: Merged, checked: Sequence[AuditEntry]) -> tuple[Uncovered, ...]:
+    """The ops (``ns::name``: covered when any overload is checked) and Functions with no entry in ``checked``, and
+    why, by target: called but not reproducible (inputs not saved, a class local to a function), or never called."""
+    covered = {_uncovered_target(e.call) for e in checked}
+    out: dict[str, Uncovered] = {}
+    for call in merged.calls:
+        target = _uncovered_target(call)
+        why = _unreachable(call)
+        if target not in covered and target not in out and why is not None:
+            out[target] = Uncovered(target, call.what, why)
+    for op in merged.ops:
+        if op.name not in covered and op.name not in out:
+            out[op.name] = Uncovered(op.name, OP, NOT_CALLED)
+    for fn in merged.functions:
+        if fn.target not in covered and fn.target not in out:
+            out[fn.target] = Uncovered(fn.target, FUNCTION, NOT_CALLED)
+    return tuple(out[k] for k in sorted(out))
+
+
+def _uncovered_target(call: RecordedCall) -> str:
+    if call.what == OP:
+        ns, name, _ = _split_op(call.target)
+        return f"{ns}::{name}"
+    return call.target
+
+
+# -- the generated module ---------------------------------------------------------------------------------------------
+
+_HEADER = '''\
+# Generated by `tracecheck ops{package}` from the test command:
+#     {command}
+# One probe per distinct call the tests made (a custom op or an autograd.Function, and its input signature), with
+# the inputs of the first such call, saved by tracecheck's recorder. Written again by each `tracecheck ops` run.
+import importlib
+import os
+import sys
+
+import torch
+
+import tracecheck
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# where this module was written: a copy elsewhere (``tracecheck fix`` writes ``ops_probes_fixed.py`` beside its -o)
+# still finds the recorded inputs and the command's folder there
+_WRITTEN_IN = {written_in!r}
+if _HERE != _WRITTEN_IN and os.path.isdir(_WRITTEN_IN):
+    _HERE = _WRITTEN_IN
+# the folder the test command ran in: its packages import from there, as they did in the tests, when not installed
+_COMMAND_DIR = os.path.normpath(os.path.join(_HERE, {command_dir!r}))
+if _COMMAND_DIR not in sys.path:
+    sys.path.append(_COMMAND_DIR)
+
+# the package's modules the tests imported: importing them registers its ops as in the tests
+MODULES = {modules}
+for _name in MODULES:
+    try:
+        importlib.import_module(_name)
+    except Exception as _e:
+        raise ImportError(f"tracecheck ops: the probe module imports {{_name}} as the test command did, and it failed: "
+                          f"{{type(_e).__name__}}: {{_e}}") from _e
+
+
+def _inputs(path):
+    """(args, kwargs) of a recorded call, as the recorder saved them; ``path`` relative to this file."""
+    return torch.load(os.path.join(_HERE, path), weights_only=False)
+
+
+def _class(module, qualname):
+    found = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+_WARMED = set()
+
+
+def _warm(name, fn, args, kwargs):
+    """The call once in eager (no grad, on copies), once per process, as the tests had made calls before the one
+    recorded: what it loads on first use (a C++ extension's lazy loader) is loaded before a stage compiles it, so
+    that a stage meets the call as the tests did. Its error, if any, is the eager stage's to report."""
+    if name in _WARMED:
+        return
+    _WARMED.add(name)
+
+    def copy(v):
+        if isinstance(v, torch.Tensor):
+            return v.detach().clone()
+        if isinstance(v, (list, tuple)):
+            return type(v)(copy(x) for x in v)
+        if isinstance(v, dict):
+            return {{k: copy(x) for k, x in v.items()}}
+        return v
+
+    try:
+        with torch.no_grad():
+            fn(*copy(args), **copy(kwargs))
+    except Exception:
+        pass
+'''
+
+
+def write_probe_module(work_dir: str, entries: Sequence[AuditEntry], modules: Sequence[str], record_dir: str, *,
+                       argv: Sequence[str] = (), package: str | None = None,
+                       command_dir: str | None = None) -> str:
+    """Write ``<work_dir>/ops_probes.py`` and return its path: it imports ``modules`` (the package's, as the tests
+    did; ``command_dir``, the command's folder, default the cwd, last on sys.path) and has one ``@tracecheck.probe``
+    per entry, returning ``tracecheck.Case(fn, args, kwargs)`` with the saved inputs (``record_dir`` + the call's
+    ``inputs``, written relative to the module's folder). An entry without inputs is left out."""
+    folder = os.path.abspath(work_dir)
+    path = os.path.join(work_dir, MODULE)
+    text = _HEADER.format(
+        package=f" --package {package}" if package else "", command=shlex.join(argv) if argv else "(not given)",
+        command_dir=os.path.relpath(os.path.abspath(command_dir or os.getcwd()), folder), written_in=folder,
+        modules=repr([m for m in modules if m.rsplit(".", 1)[-1] != "__main__"]))
+    classes: dict[str, str] = {}  # Function target -> the module-level name of its appliers
+    for entry in entries:
+        call = entry.call
+        if call.inputs is None:
+            continue
+        inputs = os.path.relpath(os.path.join(os.path.abspath(record_dir), call.inputs), folder)
+        if call.what == OP:
+            fn = _op_expression(*_split_op(call.target))
+        else:
+            if call.target not in classes:
+                classes[call.target] = fn = re.sub(r"\W", "_", "apply_" + call.target.replace(":", "__"))
+                text += _applier(fn, *_split_function(call.target))
+            fn = classes[call.target]
+        text += (f"\n\n{_comment(call)}\n@tracecheck.probe\ndef {entry.probe}():\n"
+                 f"    args, kwargs = _inputs({inputs!r})\n"
+                 f"    _warm({entry.probe!r}, {fn}, args, kwargs)\n"
+                 f"    return tracecheck.Case({fn}, args, kwargs)\n")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def _op_expression(ns: str, name: str, overload: str) -> str:
+    """``torch.ops.ns.name.overload``, or getattr where a part is no plain attribute name."""
+    expr = "torch.ops"
+    for part in (ns, name, overload):
+        expr = f"{expr}.{part}" if part.isidentifier() and not keyword.iskeyword(part) else f"getattr({expr}, {part!r})"
+    return expr
+
+
+def _applier(fn: str, module: str, qualname: str) -> str:
+    """A named function applying the Function, the class looked up once at import (not inside the traced call)."""
+    cls = "_" + fn.removeprefix("apply_")
+    return (f"\n\n{cls} = _class({module!r}, {qualname!r})\n\n\n"
+            f"def {fn}(*args, **kwargs):\n    return {cls}.apply(*args, **kwargs)\n")
+
+
+def _comment(call: RecordedCall) -> str:
+    sizes = " | ".join(", ".join(str(tuple(s)) for s in shapes) for shapes in call.shapes)
+    lines = [f"# {call.target}({call.signature}): {call.calls} call{'s' if call.calls != 1 else ''}"
+             + (f", sizes {sizes}" if sizes else "")]
+    if call.test:
+        lines.append(f"# first by {call.test}")
+    return "\n".join(" ".join(line.split()) for line in lines)  # one line each, whatever the test id holds
+
+
+# -- the whole step ---------------------------------------------------------------------------------------------------
+
+def check_names(argv: Sequence[str], package: str, namespaces: Sequence[str]) -> None:
+    """UsageError for a command, package or namespace that cannot be audited."""
+    if not argv:
+        raise UsageError("tracecheck ops: no test command: give it after --, e.g. -- python -m pytest -q tests/")
+    if not _DOTTED.match(package) or any(keyword.iskeyword(p) for p in package.split(".")):
+        raise UsageError(f"--package {package!r}: not a module name (dotted Python names, e.g. mylib or mylib.ops)")
+    for ns in namespaces:
+        if not ns.isidentifier():
+            raise UsageError(f"--namespace {ns!r}: not an op namespace (a Python identifier, e.g. mylib)")
+
+
+def record(argv: Sequence[str], package: str, namespaces: Sequence[str], work_dir: str,
+           progress: Progress | None = None) -> Recorded:
+    """Run ``argv`` (the library's tests) with the recorder, and write the probe module for what they called.
+    Clears ``work_dir``'s site/, record/ and probe module first. Raises UsageError for bad names, a command that cannot start or
+    in which no process ran the recorder or imported the package."""
+    from . import opsrecord  # the recorder's side, imported only when a command is recorded
+
+    check_names(argv, package, namespaces)
+    site, record_dir = os.path.join(work_dir, SITE), os.path.join(work_dir, RECORD)
+    try:
+        for folder in (site, record_dir):
+            shutil.rmtree(folder, ignore_errors=True)
+        if os.path.exists(os.path.join(work_dir, MODULE)):  # no stale probes if this run writes none
+            os.remove(os.path.join(work_dir, MODULE))
+        os.makedirs(site)
+        os.makedirs(os.path.join(record_dir, INPUTS))
+        with open(os.path.join(site, "sitecustomize.py"), "w", encoding="utf-8") as f:
+            f.write(opsrecord.sitecustomize_source())
+    except OSError as e:
+        raise UsageError(f"{work_dir}: cannot write tracecheck ops' work folder: {e.strerror or e}") from None
+    env = opsrecord.environment(os.path.abspath(record_dir), package, tuple(namespaces), os.path.abspath(site),
+                                dict(os.environ))
+    command = run_command(argv, env, os.path.join(work_dir, LOG), progress)
+    records = read_records(record_dir, package)
+    if not records:
+        raise UsageError(f"{shlex.join(argv)} ran no Python process with tracecheck's recorder: is it this "
+                         f"environment's python? (its output: {command.log})")
+    merged = merge(records)
+    if not merged.modules and not merged.calls:  # an audit that checked nothing must not read as a pass
+        raise UsageError(f"{shlex.join(argv)} never imported {package} in its {len(records)} Python process(es) with "
+                         f"tracecheck's recorder (it exited {command.exit_code}): nothing to audit; is {package} "
+                         f"importable there, and do the tests import it? (its output: {command.log})")
+    checked = entries(merged.calls)
+    module = write_probe_module(work_dir, checked, merged.modules, record_dir, argv=argv, package=package)
+    found = {o.name.partition("::")[0] for o in merged.ops}
+    found |= {_split_op(c.target)[0] for c in merged.calls if c.what == OP}
+    return Recorded(command, checked, not_covered(merged, checked), tuple(sorted(found | set(namespaces))), module,
+                    len(records), merged.redefinitions)

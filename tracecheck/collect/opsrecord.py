@@ -1,0 +1,600 @@
+"""The recorder of ``tracecheck ops``: runs inside each Python process of the test command and writes what it saw.
+
+The parent writes ``sitecustomize_source()`` into ``<work>/site/`` and runs the command with ``environment(...)``:
+Python imports that sitecustomize at start-up, which calls ``install_from_env()``. Nothing here imports torch (pip
+and other tools start Python too): a meta-path hook patches torch once the process imports it. Patched:
+``OpOverload.__call__`` and ``OpOverloadPacket.__call__`` (custom-op calls), ``Function.apply`` (the package's
+autograd.Functions) and ``Library.define`` (which namespaces the package registers, and redefinitions). At exit the
+process's ``ProcessRecord`` (model/ops.py) is written to ``<record_dir>/process-<pid>.json``, calls or none.
+
+Transparent: the user's calls run as without it. Nothing is recorded while torch compiles or traces (Dynamo, fake,
+functional or proxy tensors and modes, functorch transforms, code torch generated: a compiled graph calling the op),
+nor for the recorder's own work; its own failures never reach the user's call (the first one: a line on stderr).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from functools import partial
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from ..evidence.wording import TORCH_NAMESPACES
+from ..model.frame import Frame
+
+if TYPE_CHECKING:
+    from ..model.ops import DefinedFunction, DefinedOp, ProcessRecord
+    from ..model.records import Redefinition
+
+#: the record folder; the recorder is installed only where it is set
+OUT = "TRACECHECK_OPS_OUT"
+#: the package audited (``--package``)
+PACKAGE = "TRACECHECK_OPS_PACKAGE"
+#: more op namespaces of the package (``--namespace``), comma-separated
+NAMESPACES = "TRACECHECK_OPS_NAMESPACES"
+#: distinct size tuples kept per distinct call
+MAX_SHAPES = 3
+# the same strings as model/ops.OP and FUNCTION (that module is imported only when writing: start-up stays light)
+_OP, _FUNCTION = "op", "function"
+
+_SITECUSTOMIZE = '''\
+"""Written by `tracecheck ops`: its recorder (tracecheck/collect/opsrecord.py), then the sitecustomize it hides."""
+def _tracecheck_ops():
+    import os
+    import sys
+    try:
+        if os.environ.get("TRACECHECK_OPS_OUT"):
+            from tracecheck.collect.opsrecord import install_from_env
+
+            install_from_env()
+    except Exception as e:
+        sys.stderr.write(f"tracecheck ops: recorder not installed: {type(e).__name__}: {e}\\n")
+    try:  # the next sitecustomize on sys.path, which this one hides: the environment behaves as before
+        import importlib.machinery
+        import importlib.util
+        here = os.path.dirname(os.path.abspath(__file__))
+        at = [os.path.abspath(p or os.curdir) for p in sys.path]
+        rest = [p for i, p in enumerate(sys.path) if at[i] != here and i > (at.index(here) if here in at else -1)]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        if spec is not None and spec.loader is not None:
+            spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    except Exception as e:
+        sys.stderr.write(f"tracecheck ops: the next sitecustomize failed: {type(e).__name__}: {e}\\n")
+
+_tracecheck_ops()
+del _tracecheck_ops
+'''
+
+
+def sitecustomize_source() -> str:
+    """The text of the ``sitecustomize.py`` the parent writes into the site folder ``environment`` puts first on
+    PYTHONPATH. It never raises (a failure: one line on stderr), imports nothing heavy, installs the recorder only
+    where ``TRACECHECK_OPS_OUT`` is set, then runs the next sitecustomize found later on sys.path."""
+    return _SITECUSTOMIZE
+
+
+def environment(record_dir: str, package: str, namespaces: Sequence[str], site_dir: str,
+                base_env: Mapping[str, str]) -> dict[str, str]:
+    """The test command's whole environment: ``base_env``, the site folder first on PYTHONPATH, and the recorder's
+    settings."""
+    return {**base_env, "PYTHONPATH": os.pathsep.join(p for p in (site_dir, base_env.get("PYTHONPATH")) if p),
+            OUT: record_dir, PACKAGE: package, NAMESPACES: ",".join(namespaces)}
+
+
+_ACTIVE: Recorder | None = None
+
+
+def install_from_env() -> None:
+    """Install the recorder as the environment says (``environment``); nothing where ``TRACECHECK_OPS_OUT`` is unset or
+    one is installed already."""
+    out = os.environ.get(OUT)
+    if out and _ACTIVE is None:
+        install(out, os.environ.get(PACKAGE, ""),
+                [n.strip() for n in os.environ.get(NAMESPACES, "").split(",") if n.strip()])
+
+
+def install(record_dir: str, package: str, namespaces: Sequence[str]) -> Recorder:
+    """Install a recorder in this process (``Recorder.uninstall`` takes it out). Raises RuntimeError when one is
+    installed already."""
+    (rec := Recorder(record_dir, package, namespaces)).install()
+    return rec
+
+
+@dataclass
+class _Seen:
+    """A distinct call so far (grows while the process runs; a ``RecordedCall`` when written)."""
+
+    target: str
+    what: str
+    signature: str
+    test: str | None
+    shapes: list[tuple[tuple[int, ...], ...]] = field(default_factory=list)
+    inputs: str | None = None
+    why_not: str | None = None
+    calls: int = 0
+
+
+class Recorder:
+    """What one process calls (``_seen``) and defines, written by ``write`` (at exit, or when called)."""
+
+    def __init__(self, record_dir: str, package: str, namespaces: Sequence[str]) -> None:
+        self.record_dir = os.path.abspath(record_dir)
+        self.package = package
+        #: namespaces given with --namespace (the others are found at exit: ``namespaces``)
+        self.given = tuple(n for n in namespaces if n)
+        self.installed = False
+        self._seen: dict[tuple[str, str], _Seen] = {}
+        #: ``ns::name`` or ``ns::name.overload`` -> the schema it was last defined with, and where
+        self._defined: dict[str, tuple[str, Frame | None]] = {}
+        #: (namespace, file) of every define seen: which namespaces the package's own files register
+        self._defined_in: set[tuple[str, str]] = set()
+        self._redefinitions: list[Redefinition] = []
+        self._lock = threading.RLock()
+        #: ``busy``: the recorder's own work is running on this thread (whatever it calls is not the user's call)
+        self._local = threading.local()
+        self._undo: list[Callable[[], None]] = []
+        self._hook: _TorchImportHook | None = None
+        self._failed = False
+        self._fork_hooked = False
+        self._class_frames: dict[str, Frame | None] = {}
+        self._generated_dirs: tuple[str, ...] = ()
+
+    # -- installing ---------------------------------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Patch torch now if it is imported, else once it is; write the record at exit. Raises RuntimeError when a
+        recorder is installed already (one per process: the patches are torch's classes')."""
+        global _ACTIVE
+        if _ACTIVE is not None:
+            raise RuntimeError("a tracecheck ops recorder is installed in this process already")
+        _ACTIVE = self
+        self.installed = True
+        if "torch" in sys.modules:
+            self._torch_imported()
+        else:
+            self._hook = _TorchImportHook(self._torch_imported, self._fail)
+            sys.meta_path.insert(0, self._hook)
+        atexit.register(self._write_at_exit)
+        if not self._fork_hooked:  # (a fork hook cannot be taken out: it checks ``installed``)
+            self._fork_hooked = True
+            os.register_at_fork(after_in_child=self._forked)
+
+    def uninstall(self) -> None:
+        """Restore every patch, drop the import hook and the exit write (what was seen stays: ``write`` works)."""
+        global _ACTIVE
+        self.installed = False
+        if self._hook in sys.meta_path:
+            sys.meta_path.remove(self._hook)
+        while self._undo:
+            self._undo.pop()()
+        atexit.unregister(self._write_at_exit)
+        if _ACTIVE is self:
+            _ACTIVE = None
+
+    def _torch_imported(self) -> None:
+        if self._hook in sys.meta_path:
+            sys.meta_path.remove(self._hook)
+        if not self.installed or self._undo:
+            return
+        try:
+            self._patch_torch()
+        except Exception as e:
+            self._fail(e)
+
+    def _patch_torch(self) -> None:
+        import torch
+        import torch.library
+
+        from .. import compat
+
+        rec = self
+        root = os.path.dirname(os.path.abspath(torch.__file__))
+        # a compiled graph's runtime (AOTAutograd's wrappers, Inductor's runner): the op it calls is not a test's call
+        self._generated_dirs = tuple(os.path.join(root, *d) + os.sep for d in (("_functorch", "_aot_autograd"),
+                                                                             ("_inductor",)))
+        overload_type, packet_type = compat.op_call_types()
+        overload_call, packet_call, define = overload_type.__call__, packet_type.__call__, torch.library.Library.define
+
+        def call_overload(op: Any, /, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841  (pytest shows the user's frames, not this one)
+            if op.namespace in TORCH_NAMESPACES:
+                return overload_call(op, *args, **kwargs)
+            # str(op): ``ns.name.overload``; the key of a running op is its packet's ``ns.name``
+            return rec._call(str(op).rpartition(".")[0], _OP, lambda: str(op).replace(".", "::", 1),
+                             partial(overload_call, op), args, kwargs)
+
+        def call_packet(op: Any, /, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841
+            if (name := str(op)).partition(".")[0] in TORCH_NAMESPACES:  # ``ns.name``
+                return packet_call(op, *args, **kwargs)
+            return rec._call(name, _OP, lambda: _overload(op, args, kwargs), partial(packet_call, op), args, kwargs)
+
+        def apply(cls: type, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841
+            if not rec._mine(getattr(cls, "__module__", None)):
+                return original(*args, **kwargs)
+            target = f"{cls.__module__}:{cls.__qualname__}"
+            return rec._call(target, _FUNCTION, lambda: target, original, args, kwargs)
+
+        def define_op(lib: Any, schema: str, *args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True  # noqa: F841
+            result = define(lib, schema, *args, **kwargs)
+            try:
+                rec._saw_define(lib.ns, schema)
+            except Exception as e:  # the user's define went through
+                rec._fail(e)
+            return result
+
+        for owner, name, new in ((overload_type, "__call__", call_overload), (packet_type, "__call__", call_packet),
+                                 (torch.library.Library, "define", define_op)):
+            self._undo.append(partial(setattr, owner, name, owner.__dict__[name]))
+            setattr(owner, name, new)
+        patched = contextlib.ExitStack()
+        patched.enter_context(compat.intercept_function_apply(apply))
+        self._undo.append(patched.close)
+
+    def _forked(self) -> None:
+        """In a forked child: its own record, without the parent's calls (the parent writes those)."""
+        if self.installed:
+            self._lock, self._local, self._seen = threading.RLock(), threading.local(), {}
+
+    def _fail(self, e: BaseException) -> None:
+        if self._failed:
+            return
+        self._failed = True
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"tracecheck ops: the recorder failed and goes on ({_why(e)})\n")
+
+    # -- recording ----------------------------------------------------------------------------------------------
+
+    def _mine(self, module: str | None) -> bool:
+        """Is ``module`` the package or one of its modules."""
+        return bool(self.package) and isinstance(module, str) and \
+            (module == self.package or module.startswith(self.package + "."))
+
+    def _call(self, name: str, what: str, target: Callable[[], str], call: Callable[..., Any],
+              args: tuple[object, ...], kwargs: dict[str, object]) -> Any:
+        """``call(*args, **kwargs)``, recorded (``_saw``) unless the same op or Function is already running on this
+        thread: then it is that call again (a dispatch mode's or a tensor subclass's redispatch)."""
+        __tracebackhide__ = True  # noqa: F841
+        if (running := getattr(self._local, "running", None)) is None:
+            running = self._local.running = []
+        if name in running:
+            return call(*args, **kwargs)
+        self._saw(what, target, args, kwargs)
+        running.append(name)
+        try:
+            return call(*args, **kwargs)
+        finally:
+            running.pop()
+
+    def _saw(self, what: str, target: Callable[[], str], args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        """Count a call of ``target`` and save its inputs if it is the first with its signature; never raises."""
+        if not self.installed or getattr(self._local, "busy", False):
+            return
+        self._local.busy = True
+        try:
+            if not self._quiet(args, kwargs):
+                self._add(target(), what, args, kwargs)
+        except Exception as e:
+            self._fail(e)
+        finally:
+            self._local.busy = False
+
+    def _quiet(self, args: tuple[object, ...], kwargs: dict[str, object]) -> bool:
+        """Is this call torch's, not a test's: made while compiling or tracing, under a functorch transform, on fake,
+        functional or proxy values, or by a compiled graph."""
+        import torch
+
+        from .. import compat
+
+        proxy = getattr(sys.modules.get("torch.fx.proxy"), "Proxy", ())  # (no Proxy exists before torch.fx is loaded)
+        return torch.compiler.is_compiling() or compat.functorch_transforms_active() or \
+            compat.infra_dispatch_mode_active() or \
+            any(compat.is_infra_tensor(a) or isinstance(a, proxy) for a in compat.pytree.tree_leaves((args, kwargs))) or \
+            _generated_caller(sys._getframe(1), self._generated_dirs)
+
+    def _add(self, target: str, what: str, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        signature, sizes = describe(args, kwargs)
+        with self._lock:
+            seen = self._seen.get((target, signature))
+            first = seen is None
+            if seen is None:
+                seen = self._seen[(target, signature)] = _Seen(target, what, signature, _current_test())
+            seen.calls += 1
+            if sizes not in seen.shapes and len(seen.shapes) < MAX_SHAPES:
+                seen.shapes.append(sizes)
+        if first:  # before the call runs: it may write to its inputs
+            seen.inputs, seen.why_not = self._save_inputs(target, signature, args, kwargs)
+            # written now too: a process killed without its exit (multiprocessing's pool workers are terminated)
+            # still leaves every distinct call it made, if not the later counts
+            self.write()
+
+    def _save_inputs(self, target: str, signature: str, args: tuple[object, ...],
+                     kwargs: dict[str, object]) -> tuple[str | None, str | None]:
+        """``torch.save((args, kwargs))`` of copies, under ``inputs/``: (the path relative to the record folder, None),
+        or (None, why not)."""
+        import torch
+
+        from .. import compat
+
+        name = hashlib.sha1(f"{os.getpid()}\0{target}\0{signature}".encode()).hexdigest()
+        path = os.path.join(self.record_dir, "inputs", f"{name}.pt")
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            # the user's own dispatch and function modes do not see the copies being made
+            with compat.user_modes_off():
+                torch.save(compat.pytree.tree_map_only(torch.Tensor, _copy, (args, kwargs)), tmp)
+            os.replace(tmp, path)
+            return f"inputs/{name}.pt", None
+        except Exception as e:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            return None, _why(e)
+
+    def _saw_define(self, ns: str, schema: str) -> None:
+        from ..evidence.frames import caller_frame
+        from ..model.records import Redefinition
+
+        head, _, tail = schema.strip().partition("(")
+        name = head.strip()
+        qualname = name if "::" in name else f"{ns}::{name}"
+        full = f"{qualname}({tail}"
+        frame = caller_frame()
+        with self._lock:
+            first = self._defined.get(qualname)
+            if first is not None and first[0] != full:
+                self._redefinitions.append(Redefinition(qualname, first[0], full, first[1], frame))
+            self._defined[qualname] = (full, frame)
+            if frame is not None:
+                self._defined_in.add((qualname.partition("::")[0], frame.file))
+
+    # -- writing ------------------------------------------------------------------------------------------------
+
+    def namespaces(self) -> tuple[str, ...]:
+        """The op namespaces the package registers: those its files defined ops in, its top-level name, the given."""
+        places = _package_places(self.package)
+        with self._lock:
+            defined_in = list(self._defined_in)
+        found = {ns for ns, file in defined_in if _under(file, places)}
+        top = self.package.partition(".")[0]
+        return tuple(sorted(found | set(self.given) | ({top} if top else set())))
+
+    def record(self) -> ProcessRecord:
+        """What this process saw so far, for the package's namespaces and modules."""
+        from ..model.ops import ProcessRecord, RecordedCall
+
+        namespaces = set(self.namespaces())
+        with self._lock:
+            seen = list(self._seen.values())
+            redefinitions = tuple(r for r in self._redefinitions if r.op.partition("::")[0] in namespaces)
+        calls = tuple(RecordedCall(s.target, s.what, s.signature, tuple(s.shapes), s.inputs, s.why_not, s.test, s.calls)
+                      for s in seen if s.what != _OP or s.target.partition("::")[0] in namespaces)
+        torch = sys.modules.get("torch")
+        imported = torch is not None and hasattr(torch, "_C") and hasattr(torch, "autograd")
+        return ProcessRecord(os.getpid(), self.package, calls, self._ops(namespaces) if imported else (),
+                             self._functions() if imported else (),
+                             tuple(sorted(m for m in list(sys.modules) if self._mine(m))), redefinitions)
+
+    def write(self) -> str:
+        """Write ``<record_dir>/process-<pid>.json`` (``ProcessRecord.to_wire``) atomically; returns its path. Raises
+        OSError when the folder cannot be written."""
+        from ..model.reportio import write_json_atomic
+
+        os.makedirs(self.record_dir, exist_ok=True)
+        path = os.path.join(self.record_dir, f"process-{os.getpid()}.json")
+        write_json_atomic(path, self.record().to_wire())
+        return path
+
+    def _write_at_exit(self) -> None:
+        self.installed = False  # what runs at exit is not a test's call
+        try:
+            self.write()
+        except Exception as e:
+            self._failed = False
+            self._fail(e)
+
+    def _ops(self, namespaces: set[str]) -> tuple[DefinedOp, ...]:
+        """Every op of ``namespaces`` the dispatcher knows (and any defined here it lost), one per name."""
+        from .. import compat
+        from ..model.ops import DefinedOp
+
+        overloads: dict[str, list[str]] = {}
+        for full in compat.all_op_names():
+            ns, _, rest = full.partition("::")
+            if ns in namespaces:
+                name, _, overload = rest.partition(".")
+                overloads.setdefault(f"{ns}::{name}", []).append(overload)
+        with self._lock:
+            defined = dict(self._defined)
+        for qualname in defined:
+            if qualname.partition("::")[0] in namespaces:
+                overloads.setdefault(qualname.partition(".")[0], [])
+        ops = []
+        for name, names in sorted(overloads.items()):
+            definition = defined.get(name) or next((d for q, d in defined.items() if q.startswith(name + ".")), None)
+            schema = next(filter(None, (_schema(name, o) for o in sorted(names, key=bool))), None)  # default first
+            ops.append(DefinedOp(name, schema or (definition[0] if definition else None),
+                                 definition[1] if definition else None))
+        return tuple(ops)
+
+    def _functions(self) -> tuple[DefinedFunction, ...]:
+        """The package's ``torch.autograd.Function`` subclasses (all levels), each with its class line."""
+        import torch
+
+        from ..model.ops import DefinedFunction
+
+        found: dict[str, DefinedFunction] = {}
+        stack: list[type] = list(torch.autograd.Function.__subclasses__())
+        visited: set[type] = set()
+        while stack:
+            cls = stack.pop()
+            if cls in visited:
+                continue
+            visited.add(cls)
+            stack.extend(cls.__subclasses__())
+            if self._mine(getattr(cls, "__module__", None)):
+                target = f"{cls.__module__}:{cls.__qualname__}"
+                if target not in self._class_frames:  # (inspect parses the module's source each time)
+                    self._class_frames[target] = _class_frame(cls)
+                found.setdefault(target, DefinedFunction(target, self._class_frames[target]))
+        return tuple(found[t] for t in sorted(found))
+
+
+class _TorchImportHook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``torch`` as the other finders do, and loads it with their loader (put back where code looks:
+    ``__loader__``, ``__spec__.loader``), then runs ``then``."""
+
+    def __init__(self, then: Callable[[], None], failed: Callable[[BaseException], None]) -> None:
+        self._then, self._failed = then, failed
+        self._loader: Any = None  # torch's own loader once found (``self`` while finding)
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torch" or self._loader is not None:
+            return None
+        self._loader = self  # (finding)
+        try:
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None) if finder is not self else None
+                if (spec := find(fullname, path, target) if find is not None else None) is not None:
+                    if hasattr(spec.loader, "exec_module"):
+                        self._loader, spec.loader = spec.loader, self
+                    return spec
+            return None
+        except Exception as e:  # the import goes on as without the hook
+            self._failed(e)
+            return None
+        finally:
+            if self._loader is self:
+                self._loader = None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        loader, self._loader = self._loader, None
+        module.__loader__ = loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = loader
+        loader.exec_module(module)
+        self._then()
+
+
+def describe(args: tuple[object, ...], kwargs: Mapping[str, Any]) -> tuple[str, tuple[tuple[int, ...], ...]]:
+    """A call's signature (per argument leaf: ``f32[2d]@cpu+grad``, a plain value's repr, another value's type name;
+    args, then kwargs by name as ``name=...``) and the sizes of its tensors, in the same order."""
+    import torch
+
+    from .. import compat
+
+    parts: list[str] = []
+    sizes: list[tuple[int, ...]] = []
+    leaves = [("", a) for a in compat.pytree.tree_leaves(list(args))]
+    leaves += [(f"{k}=", a) for k in sorted(kwargs) for a in compat.pytree.tree_leaves(kwargs[k])]
+    for prefix, a in leaves:
+        if isinstance(a, torch.Tensor):
+            parts.append(f"{prefix}{compat.dtype_abbr(a.dtype)}[{a.dim()}d]@{a.device.type}{'+grad' if a.requires_grad else ''}")
+            sizes.append(tuple(int(n) for n in a.shape))
+        elif a is None or isinstance(a, (bool, int, float, str)):
+            parts.append(f"{prefix}{a!r}")
+        else:
+            parts.append(f"{prefix}{type(a).__name__}")
+    return ", ".join(parts), tuple(sizes)
+
+
+def _overload(packet: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> str:
+    """``ns::name.overload`` a packet call runs: its only overload, or the dispatcher's pick, else ``.default``."""
+    from .. import compat
+
+    names, qualname = packet.overloads(), str(packet).replace(".", "::")
+    return f"{qualname}.{names[0] if len(names) == 1 else compat.packet_overload(qualname, args, kwargs) or 'default'}"
+
+
+def _copy(t: Any) -> Any:
+    c = t.detach().clone()
+    if t.requires_grad and (c.is_floating_point() or c.is_complex()):
+        c.requires_grad_(True)
+    return c
+
+
+def _generated_caller(frame: FrameType | None, dirs: tuple[str, ...]) -> bool:
+    """Is the call made by a compiled graph: torch-generated code (``<eval_with_key>``, Inductor's output) or a
+    compiled graph's runtime (``dirs``) on the stack."""
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if file.startswith("<eval_with_key>") or "torchinductor_" in file or file.startswith(dirs):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _current_test() -> str | None:
+    test = os.environ.get("PYTEST_CURRENT_TEST")  # ``path::name (call)``
+    return (test.rsplit(" (", 1)[0] if test.endswith(")") else test) if test else None
+
+
+def _why(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
+
+def _schema(name: str, overload: str) -> str | None:
+    """``ns::name.overload(...) -> ...`` as the dispatcher holds it (``""``: the default overload)."""
+    import torch
+
+    from .. import compat
+
+    ns, _, op = name.partition("::")
+    try:
+        return str(compat.op_schema(getattr(getattr(getattr(torch.ops, ns), op), overload or "default")))
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _class_frame(cls: type) -> Frame | None:
+    import inspect
+
+    try:
+        file = inspect.getsourcefile(cls)
+        lines, line = inspect.getsourcelines(cls)
+        return Frame.of(file, line, None, lines[0].strip()) if file and lines else None
+    except (OSError, TypeError):  # no source (a class made by exec, a compiled module)
+        return None
+
+
+def _package_places(package: str) -> tuple[str, ...]:
+    """The package's folders (with a trailing separator) or its one file; found without importing it (a dotted name's
+    parent is not imported: its folder is the top-level package's)."""
+    parts = package.split(".")
+    if (module := sys.modules.get(package)) is not None and (getattr(module, "__file__", None) or
+                                                             getattr(module, "__path__", None)):
+        return tuple(_real(str(p)) + os.sep for p in getattr(module, "__path__", None) or ()) or \
+            (_real(str(module.__file__)),)
+    try:
+        if (spec := importlib.util.find_spec(parts[0]) if parts[0] else None) is None:
+            return ()
+    except (ImportError, ValueError):
+        return ()
+    roots = list(spec.submodule_search_locations or ())
+    if len(parts) == 1:
+        return tuple(_real(r) + os.sep for r in roots) or ((_real(spec.origin),) if spec.origin else ())
+    bases = [_real(os.path.join(r, *parts[1:])) for r in roots]
+    return tuple(b + os.sep for b in bases) + tuple(b + ".py" for b in bases)
+
+
+_real = os.path.realpath
+
+
+def _under(file: str, places: tuple[str, ...]) -> bool:
+    full = _real(file)
+    return any(full.startswith(p) if p.endswith(os.sep) else full == p for p in places)
