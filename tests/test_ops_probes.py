@@ -5,6 +5,7 @@ Oracles: the ops and the autograd.Function of a small package written here, call
 saved itself (``torch.equal``); hand-written ids, names, counts; plain ``torch.library.opcheck`` for the op without a
 fake.
 """
+import hashlib
 import json
 import os
 import shlex
@@ -126,8 +127,16 @@ RECORDS = (
         modules=("tcaudit_pkg", "tcaudit_pkg.fns"), redefinitions=(REDEFINED,)),
 )
 
-IDS = ["ops::tcaudit::nofake", "ops::tcaudit::scale", "ops::tcaudit::scale[2]", "ops::tcaudit_pkg.fns.Square"]
-NAMES = ["probe_tcaudit__nofake", "probe_tcaudit__scale", "probe_tcaudit__scale_2", "probe_tcaudit_pkg_fns__Square"]
+def _digest(signature: str) -> str:
+    """The id suffix of one of a target's several signatures, as docs/usage.md says: its signature's sha1, 6 digits."""
+    return hashlib.sha1(signature.encode()).hexdigest()[:6]
+
+
+F32, F64 = _digest("f32[1d]@cpu, 2.0"), _digest("f64[1d]@cpu, 3.0")
+IDS = ["ops::tcaudit::nofake", f"ops::tcaudit::scale[{F32}]", f"ops::tcaudit::scale[{F64}]",
+       "ops::tcaudit_pkg.fns.Square"]
+NAMES = ["probe_tcaudit__nofake", f"probe_tcaudit__scale_{F32}", f"probe_tcaudit__scale_{F64}",
+         "probe_tcaudit_pkg_fns__Square"]
 
 
 def test_merge_sums_counts_keeps_the_first_inputs_and_unites_the_rest():
@@ -163,6 +172,29 @@ def test_entries_and_not_covered():
         Uncovered("tcaudit::opaque", "op", "its inputs could not be saved: PicklingError: cannot pickle 'generator'"),
         Uncovered("tcaudit::unused", "op", "no test calls it"),
         Uncovered("tcaudit_pkg.fns:Never", "function", "no test calls it"),
+    )
+
+
+def test_ids_do_not_depend_on_the_order_the_tests_made_the_calls():
+    merged = opsaudit.merge(RECORDS)
+    forward, backward = opsaudit.entries(merged.calls), opsaudit.entries(tuple(reversed(merged.calls)))
+    assert [(e.probe_id, e.probe, e.call.signature) for e in forward] == \
+        [(e.probe_id, e.probe, e.call.signature) for e in backward]
+    # xdist's workers in the other order: the same ids for the same calls
+    swapped = opsaudit.entries(opsaudit.merge(tuple(reversed(RECORDS))).calls)
+    assert {e.probe_id: e.call.signature for e in swapped} == {e.probe_id: e.call.signature for e in forward}
+
+
+def test_an_op_reached_only_under_torch_compile_is_not_covered_for_that_reason():
+    merged = opsaudit.merge([ProcessRecord(1, "p", ops=(DefinedOp("ns::f"), DefinedOp("ns::g")),
+                                           functions=(DefinedFunction("p.m:Fn"),),
+                                           compiled_only=("ns::f.default", "p.m:Fn"))])
+    assert opsaudit.not_covered(merged, ()) == (
+        Uncovered("ns::f", "op", "the tests call it only under torch.compile (or on fake tensors), so no eager inputs "
+                                 "were recorded: call it once in eager in a test"),
+        Uncovered("ns::g", "op", "no test calls it"),
+        Uncovered("p.m:Fn", "function", "the tests call it only under torch.compile (or on fake tensors), so no eager "
+                                        "inputs were recorded: call it once in eager in a test"),
     )
 
 
@@ -205,8 +237,8 @@ def test_the_generated_module_makes_the_calls_the_tests_made(tmp_path, pkg):
     assert list(probes) == NAMES
     direct = {
         "probe_tcaudit__nofake": (tcaudit_pkg.nofake, "nofake.pt"),
-        "probe_tcaudit__scale": (tcaudit_pkg.scale, "scale1.pt"),
-        "probe_tcaudit__scale_2": (tcaudit_pkg.scale, "scale2.pt"),
+        f"probe_tcaudit__scale_{F32}": (tcaudit_pkg.scale, "scale1.pt"),
+        f"probe_tcaudit__scale_{F64}": (tcaudit_pkg.scale, "scale2.pt"),
         "probe_tcaudit_pkg_fns__Square": (Square.apply, "square.pt"),
     }
     for name, (fn, file) in direct.items():
@@ -216,7 +248,11 @@ def test_the_generated_module_makes_the_calls_the_tests_made(tmp_path, pkg):
         assert torch.equal(got, fn(*args, **kwargs)), name
         assert [a.requires_grad for a in case.args if isinstance(a, torch.Tensor)] == \
             [a.requires_grad for a in args if isinstance(a, torch.Tensor)]
-    assert probes["probe_tcaudit__scale"]().fn is torch.ops.tcaudit.scale.default
+    # a call whose arguments are all tensors is the op itself; a plain value is bound, as a model passes it
+    assert probes["probe_tcaudit__nofake"]().fn is torch.ops.tcaudit.nofake.default
+    bound = probes[f"probe_tcaudit__scale_{F32}"]()
+    assert [type(a) for a in bound.args] == [torch.Tensor] and bound.kwargs == {}
+    assert probes[f"probe_tcaudit__scale_{F64}"]().kwargs == {}  # its s=3.0 bound too
     # the Function's probe backpropagates through the Function itself
     case = probes["probe_tcaudit_pkg_fns__Square"]()
     case.fn(*case.args, **case.kwargs).sum().backward()
@@ -370,6 +406,22 @@ REC_PACKAGE = {
                 x, = ctx.saved_tensors
                 return 3 * x ** 2 * g
         ''',
+    "unimported.py": '''
+        import torch
+
+        class Hidden(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x + 1
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        @torch.library.custom_op("tcrec::hidden", mutates_args=())
+        def hidden(x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+        ''',
 }
 
 
@@ -383,10 +435,14 @@ def test_record_runs_the_tests_with_the_recorder_and_writes_their_probes(tmp_pat
     rec = opsaudit.record([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], "tcrec_pkg",
                           (), str(tmp_path / "work"), notes)
     assert rec.command.exit_code == 0, rec.command.tail
-    assert [e.probe_id for e in rec.entries] == ["ops::tcrec::double", "ops::tcrec::double[2]",
+    d32, d64 = _digest("f32[1d]@cpu"), _digest("f64[2d]@cpu")  # the two signatures TESTS calls double with
+    assert [e.probe_id for e in rec.entries] == [f"ops::tcrec::double[{d32}]", f"ops::tcrec::double[{d64}]",
                                                  "ops::tcrec_pkg.fns.Cube"]
     assert [e.call.calls for e in rec.entries] == [2, 1, 1]
-    assert rec.not_covered == (Uncovered("tcrec::untested", "op", "no test calls it"),)
+    # the op no test calls, and the module no test imports (its Function and its op): not covered, never missing
+    assert rec.not_covered == (Uncovered("tcrec::hidden", "op", "no test calls it"),
+                               Uncovered("tcrec::untested", "op", "no test calls it"),
+                               Uncovered("tcrec_pkg.unimported:Hidden", "function", "no test calls it"))
     assert rec.namespaces == ("tcrec",)
     assert rec.processes >= 1
     assert notes.lines[0].startswith("running the test command: ")
@@ -395,13 +451,13 @@ def test_record_runs_the_tests_with_the_recorder_and_writes_their_probes(tmp_pat
              f"m = loadfile.load_module({rec.probe_module!r})\n"
              "import tcrec_pkg\nfrom tcrec_pkg.fns import Cube\n"
              "p = dict(loadfile.find_probes(m))\nprint(sorted(p))\n"
-             "c = p['probe_tcrec__double']()\nassert torch.equal(c.fn(*c.args), tcrec_pkg.double(*c.args))\n"
+             f"c = p['probe_tcrec__double_{d32}']()\nassert torch.equal(c.fn(*c.args), tcrec_pkg.double(*c.args))\n"
              "c = p['probe_tcrec_pkg_fns__Cube']()\nassert torch.equal(c.fn(*c.args), Cube.apply(*c.args))\n"
              "assert c.args[0].requires_grad\n")
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path / "work")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[0] == "['probe_tcrec__double', 'probe_tcrec__double_2', 'probe_tcrec_pkg_fns__Cube']"
+    assert proc.stdout.split("\n")[0] == f"['probe_tcrec__double_{d32}', 'probe_tcrec__double_{d64}', 'probe_tcrec_pkg_fns__Cube']"
 
 
 @pytest.mark.slow

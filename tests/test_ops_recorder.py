@@ -135,6 +135,7 @@ def test_library_calls_recorded_and_outputs_unchanged(tmp_path: Path, backend: s
 
     rec = _records(record)[int(recorded.stderr.strip().splitlines()[-1])]
     assert rec["package"] == PKG and rec["modules"] == [PKG]
+    assert rec["compiled_only"] == []  # the compiled graph's scale was called eagerly too
     calls = {(c["target"], c["signature"]): c for c in rec["calls"]}
     assert set(calls) == {("tcrec_lib::scale.default", "f32[2d]@cpu, 2.0"),
                           ("tcrec_lib::scale.default", "f32[1d]@cpu, 3.0"),
@@ -164,6 +165,63 @@ def test_library_calls_recorded_and_outputs_unchanged(tmp_path: Path, backend: s
     assert (redefined["first_frame"]["line"], redefined["second_frame"]["line"]) == (33, 38)
 
 
+def _recorded(tmp_path: Path, source: str) -> tuple[dict, Path]:
+    """Run ``source`` with LIBRARY importable and the recorder on; its record (the pid it prints last on stderr) and
+    the record folder."""
+    site, record, lib = _setup(tmp_path)
+    (lib / PKG).mkdir()
+    (lib / PKG / "__init__.py").write_text(LIBRARY)
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source) + "\nimport os, sys\nprint(os.getpid(), file=sys.stderr)\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TRACECHECK_OPS_")}
+    base["PYTHONPATH"] = _pythonpath(lib)
+    done = _run(script, environment(str(record), PKG, [], str(site), base), tmp_path)
+    assert done.returncode == 0 and "tracecheck ops" not in done.stderr, done.stderr
+    return _records(record)[int(done.stderr.strip().splitlines()[-1])], record
+
+
+def test_find_spec_before_import_still_records(tmp_path: Path) -> None:
+    # transformers' is_torch_available asks find_spec before anything imports torch
+    rec, _ = _recorded(tmp_path, """
+        import importlib.util
+        assert importlib.util.find_spec("torch") is not None and importlib.util.find_spec("torch") is not None
+        import torch
+        import tcrec_lib
+        tcrec_lib.scale(torch.ones(2), 2.0)
+    """)
+    assert [(c["target"], c["signature"], c["calls"]) for c in rec["calls"]] == \
+        [("tcrec_lib::scale.default", "f32[1d]@cpu, 2.0", 1)]
+
+
+def test_op_called_only_compiled_is_compiled_only(tmp_path: Path) -> None:
+    rec, record = _recorded(tmp_path, """
+        import torch
+        import tcrec_lib
+        f = torch.compile(lambda t: tcrec_lib.scale(t, 2.0) + 1, backend="aot_eager")
+        assert f(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]
+    """)
+    assert (rec["calls"], rec["compiled_only"]) == ([], ["tcrec_lib::scale.default"])
+    assert not (record / "inputs").exists()
+
+
+def test_other_namespace_not_counted_nor_saved(tmp_path: Path) -> None:
+    # tcrec_other is not the package's: its op runs, and leaves neither a call nor a saved input
+    rec, record = _recorded(tmp_path, """
+        import torch
+        import tcrec_lib
+
+        @torch.library.custom_op("tcrec_other::add", mutates_args=())
+        def add(x: torch.Tensor) -> torch.Tensor:
+            return x + 1
+
+        assert add(torch.zeros(2)).tolist() == [1.0, 1.0]
+        assert torch.ops.tcrec_other.add(torch.zeros(3)).tolist() == [1.0, 1.0, 1.0]
+        tcrec_lib.scale(torch.ones(2), 2.0)
+    """)
+    assert [c["target"] for c in rec["calls"]] == ["tcrec_lib::scale.default"]
+    assert len(list((record / "inputs").iterdir())) == 1  # the package's one call
+
+
 def test_no_torch_process_writes_empty_record(tmp_path: Path) -> None:
     site, record, _ = _setup(tmp_path)
     script = tmp_path / "plain.py"
@@ -172,7 +230,7 @@ def test_no_torch_process_writes_empty_record(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, "False\n", "")
     [rec] = _records(record).values()
     assert rec == {"pid": rec["pid"], "package": PKG, "calls": [], "ops": [], "functions": [], "modules": [],
-                   "redefinitions": []}
+                   "redefinitions": [], "compiled_only": []}
 
 
 def test_next_sitecustomize_still_runs(tmp_path: Path) -> None:
@@ -309,3 +367,34 @@ def test_recorder_failure_leaves_the_call_alone(recorder: opsrecord.Recorder, mo
     assert torch.equal(_mul(x, 3.0), plain)
     [call] = recorder.record().calls
     assert (call.calls, call.inputs, call.why_not) == (1, None, "OSError: disk full")
+
+
+def test_a_call_with_grad_mode_off_is_recorded_as_it_could_differentiate(recorder: opsrecord.Recorder) -> None:
+    """Inside an autograd.Function's forward (grad mode off) an op cannot differentiate, whatever its inputs'
+    requires_grad says: its recorded signature and saved inputs say so too, or its probe would ask for a backward no
+    user's call takes (optimum-quanto's qbytes_mm inside WeightQBytesLinearFunction)."""
+    x = torch.randn(2, 3, requires_grad=True)
+    with torch.no_grad():
+        _mul(x, 2.0)
+    _mul(x, 3.0)
+    calls = {c.signature: c for c in recorder.record().calls}
+    assert set(calls) == {"f32[2d]@cpu, 2.0", "f32[2d]@cpu+grad, 3.0"}
+    (saved_no_grad, _), _ = torch.load(os.path.join(recorder.record_dir, str(calls["f32[2d]@cpu, 2.0"].inputs)),
+                                     weights_only=False)
+    (saved_grad, _), _ = torch.load(os.path.join(recorder.record_dir, str(calls["f32[2d]@cpu+grad, 3.0"].inputs)),
+                                    weights_only=False)
+    assert (saved_no_grad.requires_grad, saved_grad.requires_grad) == (False, True)
+    assert torch.equal(saved_no_grad, x.detach())
+
+
+def test_a_tensor_subclass_input_is_saved_as_its_own_type(recorder: opsrecord.Recorder) -> None:
+    """A traceable wrapper subclass (optimum-quanto's packed weights) whose ``clone`` would give a plain tensor is
+    saved as itself: torch's TwoTensor, the subclass PyTorch's own tests use, is the oracle's type."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    t = TwoTensor(torch.ones(2, 3), torch.full((2, 3), 2.0))
+    _mul(t, 2.0)
+    [call] = recorder.record().calls
+    (saved, _), _ = torch.load(os.path.join(recorder.record_dir, str(call.inputs)), weights_only=False)
+    assert type(saved) is TwoTensor
+    assert torch.equal(saved.a, torch.ones(2, 3)) and torch.equal(saved.b, torch.full((2, 3), 2.0))

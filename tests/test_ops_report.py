@@ -1,5 +1,5 @@
 """``tracecheck ops``' report (issue 56): ``RunReport.ops`` through JSON, the terminal brief, Markdown and JUnit, and
-the command's usage errors. The report is made by hand here; the command end to end is tests/test_ops_e2e.py's."""
+the command's usage errors. The report is made by hand here; the command end to end is tests/test_ops_audit.py's."""
 import io
 import json
 import re

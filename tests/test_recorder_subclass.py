@@ -166,7 +166,7 @@ def test_a_recorder_failure_passes_the_probes_and_the_stages_handlers(subclass_m
     def boom(t):
         raise RecursionError("maximum recursion depth exceeded (tracecheck's own)")
 
-    monkeypatch.setattr(oprecorder, "_snap", boom)
+    monkeypatch.setattr(oprecorder, "snapshot", boom)
     model, (x,) = subclass_module.probe_qlinear()
     with pytest.raises(oprecorder.RecorderError) as info:
         try:
@@ -267,7 +267,7 @@ def _broken_snap(t):
     raise RecursionError("maximum recursion depth exceeded (simulated: tracecheck's own recorder)")
 
 
-_recorder._snap = _broken_snap
+_recorder.snapshot = _broken_snap
 ''', "qbroken.py")
     res = tracecheck("run", "qbroken.py", "--stages", "eager,opcheck,gradcheck", "-j", "2")
     assert res.report is not None, res.stderr[-3000:]

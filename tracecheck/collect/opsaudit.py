@@ -14,6 +14,7 @@ No torch import: the generated module imports torch, this module only writes its
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import keyword
 import os
@@ -22,8 +23,10 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
 from dataclasses import dataclass, replace
 
 from ..model.exitcodes import UsageError
@@ -39,6 +42,8 @@ MAX_SHAPES = 3
 SITE, RECORD, INPUTS, LOG, MODULE = "site", "record", "inputs", "command.log", "ops_probes.py"
 
 NOT_CALLED = "no test calls it"
+COMPILED_ONLY = ("the tests call it only under torch.compile (or on fake tensors), so no eager inputs were recorded: "
+                 "call it once in eager in a test")
 NOT_SAVED = "its inputs could not be saved"
 LOCAL_CLASS = "it is defined inside a function: the probe module cannot import it"
 
@@ -59,6 +64,8 @@ class Merged:
     modules: tuple[str, ...]
     #: one per (op, first schema, second schema), first seen first
     redefinitions: tuple[Redefinition, ...]
+    #: targets the tests reached only while compiling (or on fake tensors): no eager inputs to check them on
+    compiled_only: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,7 @@ def run_command(argv: Sequence[str], env: Mapping[str, str], log_path: str,
         except BaseException:
             _kill_group(proc)
             raise
+        _kill_group(proc)  # what the command left running (a daemon, a pool's worker) must not write records later
     seconds = time.monotonic() - start
     result = CommandResult(tuple(argv), code if code >= 0 else None, seconds, _tail(log_path), log_path,
                            -code if code < 0 else None)
@@ -156,7 +164,9 @@ def merge(records: Iterable[ProcessRecord]) -> Merged:
     functions: dict[str, DefinedFunction] = {}
     modules: set[str] = set()
     redefinitions: dict[tuple[str, str, str], Redefinition] = {}
+    compiled_only: set[str] = set()
     for rec in records:
+        compiled_only.update(rec.compiled_only)
         for call in rec.calls:
             key = (call.target, call.signature)
             had_call = calls.get(key)
@@ -172,7 +182,7 @@ def merge(records: Iterable[ProcessRecord]) -> Merged:
             redefinitions.setdefault((r.op, r.first_schema, r.second_schema), r)
     return Merged(tuple(calls.values()), tuple(ops[k] for k in sorted(ops)),
                   tuple(functions[k] for k in sorted(functions)), tuple(sorted(modules)),
-                  tuple(redefinitions.values()))
+                  tuple(redefinitions.values()), tuple(sorted(compiled_only)))
 
 
 def _merge_call(first: RecordedCall, later: RecordedCall) -> RecordedCall:
@@ -219,16 +229,19 @@ def _base_names(call: RecordedCall) -> tuple[str, str]:
 
 
 def entries(calls: Sequence[RecordedCall]) -> tuple[AuditEntry, ...]:
-    """One entry per call the probe module can make (its inputs saved), sorted by target, a target's signatures in
-    the order first seen: ``ops::ns::name`` / ``probe_ns__name``, then ``ops::ns::name[2]`` / ``probe_ns__name_2``..."""
+    """One entry per call the probe module can make (its inputs saved), sorted by target and signature:
+    ``ops::ns::name`` / ``probe_ns__name`` for a target called with one signature; with several, each suffixed by its
+    signature's digest (``ops::ns::name[3f2a1c]`` / ``probe_ns__name_3f2a1c``), so that an id names the same call
+    whatever order the tests (or pytest-xdist's workers) made them in, and a baseline compares like with like."""
     out: list[AuditEntry] = []
-    seen: dict[str, int] = {}
+    reachable = sorted((c for c in calls if _unreachable(c) is None), key=lambda c: (c.target, c.signature))
+    several = {t for t, n in Counter(c.target for c in reachable).items() if n > 1}
     used: set[str] = set()
-    for call in sorted((c for c in calls if _unreachable(c) is None), key=lambda c: c.target):
-        n = seen[call.target] = seen.get(call.target, 0) + 1
+    for call in reachable:
         probe_id, name = _base_names(call)
-        if n > 1:
-            probe_id, name = f"{probe_id}[{n}]", f"{name}_{n}"
+        if call.target in several:
+            digest = hashlib.sha1(call.signature.encode()).hexdigest()[:6]
+            probe_id, name = f"{probe_id}[{digest}]", f"{name}_{digest}"
         while name in used:  # two targets that read alike once made names (a.b::c and a_b::c)
             name += "_"
         used.add(name)
@@ -239,27 +252,81 @@ def entries(calls: Sequence[RecordedCall]) -> tuple[AuditEntry, ...]:
 def not_covered(merged: Merged, checked: Sequence[AuditEntry]) -> tuple[Uncovered, ...]:
     """The ops (``ns::name``: covered when any overload is checked) and Functions with no entry in ``checked``, and
     why, by target: called but not reproducible (inputs not saved, a class local to a function), or never called."""
-    covered = {_uncovered_target(e.call) for e in checked}
+    covered = {_op_or_function(e.call.target) for e in checked}
     out: dict[str, Uncovered] = {}
     for call in merged.calls:
-        target = _uncovered_target(call)
+        target = _op_or_function(call.target)
         why = _unreachable(call)
         if target not in covered and target not in out and why is not None:
             out[target] = Uncovered(target, call.what, why)
+    compiled = {_op_or_function(t) for t in merged.compiled_only}
     for op in merged.ops:
         if op.name not in covered and op.name not in out:
-            out[op.name] = Uncovered(op.name, OP, NOT_CALLED)
+            out[op.name] = Uncovered(op.name, OP, COMPILED_ONLY if op.name in compiled else NOT_CALLED)
     for fn in merged.functions:
         if fn.target not in covered and fn.target not in out:
-            out[fn.target] = Uncovered(fn.target, FUNCTION, NOT_CALLED)
+            out[fn.target] = Uncovered(fn.target, FUNCTION, COMPILED_ONLY if fn.target in compiled else NOT_CALLED)
     return tuple(out[k] for k in sorted(out))
 
 
-def _uncovered_target(call: RecordedCall) -> str:
-    if call.what == OP:
-        ns, name, _ = _split_op(call.target)
+def _op_or_function(target: str) -> str:
+    """An op's ``ns::name`` (any overload covers it), a Function's ``module:Qualname`` as it is."""
+    if "::" in target:
+        ns, name, _ = _split_op(target)
         return f"{ns}::{name}"
-    return call.target
+    return target
+
+
+# -- the package's modules no test imported ---------------------------------------------------------------------------
+
+#: imports the package and every submodule outside its tests, each in a try: what the recorder then finds defined
+_SURVEY = """
+import importlib, pkgutil, sys
+name = sys.argv[1]
+package = importlib.import_module(name)
+for info in pkgutil.walk_packages(getattr(package, "__path__", []), name + ".", onerror=lambda n: None):
+    if not {"tests", "test", "testing", "conftest"} & set(info.name.split(".")):
+        try:
+            importlib.import_module(info.name)
+        except BaseException as e:
+            print(f"{info.name}: {type(e).__name__}: {e}")
+"""
+#: the most seconds the survey may take (a module that waits for a device or the network at import)
+SURVEY_TIMEOUT_S = 120.0
+
+
+def _survey(package: str, env: Mapping[str, str], work_dir: str, progress: Progress | None) -> Merged | None:
+    """The package's ops and Functions as importing all its modules defines them, in one more process with the
+    recorder (its own record folder: these imports are not the tests', so the probe module does not repeat them).
+    None when it could not run."""
+    from . import opsrecord
+
+    folder = os.path.join(work_dir, "survey")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder, exist_ok=True)
+    survey_env = {**env, opsrecord.OUT: os.path.abspath(folder)}
+    try:
+        subprocess.run([sys.executable, "-c", _SURVEY, package], env=survey_env, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=SURVEY_TIMEOUT_S,
+                       start_new_session=True)
+    except (OSError, subprocess.TimeoutExpired):
+        if progress is not None:
+            progress.note(f"importing all of {package}'s modules did not finish: the ops and Functions of the "
+                          "modules no test imported are not listed")
+        return None
+    records = read_records(folder, package)
+    return merge(records) if records else None
+
+
+def _with_unimported(merged: Merged, survey: Merged | None) -> Merged:
+    """``merged`` with the ops and Functions only the survey found (defined in modules no test imported): they are
+    not covered, never silently missing."""
+    if survey is None:
+        return merged
+    ops = {o.name: o for o in survey.ops} | {o.name: o for o in merged.ops}
+    functions = {f.target: f for f in survey.functions} | {f.target: f for f in merged.functions}
+    return replace(merged, ops=tuple(ops[k] for k in sorted(ops)),
+                   functions=tuple(functions[k] for k in sorted(functions)))
 
 
 # -- the generated module ---------------------------------------------------------------------------------------------
@@ -310,6 +377,31 @@ def _class(module, qualname):
     return found
 
 
+def _bind(fn, args, kwargs):
+    """The call as a model makes it: the arguments holding no tensor (a dtype, a string, a flag, a size) bound as
+    constants, the others its inputs (``torch.export`` takes no dtype or string input). Returns (fn, args, kwargs)."""
+    def has_tensor(v):
+        if isinstance(v, torch.Tensor):
+            return True
+        if isinstance(v, (list, tuple)):
+            return any(has_tensor(x) for x in v)
+        return isinstance(v, dict) and any(has_tensor(x) for x in v.values())
+
+    slots = [i for i, a in enumerate(args) if has_tensor(a)]
+    names = [k for k in kwargs if has_tensor(kwargs[k])]
+    if len(slots) == len(args) and len(names) == len(kwargs):
+        return fn, args, kwargs  # nothing to bind: the op (or the Function's applier) itself is the probe's call
+
+    def call(*inputs):
+        full = list(args)
+        for i, v in zip(slots, inputs):
+            full[i] = v
+        return fn(*full, **{{**kwargs, **dict(zip(names, inputs[len(slots):]))}})
+
+    call.__name__ = call.__qualname__ = getattr(fn, "__name__", "call").replace(".", "_")
+    return call, tuple(args[i] for i in slots) + tuple(kwargs[k] for k in names), {{}}
+
+
 _WARMED = set()
 
 
@@ -343,8 +435,9 @@ def write_probe_module(work_dir: str, entries: Sequence[AuditEntry], modules: Se
                        command_dir: str | None = None) -> str:
     """Write ``<work_dir>/ops_probes.py`` and return its path: it imports ``modules`` (the package's, as the tests
     did; ``command_dir``, the command's folder, default the cwd, last on sys.path) and has one ``@tracecheck.probe``
-    per entry, returning ``tracecheck.Case(fn, args, kwargs)`` with the saved inputs (``record_dir`` + the call's
-    ``inputs``, written relative to the module's folder). An entry without inputs is left out."""
+    per entry, returning ``tracecheck.Case(call, inputs)`` with the saved inputs (``record_dir`` + the call's
+    ``inputs``, written relative to the module's folder; ``_bind`` makes the arguments holding no tensor constants).
+    An entry without inputs is left out."""
     folder = os.path.abspath(work_dir)
     path = os.path.join(work_dir, MODULE)
     text = _HEADER.format(
@@ -361,13 +454,15 @@ def write_probe_module(work_dir: str, entries: Sequence[AuditEntry], modules: Se
             fn = _op_expression(*_split_op(call.target))
         else:
             if call.target not in classes:
-                classes[call.target] = fn = re.sub(r"\W", "_", "apply_" + call.target.replace(":", "__"))
+                # the target's digest: ``a.b:C`` and ``a_b:C`` read alike once made names
+                classes[call.target] = fn = re.sub(r"\W", "_", "apply_" + call.target.replace(":", "__")) + \
+                    "_" + hashlib.sha1(call.target.encode()).hexdigest()[:6]
                 text += _applier(fn, *_split_function(call.target))
             fn = classes[call.target]
         text += (f"\n\n{_comment(call)}\n@tracecheck.probe\ndef {entry.probe}():\n"
                  f"    args, kwargs = _inputs({inputs!r})\n"
                  f"    _warm({entry.probe!r}, {fn}, args, kwargs)\n"
-                 f"    return tracecheck.Case({fn}, args, kwargs)\n")
+                 f"    return tracecheck.Case(*_bind({fn}, args, kwargs))\n")
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
@@ -444,6 +539,7 @@ def record(argv: Sequence[str], package: str, namespaces: Sequence[str], work_di
                          f"importable there, and do the tests import it? (its output: {command.log})")
     checked = entries(merged.calls)
     module = write_probe_module(work_dir, checked, merged.modules, record_dir, argv=argv, package=package)
+    merged = _with_unimported(merged, _survey(package, env, work_dir, progress))
     found = {o.name.partition("::")[0] for o in merged.ops}
     found |= {_split_op(c.target)[0] for c in merged.calls if c.what == OP}
     return Recorded(command, checked, not_covered(merged, checked), tuple(sorted(found | set(namespaces))), module,

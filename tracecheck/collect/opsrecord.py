@@ -2,33 +2,34 @@
 
 The parent writes ``sitecustomize_source()`` into ``<work>/site/`` and runs the command with ``environment(...)``:
 Python imports that sitecustomize at start-up, which calls ``install_from_env()``. Nothing here imports torch (pip
-and other tools start Python too): a meta-path hook patches torch once the process imports it. Patched:
-``OpOverload.__call__`` and ``OpOverloadPacket.__call__`` (custom-op calls), ``Function.apply`` (the package's
-autograd.Functions) and ``Library.define`` (which namespaces the package registers, and redefinitions). At exit the
-process's ``ProcessRecord`` (model/ops.py) is written to ``<record_dir>/process-<pid>.json``, calls or none.
+and other tools start Python too): a meta-path hook (opshook.py) patches torch once the process imports it.
+Patched: ``OpOverload.__call__`` and ``OpOverloadPacket.__call__`` (calls of the package's op namespaces),
+``Function.apply`` (the package's autograd.Functions) and ``Library.define`` (which namespaces the package
+registers, and redefinitions). At exit the process's ``ProcessRecord`` (model/ops.py) is written to
+``<record_dir>/process-<pid>.json``, calls or none.
 
 Transparent: the user's calls run as without it. Nothing is recorded while torch compiles or traces (Dynamo, fake,
-functional or proxy tensors and modes, functorch transforms, code torch generated: a compiled graph calling the op),
-nor for the recorder's own work; its own failures never reach the user's call (the first one: a line on stderr).
+functional or proxy tensors and modes, functorch transforms, code torch generated: a compiled graph calling the op;
+only the target is kept, ``compiled_only``), nor for the recorder's own work; its own failures never reach the
+user's call (the first one: a line on stderr).
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
 import hashlib
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import os
 import sys
 import threading
 from dataclasses import dataclass, field
 from functools import partial
-from types import FrameType, ModuleType
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..evidence.wording import TORCH_NAMESPACES
 from ..model.frame import Frame
+from .opshook import TorchImportHook, describe
 
 if TYPE_CHECKING:
     from ..model.ops import DefinedFunction, DefinedOp, ProcessRecord
@@ -132,6 +133,12 @@ class Recorder:
         self.given = tuple(n for n in namespaces if n)
         self.installed = False
         self._seen: dict[tuple[str, str], _Seen] = {}
+        #: the package's calls not recorded (``_quiet``: compiled, traced): target -> what
+        self._skipped: dict[str, str] = {}
+        #: ``namespaces()`` as last computed, for the calls (None: to compute), and the defines seen so far (a define
+        #: may add one: it clears the cache)
+        self._ours: frozenset[str] | None = None
+        self._defines = 0
         #: ``ns::name`` or ``ns::name.overload`` -> the schema it was last defined with, and where
         self._defined: dict[str, tuple[str, Frame | None]] = {}
         #: (namespace, file) of every define seen: which namespaces the package's own files register
@@ -141,7 +148,7 @@ class Recorder:
         #: ``busy``: the recorder's own work is running on this thread (whatever it calls is not the user's call)
         self._local = threading.local()
         self._undo: list[Callable[[], None]] = []
-        self._hook: _TorchImportHook | None = None
+        self._hook: TorchImportHook | None = None
         self._failed = False
         self._fork_hooked = False
         self._class_frames: dict[str, Frame | None] = {}
@@ -160,7 +167,7 @@ class Recorder:
         if "torch" in sys.modules:
             self._torch_imported()
         else:
-            self._hook = _TorchImportHook(self._torch_imported, self._fail)
+            self._hook = TorchImportHook(self._torch_imported, self._fail)
             sys.meta_path.insert(0, self._hook)
         atexit.register(self._write_at_exit)
         if not self._fork_hooked:  # (a fork hook cannot be taken out: it checks ``installed``)
@@ -205,7 +212,7 @@ class Recorder:
 
         def call_overload(op: Any, /, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841  (pytest shows the user's frames, not this one)
-            if op.namespace in TORCH_NAMESPACES:
+            if op.namespace in TORCH_NAMESPACES or not rec._is_ours(op.namespace):
                 return overload_call(op, *args, **kwargs)
             # str(op): ``ns.name.overload``; the key of a running op is its packet's ``ns.name``
             return rec._call(str(op).rpartition(".")[0], _OP, lambda: str(op).replace(".", "::", 1),
@@ -213,7 +220,7 @@ class Recorder:
 
         def call_packet(op: Any, /, *args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # noqa: F841
-            if (name := str(op)).partition(".")[0] in TORCH_NAMESPACES:  # ``ns.name``
+            if (ns := (name := str(op)).partition(".")[0]) in TORCH_NAMESPACES or not rec._is_ours(ns):  # ``ns.name``
                 return packet_call(op, *args, **kwargs)
             return rec._call(name, _OP, lambda: _overload(op, args, kwargs), partial(packet_call, op), args, kwargs)
 
@@ -244,7 +251,7 @@ class Recorder:
     def _forked(self) -> None:
         """In a forked child: its own record, without the parent's calls (the parent writes those)."""
         if self.installed:
-            self._lock, self._local, self._seen = threading.RLock(), threading.local(), {}
+            self._lock, self._local, self._seen, self._skipped = threading.RLock(), threading.local(), {}, {}
 
     def _fail(self, e: BaseException) -> None:
         if self._failed:
@@ -259,6 +266,20 @@ class Recorder:
         """Is ``module`` the package or one of its modules."""
         return bool(self.package) and isinstance(module, str) and \
             (module == self.package or module.startswith(self.package + "."))
+
+    def _is_ours(self, ns: str) -> bool:
+        """Is ``ns`` one of the package's op namespaces: another library's calls are neither counted nor saved (its
+        inputs would be copied in the user's test for nothing). Never raises."""
+        if (ours := self._ours) is None:
+            defines = self._defines
+            try:
+                ours = frozenset(self.namespaces())
+            except Exception as e:
+                self._fail(e)
+                return False
+            if defines == self._defines:  # (no define since: still the set)
+                self._ours = ours
+        return ns in ours
 
     def _call(self, name: str, what: str, target: Callable[[], str], call: Callable[..., Any],
               args: tuple[object, ...], kwargs: dict[str, object]) -> Any:
@@ -284,6 +305,9 @@ class Recorder:
         try:
             if not self._quiet(args, kwargs):
                 self._add(target(), what, args, kwargs)
+            elif (skipped := target()) not in self._skipped:  # reached, if only compiled: ``compiled_only``
+                with self._lock:
+                    self._skipped.setdefault(skipped, what)
         except Exception as e:
             self._fail(e)
         finally:
@@ -342,7 +366,7 @@ class Recorder:
             return None, _why(e)
 
     def _saw_define(self, ns: str, schema: str) -> None:
-        from ..evidence.frames import caller_frame
+        from ..evidence.frames import caller_frame, definer_file
         from ..model.records import Redefinition
 
         head, _, tail = schema.strip().partition("(")
@@ -355,8 +379,9 @@ class Recorder:
             if first is not None and first[0] != full:
                 self._redefinitions.append(Redefinition(qualname, first[0], full, first[1], frame))
             self._defined[qualname] = (full, frame)
-            if frame is not None:
-                self._defined_in.add((qualname.partition("::")[0], frame.file))
+            self._defines, self._ours = self._defines + 1, None
+            if (definer := definer_file()) is not None:  # not ``frame``: torch's own run under a package's import
+                self._defined_in.add((qualname.partition("::")[0], definer))
 
     # -- writing ------------------------------------------------------------------------------------------------
 
@@ -376,14 +401,19 @@ class Recorder:
         namespaces = set(self.namespaces())
         with self._lock:
             seen = list(self._seen.values())
+            skipped = list(self._skipped.items())
             redefinitions = tuple(r for r in self._redefinitions if r.op.partition("::")[0] in namespaces)
         calls = tuple(RecordedCall(s.target, s.what, s.signature, tuple(s.shapes), s.inputs, s.why_not, s.test, s.calls)
                       for s in seen if s.what != _OP or s.target.partition("::")[0] in namespaces)
+        recorded = {s.target for s in seen}
+        compiled_only = tuple(sorted(t for t, what in skipped if t not in recorded and
+                                     (what != _OP or t.partition("::")[0] in namespaces)))
         torch = sys.modules.get("torch")
         imported = torch is not None and hasattr(torch, "_C") and hasattr(torch, "autograd")
         return ProcessRecord(os.getpid(), self.package, calls, self._ops(namespaces) if imported else (),
                              self._functions() if imported else (),
-                             tuple(sorted(m for m in list(sys.modules) if self._mine(m))), redefinitions)
+                             tuple(sorted(m for m in list(sys.modules) if self._mine(m))), redefinitions,
+                             compiled_only)
 
     def write(self) -> str:
         """Write ``<record_dir>/process-<pid>.json`` (``ProcessRecord.to_wire``) atomically; returns its path. Raises
@@ -450,68 +480,6 @@ class Recorder:
         return tuple(found[t] for t in sorted(found))
 
 
-class _TorchImportHook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``torch`` as the other finders do, and loads it with their loader (put back where code looks:
-    ``__loader__``, ``__spec__.loader``), then runs ``then``."""
-
-    def __init__(self, then: Callable[[], None], failed: Callable[[BaseException], None]) -> None:
-        self._then, self._failed = then, failed
-        self._loader: Any = None  # torch's own loader once found (``self`` while finding)
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "torch" or self._loader is not None:
-            return None
-        self._loader = self  # (finding)
-        try:
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None) if finder is not self else None
-                if (spec := find(fullname, path, target) if find is not None else None) is not None:
-                    if hasattr(spec.loader, "exec_module"):
-                        self._loader, spec.loader = spec.loader, self
-                    return spec
-            return None
-        except Exception as e:  # the import goes on as without the hook
-            self._failed(e)
-            return None
-        finally:
-            if self._loader is self:
-                self._loader = None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        loader, self._loader = self._loader, None
-        module.__loader__ = loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = loader
-        loader.exec_module(module)
-        self._then()
-
-
-def describe(args: tuple[object, ...], kwargs: Mapping[str, Any]) -> tuple[str, tuple[tuple[int, ...], ...]]:
-    """A call's signature (per argument leaf: ``f32[2d]@cpu+grad``, a plain value's repr, another value's type name;
-    args, then kwargs by name as ``name=...``) and the sizes of its tensors, in the same order."""
-    import torch
-
-    from .. import compat
-
-    parts: list[str] = []
-    sizes: list[tuple[int, ...]] = []
-    leaves = [("", a) for a in compat.pytree.tree_leaves(list(args))]
-    leaves += [(f"{k}=", a) for k in sorted(kwargs) for a in compat.pytree.tree_leaves(kwargs[k])]
-    for prefix, a in leaves:
-        if isinstance(a, torch.Tensor):
-            parts.append(f"{prefix}{compat.dtype_abbr(a.dtype)}[{a.dim()}d]@{a.device.type}{'+grad' if a.requires_grad else ''}")
-            sizes.append(tuple(int(n) for n in a.shape))
-        elif a is None or isinstance(a, (bool, int, float, str)):
-            parts.append(f"{prefix}{a!r}")
-        else:
-            parts.append(f"{prefix}{type(a).__name__}")
-    return ", ".join(parts), tuple(sizes)
-
-
 def _overload(packet: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> str:
     """``ns::name.overload`` a packet call runs: its only overload, or the dispatcher's pick, else ``.default``."""
     from .. import compat
@@ -521,10 +489,14 @@ def _overload(packet: Any, args: tuple[object, ...], kwargs: dict[str, object]) 
 
 
 def _copy(t: Any) -> Any:
-    c = t.detach().clone()
-    if t.requires_grad and (c.is_floating_point() or c.is_complex()):
-        c.requires_grad_(True)
-    return c
+    """An input as saved: its type kept (a tensor subclass's ``clone`` may return a plain tensor); with grad mode
+    off at the call (inside an autograd.Function's forward, under no_grad) it requires no grad, as the call saw it."""
+    import torch
+
+    from ..evidence.oprecorder import snapshot
+
+    c = snapshot(t)
+    return c if torch.is_grad_enabled() or not c.requires_grad else c.detach()
 
 
 def _generated_caller(frame: FrameType | None, dirs: tuple[str, ...]) -> bool:

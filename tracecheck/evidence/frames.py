@@ -95,3 +95,24 @@ def caller_frame() -> Frame | None:
         if not in_torch_or_stdlib(f.filename, f.name):
             return from_summary(f)
     return None
+
+
+#: torch.library's own machinery between an op's definition and the code that asked for it (``custom_op``, its
+#: decorators, ``Library.define``)
+_LIBRARY_MACHINERY = (os.path.join(TORCH_DIR, "library.py"), os.path.join(TORCH_DIR, "_library") + os.sep,
+                      os.path.join(TORCH_DIR, "_ops.py"))
+
+
+def definer_file() -> str | None:
+    """While ``Library.define`` runs: the file whose code defined the op, the innermost frame outside tracecheck,
+    torch.library's machinery and the standard library. A file inside torch when torch itself defined it (its
+    symmetric-memory ops, defined when a package's import reaches torch.distributed): never the package's, which
+    ``caller_frame`` (the first frame outside torch) would name."""
+    for f in reversed(traceback.extract_stack()[:-1]):
+        full = os.path.abspath(f.filename)
+        if f.filename.startswith("<") or full.startswith((_LIB_DIRS[0], *_LIBRARY_MACHINERY)):
+            continue
+        if full.startswith(_LIB_DIRS[1]) and not any(m in full for m in ("site-packages", "dist-packages")):
+            continue  # the standard library's (contextlib, functools) between the two
+        return full
+    return None

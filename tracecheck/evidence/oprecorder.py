@@ -98,7 +98,7 @@ class OpRecorder(compat.TorchDispatchMode):
         and the run goes on."""
         self.busy += 1
         try:
-            return pytree.tree_map(_snap, args), pytree.tree_map(_snap, kwargs)
+            return pytree.tree_map(snapshot, args), pytree.tree_map(snapshot, kwargs)
         except Exception as e:  # RecursionError included: the recorder's, never the probe's
             self.failure = self.failure or e
             return None
@@ -189,14 +189,16 @@ def _subclass_dispatch(types: Any, args: Any, kwargs: Any) -> bool:
                for a in pytree.tree_leaves((args, kwargs)))
 
 
-def _snap(t: Any) -> Any:
+def snapshot(t: Any) -> Any:
+    """A copy of a call's input as it is before the call (which may write to it): a traceable wrapper subclass
+    (optimum-quanto's packed weights) copied through its inner tensors, keeping its type; ``requires_grad`` kept."""
     if not isinstance(t, torch.Tensor):
         return t
     if compat.is_traceable_wrapper_subclass(t):
         # copied through its inner tensors: its own detach/clone may run the probe's code (a dequantizing
         # fallback calling an autograd.Function), which is neither a copy nor the probe's call
         names, meta = getattr(t, "__tensor_flatten__")()  # a traceable wrapper subclass's protocol
-        c = getattr(type(t), "__tensor_unflatten__")({n: _snap(getattr(t, n)).detach() for n in names}, meta,
+        c = getattr(type(t), "__tensor_unflatten__")({n: snapshot(getattr(t, n)).detach() for n in names}, meta,
                                          t.size(), t.stride())
     else:
         c = t.detach().clone()

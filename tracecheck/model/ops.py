@@ -127,11 +127,15 @@ class ProcessRecord:
     modules: tuple[str, ...] = ()
     #: op names defined again with another schema while the process ran (evidence/opwatch's event)
     redefinitions: tuple[Redefinition, ...] = ()
+    #: targets called only where the recorder records nothing (while compiling, from compiled code, on fake
+    #: tensors): reached by the tests, with no eager inputs to check them on
+    compiled_only: tuple[str, ...] = ()
 
     def to_wire(self) -> Json:
         return {"pid": self.pid, "package": self.package, "calls": [c.to_json() for c in self.calls],
                 "ops": [o.to_json() for o in self.ops], "functions": [f.to_json() for f in self.functions],
-                "modules": list(self.modules), "redefinitions": [r.to_wire() for r in self.redefinitions]}
+                "modules": list(self.modules), "redefinitions": [r.to_wire() for r in self.redefinitions],
+                "compiled_only": list(self.compiled_only)}
 
     @classmethod
     def of(cls, d: Any) -> "ProcessRecord | None":
@@ -144,7 +148,8 @@ class ProcessRecord:
                    tuple(o for o in map(DefinedOp.of, items(d.get("ops"))) if o is not None),
                    tuple(f for f in map(DefinedFunction.of, items(d.get("functions"))) if f is not None),
                    texts(d.get("modules")),
-                   tuple(r for r in map(Redefinition.of, items(d.get("redefinitions"))) if r is not None))
+                   tuple(r for r in map(Redefinition.of, items(d.get("redefinitions"))) if r is not None),
+                   texts(d.get("compiled_only")))
 
 
 @dataclass(frozen=True)

@@ -258,8 +258,8 @@ class ProbeReport:
 
     @property
     def id_file(self) -> str:
-        """The file part of the id, relative to the rootdir; an ``ops::`` id names an op, not a file: its probe
-        module's name (``tracecheck ops`` runs with the module's folder as the rootdir)."""
+        """The file part of the id, relative to the rootdir; an ``ops::`` id names an op, not a file: the file name of
+        its probe module (``ops_probes.py``, in the work dir)."""
         return os.path.basename(self.file) if self.id.startswith(ID_PREFIX) else self.id.split("::", 1)[0]
 
     @property
