@@ -128,15 +128,16 @@ RECORDS = (
 )
 
 def _digest(signature: str) -> str:
-    """The id suffix of one of a target's several signatures, as docs/usage.md says: its signature's sha1, 6 digits."""
+    """The id suffix of a recorded call, as docs/usage.md says: its signature's sha1, 6 digits."""
     return hashlib.sha1(signature.encode()).hexdigest()[:6]
 
 
 F32, F64 = _digest("f32[1d]@cpu, 2.0"), _digest("f64[1d]@cpu, 3.0")
-IDS = ["ops::tcaudit::nofake", f"ops::tcaudit::scale[{F32}]", f"ops::tcaudit::scale[{F64}]",
-       "ops::tcaudit_pkg.fns.Square"]
-NAMES = ["probe_tcaudit__nofake", f"probe_tcaudit__scale_{F32}", f"probe_tcaudit__scale_{F64}",
-         "probe_tcaudit_pkg_fns__Square"]
+NOFAKE, SQUARE = _digest("f32[2d]@cpu"), _digest("f32[1d]@cpu+grad, 0.5")
+IDS = [f"ops::tcaudit::nofake@{NOFAKE}", f"ops::tcaudit::scale@{F32}", f"ops::tcaudit::scale@{F64}",
+       f"ops::tcaudit_pkg.fns.Square@{SQUARE}"]
+NAMES = [f"probe_tcaudit__nofake_{NOFAKE}", f"probe_tcaudit__scale_{F32}", f"probe_tcaudit__scale_{F64}",
+         f"probe_tcaudit_pkg_fns__Square_{SQUARE}"]
 
 
 def test_merge_sums_counts_keeps_the_first_inputs_and_unites_the_rest():
@@ -204,7 +205,8 @@ def test_an_op_is_covered_by_any_overload_and_other_overloads_keep_their_name():
              RecordedCall("pkg.m:outer.<locals>.Fn", FUNCTION, "f32[1d]@cpu", inputs="inputs/b.pt"))
     merged = opsaudit.Merged(calls, (DefinedOp("ns::f"),), (), (), ())
     entries = opsaudit.entries(calls)
-    assert [(e.probe_id, e.probe) for e in entries] == [("ops::ns::f.out", "probe_ns__f__out")]
+    d = _digest("f32[1d]@cpu")
+    assert [(e.probe_id, e.probe) for e in entries] == [(f"ops::ns::f.out@{d}", f"probe_ns__f__out_{d}")]
     assert opsaudit.not_covered(merged, entries) == (
         Uncovered("pkg.m:outer.<locals>.Fn", "function",
                   "it is defined inside a function: the probe module cannot import it"),)
@@ -236,10 +238,10 @@ def test_the_generated_module_makes_the_calls_the_tests_made(tmp_path, pkg):
     probes = dict(loadfile.find_probes(loadfile.load_module(str(path))))
     assert list(probes) == NAMES
     direct = {
-        "probe_tcaudit__nofake": (tcaudit_pkg.nofake, "nofake.pt"),
+        f"probe_tcaudit__nofake_{NOFAKE}": (tcaudit_pkg.nofake, "nofake.pt"),
         f"probe_tcaudit__scale_{F32}": (tcaudit_pkg.scale, "scale1.pt"),
         f"probe_tcaudit__scale_{F64}": (tcaudit_pkg.scale, "scale2.pt"),
-        "probe_tcaudit_pkg_fns__Square": (Square.apply, "square.pt"),
+        f"probe_tcaudit_pkg_fns__Square_{SQUARE}": (Square.apply, "square.pt"),
     }
     for name, (fn, file) in direct.items():
         case = probes[name]()
@@ -249,12 +251,12 @@ def test_the_generated_module_makes_the_calls_the_tests_made(tmp_path, pkg):
         assert [a.requires_grad for a in case.args if isinstance(a, torch.Tensor)] == \
             [a.requires_grad for a in args if isinstance(a, torch.Tensor)]
     # a call whose arguments are all tensors is the op itself; a plain value is bound, as a model passes it
-    assert probes["probe_tcaudit__nofake"]().fn is torch.ops.tcaudit.nofake.default
+    assert probes[f"probe_tcaudit__nofake_{NOFAKE}"]().fn is torch.ops.tcaudit.nofake.default
     bound = probes[f"probe_tcaudit__scale_{F32}"]()
     assert [type(a) for a in bound.args] == [torch.Tensor] and bound.kwargs == {}
     assert probes[f"probe_tcaudit__scale_{F64}"]().kwargs == {}  # its s=3.0 bound too
     # the Function's probe backpropagates through the Function itself
-    case = probes["probe_tcaudit_pkg_fns__Square"]()
+    case = probes[f"probe_tcaudit_pkg_fns__Square_{SQUARE}"]()
     case.fn(*case.args, **case.kwargs).sum().backward()
     assert torch.equal(case.args[0].grad, 2 * case.args[0].detach())
 
@@ -270,7 +272,7 @@ def test_the_generated_module_says_which_module_failed_to_import(tmp_path):
 
 @pytest.mark.slow
 def test_tracecheck_run_on_the_generated_module_finds_the_missing_fake_opcheck_finds(tmp_path, pkg):
-    path, saved = _generate(tmp_path, pkg, keep={"probe_tcaudit__nofake"})
+    path, saved = _generate(tmp_path, pkg, keep={f"probe_tcaudit__nofake_{NOFAKE}"})
     args, kwargs = saved["nofake.pt"]
     plain = torch.library.opcheck(torch.ops.tcaudit.nofake.default, args, kwargs, raise_exception=False)
     assert plain["test_faketensor"] != "SUCCESS", plain
@@ -280,7 +282,7 @@ def test_tracecheck_run_on_the_generated_module_finds_the_missing_fake_opcheck_f
                           cwd=tmp_path, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (probe,) = json.loads(out.read_text())["probes"]
-    assert probe["id"].endswith("::probe_tcaudit__nofake")
+    assert probe["id"].endswith(f"::probe_tcaudit__nofake_{NOFAKE}")
     assert probe["stages"]["eager"]["status"] == "pass"
     assert "missing-fake" in [f["kind"] for f in probe["stages"]["opcheck"]["findings"]]
 
@@ -359,6 +361,8 @@ def test_ctrl_c_kills_the_command_and_its_children(tmp_path):
 # -- end to end: the recorder in a real pytest run (collect/opsrecord.py) ---------------------------------------------
 
 TESTS = '''
+    import dataclasses
+    import pytest
     import torch
     import tcrec_pkg
     from tcrec_pkg.fns import Cube
@@ -374,6 +378,18 @@ TESTS = '''
         x = torch.arange(4.0, requires_grad=True)
         Cube.apply(x).sum().backward()
         assert torch.equal(x.grad, 3 * x.detach() ** 2)
+
+    @dataclasses.dataclass
+    class Cfg:
+        k: float
+
+    def test_scale_with_a_config_of_the_tests():
+        from tcrec_pkg.fns import Scale
+        assert torch.equal(Scale.apply(torch.ones(2), Cfg(3.0)), torch.full((2,), 3.0))
+
+    def test_checked_refuses_negative_input():
+        with pytest.raises(ValueError, match="negative"):
+            tcrec_pkg.checked(-torch.ones(3))
     '''
 
 REC_PACKAGE = {
@@ -391,6 +407,12 @@ REC_PACKAGE = {
         @torch.library.custom_op("tcrec::untested", mutates_args=())
         def untested(x: torch.Tensor) -> torch.Tensor:
             return x.clone()
+
+        @torch.library.custom_op("tcrec::checked", mutates_args=())
+        def checked(x: torch.Tensor) -> torch.Tensor:
+            if (x < 0).any():
+                raise ValueError("negative input")
+            return x.clone()
         ''',
     "fns.py": '''
         import torch
@@ -405,6 +427,16 @@ REC_PACKAGE = {
             def backward(ctx, g):
                 x, = ctx.saved_tensors
                 return 3 * x ** 2 * g
+
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, cfg):
+                ctx.k = cfg.k
+                return x * cfg.k
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * ctx.k, None
         ''',
     "unimported.py": '''
         import torch
@@ -427,22 +459,33 @@ REC_PACKAGE = {
 
 @pytest.mark.slow
 def test_record_runs_the_tests_with_the_recorder_and_writes_their_probes(tmp_path, monkeypatch):
-    _write_package(tmp_path, "tcrec_pkg", REC_PACKAGE)
+    # a src layout: the tests find the package through their pytest config (pythonpath), not the cwd
+    (tmp_path / "src").mkdir()
+    _write_package(tmp_path / "src", "tcrec_pkg", REC_PACKAGE)
+    (tmp_path / "pytest.ini").write_text("[pytest]\npythonpath = src\n")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_ops.py").write_text(textwrap.dedent(TESTS))
-    monkeypatch.chdir(tmp_path)  # `python -m pytest` imports the package from the cwd, as a library's tests do
+    monkeypatch.chdir(tmp_path)
     notes = _Notes()
     rec = opsaudit.record([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], "tcrec_pkg",
                           (), str(tmp_path / "work"), notes)
     assert rec.command.exit_code == 0, rec.command.tail
     d32, d64 = _digest("f32[1d]@cpu"), _digest("f64[2d]@cpu")  # the two signatures TESTS calls double with
-    assert [e.probe_id for e in rec.entries] == [f"ops::tcrec::double[{d32}]", f"ops::tcrec::double[{d64}]",
-                                                 "ops::tcrec_pkg.fns.Cube"]
+    cube = _digest("f32[1d]@cpu+grad")
+    assert [e.probe_id for e in rec.entries] == [f"ops::tcrec::double@{d32}", f"ops::tcrec::double@{d64}",
+                                                 f"ops::tcrec_pkg.fns.Cube@{cube}"]
     assert [e.call.calls for e in rec.entries] == [2, 1, 1]
     # the op no test calls, and the module no test imports (its Function and its op): not covered, never missing
-    assert rec.not_covered == (Uncovered("tcrec::hidden", "op", "no test calls it"),
-                               Uncovered("tcrec::untested", "op", "no test calls it"),
-                               Uncovered("tcrec_pkg.unimported:Hidden", "function", "no test calls it"))
+    # the op no test calls, and the module no test imports (its Function and its op): not covered, never missing;
+    # a Function given a test module's own type: its inputs load only in the tests' process; an error-path call
+    assert rec.not_covered == (
+        Uncovered("tcrec::checked", "op", "every call the tests made with these inputs raised (a test of an error "
+                                          "path?): ValueError: negative input"),
+        Uncovered("tcrec::hidden", "op", "no test calls it"),
+        Uncovered("tcrec::untested", "op", "no test calls it"),
+        Uncovered("tcrec_pkg.fns:Scale", "function", "its inputs could not be saved: they load only in the tests' "
+                                                     "process: ModuleNotFoundError: No module named 'test_ops'"),
+        Uncovered("tcrec_pkg.unimported:Hidden", "function", "no test calls it"))
     assert rec.namespaces == ("tcrec",)
     assert rec.processes >= 1
     assert notes.lines[0].startswith("running the test command: ")
@@ -452,12 +495,12 @@ def test_record_runs_the_tests_with_the_recorder_and_writes_their_probes(tmp_pat
              "import tcrec_pkg\nfrom tcrec_pkg.fns import Cube\n"
              "p = dict(loadfile.find_probes(m))\nprint(sorted(p))\n"
              f"c = p['probe_tcrec__double_{d32}']()\nassert torch.equal(c.fn(*c.args), tcrec_pkg.double(*c.args))\n"
-             "c = p['probe_tcrec_pkg_fns__Cube']()\nassert torch.equal(c.fn(*c.args), Cube.apply(*c.args))\n"
+             f"c = p['probe_tcrec_pkg_fns__Cube_{cube}']()\nassert torch.equal(c.fn(*c.args), Cube.apply(*c.args))\n"
              "assert c.args[0].requires_grad\n")
     proc = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path / "work")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[0] == f"['probe_tcrec__double_{d32}', 'probe_tcrec__double_{d64}', 'probe_tcrec_pkg_fns__Cube']"
+    assert proc.stdout.split("\n")[0] == f"['probe_tcrec__double_{d32}', 'probe_tcrec__double_{d64}', 'probe_tcrec_pkg_fns__Cube_{cube}']"
 
 
 @pytest.mark.slow

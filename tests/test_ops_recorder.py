@@ -230,7 +230,7 @@ def test_no_torch_process_writes_empty_record(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, "False\n", "")
     [rec] = _records(record).values()
     assert rec == {"pid": rec["pid"], "package": PKG, "calls": [], "ops": [], "functions": [], "modules": [],
-                   "redefinitions": [], "compiled_only": []}
+                   "redefinitions": [], "compiled_only": [], "roots": []}
 
 
 def test_next_sitecustomize_still_runs(tmp_path: Path) -> None:
@@ -398,3 +398,27 @@ def test_a_tensor_subclass_input_is_saved_as_its_own_type(recorder: opsrecord.Re
     (saved, _), _ = torch.load(os.path.join(recorder.record_dir, str(call.inputs)), weights_only=False)
     assert type(saved) is TwoTensor
     assert torch.equal(saved.a, torch.ones(2, 3)) and torch.equal(saved.b, torch.full((2, 3), 2.0))
+
+
+@torch.library.custom_op("tcrec_inproc::positive", mutates_args=())
+def _positive(x: torch.Tensor) -> torch.Tensor:
+    if (x < 0).any():
+        raise ValueError("negative input")
+    return x.sqrt()
+
+
+def test_an_error_path_call_leaves_no_inputs_and_the_next_call_records_its_own(recorder: opsrecord.Recorder) -> None:
+    """A test of an error path (the op raised) is no probe: its inputs are dropped, and the next call with the same
+    signature saves its own; a signature whose every call raised says so."""
+    with pytest.raises(ValueError):
+        _positive(-torch.ones(3))
+    [call] = recorder.record().calls
+    assert (call.inputs, call.why_not) == (None, "every call the tests made with these inputs raised (a test of an "
+                                                 "error path?): ValueError: negative input")
+    assert os.listdir(os.path.join(recorder.record_dir, "inputs")) == []
+    good = torch.full((3,), 4.0)
+    _positive(good)
+    [call] = recorder.record().calls
+    assert call.why_not is None and call.calls == 2
+    (saved,), _ = torch.load(os.path.join(recorder.record_dir, str(call.inputs)), weights_only=False)
+    assert torch.equal(saved, good)

@@ -40,7 +40,8 @@ def ops_audit() -> OpsAudit:
         not_covered=(Uncovered("tcops::unused", OP, UNCALLED_WHY), Uncovered("tcopslib.fns:Local", FUNCTION, LOCAL_WHY)),
         processes=2,
         redefinitions=(Redefinition("tcops::twice", "twice(Tensor x) -> Tensor", "twice(Tensor x, int n) -> Tensor",
-                                    Frame(f"{ROOT}/tcopslib/a.py", 3), Frame(f"{ROOT}/tcopslib/b.py", 5)),))
+                                    Frame(f"{ROOT}/tcopslib/a.py", 3), Frame(f"{ROOT}/tcopslib/b.py", 5)),),
+        record_dir=".tracecheck-ops/tcopslib/record-0a1b2c3d")
 
 
 def ops_report() -> RunReport:
@@ -82,6 +83,7 @@ OPS_JSON = {
                        "second_schema": "twice(Tensor x, int n) -> Tensor",
                        "first_frame": {"file": f"{ROOT}/tcopslib/a.py", "line": 3, "function": None, "code": None},
                        "second_frame": {"file": f"{ROOT}/tcopslib/b.py", "line": 5, "function": None, "code": None}}],
+    "record_dir": ".tracecheck-ops/tcopslib/record-0a1b2c3d",
 }
 
 

@@ -177,7 +177,7 @@ def run_ops(opts: RunOptions, argv: Sequence[str], package: str, namespaces: Seq
         if os.path.realpath(p.file) == module and p.name in ids:
             p.id = ids[p.name]
     report.ops = OpsAudit(package, recorded.namespaces, recorded.command, recorded.probe_module, recorded.entries,
-                          recorded.not_covered, recorded.processes, recorded.redefinitions)
+                          recorded.not_covered, recorded.processes, recorded.redefinitions, recorded.record_dir)
     return report
 
 
@@ -188,7 +188,7 @@ def _check_work_dir(path: str) -> None:
     held = set(os.listdir(path)) if os.path.isdir(path) else set()
     if held and not held & _OPS_WORK_MARKS:
         raise UsageError(f"--work-dir {path}: a folder tracecheck ops did not make (it holds {sorted(held)[0]!r}), "
-                         "whose site/ and record/ it would clear; give a new or empty folder")
+                         "whose site/ and record-*/ it would clear; give a new or empty folder")
 
 
 class _OpsIds(Progress):

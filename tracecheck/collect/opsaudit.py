@@ -4,16 +4,18 @@ distinct call, that ``tracecheck run`` then checks as any model file.
 
 Work folder (``record``'s ``work_dir``)::
 
-    site/sitecustomize.py      the recorder, first on the command's PYTHONPATH
-    record/process-<pid>.json  one ProcessRecord per Python process of the command
-    record/inputs/<sha1>.pt    the first call's inputs per (target, signature)
-    command.log                the command's output, stdout and stderr together
-    ops_probes.py              the generated probe module
+    site/sitecustomize.py            the recorder, first on the command's PYTHONPATH
+    record-<run>/process-<pid>.json  one ProcessRecord per Python process of the command (a folder per run)
+    record-<run>/inputs/<sha1>.pt    the first call's inputs per (target, signature)
+    survey/                          the records of one more process that imports all of the package's modules
+    command.log                      the command's output, stdout and stderr together
+    ops_probes.py                    the generated probe module
 
 No torch import: the generated module imports torch, this module only writes its text.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import keyword
@@ -25,21 +27,22 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from collections import Counter
 from dataclasses import dataclass, replace
 
 from ..model.exitcodes import UsageError
-from ..model.ops import (FUNCTION, ID_PREFIX, OP, AuditEntry, CommandResult, DefinedFunction, DefinedOp,
+from ..model.ops import (FUNCTION, ID_PREFIX, OP, RAISED, AuditEntry, CommandResult, DefinedFunction, DefinedOp,
                          ProcessRecord, RecordedCall, Uncovered)
 from ..model.progress import Progress
+from .opsprobes import MODULE, split_function, split_op, write_probe_module
 from ..model.records import Redefinition
 
 #: lines of the command's output a report shows (CommandResult.tail)
 TAIL_LINES = 40
 #: distinct input sizes kept per (target, signature), across processes
 MAX_SHAPES = 3
-SITE, RECORD, INPUTS, LOG, MODULE = "site", "record", "inputs", "command.log", "ops_probes.py"
+SITE, RECORD, INPUTS, LOG = "site", "record", "inputs", "command.log"
 
 NOT_CALLED = "no test calls it"
 COMPILED_ONLY = ("the tests call it only under torch.compile (or on fake tensors), so no eager inputs were recorded: "
@@ -66,6 +69,8 @@ class Merged:
     redefinitions: tuple[Redefinition, ...]
     #: targets the tests reached only while compiling (or on fake tensors): no eager inputs to check them on
     compiled_only: tuple[str, ...] = ()
+    #: the folders the package was imported from, first seen first
+    roots: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class Recorded:
     #: processes of the command whose recorder wrote a record
     processes: int
     redefinitions: tuple[Redefinition, ...]
+    #: this run's record folder (the calls' ``inputs`` are relative to it)
+    record_dir: str = ""
 
 
 # -- the command ------------------------------------------------------------------------------------------------------
@@ -165,8 +172,10 @@ def merge(records: Iterable[ProcessRecord]) -> Merged:
     modules: set[str] = set()
     redefinitions: dict[tuple[str, str, str], Redefinition] = {}
     compiled_only: set[str] = set()
+    roots: dict[str, None] = {}
     for rec in records:
         compiled_only.update(rec.compiled_only)
+        roots.update(dict.fromkeys(rec.roots))
         for call in rec.calls:
             key = (call.target, call.signature)
             had_call = calls.get(key)
@@ -182,7 +191,7 @@ def merge(records: Iterable[ProcessRecord]) -> Merged:
             redefinitions.setdefault((r.op, r.first_schema, r.second_schema), r)
     return Merged(tuple(calls.values()), tuple(ops[k] for k in sorted(ops)),
                   tuple(functions[k] for k in sorted(functions)), tuple(sorted(modules)),
-                  tuple(redefinitions.values()), tuple(sorted(compiled_only)))
+                  tuple(redefinitions.values()), tuple(sorted(compiled_only)), tuple(roots))
 
 
 def _merge_call(first: RecordedCall, later: RecordedCall) -> RecordedCall:
@@ -195,24 +204,13 @@ def _merge_call(first: RecordedCall, later: RecordedCall) -> RecordedCall:
 
 # -- entries and what is not covered ----------------------------------------------------------------------------------
 
-def _split_op(target: str) -> tuple[str, str, str]:
-    """``ns::name.overload`` -> (ns, name, overload); no overload is ``default``."""
-    ns, _, rest = target.partition("::")
-    name, _, overload = rest.partition(".")
-    return ns, name, overload or "default"
-
-
-def _split_function(target: str) -> tuple[str, str]:
-    """``module:Qualname`` -> (module, Qualname)."""
-    module, _, qualname = target.partition(":")
-    return module, qualname
-
-
 def _unreachable(call: RecordedCall) -> str | None:
     """Why the probe module cannot make this call, or None."""
     if call.inputs is None:
+        if call.why_not and call.why_not.startswith(RAISED):
+            return call.why_not
         return f"{NOT_SAVED}: {call.why_not}" if call.why_not else NOT_SAVED
-    if call.what == FUNCTION and "<locals>" in _split_function(call.target)[1]:
+    if call.what == FUNCTION and "<locals>" in split_function(call.target)[1]:
         return LOCAL_CLASS
     return None
 
@@ -220,28 +218,26 @@ def _unreachable(call: RecordedCall) -> str | None:
 def _base_names(call: RecordedCall) -> tuple[str, str]:
     """(probe id, probe function name) of a target's first signature."""
     if call.what == OP:
-        ns, name, overload = _split_op(call.target)
+        ns, name, overload = split_op(call.target)
         op = f"{ns}::{name}" if overload == "default" else f"{ns}::{name}.{overload}"
         fn = f"probe_{ns}__{name}" if overload == "default" else f"probe_{ns}__{name}__{overload}"
         return ID_PREFIX + op, re.sub(r"\W", "_", fn)
-    module, qualname = _split_function(call.target)
+    module, qualname = split_function(call.target)
     return f"{ID_PREFIX}{module}.{qualname}", re.sub(r"\W", "_", f"probe_{module}__{qualname}")
 
 
 def entries(calls: Sequence[RecordedCall]) -> tuple[AuditEntry, ...]:
-    """One entry per call the probe module can make (its inputs saved), sorted by target and signature:
-    ``ops::ns::name`` / ``probe_ns__name`` for a target called with one signature; with several, each suffixed by its
-    signature's digest (``ops::ns::name[3f2a1c]`` / ``probe_ns__name_3f2a1c``), so that an id names the same call
-    whatever order the tests (or pytest-xdist's workers) made them in, and a baseline compares like with like."""
+    """One entry per call the probe module can make (its inputs saved), sorted by target and signature, each id
+    suffixed by its signature's digest (``ops::ns::name@3f2a1c`` / ``probe_ns__name_3f2a1c``): an id names the same
+    call whatever order the tests (or pytest-xdist's workers) made them in, and whatever other signatures a new test
+    adds, so that a baseline compares like with like (no bracket: rich would read ``[3f2a1c]`` as markup)."""
     out: list[AuditEntry] = []
     reachable = sorted((c for c in calls if _unreachable(c) is None), key=lambda c: (c.target, c.signature))
-    several = {t for t, n in Counter(c.target for c in reachable).items() if n > 1}
     used: set[str] = set()
     for call in reachable:
         probe_id, name = _base_names(call)
-        if call.target in several:
-            digest = hashlib.sha1(call.signature.encode()).hexdigest()[:6]
-            probe_id, name = f"{probe_id}[{digest}]", f"{name}_{digest}"
+        digest = hashlib.sha1(call.signature.encode()).hexdigest()[:6]
+        probe_id, name = f"{probe_id}@{digest}", f"{name}_{digest}"
         while name in used:  # two targets that read alike once made names (a.b::c and a_b::c)
             name += "_"
         used.add(name)
@@ -272,50 +268,81 @@ def not_covered(merged: Merged, checked: Sequence[AuditEntry]) -> tuple[Uncovere
 def _op_or_function(target: str) -> str:
     """An op's ``ns::name`` (any overload covers it), a Function's ``module:Qualname`` as it is."""
     if "::" in target:
-        ns, name, _ = _split_op(target)
+        ns, name, _ = split_op(target)
         return f"{ns}::{name}"
     return target
 
 
 # -- the package's modules no test imported ---------------------------------------------------------------------------
 
-#: imports the package and every submodule outside its tests, each in a try: what the recorder then finds defined
+#: loads each recorded call's inputs as the probe module will (the package's folders on sys.path, not the tests'),
+#: printing those that fail; then imports the package and every submodule outside its tests, each in a try: what the
+#: recorder then finds defined
 _SURVEY = """
-import importlib, pkgutil, sys
-name = sys.argv[1]
+import importlib, json, pkgutil, sys
+name, inputs = sys.argv[1], json.load(open(sys.argv[2]))
+import torch
+for path in inputs:
+    try:
+        torch.load(path, weights_only=False)
+    except BaseException as e:
+        print(json.dumps({"inputs": path, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}), flush=True)
 package = importlib.import_module(name)
 for info in pkgutil.walk_packages(getattr(package, "__path__", []), name + ".", onerror=lambda n: None):
     if not {"tests", "test", "testing", "conftest"} & set(info.name.split(".")):
         try:
             importlib.import_module(info.name)
-        except BaseException as e:
-            print(f"{info.name}: {type(e).__name__}: {e}")
+        except BaseException:
+            pass
 """
+
+
+@dataclass(frozen=True)
+class _Survey:
+    """What the survey process found: the ops and Functions all of the package's modules define, and the inputs
+    files that do not load outside the tests' process (by absolute path, with the error)."""
+
+    defined: Merged | None
+    unloadable: Mapping[str, str]
 #: the most seconds the survey may take (a module that waits for a device or the network at import)
 SURVEY_TIMEOUT_S = 120.0
 
 
-def _survey(package: str, env: Mapping[str, str], work_dir: str, progress: Progress | None) -> Merged | None:
-    """The package's ops and Functions as importing all its modules defines them, in one more process with the
-    recorder (its own record folder: these imports are not the tests', so the probe module does not repeat them).
-    None when it could not run."""
+def _survey(package: str, env: Mapping[str, str], work_dir: str, roots: Sequence[str], inputs: Sequence[str],
+            progress: Progress | None) -> _Survey | None:
+    """One more process with the recorder, as the stage processes will run the probe module (the package's import
+    roots on sys.path, not the tests' folders): which ``inputs`` files do not load there, and the package's ops and
+    Functions as importing all its modules defines them (its own record folder: these imports are not the tests',
+    so the probe module does not repeat them). None when it could not run."""
     from . import opsrecord
 
     folder = os.path.join(work_dir, "survey")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder, exist_ok=True)
-    survey_env = {**env, opsrecord.OUT: os.path.abspath(folder)}
+    listing = os.path.abspath(os.path.join(folder, "inputs.json"))  # the process runs in the work dir
+    with open(listing, "w", encoding="utf-8") as f:
+        json.dump([os.path.abspath(p) for p in inputs], f)
+    path = os.pathsep.join([*roots, env.get("PYTHONPATH", "")]).strip(os.pathsep)
+    survey_env = {**env, opsrecord.OUT: os.path.abspath(folder), "PYTHONPATH": path}
     try:
-        subprocess.run([sys.executable, "-c", _SURVEY, package], env=survey_env, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=SURVEY_TIMEOUT_S,
-                       start_new_session=True)
+        proc = subprocess.run([sys.executable, "-c", _SURVEY, package, listing], env=survey_env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=SURVEY_TIMEOUT_S,
+                              start_new_session=True, cwd=work_dir)
     except (OSError, subprocess.TimeoutExpired):
         if progress is not None:
             progress.note(f"importing all of {package}'s modules did not finish: the ops and Functions of the "
                           "modules no test imported are not listed")
         return None
+    unloadable: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        try:
+            said = json.loads(line)
+        except ValueError:
+            continue  # the package's own output at import
+        if isinstance(said, dict) and isinstance(said.get("inputs"), str):
+            unloadable[said["inputs"]] = str(said.get("error"))
     records = read_records(folder, package)
-    return merge(records) if records else None
+    return _Survey(merge(records) if records else None, unloadable)
 
 
 def _with_unimported(merged: Merged, survey: Merged | None) -> Merged:
@@ -329,169 +356,6 @@ def _with_unimported(merged: Merged, survey: Merged | None) -> Merged:
                    functions=tuple(functions[k] for k in sorted(functions)))
 
 
-# -- the generated module ---------------------------------------------------------------------------------------------
-
-_HEADER = '''\
-# Generated by `tracecheck ops{package}` from the test command:
-#     {command}
-# One probe per distinct call the tests made (a custom op or an autograd.Function, and its input signature), with
-# the inputs of the first such call, saved by tracecheck's recorder. Written again by each `tracecheck ops` run.
-import importlib
-import os
-import sys
-
-import torch
-
-import tracecheck
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-# where this module was written: a copy elsewhere (``tracecheck fix`` writes ``ops_probes_fixed.py`` beside its -o)
-# still finds the recorded inputs and the command's folder there
-_WRITTEN_IN = {written_in!r}
-if _HERE != _WRITTEN_IN and os.path.isdir(_WRITTEN_IN):
-    _HERE = _WRITTEN_IN
-# the folder the test command ran in: its packages import from there, as they did in the tests, when not installed
-_COMMAND_DIR = os.path.normpath(os.path.join(_HERE, {command_dir!r}))
-if _COMMAND_DIR not in sys.path:
-    sys.path.append(_COMMAND_DIR)
-
-# the package's modules the tests imported: importing them registers its ops as in the tests
-MODULES = {modules}
-for _name in MODULES:
-    try:
-        importlib.import_module(_name)
-    except Exception as _e:
-        raise ImportError(f"tracecheck ops: the probe module imports {{_name}} as the test command did, and it failed: "
-                          f"{{type(_e).__name__}}: {{_e}}") from _e
-
-
-def _inputs(path):
-    """(args, kwargs) of a recorded call, as the recorder saved them; ``path`` relative to this file."""
-    return torch.load(os.path.join(_HERE, path), weights_only=False)
-
-
-def _class(module, qualname):
-    found = importlib.import_module(module)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found
-
-
-def _bind(fn, args, kwargs):
-    """The call as a model makes it: the arguments holding no tensor (a dtype, a string, a flag, a size) bound as
-    constants, the others its inputs (``torch.export`` takes no dtype or string input). Returns (fn, args, kwargs)."""
-    def has_tensor(v):
-        if isinstance(v, torch.Tensor):
-            return True
-        if isinstance(v, (list, tuple)):
-            return any(has_tensor(x) for x in v)
-        return isinstance(v, dict) and any(has_tensor(x) for x in v.values())
-
-    slots = [i for i, a in enumerate(args) if has_tensor(a)]
-    names = [k for k in kwargs if has_tensor(kwargs[k])]
-    if len(slots) == len(args) and len(names) == len(kwargs):
-        return fn, args, kwargs  # nothing to bind: the op (or the Function's applier) itself is the probe's call
-
-    def call(*inputs):
-        full = list(args)
-        for i, v in zip(slots, inputs):
-            full[i] = v
-        return fn(*full, **{{**kwargs, **dict(zip(names, inputs[len(slots):]))}})
-
-    call.__name__ = call.__qualname__ = getattr(fn, "__name__", "call").replace(".", "_")
-    return call, tuple(args[i] for i in slots) + tuple(kwargs[k] for k in names), {{}}
-
-
-_WARMED = set()
-
-
-def _warm(name, fn, args, kwargs):
-    """The call once in eager (no grad, on copies), once per process, as the tests had made calls before the one
-    recorded: what it loads on first use (a C++ extension's lazy loader) is loaded before a stage compiles it, so
-    that a stage meets the call as the tests did. Its error, if any, is the eager stage's to report."""
-    if name in _WARMED:
-        return
-    _WARMED.add(name)
-
-    def copy(v):
-        if isinstance(v, torch.Tensor):
-            return v.detach().clone()
-        if isinstance(v, (list, tuple)):
-            return type(v)(copy(x) for x in v)
-        if isinstance(v, dict):
-            return {{k: copy(x) for k, x in v.items()}}
-        return v
-
-    try:
-        with torch.no_grad():
-            fn(*copy(args), **copy(kwargs))
-    except Exception:
-        pass
-'''
-
-
-def write_probe_module(work_dir: str, entries: Sequence[AuditEntry], modules: Sequence[str], record_dir: str, *,
-                       argv: Sequence[str] = (), package: str | None = None,
-                       command_dir: str | None = None) -> str:
-    """Write ``<work_dir>/ops_probes.py`` and return its path: it imports ``modules`` (the package's, as the tests
-    did; ``command_dir``, the command's folder, default the cwd, last on sys.path) and has one ``@tracecheck.probe``
-    per entry, returning ``tracecheck.Case(call, inputs)`` with the saved inputs (``record_dir`` + the call's
-    ``inputs``, written relative to the module's folder; ``_bind`` makes the arguments holding no tensor constants).
-    An entry without inputs is left out."""
-    folder = os.path.abspath(work_dir)
-    path = os.path.join(work_dir, MODULE)
-    text = _HEADER.format(
-        package=f" --package {package}" if package else "", command=shlex.join(argv) if argv else "(not given)",
-        command_dir=os.path.relpath(os.path.abspath(command_dir or os.getcwd()), folder), written_in=folder,
-        modules=repr([m for m in modules if m.rsplit(".", 1)[-1] != "__main__"]))
-    classes: dict[str, str] = {}  # Function target -> the module-level name of its appliers
-    for entry in entries:
-        call = entry.call
-        if call.inputs is None:
-            continue
-        inputs = os.path.relpath(os.path.join(os.path.abspath(record_dir), call.inputs), folder)
-        if call.what == OP:
-            fn = _op_expression(*_split_op(call.target))
-        else:
-            if call.target not in classes:
-                # the target's digest: ``a.b:C`` and ``a_b:C`` read alike once made names
-                classes[call.target] = fn = re.sub(r"\W", "_", "apply_" + call.target.replace(":", "__")) + \
-                    "_" + hashlib.sha1(call.target.encode()).hexdigest()[:6]
-                text += _applier(fn, *_split_function(call.target))
-            fn = classes[call.target]
-        text += (f"\n\n{_comment(call)}\n@tracecheck.probe\ndef {entry.probe}():\n"
-                 f"    args, kwargs = _inputs({inputs!r})\n"
-                 f"    _warm({entry.probe!r}, {fn}, args, kwargs)\n"
-                 f"    return tracecheck.Case(*_bind({fn}, args, kwargs))\n")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
-
-
-def _op_expression(ns: str, name: str, overload: str) -> str:
-    """``torch.ops.ns.name.overload``, or getattr where a part is no plain attribute name."""
-    expr = "torch.ops"
-    for part in (ns, name, overload):
-        expr = f"{expr}.{part}" if part.isidentifier() and not keyword.iskeyword(part) else f"getattr({expr}, {part!r})"
-    return expr
-
-
-def _applier(fn: str, module: str, qualname: str) -> str:
-    """A named function applying the Function, the class looked up once at import (not inside the traced call)."""
-    cls = "_" + fn.removeprefix("apply_")
-    return (f"\n\n{cls} = _class({module!r}, {qualname!r})\n\n\n"
-            f"def {fn}(*args, **kwargs):\n    return {cls}.apply(*args, **kwargs)\n")
-
-
-def _comment(call: RecordedCall) -> str:
-    sizes = " | ".join(", ".join(str(tuple(s)) for s in shapes) for shapes in call.shapes)
-    lines = [f"# {call.target}({call.signature}): {call.calls} call{'s' if call.calls != 1 else ''}"
-             + (f", sizes {sizes}" if sizes else "")]
-    if call.test:
-        lines.append(f"# first by {call.test}")
-    return "\n".join(" ".join(line.split()) for line in lines)  # one line each, whatever the test id holds
-
-
 # -- the whole step ---------------------------------------------------------------------------------------------------
 
 def check_names(argv: Sequence[str], package: str, namespaces: Sequence[str]) -> None:
@@ -500,6 +364,9 @@ def check_names(argv: Sequence[str], package: str, namespaces: Sequence[str]) ->
         raise UsageError("tracecheck ops: no test command: give it after --, e.g. -- python -m pytest -q tests/")
     if not _DOTTED.match(package) or any(keyword.iskeyword(p) for p in package.split(".")):
         raise UsageError(f"--package {package!r}: not a module name (dotted Python names, e.g. mylib or mylib.ops)")
+    if package.partition(".")[0] in ("torch", "tracecheck"):
+        raise UsageError(f"--package {package}: torch's (or tracecheck's) own: name the library that registers the "
+                         "custom ops to audit")
     for ns in namespaces:
         if not ns.isidentifier():
             raise UsageError(f"--namespace {ns!r}: not an op namespace (a Python identifier, e.g. mylib)")
@@ -508,14 +375,16 @@ def check_names(argv: Sequence[str], package: str, namespaces: Sequence[str]) ->
 def record(argv: Sequence[str], package: str, namespaces: Sequence[str], work_dir: str,
            progress: Progress | None = None) -> Recorded:
     """Run ``argv`` (the library's tests) with the recorder, and write the probe module for what they called.
-    Clears ``work_dir``'s site/, record/ and probe module first. Raises UsageError for bad names, a command that cannot start or
+    Clears ``work_dir``'s site/, record-*/ and probe module first. Raises UsageError for bad names, a command that cannot start or
     in which no process ran the recorder or imported the package."""
     from . import opsrecord  # the recorder's side, imported only when a command is recorded
 
     check_names(argv, package, namespaces)
-    site, record_dir = os.path.join(work_dir, SITE), os.path.join(work_dir, RECORD)
+    # a folder of this run's own: a process the last run's tests left behind (a daemon in a session of its own)
+    # writes into its own run's folder, never into this one
+    site, record_dir = os.path.join(work_dir, SITE), os.path.join(work_dir, f"{RECORD}-{uuid.uuid4().hex[:8]}")
     try:
-        for folder in (site, record_dir):
+        for folder in (site, *glob.glob(os.path.join(glob.escape(work_dir), RECORD + "*"))):
             shutil.rmtree(folder, ignore_errors=True)
         if os.path.exists(os.path.join(work_dir, MODULE)):  # no stale probes if this run writes none
             os.remove(os.path.join(work_dir, MODULE))
@@ -537,10 +406,21 @@ def record(argv: Sequence[str], package: str, namespaces: Sequence[str], work_di
         raise UsageError(f"{shlex.join(argv)} never imported {package} in its {len(records)} Python process(es) with "
                          f"tracecheck's recorder (it exited {command.exit_code}): nothing to audit; is {package} "
                          f"importable there, and do the tests import it? (its output: {command.log})")
+    survey = _survey(package, env, work_dir, merged.roots, [os.path.join(record_dir, c.inputs) for c in merged.calls
+                                                             if c.inputs], progress)
+    if survey is not None:  # inputs that load only in the tests' process (a type defined in a test module)
+        merged = replace(merged, calls=tuple(_loadable(c, record_dir, survey.unloadable) for c in merged.calls))
     checked = entries(merged.calls)
-    module = write_probe_module(work_dir, checked, merged.modules, record_dir, argv=argv, package=package)
-    merged = _with_unimported(merged, _survey(package, env, work_dir, progress))
+    module = write_probe_module(work_dir, checked, merged.modules, record_dir, argv=argv, package=package,
+                                roots=merged.roots)
+    merged = _with_unimported(merged, survey.defined if survey is not None else None)
     found = {o.name.partition("::")[0] for o in merged.ops}
-    found |= {_split_op(c.target)[0] for c in merged.calls if c.what == OP}
+    found |= {split_op(c.target)[0] for c in merged.calls if c.what == OP}
     return Recorded(command, checked, not_covered(merged, checked), tuple(sorted(found | set(namespaces))), module,
-                    len(records), merged.redefinitions)
+                    len(records), merged.redefinitions, record_dir)
+
+
+def _loadable(call: RecordedCall, record_dir: str, unloadable: Mapping[str, str]) -> RecordedCall:
+    """``call``, or without its inputs (and why) when they do not load outside the tests' process."""
+    why = unloadable.get(os.path.abspath(os.path.join(record_dir, call.inputs))) if call.inputs else None
+    return replace(call, inputs=None, why_not=f"they load only in the tests' process: {why}") if why else call

@@ -1,8 +1,10 @@
-"""The recorder's torch import hook and call signatures (collect/opsrecord.py uses them; this module imports neither
-opsrecord nor torch at import: the recorder starts in every Python process of the test command)."""
+"""The recorder's torch import hook, call signatures and where the package was imported from (collect/opsrecord.py
+uses them; this module imports neither opsrecord nor torch at import: the recorder starts in every Python process of
+the test command)."""
 from __future__ import annotations
 
 import importlib.abc
+import os
 import importlib.machinery
 import sys
 import threading
@@ -86,3 +88,16 @@ def describe(args: tuple[object, ...], kwargs: Mapping[str, Any]) -> tuple[str, 
         else:
             parts.append(f"{prefix}{type(a).__name__}")
     return ", ".join(parts), tuple(sizes)
+
+
+def import_roots(package: str) -> tuple[str, ...]:
+    """The sys.path folders the package's top-level module was imported from, if it was."""
+    top = sys.modules.get(package.partition(".")[0])
+    file = getattr(top, "__file__", None)
+    if not file:
+        return ()
+    up = 2 if os.path.basename(file) == "__init__.py" else 1  # a package's folder, or a module's file
+    root = os.path.abspath(file)
+    for _ in range(up):
+        root = os.path.dirname(root)
+    return (root,)

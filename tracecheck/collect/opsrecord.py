@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..evidence.wording import TORCH_NAMESPACES
 from ..model.frame import Frame
-from .opshook import TorchImportHook, describe
+from .opshook import TorchImportHook, describe, import_roots
 
 if TYPE_CHECKING:
     from ..model.ops import DefinedFunction, DefinedOp, ProcessRecord
@@ -121,6 +121,8 @@ class _Seen:
     inputs: str | None = None
     why_not: str | None = None
     calls: int = 0
+    #: every call so far raised: the next one saves its inputs again
+    raised: bool = False
 
 
 class Recorder:
@@ -290,21 +292,27 @@ class Recorder:
             running = self._local.running = []
         if name in running:
             return call(*args, **kwargs)
-        self._saw(what, target, args, kwargs)
+        fresh = self._saw(what, target, args, kwargs)
         running.append(name)
         try:
             return call(*args, **kwargs)
+        except BaseException as e:
+            if fresh is not None:  # the inputs just saved are a failing call's: no probe of an error path
+                self._raised(fresh, e)
+            raise
         finally:
             running.pop()
 
-    def _saw(self, what: str, target: Callable[[], str], args: tuple[object, ...], kwargs: dict[str, object]) -> None:
-        """Count a call of ``target`` and save its inputs if it is the first with its signature; never raises."""
+    def _saw(self, what: str, target: Callable[[], str], args: tuple[object, ...],
+             kwargs: dict[str, object]) -> "_Seen | None":
+        """Count a call of ``target`` and save its inputs if it is the first with its signature (or the first after
+        calls that all raised); never raises. The distinct call whose inputs were saved now, else None."""
         if not self.installed or getattr(self._local, "busy", False):
-            return
+            return None
         self._local.busy = True
         try:
             if not self._quiet(args, kwargs):
-                self._add(target(), what, args, kwargs)
+                return self._add(target(), what, args, kwargs)
             elif (skipped := target()) not in self._skipped:  # reached, if only compiled: ``compiled_only``
                 with self._lock:
                     self._skipped.setdefault(skipped, what)
@@ -312,6 +320,7 @@ class Recorder:
             self._fail(e)
         finally:
             self._local.busy = False
+        return None
 
     def _quiet(self, args: tuple[object, ...], kwargs: dict[str, object]) -> bool:
         """Is this call torch's, not a test's: made while compiling or tracing, under a functorch transform, on fake,
@@ -326,20 +335,37 @@ class Recorder:
             any(compat.is_infra_tensor(a) or isinstance(a, proxy) for a in compat.pytree.tree_leaves((args, kwargs))) or \
             _generated_caller(sys._getframe(1), self._generated_dirs)
 
-    def _add(self, target: str, what: str, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    def _add(self, target: str, what: str, args: tuple[object, ...], kwargs: dict[str, object]) -> "_Seen | None":
         signature, sizes = describe(args, kwargs)
         with self._lock:
             seen = self._seen.get((target, signature))
-            first = seen is None
+            first = seen is None or seen.raised
             if seen is None:
                 seen = self._seen[(target, signature)] = _Seen(target, what, signature, _current_test())
             seen.calls += 1
             if sizes not in seen.shapes and len(seen.shapes) < MAX_SHAPES:
                 seen.shapes.append(sizes)
-        if first:  # before the call runs: it may write to its inputs
-            seen.inputs, seen.why_not = self._save_inputs(target, signature, args, kwargs)
-            # written now too: a process killed without its exit (multiprocessing's pool workers are terminated)
-            # still leaves every distinct call it made, if not the later counts
+        if not first:
+            return None
+        # before the call runs: it may write to its inputs
+        seen.inputs, seen.why_not = self._save_inputs(target, signature, args, kwargs)
+        seen.raised, seen.test = False, seen.test if seen.calls == 1 else _current_test()
+        # written now too: a process killed without its exit (multiprocessing's pool workers are terminated) still
+        # leaves every distinct call it made, if not the later counts
+        self.write()
+        return seen
+
+    def _raised(self, seen: "_Seen", e: BaseException) -> None:
+        """The call whose inputs were just saved raised: they are dropped, and the next call with the signature
+        saves its own (an error-path test's inputs are no probe)."""
+        from ..model.ops import RAISED
+
+        if seen.inputs is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.record_dir, seen.inputs))
+        seen.inputs, seen.raised = None, True
+        seen.why_not = f"{RAISED}: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+        with contextlib.suppress(OSError):
             self.write()
 
     def _save_inputs(self, target: str, signature: str, args: tuple[object, ...],
@@ -413,7 +439,7 @@ class Recorder:
         return ProcessRecord(os.getpid(), self.package, calls, self._ops(namespaces) if imported else (),
                              self._functions() if imported else (),
                              tuple(sorted(m for m in list(sys.modules) if self._mine(m))), redefinitions,
-                             compiled_only)
+                             compiled_only, import_roots(self.package))
 
     def write(self) -> str:
         """Write ``<record_dir>/process-<pid>.json`` (``ProcessRecord.to_wire``) atomically; returns its path. Raises

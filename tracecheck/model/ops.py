@@ -22,6 +22,8 @@ OP = "op"
 FUNCTION = "function"
 #: the prefix of every probe id ``tracecheck ops`` makes: ``ops::ns::name`` or ``ops::module.Qualname``
 ID_PREFIX = "ops::"
+#: ``RecordedCall.why_not`` of a signature every call of which raised (the tests of an error path): not a probe
+RAISED = "every call the tests made with these inputs raised (a test of an error path?)"
 
 
 @dataclass(frozen=True)
@@ -130,12 +132,15 @@ class ProcessRecord:
     #: targets called only where the recorder records nothing (while compiling, from compiled code, on fake
     #: tensors): reached by the tests, with no eager inputs to check them on
     compiled_only: tuple[str, ...] = ()
+    #: the folders the package was imported from (a src layout's ``src/``, put on sys.path by the tests' config):
+    #: the generated probe module imports it from there too
+    roots: tuple[str, ...] = ()
 
     def to_wire(self) -> Json:
         return {"pid": self.pid, "package": self.package, "calls": [c.to_json() for c in self.calls],
                 "ops": [o.to_json() for o in self.ops], "functions": [f.to_json() for f in self.functions],
                 "modules": list(self.modules), "redefinitions": [r.to_wire() for r in self.redefinitions],
-                "compiled_only": list(self.compiled_only)}
+                "compiled_only": list(self.compiled_only), "roots": list(self.roots)}
 
     @classmethod
     def of(cls, d: Any) -> "ProcessRecord | None":
@@ -149,7 +154,7 @@ class ProcessRecord:
                    tuple(f for f in map(DefinedFunction.of, items(d.get("functions"))) if f is not None),
                    texts(d.get("modules")),
                    tuple(r for r in map(Redefinition.of, items(d.get("redefinitions"))) if r is not None),
-                   texts(d.get("compiled_only")))
+                   texts(d.get("compiled_only")), texts(d.get("roots")))
 
 
 @dataclass(frozen=True)
@@ -207,7 +212,7 @@ class CommandResult:
 class AuditEntry:
     """One checked call: the probe made for it in the generated probe module, and the call."""
 
-    #: the report's probe id: ``ops::ns::name`` (``.default`` dropped; ``[2]``... for a second signature), or
+    #: the report's probe id: ``ops::ns::name@3f2a1c`` (``.default`` dropped; the suffix its signature's digest), or
     #: ``ops::module.Qualname`` for a Function
     probe_id: str
     #: the probe function's name in the generated module (``tracecheck fix MODULE::NAME`` fixes it)
@@ -242,12 +247,14 @@ class OpsAudit:
     #: processes of the test command whose recorder wrote a record
     processes: int = 0
     redefinitions: tuple[Redefinition, ...] = ()
+    #: the folder of this run's records, which each call's ``inputs`` is relative to
+    record_dir: str = ""
 
     def to_json(self) -> Json:
         return {"package": self.package, "namespaces": list(self.namespaces), "command": self.command.to_json(),
                 "probe_module": self.probe_module, "entries": [e.to_json() for e in self.entries],
                 "not_covered": [u.to_json() for u in self.not_covered], "processes": self.processes,
-                "redefinitions": [r.to_wire() for r in self.redefinitions]}
+                "redefinitions": [r.to_wire() for r in self.redefinitions], "record_dir": self.record_dir}
 
     @classmethod
     def of(cls, d: Any) -> "OpsAudit | None":
@@ -260,4 +267,5 @@ class OpsAudit:
                    tuple(e for e in map(AuditEntry.of, items(d.get("entries"))) if e is not None),
                    tuple(u for u in map(Uncovered.of, items(d.get("not_covered"))) if u is not None),
                    count(d.get("processes")) or 0,
-                   tuple(r for r in map(Redefinition.of, items(d.get("redefinitions"))) if r is not None))
+                   tuple(r for r in map(Redefinition.of, items(d.get("redefinitions"))) if r is not None),
+                   text(d.get("record_dir")) or "")
