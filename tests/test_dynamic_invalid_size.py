@@ -32,8 +32,6 @@ PROBE = textwrap.dedent('''
 
 
 def _oracle_op():
-    lib = torch.library.Library("tc_unset_rows_oracle", "FRAGMENT")  # noqa: F841 - kept alive by the op
-
     @torch.library.custom_op("tc_unset_rows_oracle::noisy", mutates_args=())
     def noisy(x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 2:

@@ -29,7 +29,7 @@ from .isolate.runner import Outcome, Runner, Task, Template
 from .model.targets import DEFAULT_REQUIRE, Gate
 from .model.taxonomy import K
 from .model.payloads import StageNotes
-from .model.progress import Progress
+from .model.progress import Progress, Relay
 
 
 @dataclass
@@ -191,30 +191,16 @@ def _check_work_dir(path: str) -> None:
                          "whose site/ and record-*/ it would clear; give a new or empty folder")
 
 
-class _OpsIds(Progress):
-    """The live lines of ``tracecheck ops`` name each probe by its entry's id (``ops::ns::name``), as the report
-    does: ``ids`` maps the generated module's probe names to them."""
+class _OpsIds(Relay):
+    """The live lines of ``tracecheck ops`` name each probe by its entry's id (``ops::ns::name@3f2a1c``), as the
+    report does: ``ids`` maps the generated module's probe names to them."""
 
     def __init__(self, inner: Progress, ids: dict[str, str]) -> None:
-        self.inner, self.ids = inner, ids
+        super().__init__(inner)
+        self.ids = ids
 
     def _id(self, probe_id: str) -> str:
         return self.ids.get(probe_id.rpartition("::")[2], probe_id)
-
-    def discovered(self, n_files: int) -> None:
-        self.inner.discovered(n_files)
-
-    def loading(self, path: str) -> None:
-        self.inner.loading(path)
-
-    def note(self, line: str) -> None:
-        self.inner.note(line)
-
-    def planned(self, n_tasks: int) -> None:
-        self.inner.planned(n_tasks)
-
-    def layout(self, stages: list[str], gate: Gate) -> None:
-        self.inner.layout(stages, gate)
 
     def started(self, probe_id: str, stage: str) -> None:
         self.inner.started(self._id(probe_id), stage)

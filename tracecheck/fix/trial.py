@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from .. import api
-from ..model.progress import Progress
+from ..model.progress import Progress, Relay
 from ..model.exitcodes import UsageError
 from ..model.records import Frame
 from ..model.report import CRASH, INTERNAL, LOAD_STAGE, SKIP, ProbeReport, RunReport, StageResult
-from ..model.targets import COMPILE, Gate
+from ..model.targets import COMPILE
 from ..model.taxonomy import K
 from ..stages import STAGES, target_of
 from ..stages import order as stage_order
@@ -163,32 +163,15 @@ class _Refused(Exception):
     """A finished stage refused the candidate: the rest of its run is not needed."""
 
 
-class _Watch(Progress):
+class _Watch(Relay):
     """The live display's progress, and the candidate judged as each stage finishes: ``judge(stages)`` says why
     not, and ``_Refused`` then leaves ``api.run`` (its Runner kills the stage processes still running)."""
 
     def __init__(self, inner: Progress | None, judge: Callable[[Stages], str | None]) -> None:
-        self.inner, self.judge = inner or Progress(), judge
+        super().__init__(inner)
+        self.judge = judge
         self.stages: Stages = {}
         self.running: list[tuple[str, str]] = []
-
-    def discovered(self, n_files: int) -> None:
-        self.inner.discovered(n_files)
-
-    def loading(self, path: str) -> None:
-        self.inner.loading(path)
-
-    def note(self, line: str) -> None:
-        self.inner.note(line)
-
-    def planned(self, n_tasks: int) -> None:
-        self.inner.planned(n_tasks)
-
-    def layout(self, stages: list[str], gate: Gate) -> None:
-        self.inner.layout(stages, gate)
-
-    def revised(self, probe_id: str, result: StageResult) -> None:
-        self.inner.revised(probe_id, result)
 
     def started(self, probe_id: str, stage: str) -> None:
         self.running.append((probe_id, stage))
@@ -206,9 +189,6 @@ class _Watch(Progress):
             for pid, stage in self.running:  # the display's cells for them end too
                 self.inner.finished(pid, StageResult(stage, SKIP, skip_reason="stopped: the candidate was refused"))
             raise _Refused(why)
-
-    def verdict(self, probe: ProbeReport, running: list[str]) -> None:
-        self.inner.verdict(probe, running)
 
 
 def _final(result: StageResult) -> bool:

@@ -26,3 +26,38 @@ class Progress:
     def verdict(self, probe: ProbeReport, running: list[str]) -> None:
         """Every stage of ``probe``'s required targets has finished: ``probe`` (a settled copy) has its verdict,
         before the stages of targets not required (``running``) and the rest of the run end."""
+
+
+class Relay(Progress):
+    """A ``Progress`` that passes every callback on to ``inner``: a subclass overrides those it watches or rewrites
+    (tracecheck fix's judge of each finished stage, tracecheck ops' ids)."""
+
+    def __init__(self, inner: Progress | None) -> None:
+        self.inner = inner or Progress()
+
+    def discovered(self, n_files: int) -> None:
+        self.inner.discovered(n_files)
+
+    def loading(self, path: str) -> None:
+        self.inner.loading(path)
+
+    def note(self, line: str) -> None:
+        self.inner.note(line)
+
+    def planned(self, n_tasks: int) -> None:
+        self.inner.planned(n_tasks)
+
+    def started(self, probe_id: str, stage: str) -> None:
+        self.inner.started(probe_id, stage)
+
+    def finished(self, probe_id: str, result: StageResult) -> None:
+        self.inner.finished(probe_id, result)
+
+    def layout(self, stages: list[str], gate: Gate) -> None:
+        self.inner.layout(stages, gate)
+
+    def revised(self, probe_id: str, result: StageResult) -> None:
+        self.inner.revised(probe_id, result)
+
+    def verdict(self, probe: ProbeReport, running: list[str]) -> None:
+        self.inner.verdict(probe, running)
